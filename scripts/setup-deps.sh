@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build needs, only when one is missing.
+# Run as root it installs them; otherwise it prints the apt line and fails.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
+          libutf8proc-dev libopenblas-openmp-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "rlhf.c needs these Debian packages; run as root:" >&2
+    echo "  apt-get update && $line" >&2
+    exit 1
+fi
+echo "setup-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+$line

@@ -1,0 +1,23 @@
+/* The sub-commands of the `rlhf` program. Each takes the arguments after its own name and
+ * returns the process exit status: 0 success, 1 bad input or a failed run, 2 bad usage. */
+#ifndef RLHF_CLI_COMMANDS_H
+#define RLHF_CLI_COMMANDS_H
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAILURE 1
+#define CLI_EXIT_USAGE 2
+
+int cli_score(int argc, char **argv);
+
+/* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
+int cli_fail(const char *message);
+
+/* Option parsing shared by the commands. If argv[*i] is `name`, stores the next argument in
+ * *value, advances *i past it and returns 1; returns -1 (message printed) when the value is
+ * missing; 0 when argv[*i] is another option. */
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+
+/* Parses a positive integer option value; prints a message and returns -1 when it is not. */
+int cli_positive_int(const char *name, const char *text, int *out);
+
+#endif

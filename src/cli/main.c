@@ -1,0 +1,36 @@
+/* rlhf: the command-line front end. Dispatches to one file per sub-command. */
+#include "cli/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"score", cli_score, "log-likelihood of completions given prompts under a model"},
+};
+
+static void usage(FILE *fp) {
+    fprintf(fp, "usage: rlhf <command> [options]   (rlhf <command> --help for its options)\n\n"
+                "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(fp, "  %-12s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "rlhf: unknown command \"%s\"\n", argv[1]);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}

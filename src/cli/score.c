@@ -1,0 +1,85 @@
+/* rlhf score --model DIR --data FILE.jsonl [--out FILE] [--batch-size N]
+ * Prints one JSON line per input line: {"logp": sum, "tokens": n, "mean_logp": sum/n}. */
+#include "cli/commands.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "data/prompt_completion.h"
+#include "model/model.h"
+#include "model/sequence_scores.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char score_usage[] =
+    "usage: rlhf score --model DIR --data FILE.jsonl [--out FILE] [--batch-size N]\n"
+    "\n"
+    "Scores completions: for each line {\"prompt_ids\": [...], \"completion_ids\": [...]}\n"
+    "prints {\"logp\": <sum of completion-token log-probs given the prompt>, \"tokens\": <n>,\n"
+    "\"mean_logp\": <logp/n>}. With --out the results are written there, all or nothing.\n";
+
+static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (fprintf(fp, "{\"logp\": %.9g, \"tokens\": %d, \"mean_logp\": %.9g}\n", scores[i].logp,
+                    scores[i].tokens, scores[i].logp / scores[i].tokens) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cli_score(int argc, char **argv) {
+    const char *model_dir = NULL, *data = NULL, *out = NULL, *batch_text = "8";
+    for (int i = 0; i < argc; i++) {
+        int r;
+        if ((r = cli_option(argc, argv, &i, "--model", &model_dir)) ||
+            (r = cli_option(argc, argv, &i, "--data", &data)) ||
+            (r = cli_option(argc, argv, &i, "--out", &out)) ||
+            (r = cli_option(argc, argv, &i, "--batch-size", &batch_text))) {
+            if (r < 0) return CLI_EXIT_USAGE;
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(score_usage, stdout);
+            return CLI_EXIT_OK;
+        }
+        fprintf(stderr, "rlhf score: unknown argument \"%s\"\n%s", argv[i], score_usage);
+        return CLI_EXIT_USAGE;
+    }
+    if (!model_dir || !data) {
+        fprintf(stderr, "rlhf score: --model and --data are required\n%s", score_usage);
+        return CLI_EXIT_USAGE;
+    }
+    int batch_size;
+    if (cli_positive_int("--batch-size", batch_text, &batch_size) != 0) return CLI_EXIT_USAGE;
+
+    Model model;
+    if (model_load(&model, model_dir) != 0) return cli_fail(err_msg());
+    PromptCompletionSet set;
+    if (prompt_completion_read_jsonl(&set, data, model.cfg.vocab_size) != 0) {
+        model_free(&model);
+        return cli_fail(err_msg());
+    }
+    SequenceScore *scores = xcalloc(set.n, sizeof *scores);
+    int rc = CLI_EXIT_OK;
+    if (sequence_scores(&model, &set, batch_size, scores) != 0) {
+        rc = cli_fail(err_msg());
+    } else if (out) {
+        AtomicFile af;
+        if (atomic_file_open(&af, out) != 0) {
+            rc = cli_fail(err_msg());
+        } else if (write_scores(af.fp, scores, set.n) != 0) {
+            atomic_file_abort(&af);
+            err_set("%s: write failed", out);
+            rc = cli_fail(err_msg());
+        } else if (atomic_file_commit(&af) != 0) {
+            rc = cli_fail(err_msg());
+        }
+    } else if (write_scores(stdout, scores, set.n) != 0 || fflush(stdout) != 0) {
+        rc = cli_fail("writing to standard output failed");
+    }
+    free(scores);
+    prompt_completion_free(&set);
+    model_free(&model);
+    return rc;
+}

@@ -1,0 +1,81 @@
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ERR_CAP 2048
+static _Thread_local char err_buf[ERR_CAP];
+
+int err_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, ERR_CAP, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int err_prefix(const char *fmt, ...) {
+    char prefix[ERR_CAP], old[ERR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, ERR_CAP, fmt, ap);
+    va_end(ap);
+    memcpy(old, err_buf, ERR_CAP);
+    /* Truncation of an over-long message is acceptable; build it piecewise so the
+     * compiler can see no silent overflow. */
+    size_t n = strlen(prefix);
+    if (n > ERR_CAP - 3) n = ERR_CAP - 3;
+    memcpy(err_buf, prefix, n);
+    memcpy(err_buf + n, ": ", 2);
+    size_t rest = strlen(old);
+    if (rest > ERR_CAP - 1 - (n + 2)) rest = ERR_CAP - 1 - (n + 2);
+    memcpy(err_buf + n + 2, old, rest);
+    err_buf[n + 2 + rest] = '\0';
+    return -1;
+}
+
+const char *err_msg(void) {
+    return err_buf;
+}
+
+void err_clear(void) {
+    err_buf[0] = '\0';
+}
+
+static void out_of_memory(size_t n) {
+    fprintf(stderr, "rlhf: out of memory (asked for %zu bytes)\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) out_of_memory(n);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory(count * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) out_of_memory(n);
+    return q;
+}
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void *xmalloc_checked(size_t n, const char *what) {
+    void *p = malloc(n ? n : 1);
+    if (!p) err_set("out of memory: %s needs %zu bytes", what, n);
+    return p;
+}

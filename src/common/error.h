@@ -1,0 +1,41 @@
+/* Error reporting for the library.
+ *
+ * Functions that can fail on user input return 0 on success and -1 on failure, after
+ * recording one human-readable message (naming the file, line or key, and what was
+ * expected) with err_set(). The caller either adds context with err_prefix() and
+ * returns -1 again, or prints err_msg() and stops. abort()/assert are reserved for
+ * programmer errors. The message buffer is per thread. */
+#ifndef RLHF_COMMON_ERROR_H
+#define RLHF_COMMON_ERROR_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define RLHF_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define RLHF_PRINTF(fmt, args)
+#endif
+
+/* Records the message (printf-style) and returns -1, so `return err_set(...)` reads well. */
+int err_set(const char *fmt, ...) RLHF_PRINTF(1, 2);
+
+/* Puts "<prefix>: " before the current message and returns -1. */
+int err_prefix(const char *fmt, ...) RLHF_PRINTF(1, 2);
+
+/* The last message recorded on this thread ("" when none). */
+const char *err_msg(void);
+
+void err_clear(void);
+
+/* malloc/calloc/realloc that abort on exhaustion: running out of memory is not an
+ * input error we can explain better than "out of memory", and checking every small
+ * allocation would bury the logic. Large, size-dependent buffers use xmalloc_checked. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* Returns NULL and sets an error naming `what` when n bytes cannot be had. */
+void *xmalloc_checked(size_t n, const char *what);
+
+#endif

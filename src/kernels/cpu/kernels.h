@@ -1,0 +1,47 @@
+/* CPU kernels for the Llama-family forward pass, fp32, OpenMP across rows and BLAS for
+ * matrix products. Shapes in comments: N = number of token rows. All reductions run in a
+ * fixed order, so results are bitwise reproducible for a given thread count. Each kernel's
+ * backward partner joins it in the same file when training lands. */
+#ifndef RLHF_KERNELS_CPU_KERNELS_H
+#define RLHF_KERNELS_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out (N, out_dim) = in (N, in_dim) · W^T (+ bias), W is (out_dim, in_dim) row-major like
+ * torch.nn.Linear.weight; bias may be NULL. `in` and `out` may use row strides. */
+void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
+                    int in_dim, int out_dim);
+
+/* out (N, C) = w ⊙ (in / sqrt(mean(in²) + eps)), per row; in == out is allowed. */
+void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps);
+
+/* out (n) = silu(gate) ⊙ up; out may alias gate. */
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+
+/* Rotates, in place, the first half of each head vector against its second half
+ * (transformers' rotate_half convention). x is (N, n_heads, hd); row r uses
+ * cos/sin rows positions[r] of the (max_pos, hd/2) tables. */
+void rope_forward(float *x, const int32_t *positions, const float *cos_table,
+                  const float *sin_table, int n, int n_heads, int hd);
+
+/* Causal self-attention for a batch of B sequences of T rows each.
+ * q (B, T, nh, hd), k/v (B, T, nkv, hd), out (B, T, nh, hd). Query head h reads kv head
+ * h / (nh/nkv). Row i of sequence b sees key l when l <= i, key_mask[b*T + l] != 0 (NULL:
+ * all keys real) and, when window > 0, l > i - window. A row that sees nothing gets zeros.
+ * Scores use scale 1/sqrt(hd); softmax in fp32. */
+void attention_forward(float *out, const float *q, const float *k, const float *v,
+                       const uint8_t *key_mask, int batch, int t_len, int n_heads, int n_kv_heads,
+                       int hd, int window);
+
+/* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
+ * h), computes logits = row · lm_head^T (vocab V) and returns
+ * logp[i] = logits[target[i]] - logsumexp(logits). Works through the rows in chunks so at
+ * most chunk_rows x V logits exist at once, independent of sequence length. */
+void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
+                           const float *lm_head, int n_rows, int h, int vocab);
+
+/* Rows of logits per chunk used by fused_logprob_forward for this vocabulary size. */
+int fused_logprob_chunk_rows(int vocab);
+
+#endif

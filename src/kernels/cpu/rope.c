@@ -1,0 +1,19 @@
+#include "kernels/cpu/kernels.h"
+
+void rope_forward(float *x, const int32_t *positions, const float *cos_table,
+                  const float *sin_table, int n, int n_heads, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        const float *c = cos_table + (size_t)positions[r] * half;
+        const float *s = sin_table + (size_t)positions[r] * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *u = x + ((size_t)r * n_heads + h) * hd;
+            for (int j = 0; j < half; j++) {
+                float a = u[j], b = u[j + half];
+                u[j] = a * c[j] - b * s[j];
+                u[j + half] = b * c[j] + a * s[j];
+            }
+        }
+    }
+}

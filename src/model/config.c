@@ -1,0 +1,249 @@
+#include "model/config.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *model_type;
+    const char *architecture;
+    ModelArch arch;
+} known_families[] = {
+    {"llama", "LlamaForCausalLM", ARCH_LLAMA},
+    {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2},
+    {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+};
+#define N_FAMILIES (sizeof known_families / sizeof *known_families)
+
+const char *model_arch_name(ModelArch arch) {
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (known_families[i].arch == arch) return known_families[i].architecture;
+    return "?";
+}
+
+/* A required positive integer. */
+static int get_size(const json_t *root, const char *key, int *out) {
+    int64_t v;
+    int found = json_get_int64(root, key, &v);
+    if (found < 0) return -1;
+    if (found == 0) return err_set("key '%s': missing (a positive integer is required)", key);
+    if (v <= 0 || v > (1 << 30)) return err_set("key '%s': %lld is not a valid size", key, (long long)v);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_double_or(const json_t *obj, const char *key, double fallback, double *out) {
+    *out = fallback;
+    return json_get_double(obj, key, out) < 0 ? -1 : 0;
+}
+
+static int parse_family(ModelConfig *cfg, const json_t *root) {
+    const char *model_type = NULL;
+    if (json_get_string(root, "model_type", &model_type) < 0) return -1;
+    if (!model_type) return err_set("key 'model_type': missing (expected llama, mistral, qwen2 or qwen3)");
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        if (strcmp(model_type, known_families[i].model_type) == 0) {
+            cfg->arch = known_families[i].arch;
+            return 0;
+        }
+    }
+    return err_set("key 'model_type': \"%s\" is not supported (expected llama, mistral, qwen2 or "
+                   "qwen3)",
+                   model_type);
+}
+
+static int parse_rope_type(const char *s, RopeType *out) {
+    static const struct {
+        const char *name;
+        RopeType type;
+    } types[] = {{"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
+                 {"llama3", ROPE_LLAMA3},   {"yarn", ROPE_YARN}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        if (strcmp(s, types[i].name) == 0) {
+            *out = types[i].type;
+            return 0;
+        }
+    }
+    return err_set("RoPE type \"%s\" is not supported (expected default, linear, dynamic, "
+                   "llama3 or yarn)",
+                   s);
+}
+
+/* hf-formats.md §2.3: rope_parameters (v5) or rope_scaling (v4), then top-level rope_theta. */
+static int parse_rope(ModelConfig *cfg, const json_t *root) {
+    RopeConfig *r = &cfg->rope;
+    const char *key = "rope_parameters";
+    const json_t *p = json_object_get(root, key);
+    if (!p || json_is_null(p)) {
+        key = "rope_scaling";
+        p = json_object_get(root, key);
+    }
+    if (p && json_is_null(p)) p = NULL;
+    if (p && !json_is_object(p)) return err_set("key '%s': expected an object or null", key);
+
+    /* rope_type wins over the older "type" spelling: read "type" first, then let it override. */
+    const char *type = "default";
+    if (p && (json_get_string(p, "type", &type) < 0 || json_get_string(p, "rope_type", &type) < 0))
+        return err_prefix("key '%s'", key);
+    if (parse_rope_type(type, &r->type) != 0) return err_prefix("key '%s'", key);
+
+    double top_theta;
+    if (get_double_or(root, "rope_theta", 10000.0, &top_theta) != 0) return -1;
+    if (get_double_or(p, "rope_theta", top_theta, &r->theta) != 0) return err_prefix("key '%s'", key);
+    if (r->theta <= 0) return err_set("key 'rope_theta': must be positive");
+
+    double max_pos = (double)cfg->max_position_embeddings;
+    if (get_double_or(p, "factor", 1.0, &r->factor) != 0 ||
+        get_double_or(p, "low_freq_factor", 1.0, &r->low_freq_factor) != 0 ||
+        get_double_or(p, "high_freq_factor", 4.0, &r->high_freq_factor) != 0 ||
+        get_double_or(p, "original_max_position_embeddings", max_pos, &r->original_max_position) != 0 ||
+        get_double_or(p, "attention_factor", -1.0, &r->attention_factor) != 0 ||
+        get_double_or(p, "beta_fast", 32.0, &r->beta_fast) != 0 ||
+        get_double_or(p, "beta_slow", 1.0, &r->beta_slow) != 0 ||
+        get_double_or(p, "mscale", 0.0, &r->mscale) != 0 ||
+        get_double_or(p, "mscale_all_dim", 0.0, &r->mscale_all_dim) != 0)
+        return err_prefix("key '%s'", key);
+    r->truncate = true;
+    if (p && json_get_bool(p, "truncate", &r->truncate) < 0) return err_prefix("key '%s'", key);
+    if (r->type == ROPE_YARN && (!p || !json_object_get(p, "factor")))
+        r->factor = max_pos / r->original_max_position; /* transformers' fallback */
+    if (r->type != ROPE_DEFAULT && r->factor <= 0)
+        return err_set("key '%s': factor must be positive", key);
+    if (r->type == ROPE_LLAMA3 && r->high_freq_factor <= r->low_freq_factor)
+        return err_set("key '%s': high_freq_factor must exceed low_freq_factor", key);
+    return 0;
+}
+
+/* Which layers attend through a sliding window (hf-formats.md §2.2). */
+static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
+    cfg->layer_sliding = xcalloc((size_t)cfg->n_layers, sizeof *cfg->layer_sliding);
+    int64_t window = 0;
+    if (json_get_int64(root, "sliding_window", &window) < 0) return -1;
+    if (window < 0) return err_set("key 'sliding_window': must be positive or null");
+    bool use_window = cfg->arch == ARCH_MISTRAL;
+    if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
+        use_window = false;
+        if (json_get_bool(root, "use_sliding_window", &use_window) < 0) return -1;
+    }
+    if (cfg->arch == ARCH_LLAMA || window == 0) use_window = false;
+    if (!use_window) return 0;
+    cfg->sliding_window = (int)(window > (1 << 30) ? (1 << 30) : window);
+
+    const json_t *types = json_object_get(root, "layer_types");
+    if (types && json_is_array(types)) {
+        if ((int)json_array_size(types) != cfg->n_layers)
+            return err_set("key 'layer_types': %zu entries for %d layers", json_array_size(types),
+                           cfg->n_layers);
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (!t) return err_set("key 'layer_types': entry %d is not a string", l);
+            cfg->layer_sliding[l] = strcmp(t, "sliding_attention") == 0;
+        }
+        return 0;
+    }
+    int64_t max_window_layers = 0;
+    if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
+        max_window_layers = 28;
+        if (json_get_int64(root, "max_window_layers", &max_window_layers) < 0) return -1;
+    }
+    for (int l = 0; l < cfg->n_layers; l++) cfg->layer_sliding[l] = l >= max_window_layers;
+    return 0;
+}
+
+static int parse_config(ModelConfig *cfg, const json_t *root) {
+    if (!json_is_object(root)) return err_set("expected a JSON object");
+    if (json_object_get(root, "quantization_config"))
+        return err_set("key 'quantization_config': quantized checkpoints are not supported");
+    if (json_object_get(root, "auto_map"))
+        return err_set("key 'auto_map': models with remote code are not supported");
+    if (parse_family(cfg, root) != 0) return -1;
+    if (get_size(root, "vocab_size", &cfg->vocab_size) != 0 ||
+        get_size(root, "hidden_size", &cfg->hidden_size) != 0 ||
+        get_size(root, "intermediate_size", &cfg->intermediate_size) != 0 ||
+        get_size(root, "num_hidden_layers", &cfg->n_layers) != 0 ||
+        get_size(root, "num_attention_heads", &cfg->n_heads) != 0)
+        return -1;
+
+    int64_t v = cfg->n_heads;
+    if (json_get_int64(root, "num_key_value_heads", &v) < 0) return -1;
+    if (v <= 0 || cfg->n_heads % v != 0)
+        return err_set("key 'num_key_value_heads': %lld does not divide num_attention_heads %d",
+                       (long long)v, cfg->n_heads);
+    cfg->n_kv_heads = (int)v;
+
+    v = cfg->hidden_size / cfg->n_heads;
+    if (json_get_int64(root, "head_dim", &v) < 0) return -1;
+    if (v <= 0 || v % 2 != 0)
+        return err_set("key 'head_dim': %lld is not a positive even number", (long long)v);
+    cfg->head_dim = (int)v;
+
+    const char *act = "silu";
+    if (json_get_string(root, "hidden_act", &act) < 0) return -1;
+    if (strcmp(act, "silu") != 0)
+        return err_set("key 'hidden_act': \"%s\" is not supported (expected silu)", act);
+
+    if (get_double_or(root, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps) != 0) return -1;
+    int64_t default_max_pos = cfg->arch == ARCH_LLAMA ? 2048 : cfg->arch == ARCH_MISTRAL ? 131072 : 32768;
+    cfg->max_position_embeddings = default_max_pos;
+    if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0) return -1;
+
+    cfg->tie_word_embeddings = false;
+    if (json_get_bool(root, "tie_word_embeddings", &cfg->tie_word_embeddings) < 0) return -1;
+
+    bool attention_bias = false, mlp_bias = false;
+    if (json_get_bool(root, "attention_bias", &attention_bias) < 0 ||
+        json_get_bool(root, "mlp_bias", &mlp_bias) < 0)
+        return -1;
+    switch (cfg->arch) {
+    case ARCH_LLAMA:
+        cfg->qkv_bias = cfg->o_bias = attention_bias;
+        cfg->mlp_bias = mlp_bias;
+        break;
+    case ARCH_MISTRAL:
+        break;
+    case ARCH_QWEN2:
+        cfg->qkv_bias = true; /* hard-wired in Qwen2Attention */
+        break;
+    case ARCH_QWEN3:
+        cfg->qkv_bias = cfg->o_bias = attention_bias;
+        cfg->qk_norm = true;
+        break;
+    }
+
+    const char *dtype = NULL;
+    if (json_get_string(root, "torch_dtype", &dtype) < 0 || json_get_string(root, "dtype", &dtype) < 0)
+        return -1;
+    snprintf(cfg->weights_dtype, sizeof cfg->weights_dtype, "%s", dtype ? dtype : "");
+
+    if (parse_rope(cfg, root) != 0) return -1;
+    return parse_sliding_window(cfg, root);
+}
+
+int model_config_from_json(ModelConfig *cfg, const json_t *root, const char *source) {
+    memset(cfg, 0, sizeof *cfg);
+    if (parse_config(cfg, root) != 0) {
+        model_config_free(cfg);
+        return err_prefix("%s", source);
+    }
+    return 0;
+}
+
+int model_config_load(ModelConfig *cfg, const char *dir) {
+    char path[4096];
+    if (path_join(path, sizeof path, dir, "config.json") != 0) return -1;
+    if (!file_exists(path)) return err_set("%s: not found (is %s a Hugging Face model directory?)", path, dir);
+    json_t *root;
+    if (json_load_path(path, &root) != 0) return -1;
+    int rc = model_config_from_json(cfg, root, path);
+    json_decref(root);
+    return rc;
+}
+
+void model_config_free(ModelConfig *cfg) {
+    free(cfg->layer_sliding);
+    cfg->layer_sliding = NULL;
+}

@@ -1,0 +1,62 @@
+/* Architecture configuration of a Llama-family causal LM, read from a Hugging Face
+ * config.json (spec: hf-formats.md §2). Both transformers v4 keys (rope_theta,
+ * rope_scaling, torch_dtype) and v5 keys (rope_parameters, dtype) are understood. */
+#ifndef RLHF_MODEL_CONFIG_H
+#define RLHF_MODEL_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3 } ModelArch;
+
+typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN } RopeType;
+
+typedef struct {
+    RopeType type;
+    double theta;
+    double factor;                   /* linear, dynamic, llama3, yarn */
+    double low_freq_factor;          /* llama3 */
+    double high_freq_factor;         /* llama3 */
+    double original_max_position;    /* llama3, yarn */
+    double attention_factor;         /* yarn; < 0 when not given */
+    double beta_fast, beta_slow;     /* yarn */
+    double mscale, mscale_all_dim;   /* yarn; 0 when not given */
+    bool truncate;                   /* yarn */
+} RopeConfig;
+
+typedef struct {
+    ModelArch arch;
+    int vocab_size;        /* V: rows of embed_tokens / lm_head */
+    int hidden_size;       /* H */
+    int intermediate_size; /* I */
+    int n_layers;          /* L */
+    int n_heads;           /* nh */
+    int n_kv_heads;        /* nkv; divides nh */
+    int head_dim;          /* hd; nh*hd need not equal H */
+    double rms_norm_eps;
+    int64_t max_position_embeddings;
+    bool tie_word_embeddings;
+    bool qkv_bias;         /* q/k/v projections have biases */
+    bool o_bias;           /* o_proj has a bias (Llama/Qwen3 attention_bias) */
+    bool mlp_bias;         /* gate/up/down have biases (Llama mlp_bias) */
+    bool qk_norm;          /* Qwen3: RMSNorm over hd on q and k before RoPE */
+    int sliding_window;    /* window length for layers flagged below; 0 = none */
+    bool *layer_sliding;   /* [n_layers]: this layer uses the sliding window */
+    RopeConfig rope;
+    char weights_dtype[16]; /* "float32", "bfloat16", "float16" or "" when unstated */
+} ModelConfig;
+
+/* Parses a config.json object. `source` names the file in messages. Returns 0, or -1 with
+ * an error naming the key and what was expected (unsupported model_type, a missing size,
+ * heads that do not divide, quantization or remote code, ...). */
+int model_config_from_json(ModelConfig *cfg, const json_t *root, const char *source);
+
+/* Reads DIR/config.json. */
+int model_config_load(ModelConfig *cfg, const char *dir);
+
+void model_config_free(ModelConfig *cfg);
+
+const char *model_arch_name(ModelArch arch);
+
+#endif

@@ -1,0 +1,165 @@
+#include "model/model.h"
+
+#include "common/error.h"
+#include "io/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ParamInfo *info;
+    float ***slots; /* where each tensor's pointer goes in the Model struct */
+    int n, cap;
+    size_t total;
+} LayoutBuilder;
+
+static void add_param(LayoutBuilder *lb, float **slot, int64_t rows, int64_t cols,
+                      const char *fmt, int layer, const char *suffix) {
+    if (lb->n == lb->cap) {
+        lb->cap = lb->cap ? 2 * lb->cap : 64;
+        lb->info = xrealloc(lb->info, (size_t)lb->cap * sizeof *lb->info);
+        lb->slots = xrealloc(lb->slots, (size_t)lb->cap * sizeof *lb->slots);
+    }
+    ParamInfo *p = &lb->info[lb->n];
+    memset(p, 0, sizeof *p);
+    if (layer >= 0)
+        snprintf(p->name, sizeof p->name, fmt, layer, suffix);
+    else
+        snprintf(p->name, sizeof p->name, "%s", fmt);
+    p->ndim = cols > 0 ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    p->offset = lb->total;
+    lb->total += p->numel;
+    lb->slots[lb->n++] = slot;
+}
+
+static void add_linear(LayoutBuilder *lb, int l, const char *module, float **w, float **b,
+                       bool has_bias, int64_t out, int64_t in) {
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "%s.weight", module);
+    add_param(lb, w, out, in, "model.layers.%d.%s", l, suffix);
+    if (has_bias) {
+        snprintf(suffix, sizeof suffix, "%s.bias", module);
+        add_param(lb, b, out, 0, "model.layers.%d.%s", l, suffix);
+    }
+}
+
+/* State-dict order: the order in which transformers registers the modules. */
+static void build_layout(Model *m, LayoutBuilder *lb) {
+    const ModelConfig *c = &m->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    add_param(lb, &m->embed, c->vocab_size, H, "model.embed_tokens.weight", -1, NULL);
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        add_linear(lb, l, "self_attn.q_proj", &w->wq, &w->bq, c->qkv_bias, q_dim, H);
+        add_linear(lb, l, "self_attn.k_proj", &w->wk, &w->bk, c->qkv_bias, kv_dim, H);
+        add_linear(lb, l, "self_attn.v_proj", &w->wv, &w->bv, c->qkv_bias, kv_dim, H);
+        add_linear(lb, l, "self_attn.o_proj", &w->wo, &w->bo, c->o_bias, H, q_dim);
+        if (c->qk_norm) {
+            add_param(lb, &w->q_norm, c->head_dim, 0, "model.layers.%d.%s", l, "self_attn.q_norm.weight");
+            add_param(lb, &w->k_norm, c->head_dim, 0, "model.layers.%d.%s", l, "self_attn.k_norm.weight");
+        }
+        add_linear(lb, l, "mlp.gate_proj", &w->w_gate, &w->b_gate, c->mlp_bias, I, H);
+        add_linear(lb, l, "mlp.up_proj", &w->w_up, &w->b_up, c->mlp_bias, I, H);
+        add_linear(lb, l, "mlp.down_proj", &w->w_down, &w->b_down, c->mlp_bias, H, I);
+        add_param(lb, &w->input_norm, H, 0, "model.layers.%d.%s", l, "input_layernorm.weight");
+        add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l, "post_attention_layernorm.weight");
+    }
+    add_param(lb, &m->final_norm, H, 0, "model.norm.weight", -1, NULL);
+    if (!c->tie_word_embeddings) add_param(lb, &m->lm_head, c->vocab_size, H, "lm_head.weight", -1, NULL);
+}
+
+void model_init_empty(Model *m, ModelConfig *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    m->layers = xcalloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+    LayoutBuilder lb = {0};
+    build_layout(m, &lb);
+    m->params = xcalloc(lb.total, sizeof(float));
+    m->n_params = lb.total;
+    for (int i = 0; i < lb.n; i++) *lb.slots[i] = m->params + lb.info[i].offset;
+    if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
+    m->param_info = lb.info;
+    m->n_param_tensors = lb.n;
+    free(lb.slots);
+}
+
+void model_free(Model *m) {
+    free(m->params);
+    free(m->param_info);
+    free(m->layers);
+    model_config_free(&m->cfg);
+    memset(m, 0, sizeof *m);
+}
+
+const ParamInfo *model_find_param(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_param_tensors; i++)
+        if (strcmp(m->param_info[i].name, name) == 0) return &m->param_info[i];
+    return NULL;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+typedef struct {
+    const Model *m;
+} ExtraCheck;
+
+static int check_expected(const SafetensorsTensor *t, const char *file, void *ctx) {
+    const Model *m = ((ExtraCheck *)ctx)->m;
+    if (model_find_param(m, t->name)) return 0;
+    if (ends_with(t->name, ".rotary_emb.inv_freq")) return 0;
+    if (m->cfg.tie_word_embeddings && strcmp(t->name, "lm_head.weight") == 0) return 0;
+    return err_set("%s: unexpected tensor \"%s\" (config.json describes a %s without it)", file,
+                   t->name, model_arch_name(m->cfg.arch));
+}
+
+static int load_tensors(Model *m, const CheckpointReader *ck, const char *dir) {
+    for (int i = 0; i < m->n_param_tensors; i++) {
+        const ParamInfo *p = &m->param_info[i];
+        const SafetensorsTensor *t = checkpoint_find(ck, p->name);
+        if (!t) return err_set("%s: tensor \"%s\" is missing", dir, p->name);
+        bool same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        if (!same) {
+            char got[96], want[96];
+            format_shape(got, sizeof got, t->ndim, t->shape);
+            format_shape(want, sizeof want, p->ndim, p->shape);
+            return err_set("%s: tensor \"%s\" has shape %s but config.json implies %s", dir,
+                           p->name, got, want);
+        }
+        if (safetensors_to_f32(t, m->params + p->offset) != 0) return err_prefix("%s", dir);
+    }
+    ExtraCheck ctx = {m};
+    return checkpoint_for_each(ck, check_expected, &ctx);
+}
+
+int model_load(Model *m, const char *dir) {
+    memset(m, 0, sizeof *m);
+    ModelConfig cfg;
+    if (model_config_load(&cfg, dir) != 0) return -1;
+    CheckpointReader ck;
+    if (checkpoint_open(&ck, dir) != 0) {
+        model_config_free(&cfg);
+        return -1;
+    }
+    model_init_empty(m, &cfg);
+    int rc = load_tensors(m, &ck, dir);
+    checkpoint_close(&ck);
+    if (rc != 0) model_free(m);
+    return rc;
+}

@@ -1,0 +1,61 @@
+/* A Llama-family causal LM held in fp32: one contiguous parameter block in state-dict order
+ * (hf-formats.md §3.4) with named pointers into it, llm.c style. The same table of
+ * (name, shape, offset) drives loading, saving and, later, gradients and optimizer state. */
+#ifndef RLHF_MODEL_MODEL_H
+#define RLHF_MODEL_MODEL_H
+
+#include "model/config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    float *input_norm;       /* (H) */
+    float *wq, *bq;          /* (nh*hd, H), (nh*hd) or NULL */
+    float *wk, *bk;          /* (nkv*hd, H), (nkv*hd) or NULL */
+    float *wv, *bv;          /* (nkv*hd, H), (nkv*hd) or NULL */
+    float *wo, *bo;          /* (H, nh*hd), (H) or NULL */
+    float *q_norm, *k_norm;  /* (hd), (hd); Qwen3 only */
+    float *post_norm;        /* (H) */
+    float *w_gate, *b_gate;  /* (I, H), (I) or NULL */
+    float *w_up, *b_up;      /* (I, H), (I) or NULL */
+    float *w_down, *b_down;  /* (H, I), (H) or NULL */
+} LayerWeights;
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    size_t offset; /* into Model.params, in floats */
+} ParamInfo;
+
+typedef struct {
+    ModelConfig cfg;
+    float *params;         /* every parameter, contiguous, state-dict order */
+    size_t n_params;
+    ParamInfo *param_info; /* one entry per tensor, state-dict order */
+    int n_param_tensors;
+    float *embed;          /* (V, H) */
+    float *final_norm;     /* (H) */
+    float *lm_head;        /* (V, H); the same memory as embed when tied */
+    LayerWeights *layers;  /* [L] */
+} Model;
+
+/* Loads config.json and the safetensors weights of a Hugging Face model directory,
+ * converting to fp32. Every expected tensor must be present with the shape config.json
+ * implies; unexpected tensors are errors (they mean the config does not describe the file),
+ * except the ones transformers itself ignores (rotary inv_freq buffers, lm_head when tied).
+ * Returns 0, or -1 with an error naming the file and tensor. */
+int model_load(Model *m, const char *dir);
+
+/* Allocates a model of the given configuration with zeroed parameters (takes ownership of
+ * cfg's allocations). */
+void model_init_empty(Model *m, ModelConfig *cfg);
+
+void model_free(Model *m);
+
+/* The parameter called `name`, or NULL. */
+const ParamInfo *model_find_param(const Model *m, const char *name);
+
+#endif

@@ -1,0 +1,107 @@
+#include "model/rope_tables.h"
+
+#include <math.h>
+#include "common/error.h"
+
+#include <stdlib.h>
+
+/* theta^(-2i/d) evaluated the way torch does: exponent in fp32, power in fp32. */
+static float default_inv_freq(double theta, int i, int d) {
+    float exponent = (float)(2 * i) / (float)d;
+    return 1.0f / powf((float)theta, exponent);
+}
+
+static double yarn_mscale(double scale, double mscale) {
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+static double yarn_correction_dim(double rotations, int d, double theta, double orig) {
+    return (d * log(orig / (rotations * 2.0 * M_PI))) / (2.0 * log(theta));
+}
+
+static void yarn_inv_freq(const RopeConfig *r, int d, float *inv, float *attn) {
+    double factor = r->factor;
+    double low = yarn_correction_dim(r->beta_fast, d, r->theta, r->original_max_position);
+    double high = yarn_correction_dim(r->beta_slow, d, r->theta, r->original_max_position);
+    if (r->truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    if (low < 0) low = 0;
+    if (high > d - 1) high = d - 1;
+    if (low == high) high += 0.001;
+    for (int i = 0; i < d / 2; i++) {
+        float pos_freq = powf((float)r->theta, (float)(2 * i) / (float)d);
+        float extrapolation = 1.0f / pos_freq;
+        float interpolation = 1.0f / ((float)factor * pos_freq);
+        float ramp = (float)(((float)i - low) / (high - low));
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float extrapolation_factor = 1.0f - ramp;
+        inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
+    if (r->attention_factor >= 0)
+        *attn = (float)r->attention_factor;
+    else if (r->mscale != 0 && r->mscale_all_dim != 0)
+        *attn = (float)(yarn_mscale(factor, r->mscale) / yarn_mscale(factor, r->mscale_all_dim));
+    else
+        *attn = (float)yarn_mscale(factor, 1.0);
+}
+
+static void llama3_inv_freq(const RopeConfig *r, int d, float *inv) {
+    double low_wavelen = r->original_max_position / r->low_freq_factor;
+    double high_wavelen = r->original_max_position / r->high_freq_factor;
+    for (int i = 0; i < d / 2; i++) {
+        float f = default_inv_freq(r->theta, i, d);
+        double wavelen = 2.0 * M_PI / f;
+        if (wavelen < high_wavelen) {
+            inv[i] = f;
+        } else if (wavelen > low_wavelen) {
+            inv[i] = (float)(f / r->factor);
+        } else {
+            double smooth = (r->original_max_position / wavelen - r->low_freq_factor) /
+                            (r->high_freq_factor - r->low_freq_factor);
+            inv[i] = (float)((1.0 - smooth) * f / r->factor + smooth * f);
+        }
+    }
+}
+
+void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *attention_factor) {
+    const RopeConfig *r = &cfg->rope;
+    int d = cfg->head_dim;
+    *attention_factor = 1.0f;
+    switch (r->type) {
+    case ROPE_DEFAULT:
+    case ROPE_LINEAR:
+        for (int i = 0; i < d / 2; i++)
+            inv[i] = default_inv_freq(r->theta, i, d) / (r->type == ROPE_LINEAR ? (float)r->factor : 1.0f);
+        return;
+    case ROPE_DYNAMIC: {
+        double max_pos = (double)cfg->max_position_embeddings;
+        double len = seq_len > max_pos ? seq_len : max_pos;
+        double theta = r->theta * pow(r->factor * len / max_pos - (r->factor - 1.0), d / (d - 2.0));
+        for (int i = 0; i < d / 2; i++) inv[i] = default_inv_freq(theta, i, d);
+        return;
+    }
+    case ROPE_LLAMA3:
+        llama3_inv_freq(r, d, inv);
+        return;
+    case ROPE_YARN:
+        yarn_inv_freq(r, d, inv, attention_factor);
+        return;
+    }
+}
+
+void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table, float *sin_table) {
+    int half = cfg->head_dim / 2;
+    float *inv = xmalloc((size_t)half * sizeof *inv);
+    float attn;
+    rope_inv_freq(cfg, n_positions, inv, &attn);
+    for (int p = 0; p < n_positions; p++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)p * inv[i];
+            cos_table[(size_t)p * half + i] = cosf(angle) * attn;
+            sin_table[(size_t)p * half + i] = sinf(angle) * attn;
+        }
+    }
+    free(inv);
+}

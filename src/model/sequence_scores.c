@@ -1,0 +1,53 @@
+#include "model/sequence_scores.h"
+
+#include "common/error.h"
+#include "model/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int score_batch(const Model *m, const PromptCompletion *items, int count,
+                       SequenceScore *scores) {
+    int t_len = 0;
+    for (int i = 0; i < count; i++) {
+        int len = items[i].prompt_len + items[i].completion_len;
+        if (len > t_len) t_len = len;
+    }
+    size_t n = (size_t)count * t_len;
+    int32_t *tokens = xcalloc(n, sizeof *tokens);
+    uint8_t *attn = xcalloc(n, 1), *target = xcalloc(n, 1);
+    float *logp = xmalloc(n * sizeof *logp);
+    for (int i = 0; i < count; i++) {
+        const PromptCompletion *pc = &items[i];
+        int len = pc->prompt_len + pc->completion_len;
+        memcpy(tokens + (size_t)i * t_len, pc->ids, (size_t)len * sizeof *tokens);
+        memset(attn + (size_t)i * t_len, 1, (size_t)len);
+        memset(target + (size_t)i * t_len + pc->prompt_len, 1, (size_t)pc->completion_len);
+    }
+    TokenBatch batch = {.batch = count, .t_len = t_len, .tokens = tokens, .attn_mask = attn};
+    int rc = model_token_logprobs(m, &batch, target, logp);
+    for (int i = 0; rc == 0 && i < count; i++) {
+        double sum = 0.0;
+        const float *row = logp + (size_t)i * t_len;
+        for (int t = items[i].prompt_len; t < items[i].prompt_len + items[i].completion_len; t++)
+            sum += row[t];
+        scores[i].logp = sum;
+        scores[i].tokens = items[i].completion_len;
+    }
+    free(logp);
+    free(target);
+    free(attn);
+    free(tokens);
+    return rc;
+}
+
+int sequence_scores(const Model *m, const PromptCompletionSet *set, int batch_size,
+                    SequenceScore *scores) {
+    if (batch_size < 1) return err_set("batch size must be at least 1");
+    for (size_t i = 0; i < set->n; i += (size_t)batch_size) {
+        int count = set->n - i < (size_t)batch_size ? (int)(set->n - i) : batch_size;
+        if (score_batch(m, set->items + i, count, scores + i) != 0)
+            return err_prefix("line %d", set->items[i].line);
+    }
+    return 0;
+}

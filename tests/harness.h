@@ -1,0 +1,36 @@
+/* A minimal test harness: CHECK records a failure and goes on; harness_finish prints
+ * "<name>: N passed, N failed" and gives the exit status. */
+#ifndef RLHF_TESTS_HARNESS_H
+#define RLHF_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+extern int harness_checks, harness_failures;
+
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        harness_checks++;                                                                     \
+        if (!(cond)) {                                                                        \
+            harness_failures++;                                                               \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);          \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fputc('\n', stderr);                                                              \
+        }                                                                                     \
+    } while (0)
+
+/* |got - want| <= rel * |want| + abs_tol */
+bool harness_close(double got, double want, double rel, double abs_tol);
+
+int harness_finish(const char *name);
+
+/* A fresh empty directory under $TMPDIR (or /tmp), removed by harness_finish. */
+const char *harness_tmpdir(void);
+
+/* A path inside the source tree: RLHF_SOURCE_DIR "/" rel (static buffer, one at a time). */
+const char *harness_source_path(const char *rel);
+
+/* Writes `len` bytes to `path` (plain write; test set-up only). Returns 0 or -1. */
+int harness_write_file(const char *path, const void *data, size_t len);
+
+#endif
