@@ -16,6 +16,7 @@ int json_load_text(const char *text, size_t len, const char *source, json_t **ou
         *out = json_loadb(text, len, flags | JSON_DECODE_INT_AS_REAL, &jerr);
         if (*out) return 0;
     }
+    if (!source) return err_set("invalid JSON (column %d): %s", jerr.column, jerr.text);
     return err_set("%s:%d:%d: invalid JSON: %s", source, jerr.line, jerr.column, jerr.text);
 }
 

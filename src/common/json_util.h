@@ -12,7 +12,8 @@
  * Returns 0, or -1 with an error "path:line:column: what is wrong". */
 int json_load_path(const char *path, json_t **out);
 
-/* Same for text in memory; `source` names it in messages. */
+/* Same for text in memory; `source` names it in messages ("source:line:column: ...").
+ * With source NULL (one line of a JSONL file, named by the caller) only the column is given. */
 int json_load_text(const char *text, size_t len, const char *source, json_t **out);
 
 /* Typed getters on an object member. Return 1 when found, 0 when absent or null, and

@@ -29,7 +29,7 @@ static int read_ids(const json_t *row, const char *key, int vocab_size, int32_t 
 
 static int parse_line(PromptCompletion *pc, const char *text, size_t len, int vocab_size) {
     json_t *row;
-    if (json_load_text(text, len, "line", &row) != 0) return -1;
+    if (json_load_text(text, len, NULL, &row) != 0) return -1;
     int rc = -1;
     int total = 0;
     if (!json_is_object(row)) {

@@ -44,6 +44,9 @@ static int score_batch(const Model *m, const PromptCompletion *items, int count,
 int sequence_scores(const Model *m, const PromptCompletionSet *set, int batch_size,
                     SequenceScore *scores) {
     if (batch_size < 1) return err_set("batch size must be at least 1");
+    /* Dynamic NTK RoPE takes its frequencies from the padded batch length, as transformers
+     * does; scoring one sequence at a time keeps a score independent of its neighbours. */
+    if (m->cfg.rope.type == ROPE_DYNAMIC) batch_size = 1;
     for (size_t i = 0; i < set->n; i += (size_t)batch_size) {
         int count = set->n - i < (size_t)batch_size ? (int)(set->n - i) : batch_size;
         if (score_batch(m, set->items + i, count, scores + i) != 0)

@@ -12,6 +12,7 @@ typedef struct {
 } SequenceScore;
 
 /* Scores set->items in batches of `batch_size` (in file order); scores[i] belongs to item i.
+ * A score equals transformers' for that sequence alone, whatever the batch size.
  * Returns 0, or -1 with an error. */
 int sequence_scores(const Model *m, const PromptCompletionSet *set, int batch_size,
                     SequenceScore *scores);

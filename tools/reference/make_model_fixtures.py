@@ -195,6 +195,8 @@ def prune_saved_files(path):
             continue
         os.remove(os.path.join(path, f))
         print(f"    removed unneeded file {f}")
+    for f in os.listdir(path):  # safetensors writes 0600; make the tree readable by everyone
+        os.chmod(os.path.join(path, f), 0o644)
 
 
 def dir_size(path):
