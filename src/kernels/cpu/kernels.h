@@ -36,12 +36,13 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
- * logp[i] = logits[target[i]] - logsumexp(logits). Works through the rows in chunks so at
- * most chunk_rows x V logits exist at once, independent of sequence length. */
+ * logp[i] = logits[target[i]] - logsumexp(logits). Works in tiles of rows x vocabulary with a
+ * running log-sum-exp, so a bounded tile of logits (8 MB) exists at a time, independent of
+ * sequence length and vocabulary size. */
 void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
                            const float *lm_head, int n_rows, int h, int vocab);
 
-/* Rows of logits per chunk used by fused_logprob_forward for this vocabulary size. */
+/* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);
 
 #endif

@@ -1,0 +1,63 @@
+/* CPU kernels against direct double-precision definitions (the model-level parity tests
+ * check them against transformers; these pin down the edge cases). */
+#include "harness.h"
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static void test_fast_exp(void) {
+    double worst = 0;
+    for (float x = -87.0f; x < 88.5f; x += 0.001953125f) {
+        double want = exp((double)x), got = fast_expf(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    CHECK(worst < 3e-7, "fast_expf worst relative error %.3g", worst);
+    printf("fast_expf: worst relative error %.3g on [-87, 88.5]\n", worst);
+    CHECK(fast_expf(-1000.0f) < 2e-38f, "very negative inputs give ~0");
+    CHECK(fast_expf(1000.0f) > 3e38f, "very large inputs give ~FLT_MAX");
+    CHECK(fast_expf(0.0f) == 1.0f, "exp(0) = 1");
+}
+
+/* log-softmax over a vocabulary wider than one tile, rows more than one tile, extreme logits. */
+static void test_fused_logprob(void) {
+    const int n = 600, h = 8, vocab = 9000;
+    float *hidden = malloc(sizeof(float) * n * h), *w = malloc(sizeof(float) * vocab * h);
+    float *logp = malloc(sizeof(float) * n);
+    int32_t *target = malloc(sizeof(int32_t) * n);
+    srand(7);
+    for (int i = 0; i < n * h; i++) hidden[i] = (float)rand() / RAND_MAX * 4 - 2;
+    for (int i = 0; i < vocab * h; i++) w[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int j = 0; j < h; j++) w[(size_t)5000 * h + j] = 30.0f * hidden[j]; /* a dominant logit for row 0 */
+    for (int r = 0; r < n; r++) target[r] = (r * 7919) % vocab;
+    target[0] = 5000;
+    fused_logprob_forward(logp, hidden, target, w, n, h, vocab);
+    int bad = 0;
+    for (int r = 0; r < n; r++) {
+        double max = -INFINITY, *z = malloc(sizeof(double) * vocab);
+        for (int v = 0; v < vocab; v++) {
+            double s = 0;
+            for (int j = 0; j < h; j++) s += (double)hidden[r * h + j] * w[(size_t)v * h + j];
+            z[v] = s;
+            max = fmax(max, s);
+        }
+        double sum = 0;
+        for (int v = 0; v < vocab; v++) sum += exp(z[v] - max);
+        double want = z[target[r]] - max - log(sum);
+        if (!harness_close(logp[r], want, 1e-5, 1e-5)) bad++;
+        free(z);
+    }
+    CHECK(bad == 0, "%d of %d rows differ from the double-precision log-softmax", bad, n);
+    free(hidden);
+    free(w);
+    free(logp);
+    free(target);
+}
+
+int main(void) {
+    test_fast_exp();
+    test_fused_logprob();
+    return harness_finish("test_kernels");
+}
