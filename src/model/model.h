@@ -4,6 +4,7 @@
 #ifndef RLHF_MODEL_MODEL_H
 #define RLHF_MODEL_MODEL_H
 
+#include "io/safetensors.h"
 #include "model/config.h"
 
 #include <stddef.h>
@@ -57,5 +58,10 @@ void model_free(Model *m);
 
 /* The parameter called `name`, or NULL. */
 const ParamInfo *model_find_param(const Model *m, const char *name);
+
+/* Writes every parameter as `dtype` (ST_F32, ST_BF16 or ST_F16) to one safetensors file at
+ * `path`, named as transformers names them (no lm_head when tied), atomically.
+ * Returns 0, or -1 with an error. */
+int model_save_safetensors(const Model *m, const char *path, SafetensorsDtype dtype);
 
 #endif
