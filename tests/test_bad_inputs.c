@@ -4,6 +4,8 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "harness.h"
+#include "io/safetensors.h"
+#include "model/model.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -148,6 +150,50 @@ int main(void) {
     expect_score_error(make_model("config-syntax", "{\"model_type\": ", 15, NULL, 0), data_path,
                        "config.json:1:", "invalid JSON");
     expect_score_error(tmp("no-such-dir"), data_path, "config.json: not found", NULL);
+
+    /* a tensor missing, and one the config knows nothing about */
+    {
+        Model m;
+        CHECK(model_load(&m, harness_source_path(GOOD_MODEL)) == 0, "load: %s", err_msg());
+        int n = m.n_param_tensors;
+        SafetensorsWriteTensor *t = calloc((size_t)n + 1, sizeof *t);
+        for (int i = 0; i < n; i++) {
+            const ParamInfo *p = &m.param_info[i];
+            t[i] = (SafetensorsWriteTensor){p->name, ST_F32, p->ndim, {p->shape[0], p->shape[1]},
+                                            m.params + p->offset};
+        }
+        const char *dir = make_model("missing-tensor", NULL, 0, NULL, 0);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        int norm = (int)(model_find_param(&m, "model.norm.weight") - m.param_info);
+        t[norm] = t[n - 1];
+        CHECK(safetensors_write(path, t, (size_t)n - 1) == 0, "write: %s", err_msg());
+        expect_score_error(dir, data_path, "tensor \"model.norm.weight\" is missing", NULL);
+
+        dir = make_model("extra-tensor", NULL, 0, NULL, 0);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        t[norm] = (SafetensorsWriteTensor){"model.norm.weight", ST_F32, 1, {32}, m.final_norm};
+        t[n] = (SafetensorsWriteTensor){"model.layers.0.self_attn.q_proj.lora_A.weight", ST_F32, 1,
+                                        {4}, m.params};
+        CHECK(safetensors_write(path, t, (size_t)n + 1) == 0, "write: %s", err_msg());
+        expect_score_error(dir, data_path, "unexpected tensor \"model.layers.0.self_attn.q_proj.lora_A",
+                           NULL);
+        free(t);
+        model_free(&m);
+    }
+
+    /* a sharded checkpoint whose index names a shard that is not there */
+    {
+        const char *dir = make_model("missing-shard", NULL, 0, NULL, 0);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        remove(path);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        const char *index = "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": "
+                            "\"model-00002-of-00002.safetensors\"}}";
+        harness_write_file(path, index, strlen(index));
+        expect_score_error(dir, data_path, "model-00002-of-00002.safetensors", "missing");
+    }
 
     /* malformed JSONL: the error names the file and the line */
     const char *model = make_model("good", NULL, 0, NULL, 0);
