@@ -1,0 +1,143 @@
+/* config.json parsing: transformers v4 spellings give the same configuration as the v5 files
+ * the fixtures were saved with; defaults and sliding-window rules as transformers applies them;
+ * one clear error per unsupported or inconsistent setting. */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "model/config.h"
+
+#include <string.h>
+
+static const char *const fixtures[] = {"llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic",
+                                       "llama_rope_yarn",   "llama_tied",        "qwen2_bias",
+                                       "qwen3_qknorm",      "mistral_window",    "llama_bf16"};
+
+/* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
+ * key) or null, and dtype becomes torch_dtype. */
+static json_t *to_v4(const json_t *v5) {
+    json_t *v4 = json_deep_copy(v5);
+    json_t *rp = json_object_get(v4, "rope_parameters");
+    json_t *scaling = json_deep_copy(rp);
+    json_object_set(v4, "rope_theta", json_object_get(rp, "rope_theta"));
+    json_object_del(scaling, "rope_theta");
+    const char *type = json_string_value(json_object_get(scaling, "rope_type"));
+    if (strcmp(type, "default") == 0) {
+        json_object_set_new(v4, "rope_scaling", json_null());
+    } else {
+        json_object_set_new(scaling, "type", json_string(type));
+        json_object_del(scaling, "rope_type");
+        json_object_set(v4, "rope_scaling", scaling);
+    }
+    json_decref(scaling);
+    json_object_del(v4, "rope_parameters");
+    json_object_set(v4, "torch_dtype", json_object_get(v4, "dtype"));
+    json_object_del(v4, "dtype");
+    return v4;
+}
+
+static void test_v4_equals_v5(void) {
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/models/%s/config.json", fixtures[i]);
+        json_t *v5;
+        CHECK(json_load_path(harness_source_path(path), &v5) == 0, "%s", err_msg());
+        json_t *v4 = to_v4(v5);
+        ModelConfig a, b;
+        CHECK(model_config_from_json(&a, v5, "v5") == 0, "%s: %s", fixtures[i], err_msg());
+        CHECK(model_config_from_json(&b, v4, "v4") == 0, "%s: %s", fixtures[i], err_msg());
+        CHECK(memcmp(&a.rope, &b.rope, sizeof a.rope) == 0, "%s: rope differs", fixtures[i]);
+        CHECK(a.hidden_size == b.hidden_size && a.head_dim == b.head_dim &&
+                  a.sliding_window == b.sliding_window && strcmp(a.weights_dtype, b.weights_dtype) == 0,
+              "%s: fields differ", fixtures[i]);
+        model_config_free(&a);
+        model_config_free(&b);
+        json_decref(v4);
+        json_decref(v5);
+    }
+}
+
+static int parse(const char *text, ModelConfig *cfg) {
+    json_t *root;
+    if (json_load_text(text, strlen(text), "config.json", &root) != 0) return -1;
+    int rc = model_config_from_json(cfg, root, "config.json");
+    json_decref(root);
+    return rc;
+}
+
+#define BASE "\"vocab_size\": 64, \"hidden_size\": 32, \"intermediate_size\": 64, " \
+             "\"num_hidden_layers\": 3, \"num_attention_heads\": 4"
+
+static void test_defaults_and_windows(void) {
+    ModelConfig c;
+    CHECK(parse("{\"model_type\": \"llama\", " BASE "}", &c) == 0, "%s", err_msg());
+    CHECK(c.head_dim == 8 && c.n_kv_heads == 4, "head_dim derived H/nh, nkv defaults to nh");
+    CHECK(c.rope.type == ROPE_DEFAULT && c.rope.theta == 10000.0, "default rope");
+    CHECK(!c.tie_word_embeddings && !c.qkv_bias && c.sliding_window == 0, "llama defaults");
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"qwen2\", " BASE ", \"use_sliding_window\": true, "
+                "\"sliding_window\": 16, \"max_window_layers\": 1}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.qkv_bias && !c.o_bias, "qwen2 has q/k/v biases only");
+    CHECK(c.sliding_window == 16 && !c.layer_sliding[0] && c.layer_sliding[1] && c.layer_sliding[2],
+          "qwen2 windows the layers from max_window_layers on");
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"qwen2\", " BASE ", \"use_sliding_window\": false, "
+                "\"sliding_window\": 16}",
+                &c) == 0 && !c.layer_sliding[2],
+          "qwen2 without use_sliding_window has no window");
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"mistral\", " BASE ", \"sliding_window\": 8, \"layer_types\": "
+                "[\"full_attention\", \"sliding_attention\", \"full_attention\"]}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(!c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2], "layer_types wins");
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"max_position_embeddings\": 64, "
+                "\"rope_scaling\": {\"type\": \"yarn\", \"original_max_position_embeddings\": 16}}",
+                &c) == 0 && c.rope.factor == 4.0,
+          "yarn factor defaults to max_position_embeddings / original");
+    model_config_free(&c);
+}
+
+static void expect_error(const char *text, const char *want) {
+    ModelConfig c;
+    int rc = parse(text, &c);
+    CHECK(rc != 0, "accepted: %s", text);
+    if (rc == 0) {
+        model_config_free(&c);
+        return;
+    }
+    CHECK(strstr(err_msg(), want) != NULL, "message \"%s\" lacks \"%s\"", err_msg(), want);
+    CHECK(strncmp(err_msg(), "config.json", 11) == 0, "message names the file: %s", err_msg());
+}
+
+static void test_errors(void) {
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 32}", "'vocab_size': missing");
+    expect_error("{\"model_type\": \"gemma\", " BASE "}", "\"gemma\" is not supported");
+    expect_error("{" BASE "}", "'model_type': missing");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"hidden_act\": \"gelu\"}", "'hidden_act'");
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 64, \"hidden_size\": \"32\"}",
+                 "'hidden_size': expected an integer");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}", "does not divide");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"head_dim\": 7}", "'head_dim'");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"longrope\"}}",
+                 "\"longrope\" is not supported");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"linear\", "
+                 "\"factor\": 0}}",
+                 "factor must be positive");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"quantization_config\": {}}", "quantized");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"auto_map\": {}}", "remote code");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"tie_word_embeddings\": 1}", "true or false");
+}
+
+int main(void) {
+    test_v4_equals_v5();
+    test_defaults_and_windows();
+    test_errors();
+    return harness_finish("test_config");
+}
