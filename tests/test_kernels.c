@@ -5,6 +5,8 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static void test_fast_exp(void) {
@@ -56,7 +58,71 @@ static void test_fused_logprob(void) {
     free(target);
 }
 
+/* Attention straight from the definition (hf-formats.md §3.2), in double. */
+static void attention_reference(double *out, const float *q, const float *k, const float *v,
+                                const uint8_t *mask, int B, int T, int nh, int nkv, int hd, int window) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < T; i++) {
+                double *o = out + ((size_t)(b * T + i) * nh + h) * hd;
+                double *w = calloc((size_t)T, sizeof *w), max = -INFINITY, sum = 0;
+                int kvh = h / (nh / nkv);
+                for (int l = 0; l <= i; l++) {
+                    if (!mask[b * T + l] || (window > 0 && l <= i - window)) continue;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++)
+                        s += (double)q[((size_t)(b * T + i) * nh + h) * hd + d] *
+                             k[((size_t)(b * T + l) * nkv + kvh) * hd + d];
+                    w[l] = s / sqrt((double)hd);
+                    max = fmax(max, w[l]);
+                }
+                for (int d = 0; d < hd; d++) o[d] = 0;
+                if (max == -INFINITY) {
+                    free(w);
+                    continue;
+                }
+                for (int l = 0; l <= i; l++) {
+                    bool vis = mask[b * T + l] && !(window > 0 && l <= i - window);
+                    w[l] = vis ? exp(w[l] - max) : 0;
+                    sum += w[l];
+                }
+                for (int l = 0; l <= i; l++)
+                    for (int d = 0; d < hd; d++)
+                        o[d] += w[l] / sum * v[((size_t)(b * T + l) * nkv + kvh) * hd + d];
+                free(w);
+            }
+}
+
+/* Several query blocks, GQA, padding inside and at the end, with and without a window. */
+static void test_attention(void) {
+    const int B = 2, T = 150, nh = 4, nkv = 2, hd = 16;
+    size_t nq = (size_t)B * T * nh * hd, nk = (size_t)B * T * nkv * hd;
+    float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+    float *out = malloc(nq * sizeof *out);
+    double *want = malloc(nq * sizeof *want);
+    uint8_t mask[2 * 150];
+    srand(11);
+    for (size_t i = 0; i < nq; i++) q[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (size_t i = 0; i < nk; i++) k[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (size_t i = 0; i < nk; i++) v[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int i = 0; i < B * T; i++) mask[i] = !(i >= T + 120 || i % 37 == 5); /* holes + right pad */
+    int windows[] = {0, 40, 1};
+    for (int w = 0; w < 3; w++) {
+        attention_forward(out, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
+        attention_reference(want, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
+        int bad = 0;
+        for (size_t i = 0; i < nq; i++) bad += !harness_close(out[i], want[i], 1e-4, 1e-5);
+        CHECK(bad == 0, "window %d: %d of %zu outputs differ from the definition", windows[w], bad, nq);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(want);
+}
+
 int main(void) {
+    test_attention();
     test_fast_exp();
     test_fused_logprob();
     return harness_finish("test_kernels");

@@ -4,31 +4,36 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <omp.h>
 #include <stdlib.h>
 
 /* Softmax of one score row over the keys it may see; masked keys get probability 0
- * (transformers adds the dtype's minimum, which underflows to exactly 0 after exp). */
-static void masked_softmax_row(float *row, const uint8_t *key_mask, int i, int window) {
+ * (transformers adds the dtype's minimum, which underflows to exactly 0 after exp).
+ * `row` holds scores for keys key0..key0+n-1; query i sees keys in [first, i]. */
+static void masked_softmax_row(float *row, int key0, int n, const uint8_t *key_mask, int i,
+                               int window) {
     int first = 0;
     if (window > 0 && i - window + 1 > first) first = i - window + 1;
     float max = -INFINITY;
     for (int l = first; l <= i; l++)
-        if ((!key_mask || key_mask[l]) && row[l] > max) max = row[l];
-    if (max == -INFINITY) { /* nothing visible: the row's output is zero */
-        for (int l = 0; l <= i; l++) row[l] = 0.0f;
-        return;
+        if ((!key_mask || key_mask[l]) && row[l - key0] > max) max = row[l - key0];
+    for (int l = key0; l < key0 + n; l++) {
+        float *p = &row[l - key0];
+        bool visible = l >= first && l <= i && (!key_mask || key_mask[l]) && max != -INFINITY;
+        *p = visible ? expf(*p - max) : 0.0f;
     }
+    if (max == -INFINITY) return; /* nothing visible: the row's output is zero */
     float sum = 0.0f;
-    for (int l = 0; l < first; l++) row[l] = 0.0f;
-    for (int l = first; l <= i; l++) {
-        float e = (!key_mask || key_mask[l]) ? expf(row[l] - max) : 0.0f;
-        row[l] = e;
-        sum += e;
-    }
+    for (int l = first; l <= i; l++) sum += row[l - key0];
     float inv = 1.0f / sum;
-    for (int l = first; l <= i; l++) row[l] *= inv;
+    for (int l = first; l <= i; l++) row[l - key0] *= inv;
 }
+
+/* Query rows are processed in blocks; a block only meets the keys some row of it can see
+ * (causal: up to its last row; window: from its first row's window start), which skips the
+ * upper triangle and, with a sliding window, everything before the window. */
+#define QUERY_BLOCK 64
 
 void attention_forward(float *out, const float *q, const float *k, const float *v,
                        const uint8_t *key_mask, int batch, int t_len, int n_heads, int n_kv_heads,
@@ -36,30 +41,33 @@ void attention_forward(float *out, const float *q, const float *k, const float *
     int n_rep = n_heads / n_kv_heads;
     int q_stride = n_heads * hd, kv_stride = n_kv_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    size_t tt = (size_t)t_len * t_len;
-    float *scores_all = xmalloc(tt * sizeof(float) * (size_t)omp_get_max_threads());
+    size_t scratch = (size_t)QUERY_BLOCK * t_len;
+    float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
+    int n_blocks = (t_len + QUERY_BLOCK - 1) / QUERY_BLOCK;
 
-    /* One (sequence, head) pair per task: S = QK^T through BLAS, masked softmax by rows,
-     * then O = P V. The upper triangle of S is computed and ignored; the tiled kernel that
-     * skips it comes with the performance work. */
-#pragma omp parallel for schedule(static) collapse(2)
+    /* One (sequence, head, query block) per task: S = Q K^T through BLAS, masked softmax by
+     * rows, then O = P V. */
+#pragma omp parallel for schedule(dynamic) collapse(3)
     for (int b = 0; b < batch; b++) {
         for (int h = 0; h < n_heads; h++) {
-            float *scores = scores_all + tt * (size_t)omp_get_thread_num();
-            const float *qh = q + (size_t)b * t_len * q_stride + (size_t)h * hd;
-            const float *kh = k + (size_t)b * t_len * kv_stride + (size_t)(h / n_rep) * hd;
-            const float *vh = v + (size_t)b * t_len * kv_stride + (size_t)(h / n_rep) * hd;
-            float *oh = out + (size_t)b * t_len * q_stride + (size_t)h * hd;
-            const uint8_t *mask_b = key_mask ? key_mask + (size_t)b * t_len : NULL;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t_len, t_len, hd, scale, qh,
-                        q_stride, kh, kv_stride, 0.0f, scores, t_len);
-            for (int i = 0; i < t_len; i++) {
-                float *row = scores + (size_t)i * t_len;
-                masked_softmax_row(row, mask_b, i, window);
-                for (int l = i + 1; l < t_len; l++) row[l] = 0.0f;
+            for (int blk = 0; blk < n_blocks; blk++) {
+                float *scores = scores_all + scratch * (size_t)omp_get_thread_num();
+                int i0 = blk * QUERY_BLOCK;
+                int rows = t_len - i0 < QUERY_BLOCK ? t_len - i0 : QUERY_BLOCK;
+                int key0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
+                int keys = i0 + rows - key0;
+                const float *qh = q + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
+                const float *kh = k + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
+                const float *vh = v + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
+                float *oh = out + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
+                const uint8_t *mask_b = key_mask ? key_mask + (size_t)b * t_len : NULL;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale, qh,
+                            q_stride, kh, kv_stride, 0.0f, scores, keys);
+                for (int r = 0; r < rows; r++)
+                    masked_softmax_row(scores + (size_t)r * keys, key0, keys, mask_b, i0 + r, window);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, scores,
+                            keys, vh, kv_stride, 0.0f, oh, q_stride);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t_len, hd, t_len, 1.0f, scores,
-                        t_len, vh, kv_stride, 0.0f, oh, q_stride);
         }
     }
     free(scores_all);
