@@ -53,7 +53,8 @@ int main(int argc, char **argv) {
         if (dt < best) best = dt;
     }
     double checksum = 0;
-    for (size_t i = 0; i < n; i++) checksum += logp[i];
+    for (size_t i = 0; i < n; i++)
+        checksum += logp[i];
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"impl\": \"rlhf.c\", \"batch\": %d, \"seq_len\": %d, \"threads\": %d, \"reps\": %d, "

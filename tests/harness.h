@@ -8,15 +8,15 @@
 
 extern int harness_checks, harness_failures;
 
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        harness_checks++;                                                                     \
-        if (!(cond)) {                                                                        \
-            harness_failures++;                                                               \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);          \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-        }                                                                                     \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        harness_checks++;                                                                          \
+        if (!(cond)) {                                                                             \
+            harness_failures++;                                                                    \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* |got - want| <= rel * |want| + abs_tol */

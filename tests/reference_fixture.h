@@ -9,9 +9,9 @@
 typedef struct {
     json_t *root;
     int batch, t_len;
-    int32_t *tokens;   /* (B, T) */
-    uint8_t *mask;     /* (B, T) */
-    double *token_logp;/* (B, T) */
+    int32_t *tokens;    /* (B, T) */
+    uint8_t *mask;      /* (B, T) */
+    double *token_logp; /* (B, T) */
 } ReferenceFixture;
 
 /* Loads DIR/reference.json; exits the test with a message when it cannot. */

@@ -62,7 +62,8 @@ static void expect_score_error(const char *model, const char *data, const char *
     int rc = cli_score(6, args);
     CHECK(rc == CLI_EXIT_FAILURE, "exit status %d for %s", rc, want1);
     CHECK(strstr(err_msg(), want1) != NULL, "message \"%s\" lacks \"%s\"", err_msg(), want1);
-    CHECK(!want2 || strstr(err_msg(), want2) != NULL, "message \"%s\" lacks \"%s\"", err_msg(), want2);
+    CHECK(!want2 || strstr(err_msg(), want2) != NULL, "message \"%s\" lacks \"%s\"", err_msg(),
+          want2);
     size_t len;
     char *kept = slurp(out, &len);
     CHECK(len == 17 && memcmp(kept, "previous results\n", 17) == 0, "--out was modified");
@@ -100,7 +101,8 @@ int main(void) {
         char *w = malloc(wlen);
         memcpy(w, weights, wlen);
         uint64_t n = 0;
-        for (int i = 7; i >= 0; i--) n = (n << 8) | (uint8_t)w[i];
+        for (int i = 7; i >= 0; i--)
+            n = (n << 8) | (uint8_t)w[i];
         char *hdr = strndup(w + 8, n);
         char *last = strrchr(hdr, '[');
         unsigned long long b = 0, e = 0;
@@ -122,17 +124,17 @@ int main(void) {
         memcpy(w, weights, wlen);
         char *d = memmem(w, wlen, "\"F32\"", 5);
         memcpy(d, "\"F3X\"", 5);
-        expect_score_error(make_model("bad-dtype", NULL, 0, w, wlen), data_path, "unknown dtype \"F3X\"",
-                           "model.safetensors");
+        expect_score_error(make_model("bad-dtype", NULL, 0, w, wlen), data_path,
+                           "unknown dtype \"F3X\"", "model.safetensors");
         free(w);
     }
 
     /* config.json disagrees with the tensors */
     {
         char *c = replace_once(config, "\"intermediate_size\": 64", "\"intermediate_size\": 48");
-        expect_score_error(make_model("shape", c, strlen(c), NULL, 0), data_path,
-                           "mlp.gate_proj.weight\" has shape [64, 32] but config.json implies [48, 32]",
-                           NULL);
+        expect_score_error(
+            make_model("shape", c, strlen(c), NULL, 0), data_path,
+            "mlp.gate_proj.weight\" has shape [64, 32] but config.json implies [48, 32]", NULL);
         free(c);
     }
     {
@@ -159,8 +161,8 @@ int main(void) {
         SafetensorsWriteTensor *t = calloc((size_t)n + 1, sizeof *t);
         for (int i = 0; i < n; i++) {
             const ParamInfo *p = &m.param_info[i];
-            t[i] = (SafetensorsWriteTensor){p->name, ST_F32, p->ndim, {p->shape[0], p->shape[1]},
-                                            m.params + p->offset};
+            t[i] = (SafetensorsWriteTensor){
+                p->name, ST_F32, p->ndim, {p->shape[0], p->shape[1]}, m.params + p->offset};
         }
         const char *dir = make_model("missing-tensor", NULL, 0, NULL, 0);
         char path[4200];
@@ -173,11 +175,11 @@ int main(void) {
         dir = make_model("extra-tensor", NULL, 0, NULL, 0);
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         t[norm] = (SafetensorsWriteTensor){"model.norm.weight", ST_F32, 1, {32}, m.final_norm};
-        t[n] = (SafetensorsWriteTensor){"model.layers.0.self_attn.q_proj.lora_A.weight", ST_F32, 1,
-                                        {4}, m.params};
+        t[n] = (SafetensorsWriteTensor){
+            "model.layers.0.self_attn.q_proj.lora_A.weight", ST_F32, 1, {4}, m.params};
         CHECK(safetensors_write(path, t, (size_t)n + 1) == 0, "write: %s", err_msg());
-        expect_score_error(dir, data_path, "unexpected tensor \"model.layers.0.self_attn.q_proj.lora_A",
-                           NULL);
+        expect_score_error(dir, data_path,
+                           "unexpected tensor \"model.layers.0.self_attn.q_proj.lora_A", NULL);
         free(t);
         model_free(&m);
     }
@@ -200,13 +202,15 @@ int main(void) {
     static const struct {
         const char *text, *want1, *want2;
     } rows[] = {
-        {"{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n{\"prompt_ids\": [1, 2\n", "bad.jsonl:2: invalid JSON",
-         "column 20"},
-        {"{\"prompt_ids\": [1], \"completion_ids\": [3]}\n\n{\"completion_ids\": [3]}\n", "bad.jsonl:3:",
-         "missing field \"prompt_ids\""},
-        {"{\"prompt_ids\": [1], \"completion_ids\": [999]}\n", "bad.jsonl:1:", "outside the vocabulary"},
+        {"{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n{\"prompt_ids\": [1, 2\n",
+         "bad.jsonl:2: invalid JSON", "column 20"},
+        {"{\"prompt_ids\": [1], \"completion_ids\": [3]}\n\n{\"completion_ids\": [3]}\n",
+         "bad.jsonl:3:", "missing field \"prompt_ids\""},
+        {"{\"prompt_ids\": [1], \"completion_ids\": [999]}\n",
+         "bad.jsonl:1:", "outside the vocabulary"},
         {"{\"prompt_ids\": [], \"completion_ids\": [3]}\n", "bad.jsonl:1:", "at least one token"},
-        {"{\"prompt_ids\": [1], \"completion_ids\": [\"a\"]}\n", "bad.jsonl:1:", "expected an integer"},
+        {"{\"prompt_ids\": [1], \"completion_ids\": [\"a\"]}\n",
+         "bad.jsonl:1:", "expected an integer"},
         {"[1, 2]\n", "bad.jsonl:1:", "expected a JSON object"},
         {"\n\n", "bad.jsonl", "empty"},
     };

@@ -8,9 +8,9 @@
 
 #include <string.h>
 
-static const char *const fixtures[] = {"llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic",
-                                       "llama_rope_yarn",   "llama_tied",        "qwen2_bias",
-                                       "qwen3_qknorm",      "mistral_window",    "llama_bf16"};
+static const char *const fixtures[] = {
+    "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn", "llama_tied",
+    "qwen2_bias",        "qwen3_qknorm",      "mistral_window",     "llama_bf16"};
 
 /* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
  * key) or null, and dtype becomes torch_dtype. */
@@ -47,7 +47,8 @@ static void test_v4_equals_v5(void) {
         CHECK(model_config_from_json(&b, v4, "v4") == 0, "%s: %s", fixtures[i], err_msg());
         CHECK(memcmp(&a.rope, &b.rope, sizeof a.rope) == 0, "%s: rope differs", fixtures[i]);
         CHECK(a.hidden_size == b.hidden_size && a.head_dim == b.head_dim &&
-                  a.sliding_window == b.sliding_window && strcmp(a.weights_dtype, b.weights_dtype) == 0,
+                  a.sliding_window == b.sliding_window &&
+                  strcmp(a.weights_dtype, b.weights_dtype) == 0,
               "%s: fields differ", fixtures[i]);
         model_config_free(&a);
         model_config_free(&b);
@@ -64,8 +65,9 @@ static int parse(const char *text, ModelConfig *cfg) {
     return rc;
 }
 
-#define BASE "\"vocab_size\": 64, \"hidden_size\": 32, \"intermediate_size\": 64, " \
-             "\"num_hidden_layers\": 3, \"num_attention_heads\": 4"
+#define BASE                                                                                       \
+    "\"vocab_size\": 64, \"hidden_size\": 32, \"intermediate_size\": 64, "                         \
+    "\"num_hidden_layers\": 3, \"num_attention_heads\": 4"
 
 static void test_defaults_and_windows(void) {
     ModelConfig c;
@@ -86,7 +88,8 @@ static void test_defaults_and_windows(void) {
 
     CHECK(parse("{\"model_type\": \"qwen2\", " BASE ", \"use_sliding_window\": false, "
                 "\"sliding_window\": 16}",
-                &c) == 0 && !c.layer_sliding[2],
+                &c) == 0 &&
+              !c.layer_sliding[2],
           "qwen2 without use_sliding_window has no window");
     model_config_free(&c);
 
@@ -99,7 +102,8 @@ static void test_defaults_and_windows(void) {
 
     CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"max_position_embeddings\": 64, "
                 "\"rope_scaling\": {\"type\": \"yarn\", \"original_max_position_embeddings\": 16}}",
-                &c) == 0 && c.rope.factor == 4.0,
+                &c) == 0 &&
+              c.rope.factor == 4.0,
           "yarn factor defaults to max_position_embeddings / original");
     model_config_free(&c);
 }
@@ -123,16 +127,20 @@ static void test_errors(void) {
     expect_error("{\"model_type\": \"llama\", " BASE ", \"hidden_act\": \"gelu\"}", "'hidden_act'");
     expect_error("{\"model_type\": \"llama\", \"vocab_size\": 64, \"hidden_size\": \"32\"}",
                  "'hidden_size': expected an integer");
-    expect_error("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}", "does not divide");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}",
+                 "does not divide");
     expect_error("{\"model_type\": \"llama\", " BASE ", \"head_dim\": 7}", "'head_dim'");
-    expect_error("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"longrope\"}}",
+    expect_error("{\"model_type\": \"llama\", " BASE
+                 ", \"rope_scaling\": {\"rope_type\": \"longrope\"}}",
                  "\"longrope\" is not supported");
-    expect_error("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"linear\", "
+    expect_error("{\"model_type\": \"llama\", " BASE
+                 ", \"rope_scaling\": {\"rope_type\": \"linear\", "
                  "\"factor\": 0}}",
                  "factor must be positive");
     expect_error("{\"model_type\": \"llama\", " BASE ", \"quantization_config\": {}}", "quantized");
     expect_error("{\"model_type\": \"llama\", " BASE ", \"auto_map\": {}}", "remote code");
-    expect_error("{\"model_type\": \"llama\", " BASE ", \"tie_word_embeddings\": 1}", "true or false");
+    expect_error("{\"model_type\": \"llama\", " BASE ", \"tie_word_embeddings\": 1}",
+                 "true or false");
 }
 
 int main(void) {

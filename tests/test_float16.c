@@ -31,7 +31,8 @@ int main(void) {
     CHECK(f16_to_f32(0x0001) == ldexpf(1.0f, -24), "smallest subnormal");
     CHECK(f32_to_f16(65520.0f) == 0x7c00, "65520 rounds to inf");
     CHECK(f32_to_f16(ldexpf(1.0f, -25)) == 0x0000, "2^-25 ties to even (zero)");
-    CHECK(f32_to_f16(ldexpf(3.0f, -26)) == 0x0001, "1.5 * 2^-25 rounds up to the smallest subnormal");
+    CHECK(f32_to_f16(ldexpf(3.0f, -26)) == 0x0001,
+          "1.5 * 2^-25 rounds up to the smallest subnormal");
     CHECK(f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00, "1 + half ulp ties to even (down)");
     CHECK(f32_to_f16(1.0f + ldexpf(3.0f, -11)) == 0x3c02, "1 + 1.5 ulp ties to even (up)");
     CHECK(isnan(f16_to_f32(f32_to_f16(NAN))), "NaN stays NaN");
@@ -40,6 +41,7 @@ int main(void) {
     CHECK(f32_to_bf16(from_bits(0x3f808000u)) == 0x3f80, "bf16 tie to even (down)");
     CHECK(f32_to_bf16(from_bits(0x3f818000u)) == 0x3f82, "bf16 tie to even (up)");
     CHECK(f32_to_bf16(from_bits(0x3f808001u)) == 0x3f81, "bf16 above half rounds up");
-    CHECK(f32_to_bf16(from_bits(0xffa00000u)) == 0x7fc0, "bf16 NaN becomes the quiet NaN torch writes");
+    CHECK(f32_to_bf16(from_bits(0xffa00000u)) == 0x7fc0,
+          "bf16 NaN becomes the quiet NaN torch writes");
     return harness_finish("test_float16");
 }

@@ -50,13 +50,15 @@ static void check_logits(const Model *m, const ReferenceFixture *f) {
         json_t *row = json_array_get(rows, (size_t)r);
         CHECK((int)json_array_size(row) == V, "logits row width");
         double scale = 0.0;
-        for (int j = 0; j < V; j++) scale = fmax(scale, fabs(json_number_value(json_array_get(row, j))));
+        for (int j = 0; j < V; j++)
+            scale = fmax(scale, fabs(json_number_value(json_array_get(row, j))));
         int bad = 0;
         for (int j = 0; j < V; j++) {
             double want = json_number_value(json_array_get(row, j));
             if (fabs(out[(size_t)r * V + j] - want) > REL_TOL * scale) bad++;
         }
-        CHECK(bad == 0, "logits row %d: %d of %d values off by more than 1e-4 x row max", t0 + r, bad, V);
+        CHECK(bad == 0, "logits row %d: %d of %d values off by more than 1e-4 x row max", t0 + r,
+              bad, V);
     }
     free(out);
 }

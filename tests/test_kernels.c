@@ -30,10 +30,14 @@ static void test_fused_logprob(void) {
     float *logp = malloc(sizeof(float) * n);
     int32_t *target = malloc(sizeof(int32_t) * n);
     srand(7);
-    for (int i = 0; i < n * h; i++) hidden[i] = (float)rand() / RAND_MAX * 4 - 2;
-    for (int i = 0; i < vocab * h; i++) w[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (int j = 0; j < h; j++) w[(size_t)5000 * h + j] = 30.0f * hidden[j]; /* a dominant logit for row 0 */
-    for (int r = 0; r < n; r++) target[r] = (r * 7919) % vocab;
+    for (int i = 0; i < n * h; i++)
+        hidden[i] = (float)rand() / RAND_MAX * 4 - 2;
+    for (int i = 0; i < vocab * h; i++)
+        w[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int j = 0; j < h; j++)
+        w[(size_t)5000 * h + j] = 30.0f * hidden[j]; /* a dominant logit for row 0 */
+    for (int r = 0; r < n; r++)
+        target[r] = (r * 7919) % vocab;
     target[0] = 5000;
     fused_logprob_forward(logp, hidden, target, w, n, h, vocab);
     int bad = 0;
@@ -41,12 +45,14 @@ static void test_fused_logprob(void) {
         double max = -INFINITY, *z = malloc(sizeof(double) * vocab);
         for (int v = 0; v < vocab; v++) {
             double s = 0;
-            for (int j = 0; j < h; j++) s += (double)hidden[r * h + j] * w[(size_t)v * h + j];
+            for (int j = 0; j < h; j++)
+                s += (double)hidden[r * h + j] * w[(size_t)v * h + j];
             z[v] = s;
             max = fmax(max, s);
         }
         double sum = 0;
-        for (int v = 0; v < vocab; v++) sum += exp(z[v] - max);
+        for (int v = 0; v < vocab; v++)
+            sum += exp(z[v] - max);
         double want = z[target[r]] - max - log(sum);
         if (!harness_close(logp[r], want, 1e-5, 1e-5)) bad++;
         free(z);
@@ -60,7 +66,8 @@ static void test_fused_logprob(void) {
 
 /* Attention straight from the definition (hf-formats.md §3.2), in double. */
 static void attention_reference(double *out, const float *q, const float *k, const float *v,
-                                const uint8_t *mask, int B, int T, int nh, int nkv, int hd, int window) {
+                                const uint8_t *mask, int B, int T, int nh, int nkv, int hd,
+                                int window) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < nh; h++)
             for (int i = 0; i < T; i++) {
@@ -76,7 +83,8 @@ static void attention_reference(double *out, const float *q, const float *k, con
                     w[l] = s / sqrt((double)hd);
                     max = fmax(max, w[l]);
                 }
-                for (int d = 0; d < hd; d++) o[d] = 0;
+                for (int d = 0; d < hd; d++)
+                    o[d] = 0;
                 if (max == -INFINITY) {
                     free(w);
                     continue;
@@ -102,17 +110,23 @@ static void test_attention(void) {
     double *want = malloc(nq * sizeof *want);
     uint8_t mask[2 * 150];
     srand(11);
-    for (size_t i = 0; i < nq; i++) q[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (size_t i = 0; i < nk; i++) k[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (size_t i = 0; i < nk; i++) v[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (int i = 0; i < B * T; i++) mask[i] = !(i >= T + 120 || i % 37 == 5); /* holes + right pad */
+    for (size_t i = 0; i < nq; i++)
+        q[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (size_t i = 0; i < nk; i++)
+        k[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (size_t i = 0; i < nk; i++)
+        v[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int i = 0; i < B * T; i++)
+        mask[i] = !(i >= T + 120 || i % 37 == 5); /* holes + right pad */
     int windows[] = {0, 40, 1};
     for (int w = 0; w < 3; w++) {
         attention_forward(out, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
         attention_reference(want, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
         int bad = 0;
-        for (size_t i = 0; i < nq; i++) bad += !harness_close(out[i], want[i], 1e-4, 1e-5);
-        CHECK(bad == 0, "window %d: %d of %zu outputs differ from the definition", windows[w], bad, nq);
+        for (size_t i = 0; i < nq; i++)
+            bad += !harness_close(out[i], want[i], 1e-4, 1e-5);
+        CHECK(bad == 0, "window %d: %d of %zu outputs differ from the definition", windows[w], bad,
+              nq);
     }
     free(q);
     free(k);

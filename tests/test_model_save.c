@@ -20,8 +20,8 @@ static void check_identical(const char *fixture, SafetensorsDtype dtype) {
     char *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     CHECK(read_file(original, &a, &na) == 0 && read_file(saved, &b, &nb) == 0, "read back");
-    CHECK(na == nb && a && b && memcmp(a, b, na) == 0, "%s: %zu bytes written vs %zu from transformers",
-          fixture, nb, na);
+    CHECK(na == nb && a && b && memcmp(a, b, na) == 0,
+          "%s: %zu bytes written vs %zu from transformers", fixture, nb, na);
     free(a);
     free(b);
     model_free(&m);

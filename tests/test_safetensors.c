@@ -33,7 +33,8 @@ static void test_layout_and_round_trip(void) {
     size_t len;
     CHECK(read_file(path, &data, &len) == 0, "read back");
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = (n << 8) | (uint8_t)data[i];
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | (uint8_t)data[i];
     CHECK(n % 8 == 0, "header length %llu is a multiple of 8", (unsigned long long)n);
     /* Layout order: dtype descending (I64 > F32 > BF16), then names byte-wise. */
     const char *expect =
@@ -45,7 +46,8 @@ static void test_layout_and_round_trip(void) {
         "\"bf\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[44,50]}}";
     size_t elen = strlen(expect);
     CHECK(n >= elen && memcmp(data + 8, expect, elen) == 0, "header:\n%.*s", (int)n, data + 8);
-    for (size_t i = elen; i < n; i++) CHECK(data[8 + i] == ' ', "padding is spaces");
+    for (size_t i = elen; i < n; i++)
+        CHECK(data[8 + i] == ' ', "padding is spaces");
     CHECK(len == 8 + n + 50, "file length %zu", len);
     free(data);
 
@@ -80,7 +82,8 @@ static void expect_bad(const char *name, const char *header, uint64_t header_len
     size_t hl = strlen(header);
     size_t total = 8 + hl + data_bytes;
     uint8_t *buf = calloc(1, total + 1);
-    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(header_len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(header_len >> (8 * i));
     memcpy(buf + 8, header, hl);
     const char *path = tmp_path(name);
     harness_write_file(path, buf, total);
@@ -92,7 +95,8 @@ static void expect_bad(const char *name, const char *header, uint64_t header_len
         safetensors_close(&f);
         return;
     }
-    CHECK(strstr(err_msg(), want) != NULL, "%s: message \"%s\" lacks \"%s\"", name, err_msg(), want);
+    CHECK(strstr(err_msg(), want) != NULL, "%s: message \"%s\" lacks \"%s\"", name, err_msg(),
+          want);
     CHECK(strstr(err_msg(), path) != NULL, "%s: message names the file", name);
 }
 

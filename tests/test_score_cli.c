@@ -36,14 +36,16 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *tok = text ? strtok_r(text, "\n", &save) : NULL; tok;
          tok = strtok_r(NULL, "\n", &save), line++) {
         json_t *got;
-        CHECK(json_load_text(tok, strlen(tok), "output", &got) == 0, "output line %zu: %s", line, tok);
+        CHECK(json_load_text(tok, strlen(tok), "output", &got) == 0, "output line %zu: %s", line,
+              tok);
         json_t *w = json_array_get(want, line);
         double got_logp = json_number_value(json_object_get(got, "logp"));
         double want_logp = json_number_value(json_object_get(w, "logp"));
         int tokens = (int)json_integer_value(json_object_get(got, "tokens"));
         CHECK(harness_close(got_logp, want_logp, 1e-4, 0), "line %zu logp %.7f vs %.7f", line,
               got_logp, want_logp);
-        CHECK(tokens == (int)json_integer_value(json_object_get(w, "tokens")), "line %zu tokens", line);
+        CHECK(tokens == (int)json_integer_value(json_object_get(w, "tokens")), "line %zu tokens",
+              line);
         CHECK(harness_close(json_number_value(json_object_get(got, "mean_logp")),
                             json_number_value(json_object_get(w, "mean_logp")), 1e-4, 0),
               "line %zu mean_logp", line);

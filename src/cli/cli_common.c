@@ -26,7 +26,8 @@ int cli_positive_int(const char *name, const char *text, int *out) {
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno || *end || end == text || v < 1 || v > INT_MAX) {
-        fprintf(stderr, "rlhf: error: option %s: expected a positive integer, got \"%s\"\n", name, text);
+        fprintf(stderr, "rlhf: error: option %s: expected a positive integer, got \"%s\"\n", name,
+                text);
         return -1;
     }
     *out = (int)v;

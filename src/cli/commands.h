@@ -3,9 +3,9 @@
 #ifndef RLHF_CLI_COMMANDS_H
 #define RLHF_CLI_COMMANDS_H
 
-#define CLI_EXIT_OK 0
+#define CLI_EXIT_OK      0
 #define CLI_EXIT_FAILURE 1
-#define CLI_EXIT_USAGE 2
+#define CLI_EXIT_USAGE   2
 
 int cli_score(int argc, char **argv);
 

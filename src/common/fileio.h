@@ -22,9 +22,9 @@ bool dir_exists(const char *path);
 int path_join(char *buf, size_t cap, const char *dir, const char *name);
 
 typedef struct {
-    FILE *fp;           /* write through this */
-    char *final_path;   /* where it lands on commit */
-    char *temp_path;    /* where it is written meanwhile */
+    FILE *fp;         /* write through this */
+    char *final_path; /* where it lands on commit */
+    char *temp_path;  /* where it is written meanwhile */
 } AtomicFile;
 
 /* Opens the temporary file. Returns 0, or -1 with an error. */

@@ -43,13 +43,13 @@ uint16_t f32_to_f16(float f) {
     uint32_t u = bits_of(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return sign | 0x7e00u;   /* NaN */
-    if (abs >= 0x477ff000u) return sign | 0x7c00u;  /* rounds to >= 65520: inf */
-    if (abs < 0x38800000u) {                        /* below the smallest normal 2^-14 */
-        if (abs < 0x33000000u) return sign;          /* < 2^-25 rounds to zero */
+    if (abs > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
+    if (abs >= 0x477ff000u) return sign | 0x7c00u; /* rounds to >= 65520: inf */
+    if (abs < 0x38800000u) {                       /* below the smallest normal 2^-14 */
+        if (abs < 0x33000000u) return sign;        /* < 2^-25 rounds to zero */
         uint32_t exp = abs >> 23;
         uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - exp;                 /* 14 + (127 - exp) - 1 .. aligns to 2^-24 */
+        uint32_t shift = 126u - exp; /* 14 + (127 - exp) - 1 .. aligns to 2^-24 */
         uint32_t half = man >> shift;
         uint32_t rem = man & ((1u << shift) - 1u);
         uint32_t halfway = 1u << (shift - 1u);

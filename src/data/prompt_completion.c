@@ -19,8 +19,8 @@ static int read_ids(const json_t *row, const char *key, int vocab_size, int32_t 
         if (json_as_int64(json_array_get(arr, i), &v) != 0)
             return err_set("field \"%s\"[%zu]: expected an integer token id", key, i);
         if (v < 0 || v >= vocab_size)
-            return err_set("field \"%s\"[%zu]: token id %lld is outside the vocabulary [0, %d)", key,
-                           i, (long long)v, vocab_size);
+            return err_set("field \"%s\"[%zu]: token id %lld is outside the vocabulary [0, %d)",
+                           key, i, (long long)v, vocab_size);
         (*ids)[*len + (int)i] = (int32_t)v;
     }
     *len += (int)n;
@@ -96,7 +96,8 @@ int prompt_completion_read_jsonl(PromptCompletionSet *set, const char *path, int
 }
 
 void prompt_completion_free(PromptCompletionSet *set) {
-    for (size_t i = 0; i < set->n; i++) free(set->items[i].ids);
+    for (size_t i = 0; i < set->n; i++)
+        free(set->items[i].ids);
     free(set->items);
     memset(set, 0, sizeof *set);
 }

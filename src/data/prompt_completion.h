@@ -8,10 +8,10 @@
 #include <stdint.h>
 
 typedef struct {
-    int32_t *ids;      /* prompt then completion */
-    int prompt_len;    /* >= 1: the first completion token needs a token before it */
-    int completion_len;/* >= 1 */
-    int line;          /* 1-based line in the file, for messages */
+    int32_t *ids;       /* prompt then completion */
+    int prompt_len;     /* >= 1: the first completion token needs a token before it */
+    int completion_len; /* >= 1 */
+    int line;           /* 1-based line in the file, for messages */
 } PromptCompletion;
 
 typedef struct {

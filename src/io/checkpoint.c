@@ -28,7 +28,8 @@ static int open_sharded(CheckpointReader *ck, const char *dir, const char *index
     int n_names = 0;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0) {
-        err_set("%s: key 'weight_map': expected a non-empty object of tensor name -> file", index_path);
+        err_set("%s: key 'weight_map': expected a non-empty object of tensor name -> file",
+                index_path);
         goto done;
     }
     names = xcalloc(json_object_size(map), sizeof *names);
@@ -37,8 +38,8 @@ static int open_sharded(CheckpointReader *ck, const char *dir, const char *index
     json_object_foreach(map, tensor, file) {
         const char *f = json_string_value(file);
         if (!f || strchr(f, '/') || strcmp(f, "..") == 0) {
-            err_set("%s: weight_map[\"%s\"]: expected a file name in the same directory", index_path,
-                    tensor);
+            err_set("%s: weight_map[\"%s\"]: expected a file name in the same directory",
+                    index_path, tensor);
             goto done;
         }
         if (find_file_index(names, n_names, f) < 0) names[n_names++] = f;
@@ -48,7 +49,8 @@ static int open_sharded(CheckpointReader *ck, const char *dir, const char *index
         char path[4096];
         if (path_join(path, sizeof path, dir, names[i]) != 0) goto done;
         if (safetensors_open(&ck->files[i], path) != 0) {
-            if (!file_exists(path)) err_set("%s: shard %s named by the index is missing", index_path, path);
+            if (!file_exists(path))
+                err_set("%s: shard %s named by the index is missing", index_path, path);
             goto done;
         }
         ck->n_files = i + 1;
@@ -56,8 +58,8 @@ static int open_sharded(CheckpointReader *ck, const char *dir, const char *index
     json_object_foreach(map, tensor, file) {
         int i = find_file_index(names, n_names, json_string_value(file));
         if (!safetensors_find(&ck->files[i], tensor)) {
-            err_set("%s: tensor \"%s\" is listed in %s but that file does not contain it", index_path,
-                    tensor, names[i]);
+            err_set("%s: tensor \"%s\" is listed in %s but that file does not contain it",
+                    index_path, tensor, names[i]);
             goto done;
         }
     }
@@ -66,7 +68,8 @@ static int open_sharded(CheckpointReader *ck, const char *dir, const char *index
             const char *name = ck->files[i].tensors[t].name;
             for (int j = i + 1; j < n_names; j++) {
                 if (safetensors_find(&ck->files[j], name)) {
-                    err_set("%s: tensor \"%s\" appears in both %s and %s", dir, name, names[i], names[j]);
+                    err_set("%s: tensor \"%s\" appears in both %s and %s", dir, name, names[i],
+                            names[j]);
                     goto done;
                 }
             }
@@ -92,9 +95,10 @@ int checkpoint_open(CheckpointReader *ck, const char *dir) {
     } else if (file_exists(index)) {
         rc = open_sharded(ck, dir, index);
     } else if (file_exists(legacy)) {
-        return err_set("%s: only pickle weights (pytorch_model.bin) found; rlhf.c reads safetensors "
-                       "only (re-save with save_pretrained(safe_serialization=True))",
-                       dir);
+        return err_set(
+            "%s: only pickle weights (pytorch_model.bin) found; rlhf.c reads safetensors "
+            "only (re-save with save_pretrained(safe_serialization=True))",
+            dir);
     } else {
         return err_set("%s: no model.safetensors or model.safetensors.index.json", dir);
     }
@@ -123,7 +127,8 @@ int checkpoint_for_each(const CheckpointReader *ck,
 }
 
 void checkpoint_close(CheckpointReader *ck) {
-    for (int i = 0; i < ck->n_files; i++) safetensors_close(&ck->files[i]);
+    for (int i = 0; i < ck->n_files; i++)
+        safetensors_close(&ck->files[i]);
     free(ck->files);
     memset(ck, 0, sizeof *ck);
 }

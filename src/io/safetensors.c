@@ -16,13 +16,14 @@
 #define MAX_HEADER_BYTES 100000000ull
 
 static const char *const dtype_names[ST_DTYPE_COUNT] = {
-    [ST_BOOL] = "BOOL", [ST_U8] = "U8",   [ST_I8] = "I8",   [ST_I16] = "I16", [ST_U16] = "U16",
+    [ST_BOOL] = "BOOL", [ST_U8] = "U8",     [ST_I8] = "I8",   [ST_I16] = "I16", [ST_U16] = "U16",
     [ST_F16] = "F16",   [ST_BF16] = "BF16", [ST_I32] = "I32", [ST_U32] = "U32", [ST_F32] = "F32",
-    [ST_F64] = "F64",   [ST_I64] = "I64", [ST_U64] = "U64",
+    [ST_F64] = "F64",   [ST_I64] = "I64",   [ST_U64] = "U64",
 };
 static const size_t dtype_sizes[ST_DTYPE_COUNT] = {
-    [ST_BOOL] = 1, [ST_U8] = 1,   [ST_I8] = 1,  [ST_I16] = 2, [ST_U16] = 2, [ST_F16] = 2, [ST_BF16] = 2,
-    [ST_I32] = 4,  [ST_U32] = 4,  [ST_F32] = 4, [ST_F64] = 8, [ST_I64] = 8, [ST_U64] = 8,
+    [ST_BOOL] = 1, [ST_U8] = 1,   [ST_I8] = 1,  [ST_I16] = 2, [ST_U16] = 2,
+    [ST_F16] = 2,  [ST_BF16] = 2, [ST_I32] = 4, [ST_U32] = 4, [ST_F32] = 4,
+    [ST_F64] = 8,  [ST_I64] = 8,  [ST_U64] = 8,
 };
 
 const char *safetensors_dtype_name(SafetensorsDtype dt) {
@@ -34,8 +35,8 @@ size_t safetensors_dtype_size(SafetensorsDtype dt) {
 }
 
 /* Valid safetensors dtypes this engine has no use for: named, so the error says so. */
-static const char *const unsupported_dtypes[] = {"F4",         "F6_E2M3",      "F6_E3M2",
-                                                 "F8_E5M2",    "F8_E4M3",      "F8_E8M0",
+static const char *const unsupported_dtypes[] = {"F4",          "F6_E2M3",     "F6_E3M2",
+                                                 "F8_E5M2",     "F8_E4M3",     "F8_E8M0",
                                                  "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
 
 static int parse_dtype(const char *s, SafetensorsDtype *out) {
@@ -54,8 +55,8 @@ static int parse_dtype(const char *s, SafetensorsDtype *out) {
                    s);
 }
 
-static int parse_tensor_info(const char *name, json_t *info, SafetensorsTensor *t,
-                             uint64_t *begin, uint64_t *end) {
+static int parse_tensor_info(const char *name, json_t *info, SafetensorsTensor *t, uint64_t *begin,
+                             uint64_t *end) {
     if (!json_is_object(info)) return err_set("tensor \"%s\": expected an object", name);
     if (json_object_size(info) != 3)
         return err_set("tensor \"%s\": expected exactly the keys dtype, shape, data_offsets", name);
@@ -63,8 +64,8 @@ static int parse_tensor_info(const char *name, json_t *info, SafetensorsTensor *
     json_t *shape = json_object_get(info, "shape");
     json_t *offsets = json_object_get(info, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets))
-        return err_set("tensor \"%s\": expected dtype (string), shape (array), data_offsets (array)",
-                       name);
+        return err_set(
+            "tensor \"%s\": expected dtype (string), shape (array), data_offsets (array)", name);
     if (parse_dtype(json_string_value(dtype), &t->dtype) != 0)
         return err_prefix("tensor \"%s\"", name);
     size_t ndim = json_array_size(shape);
@@ -175,7 +176,8 @@ static int parse_header(SafetensorsFile *f, const uint8_t *base, uint64_t header
                     (unsigned long long)(file_len - data_start - expect));
         goto done;
     }
-    for (i = 0; i < n; i++) f->tensors[spans[i].index].data = base + data_start + spans[i].begin;
+    for (i = 0; i < n; i++)
+        f->tensors[spans[i].index].data = base + data_start + spans[i].begin;
     rc = 0;
 done:
     free(spans);
@@ -208,7 +210,8 @@ int safetensors_open(SafetensorsFile *f, const char *path) {
 
     const uint8_t *base = map;
     uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | base[i];
+    for (int i = 7; i >= 0; i--)
+        header_len = (header_len << 8) | base[i];
     if (header_len > MAX_HEADER_BYTES) {
         err_set("invalid safetensors file: header length %llu exceeds the 100 MB limit",
                 (unsigned long long)header_len);
@@ -233,7 +236,8 @@ fail:
 }
 
 void safetensors_close(SafetensorsFile *f) {
-    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    for (size_t i = 0; i < f->n_tensors; i++)
+        free(f->tensors[i].name);
     free(f->tensors);
     if (f->map) munmap(f->map, f->map_len);
     free(f->path);
@@ -291,13 +295,15 @@ static int write_order_cmp(const void *a, const void *b) {
 
 static size_t tensor_nbytes(const SafetensorsWriteTensor *t) {
     size_t n = dtype_sizes[t->dtype];
-    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        n *= (size_t)t->shape[d];
     return n;
 }
 
 int safetensors_write(const char *path, const SafetensorsWriteTensor *tensors, size_t n) {
     const SafetensorsWriteTensor **order = xmalloc((n ? n : 1) * sizeof *order);
-    for (size_t i = 0; i < n; i++) order[i] = &tensors[i];
+    for (size_t i = 0; i < n; i++)
+        order[i] = &tensors[i];
     qsort(order, n, sizeof *order, write_order_cmp);
     for (size_t i = 1; i < n; i++) {
         if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
@@ -340,13 +346,15 @@ int safetensors_write(const char *path, const SafetensorsWriteTensor *tensors, s
         offset = end;
     }
     hdr[len++] = '}';
-    while (len % 8 != 0) hdr[len++] = ' ';
+    while (len % 8 != 0)
+        hdr[len++] = ' ';
 
     AtomicFile af;
     int rc = atomic_file_open(&af, path);
     if (rc == 0) {
         uint8_t len_bytes[8];
-        for (int i = 0; i < 8; i++) len_bytes[i] = (uint8_t)((uint64_t)len >> (8 * i));
+        for (int i = 0; i < 8; i++)
+            len_bytes[i] = (uint8_t)((uint64_t)len >> (8 * i));
         int ok = fwrite(len_bytes, 1, 8, af.fp) == 8 && fwrite(hdr, 1, len, af.fp) == len;
         for (size_t i = 0; ok && i < n; i++) {
             size_t nb = tensor_nbytes(order[i]);

@@ -31,7 +31,8 @@ static int get_size(const json_t *root, const char *key, int *out) {
     int found = json_get_int64(root, key, &v);
     if (found < 0) return -1;
     if (found == 0) return err_set("key '%s': missing (a positive integer is required)", key);
-    if (v <= 0 || v > (1 << 30)) return err_set("key '%s': %lld is not a valid size", key, (long long)v);
+    if (v <= 0 || v > (1 << 30))
+        return err_set("key '%s': %lld is not a valid size", key, (long long)v);
     *out = (int)v;
     return 0;
 }
@@ -44,7 +45,8 @@ static int get_double_or(const json_t *obj, const char *key, double fallback, do
 static int parse_family(ModelConfig *cfg, const json_t *root) {
     const char *model_type = NULL;
     if (json_get_string(root, "model_type", &model_type) < 0) return -1;
-    if (!model_type) return err_set("key 'model_type': missing (expected llama, mistral, qwen2 or qwen3)");
+    if (!model_type)
+        return err_set("key 'model_type': missing (expected llama, mistral, qwen2 or qwen3)");
     for (size_t i = 0; i < N_FAMILIES; i++) {
         if (strcmp(model_type, known_families[i].model_type) == 0) {
             cfg->arch = known_families[i].arch;
@@ -60,8 +62,11 @@ static int parse_rope_type(const char *s, RopeType *out) {
     static const struct {
         const char *name;
         RopeType type;
-    } types[] = {{"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
-                 {"llama3", ROPE_LLAMA3},   {"yarn", ROPE_YARN}};
+    } types[] = {{"default", ROPE_DEFAULT},
+                 {"linear", ROPE_LINEAR},
+                 {"dynamic", ROPE_DYNAMIC},
+                 {"llama3", ROPE_LLAMA3},
+                 {"yarn", ROPE_YARN}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         if (strcmp(s, types[i].name) == 0) {
             *out = types[i].type;
@@ -93,14 +98,16 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
 
     double top_theta;
     if (get_double_or(root, "rope_theta", 10000.0, &top_theta) != 0) return -1;
-    if (get_double_or(p, "rope_theta", top_theta, &r->theta) != 0) return err_prefix("key '%s'", key);
+    if (get_double_or(p, "rope_theta", top_theta, &r->theta) != 0)
+        return err_prefix("key '%s'", key);
     if (r->theta <= 0) return err_set("key 'rope_theta': must be positive");
 
     double max_pos = (double)cfg->max_position_embeddings;
     if (get_double_or(p, "factor", 1.0, &r->factor) != 0 ||
         get_double_or(p, "low_freq_factor", 1.0, &r->low_freq_factor) != 0 ||
         get_double_or(p, "high_freq_factor", 4.0, &r->high_freq_factor) != 0 ||
-        get_double_or(p, "original_max_position_embeddings", max_pos, &r->original_max_position) != 0 ||
+        get_double_or(p, "original_max_position_embeddings", max_pos, &r->original_max_position) !=
+            0 ||
         get_double_or(p, "attention_factor", -1.0, &r->attention_factor) != 0 ||
         get_double_or(p, "beta_fast", 32.0, &r->beta_fast) != 0 ||
         get_double_or(p, "beta_slow", 1.0, &r->beta_slow) != 0 ||
@@ -150,7 +157,8 @@ static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
         max_window_layers = 28;
         if (json_get_int64(root, "max_window_layers", &max_window_layers) < 0) return -1;
     }
-    for (int l = 0; l < cfg->n_layers; l++) cfg->layer_sliding[l] = l >= max_window_layers;
+    for (int l = 0; l < cfg->n_layers; l++)
+        cfg->layer_sliding[l] = l >= max_window_layers;
     return 0;
 }
 
@@ -187,9 +195,12 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
         return err_set("key 'hidden_act': \"%s\" is not supported (expected silu)", act);
 
     if (get_double_or(root, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps) != 0) return -1;
-    int64_t default_max_pos = cfg->arch == ARCH_LLAMA ? 2048 : cfg->arch == ARCH_MISTRAL ? 131072 : 32768;
+    int64_t default_max_pos = cfg->arch == ARCH_LLAMA     ? 2048
+                              : cfg->arch == ARCH_MISTRAL ? 131072
+                                                          : 32768;
     cfg->max_position_embeddings = default_max_pos;
-    if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0) return -1;
+    if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0)
+        return -1;
 
     cfg->tie_word_embeddings = false;
     if (json_get_bool(root, "tie_word_embeddings", &cfg->tie_word_embeddings) < 0) return -1;
@@ -215,7 +226,8 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
     }
 
     const char *dtype = NULL;
-    if (json_get_string(root, "torch_dtype", &dtype) < 0 || json_get_string(root, "dtype", &dtype) < 0)
+    if (json_get_string(root, "torch_dtype", &dtype) < 0 ||
+        json_get_string(root, "dtype", &dtype) < 0)
         return -1;
     snprintf(cfg->weights_dtype, sizeof cfg->weights_dtype, "%s", dtype ? dtype : "");
 
@@ -235,7 +247,8 @@ int model_config_from_json(ModelConfig *cfg, const json_t *root, const char *sou
 int model_config_load(ModelConfig *cfg, const char *dir) {
     char path[4096];
     if (path_join(path, sizeof path, dir, "config.json") != 0) return -1;
-    if (!file_exists(path)) return err_set("%s: not found (is %s a Hugging Face model directory?)", path, dir);
+    if (!file_exists(path))
+        return err_set("%s: not found (is %s a Hugging Face model directory?)", path, dir);
     json_t *root;
     if (json_load_path(path, &root) != 0) return -1;
     int rc = model_config_from_json(cfg, root, path);

@@ -15,14 +15,14 @@ typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN }
 typedef struct {
     RopeType type;
     double theta;
-    double factor;                   /* linear, dynamic, llama3, yarn */
-    double low_freq_factor;          /* llama3 */
-    double high_freq_factor;         /* llama3 */
-    double original_max_position;    /* llama3, yarn */
-    double attention_factor;         /* yarn; < 0 when not given */
-    double beta_fast, beta_slow;     /* yarn */
-    double mscale, mscale_all_dim;   /* yarn; 0 when not given */
-    bool truncate;                   /* yarn */
+    double factor;                 /* linear, dynamic, llama3, yarn */
+    double low_freq_factor;        /* llama3 */
+    double high_freq_factor;       /* llama3 */
+    double original_max_position;  /* llama3, yarn */
+    double attention_factor;       /* yarn; < 0 when not given */
+    double beta_fast, beta_slow;   /* yarn */
+    double mscale, mscale_all_dim; /* yarn; 0 when not given */
+    bool truncate;                 /* yarn */
 } RopeConfig;
 
 typedef struct {
@@ -37,12 +37,12 @@ typedef struct {
     double rms_norm_eps;
     int64_t max_position_embeddings;
     bool tie_word_embeddings;
-    bool qkv_bias;         /* q/k/v projections have biases */
-    bool o_bias;           /* o_proj has a bias (Llama/Qwen3 attention_bias) */
-    bool mlp_bias;         /* gate/up/down have biases (Llama mlp_bias) */
-    bool qk_norm;          /* Qwen3: RMSNorm over hd on q and k before RoPE */
-    int sliding_window;    /* window length for layers flagged below; 0 = none */
-    bool *layer_sliding;   /* [n_layers]: this layer uses the sliding window */
+    bool qkv_bias;       /* q/k/v projections have biases */
+    bool o_bias;         /* o_proj has a bias (Llama/Qwen3 attention_bias) */
+    bool mlp_bias;       /* gate/up/down have biases (Llama mlp_bias) */
+    bool qk_norm;        /* Qwen3: RMSNorm over hd on q and k before RoPE */
+    int sliding_window;  /* window length for layers flagged below; 0 = none */
+    bool *layer_sliding; /* [n_layers]: this layer uses the sliding window */
     RopeConfig rope;
     char weights_dtype[16]; /* "float32", "bfloat16", "float16" or "" when unstated */
 } ModelConfig;

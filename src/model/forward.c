@@ -58,7 +58,8 @@ static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n) {
 
 static void add_inplace(float *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
 }
 
 static void layer_forward(const Model *m, int l, const TokenBatch *b, const int32_t *positions,
@@ -103,7 +104,8 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
     int32_t *positions = NULL;
     if (!b->positions) {
         positions = xmalloc(n * sizeof *positions);
-        for (size_t i = 0; i < n; i++) positions[i] = (int32_t)(i % (size_t)b->t_len);
+        for (size_t i = 0; i < n; i++)
+            positions[i] = (int32_t)(i % (size_t)b->t_len);
     }
     const int32_t *pos = b->positions ? b->positions : positions;
     size_t table = (size_t)(max_position + 1) * (c->head_dim / 2);
@@ -118,7 +120,8 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
             int32_t id = (b->attn_mask && !b->attn_mask[i]) ? 0 : b->tokens[i];
             memcpy(a.x + i * H, m->embed + (size_t)id * H, H * sizeof(float));
         }
-        for (int l = 0; l < c->n_layers; l++) layer_forward(m, l, b, pos, cos_t, sin_t, &a);
+        for (int l = 0; l < c->n_layers; l++)
+            layer_forward(m, l, b, pos, cos_t, sin_t, &a);
         rmsnorm_forward(hidden, a.x, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
         free(a.block);
     }
@@ -145,15 +148,15 @@ int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *tar
         logp[i] = 0.0f;
         bool real = !b->attn_mask || b->attn_mask[i];
         if (i % (size_t)b->t_len == 0 || !real || (target_mask && !target_mask[i])) continue;
-        if (n_sel != i - 1)
-            memmove(hidden + n_sel * H, hidden + (i - 1) * H, H * sizeof(float));
+        if (n_sel != i - 1) memmove(hidden + n_sel * H, hidden + (i - 1) * H, H * sizeof(float));
         where[n_sel] = i;
         targets[n_sel++] = b->tokens[i];
     }
     float *sel_logp = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
     fused_logprob_forward(sel_logp, hidden, targets, m->lm_head, (int)n_sel, (int)H,
                           m->cfg.vocab_size);
-    for (size_t j = 0; j < n_sel; j++) logp[where[j]] = sel_logp[j];
+    for (size_t j = 0; j < n_sel; j++)
+        logp[where[j]] = sel_logp[j];
     free(sel_logp);
     free(targets);
     free(where);
@@ -163,7 +166,8 @@ int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *tar
 
 int model_logits(const Model *m, const TokenBatch *b, int seq, int t0, int t1, float *out) {
     if (seq < 0 || seq >= b->batch || t0 < 0 || t1 > b->t_len || t0 >= t1)
-        return err_set("logits range: sequence %d positions [%d, %d) is outside the batch", seq, t0, t1);
+        return err_set("logits range: sequence %d positions [%d, %d) is outside the batch", seq, t0,
+                       t1);
     size_t n = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
     float *hidden = xmalloc_checked(n * H * sizeof(float), "hidden states");
     if (!hidden) return -1;

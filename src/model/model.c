@@ -14,8 +14,8 @@ typedef struct {
     size_t total;
 } LayoutBuilder;
 
-static void add_param(LayoutBuilder *lb, float **slot, int64_t rows, int64_t cols,
-                      const char *fmt, int layer, const char *suffix) {
+static void add_param(LayoutBuilder *lb, float **slot, int64_t rows, int64_t cols, const char *fmt,
+                      int layer, const char *suffix) {
     if (lb->n == lb->cap) {
         lb->cap = lb->cap ? 2 * lb->cap : 64;
         lb->info = xrealloc(lb->info, (size_t)lb->cap * sizeof *lb->info);
@@ -51,7 +51,8 @@ static void add_linear(LayoutBuilder *lb, int l, const char *module, float **w, 
 static void build_layout(Model *m, LayoutBuilder *lb) {
     const ModelConfig *c = &m->cfg;
     int64_t H = c->hidden_size, I = c->intermediate_size;
-    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim,
+            kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     add_param(lb, &m->embed, c->vocab_size, H, "model.embed_tokens.weight", -1, NULL);
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights *w = &m->layers[l];
@@ -60,17 +61,21 @@ static void build_layout(Model *m, LayoutBuilder *lb) {
         add_linear(lb, l, "self_attn.v_proj", &w->wv, &w->bv, c->qkv_bias, kv_dim, H);
         add_linear(lb, l, "self_attn.o_proj", &w->wo, &w->bo, c->o_bias, H, q_dim);
         if (c->qk_norm) {
-            add_param(lb, &w->q_norm, c->head_dim, 0, "model.layers.%d.%s", l, "self_attn.q_norm.weight");
-            add_param(lb, &w->k_norm, c->head_dim, 0, "model.layers.%d.%s", l, "self_attn.k_norm.weight");
+            add_param(lb, &w->q_norm, c->head_dim, 0, "model.layers.%d.%s", l,
+                      "self_attn.q_norm.weight");
+            add_param(lb, &w->k_norm, c->head_dim, 0, "model.layers.%d.%s", l,
+                      "self_attn.k_norm.weight");
         }
         add_linear(lb, l, "mlp.gate_proj", &w->w_gate, &w->b_gate, c->mlp_bias, I, H);
         add_linear(lb, l, "mlp.up_proj", &w->w_up, &w->b_up, c->mlp_bias, I, H);
         add_linear(lb, l, "mlp.down_proj", &w->w_down, &w->b_down, c->mlp_bias, H, I);
         add_param(lb, &w->input_norm, H, 0, "model.layers.%d.%s", l, "input_layernorm.weight");
-        add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l, "post_attention_layernorm.weight");
+        add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l,
+                  "post_attention_layernorm.weight");
     }
     add_param(lb, &m->final_norm, H, 0, "model.norm.weight", -1, NULL);
-    if (!c->tie_word_embeddings) add_param(lb, &m->lm_head, c->vocab_size, H, "lm_head.weight", -1, NULL);
+    if (!c->tie_word_embeddings)
+        add_param(lb, &m->lm_head, c->vocab_size, H, "lm_head.weight", -1, NULL);
 }
 
 void model_init_empty(Model *m, ModelConfig *cfg) {
@@ -82,7 +87,8 @@ void model_init_empty(Model *m, ModelConfig *cfg) {
     build_layout(m, &lb);
     m->params = xcalloc(lb.total, sizeof(float));
     m->n_params = lb.total;
-    for (int i = 0; i < lb.n; i++) *lb.slots[i] = m->params + lb.info[i].offset;
+    for (int i = 0; i < lb.n; i++)
+        *lb.slots[i] = m->params + lb.info[i].offset;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
     m->param_info = lb.info;
     m->n_param_tensors = lb.n;
@@ -134,7 +140,8 @@ static int load_tensors(Model *m, const CheckpointReader *ck, const char *dir) {
         const SafetensorsTensor *t = checkpoint_find(ck, p->name);
         if (!t) return err_set("%s: tensor \"%s\" is missing", dir, p->name);
         bool same = t->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        for (int d = 0; same && d < p->ndim; d++)
+            same = t->shape[d] == p->shape[d];
         if (!same) {
             char got[96], want[96];
             format_shape(got, sizeof got, t->ndim, t->shape);

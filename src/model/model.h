@@ -11,16 +11,16 @@
 #include <stdint.h>
 
 typedef struct {
-    float *input_norm;       /* (H) */
-    float *wq, *bq;          /* (nh*hd, H), (nh*hd) or NULL */
-    float *wk, *bk;          /* (nkv*hd, H), (nkv*hd) or NULL */
-    float *wv, *bv;          /* (nkv*hd, H), (nkv*hd) or NULL */
-    float *wo, *bo;          /* (H, nh*hd), (H) or NULL */
-    float *q_norm, *k_norm;  /* (hd), (hd); Qwen3 only */
-    float *post_norm;        /* (H) */
-    float *w_gate, *b_gate;  /* (I, H), (I) or NULL */
-    float *w_up, *b_up;      /* (I, H), (I) or NULL */
-    float *w_down, *b_down;  /* (H, I), (H) or NULL */
+    float *input_norm;      /* (H) */
+    float *wq, *bq;         /* (nh*hd, H), (nh*hd) or NULL */
+    float *wk, *bk;         /* (nkv*hd, H), (nkv*hd) or NULL */
+    float *wv, *bv;         /* (nkv*hd, H), (nkv*hd) or NULL */
+    float *wo, *bo;         /* (H, nh*hd), (H) or NULL */
+    float *q_norm, *k_norm; /* (hd), (hd); Qwen3 only */
+    float *post_norm;       /* (H) */
+    float *w_gate, *b_gate; /* (I, H), (I) or NULL */
+    float *w_up, *b_up;     /* (I, H), (I) or NULL */
+    float *w_down, *b_down; /* (H, I), (H) or NULL */
 } LayerWeights;
 
 typedef struct {
@@ -33,14 +33,14 @@ typedef struct {
 
 typedef struct {
     ModelConfig cfg;
-    float *params;         /* every parameter, contiguous, state-dict order */
+    float *params; /* every parameter, contiguous, state-dict order */
     size_t n_params;
     ParamInfo *param_info; /* one entry per tensor, state-dict order */
     int n_param_tensors;
-    float *embed;          /* (V, H) */
-    float *final_norm;     /* (H) */
-    float *lm_head;        /* (V, H); the same memory as embed when tied */
-    LayerWeights *layers;  /* [L] */
+    float *embed;         /* (V, H) */
+    float *final_norm;    /* (H) */
+    float *lm_head;       /* (V, H); the same memory as embed when tied */
+    LayerWeights *layers; /* [L] */
 } Model;
 
 /* Loads config.json and the safetensors weights of a Hugging Face model directory,

@@ -37,7 +37,8 @@ static void yarn_inv_freq(const RopeConfig *r, int d, float *inv, float *attn) {
         float ramp = (float)(((float)i - low) / (high - low));
         ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
         float extrapolation_factor = 1.0f - ramp;
-        inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+        inv[i] =
+            interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
     }
     if (r->attention_factor >= 0)
         *attn = (float)r->attention_factor;
@@ -73,13 +74,15 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     case ROPE_DEFAULT:
     case ROPE_LINEAR:
         for (int i = 0; i < d / 2; i++)
-            inv[i] = default_inv_freq(r->theta, i, d) / (r->type == ROPE_LINEAR ? (float)r->factor : 1.0f);
+            inv[i] = default_inv_freq(r->theta, i, d) /
+                     (r->type == ROPE_LINEAR ? (float)r->factor : 1.0f);
         return;
     case ROPE_DYNAMIC: {
         double max_pos = (double)cfg->max_position_embeddings;
         double len = seq_len > max_pos ? seq_len : max_pos;
         double theta = r->theta * pow(r->factor * len / max_pos - (r->factor - 1.0), d / (d - 2.0));
-        for (int i = 0; i < d / 2; i++) inv[i] = default_inv_freq(theta, i, d);
+        for (int i = 0; i < d / 2; i++)
+            inv[i] = default_inv_freq(theta, i, d);
         return;
     }
     case ROPE_LLAMA3:
@@ -91,7 +94,8 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     }
 }
 
-void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table, float *sin_table) {
+void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table,
+                       float *sin_table) {
     int half = cfg->head_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     float attn;

@@ -7,8 +7,8 @@
 #include "model/model.h"
 
 typedef struct {
-    double logp;   /* sum of completion-token log-probs */
-    int tokens;    /* completion length */
+    double logp; /* sum of completion-token log-probs */
+    int tokens;  /* completion length */
 } SequenceScore;
 
 /* Scores set->items in batches of `batch_size` (in file order); scores[i] belongs to item i.

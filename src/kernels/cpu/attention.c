@@ -25,9 +25,11 @@ static void masked_softmax_row(float *row, int key0, int n, const uint8_t *key_m
     }
     if (max == -INFINITY) return; /* nothing visible: the row's output is zero */
     float sum = 0.0f;
-    for (int l = first; l <= i; l++) sum += row[l - key0];
+    for (int l = first; l <= i; l++)
+        sum += row[l - key0];
     float inv = 1.0f / sum;
-    for (int l = first; l <= i; l++) row[l - key0] *= inv;
+    for (int l = first; l <= i; l++)
+        row[l - key0] *= inv;
 }
 
 /* Query rows are processed in blocks; a block only meets the keys some row of it can see
@@ -57,14 +59,17 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                 int key0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
                 int keys = i0 + rows - key0;
                 const float *qh = q + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
-                const float *kh = k + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
-                const float *vh = v + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
+                const float *kh =
+                    k + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
+                const float *vh =
+                    v + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
                 float *oh = out + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
                 const uint8_t *mask_b = key_mask ? key_mask + (size_t)b * t_len : NULL;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale, qh,
                             q_stride, kh, kv_stride, 0.0f, scores, keys);
                 for (int r = 0; r < rows; r++)
-                    masked_softmax_row(scores + (size_t)r * keys, key0, keys, mask_b, i0 + r, window);
+                    masked_softmax_row(scores + (size_t)r * keys, key0, keys, mask_b, i0 + r,
+                                       window);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, scores,
                             keys, vh, kv_stride, 0.0f, oh, q_stride);
             }

@@ -11,7 +11,7 @@
  * tile is a GEMM large enough to run at full speed. Tiling the rows alone (all V columns per
  * tile) would leave only a few dozen rows per GEMM at real vocabulary sizes, and every tile
  * would re-read the whole lm_head. */
-#define ROW_BLOCK 512
+#define ROW_BLOCK   512
 #define VOCAB_BLOCK 4096
 
 int fused_logprob_chunk_rows(int vocab) {
@@ -27,7 +27,8 @@ typedef struct {
 
 static void lse_update(RunningLse *acc, const float *z, int n) {
     float m = acc->max;
-    for (int j = 0; j < n; j++) m = z[j] > m ? z[j] : m;
+    for (int j = 0; j < n; j++)
+        m = z[j] > m ? z[j] : m;
     /* fp32 exponentials in short fp32 blocks, blocks added in fp64: fp32 accuracy at any
      * vocabulary size without a double exp per logit. */
     double s = 0.0;
@@ -35,7 +36,8 @@ static void lse_update(RunningLse *acc, const float *z, int n) {
         int j1 = j0 + 256 < n ? j0 + 256 : n;
         float block = 0.0f;
 #pragma omp simd reduction(+ : block)
-        for (int j = j0; j < j1; j++) block += fast_expf(z[j] - m);
+        for (int j = j0; j < j1; j++)
+            block += fast_expf(z[j] - m);
         s += block;
     }
     acc->sum = acc->sum * exp((double)acc->max - (double)m) + s;
@@ -52,7 +54,8 @@ void fused_logprob_forward(float *logp, const float *hidden, const int32_t *targ
     float *target_logit = xmalloc((size_t)rows_cap * sizeof(float));
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
-        for (int r = 0; r < rows; r++) acc[r] = (RunningLse){-INFINITY, 0.0};
+        for (int r = 0; r < rows; r++)
+            acc[r] = (RunningLse){-INFINITY, 0.0};
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f,

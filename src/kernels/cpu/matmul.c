@@ -11,6 +11,7 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *row = out + (size_t)r * out_dim;
-        for (int j = 0; j < out_dim; j++) row[j] += bias[j];
+        for (int j = 0; j < out_dim; j++)
+            row[j] += bias[j];
     }
 }

@@ -10,8 +10,10 @@ void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, 
         /* transformers accumulates the mean of squares in fp32; summing in double here
          * keeps us within its rounding for any width. */
         double ss = 0.0;
-        for (int j = 0; j < c; j++) ss += (double)x[j] * x[j];
+        for (int j = 0; j < c; j++)
+            ss += (double)x[j] * x[j];
         float rstd = 1.0f / sqrtf((float)(ss / c) + eps);
-        for (int j = 0; j < c; j++) y[j] = w[j] * (x[j] * rstd);
+        for (int j = 0; j < c; j++)
+            y[j] = w[j] * (x[j] * rstd);
     }
 }
