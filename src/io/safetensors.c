@@ -258,19 +258,15 @@ int safetensors_to_f32(const SafetensorsTensor *t, float *out) {
         memcpy(out, src, n * 4);
         return 0;
     case ST_BF16:
+    case ST_F16: {
+        float (*widen)(uint16_t) = t->dtype == ST_BF16 ? bf16_to_f32 : f16_to_f32;
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            out[i] = bf16_to_f32(h);
+            out[i] = widen(h);
         }
         return 0;
-    case ST_F16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            out[i] = f16_to_f32(h);
-        }
-        return 0;
+    }
     case ST_F64:
         for (size_t i = 0; i < n; i++) {
             double d;
