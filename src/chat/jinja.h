@@ -81,7 +81,17 @@ typedef enum {
     JV_NAMESPACE,
     JV_FUNC,
     JV_LOOP,
+    JV_ITER, /* a one-pass Python iterator (generator, reversed()): u.list holds what is left */
 } JKind;
+
+/* How a JV_LIST prints and what Python type it stands for. */
+typedef enum {
+    JVIEW_NONE,   /* list or tuple */
+    JVIEW_ITEMS,  /* dict.items() */
+    JVIEW_KEYS,   /* dict.keys() */
+    JVIEW_VALUES, /* dict.values() */
+    JVIEW_RANGE,  /* range(start, stop, step): range[] below */
+} JView;
 
 typedef struct JValue JValue;
 typedef struct JNode JNode;
@@ -117,7 +127,11 @@ typedef struct {
 
 struct JValue {
     JKind kind;
-    bool is_tuple; /* JV_LIST */
+    bool is_tuple;          /* JV_LIST */
+    uint8_t view;           /* JV_LIST: a JView */
+    const char *iter_name;  /* JV_ITER: the Python type ("generator", "list_reverseiterator") */
+    const char *iter_error; /* JV_ITER: fails with this when consumed (a lazy jinja2 error) */
+    int64_t range[3];       /* JVIEW_RANGE: start, stop, step */
     union {
         bool b;
         int64_t i;
@@ -143,6 +157,8 @@ JValue *jv_str(JArena *a, const char *s, size_t n);  /* copies */
 JValue *jv_str_ref(JArena *a, JStr s);               /* does not copy */
 JValue *jv_cstr(JArena *a, const char *s);           /* copies */
 JValue *jv_list(JArena *a, size_t n, bool is_tuple); /* n NULL slots to fill */
+/* A one-pass iterator over items (not copied); iter_name is the Python type name. */
+JValue *jv_iter(JArena *a, JValue **items, size_t n, const char *iter_name);
 JValue *jv_dict(JArena *a);
 JValue *jv_undefined(JArena *a, const char *msg_fmt, ...)
 #if defined(__GNUC__)

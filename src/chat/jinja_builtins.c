@@ -243,6 +243,17 @@ int jinja_iterate(JCtx *c, JValue *v, JValue ***items, size_t *n, int line) {
         *items = v->u.loop->items;
         *n = (size_t)v->u.loop->length;
         return 0;
+    case JV_ITER:
+        if (v->iter_error) {
+            jinja_fail(line, "%s", v->iter_error);
+            return -1;
+        }
+        /* One pass: whoever iterates takes what is left. */
+        *items = v->u.list.items;
+        *n = v->u.list.n;
+        v->u.list.items += v->u.list.n;
+        v->u.list.n = 0;
+        return 0;
     default:
         jinja_fail(line, "'%s' object is not iterable", jv_type_name(v));
         return -1;
@@ -254,6 +265,16 @@ static JValue *list_of(JCtx *c, JValue **items, size_t n) {
     for (size_t i = 0; i < n; i++)
         l->u.list.items[i] = items[i];
     return l;
+}
+
+/* jinja2's generator filters (select, map, unique, batch, items, ...) fail only when the
+ * generator is consumed: a non-iterable input gives an iterator that fails then. */
+static JValue *lazy_error(JCtx *c) {
+    const char *msg = err_msg();
+    const char *colon = strstr(msg, ": "); /* drop the "line N: " prefix; it is re-added */
+    JValue *v = jv_iter(c->arena, NULL, 0, "generator");
+    v->iter_error = ja_memdup(c->arena, colon ? colon + 2 : msg, strlen(colon ? colon + 2 : msg));
+    return v;
 }
 
 /* ---------------------------------------------------------------- string helpers */
@@ -781,7 +802,9 @@ JValue *jinja_getitem(JCtx *c, JValue *obj, JValue *key, int line) {
         }
         break;
     case JV_LIST:
-        if (int_key && seq_index(ik, obj->u.list.n, &idx)) return obj->u.list.items[idx];
+        if ((obj->view == JVIEW_NONE || obj->view == JVIEW_RANGE) && int_key &&
+            seq_index(ik, obj->u.list.n, &idx))
+            return obj->u.list.items[idx];
         break;
     case JV_STRING:
         if (int_key) {
@@ -915,6 +938,10 @@ static JValue *call_global(JCtx *c, JFunc *fn, const JArgs *a, int line) {
         JValue *l = jv_list(c->arena, (size_t)count, false);
         for (size_t i = 0; i < (size_t)count; i++)
             l->u.list.items[i] = jv_int(c->arena, start + (int64_t)i * step);
+        l->view = JVIEW_RANGE;
+        l->range[0] = start;
+        l->range[1] = stop;
+        l->range[2] = step;
         return l;
     }
     if (!strcmp(name, "namespace")) return make_namespace(c, a, line, false);
@@ -1210,6 +1237,9 @@ static JValue *call_method(JCtx *c, JFunc *fn, const JArgs *a, int line) {
         }
         if (a->nargs || a->nkw) return jinja_fail(line, "dict.%s() takes no arguments", name);
         JValue *l = jv_list(c->arena, d->n, false);
+        l->view = !strcmp(name, "keys")     ? JVIEW_KEYS
+                  : !strcmp(name, "values") ? JVIEW_VALUES
+                                            : JVIEW_ITEMS;
         for (size_t i = 0; i < d->n; i++) {
             if (!strcmp(name, "keys")) {
                 l->u.list.items[i] = jv_str_ref(c->arena, d->items[i].key);
@@ -1342,12 +1372,13 @@ int jinja_apply_test(JCtx *c, int id, JValue *v, const JArgs *a, int line, bool 
         *res = jv_is_number(v);
         return 0;
     case T_SEQUENCE:
-        *res = v->kind == JV_STRING || v->kind == JV_LIST || v->kind == JV_DICT ||
-               v->kind == JV_UNDEFINED;
+        *res = v->kind == JV_STRING ||
+               (v->kind == JV_LIST && (v->view == JVIEW_NONE || v->view == JVIEW_RANGE)) ||
+               v->kind == JV_DICT || v->kind == JV_UNDEFINED;
         return 0;
     case T_ITERABLE:
         *res = v->kind == JV_STRING || v->kind == JV_LIST || v->kind == JV_DICT ||
-               v->kind == JV_UNDEFINED || v->kind == JV_LOOP;
+               v->kind == JV_UNDEFINED || v->kind == JV_LOOP || v->kind == JV_ITER;
         return 0;
     case T_CALLABLE:
         *res = v->kind == JV_FUNC || v->kind == JV_UNDEFINED || v->kind == JV_LOOP;
@@ -1477,7 +1508,7 @@ static JValue *get_attribute_path(JCtx *c, JValue *item, JValue *attr, JValue *d
 static JValue *select_reject(JCtx *c, JValue *v, const JArgs *a, bool select, bool attr, int line) {
     JValue **items;
     size_t n;
-    if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
+    if (jinja_iterate(c, v, &items, &n, line) != 0) return lazy_error(c);
     size_t off = 0;
     JValue *attr_name = NULL;
     if (attr) {
@@ -1501,7 +1532,7 @@ static JValue *select_reject(JCtx *c, JValue *v, const JArgs *a, bool select, bo
         }
         if (r == select) out[nout++] = items[i];
     }
-    return list_of(c, out, nout);
+    return jv_iter(c->arena, out, nout, "generator");
 }
 
 static JValue *do_tojson(JCtx *c, JValue *v, const JArgs *a, int line) {
@@ -1629,7 +1660,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         if (count <= 0) return jinja_fail(line, "batch: line count must be positive");
         JValue **items;
         size_t n;
-        if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
+        if (jinja_iterate(c, v, &items, &n, line) != 0) return lazy_error(c);
         size_t nb = (n + (size_t)count - 1) / (size_t)count;
         JValue *out = jv_list(c->arena, nb, false);
         for (size_t b = 0; b < nb; b++) {
@@ -1641,7 +1672,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
                 row->u.list.items[i] = i < len ? items[b * (size_t)count + i] : p[1];
             out->u.list.items[b] = row;
         }
-        return out;
+        return jv_iter(c->arena, out->u.list.items, nb, "generator");
     }
     case F_CAPITALIZE:
         if (bind(a, what, NULL, 0, p, line) != 0) return NULL;
@@ -1717,6 +1748,17 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
     case F_FIRST:
     case F_LAST: {
         if (bind(a, what, NULL, 0, p, line) != 0) return NULL;
+        if (v->kind == JV_ITER) {
+            if (v->iter_error) return jinja_fail(line, "%s", v->iter_error);
+            if (id == F_LAST)
+                return jinja_fail(line, "'%s' object is not reversible", v->iter_name);
+            if (v->u.list.n == 0)
+                return jv_undefined(c->arena, "No first item, sequence was empty.");
+            JValue *x = v->u.list.items[0];
+            v->u.list.items++;
+            v->u.list.n--;
+            return x;
+        }
         JValue **items;
         size_t n;
         if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
@@ -1796,11 +1838,15 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
     }
     case F_ITEMS: {
         if (bind(a, what, NULL, 0, p, line) != 0) return NULL;
-        if (v->kind == JV_UNDEFINED) return jv_list(c->arena, 0, false);
-        if (v->kind != JV_DICT) return jinja_fail(line, "Can only get item pairs from a mapping.");
+        if (v->kind == JV_UNDEFINED) return jv_iter(c->arena, NULL, 0, "generator");
+        if (v->kind != JV_DICT) {
+            jinja_fail(line, "Can only get item pairs from a mapping.");
+            return lazy_error(c);
+        }
         JFunc fn = {.kind = JF_METHOD, .name = "items", .self = v};
         JArgs none = {0};
-        return call_method(c, &fn, &none, line);
+        JValue *l = call_method(c, &fn, &none, line);
+        return l ? jv_iter(c->arena, l->u.list.items, l->u.list.n, "generator") : NULL;
     }
     case F_JOIN: {
         static const char *const names[] = {"d", "attribute"};
@@ -1834,7 +1880,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
     case F_MAP: {
         JValue **items;
         size_t n;
-        if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
+        if (jinja_iterate(c, v, &items, &n, line) != 0) return lazy_error(c);
         JValue *out = jv_list(c->arena, n, false);
         if (a->nargs == 0) {
             JValue *attr = NULL, *dflt = NULL;
@@ -1851,7 +1897,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
             for (size_t i = 0; i < n; i++)
                 if (!(out->u.list.items[i] = get_attribute_path(c, items[i], attr, dflt, line)))
                     return NULL;
-            return out;
+            return jv_iter(c->arena, out->u.list.items, n, "generator");
         }
         JValue *fname = a->args[0];
         if (fname->kind != JV_STRING)
@@ -1866,7 +1912,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         for (size_t i = 0; i < n; i++)
             if (!(out->u.list.items[i] = jinja_apply_filter(c, f, fid, items[i], &rest, line)))
                 return NULL;
-        return out;
+        return jv_iter(c->arena, out->u.list.items, n, "generator");
     }
     case F_MAX:
     case F_MIN:
@@ -1890,6 +1936,18 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         if (bind(a, what, NULL, 0, p, line) != 0) return NULL;
         JValue **items;
         size_t n;
+        bool was_iter = v->kind == JV_ITER;
+        const char *rev_name = "list_reverseiterator";
+        if (v->kind == JV_DICT || (v->kind == JV_LIST && v->view == JVIEW_KEYS))
+            rev_name = "dict_reversekeyiterator";
+        else if (v->kind == JV_LIST && v->view == JVIEW_ITEMS)
+            rev_name = "dict_reverseitemiterator";
+        else if (v->kind == JV_LIST && v->view == JVIEW_VALUES)
+            rev_name = "dict_reversevalueiterator";
+        else if (v->kind == JV_LIST && v->view == JVIEW_RANGE)
+            rev_name = "range_iterator";
+        else if ((v->kind == JV_LIST && v->is_tuple) || v->kind == JV_UNDEFINED)
+            rev_name = "reversed";
         if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
         if (v->kind == JV_STRING) {
             JBuf b;
@@ -1901,7 +1959,9 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         JValue *l = jv_list(c->arena, n, false);
         for (size_t i = 0; i < n; i++)
             l->u.list.items[i] = items[n - 1 - i];
-        return l;
+        /* reversed() of a sequence is an iterator; a generator cannot be reversed, so
+         * jinja2 falls back to a reversed list. */
+        return was_iter ? l : jv_iter(c->arena, l->u.list.items, n, rev_name);
     }
     case F_ROUND: {
         static const char *const names[] = {"precision", "method"};
@@ -2030,7 +2090,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         if (bind(a, what, names, 2, p, line) != 0) return NULL;
         JValue **items;
         size_t n;
-        if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
+        if (jinja_iterate(c, v, &items, &n, line) != 0) return lazy_error(c);
         JValue **keys = ja_alloc(c->arena, (n + 1) * sizeof *keys),
                **out = ja_alloc(c->arena, (n + 1) * sizeof *out);
         size_t nout = 0;
@@ -2050,7 +2110,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
                 out[nout++] = items[i];
             }
         }
-        return list_of(c, out, nout);
+        return jv_iter(c->arena, out, nout, "generator");
     }
     case F_WORDCOUNT: {
         if (bind(a, what, NULL, 0, p, line) != 0) return NULL;

@@ -115,7 +115,8 @@ JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
             jb_put(&buf, b->u.s.s, b->u.s.n);
             return jv_str_ref(c->arena, jb_str(&buf));
         }
-        if (a->kind == JV_LIST && b->kind == JV_LIST && a->is_tuple == b->is_tuple)
+        if (a->kind == JV_LIST && b->kind == JV_LIST && a->is_tuple == b->is_tuple &&
+            a->view == JVIEW_NONE && b->view == JVIEW_NONE)
             return concat_seq(c, a, b);
         if (a->kind == JV_STRING)
             return jinja_fail(line, "can only concatenate str (not \"%s\") to str",
@@ -141,10 +142,10 @@ JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
             return jv_int(c->arena, r);
         }
         if (nums) return jv_float(c->arena, jv_as_double(a) * jv_as_double(b));
-        if ((a->kind == JV_STRING || a->kind == JV_LIST) &&
+        if ((a->kind == JV_STRING || (a->kind == JV_LIST && a->view == JVIEW_NONE)) &&
             (b->kind == JV_INT || b->kind == JV_BOOL))
             return repeat(c, a, as_int(b), line);
-        if ((b->kind == JV_STRING || b->kind == JV_LIST) &&
+        if ((b->kind == JV_STRING || (b->kind == JV_LIST && b->view == JVIEW_NONE)) &&
             (a->kind == JV_INT || a->kind == JV_BOOL))
             return repeat(c, b, as_int(a), line);
         if (a->kind == JV_STRING || b->kind == JV_STRING)
@@ -251,6 +252,18 @@ int jinja_contains(JCtx *c, JValue *container, JValue *item, int line, bool *res
             return -1;
         }
         return 0;
+    case JV_ITER:
+        /* Consumes up to and including the match, as Python does. */
+        while (container->u.list.n > 0) {
+            JValue *x = container->u.list.items[0];
+            container->u.list.items++;
+            container->u.list.n--;
+            if (jv_equal(x, item)) {
+                *res = true;
+                break;
+            }
+        }
+        return 0;
     case JV_UNDEFINED:
         return 0;
     default:
@@ -347,10 +360,11 @@ static JValue *eval_slice(JCtx *c, JFrame *f, JValue *obj, const JNode *s) {
             ju_decode(obj->u.s.s, obj->u.s.n, &i);
         }
         offs[len] = obj->u.s.n;
-    } else if (obj->kind == JV_LIST) {
+    } else if (obj->kind == JV_LIST && (obj->view == JVIEW_NONE || obj->view == JVIEW_RANGE)) {
         len = (int64_t)obj->u.list.n;
     } else {
-        return jinja_fail(s->line, "'%s' object is not subscriptable", jv_type_name(obj));
+        /* jinja2's getitem swallows the TypeError: the result is undefined. */
+        return jv_undefined(c->arena, "'%s' object has no element slice(...)", jv_type_name(obj));
     }
     bool neg = step < 0;
     start = has_start ? clamp_index(start, len, neg, true) : (neg ? len - 1 : 0);
@@ -368,6 +382,12 @@ static JValue *eval_slice(JCtx *c, JFrame *f, JValue *obj, const JNode *s) {
     JValue *r = jv_list(c->arena, (size_t)count, obj->is_tuple);
     for (int64_t k = 0, i = start; k < count; k++, i += step)
         r->u.list.items[k] = obj->u.list.items[i];
+    if (obj->view == JVIEW_RANGE && count > 0) {
+        r->view = JVIEW_RANGE;
+        r->range[0] = obj->range[0] + start * obj->range[2];
+        r->range[2] = obj->range[2] * step;
+        r->range[1] = r->range[0] + count * r->range[2];
+    }
     return r;
 }
 

@@ -264,6 +264,15 @@ JValue *jv_list(JArena *a, size_t n, bool is_tuple) {
     return v;
 }
 
+JValue *jv_iter(JArena *a, JValue **items, size_t n, const char *iter_name) {
+    JValue *v = ja_alloc(a, sizeof *v);
+    v->kind = JV_ITER;
+    v->u.list.items = items;
+    v->u.list.n = n;
+    v->iter_name = iter_name;
+    return v;
+}
+
 JValue *jv_dict(JArena *a) {
     JValue *v = ja_alloc(a, sizeof *v);
     v->kind = JV_DICT;
@@ -308,6 +317,8 @@ static const char *object_type_repr(const JValue *v) {
         return "function object";
     case JV_LOOP:
         return "jinja2.runtime.LoopContext object";
+    case JV_ITER:
+        return "generator object";
     }
     return "object";
 }
@@ -431,7 +442,20 @@ const char *jv_type_name(const JValue *v) {
     case JV_STRING:
         return "str";
     case JV_LIST:
-        return v->is_tuple ? "tuple" : "list";
+        switch (v->view) {
+        case JVIEW_ITEMS:
+            return "dict_items";
+        case JVIEW_KEYS:
+            return "dict_keys";
+        case JVIEW_VALUES:
+            return "dict_values";
+        case JVIEW_RANGE:
+            return "range";
+        default:
+            return v->is_tuple ? "tuple" : "list";
+        }
+    case JV_ITER:
+        return v->iter_name;
     case JV_DICT:
         return "dict";
     case JV_NAMESPACE:
@@ -553,6 +577,23 @@ int jv_repr(JBuf *b, const JValue *v) {
         jb_puts(b, "Undefined");
         return 0;
     case JV_LIST:
+        if (v->view == JVIEW_RANGE) {
+            if (v->range[2] == 1)
+                jb_printf(b, "range(%" PRId64 ", %" PRId64 ")", v->range[0], v->range[1]);
+            else
+                jb_printf(b, "range(%" PRId64 ", %" PRId64 ", %" PRId64 ")", v->range[0],
+                          v->range[1], v->range[2]);
+            return 0;
+        }
+        if (v->view != JVIEW_NONE) {
+            jb_printf(b, "%s(", jv_type_name(v));
+            JValue plain = *v;
+            plain.view = JVIEW_NONE;
+            plain.is_tuple = false;
+            if (jv_repr(b, &plain) != 0) return -1;
+            jb_putc(b, ')');
+            return 0;
+        }
         jb_putc(b, v->is_tuple ? '(' : '[');
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) jb_puts(b, ", ");
@@ -608,6 +649,10 @@ int jv_to_str(JBuf *b, const JValue *v) {
         jb_printf(b, "<LoopContext %" PRId64 "/%" PRId64 ">", v->u.loop->index0 + 1,
                   v->u.loop->length);
         return 0;
+    case JV_ITER:
+        /* Python prints an address here; no renderer can reproduce it. */
+        jb_printf(b, "<%s object>", v->iter_name);
+        return 0;
     }
     return 0;
 }
@@ -639,7 +684,8 @@ bool jv_equal(const JValue *a, const JValue *b) {
     case JV_STRING:
         return a->u.s.n == b->u.s.n && memcmp(a->u.s.s, b->u.s.s, a->u.s.n) == 0;
     case JV_LIST:
-        if (a->is_tuple != b->is_tuple || a->u.list.n != b->u.list.n) return false;
+        if (a->is_tuple != b->is_tuple || a->view != b->view || a->u.list.n != b->u.list.n)
+            return false;
         for (size_t i = 0; i < a->u.list.n; i++)
             if (!jv_equal(a->u.list.items[i], b->u.list.items[i])) return false;
         return true;
@@ -658,6 +704,8 @@ bool jv_equal(const JValue *a, const JValue *b) {
         return a->u.fn == b->u.fn;
     case JV_LOOP:
         return a->u.loop == b->u.loop;
+    case JV_ITER:
+        return a == b;
     default:
         return false;
     }
@@ -680,7 +728,8 @@ int jv_less(const JValue *a, const JValue *b, bool *lt) {
         *lt = c < 0 || (c == 0 && a->u.s.n < b->u.s.n);
         return 0;
     }
-    if (a->kind == JV_LIST && b->kind == JV_LIST && a->is_tuple == b->is_tuple) {
+    if (a->kind == JV_LIST && b->kind == JV_LIST && a->is_tuple == b->is_tuple &&
+        a->view == JVIEW_NONE && b->view == JVIEW_NONE) {
         size_t n = a->u.list.n < b->u.list.n ? a->u.list.n : b->u.list.n;
         for (size_t i = 0; i < n; i++) {
             if (jv_equal(a->u.list.items[i], b->u.list.items[i])) continue;
@@ -776,6 +825,8 @@ static int to_json(JBuf *b, const JValue *v, const JJsonOpts *o, int level) {
         json_str_out(b, v->u.s, o->ensure_ascii);
         return 0;
     case JV_LIST:
+        if (v->view != JVIEW_NONE)
+            return err_set("Object of type %s is not JSON serializable", jv_type_name(v));
         if (v->u.list.n == 0) {
             jb_puts(b, "[]");
             return 0;

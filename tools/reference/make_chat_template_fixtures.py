@@ -759,6 +759,11 @@ construct("generation_tag", "{% generation %} renders its body normally",
           "{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}{{ m.content }}<end>{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
           {"messages": MSGS["multi"]})
 construct("print_tag", "{% print %} statement", "{% print 'a' ~ 1 %}|{% print 1, 2 %}")
+construct("iterators", "generator filters are one-pass and always truthy; dict views and range print like Python; errors of lazy filters wait for consumption",
+          "{% set g = [1, 2, 3] | select('odd') %}{{ 'truthy' if ([] | select) else 'falsy' }}|{{ g | list }}|{{ g | list }}|{{ {'a': 1}.items() }}|{{ {'a': 1}.keys() }}|"
+          "{{ {'a': 1}.values() }}|{{ range(2, 10, 3) }}|{{ range(3) }}|{{ [1, 2] | reverse | list }}|{% set r = [1, 2, 3] | map('string') %}{{ r | first }}{{ r | list }}|"
+          "{{ {'a': 1}.items() | list }}|{{ {}.items() | length }}|{{ 'x' | items is defined }}|{{ 5 | select is defined }}|{{ [3, 1] | unique | sort }}|"
+          "{% for x in [1, 2] | map('string') %}{{ loop.length }}{{ x }}{% endfor %}|{{ 2 in ([1, 2, 3] | select) }}|{{ {'a': 1}.items() | length }}")
 construct("undefined_behaviour", "undefined values: printing, length, iteration, default, comparisons",
           "[{{ nope }}]{{ nope | length }}{{ nope | string }}{{ nope | trim }}{{ nope | upper }}{{ nope | join }}{{ nope | list }}{{ nope | first }}{{ nope == nope2 }}{{ nope != 1 }}"
           "{% for x in nope %}x{% endfor %}{{ nope is defined }}{{ d.missing }}{{ d.missing is defined }}{{ (nope or 'fallback') }}{{ nope ~ '!' }}{{ 'a' if nope else 'b' }}",
