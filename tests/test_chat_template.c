@@ -8,12 +8,14 @@
  *    family templates is compiled and, when it compiles, rendered.
  * 3. Generation spans, the render API variants, and API misuse. */
 #include "chat/chat_template.h"
+#include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -165,6 +167,16 @@ static void run_fixtures(void) {
             continue;
         }
         const char *src = json_string_value(json_object_get(fx, "template"));
+        if (strncmp(names[i], "builtin_", 8) == 0) {
+            /* The fixture was rendered from the same text that is compiled into rlhf. */
+            char builtin[256];
+            snprintf(builtin, sizeof builtin, "%.*s", (int)(strlen(names[i]) - 13), names[i] + 8);
+            const char *compiled_in = chat_template_builtin(builtin);
+            CHECK(compiled_in && strcmp(compiled_in, src) == 0,
+                  "%s: the built-in template '%s' differs from the fixture's (regenerate the "
+                  "fixtures)",
+                  names[i], builtin);
+        }
         ChatTemplate *tpl = NULL;
         char compile_error[2048] = "";
         if (chat_template_compile(src, strlen(src), &tpl) != 0)
@@ -184,6 +196,203 @@ static void run_fixtures(void) {
         json_decref(fx);
         free(names[i]);
     }
+}
+
+/* ---------------------------------------------------------------- tokenizer directories */
+
+/* One case of tokenizers/<dir>/expected.json through the loader API (clock pinned) and,
+ * unless the template reads the clock, through `rlhf chat-template`. */
+static void check_tokenizer_case(const char *dir, const char *dirname, const json_t *fx,
+                                 const json_t *c) {
+    const char *name = json_string_value(json_object_get(c, "name"));
+    const json_t *want = json_object_get(c, "expected");
+    const json_t *tools = json_object_get(c, "tools");
+    bool agp = json_is_true(json_object_get(c, "add_generation_prompt"));
+    struct tm now;
+    fixture_clock(fx, &now);
+    cases_total++;
+
+    ChatTemplateSource src;
+    ChatTemplate *tpl = NULL;
+    ChatRenderResult res = {0};
+    int rc = chat_template_source_load(dir, &src);
+    CHECK(rc == 0, "%s: load: %s", dirname, err_msg());
+    if (rc != 0) return;
+    const char *text = chat_template_source_pick(&src, tools != NULL);
+    rc = text ? chat_template_compile(text, strlen(text), &tpl) : -1;
+    if (rc == 0) {
+        ChatApplyArgs args = {.messages = json_object_get(c, "messages"),
+                              .tools = tools,
+                              .add_generation_prompt = agp,
+                              .special_tokens = src.special_tokens,
+                              .kwargs = json_object_get(c, "kwargs"),
+                              .now = &now};
+        rc = chat_template_apply(tpl, &args, &res);
+    }
+    bool ok;
+    if (want) {
+        ok = rc == 0 && res.len == json_string_length(want) &&
+             memcmp(res.text, json_string_value(want), res.len) == 0;
+        CHECK(ok, "%s / %s: %s", dirname, name, rc ? err_msg() : "output differs");
+        if (rc == 0 && !ok)
+            show_diff(name, res.text, res.len, json_string_value(want), json_string_length(want));
+    } else {
+        ok = rc != 0;
+        CHECK(ok, "%s / %s: rendered but transformers fails: %s", dirname, name,
+              json_string_value(json_object_get(c, "error")));
+    }
+    cases_passed += ok;
+
+    /* The same through the command line. */
+    if (!(text && strstr(text, "strftime_now"))) {
+        char msgs_path[4200], out_path[4200];
+        snprintf(msgs_path, sizeof msgs_path, "%s/%s-%s.json", harness_tmpdir(), dirname, name);
+        snprintf(out_path, sizeof out_path, "%s/%s-%s.out", harness_tmpdir(), dirname, name);
+        json_t *doc = json_pack("{s:O}", "messages", json_object_get(c, "messages"));
+        if (tools) json_object_set(doc, "tools", (json_t *)tools);
+        char *dumped = json_dumps(doc, 0);
+        harness_write_file(msgs_path, dumped, strlen(dumped));
+        free(dumped);
+        json_decref(doc);
+        char *kw =
+            json_object_get(c, "kwargs") ? json_dumps(json_object_get(c, "kwargs"), 0) : NULL;
+        char *argv[12];
+        int argc = 0;
+        argv[argc++] = "--tokenizer";
+        argv[argc++] = (char *)dir;
+        argv[argc++] = "--messages";
+        argv[argc++] = msgs_path;
+        argv[argc++] = "--out";
+        argv[argc++] = out_path;
+        if (agp) argv[argc++] = "--add-generation-prompt";
+        if (kw) {
+            argv[argc++] = "--kwargs";
+            argv[argc++] = kw;
+        }
+        fflush(stderr);
+        int cli_rc = cli_chat_template(argc, argv);
+        if (want) {
+            char *got = NULL;
+            size_t len = 0;
+            bool cli_ok = cli_rc == CLI_EXIT_OK && read_file(out_path, &got, &len) == 0 &&
+                          len == json_string_length(want) &&
+                          memcmp(got, json_string_value(want), len) == 0;
+            CHECK(cli_ok, "%s / %s: rlhf chat-template gave rc %d or a different prompt", dirname,
+                  name, cli_rc);
+            free(got);
+        } else {
+            CHECK(cli_rc == CLI_EXIT_FAILURE, "%s / %s: rlhf chat-template rc %d, want 1", dirname,
+                  name, cli_rc);
+        }
+        free(kw);
+    }
+    chat_render_result_free(&res);
+    chat_template_free(tpl);
+    chat_template_source_free(&src);
+}
+
+static void run_tokenizer_fixtures(void) {
+    char root[4096];
+    snprintf(root, sizeof root, "%s",
+             harness_source_path("tests/fixtures/chat_templates/tokenizers"));
+    DIR *d = opendir(root);
+    CHECK(d != NULL, "cannot open %s", root);
+    if (!d) return;
+    char *names[64];
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 64;)
+        if (e->d_name[0] != '.') names[n++] = xstrdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    CHECK(n >= 6, "only %zu tokenizer fixture directories", n);
+    for (size_t i = 0; i < n; i++) {
+        char dir[4200], path[4300];
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        snprintf(path, sizeof path, "%s/expected.json", dir);
+        json_t *fx;
+        if (json_load_path(path, &fx) == 0) {
+            size_t k;
+            json_t *c;
+            json_array_foreach(json_object_get(fx, "cases"), k, c)
+                check_tokenizer_case(dir, names[i], fx, c);
+            json_decref(fx);
+        } else {
+            CHECK(0, "%s", err_msg());
+        }
+        free(names[i]);
+    }
+}
+
+static void test_loader_edge_cases(void) {
+    ChatTemplateSource src;
+    CHECK(chat_template_source_load("/nonexistent/dir", &src) != 0 &&
+              strstr(err_msg(), "not a directory"),
+          "missing dir: %s", err_msg());
+    const char *tmp = harness_tmpdir();
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/empty_tok", tmp);
+    CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+    CHECK(chat_template_source_load(dir, &src) == 0 && src.ntemplates == 0, "empty dir: %s",
+          err_msg());
+    CHECK(chat_template_source_pick(&src, false) == NULL && strstr(err_msg(), "no chat template"),
+          "pick: %s", err_msg());
+    chat_template_source_free(&src);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *bad = "{\"chat_template\": 5}";
+    harness_write_file(path, bad, strlen(bad));
+    CHECK(chat_template_source_load(dir, &src) != 0 && strstr(err_msg(), "chat_template"),
+          "bad type: %s", err_msg());
+    const char *broken = "{\"chat_template\": ";
+    harness_write_file(path, broken, strlen(broken));
+    CHECK(chat_template_source_load(dir, &src) != 0 && strstr(err_msg(), "tokenizer_config.json"),
+          "broken json: %s", err_msg());
+    const char *listbad = "{\"chat_template\": [{\"name\": \"default\"}]}";
+    harness_write_file(path, listbad, strlen(listbad));
+    CHECK(chat_template_source_load(dir, &src) != 0 && strstr(err_msg(), "chat_template[0]"),
+          "list: %s", err_msg());
+
+    /* The built-in templates compile and are listed. */
+    size_t count = 0;
+    for (const char *const *n = chat_template_builtin_names(); *n; n++, count++) {
+        const char *text = chat_template_builtin(*n);
+        ChatTemplate *tpl;
+        CHECK(text && chat_template_compile(text, strlen(text), &tpl) == 0, "built-in %s: %s", *n,
+              err_msg());
+        if (text) chat_template_free(tpl);
+    }
+    CHECK(count >= 4 && chat_template_builtin("chatml") && chat_template_builtin("llama3") &&
+              !chat_template_builtin("nope"),
+          "built-in table");
+}
+
+static void test_cli_usage(void) {
+    char *none[] = {"--messages", "x.json"};
+    CHECK(cli_chat_template(2, none) == CLI_EXIT_USAGE,
+          "no tokenizer/template must be a usage error");
+    char *unknown[] = {"--bogus"};
+    CHECK(cli_chat_template(1, unknown) == CLI_EXIT_USAGE, "unknown option");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/m.json", harness_tmpdir());
+    const char *m = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+    harness_write_file(path, m, strlen(m));
+    char *nope[] = {"--template", "no_such_template", "--messages", path};
+    CHECK(cli_chat_template(4, nope) == CLI_EXIT_FAILURE, "unknown template name");
+    char out[4300];
+    snprintf(out, sizeof out, "%s/chatml.out", harness_tmpdir());
+    char *chatml[] = {"--template", "chatml", "--messages", path, "--add-generation-prompt",
+                      "--out",      out};
+    CHECK(cli_chat_template(7, chatml) == CLI_EXIT_OK, "chatml: %s", err_msg());
+    char *got = NULL;
+    CHECK(read_file(out, &got, NULL) == 0 && got &&
+              strcmp(got, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n") == 0,
+          "chatml output: %s", got ? got : "(none)");
+    free(got);
+    char *badkw[] = {"--template", "chatml", "--messages", path, "--kwargs", "[1]"};
+    CHECK(cli_chat_template(6, badkw) == CLI_EXIT_FAILURE, "--kwargs must be an object");
+    const char *notlist = "{\"role\": \"user\"}";
+    harness_write_file(path, notlist, strlen(notlist));
+    char *badmsgs[] = {"--template", "chatml", "--messages", path};
+    CHECK(cli_chat_template(4, badmsgs) == CLI_EXIT_FAILURE, "messages must be a list");
 }
 
 /* ---------------------------------------------------------------- API checks */
@@ -314,11 +523,14 @@ static void test_apply_errors(void) {
 
 int main(void) {
     run_fixtures();
+    run_tokenizer_fixtures();
     printf("chat template fixture cases: %d/%d byte-identical or failing as jinja2 does\n",
            cases_passed, cases_total);
     test_generation_spans();
     test_render_shorthand();
     test_unsupported_constructs();
     test_apply_errors();
+    test_loader_edge_cases();
+    test_cli_usage();
     return harness_finish("test_chat_template");
 }

@@ -77,19 +77,31 @@ int chat_template_apply(const ChatTemplate *tpl, const ChatApplyArgs *args, Chat
 /* ------------------------------------------------------------------------------------------
  * Loading (chat_template_loader.c) */
 
-/* What a tokenizer directory says about chat templates, read the way transformers reads
- * it: chat_template.jinja wins; else tokenizer_config.json "chat_template" (a string, or a
- * list of {"name", "template"} of which "default" is used); else chat_template.json
- * {"chat_template": ...}. Special tokens come from tokenizer_config.json (strings or
- * AddedToken dicts {"content": ...}), with special_tokens_map.json filling keys it lacks. */
+/* What a tokenizer directory says about chat templates, read the way transformers 5 reads
+ * it:
+ *   - chat_template.jinja (as "default") and additional_chat_templates/<name>.jinja win;
+ *   - else tokenizer_config.json "chat_template": a string ("default"), or a list of
+ *     {"name", "template"};
+ *   - else a processor's legacy chat_template.json {"chat_template": ...}.
+ * Special tokens (what templates see as bos_token, eos_token, ...): tokenizer_config.json's
+ * bos/eos/unk/sep/pad/cls/mask_token and any other "*_token" key, each a string or an
+ * AddedToken dict {"content": ...}, plus an "extra_special_tokens" name->token dict. When
+ * tokenizer_config.json has no "added_tokens_decoder", special_tokens_map.json is read too
+ * and its tokens override the config's (transformers 5 behaviour). */
 typedef struct {
-    char *source;           /* the template text, or NULL when the directory has none */
-    char *origin;           /* which file it came from, for messages */
-    json_t *special_tokens; /* object: bos_token, eos_token, unk_token, pad_token, ... */
+    char **names;     /* template names ("default", "tool_use", ...), ntemplates of them */
+    char **templates; /* their sources */
+    size_t ntemplates;
+    char *origin;           /* the file they came from, for messages (NULL when none) */
+    json_t *special_tokens; /* object: token name -> string */
 } ChatTemplateSource;
 
+/* Returns 0 (a directory without any template is not an error: ntemplates == 0), or -1. */
 int chat_template_source_load(const char *dir, ChatTemplateSource *out);
 void chat_template_source_free(ChatTemplateSource *src);
+/* The template transformers would use: "tool_use" when tools are given and it exists,
+ * else "default". NULL (error set) when there is none. */
+const char *chat_template_source_pick(const ChatTemplateSource *src, bool has_tools);
 
 /* Built-in templates by Axolotl's names (chatml, llama3, qwen_25, ...): the template
  * text, or NULL when the name is not built in. */

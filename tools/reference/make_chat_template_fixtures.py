@@ -20,6 +20,12 @@ Two rendering modes per case:
 strftime_now is pinned to NOW so that outputs are reproducible; the C test pins the same
 clock.
 
+Also: tests/fixtures/chat_templates/tokenizers/<name>/ -- tiny tokenizer directories (a
+WordLevel tokenizer.json plus hand-written tokenizer_config.json, chat_template.jinja,
+special_tokens_map.json, ...) loaded with AutoTokenizer.from_pretrained, and their
+expected.json: what tokenizer.apply_chat_template(messages, tools=..., tokenize=False,
+add_generation_prompt=..., **kwargs) returns (or the error it raises) -- the loader test.
+
 Output: tests/fixtures/chat_templates/<name>.json, one file per template:
   {"name", "description", "template", "now",
    "cases": [{"name", "mode", "vars"            (render mode), or
@@ -597,6 +603,49 @@ LLAMA31 = """{{- bos_token }}
 {%- endif %}
 """
 
+# Built-in templates (src/chat/templates/*.jinja, compiled into rlhf), checked against the
+# renderings axolotl-config.md sections 4.3 / 4.7 give for Axolotl's templates.
+BUILTIN_DIR = os.path.join(ROOT, "src", "chat", "templates")
+HELLO = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "goodbye"}]
+SPEC_BUILTIN_RENDERINGS = [
+    ("chatml", {"messages": HELLO, "add_generation_prompt": True},
+     "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\ngoodbye<|im_end|>\n<|im_start|>assistant\n"),
+    ("llama3", {"messages": HELLO, "add_generation_prompt": True, **LLAMA_SPECIAL},
+     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nhello<|eot_id|><|start_header_id|>user<|end_header_id|>\n\ngoodbye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+    ("gemma", {"messages": HELLO, "add_generation_prompt": True, "bos_token": "<bos>", "eos_token": "<eos>"},
+     "<bos><start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n<start_of_turn>user\ngoodbye<end_of_turn>\n<start_of_turn>model\n"),
+    ("chatml", {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "add_generation_prompt": True},
+     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen_25", {"messages": [U1], "add_generation_prompt": True},
+     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen3", {"messages": [U1], "add_generation_prompt": True, "enable_thinking": False},
+     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+]
+
+
+def builtin_fixtures():
+    out = []
+    for fname in sorted(os.listdir(BUILTIN_DIR)):
+        if not fname.endswith(".jinja"):
+            continue
+        name = fname[:-len(".jinja")]
+        with open(os.path.join(BUILTIN_DIR, fname), encoding="utf-8") as f:
+            src = f.read()
+        special = LLAMA_SPECIAL if name == "llama3" else {"bos_token": "<bos>", "eos_token": "<eos>"} if name == "gemma" else SP_SPECIAL
+        mlists = ["single", "multi_nosys"] if name == "gemma" else ["single", "system", "multi", "unicode"]
+        cases = agp_cases(mlists, special=special)
+        if name in ("qwen3",):
+            cases.append(apply_case("reasoning", REASONING_MSGS, True, QWEN_SPECIAL))
+            cases.append(apply_case("no_thinking", [U1], True, QWEN_SPECIAL, kwargs={"enable_thinking": False}))
+        if name in ("qwen3", "qwen_25"):
+            cases.append(apply_case("tools_refused", [U1], True, QWEN_SPECIAL, tools=TOOLS))
+        if name == "gemma":
+            cases.append({"name": "system_refused", "mode": "render", "vars": {"messages": MSGS["system"], **special}})
+        out.append({"name": "builtin_" + name, "description": f"built-in template '{name}' (src/chat/templates/{fname})",
+                    "template": src, "cases": cases})
+    return out
+
+
 # Reference renderings from hf-formats.md 5.3 (messages [user "Hi"], generation prompt on).
 SPEC_RENDERINGS = {
     "qwen25": (QWEN25, {}, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
@@ -875,8 +924,95 @@ family("llama31", "Llama 3.1: date from strftime_now, tools in the first user me
           apply_case("tools_without_user_raise", [SYS], False, LLAMA_SPECIAL, tools=TOOLS)])
 
 
+# ----------------------------------------------------------------------------------------
+# Tokenizer directories: how transformers finds the template and the special tokens.
+
+TOK_T = ("{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ image_token }}|"
+         "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ '[gen]' if add_generation_prompt }}")
+ADDED_BOS = {"__type": "AddedToken", "content": "<s>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+ONE_TOOL = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {}}}}]
+
+TOKENIZER_DIRS = [
+    ("added_token_dict", "bos_token as an AddedToken dict, a model-specific *_token key, pad_token null",
+     {"bos_token": ADDED_BOS, "eos_token": "</s>", "pad_token": None, "image_token": "<img>", "chat_template": TOK_T}, {}),
+    ("special_tokens_map_overrides", "no added_tokens_decoder: special_tokens_map.json is read and overrides the config",
+     {"bos_token": "<s>", "chat_template": TOK_T},
+     {"special_tokens_map.json": {"eos_token": {"content": "</s>", "lstrip": False}, "bos_token": "<map-bos>", "unk_token": "<unk>"}}),
+    ("added_tokens_decoder_ignores_map", "with added_tokens_decoder, special_tokens_map.json is not read",
+     {"bos_token": "<s>", "chat_template": TOK_T,
+      "added_tokens_decoder": {"1": {"content": "<s>", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}}},
+     {"special_tokens_map.json": {"eos_token": "</s>"}}),
+    ("named_templates", "chat_template as a list: 'default', and 'tool_use' when tools are given",
+     {"eos_token": "</s>", "chat_template": [{"name": "default", "template": "DEFAULT " + TOK_T}, {"name": "tool_use", "template": "TOOL_USE {{ tools | length }} " + TOK_T}]}, {}),
+    ("jinja_file_wins", "chat_template.jinja beats tokenizer_config.json; additional_chat_templates/tool_use.jinja; the file's trailing newline is dropped",
+     {"eos_token": "</s>", "chat_template": "FROM CONFIG"},
+     {"chat_template.jinja": "FROM FILE {{ messages[0].content }}\n", "additional_chat_templates/tool_use.jinja": "TOOL FILE {{ tools[0].function.name }}\n\n"}),
+    ("no_default_template", "several templates and none named default",
+     {"chat_template": [{"name": "other", "template": "X"}]}, {}),
+    ("qwen25", "a Qwen2.5-style directory: template in tokenizer_config.json, bos null, eos <|im_end|>",
+     {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": QWEN25, "add_bos_token": False}, {}),
+    ("llama31", "a Llama-3.1-style directory: template in chat_template.jinja, AddedToken bos",
+     {"bos_token": dict(ADDED_BOS, content="<|begin_of_text|>"), "eos_token": "<|eot_id|>"}, {"chat_template.jinja": LLAMA31}),
+]
+
+TOKENIZER_CASES = [
+    {"name": "single_gen", "messages": [U1], "add_generation_prompt": True},
+    {"name": "multi", "messages": MSGS["multi"], "add_generation_prompt": False},
+    {"name": "tools", "messages": [SYS, U1], "add_generation_prompt": True, "tools": ONE_TOOL},
+    {"name": "kwargs", "messages": [U1], "add_generation_prompt": True, "kwargs": {"date_string": "02 Feb 2025", "eos_token": "<override>"}},
+]
+
+
+def make_tokenizer_fixtures():
+    import shutil
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "<s>", "</s>", "hi"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    root = os.path.join(OUT_DIR, "tokenizers")
+    shutil.rmtree(root, ignore_errors=True)
+    count = 0
+    for name, description, config, files in TOKENIZER_DIRS:
+        d = os.path.join(root, name)
+        os.makedirs(d)
+        tok.save(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **config}, f, ensure_ascii=False, indent=1)
+        for rel, content in files.items():
+            path = os.path.join(d, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content if isinstance(content, str) else json.dumps(content))
+        cases = []
+        for case in TOKENIZER_CASES:
+            out = dict(case)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(d)
+                compile_template(tokenizer.get_chat_template(None, case.get("tools")))  # pins the clock
+                out["expected"] = tokenizer.apply_chat_template(
+                    case["messages"], tools=case.get("tools"), tokenize=False,
+                    add_generation_prompt=case["add_generation_prompt"], **case.get("kwargs", {}))
+            except Exception as exc:  # noqa: BLE001
+                out["error"] = f"{type(exc).__name__}: {exc}"
+            cases.append(out)
+            count += 1
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
+            json.dump({"description": description, "now": NOW.isoformat(), "cases": cases}, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+    return count
+
+
 def main():
     failures = 0
+    for name, variables, want in SPEC_BUILTIN_RENDERINGS:
+        with open(os.path.join(BUILTIN_DIR, name + ".jinja"), encoding="utf-8") as f:
+            got = compile_template(f.read()).render(**variables)
+        if got != want:
+            failures += 1
+            print(f"built-in {name} differs from the spec rendering:\n  want {want!r}\n  got  {got!r}", file=sys.stderr)
+    F.extend(builtin_fixtures())
     for name, (tpl, extra, want) in SPEC_RENDERINGS.items():
         got = compile_template(tpl).render(messages=[U1], add_generation_prompt=True, **extra)
         if got != want:
@@ -901,7 +1037,9 @@ def main():
             with open(os.path.join(OUT_DIR, fx["name"] + ".json"), "w", encoding="utf-8") as f:
                 json.dump(doc, f, ensure_ascii=False, indent=1)
                 f.write("\n")
-    print(f"wrote {len(C) + len(E) + len(F)} fixture files, {total} cases, to {OUT_DIR}")
+    ntok = make_tokenizer_fixtures()
+    print(f"wrote {len(C) + len(E) + len(F)} fixture files, {total} cases, and {len(TOKENIZER_DIRS)} tokenizer "
+          f"directories ({ntok} cases) to {OUT_DIR}")
     return 1 if failures else 0
 
 
