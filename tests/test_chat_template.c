@@ -15,6 +15,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,50 @@ static void prefixes_do_not_crash(const char *file, const char *src, const json_
     }
 }
 
+/* Deterministic random edits of the template (bytes replaced by syntax characters, spans
+ * deleted or duplicated): compile and render must fail cleanly or succeed, never crash. */
+static void mutations_do_not_crash(const char *file, const char *src, const json_t *c, uint32_t seed) {
+    static const char syntax[] = "{}%#-+|()[]'\"\n ~.,=!<>*/:ab0_";
+    size_t n = strlen(src);
+    if (n == 0) return;
+    char *buf = xmalloc(2 * n + 1);
+    struct tm now = {.tm_year = 124, .tm_mon = 6, .tm_mday = 26};
+    uint32_t x = seed | 1;
+    for (int round = 0; round < 150; round++) {
+        memcpy(buf, src, n + 1);
+        size_t len = n;
+        for (int edits = 1 + round % 3; edits > 0 && len > 0; edits--) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            size_t at = x % len, span = 1 + (x >> 8) % 16;
+            if (at + span > len) span = len - at;
+            switch ((x >> 20) % 3) {
+            case 0:
+                buf[at] = syntax[(x >> 24) % (sizeof syntax - 1)];
+                break;
+            case 1: /* delete */
+                memmove(buf + at, buf + at + span, len - at - span + 1);
+                len -= span;
+                break;
+            default: /* duplicate */
+                if (len + span > 2 * n) break;
+                memmove(buf + at + span, buf + at, len - at + 1);
+                len += span;
+            }
+        }
+        ChatTemplate *tpl;
+        if (chat_template_compile(buf, len, &tpl) != 0) {
+            CHECK(err_msg()[0] != '\0', "%s: mutation %d failed without a message", file, round);
+            continue;
+        }
+        ChatRenderResult res = {0};
+        if (render_case(tpl, c, &now, &res) != 0)
+            CHECK(err_msg()[0] != '\0', "%s: mutation %d render failed without a message", file, round);
+        chat_render_result_free(&res);
+        chat_template_free(tpl);
+    }
+    free(buf);
+}
+
 static void run_fixtures(void) {
     const char *dir = harness_source_path("tests/fixtures/chat_templates");
     char dirbuf[4096];
@@ -190,8 +235,11 @@ static void run_fixtures(void) {
         bool family = desc && strncmp(names[i], "err_", 4) != 0 &&
                       strstr(names[i], "ws_") != names[i] &&
                       json_array_size(json_object_get(fx, "cases")) > 2;
-        if (family)
-            prefixes_do_not_crash(names[i], src, json_array_get(json_object_get(fx, "cases"), 0));
+        if (family) {
+            const json_t *first = json_array_get(json_object_get(fx, "cases"), 0);
+            prefixes_do_not_crash(names[i], src, first);
+            mutations_do_not_crash(names[i], src, first, (uint32_t)(2654435761u * (i + 1)));
+        }
         chat_template_free(tpl);
         json_decref(fx);
         free(names[i]);

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define MAX_EXPR_DEPTH 200
+
 typedef struct {
     JArena *arena;
     const JToken *t;
@@ -22,6 +24,7 @@ typedef struct {
     int loop_depth; /* for break/continue outside loops */
     const char *tag_stack[64];
     int ntags;
+    int depth; /* expression nesting, bounded so that hostile input cannot exhaust the stack */
 } Parser;
 
 static int pfail(int line, const char *fmt, ...)
@@ -160,7 +163,19 @@ static JNode *parse_expression(Parser *p, bool with_condexpr) {
     return with_condexpr ? parse_condexpr(p) : parse_or(p);
 }
 
+static JNode *parse_condexpr_inner(Parser *p);
+
 static JNode *parse_condexpr(Parser *p) {
+    if (++p->depth > MAX_EXPR_DEPTH) {
+        pfail(cur(p)->line, "expression nested too deeply");
+        return NULL;
+    }
+    JNode *n = parse_condexpr_inner(p);
+    p->depth--;
+    return n;
+}
+
+static JNode *parse_condexpr_inner(Parser *p) {
     JNode *e1 = parse_or(p);
     if (!e1) return NULL;
     while (is_name(cur(p), "if")) {
@@ -216,7 +231,19 @@ static JNode *parse_and(Parser *p) {
     return left;
 }
 
+static JNode *parse_not_inner(Parser *p);
+
 static JNode *parse_not(Parser *p) {
+    if (++p->depth > MAX_EXPR_DEPTH) {
+        pfail(cur(p)->line, "expression nested too deeply");
+        return NULL;
+    }
+    JNode *n = parse_not_inner(p);
+    p->depth--;
+    return n;
+}
+
+static JNode *parse_not_inner(Parser *p) {
     if (is_name(cur(p), "not")) {
         int line = cur(p)->line;
         advance(p);
@@ -583,7 +610,19 @@ static JNode *parse_postfix(Parser *p, JNode *n) {
     }
 }
 
+static JNode *parse_unary_inner(Parser *p, bool with_filter);
+
 static JNode *parse_unary(Parser *p, bool with_filter) {
+    if (++p->depth > MAX_EXPR_DEPTH) {
+        pfail(cur(p)->line, "expression nested too deeply");
+        return NULL;
+    }
+    JNode *n = parse_unary_inner(p, with_filter);
+    p->depth--;
+    return n;
+}
+
+static JNode *parse_unary_inner(Parser *p, bool with_filter) {
     const JToken *t = cur(p);
     JNode *n;
     if (is_op(t, OP_SUB) || is_op(t, OP_ADD)) {

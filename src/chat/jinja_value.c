@@ -568,7 +568,22 @@ static int repr_dict_items(JBuf *b, const JDict *d) {
     return 0;
 }
 
+static int repr_inner(JBuf *b, const JValue *v);
+
+/* Containers nest at most this deep when printed (Python raises RecursionError too). */
+#define MAX_PRINT_DEPTH 1000
+static _Thread_local int repr_depth;
+
 int jv_repr(JBuf *b, const JValue *v) {
+    if (v->kind != JV_LIST && v->kind != JV_DICT && v->kind != JV_NAMESPACE) return repr_inner(b, v);
+    if (repr_depth >= MAX_PRINT_DEPTH) return err_set("value nested too deeply to print");
+    repr_depth++;
+    int rc = repr_inner(b, v);
+    repr_depth--;
+    return rc;
+}
+
+static int repr_inner(JBuf *b, const JValue *v) {
     switch (v->kind) {
     case JV_STRING:
         repr_string(b, v->u.s);
@@ -803,6 +818,7 @@ static int key_less(const void *x, const void *y) {
 }
 
 static int to_json(JBuf *b, const JValue *v, const JJsonOpts *o, int level) {
+    if (level > MAX_PRINT_DEPTH) return err_set("value nested too deeply for JSON");
     switch (v->kind) {
     case JV_NONE:
         jb_puts(b, "null");
