@@ -2062,7 +2062,15 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
             arg_int(p[3], 5, &leeway, what, line) != 0)
             return NULL;
         JStr end = p[2] ? jv_str_of(c->arena, p[2])->u.s : (JStr){"...", 3};
-        JStr s = jv_str_of(c->arena, v)->u.s;
+        if (v->kind != JV_STRING) {
+            /* jinja2 measures and slices the value itself: a short sequence comes back as it
+             * is, anything else fails as Python does. */
+            JValue *l = len_of(c, v, line);
+            if (!l) return NULL;
+            if (l->u.i <= length + leeway) return v;
+            return jinja_fail(line, "truncate: cannot truncate a '%s'", jv_type_name(v));
+        }
+        JStr s = v->u.s;
         int64_t len = (int64_t)ju_length(s.s, s.n), endlen = (int64_t)ju_length(end.s, end.n);
         if (length < endlen)
             return jinja_fail(line, "expected length >= %" PRId64 ", got %" PRId64, endlen, length);

@@ -253,6 +253,10 @@ int jinja_contains(JCtx *c, JValue *container, JValue *item, int line, bool *res
         }
         return 0;
     case JV_ITER:
+        if (container->iter_error) {
+            jinja_fail(line, "%s", container->iter_error);
+            return -1;
+        }
         /* Consumes up to and including the match, as Python does. */
         while (container->u.list.n > 0) {
             JValue *x = container->u.list.items[0];

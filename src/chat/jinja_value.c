@@ -575,7 +575,8 @@ static int repr_inner(JBuf *b, const JValue *v);
 static _Thread_local int repr_depth;
 
 int jv_repr(JBuf *b, const JValue *v) {
-    if (v->kind != JV_LIST && v->kind != JV_DICT && v->kind != JV_NAMESPACE) return repr_inner(b, v);
+    if (v->kind != JV_LIST && v->kind != JV_DICT && v->kind != JV_NAMESPACE)
+        return repr_inner(b, v);
     if (repr_depth >= MAX_PRINT_DEPTH) return err_set("value nested too deeply to print");
     repr_depth++;
     int rc = repr_inner(b, v);

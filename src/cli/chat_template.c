@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char chat_template_usage[] =
     "usage: rlhf chat-template [--tokenizer DIR] [--template NAME|FILE] --messages FILE.json\n"
     "                          [--add-generation-prompt] [--continue-final-message]\n"
-    "                          [--tools FILE.json] [--kwargs JSON] [--out FILE]\n"
+    "                          [--tools FILE.json] [--kwargs JSON] [--now TIME] [--out FILE]\n"
+    "       rlhf chat-template --template NAME|FILE --vars FILE.json [--now TIME] [--out FILE]\n"
     "\n"
     "Renders a conversation with a chat template, as transformers' apply_chat_template(...,\n"
     "tokenize=False) does, and prints the prompt exactly (no newline is added).\n"
@@ -27,6 +29,9 @@ static const char chat_template_usage[] =
     "                      (\"-\": standard input)\n"
     "  --tools FILE        a JSON array of tool schemas\n"
     "  --kwargs JSON       extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+    "  --vars FILE         render with exactly these variables (a JSON object), like jinja2's\n"
+    "                      Template.render(**vars), without apply_chat_template's steps\n"
+    "  --now TIME          the clock strftime_now() reads, YYYY-MM-DDTHH:MM:SS (default: now)\n"
     "  --out FILE          write the prompt there (atomically) instead of standard output\n";
 
 static int read_json_arg(const char *path, json_t **out) {
@@ -52,7 +57,7 @@ static void print_builtins(FILE *fp) {
 
 int cli_chat_template(int argc, char **argv) {
     const char *tokenizer = NULL, *template_arg = NULL, *messages_path = NULL, *tools_path = NULL,
-               *kwargs_text = NULL, *out_path = NULL;
+               *kwargs_text = NULL, *out_path = NULL, *vars_path = NULL, *now_text = NULL;
     bool add_generation_prompt = false, continue_final = false;
     for (int i = 0; i < argc; i++) {
         int r;
@@ -61,7 +66,9 @@ int cli_chat_template(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--messages", &messages_path)) ||
             (r = cli_option(argc, argv, &i, "--tools", &tools_path)) ||
             (r = cli_option(argc, argv, &i, "--kwargs", &kwargs_text)) ||
-            (r = cli_option(argc, argv, &i, "--out", &out_path))) {
+            (r = cli_option(argc, argv, &i, "--out", &out_path)) ||
+            (r = cli_option(argc, argv, &i, "--vars", &vars_path)) ||
+            (r = cli_option(argc, argv, &i, "--now", &now_text))) {
             if (r < 0) return CLI_EXIT_USAGE;
             continue;
         }
@@ -79,12 +86,30 @@ int cli_chat_template(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
     }
-    if (!messages_path || (!tokenizer && !template_arg)) {
+    if ((!messages_path && !vars_path) || (messages_path && vars_path) ||
+        (!tokenizer && !template_arg)) {
         fprintf(
             stderr,
-            "rlhf chat-template: --messages and one of --tokenizer or --template are required\n%s",
+            "rlhf chat-template: one of --messages or --vars, and --tokenizer or --template, are "
+            "required\n%s",
             chat_template_usage);
         return CLI_EXIT_USAGE;
+    }
+    struct tm now_tm, *now = NULL;
+    if (now_text) {
+        memset(&now_tm, 0, sizeof now_tm);
+        char tail;
+        if (sscanf(now_text, "%d-%d-%dT%d:%d:%d%c", &now_tm.tm_year, &now_tm.tm_mon,
+                   &now_tm.tm_mday, &now_tm.tm_hour, &now_tm.tm_min, &now_tm.tm_sec, &tail) != 6) {
+            fprintf(stderr, "rlhf: error: --now: expected YYYY-MM-DDTHH:MM:SS, got \"%s\"\n",
+                    now_text);
+            return CLI_EXIT_USAGE;
+        }
+        now_tm.tm_year -= 1900;
+        now_tm.tm_mon -= 1;
+        time_t t = timegm(&now_tm); /* normalises, and fills in the weekday */
+        gmtime_r(&t, &now_tm);
+        now = &now_tm;
     }
 
     int rc = CLI_EXIT_FAILURE;
@@ -94,14 +119,18 @@ int cli_chat_template(int argc, char **argv) {
     char *file_template = NULL;
     ChatRenderResult res = {0};
 
-    if (read_json_arg(messages_path, &doc) != 0) goto fail;
+    if (read_json_arg(messages_path ? messages_path : vars_path, &doc) != 0) goto fail;
+    if (vars_path && !json_is_object(doc)) {
+        err_set("%s: expected a JSON object of template variables", vars_path);
+        goto fail;
+    }
     const json_t *messages = doc;
     if (json_is_object(doc)) {
         messages = json_object_get(doc, "messages");
         const json_t *t = json_object_get(doc, "tools");
         if (t && !json_is_null(t)) tools = json_incref((json_t *)t);
     }
-    if (!json_is_array(messages)) {
+    if (!vars_path && !json_is_array(messages)) {
         err_set("%s: expected a JSON array of messages or an object with \"messages\"",
                 messages_path);
         goto fail;
@@ -156,15 +185,20 @@ int cli_chat_template(int argc, char **argv) {
             err_prefix("%s", src.origin);
         goto fail;
     }
-    ChatApplyArgs args = {
-        .messages = messages,
-        .tools = tools,
-        .add_generation_prompt = add_generation_prompt,
-        .continue_final_message = continue_final,
-        .special_tokens = src.special_tokens,
-        .kwargs = kwargs,
-    };
-    if (chat_template_apply(tpl, &args, &res) != 0) goto fail;
+    if (vars_path) {
+        if (chat_template_render_vars(tpl, doc, now, &res) != 0) goto fail;
+    } else {
+        ChatApplyArgs args = {
+            .messages = messages,
+            .tools = tools,
+            .add_generation_prompt = add_generation_prompt,
+            .continue_final_message = continue_final,
+            .special_tokens = src.special_tokens,
+            .kwargs = kwargs,
+            .now = now,
+        };
+        if (chat_template_apply(tpl, &args, &res) != 0) goto fail;
+    }
 
     if (out_path) {
         if (write_file_atomic(out_path, res.text, res.len) != 0) goto fail;
