@@ -83,6 +83,11 @@ def run_case(src, case):
         else:
             a = case["args"]
             compile_template(src)  # pins the clock on the cached environment
+            # The checks and the null-key drop apply_chat_template does before rendering.
+            if not a["messages"]:
+                raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+            if a.get("continue_final_message") and a.get("add_generation_prompt"):
+                raise ValueError("continue_final_message and add_generation_prompt are not compatible.")
             msgs = [{k: v for k, v in m.items() if v is not None} for m in a["messages"]]
             kwargs = {**a.get("special_tokens", {}), **a.get("kwargs", {})}
             rendered, _ = ctu.render_jinja_template(
@@ -871,6 +876,17 @@ family("chatml", "ChatML (Axolotl's chatml; SmolLM v1 style)", CHATML,
 family("llama3", "Llama 3 (original): bos on the first message, content | trim", LLAMA3,
        agp_cases(["single", "system", "multi"], special=LLAMA_SPECIAL))
 family("alpaca", "Axolotl alpaca", ALPACA, agp_cases(["single", "system", "multi"], special=SP_SPECIAL))
+family("apply_extras", "apply_chat_template inputs: documents, continue_final_message on a template that trims, null keys dropped, reasoning aliases",
+       "{% if documents %}DOCS:{% for d in documents %}[{{ d.title }}|{{ d.text }}]{% endfor %}\n{% endif %}"
+       "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% if m.thinking is defined %}(thinking={{ m.thinking }}){% endif %}"
+       "{% if m.reasoning_content is defined %}(rc={{ m.reasoning_content }}){% endif %}{{ '(no name)' if m.name is not defined }}</{{ m.role }}>\n{% endfor %}"
+       "{{ 'tools=' ~ (tools | length) if tools is not none else 'tools=None' }} {{ 'docs=None' if documents is none }}",
+       [apply_case("documents", [U1], False, {}, documents=[{"title": "T1", "text": "one"}, {"title": "T2", "text": "two"}]),
+        apply_case("continue_trimmed", [U1, {"role": "assistant", "content": "Partial answer  "}], False, {}, continue_final_message=True),
+        apply_case("continue_exact", [U1, {"role": "assistant", "content": "Partial"}], False, {}, continue_final_message=True),
+        apply_case("null_keys", [{"role": "user", "content": "x", "name": None}], True, {}, tools=TOOLS),
+        apply_case("reasoning_key", [U1, {"role": "assistant", "content": "A", "reasoning": "R"}], False, {}),
+        apply_case("continue_with_agp", [U1, A1], True, {}, continue_final_message=True)])
 family("llama2", "Llama 2 chat: <<SYS>> folded into the first user turn, alternation check", LLAMA2,
        agp_cases(["single", "system", "multi", "multi_nosys"], special=SP_SPECIAL)
        + [{"name": "bad_alternation", "mode": "render",
