@@ -385,6 +385,8 @@ JValue *jinja_global(JCtx *ctx, const char *name);
 int jinja_iterate(JCtx *ctx, JValue *v, JValue ***items, size_t *n, int line);
 /* Python arithmetic: op is OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD or OP_POW. */
 JValue *jinja_binop(JCtx *ctx, int op, JValue *a, JValue *b, int line);
+/* Python's printf-style `fmt % args`. */
+JValue *jinja_printf(JCtx *ctx, JStr fmt, JValue *args, int line);
 /* Python `item in container`. Returns 0, or -1 (error set). */
 int jinja_contains(JCtx *ctx, JValue *container, JValue *item, int line, bool *res);
 /* Calls a macro (jinja_eval.c). */

@@ -94,6 +94,8 @@ static JValue *repeat(JCtx *c, const JValue *seq, int64_t times, int line) {
 }
 
 JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
+    /* str % anything is formatting, even with an undefined right side (printed as ""). */
+    if (op == OP_MOD && a->kind == JV_STRING) return jinja_printf(c, a->u.s, b, line);
     if (a->kind == JV_UNDEFINED) return jinja_fail_undefined(line, a);
     if (b->kind == JV_UNDEFINED) return jinja_fail_undefined(line, b);
     const char *sym = jop_text[op];
@@ -158,9 +160,6 @@ JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
         return jv_float(c->arena, jv_as_double(a) / jv_as_double(b));
     case OP_FLOORDIV:
     case OP_MOD:
-        if (a->kind == JV_STRING && op == OP_MOD)
-            return jinja_fail(
-                line, "printf-style '%%' string formatting is not supported by this renderer");
         if (!nums) return type_error(line, sym, a, b);
         if (ints) {
             int64_t x = as_int(a), y = as_int(b);

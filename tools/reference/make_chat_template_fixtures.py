@@ -818,6 +818,12 @@ construct("iterators", "generator filters are one-pass and always truthy; dict v
           "{{ {'a': 1}.values() }}|{{ range(2, 10, 3) }}|{{ range(3) }}|{{ [1, 2] | reverse | list }}|{% set r = [1, 2, 3] | map('string') %}{{ r | first }}{{ r | list }}|"
           "{{ {'a': 1}.items() | list }}|{{ {}.items() | length }}|{{ 'x' | items is defined }}|{{ 5 | select is defined }}|{{ [3, 1] | unique | sort }}|"
           "{% for x in [1, 2] | map('string') %}{{ loop.length }}{{ x }}{% endfor %}|{{ 2 in ([1, 2, 3] | select) }}|{{ {'a': 1}.items() | length }}")
+construct("printf_format", "printf-style % and the format filter",
+          "{{ '%s|%r|%d|%i|%5d|%-5d|%05d|%+d|% d|%x|%X|%#x|%o|%#o|%.3d|%c|%c|%%' % ('a', 'b', 42, -7, 3, 3, -3, 3, 3, 255, 255, 255, 8, 8, 5, 65, 'z') }}|"
+          "{{ '%f|%.2f|%8.3f|%-8.1f|%08.2f|%e|%.3E|%g|%G|%+.1f' % (3.14159, 2.675, -1.5, 2.25, -2.5, 12345.678, 0.00012, 1e20, 1e-10, 2) }}|"
+          "{{ '%s and %s' % (none, [1, 'x']) }}|{{ '%(a)s-%(b)05.1f' % {'a': 'A', 'b': 2.25} }}|{{ '%s' % 'single' }}|{{ '%d%%' % 50 }}|"
+          "{{ '%.2s|%5s|%-5s|' % ('hello', 'ab', 'ab') }}|{{ 'no args' % [] }}|{{ '%s' % (1, 2) if false else 'x' }}|{{ '%d' % 3.99 }}|{{ '%d' % true }}|"
+          "{{ '%s, %s!' | format('Hello', 'World') }}|{{ '%(x)s' | format(x='kw') }}|{{ '%x' % -255 }}|{{ '%5.1s|' % 'abc' }}|{{ '%s' % undefined_var }}|{{ '%*d|%-*d|' % (4, 7, 3, 1) }}")
 construct("undefined_behaviour", "undefined values: printing, length, iteration, default, comparisons",
           "[{{ nope }}]{{ nope | length }}{{ nope | string }}{{ nope | trim }}{{ nope | upper }}{{ nope | join }}{{ nope | list }}{{ nope | first }}{{ nope == nope2 }}{{ nope != 1 }}"
           "{% for x in nope %}x{% endfor %}{{ nope is defined }}{{ d.missing }}{{ d.missing is defined }}{{ (nope or 'fallback') }}{{ nope ~ '!' }}{{ 'a' if nope else 'b' }}",
@@ -852,6 +858,8 @@ error_case("err_not_iterable", "iterating an int", "{% for x in 5 %}{% endfor %}
 error_case("err_tojson_undefined", "tojson of an undefined value", "{{ missing | tojson }}")
 error_case("err_neg_binds_before_filter", "unary minus applies before filters: -'ab'|length negates a string",
            "{{ - 'ab' | length }}")
+error_case("err_printf_args", "too many arguments for a format string", "{{ '%s' % (1, 2) }}")
+error_case("err_printf_type", "%d of a string", "{{ '%d' % 'x' }}")
 error_case("err_namespace_underscore", "namespace attributes must not start with _", "{% set ns = namespace() %}{% set ns._x = 1 %}")
 
 # ----------------------------------------------------------------------------------------
