@@ -10,13 +10,14 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
+    {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
 };
 
 static void usage(FILE *fp) {
     fprintf(fp, "usage: rlhf <command> [options]   (rlhf <command> --help for its options)\n\n"
                 "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(fp, "  %-12s %s\n", commands[i].name, commands[i].summary);
+        fprintf(fp, "  %-14s %s\n", commands[i].name, commands[i].summary);
 }
 
 int main(int argc, char **argv) {
