@@ -8,6 +8,7 @@
 #define CLI_EXIT_USAGE 2
 
 int cli_score(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const char *message);

@@ -10,6 +10,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
+    {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},
 };
 
 static void usage(FILE *fp) {
