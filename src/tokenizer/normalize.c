@@ -92,22 +92,50 @@ static void swap(TokBuf *a, TokBuf *b) {
     *b = t;
 }
 
+static int map_run(const char *s, size_t len, TokBuf *out, utf8proc_option_t options) {
+    if (len == 0) return 0;
+    utf8proc_uint8_t *res = NULL;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &res,
+                                      options | UTF8PROC_STABLE);
+    if (n < 0) {
+        free(res);
+        return err_set("Unicode normalization failed: %s", utf8proc_errmsg(n));
+    }
+    tokbuf_append(out, res, (size_t)n);
+    free(res);
+    return 0;
+}
+
+/* A Unicode normal form as tokenizers computes it: its normalization tables are older than
+ * utf8proc's, and the characters it does not know (unicode_nf*d_unknown) stay as they are. To
+ * it such a character is a starter that decomposes and composes with nothing, so the text on
+ * each side of it normalizes independently. */
 static int unicode_form(TokBuf *s, TokBuf *tmp, utf8proc_option_t options) {
     /* ASCII is invariant under every normal form. */
     size_t i = 0;
     while (i < s->len && (unsigned char)s->p[i] < 0x80)
         i++;
     if (i == s->len) return 0;
-    utf8proc_uint8_t *out = NULL;
-    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s->p, (utf8proc_ssize_t)s->len,
-                                      &out, options | UTF8PROC_STABLE);
-    if (n < 0) {
-        free(out);
-        return err_set("Unicode normalization failed: %s", utf8proc_errmsg(n));
-    }
+    bool compat = (options & UTF8PROC_COMPAT) != 0;
+    const UnicodeRange *unknown = compat ? unicode_nfkd_unknown : unicode_nfd_unknown;
+    size_t n_unknown = compat ? unicode_nfkd_unknown_count : unicode_nfd_unknown_count;
     tmp->len = 0;
-    tokbuf_append(tmp, out, (size_t)n);
-    free(out);
+    size_t run = 0;
+    while (i < s->len) {
+        if ((unsigned char)s->p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t n = utf8_decode(s->p + i, s->len - i, &cp);
+        if (unicode_in_ranges(unknown, n_unknown, cp)) {
+            if (map_run(s->p + run, i - run, tmp, options) != 0) return -1;
+            tokbuf_append(tmp, s->p + i, n);
+            run = i + n;
+        }
+        i += n;
+    }
+    if (map_run(s->p + run, s->len - run, tmp, options) != 0) return -1;
     swap(s, tmp);
     return 0;
 }
@@ -130,7 +158,7 @@ static void lowercase(TokBuf *s, TokBuf *tmp) {
             tokbuf_append(tmp, "i\xCC\x87", 3);
             continue;
         }
-        tokbuf_append_cp(tmp, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
+        tokbuf_append_cp(tmp, unicode_simple_lower(cp));
     }
     swap(s, tmp);
 }
@@ -168,9 +196,9 @@ static void strip_accents(TokBuf *s, TokBuf *tmp, bool *at_origin) {
     for (size_t i = 0; i < s->len;) {
         uint32_t cp;
         size_t n = utf8_decode(s->p + i, s->len - i, &cp);
-        if (!unicode_is_mark(cp))
+        if (!unicode_is_strippable_mark(cp))
             tokbuf_append(tmp, s->p + i, n);
-        else if (i == tmp->len)
+        else if (tmp->len == 0)
             *at_origin = false; /* nothing kept yet: the start moves */
         i += n;
     }

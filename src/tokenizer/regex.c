@@ -12,6 +12,10 @@
  *   \p{Script}  Onig: the Script property; PCRE2 >= 10.40: Script_Extensions (so \p{Han}
  *       would also match U+3001 "、"). -> \p{sc:Script}. General categories and binary
  *       properties are left as they are.
+ *   Unicode versions: Oniguruma in tokenizers 0.23 has Unicode 16 tables, PCRE2 10.42 has
+ *       Unicode 14. \p{L}, \p{N}, \p{M}, \p{Nd}, \p{Han} (and \w) get the characters added
+ *       since as explicit ranges (unicode_tables.c), except in a negated escape inside a
+ *       bracket class. Other classes (\p{Lu}, \p{P}, ...) keep PCRE2's Unicode 14 data.
  * Negated escapes (\S, \W, \H) inside a bracket class, and Onig's nested classes / "&&"
  * intersections, have no direct PCRE2 spelling: such patterns are refused with a message.
  * Ruby's ^ and $ are line anchors: the pattern is compiled with PCRE2_MULTILINE.
@@ -63,24 +67,79 @@ static bool is_script(const char *name, size_t len) {
     return true;
 }
 
-/* Copies \p{..} / \P{..} (pat[i] is the 'p'/'P'), rewriting a script name to sc:name.
- * Returns the index of its closing brace. */
-static size_t translate_property(const char *pat, size_t len, size_t i, TokBuf *out) {
-    tokbuf_push(out, '\\');
-    tokbuf_push(out, pat[i]);
-    if (i + 1 >= len || pat[i + 1] != '{') return i; /* \pL: one-letter category */
+static void append_ranges(TokBuf *out, const UnicodeRange *r, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char buf[40];
+        int len = r[i].lo == r[i].hi
+                      ? snprintf(buf, sizeof buf, "\\x{%X}", r[i].lo)
+                      : snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", r[i].lo, r[i].hi);
+        tokbuf_append(out, buf, (size_t)len);
+    }
+}
+
+/* The characters Oniguruma (Unicode 16 in tokenizers 0.23) has in a class and PCRE2 10.42
+ * (Unicode 14) does not (unicode_tables.c); NULL when none are listed for this class. */
+static const UnicodeRange *class_extras(const char *name, size_t len, bool script, size_t *n) {
+    struct {
+        const char *name;
+        bool script;
+        const UnicodeRange *r;
+        size_t n;
+    } table[] = {
+        {"L", false, unicode_extra_letter, unicode_extra_letter_count},
+        {"N", false, unicode_extra_number, unicode_extra_number_count},
+        {"M", false, unicode_extra_mark, unicode_extra_mark_count},
+        {"Nd", false, unicode_extra_decimal, unicode_extra_decimal_count},
+        {"Han", true, unicode_extra_han, unicode_extra_han_count},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        if (table[i].script == script && strlen(table[i].name) == len &&
+            memcmp(table[i].name, name, len) == 0) {
+            *n = table[i].n;
+            return table[i].r;
+        }
+    }
+    return NULL;
+}
+
+/* Rewrites \p{..} / \P{..} (pat[i] is the 'p'/'P'): a script name becomes sc:name, and the
+ * classes Unicode has grown since PCRE2's tables get the missing characters. Inside a negated
+ * escape within a bracket class the missing characters cannot be added (left as PCRE2 has it).
+ * Returns the index of the last character consumed. */
+static size_t translate_property(const char *pat, size_t len, size_t i, bool in_class,
+                                 TokBuf *out) {
+    bool negated = pat[i] == 'P';
+    if (i + 1 >= len || pat[i + 1] != '{') { /* \pL: one-letter category */
+        tokbuf_push(out, '\\');
+        tokbuf_push(out, pat[i]);
+        return i;
+    }
     const char *close = memchr(pat + i + 2, '}', len - (i + 2));
-    if (!close) return i; /* malformed: PCRE2 reports it */
+    if (!close) { /* malformed: PCRE2 reports it */
+        tokbuf_push(out, '\\');
+        tokbuf_push(out, pat[i]);
+        return i;
+    }
     size_t name_start = i + 2, end = (size_t)(close - pat);
-    tokbuf_push(out, '{');
-    if (name_start < end && pat[name_start] == '^') tokbuf_push(out, pat[name_start++]);
+    if (name_start < end && pat[name_start] == '^') {
+        negated = !negated;
+        name_start++;
+    }
     const char *name = pat + name_start;
     size_t nlen = end - name_start;
-    if (!is_general_category(name, nlen) && !memchr(name, ':', nlen) && !memchr(name, '=', nlen) &&
-        is_script(name, nlen))
-        tokbuf_append(out, "sc:", 3);
+    bool script = !is_general_category(name, nlen) && !memchr(name, ':', nlen) &&
+                  !memchr(name, '=', nlen) && is_script(name, nlen);
+    size_t n_extra = 0;
+    const UnicodeRange *extra = class_extras(name, nlen, script, &n_extra);
+    bool wrap = extra && n_extra > 0 && !in_class;
+    if (extra && n_extra > 0 && in_class && negated) extra = NULL;
+    if (wrap) tokbuf_append(out, negated ? "[^" : "[", negated ? 2 : 1);
+    tokbuf_append(out, (negated && !wrap) ? "\\P{" : "\\p{", 3);
+    if (script) tokbuf_append(out, "sc:", 3);
     tokbuf_append(out, name, nlen);
     tokbuf_push(out, '}');
+    if (extra) append_ranges(out, extra, n_extra);
+    if (wrap) tokbuf_push(out, ']');
     return end;
 }
 
@@ -95,7 +154,7 @@ static int translate(const char *pat, size_t len, TokBuf *out) {
             const char *body = NULL;
             bool negated = false;
             if (e == 'p' || e == 'P') {
-                i = translate_property(pat, len, i, out);
+                i = translate_property(pat, len, i, in_class, out);
                 continue;
             }
             switch (e) {

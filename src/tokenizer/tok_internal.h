@@ -114,10 +114,34 @@ void utf8_append_lossy(TokBuf *out, const char *s, size_t len);
 /* Whether s is exactly one UTF-8 character; stores it. */
 bool utf8_single_char(const char *s, size_t len, uint32_t *cp);
 
-bool unicode_is_whitespace(uint32_t cp); /* White_Space (Rust char::is_whitespace, \s) */
-bool unicode_is_word(uint32_t cp);       /* Rust regex \w */
-bool unicode_is_numeric(uint32_t cp);    /* Nd, Nl, No (Rust char::is_numeric) */
-bool unicode_is_mark(uint32_t cp);       /* Mn, Mc, Me */
+bool unicode_is_whitespace(uint32_t cp);      /* White_Space (Rust char::is_whitespace, \s) */
+bool unicode_is_word(uint32_t cp);            /* Rust regex \w */
+bool unicode_is_numeric(uint32_t cp);         /* Rust char::is_numeric: Nd, Nl, No */
+bool unicode_is_strippable_mark(uint32_t cp); /* what StripAccents removes */
+/* Rust char::to_lowercase when it is one character (all but U+0130). */
+uint32_t unicode_simple_lower(uint32_t cp);
+
+/* Where PCRE2's / utf8proc's Unicode data differs from tokenizers' (unicode_tables.c, made by
+ * tools/reference/make_unicode_tables.py). Ranges are sorted and disjoint. */
+typedef struct {
+    uint32_t lo, hi;
+} UnicodeRange;
+
+typedef struct {
+    uint32_t from, to;
+} UnicodePair;
+
+extern const UnicodeRange unicode_extra_letter[], unicode_extra_number[], unicode_extra_mark[],
+    unicode_extra_decimal[], unicode_extra_han[], unicode_extra_numeric[], unicode_nfd_unknown[],
+    unicode_nfkd_unknown[], unicode_marks_kept[];
+extern const size_t unicode_extra_letter_count, unicode_extra_number_count,
+    unicode_extra_mark_count, unicode_extra_decimal_count, unicode_extra_han_count,
+    unicode_extra_numeric_count, unicode_nfd_unknown_count, unicode_nfkd_unknown_count,
+    unicode_marks_kept_count;
+extern const UnicodePair unicode_extra_lower[];
+extern const size_t unicode_extra_lower_count;
+
+bool unicode_in_ranges(const UnicodeRange *r, size_t n, uint32_t cp);
 
 /* GPT-2's bytes_to_unicode table: every byte has a printable character. */
 uint32_t bytelevel_char(unsigned char b);

@@ -124,18 +124,49 @@ bool unicode_is_whitespace(uint32_t c) {
            c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
+bool unicode_in_ranges(const UnicodeRange *r, size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid].lo)
+            hi = mid;
+        else if (cp > r[mid].hi)
+            lo = mid + 1;
+        else
+            return true;
+    }
+    return false;
+}
+
 bool unicode_is_numeric(uint32_t c) {
     if (c < 0x80) return c >= '0' && c <= '9';
     utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
     return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL ||
-           cat == UTF8PROC_CATEGORY_NO;
+           cat == UTF8PROC_CATEGORY_NO ||
+           unicode_in_ranges(unicode_extra_numeric, unicode_extra_numeric_count, c);
 }
 
-bool unicode_is_mark(uint32_t c) {
+bool unicode_is_strippable_mark(uint32_t c) {
     if (c < 0x300) return false;
     utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
-    return cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC ||
-           cat == UTF8PROC_CATEGORY_ME;
+    return (cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_MC ||
+            cat == UTF8PROC_CATEGORY_ME) &&
+           !unicode_in_ranges(unicode_marks_kept, unicode_marks_kept_count, c);
+}
+
+uint32_t unicode_simple_lower(uint32_t c) {
+    if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
+    size_t lo = 0, hi = unicode_extra_lower_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c < unicode_extra_lower[mid].from)
+            hi = mid;
+        else if (c > unicode_extra_lower[mid].from)
+            lo = mid + 1;
+        else
+            return unicode_extra_lower[mid].to;
+    }
+    return (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
 }
 
 /* Rust regex's \w: Alphabetic, Mark, Decimal_Number, Connector_Punctuation, Join_Control.
@@ -148,6 +179,10 @@ bool unicode_is_word(uint32_t c) {
     if (c == 0x200C || c == 0x200D) return true;
     if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
         (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189))
+        return true;
+    if (unicode_in_ranges(unicode_extra_letter, unicode_extra_letter_count, c) ||
+        unicode_in_ranges(unicode_extra_mark, unicode_extra_mark_count, c) ||
+        unicode_in_ranges(unicode_extra_decimal, unicode_extra_decimal_count, c))
         return true;
     switch (utf8proc_category((utf8proc_int32_t)c)) {
     case UTF8PROC_CATEGORY_LU:
