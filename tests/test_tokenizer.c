@@ -324,6 +324,32 @@ static void test_threads(void) {
     tokenizer_free(&tok);
 }
 
+static void test_encode_special_tokens(void) {
+    Tokenizer tok;
+    if (tokenizer_load(&tok, harness_source_path(FIXTURE "qwen2_bytelevel")) != 0) {
+        CHECK(0, "load: %s", err_msg());
+        return;
+    }
+    /* expected ids from tokenizers 0.23 with encode_special_tokens on / off */
+    const char *text = "<|im_start|>user\nHi<think>x</think><|im_end|>";
+    static const int32_t split[] = {27,   91, 72,   76, 2500, 91, 29, 467, 267, 198, 39, 72,
+                                    3005, 87, 3006, 27, 91,   72, 76, 62,  694, 91,  29};
+    static const int32_t whole[] = {3001, 467, 267, 198, 39, 72, 3005, 87, 3006, 3002};
+    int32_t *ids;
+    size_t n;
+    tokenizer_set_encode_special_tokens(&tok, true);
+    CHECK(tokenizer_encode(&tok, text, strlen(text), true, &ids, &n) == 0 &&
+              n == sizeof split / sizeof *split && memcmp(ids, split, sizeof split) == 0,
+          "encode_special_tokens on: %zu ids", n);
+    free(ids);
+    tokenizer_set_encode_special_tokens(&tok, false);
+    CHECK(tokenizer_encode(&tok, text, strlen(text), true, &ids, &n) == 0 &&
+              n == sizeof whole / sizeof *whole && memcmp(ids, whole, sizeof whole) == 0,
+          "encode_special_tokens off: %zu ids", n);
+    free(ids);
+    tokenizer_free(&tok);
+}
+
 /* Runs `rlhf tokenize` with stdout sent to a file; returns its exit status and output. */
 static int run_cli(int argc, char **argv, char **out) {
     char path[4096];
@@ -388,6 +414,7 @@ int main(void) {
     test_added_token_ids();
     test_bad_inputs();
     test_threads();
+    test_encode_special_tokens();
     test_cli();
     return harness_finish("test_tokenizer");
 }

@@ -1,5 +1,5 @@
 /* rlhf tokenize --tokenizer DIR (--text STR | --file FILE.jsonl) [--decode] [--no-special]
- *               [--skip-special]
+ *               [--skip-special] [--split-special]
  * Encodes text to token ids (or, with --decode, ids to text) with a tokenizer.json, printing
  * JSON. */
 #include "cli/commands.h"
@@ -15,12 +15,14 @@
 
 static const char tokenize_usage[] =
     "usage: rlhf tokenize --tokenizer DIR (--text STR | --file FILE.jsonl) [--decode]\n"
-    "                     [--no-special] [--skip-special]\n"
+    "                     [--no-special] [--skip-special] [--split-special]\n"
     "\n"
     "Encodes text with DIR/tokenizer.json (or a tokenizer.json file) and prints the ids as a\n"
     "JSON array. With --file, each line {\"text\": \"...\"} gives one line {\"ids\": [...]}.\n"
     "Special tokens are added as the tokenizer's post-processor says (like transformers'\n"
-    "tokenizer(text)); --no-special leaves them out.\n"
+    "tokenizer(text)); --no-special leaves them out. --split-special encodes special tokens\n"
+    "written in the text (\"<|im_start|>\") as ordinary text (transformers'\n"
+    "split_special_tokens).\n"
     "\n"
     "With --decode the input is ids instead: --text '[1, 2, 3]', or lines {\"ids\": [...]}\n"
     "(or bare arrays); the text is printed as a JSON string (a line {\"text\": \"...\"} per\n"
@@ -132,7 +134,7 @@ static int run_file(const Tokenizer *tok, const char *path, bool decode, bool sp
 
 int cli_tokenize(int argc, char **argv) {
     const char *dir = NULL, *text = NULL, *file = NULL;
-    bool decode = false, special = true, skip = false;
+    bool decode = false, special = true, skip = false, split_special = false;
     for (int i = 0; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "--tokenizer", &dir)) ||
@@ -147,6 +149,8 @@ int cli_tokenize(int argc, char **argv) {
             special = false;
         } else if (strcmp(argv[i], "--skip-special") == 0) {
             skip = true;
+        } else if (strcmp(argv[i], "--split-special") == 0) {
+            split_special = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(tokenize_usage, stdout);
             return CLI_EXIT_OK;
@@ -162,6 +166,7 @@ int cli_tokenize(int argc, char **argv) {
     }
     Tokenizer tok;
     if (tokenizer_load(&tok, dir) != 0) return cli_fail(err_msg());
+    tokenizer_set_encode_special_tokens(&tok, split_special);
     int rc = 0;
     if (file) {
         rc = run_file(&tok, file, decode, special, skip);

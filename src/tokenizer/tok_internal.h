@@ -420,6 +420,7 @@ struct TokenizerImpl {
     PostProcessor *post;    /* NULL: none */
     Decoder *decoder;       /* NULL: tokens joined with " " */
     AddedVocab added;
+    bool encode_special_tokens;
 };
 
 #endif

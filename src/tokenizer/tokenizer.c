@@ -56,7 +56,8 @@ static int encode_segment(const TokenizerImpl *t, const char *s, size_t len, boo
     if (t->normalizer && normalizer_apply(t->normalizer, &st->norm, &st->tmp, &at_origin) != 0)
         return -1;
     if (st->norm.len == 0) return 0;
-    added_vocab_split(&t->added, true, false, st->norm.p, st->norm.len, &st->norm_segs);
+    added_vocab_split(&t->added, true, t->encode_special_tokens, st->norm.p, st->norm.len,
+                      &st->norm_segs);
     for (size_t i = 0; i < st->norm_segs.n; i++) {
         const Segment *sg = &st->norm_segs.v[i];
         if (sg->id >= 0) {
@@ -79,7 +80,8 @@ int tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, bool ad
     if (!t) return err_set("tokenizer_encode: tokenizer not loaded");
     EncodeState st = {0};
     utf8_append_lossy(&st.input, text ? text : "", text ? len : 0);
-    added_vocab_split(&t->added, false, false, st.input.p, st.input.len, &st.raw_segs);
+    added_vocab_split(&t->added, false, t->encode_special_tokens, st.input.p, st.input.len,
+                      &st.raw_segs);
     int rc = 0;
     for (size_t i = 0; i < st.raw_segs.n && rc == 0; i++) {
         const Segment *sg = &st.raw_segs.v[i];
@@ -169,10 +171,14 @@ const char *tokenizer_id_to_token(const Tokenizer *tok, int32_t id, size_t *len)
     if (!t) return NULL;
     const AddedToken *a = added_vocab_by_id(&t->added, id);
     if (a) {
-        if (len) *len = a->len;
-        return a->content;
+        if (len) *len = a->pattern_len;
+        return a->pattern;
     }
     return bpe_id_to_token(t->bpe, id, len);
+}
+
+void tokenizer_set_encode_special_tokens(Tokenizer *tok, bool on) {
+    if (tok->impl) tok->impl->encode_special_tokens = on;
 }
 
 bool tokenizer_is_special(const Tokenizer *tok, int32_t id) {

@@ -65,11 +65,18 @@ int tokenizer_decode(const Tokenizer *tok, const int32_t *ids, size_t n, bool sk
 /* The id of a token string (added tokens first, then the model vocabulary), or -1. */
 int32_t tokenizer_token_to_id(const Tokenizer *tok, const char *token, size_t len);
 
-/* The string of an id (added token content, or model vocabulary entry), or NULL; *len gets its
+/* The string of an id, or NULL: an added token's content (its normalized form when it is matched
+ * normalized, as tokenizers' id_to_token gives), else the model vocabulary entry. *len gets its
  * length when len is non-NULL. The pointer lives as long as the tokenizer. */
 const char *tokenizer_id_to_token(const Tokenizer *tok, int32_t id, size_t *len);
 
 /* Whether id is an added token marked special. */
 bool tokenizer_is_special(const Tokenizer *tok, int32_t id);
+
+/* With `on`, special added tokens are no longer split out of the text: "<|im_start|>" in user
+ * text is encoded as ordinary text (tokenizers' encode_special_tokens; transformers'
+ * split_special_tokens). Off after loading. Set it before encoding, not while other threads
+ * encode with the same tokenizer. */
+void tokenizer_set_encode_special_tokens(Tokenizer *tok, bool on);
 
 #endif
