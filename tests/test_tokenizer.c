@@ -6,7 +6,9 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/json_util.h"
 #include "harness.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
 #include <fcntl.h>
@@ -350,6 +352,69 @@ static void test_encode_special_tokens(void) {
     tokenizer_free(&tok);
 }
 
+/* Whether the regex matches exactly the one character cp. */
+static bool matches_char(const TokRegex *re, uint32_t cp, SpanList *m) {
+    char b[4];
+    size_t n = utf8_encode(cp, b);
+    return tokregex_find_all(re, b, n, m) == 0 && m->n == 1 && m->v[0].start == 0 &&
+           m->v[0].end == n;
+}
+
+static bool askable(int64_t cp) {
+    return cp >= 0 && cp <= 0x10FFFF && cp != 1 && !(cp >= 0xD800 && cp <= 0xDFFF);
+}
+
+/* The regex classes against Oniguruma's membership (unicode_classes.json, from
+ * tools/reference/make_unicode_tables.py): for every range of members, its ends and middle
+ * match and the code points just outside do not. Likewise Rust's char::is_numeric. */
+static void test_unicode_classes(void) {
+    json_t *root;
+    if (json_load_path(harness_source_path(FIXTURE "unicode_classes.json"), &root) != 0) {
+        CHECK(0, "%s", err_msg());
+        return;
+    }
+    const char *pattern;
+    json_t *rs;
+    SpanList m = {0};
+    size_t checked = 0;
+    json_object_foreach(json_object_get(root, "patterns"), pattern, rs) {
+        TokRegex *re;
+        if (tokregex_compile(&re, pattern, strlen(pattern), false) != 0) {
+            CHECK(0, "compile %s: %s", pattern, err_msg());
+            continue;
+        }
+        size_t bad = 0, i;
+        json_t *r;
+        json_array_foreach(rs, i, r) {
+            int64_t lo = json_integer_value(json_array_get(r, 0));
+            int64_t hi = json_integer_value(json_array_get(r, 1));
+            int64_t in[] = {lo, hi, (lo + hi) / 2}, out[] = {lo - 1, hi + 1};
+            for (int k = 0; k < 3; k++)
+                if (askable(in[k]) && !matches_char(re, (uint32_t)in[k], &m) && bad++ < 5)
+                    fprintf(stderr, "%s should match U+%04llX\n", pattern, (long long)in[k]);
+            for (int k = 0; k < 2; k++)
+                if (askable(out[k]) && matches_char(re, (uint32_t)out[k], &m) && bad++ < 5)
+                    fprintf(stderr, "%s should not match U+%04llX\n", pattern, (long long)out[k]);
+            checked++;
+        }
+        CHECK(bad == 0, "%s: %zu code points differ from Oniguruma", pattern, bad);
+        tokregex_free(re);
+    }
+    size_t bad = 0, i;
+    json_t *r;
+    json_array_foreach(json_object_get(root, "numeric"), i, r) {
+        int64_t lo = json_integer_value(json_array_get(r, 0));
+        int64_t hi = json_integer_value(json_array_get(r, 1));
+        bad += !unicode_is_numeric((uint32_t)lo) + !unicode_is_numeric((uint32_t)hi);
+        bad += askable(lo - 1) && unicode_is_numeric((uint32_t)(lo - 1));
+        bad += askable(hi + 1) && unicode_is_numeric((uint32_t)(hi + 1));
+    }
+    CHECK(bad == 0, "is_numeric differs from Rust's on %zu range ends", bad);
+    CHECK(checked > 1000, "only %zu ranges checked", checked);
+    spanlist_free(&m);
+    json_decref(root);
+}
+
 /* Runs `rlhf tokenize` with stdout sent to a file; returns its exit status and output. */
 static int run_cli(int argc, char **argv, char **out) {
     char path[4096];
@@ -415,6 +480,7 @@ int main(void) {
     test_bad_inputs();
     test_threads();
     test_encode_special_tokens();
+    test_unicode_classes();
     test_cli();
     return harness_finish("test_tokenizer");
 }

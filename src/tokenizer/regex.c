@@ -6,8 +6,9 @@
  * pattern is rewritten before compiling:
  *   \s  Onig: exactly the White_Space property. PCRE2 also matches U+180E (Mongolian vowel
  *       separator). -> an explicit White_Space class.  \S -> its negation.
- *   \w  Onig: Letter, Mark, Decimal_Number, Connector_Punctuation. PCRE2 10.42: L, N and "_".
- *       -> [\p{L}\p{M}\p{Nd}\p{Pc}].  \W -> its negation.
+ *   \w  Onig: Alphabetic, Mark, Decimal_Number, Connector_Punctuation (and a few Latin-1
+ *       digits). PCRE2 10.42: L, N and "_". -> an explicit class.  \W -> its negation.
+ *   \d  -> \p{Nd} with the digits added since Unicode 14 (see below).  \D -> its negation.
  *   \h  Onig: a hex digit; PCRE2: horizontal space. -> [0-9a-fA-F]. \H -> its negation.
  *   \p{Script}  Onig: the Script property; PCRE2 >= 10.40: Script_Extensions (so \p{Han}
  *       would also match U+3001 "、"). -> \p{sc:Script}. General categories and binary
@@ -16,7 +17,7 @@
  *       Unicode 14. \p{L}, \p{N}, \p{M}, \p{Nd}, \p{Han} (and \w) get the characters added
  *       since as explicit ranges (unicode_tables.c), except in a negated escape inside a
  *       bracket class. Other classes (\p{Lu}, \p{P}, ...) keep PCRE2's Unicode 14 data.
- * Negated escapes (\S, \W, \H) inside a bracket class, and Onig's nested classes / "&&"
+ * Negated escapes (\S, \W, \D, \H) inside a bracket class, and Onig's nested classes / "&&"
  * intersections, have no direct PCRE2 spelling: such patterns are refused with a message.
  * Ruby's ^ and $ are line anchors: the pattern is compiled with PCRE2_MULTILINE.
  *
@@ -40,8 +41,15 @@ struct TokRegex {
 #define WS_CLASS_BODY                                                                              \
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"       \
     "\\x{202F}\\x{205F}\\x{3000}"
-#define WORD_CLASS_BODY "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
-#define HEX_CLASS_BODY  "0-9a-fA-F"
+/* Oniguruma's \w: Alphabetic (letters, Nl, the enclosed letters of Other_Alphabetic), marks,
+ * Nd and Pc; outside a bracket class also ²³¹¼½¾ (from its Latin-1 table). */
+#define WORD_CLASS_BODY                                                                            \
+    "\\p{L}\\p{M}\\p{Nd}\\p{Pc}\\p{Nl}\\x{24B6}-\\x{24E9}\\x{1F130}-\\x{1F149}\\x{1F150}-\\x{"     \
+    "1F169}"                                                                                       \
+    "\\x{1F170}-\\x{1F189}"
+#define WORD_LATIN1_EXTRA "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}"
+#define DIGIT_CLASS_BODY  "\\p{Nd}"
+#define HEX_CLASS_BODY    "0-9a-fA-F"
 
 static bool is_general_category(const char *name, size_t len) {
     static const char *const gc[] = {"L",  "Lu", "Ll", "Lt", "Lm", "Lo", "L&", "LC", "M",  "Mn",
@@ -172,6 +180,13 @@ static int translate(const char *pat, size_t len, TokBuf *out) {
                 body = WORD_CLASS_BODY;
                 negated = true;
                 break;
+            case 'd':
+                body = DIGIT_CLASS_BODY;
+                break;
+            case 'D':
+                body = DIGIT_CLASS_BODY;
+                negated = true;
+                break;
             case 'h':
                 body = HEX_CLASS_BODY;
                 break;
@@ -187,14 +202,18 @@ static int translate(const char *pat, size_t len, TokBuf *out) {
                 tokbuf_push(out, e);
                 continue;
             }
-            if (in_class) {
-                if (negated) return err_set("\\%c inside a bracket class is not supported", e);
-                tokbuf_append(out, body, strlen(body));
-            } else {
-                tokbuf_append(out, negated ? "[^" : "[", negated ? 2 : 1);
-                tokbuf_append(out, body, strlen(body));
-                tokbuf_push(out, ']');
+            if (in_class && negated)
+                return err_set("\\%c inside a bracket class is not supported", e);
+            if (!in_class) tokbuf_append(out, negated ? "[^" : "[", negated ? 2 : 1);
+            tokbuf_append(out, body, strlen(body));
+            if (e == 'w' || e == 'W') {
+                if (!in_class) tokbuf_append(out, WORD_LATIN1_EXTRA, strlen(WORD_LATIN1_EXTRA));
+                append_ranges(out, unicode_extra_letter, unicode_extra_letter_count);
+                append_ranges(out, unicode_extra_mark, unicode_extra_mark_count);
             }
+            if (e == 'w' || e == 'W' || e == 'd' || e == 'D')
+                append_ranges(out, unicode_extra_decimal, unicode_extra_decimal_count);
+            if (!in_class) tokbuf_push(out, ']');
             continue;
         }
         if (in_class) {

@@ -587,6 +587,53 @@ def make_sp_misc():
     return tj, cfg
 
 
+def make_components_misc():
+    """The remaining components: NFD, Strip (both sides), a String Replace normalizer,
+    WhitespaceSplit, Digits (runs), an inverted Split with \\w, Metaspace("first", split) after
+    a normalizer that can remove the leading characters, BPE with continuing_subword_prefix and
+    end_of_word_suffix, a template whose special token has two ids, and a decoder chain of
+    String Replaces, Metaspace, Fuse and Strip."""
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"},
+        {"type": "Digits", "individual_digits": False},
+        {"type": "Split", "pattern": {"Regex": r"\w+|[^\w\s]+"}, "behavior": "Removed",
+         "invert": True},
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}]}
+    tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##",
+                               end_of_word_suffix="</w>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+"), "removed", invert=True),
+        pre_tokenizers.Metaspace(prepend_scheme="first", split=True)])
+    tok.train_from_iterator(training_text(), trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=300,
+        continuing_subword_prefix="##", end_of_word_suffix="</w>", show_progress=False))
+    j = json.loads(tok.to_str())
+    model = bpe_model(j, unk_token="<unk>", fuse_unk=True, continuing_subword_prefix="##",
+                      end_of_word_suffix="</w>")
+    legacy_merges(model)
+    added_tokens = [added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")]
+    post = template(["<s>", "$A", "</s>"], {"<s>": 1, "</s>": 2})
+    post["special_tokens"]["</s>"]["ids"] = [2, 1]
+    post["special_tokens"]["</s>"]["tokens"] = ["</s>", "<s>"]
+    tj = tokenizer_json(
+        model, added_tokens,
+        {"type": "Sequence", "normalizers": [
+            {"type": "NFD"}, {"type": "Strip", "strip_left": True, "strip_right": True},
+            {"type": "Replace", "pattern": {"String": "  "}, "content": " "}]},
+        pre, post,
+        {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "</w>"}, "content": " "},
+            {"type": "Replace", "pattern": {"String": "##"}, "content": ""},
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+             "split": True},
+            {"type": "Fuse"},
+            # (tokenizers panics in Strip with stop > 0 on an empty token, so only start here)
+            {"type": "Strip", "content": " ", "start": 2, "stop": 0}]})
+    cfg = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    return tj, cfg
+
+
 TOKENIZERS = {
     "qwen2_bytelevel": make_qwen2,
     "llama3_bytelevel": make_llama3,
@@ -595,6 +642,7 @@ TOKENIZERS = {
     "llama2_sp_legacy": make_llama2_legacy,
     "mistral_sp_first": make_mistral_first,
     "sp_misc": make_sp_misc,
+    "components_misc": make_components_misc,
 }
 
 

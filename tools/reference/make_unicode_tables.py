@@ -31,6 +31,10 @@ from tokenizers import normalizers, pre_tokenizers, Regex
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "src", "tokenizer", "unicode_tables.c")
+CHECK_OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizers", "unicode_classes.json")
+# Regex classes whose membership the C tests check against Oniguruma's, range by range.
+CHECKED_PATTERNS = [r"\w", r"\W", r"\s", r"\d", r"\p{L}", r"\p{N}", r"\p{M}", r"\p{Nd}",
+                    r"\p{Han}", r"[^\s\p{L}\p{N}]", r"\P{L}", r"[\w]", r"[^\w\s]"]
 SEP = 1  # U+0001 separates characters in batched calls; it is its own everything
 CPS = [c for c in range(0x110000) if not (0xD800 <= c <= 0xDFFF) and c != SEP]
 
@@ -245,10 +249,23 @@ def main():
         if not lower:
             fp.write("    {0xFFFFFFFF, 0},\n")
         fp.write(f"}};\nconst size_t unicode_extra_lower_count = {len(lower)};\n")
+    try:  # keep the generated file in the project's format
+        subprocess.run(["clang-format", "-i", OUT], check=True)
+    except (OSError, subprocess.CalledProcessError):
+        print("clang-format not run", file=sys.stderr)
     for k, v in list(tables.items()) + [("nfd", unknown["NFD"]), ("nfkd", unknown["NFKD"]),
                                         ("marks", marks)]:
         print(f"{k}: {len(v)} ranges")
     print(f"lower: {len(lower)} mappings; wrote {os.path.relpath(OUT, ROOT)}")
+
+    # What the C tests check: each class as Oniguruma has it, and Rust's is_numeric, as ranges
+    # of code points (U+0001 and the surrogates are not asked about).
+    check = {"patterns": {p: ranges(onig_class(p)) for p in CHECKED_PATTERNS},
+             "numeric": ranges(hf["numeric"]), "tokenizers_version": tokenizers.__version__}
+    with open(CHECK_OUT, "w") as fp:
+        json.dump(check, fp, separators=(",", ":"))
+        fp.write("\n")
+    print(f"wrote {os.path.relpath(CHECK_OUT, ROOT)}")
 
 
 if __name__ == "__main__":
