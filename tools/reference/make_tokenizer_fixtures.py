@@ -37,7 +37,9 @@ AutoTokenizer and records in meta.json on how many strings transformers agrees (
 all: each tokenizer_config.json names PreTrainedTokenizerFast, so transformers uses
 tokenizer.json as it is).
 
-Deterministic: the corpus comes from a seeded random.Random, and BPE training is deterministic.
+Deterministic (two runs write byte-identical files): the corpus comes from a seeded
+random.Random, the training text from a fixed commit, and nothing depends on BpeTrainer's
+hash-ordered tie breaking (see restrict_alphabet and make_components_misc).
 """
 
 import glob
@@ -324,6 +326,18 @@ def added(id_, content, special=True, normalized=False, lstrip=False, rstrip=Fal
             "rstrip": rstrip, "normalized": normalized, "special": special}
 
 
+def restrict_alphabet(texts, keep):
+    """The training text with every character outside the `keep` most frequent ones (ties by
+    code point) replaced by a space. (BpeTrainer's own limit_alphabet breaks ties in hash
+    order, which would make the fixtures change from run to run.)"""
+    counts = {}
+    for t in texts:
+        for ch in t:
+            counts[ch] = counts.get(ch, 0) + 1
+    kept = set(sorted(counts, key=lambda ch: (-counts[ch], ch))[:keep])
+    return ["".join(ch if ch in kept else " " for ch in t) for t in texts]
+
+
 def train(pre_tokenizer, vocab_size, special_tokens=(), normalizer=None, limit_alphabet=None,
           initial_alphabet=(), byte_fallback=False, unk_token=None):
     tok = Tokenizer(models.BPE(unk_token=unk_token, byte_fallback=byte_fallback))
@@ -332,9 +346,10 @@ def train(pre_tokenizer, vocab_size, special_tokens=(), normalizer=None, limit_a
     tok.pre_tokenizer = pre_tokenizer
     kwargs = dict(vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False,
                   initial_alphabet=list(initial_alphabet))
+    texts = training_text()
     if limit_alphabet is not None:
-        kwargs["limit_alphabet"] = limit_alphabet
-    tok.train_from_iterator(training_text(), trainers.BpeTrainer(**kwargs))
+        texts = restrict_alphabet(texts, limit_alphabet)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(**kwargs))
     return json.loads(tok.to_str())
 
 
@@ -599,16 +614,27 @@ def make_components_misc():
         {"type": "Split", "pattern": {"Regex": r"\w+|[^\w\s]+"}, "behavior": "Removed",
          "invert": True},
         {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}]}
-    tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##",
-                               end_of_word_suffix="</w>"))
+    # BpeTrainer assigns the ids of "##x" symbols in hash order (fixtures would change from run
+    # to run), so the prefix/suffix model is derived from a plain one: every token t also as
+    # "##t", "t</w>", "##t</w>", and every merge (a, b) for each of those forms.
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=False),
         pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+"), "removed", invert=True),
         pre_tokenizers.Metaspace(prepend_scheme="first", split=True)])
-    tok.train_from_iterator(training_text(), trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=300,
-        continuing_subword_prefix="##", end_of_word_suffix="</w>", show_progress=False))
-    j = json.loads(tok.to_str())
+    tok.train_from_iterator(restrict_alphabet(training_text(), 300), trainers.BpeTrainer(
+        vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    plain = json.loads(tok.to_str())["model"]
+    vocab = {}
+    for t, _ in sorted(plain["vocab"].items(), key=lambda kv: kv[1]):
+        forms = [t] if t in ("<unk>", "<s>", "</s>") else [t, "##" + t, t + "</w>", "##" + t + "</w>"]
+        for f in forms:
+            vocab.setdefault(f, len(vocab))
+    merges = []
+    for a, b in plain["merges"]:
+        merges += [[a, "##" + b], ["##" + a, "##" + b], [a, "##" + b + "</w>"],
+                   ["##" + a, "##" + b + "</w>"]]
+    j = {"model": {"vocab": vocab, "merges": merges}}
     model = bpe_model(j, unk_token="<unk>", fuse_unk=True, continuing_subword_prefix="##",
                       end_of_word_suffix="</w>")
     legacy_merges(model)
@@ -694,9 +720,10 @@ def transformers_agreement(dirpath, tok, corpus):
 def main():
     import transformers
 
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
-    os.makedirs(OUT)
+    os.makedirs(OUT, exist_ok=True)
+    for name in TOKENIZERS:
+        if os.path.isdir(os.path.join(OUT, name)):
+            shutil.rmtree(os.path.join(OUT, name))
     corpus = build_corpus()
     with open(os.path.join(OUT, "corpus.jsonl"), "w", encoding="utf-8") as fp:
         for c in corpus:
