@@ -246,7 +246,6 @@ static void strip(const Decoder *d, StrList *toks, StrList *tmp) {
         }
         for (size_t k = 0; k < d->strip_stop && end >= clen; k++) {
             if (memcmp(s + end - clen, c, clen) != 0) break;
-            /* only a whole character: the bytes before must end a character */
             end -= clen;
         }
         if (end < start) end = start;

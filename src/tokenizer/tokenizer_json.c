@@ -87,7 +87,7 @@ int tokjson_prepend_scheme(const json_t *j, PrependScheme *out, const char *wher
 }
 
 /* An optional component: absent or null leaves *out NULL. */
-#define PARSE_OPTIONAL(TYPE, parse, freefn, key, field)                                            \
+#define PARSE_OPTIONAL(TYPE, parse, key, field)                                                    \
     do {                                                                                           \
         const json_t *v_ = json_object_get(root, key);                                             \
         if (v_ && !json_is_null(v_)) {                                                             \
@@ -108,10 +108,10 @@ static int parse_root(TokenizerImpl *impl, const json_t *root) {
     if (strcmp(type, "BPE") != 0)
         return err_set("model: unsupported model type \"%s\" (supported: BPE)", type);
     if (bpe_parse(&impl->bpe, model, "model") != 0) return -1;
-    PARSE_OPTIONAL(Normalizer, normalizer_parse, normalizer_free, "normalizer", normalizer);
-    PARSE_OPTIONAL(PreTokenizer, pretok_parse, pretok_free, "pre_tokenizer", pretok);
-    PARSE_OPTIONAL(PostProcessor, postproc_parse, postproc_free, "post_processor", post);
-    PARSE_OPTIONAL(Decoder, decoder_parse, decoder_free, "decoder", decoder);
+    PARSE_OPTIONAL(Normalizer, normalizer_parse, "normalizer", normalizer);
+    PARSE_OPTIONAL(PreTokenizer, pretok_parse, "pre_tokenizer", pretok);
+    PARSE_OPTIONAL(PostProcessor, postproc_parse, "post_processor", post);
+    PARSE_OPTIONAL(Decoder, decoder_parse, "decoder", decoder);
     return added_vocab_build(&impl->added, json_object_get(root, "added_tokens"), impl->bpe,
                              impl->normalizer);
 }
