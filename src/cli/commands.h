@@ -9,6 +9,7 @@
 
 int cli_score(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const char *message);

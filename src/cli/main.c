@@ -11,6 +11,7 @@ static const struct {
 } commands[] = {
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
+    {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},
 };
 
 static void usage(FILE *fp) {
