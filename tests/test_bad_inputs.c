@@ -213,12 +213,35 @@ int main(void) {
          "bad.jsonl:1:", "expected an integer"},
         {"[1, 2]\n", "bad.jsonl:1:", "expected a JSON object"},
         {"\n\n", "bad.jsonl", "empty"},
+        {"{\"prompt\": \"hi\", \"completion\": \" there\"}\n",
+         "bad.jsonl:1:", "text input needs a tokenizer"},
+        {"{\"prompt\": 3, \"completion\": \"x\"}\n",
+         "bad.jsonl:1:", "field \"prompt\": expected a string"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/bad.jsonl", harness_tmpdir());
         harness_write_file(path, rows[i].text, strlen(rows[i].text));
         expect_score_error(model, path, rows[i].want1, rows[i].want2);
+    }
+
+    /* text that tokenises to ids beyond a model's vocabulary, and an unloadable --tokenizer */
+    {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/text.jsonl", harness_tmpdir());
+        const char *line = "{\"prompt\": \"The quick brown fox\", \"completion\": \" jumps\"}\n";
+        harness_write_file(path, line, strlen(line));
+        const char *tok_dir = harness_source_path("tests/fixtures/tokenizers/llama3_bytelevel");
+        char tok_copy[4096];
+        snprintf(tok_copy, sizeof tok_copy, "%s", tok_dir);
+        char *args[] = {"--model", (char *)model, "--data", path, "--tokenizer", tok_copy};
+        CHECK(cli_score(6, args) == CLI_EXIT_FAILURE && strstr(err_msg(), "text.jsonl:1:") &&
+                  strstr(err_msg(), "outside the model's vocabulary"),
+              "ids beyond the vocabulary: %s", err_msg());
+        char *args2[] = {"--model", (char *)model, "--data",
+                         path,      "--tokenizer", (char *)tmp("nope")};
+        CHECK(cli_score(6, args2) == CLI_EXIT_FAILURE && strstr(err_msg(), "nope"),
+              "missing --tokenizer: %s", err_msg());
     }
 
     /* the real program: exit status 1 and the message on stderr, 2 for bad usage */

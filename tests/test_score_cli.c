@@ -10,28 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
-        return 2;
-    }
-    char data[4096], ref_path[4096], out[4096];
-    snprintf(data, sizeof data, "%s/score.jsonl", argv[1]);
-    snprintf(ref_path, sizeof ref_path, "%s/reference.json", argv[1]);
-    snprintf(out, sizeof out, "%s/scores.jsonl", harness_tmpdir());
-
-    char *args[] = {"--model", argv[1], "--data", data, "--out", out, "--batch-size", "2"};
-    CHECK(cli_score(8, args) == CLI_EXIT_OK, "rlhf score failed: %s", err_msg());
-
-    json_t *ref;
-    if (json_load_path(ref_path, &ref) != 0) {
-        fprintf(stderr, "%s\n", err_msg());
-        return 1;
-    }
-    json_t *want = json_object_get(ref, "score");
+/* Each output line of `path` against the reference entries `want` (1e-4 relative). */
+static void compare_scores(const char *path, json_t *want) {
     char *text = NULL;
     size_t len = 0;
-    CHECK(read_file(out, &text, &len) == 0, "read %s", out);
+    CHECK(read_file(path, &text, &len) == 0, "read %s", path);
     size_t line = 0;
     for (char *save = NULL, *tok = text ? strtok_r(text, "\n", &save) : NULL; tok;
          tok = strtok_r(NULL, "\n", &save), line++) {
@@ -54,6 +37,38 @@ int main(int argc, char **argv) {
     CHECK(line == json_array_size(want) && line > 0, "%zu output lines for %zu inputs", line,
           json_array_size(want));
     free(text);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
+        return 2;
+    }
+    char data[4096], ref_path[4096], out[4096];
+    snprintf(data, sizeof data, "%s/score.jsonl", argv[1]);
+    snprintf(ref_path, sizeof ref_path, "%s/reference.json", argv[1]);
+    snprintf(out, sizeof out, "%s/scores.jsonl", harness_tmpdir());
+
+    char *args[] = {"--model", argv[1], "--data", data, "--out", out, "--batch-size", "2"};
+    CHECK(cli_score(8, args) == CLI_EXIT_OK, "rlhf score failed: %s", err_msg());
+
+    json_t *ref;
+    if (json_load_path(ref_path, &ref) != 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    compare_scores(out, json_object_get(ref, "score"));
+
+    /* Text lines, where the fixture has them: tokenised by the model directory's tokenizer and
+     * compared with transformers' AutoTokenizer + model (make_text_score_fixture.py). */
+    char text_data[4096], text_out[4096];
+    snprintf(text_data, sizeof text_data, "%s/score_text.jsonl", argv[1]);
+    snprintf(text_out, sizeof text_out, "%s/scores-text.jsonl", harness_tmpdir());
+    if (file_exists(text_data)) {
+        char *targs[] = {"--model", argv[1], "--data", text_data, "--out", text_out};
+        CHECK(cli_score(6, targs) == CLI_EXIT_OK, "rlhf score (text) failed: %s", err_msg());
+        compare_scores(text_out, json_object_get(ref, "score_text"));
+    }
 
     /* Invariant: a score does not depend on the batch it was padded into. */
     {

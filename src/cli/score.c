@@ -1,4 +1,4 @@
-/* rlhf score --model DIR --data FILE.jsonl [--out FILE] [--batch-size N]
+/* rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--out FILE] [--batch-size N]
  * Prints one JSON line per input line: {"logp": sum, "tokens": n, "mean_logp": sum/n}. */
 #include "cli/commands.h"
 
@@ -8,16 +8,21 @@
 #include "model/model.h"
 #include "model/sequence_scores.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char score_usage[] =
-    "usage: rlhf score --model DIR --data FILE.jsonl [--out FILE] [--batch-size N]\n"
+    "usage: rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--out FILE]\n"
+    "                  [--batch-size N]\n"
     "\n"
     "Scores completions: for each line {\"prompt_ids\": [...], \"completion_ids\": [...]}\n"
-    "prints {\"logp\": <sum of completion-token log-probs given the prompt>, \"tokens\": <n>,\n"
-    "\"mean_logp\": <logp/n>}. With --out the results are written there, all or nothing.\n";
+    "or {\"prompt\": \"...\", \"completion\": \"...\"} prints {\"logp\": <sum of completion-token\n"
+    "log-probs given the prompt>, \"tokens\": <n>, \"mean_logp\": <logp/n>}. Text is tokenised\n"
+    "with --tokenizer (default: the model directory's tokenizer.json): the prompt with the\n"
+    "tokenizer's special tokens (BOS), the completion without, then concatenated.\n"
+    "With --out the results are written there, all or nothing.\n";
 
 static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -30,11 +35,13 @@ static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
 
 int cli_score(int argc, char **argv) {
     const char *model_dir = NULL, *data = NULL, *out = NULL, *batch_text = "8";
+    const char *tokenizer_dir = NULL;
     for (int i = 0; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "--model", &model_dir)) ||
             (r = cli_option(argc, argv, &i, "--data", &data)) ||
             (r = cli_option(argc, argv, &i, "--out", &out)) ||
+            (r = cli_option(argc, argv, &i, "--tokenizer", &tokenizer_dir)) ||
             (r = cli_option(argc, argv, &i, "--batch-size", &batch_text))) {
             if (r < 0) return CLI_EXIT_USAGE;
             continue;
@@ -55,11 +62,29 @@ int cli_score(int argc, char **argv) {
 
     Model model;
     if (model_load(&model, model_dir) != 0) return cli_fail(err_msg());
+    /* A tokenizer is needed only for text lines. One named with --tokenizer must load; the
+     * model directory's own is optional, and why it could not be had is kept for the message. */
+    Tokenizer tok = {0};
+    bool have_tok = false;
+    char no_tok_reason[1024] = "none given: pass --tokenizer DIR";
+    char default_tok[4096];
+    snprintf(default_tok, sizeof default_tok, "%s/tokenizer.json", model_dir);
+    if (tokenizer_dir || file_exists(default_tok)) {
+        have_tok = tokenizer_load(&tok, tokenizer_dir ? tokenizer_dir : default_tok) == 0;
+        if (!have_tok && tokenizer_dir) {
+            model_free(&model);
+            return cli_fail(err_msg());
+        }
+        if (!have_tok) snprintf(no_tok_reason, sizeof no_tok_reason, "%s", err_msg());
+    }
     PromptCompletionSet set;
-    if (prompt_completion_read_jsonl(&set, data, model.cfg.vocab_size) != 0) {
+    if (prompt_completion_read_jsonl(&set, data, model.cfg.vocab_size, have_tok ? &tok : NULL,
+                                     no_tok_reason) != 0) {
+        tokenizer_free(&tok);
         model_free(&model);
         return cli_fail(err_msg());
     }
+    tokenizer_free(&tok);
     SequenceScore *scores = xcalloc(set.n, sizeof *scores);
     int rc = CLI_EXIT_OK;
     if (sequence_scores(&model, &set, batch_size, scores) != 0) {
