@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Tiles of ROW_BLOCK rows x VOCAB_BLOCK vocabulary entries: 8 MB of logits at a time, yet each
  * tile is a GEMM large enough to run at full speed. Tiling the rows alone (all V columns per
@@ -44,34 +45,96 @@ static void lse_update(RunningLse *acc, const float *z, int n) {
     acc->max = m;
 }
 
+/* One block of rows against the whole vocabulary, tile by tile: each row's running
+ * log-sum-exp in acc[] and its target's logit in target_logit[]. */
+static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, const float *hidden,
+                            const int32_t *target, const float *lm_head, int rows, int h,
+                            int vocab) {
+    for (int r = 0; r < rows; r++)
+        acc[r] = (RunningLse){-INFINITY, 0.0};
+    for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
+        int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hidden, h,
+                    lm_head + (size_t)c0 * h, h, 0.0f, tile, cols);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            const float *z = tile + (size_t)r * cols;
+            lse_update(&acc[r], z, cols);
+            int t = target[r] - c0;
+            if (t >= 0 && t < cols) target_logit[r] = z[t];
+        }
+    }
+}
+
+typedef struct {
+    float *tile;         /* ROW_BLOCK x VOCAB_BLOCK logits */
+    RunningLse *acc;     /* per row of the block */
+    float *target_logit; /* per row of the block */
+} LogprobScratch;
+
+static LogprobScratch scratch_alloc(int n_rows, int vocab) {
+    int rows_cap = n_rows < ROW_BLOCK ? n_rows : ROW_BLOCK;
+    int cols_cap = vocab < VOCAB_BLOCK ? vocab : VOCAB_BLOCK;
+    LogprobScratch s = {xmalloc((size_t)rows_cap * cols_cap * sizeof(float)),
+                        xmalloc((size_t)rows_cap * sizeof(RunningLse)),
+                        xmalloc((size_t)rows_cap * sizeof(float))};
+    return s;
+}
+
+static void scratch_free(LogprobScratch *s) {
+    free(s->tile);
+    free(s->acc);
+    free(s->target_logit);
+}
+
 void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
                            const float *lm_head, int n_rows, int h, int vocab) {
     if (n_rows == 0) return;
-    int rows_cap = n_rows < ROW_BLOCK ? n_rows : ROW_BLOCK;
-    int cols_cap = vocab < VOCAB_BLOCK ? vocab : VOCAB_BLOCK;
-    float *tile = xmalloc((size_t)rows_cap * cols_cap * sizeof(float));
-    RunningLse *acc = xmalloc((size_t)rows_cap * sizeof *acc);
-    float *target_logit = xmalloc((size_t)rows_cap * sizeof(float));
+    LogprobScratch s = scratch_alloc(n_rows, vocab);
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
+        block_logsumexp(s.acc, s.target_logit, s.tile, hidden + (size_t)r0 * h, target + r0,
+                        lm_head, rows, h, vocab);
         for (int r = 0; r < rows; r++)
-            acc[r] = (RunningLse){-INFINITY, 0.0};
+            logp[r0 + r] = (float)((double)s.target_logit[r] - s.acc[r].max - log(s.acc[r].sum));
+    }
+    scratch_free(&s);
+}
+
+/* d logp / d z_j = [j = target] - softmax_j, so with upstream g: dz = g (onehot - p). The logits
+ * are recomputed tile by tile, after a first pass has found each row's log-sum-exp. */
+void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
+                            const float *hidden, const int32_t *target, const float *lm_head,
+                            int n_rows, int h, int vocab) {
+    if (n_rows == 0) return;
+    LogprobScratch s = scratch_alloc(n_rows, vocab);
+    for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
+        int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
+        const float *hb = hidden + (size_t)r0 * h;
+        float *dhb = dhidden + (size_t)r0 * h;
+        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab);
+        memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f,
-                        hidden + (size_t)r0 * h, h, lm_head + (size_t)c0 * h, h, 0.0f, tile, cols);
+            const float *w = lm_head + (size_t)c0 * h;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hb, h, w, h,
+                        0.0f, s.tile, cols);
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < rows; r++) {
-                const float *z = tile + (size_t)r * cols;
-                lse_update(&acc[r], z, cols);
+                float *z = s.tile + (size_t)r * cols;
+                float g = dlogp[r0 + r];
+                float lse = (float)(s.acc[r].max + log(s.acc[r].sum));
+#pragma omp simd
+                for (int j = 0; j < cols; j++)
+                    z[j] = -g * fast_expf(z[j] - lse);
                 int t = target[r0 + r] - c0;
-                if (t >= 0 && t < cols) target_logit[r] = z[t];
+                if (t >= 0 && t < cols) z[t] += g;
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, cols, 1.0f, s.tile,
+                        cols, w, h, 1.0f, dhb, h);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, h, rows, 1.0f, s.tile, cols,
+                        hb, h, 1.0f, dlm_head + (size_t)c0 * h, h);
         }
-        for (int r = 0; r < rows; r++)
-            logp[r0 + r] = (float)((double)target_logit[r] - acc[r].max - log(acc[r].sum));
     }
-    free(target_logit);
-    free(acc);
-    free(tile);
+    scratch_free(&s);
 }

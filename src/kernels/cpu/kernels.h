@@ -45,4 +45,32 @@ void fused_logprob_forward(float *logp, const float *hidden, const int32_t *targ
 /* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);
 
+/* ---- backward passes: gradients are accumulated (+=) into the d* outputs for weights and
+ * written (=) for inputs, unless stated otherwise ---- */
+
+/* din (N, in_dim) = dout · W; dw (out_dim, in_dim) += dout^T · in; dbias (out_dim) += column
+ * sums of dout. din, dw or dbias may be NULL when not wanted. */
+void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                     const float *w, int n, int in_dim, int out_dim);
+
+/* din (N, C) = d/din of rmsnorm_forward; dw (C) += its weight gradient. din may alias dout. */
+void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                      int n, int c, float eps);
+
+/* dgate, dup (n) from dout and the forward inputs. dgate may alias dout. */
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n);
+
+/* In place: turns the gradient with respect to rope_forward's output into the gradient with
+ * respect to its input (the transposed rotation). */
+void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
+                   const float *sin_table, int n, int n_heads, int hd);
+
+/* Gradient of sum_i dlogp[i] * logp[i] (logp as fused_logprob_forward computes it):
+ * dhidden (n_rows, h) is written, dlm_head (V, h) accumulated. Recomputes the logits tile by
+ * tile, so memory stays bounded as in the forward. */
+void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
+                            const float *hidden, const int32_t *target, const float *lm_head,
+                            int n_rows, int h, int vocab);
+
 #endif

@@ -15,3 +15,24 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
             row[j] += bias[j];
     }
 }
+
+void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                     const float *w, int n, int in_dim, int out_dim) {
+    if (n == 0) return;
+    if (din)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, out_dim, 1.0f, dout,
+                    out_dim, w, in_dim, 0.0f, din, in_dim);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, n, 1.0f, dout,
+                    out_dim, in, in_dim, 1.0f, dw, in_dim);
+    if (!dbias) return;
+        /* columns split between threads: each sum runs over the rows in order, so it is
+         * reproducible */
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < out_dim; j++) {
+        float s = 0.0f;
+        for (int r = 0; r < n; r++)
+            s += dout[(size_t)r * out_dim + j];
+        dbias[j] += s;
+    }
+}

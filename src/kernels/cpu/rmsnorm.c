@@ -1,6 +1,9 @@
 #include "kernels/cpu/kernels.h"
 
+#include "common/error.h"
+
 #include <math.h>
+#include <stdlib.h>
 
 void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps) {
 #pragma omp parallel for schedule(static)
@@ -16,4 +19,42 @@ void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, 
         for (int j = 0; j < c; j++)
             y[j] = w[j] * (x[j] * rstd);
     }
+}
+
+static float row_rstd(const float *x, int c, float eps) {
+    double ss = 0.0;
+    for (int j = 0; j < c; j++)
+        ss += (double)x[j] * x[j];
+    return 1.0f / sqrtf((float)(ss / c) + eps);
+}
+
+/* With y = w ⊙ x r, r = (mean(x²) + eps)^-1/2:
+ * dx = r (w ⊙ dy) - x r³/C Σ_k w_k dy_k x_k,   dw = Σ_rows dy ⊙ x r. */
+void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                      int n, int c, float eps) {
+    float *rstd = xmalloc((size_t)n * sizeof *rstd);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++)
+        rstd[r] = row_rstd(in + (size_t)r * c, c, eps);
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int j = 0; j < c; j++) {
+            float s = 0.0f;
+            for (int r = 0; r < n; r++)
+                s += dout[(size_t)r * c + j] * in[(size_t)r * c + j] * rstd[r];
+            dw[j] += s;
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        const float *x = in + (size_t)r * c, *dy = dout + (size_t)r * c;
+        float *dx = din + (size_t)r * c;
+        double dot = 0.0;
+        for (int j = 0; j < c; j++)
+            dot += (double)w[j] * dy[j] * x[j];
+        float rs = rstd[r], k = (float)(dot / c) * rs * rs * rs;
+        for (int j = 0; j < c; j++)
+            dx[j] = rs * w[j] * dy[j] - k * x[j];
+    }
+    free(rstd);
 }

@@ -17,3 +17,22 @@ void rope_forward(float *x, const int32_t *positions, const float *cos_table,
         }
     }
 }
+
+/* The forward rotates each pair (a, b) by +θ; the gradient goes back through -θ. */
+void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
+                   const float *sin_table, int n, int n_heads, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        const float *c = cos_table + (size_t)positions[r] * half;
+        const float *s = sin_table + (size_t)positions[r] * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *u = dx + ((size_t)r * n_heads + h) * hd;
+            for (int j = 0; j < half; j++) {
+                float da = u[j], db = u[j + half];
+                u[j] = da * c[j] + db * s[j];
+                u[j + half] = db * c[j] - da * s[j];
+            }
+        }
+    }
+}

@@ -9,3 +9,14 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
         out[i] = g / (1.0f + fast_expf(-g)) * up[i];
     }
 }
+
+/* out = silu(g) u with silu(g) = g σ(g), silu'(g) = σ(g) (1 + g (1 - σ(g))). */
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], s = 1.0f / (1.0f + fast_expf(-g)), d = dout[i];
+        dup[i] = d * g * s;
+        dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+    }
+}
