@@ -6,6 +6,8 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,7 +184,44 @@ static void test_fused_logprob(void) {
     free(m.hidden), free(m.w), free(m.g), free(m.logp), free(dw);
 }
 
+/* ---- attention: two query blocks, GQA, padding holes, with and without a window ---- */
+typedef struct {
+    int window;
+    float *q, *k, *v, *c, *out;
+    uint8_t mask[2 * 70];
+} AttentionCase;
+
+enum { AB = 2, AT = 70, ANH = 4, ANKV = 2, AHD = 4 };
+
+static double attention_loss(void *p) {
+    AttentionCase *m = p;
+    attention_forward(m->out, m->q, m->k, m->v, m->mask, AB, AT, ANH, ANKV, AHD, m->window);
+    return dot(m->out, m->c, (size_t)AB * AT * ANH * AHD);
+}
+
+static void test_attention(int window) {
+    size_t nq = (size_t)AB * AT * ANH * AHD, nk = (size_t)AB * AT * ANKV * AHD;
+    AttentionCase m = {.window = window};
+    m.q = rand_array(nq), m.k = rand_array(nk), m.v = rand_array(nk), m.c = rand_array(nq);
+    m.out = rand_array(nq);
+    for (int i = 0; i < AB * AT; i++)
+        m.mask[i] = !(i % 23 == 4 || i >= AT + 60);
+    float *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk),
+          *dv = malloc(nk * sizeof *dv);
+    attention_backward(dq, dk, dv, m.c, m.q, m.k, m.v, m.mask, AB, AT, ANH, ANKV, AHD, window);
+    char what[64];
+    snprintf(what, sizeof what, "attention (window %d) d_q", window);
+    check_grad(what, m.q, dq, nq, 3, attention_loss, &m);
+    snprintf(what, sizeof what, "attention (window %d) d_k", window);
+    check_grad(what, m.k, dk, nk, 2, attention_loss, &m);
+    snprintf(what, sizeof what, "attention (window %d) d_v", window);
+    check_grad(what, m.v, dv, nk, 2, attention_loss, &m);
+    free(m.q), free(m.k), free(m.v), free(m.c), free(m.out), free(dq), free(dk), free(dv);
+}
+
 int main(void) {
+    test_attention(0);
+    test_attention(30);
     srand(5);
     test_matmul();
     test_rmsnorm();

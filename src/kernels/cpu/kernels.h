@@ -66,6 +66,14 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
                    const float *sin_table, int n, int n_heads, int hd);
 
+/* Gradients of attention_forward: dq (B, T, nh, hd), dk and dv (B, T, nkv, hd), all written.
+ * The probabilities are recomputed block by block (nothing is kept from the forward). Work is
+ * split by (sequence, kv head), so the query heads that share a kv head add into its dk/dv in a
+ * fixed order: reproducible for any thread count. */
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const uint8_t *key_mask, int batch,
+                        int t_len, int n_heads, int n_kv_heads, int hd, int window);
+
 /* Gradient of sum_i dlogp[i] * logp[i] (logp as fused_logprob_forward computes it):
  * dhidden (n_rows, h) is written, dlm_head (V, h) accumulated. Recomputes the logits tile by
  * tile, so memory stays bounded as in the forward. */
