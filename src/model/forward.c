@@ -1,9 +1,12 @@
 #include "model/forward.h"
 
+#include "model/activations.h"
+
 #include "common/error.h"
 #include "kernels/cpu/kernels.h"
 #include "model/rope_tables.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,27 +27,21 @@ static int check_batch(const Model *m, const TokenBatch *b, int *max_position) {
     return 0;
 }
 
-/* Activations of one layer, reused by every layer (inference keeps nothing for backward). */
-typedef struct {
-    float *x;     /* (N, H) residual stream */
-    float *xn;    /* (N, H) normed input of a block */
-    float *q;     /* (N, nh*hd) */
-    float *k, *v; /* (N, nkv*hd) */
-    float *att;   /* (N, nh*hd) attention output before o_proj */
-    float *gate;  /* (N, I) */
-    float *up;    /* (N, I) */
-    float *proj;  /* (N, H) block output before the residual add */
-    float *block; /* the single allocation behind all of them */
-} LayerActs;
-
-static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n) {
+/* Allocates a LayerActs' own buffers. With `keep` (training) x_in/x_mid and, for q/k norm
+ * models, q_pre/k_pre get buffers too; otherwise they alias the running residual and q/k. */
+static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n, bool keep) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t total = n * (3 * H + 2 * qd + 2 * kvd + 2 * I);
+    bool pre = keep && c->qk_norm;
+    size_t total =
+        n * (3 * H + 2 * qd + 2 * kvd + 3 * I) + (keep ? n * H : 0) + (pre ? n * (qd + kvd) : 0);
+    memset(a, 0, sizeof *a);
     a->block = xmalloc_checked(total * sizeof(float), "forward activations");
     if (!a->block) return -1;
     float *p = a->block;
-    a->x = p, p += n * H;
+    a->x_in = p, p += n * H;
+    a->x_mid = a->x_in;
+    if (keep) a->x_mid = p, p += n * H;
     a->xn = p, p += n * H;
     a->proj = p, p += n * H;
     a->q = p, p += n * qd;
@@ -52,31 +49,39 @@ static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n) {
     a->k = p, p += n * kvd;
     a->v = p, p += n * kvd;
     a->gate = p, p += n * I;
-    a->up = p;
+    a->up = p, p += n * I;
+    a->act = p, p += n * I;
+    a->q_pre = a->q, a->k_pre = a->k;
+    if (pre) {
+        a->q_pre = p, p += n * qd;
+        a->k_pre = p;
+    }
     return 0;
 }
 
-static void add_inplace(float *dst, const float *src, size_t n) {
+/* out = a + b, elementwise; out may be a. */
+static void residual_add(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
+        out[i] = a[i] + b[i];
 }
 
+/* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer). */
 static void layer_forward(const Model *m, int l, const TokenBatch *b, const int32_t *positions,
-                          const float *cos_t, const float *sin_t, LayerActs *a) {
+                          const float *cos_t, const float *sin_t, LayerActs *a, float *x_out) {
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
     int n = b->batch * b->t_len, H = c->hidden_size, I = c->intermediate_size;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     float eps = (float)c->rms_norm_eps;
 
-    rmsnorm_forward(a->xn, a->x, w->input_norm, n, H, eps);
-    matmul_forward(a->q, a->xn, w->wq, w->bq, n, H, qd);
-    matmul_forward(a->k, a->xn, w->wk, w->bk, n, H, kvd);
+    rmsnorm_forward(a->xn, a->x_in, w->input_norm, n, H, eps);
+    matmul_forward(a->q_pre, a->xn, w->wq, w->bq, n, H, qd);
+    matmul_forward(a->k_pre, a->xn, w->wk, w->bk, n, H, kvd);
     matmul_forward(a->v, a->xn, w->wv, w->bv, n, H, kvd);
     if (c->qk_norm) {
-        rmsnorm_forward(a->q, a->q, w->q_norm, n * c->n_heads, c->head_dim, eps);
-        rmsnorm_forward(a->k, a->k, w->k_norm, n * c->n_kv_heads, c->head_dim, eps);
+        rmsnorm_forward(a->q, a->q_pre, w->q_norm, n * c->n_heads, c->head_dim, eps);
+        rmsnorm_forward(a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, c->head_dim, eps);
     }
     rope_forward(a->q, positions, cos_t, sin_t, n, c->n_heads, c->head_dim);
     rope_forward(a->k, positions, cos_t, sin_t, n, c->n_kv_heads, c->head_dim);
@@ -84,51 +89,110 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
     attention_forward(a->att, a->q, a->k, a->v, b->attn_mask, b->batch, b->t_len, c->n_heads,
                       c->n_kv_heads, c->head_dim, window);
     matmul_forward(a->proj, a->att, w->wo, w->bo, n, qd, H);
-    add_inplace(a->x, a->proj, (size_t)n * H);
+    residual_add(a->x_mid, a->x_in, a->proj, (size_t)n * H);
 
-    rmsnorm_forward(a->xn, a->x, w->post_norm, n, H, eps);
+    rmsnorm_forward(a->xn, a->x_mid, w->post_norm, n, H, eps);
     matmul_forward(a->gate, a->xn, w->w_gate, w->b_gate, n, H, I);
     matmul_forward(a->up, a->xn, w->w_up, w->b_up, n, H, I);
-    swiglu_forward(a->gate, a->gate, a->up, (size_t)n * I);
-    matmul_forward(a->proj, a->gate, w->w_down, w->b_down, n, I, H);
-    add_inplace(a->x, a->proj, (size_t)n * H);
+    swiglu_forward(a->act, a->gate, a->up, (size_t)n * I);
+    matmul_forward(a->proj, a->act, w->w_down, w->b_down, n, I, H);
+    residual_add(x_out, a->x_mid, a->proj, (size_t)n * H);
+}
+
+/* What every forward needs before the layers: checked batch, positions, RoPE tables. */
+typedef struct {
+    int32_t *positions; /* owned copy or generated 0..T-1 */
+    float *cos_t, *sin_t;
+} ForwardSetup;
+
+static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) {
+    const ModelConfig *c = &m->cfg;
+    int max_position;
+    memset(fs, 0, sizeof *fs);
+    if (b->batch <= 0 || b->t_len <= 0) return err_set("empty batch");
+    if (check_batch(m, b, &max_position) != 0) return -1;
+    size_t n = (size_t)b->batch * b->t_len;
+    fs->positions = xmalloc(n * sizeof *fs->positions);
+    for (size_t i = 0; i < n; i++)
+        fs->positions[i] = b->positions ? b->positions[i] : (int32_t)(i % (size_t)b->t_len);
+    size_t table = (size_t)(max_position + 1) * (c->head_dim / 2);
+    fs->cos_t = xmalloc(table * sizeof(float));
+    fs->sin_t = xmalloc(table * sizeof(float));
+    rope_build_tables(c, max_position + 1, fs->cos_t, fs->sin_t);
+    return 0;
+}
+
+static void forward_setup_free(ForwardSetup *fs) {
+    free(fs->positions);
+    free(fs->cos_t);
+    free(fs->sin_t);
+}
+
+static void embed_tokens(const Model *m, const TokenBatch *b, float *x) {
+    size_t n = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
+    for (size_t i = 0; i < n; i++) {
+        /* padding may carry any id; its row is never used, so embed it as token 0 */
+        int32_t id = (b->attn_mask && !b->attn_mask[i]) ? 0 : b->tokens[i];
+        memcpy(x + i * H, m->embed + (size_t)id * H, H * sizeof(float));
+    }
 }
 
 int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
     const ModelConfig *c = &m->cfg;
-    int max_position;
-    if (b->batch <= 0 || b->t_len <= 0) return err_set("empty batch");
-    if (check_batch(m, b, &max_position) != 0) return -1;
+    ForwardSetup fs;
+    if (forward_setup(m, b, &fs) != 0) return -1;
     size_t n = (size_t)b->batch * b->t_len, H = (size_t)c->hidden_size;
-
-    int32_t *positions = NULL;
-    if (!b->positions) {
-        positions = xmalloc(n * sizeof *positions);
-        for (size_t i = 0; i < n; i++)
-            positions[i] = (int32_t)(i % (size_t)b->t_len);
-    }
-    const int32_t *pos = b->positions ? b->positions : positions;
-    size_t table = (size_t)(max_position + 1) * (c->head_dim / 2);
-    float *cos_t = xmalloc(table * sizeof(float)), *sin_t = xmalloc(table * sizeof(float));
-    rope_build_tables(c, max_position + 1, cos_t, sin_t);
-
     LayerActs a;
-    int rc = acts_alloc(&a, c, n);
+    int rc = acts_alloc(&a, c, n, false);
     if (rc == 0) {
-        for (size_t i = 0; i < n; i++) {
-            /* padding may carry any id; its row is never used, so embed it as token 0 */
-            int32_t id = (b->attn_mask && !b->attn_mask[i]) ? 0 : b->tokens[i];
-            memcpy(a.x + i * H, m->embed + (size_t)id * H, H * sizeof(float));
-        }
+        embed_tokens(m, b, a.x_in);
         for (int l = 0; l < c->n_layers; l++)
-            layer_forward(m, l, b, pos, cos_t, sin_t, &a);
-        rmsnorm_forward(hidden, a.x, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
+            layer_forward(m, l, b, fs.positions, fs.cos_t, fs.sin_t, &a, a.x_in);
+        rmsnorm_forward(hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
         free(a.block);
     }
-    free(cos_t);
-    free(sin_t);
-    free(positions);
+    forward_setup_free(&fs);
     return rc;
+}
+
+int model_forward_tape(const Model *m, const TokenBatch *b, ForwardTape *tape) {
+    const ModelConfig *c = &m->cfg;
+    memset(tape, 0, sizeof *tape);
+    ForwardSetup fs;
+    if (forward_setup(m, b, &fs) != 0) return -1;
+    tape->batch = *b;
+    tape->n = (size_t)b->batch * b->t_len;
+    tape->positions = fs.positions, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
+    size_t n = tape->n, H = (size_t)c->hidden_size;
+    tape->layers = xcalloc((size_t)c->n_layers, sizeof *tape->layers);
+    tape->n_layers = c->n_layers;
+    tape->x_final = xmalloc_checked(2 * n * H * sizeof(float), "final activations");
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!tape->x_final || acts_alloc(&tape->layers[l], c, n, true) != 0) {
+            forward_tape_free(tape);
+            return -1;
+        }
+    }
+    tape->hidden = tape->x_final + n * H;
+    embed_tokens(m, b, tape->layers[0].x_in);
+    for (int l = 0; l < c->n_layers; l++) {
+        float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
+        layer_forward(m, l, b, tape->positions, tape->cos_t, tape->sin_t, &tape->layers[l], x_out);
+    }
+    rmsnorm_forward(tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
+                    (float)c->rms_norm_eps);
+    return 0;
+}
+
+void forward_tape_free(ForwardTape *tape) {
+    for (int l = 0; tape->layers && l < tape->n_layers; l++)
+        free(tape->layers[l].block);
+    free(tape->layers);
+    free(tape->x_final);
+    free(tape->positions);
+    free(tape->cos_t);
+    free(tape->sin_t);
+    memset(tape, 0, sizeof *tape);
 }
 
 int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *target_mask,

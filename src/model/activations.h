@@ -1,0 +1,48 @@
+/* Activations of the forward pass, shared by forward.c (which fills them) and backward.c
+ * (which reads them back).
+ *
+ * Inference uses one LayerActs for every layer and updates the residual stream in place
+ * (x_in == x_mid == x_out). Training keeps a ForwardTape: one LayerActs per layer with its own
+ * buffers, where layer l's output residual is layer l+1's x_in, so backward finds every input it
+ * needs without recomputing a layer. The normed block inputs are not kept (recomputed from
+ * x_in / x_mid: one cheap pass per block). */
+#ifndef RLHF_MODEL_ACTIVATIONS_H
+#define RLHF_MODEL_ACTIVATIONS_H
+
+#include "model/forward.h"
+
+#include <stddef.h>
+
+typedef struct {
+    float *x_in;          /* (N, H) residual stream entering the layer */
+    float *x_mid;         /* (N, H) residual after the attention block */
+    float *xn;            /* (N, H) normed input of the current block (scratch) */
+    float *q_pre, *k_pre; /* (N, nh*hd), (N, nkv*hd) q/k before Qwen3's q/k norm; NULL otherwise */
+    float *q;             /* (N, nh*hd) after norm and RoPE */
+    float *k, *v;         /* (N, nkv*hd) k after norm and RoPE */
+    float *att;           /* (N, nh*hd) attention output before o_proj */
+    float *gate;          /* (N, I) gate_proj output (before SiLU) */
+    float *up;            /* (N, I) up_proj output */
+    float *act;           /* (N, I) silu(gate) * up */
+    float *proj;          /* (N, H) block output before the residual add (scratch) */
+    float *block;         /* the allocation behind the buffers this LayerActs owns */
+} LayerActs;
+
+/* Everything one training forward keeps for the backward. */
+typedef struct {
+    TokenBatch batch;  /* the caller's batch (pointers borrowed; must outlive the tape) */
+    size_t n;          /* B*T */
+    LayerActs *layers; /* [n_layers] */
+    int n_layers;
+    float *x_final;       /* (N, H) residual leaving the last layer */
+    float *hidden;        /* (N, H) after the final norm */
+    int32_t *positions;   /* (N) */
+    float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2) */
+} ForwardTape;
+
+/* Runs the forward keeping every layer's activations. Returns 0, or -1 with an error (bad
+ * token ids, out of memory); on failure nothing needs freeing. */
+int model_forward_tape(const Model *m, const TokenBatch *b, ForwardTape *tape);
+void forward_tape_free(ForwardTape *tape);
+
+#endif
