@@ -231,6 +231,10 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
         return -1;
     snprintf(cfg->weights_dtype, sizeof cfg->weights_dtype, "%s", dtype ? dtype : "");
 
+    int64_t pad = -1;
+    if (json_get_int64(root, "pad_token_id", &pad) < 0) return -1;
+    cfg->pad_token_id = pad >= 0 && pad < cfg->vocab_size ? (int)pad : -1;
+
     if (parse_rope(cfg, root) != 0) return -1;
     return parse_sliding_window(cfg, root);
 }

@@ -45,6 +45,7 @@ typedef struct {
     bool *layer_sliding; /* [n_layers]: this layer uses the sliding window */
     RopeConfig rope;
     char weights_dtype[16]; /* "float32", "bfloat16", "float16" or "" when unstated */
+    int pad_token_id;       /* -1 when none: that embedding row gets no gradient */
 } ModelConfig;
 
 /* Parses a config.json object. `source` names the file in messages. Returns 0, or -1 with

@@ -1,0 +1,20 @@
+/* The backward pass: from dL/dlogp of the selected target tokens to the gradient of every
+ * parameter (design.md: methods give dL/dlogp, the model turns it into parameter gradients).
+ * Backward runs the layers in reverse, reading the activations a ForwardTape kept. */
+#ifndef RLHF_MODEL_BACKWARD_H
+#define RLHF_MODEL_BACKWARD_H
+
+#include "model/activations.h"
+
+/* logp (B*T) as model_token_logprobs gives it, from a tape's final hidden states. */
+void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                         float *logp);
+
+/* Accumulates into grads (m->n_params floats, laid out like m->params) the gradient of
+ * L = Σ dlogp[i] · logp[i] over the positions target_mask selects (as in
+ * model_token_logprobs; dlogp elsewhere is ignored). With tied embeddings the lm_head and the
+ * embedding share one gradient. Returns 0, or -1 with an error when memory runs out. */
+int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                   const float *dlogp, float *grads);
+
+#endif

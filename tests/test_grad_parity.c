@@ -1,0 +1,91 @@
+/* Gradient parity with PyTorch autograd: for the fixture batch, the SFT-style loss (mean
+ * negative log-prob of every real target token) and the gradient of every parameter, against
+ * tests/fixtures/models/<name>/grads.safetensors (tools/reference/make_grad_fixtures.py).
+ * Each gradient tensor must match to 1e-4 of its largest magnitude (elementwise relative error
+ * is meaningless for entries that are nearly zero). Usage: test_grad_parity FIXTURE_DIR */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "io/safetensors.h"
+#include "model/backward.h"
+#include "reference_fixture.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
+        return 2;
+    }
+    char path[4096];
+    Model m;
+    if (model_load(&m, argv[1]) != 0) {
+        fprintf(stderr, "load: %s\n", err_msg());
+        return 1;
+    }
+    ReferenceFixture f;
+    reference_fixture_load(&f, argv[1]);
+    TokenBatch batch = {f.batch, f.t_len, f.tokens, f.mask, NULL};
+    size_t n = (size_t)f.batch * f.t_len;
+
+    ForwardTape tape;
+    CHECK(model_forward_tape(&m, &batch, &tape) == 0, "forward: %s", err_msg());
+    float *logp = calloc(n, sizeof *logp), *dlogp = calloc(n, sizeof *dlogp);
+    model_tape_logprobs(&m, &tape, NULL, logp);
+    int count = 0;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!f.mask[i] || i % (size_t)f.t_len == 0) continue;
+        sum += logp[i];
+        count++;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (f.mask[i] && i % (size_t)f.t_len != 0) dlogp[i] = -1.0f / (float)count;
+    double loss = -sum / count;
+
+    snprintf(path, sizeof path, "%s/grads.json", argv[1]);
+    json_t *meta;
+    CHECK(json_load_path(path, &meta) == 0, "%s", err_msg());
+    double want_loss = json_number_value(json_object_get(meta, "loss"));
+    CHECK(harness_close(loss, want_loss, 1e-4, 0), "loss %.7f vs PyTorch %.7f", loss, want_loss);
+    json_decref(meta);
+
+    float *grads = calloc(m.n_params, sizeof *grads);
+    CHECK(model_backward(&m, &tape, NULL, dlogp, grads) == 0, "backward: %s", err_msg());
+
+    snprintf(path, sizeof path, "%s/grads.safetensors", argv[1]);
+    SafetensorsFile ref;
+    CHECK(safetensors_open(&ref, path) == 0, "%s", err_msg());
+    CHECK(ref.n_tensors == (size_t)m.n_param_tensors, "%zu gradient tensors for %d parameters",
+          ref.n_tensors, m.n_param_tensors);
+    double worst = 0;
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const ParamInfo *info = &m.param_info[p];
+        const SafetensorsTensor *t = safetensors_find(&ref, info->name);
+        CHECK(t && (size_t)t->numel == info->numel, "gradient of %s present", info->name);
+        if (!t || (size_t)t->numel != info->numel) continue;
+        float *want = malloc(info->numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        double scale = 0, err = 0;
+        for (size_t i = 0; i < info->numel; i++)
+            scale = fmax(scale, fabs(want[i]));
+        for (size_t i = 0; i < info->numel; i++)
+            err = fmax(err, fabs(grads[info->offset + i] - want[i]));
+        CHECK(scale > 0, "%s: PyTorch gradient is all zero", info->name);
+        CHECK(err <= 1e-4 * scale, "%s: max |diff| %.3g vs largest gradient %.3g (ratio %.2e)",
+              info->name, err, scale, err / scale);
+        worst = fmax(worst, scale > 0 ? err / scale : 0);
+        free(want);
+    }
+    printf("loss %.7f (PyTorch %.7f); %d gradient tensors, worst max|diff|/max|grad| %.2e\n", loss,
+           want_loss, m.n_param_tensors, worst);
+    safetensors_close(&ref);
+    free(grads);
+    free(logp);
+    free(dlogp);
+    forward_tape_free(&tape);
+    reference_fixture_free(&f);
+    model_free(&m);
+    return harness_finish("test_grad_parity");
+}
