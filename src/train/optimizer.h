@@ -1,0 +1,63 @@
+/* AdamW, gradient clipping and the learning-rate schedules, with PyTorch / Hugging Face
+ * semantics (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_, transformers' get_scheduler
+ * and Trainer's weight-decay parameter groups). */
+#ifndef RLHF_TRAIN_OPTIMIZER_H
+#define RLHF_TRAIN_OPTIMIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A run of parameters that share a weight-decay setting (one tensor, usually). */
+typedef struct {
+    size_t offset, numel; /* into the flat parameter and gradient arrays */
+    bool decay;
+} ParamSpan;
+
+/* Whether HF's Trainer applies weight decay to the parameter called `name`: not to biases nor
+ * to normalisation weights (names matching bias, layernorm, rmsnorm, (^|.)norm($|.),
+ * _norm($|.), case-insensitively). */
+bool param_gets_weight_decay(const char *name);
+
+typedef struct {
+    double beta1, beta2, eps, weight_decay; /* adamw_torch defaults: 0.9, 0.999, 1e-8, 0 */
+} AdamWConfig;
+
+typedef struct {
+    AdamWConfig cfg;
+    ParamSpan *spans;
+    int n_spans;
+    size_t n;     /* total parameters */
+    float *m, *v; /* first and second moments, n each, zero at start */
+    int64_t step; /* optimizer steps taken */
+} AdamW;
+
+/* Takes a copy of the spans. Returns 0, or -1 when the moments do not fit in memory. */
+int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans);
+void adamw_free(AdamW *opt);
+
+/* One step at learning rate lr, as torch.optim.AdamW does it:
+ * p *= 1 - lr*wd (decaying spans only); m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g²;
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
+void adamw_step(AdamW *opt, float *params, const float *grads, double lr);
+
+/* The global L2 norm of the gradients (what HF logs as grad_norm), norms of each span summed
+ * in squares as clip_grad_norm_ does. */
+double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans);
+
+/* clip_grad_norm_: scales every gradient by min(1, max_norm / (norm + 1e-6)). */
+void grad_clip(float *grads, const ParamSpan *spans, int n_spans, double max_norm, double norm);
+
+typedef enum { LR_CONSTANT, LR_CONSTANT_WITH_WARMUP, LR_LINEAR, LR_COSINE } LrScheduleType;
+
+/* Parses "constant", "constant_with_warmup", "linear", "cosine"; -1 for anything else. */
+int lr_schedule_parse(const char *name, LrScheduleType *out);
+
+/* The multiplier of the base learning rate after `step` optimizer steps (transformers'
+ * lr_lambda), with `warmup` warm-up steps out of `total`. */
+double lr_schedule_factor(LrScheduleType type, int64_t step, int64_t warmup, int64_t total);
+
+/* warmup_ratio as transformers turns it into steps: ceil(ratio * total). */
+int64_t lr_warmup_steps_from_ratio(double ratio, int64_t total);
+
+#endif

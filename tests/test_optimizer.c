@@ -1,0 +1,145 @@
+/* AdamW + clipping + schedules against torch / transformers (tests/fixtures/optimizer, made by
+ * tools/reference/make_optimizer_fixtures.py): weight-decay groups as Trainer forms them, the
+ * schedules' multipliers at every step, and 5 steps of AdamW with clipping on a fixture model's
+ * parameters, compared on the pre-clip gradient norm, the lr and the final parameters. */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "train/optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *load_json(const char *rel) {
+    json_t *j = NULL;
+    if (json_load_path(harness_source_path(rel), &j) != 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        exit(1);
+    }
+    return j;
+}
+
+static void test_schedules(void) {
+    json_t *j = load_json("tests/fixtures/optimizer/schedules.json");
+    int64_t total = json_integer_value(json_object_get(j, "total"));
+    int64_t warmup = json_integer_value(json_object_get(j, "warmup"));
+    const char *name;
+    json_t *factors;
+    json_object_foreach(json_object_get(j, "factors"), name, factors) {
+        LrScheduleType type;
+        CHECK(lr_schedule_parse(name, &type) == 0, "schedule %s", name);
+        for (size_t step = 0; step < json_array_size(factors); step++) {
+            double want = json_number_value(json_array_get(factors, step));
+            double got = lr_schedule_factor(type, (int64_t)step, warmup, total);
+            CHECK(fabs(got - want) < 1e-12, "%s step %zu: %.15g vs %.15g", name, step, got, want);
+        }
+    }
+    LrScheduleType t;
+    CHECK(lr_schedule_parse("polynomial", &t) != 0, "unknown schedule refused");
+    json_decref(j);
+}
+
+static void run_case(const char *case_name) {
+    char rel[512];
+    snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.json", case_name);
+    json_t *j = load_json(rel);
+    char model_rel[512];
+    snprintf(model_rel, sizeof model_rel, "tests/fixtures/models/%s",
+             json_string_value(json_object_get(j, "model")));
+    Model m;
+    CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
+
+    /* the decay groups Trainer formed, and our parameter order = named_parameters order */
+    json_t *names = json_object_get(j, "param_names"), *decay = json_object_get(j, "decay_names");
+    CHECK((int)json_array_size(names) == m.n_param_tensors, "parameter count");
+    ParamSpan *spans = calloc((size_t)m.n_param_tensors, sizeof *spans);
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const char *name = m.param_info[p].name;
+        CHECK(strcmp(name, json_string_value(json_array_get(names, (size_t)p))) == 0,
+              "parameter %d: %s", p, name);
+        bool want = false;
+        for (size_t d = 0; d < json_array_size(decay); d++)
+            if (strcmp(name, json_string_value(json_array_get(decay, d))) == 0) want = true;
+        CHECK(param_gets_weight_decay(name) == want, "%s: weight decay %d, Trainer says %d", name,
+              !want, want);
+        spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel, want};
+    }
+
+    json_t *betas = json_object_get(j, "betas");
+    AdamWConfig cfg = {json_number_value(json_array_get(betas, 0)),
+                       json_number_value(json_array_get(betas, 1)),
+                       json_number_value(json_object_get(j, "eps")),
+                       json_number_value(json_object_get(j, "weight_decay"))};
+    AdamW opt;
+    CHECK(adamw_init(&opt, &cfg, spans, m.n_param_tensors) == 0, "%s", err_msg());
+    LrScheduleType type;
+    CHECK(lr_schedule_parse(json_string_value(json_object_get(j, "schedule")), &type) == 0,
+          "schedule");
+    int64_t steps = json_integer_value(json_object_get(j, "steps"));
+    double ws = json_number_value(json_object_get(j, "warmup_steps"));
+    int64_t warmup = ws >= 1 ? (int64_t)ws : lr_warmup_steps_from_ratio(ws, steps);
+    CHECK(warmup == json_integer_value(json_object_get(j, "warmup")), "warmup steps %lld",
+          (long long)warmup);
+    double base_lr = json_number_value(json_object_get(j, "lr"));
+    double max_norm = json_number_value(json_object_get(j, "max_grad_norm"));
+    json_t *scales = json_object_get(j, "scales");
+
+    float *grads = malloc(m.n_params * sizeof *grads);
+    for (int64_t k = 0; k < steps; k++) {
+        float scale = (float)json_number_value(json_array_get(scales, (size_t)k));
+        for (int p = 0; p < m.n_param_tensors; p++)
+            for (size_t i = 0; i < m.param_info[p].numel; i++)
+                grads[m.param_info[p].offset + i] =
+                    (float)sin(0.37 * (double)(i + 1) + 1.3 * (double)k + 0.11 * p) * scale;
+        double norm = grad_global_norm(grads, spans, m.n_param_tensors);
+        double want_norm =
+            json_number_value(json_array_get(json_object_get(j, "grad_norm_per_step"), (size_t)k));
+        CHECK(harness_close(norm, want_norm, 1e-5, 0), "step %lld grad_norm %.8g vs %.8g",
+              (long long)k, norm, want_norm);
+        grad_clip(grads, spans, m.n_param_tensors, max_norm, norm);
+        double lr = base_lr * lr_schedule_factor(type, k, warmup, steps);
+        double want_lr =
+            json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
+        CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
+              want_lr);
+        adamw_step(&opt, m.params, grads, lr);
+    }
+
+    snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.safetensors", case_name);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, harness_source_path(rel)) == 0, "%s", err_msg());
+    int bad = 0;
+    size_t compared = 0;
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const SafetensorsTensor *t = safetensors_find(&f, m.param_info[p].name);
+        if (!t) {
+            bad++;
+            continue;
+        }
+        float *want = malloc((size_t)t->numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        for (size_t i = 0; i < m.param_info[p].numel; i++, compared++)
+            bad += !harness_close(m.params[m.param_info[p].offset + i], want[i], 1e-4, 1e-6);
+        free(want);
+    }
+    CHECK(bad == 0 && compared == m.n_params, "%s: %d of %zu parameters differ from torch",
+          case_name, bad, compared);
+    printf("%s: %zu parameters match torch after %lld steps\n", case_name, compared,
+           (long long)steps);
+    safetensors_close(&f);
+    free(grads);
+    free(spans);
+    adamw_free(&opt);
+    model_free(&m);
+    json_decref(j);
+}
+
+int main(void) {
+    test_schedules();
+    run_case("adamw_cosine_clip");
+    run_case("adamw_linear_qknorm");
+    return harness_finish("test_optimizer");
+}
