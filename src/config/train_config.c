@@ -1,0 +1,561 @@
+#include "config/train_config.h"
+
+#include "common/error.h"
+#include "config/yaml_doc.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    K_STRING,
+    K_INT,
+    K_FLOAT, /* a number, or a numeric string ("2e-5", as PyYAML leaves it) */
+    K_BOOL,
+    K_BF16,         /* true/false/"auto"/"full": the CPU computes in fp32 either way */
+    K_PATH_OR_BOOL, /* resume_from_checkpoint: true (latest), false, or a path */
+    K_RL,
+    K_DATASETS,
+} KeyKind;
+
+typedef struct {
+    const char *name;
+    KeyKind kind;
+    size_t offset;
+} KeySpec;
+
+#define KEY(name, kind)                                                                            \
+    { #name, kind, offsetof(TrainConfig, name) }
+static const KeySpec key_specs[] = {
+    KEY(base_model, K_STRING),
+    KEY(tokenizer_config, K_STRING),
+    KEY(rl, K_RL),
+    KEY(datasets, K_DATASETS),
+    KEY(val_set_size, K_FLOAT),
+    KEY(sequence_len, K_INT),
+    KEY(micro_batch_size, K_INT),
+    KEY(gradient_accumulation_steps, K_INT),
+    KEY(num_epochs, K_FLOAT),
+    KEY(max_steps, K_INT),
+    KEY(learning_rate, K_FLOAT),
+    KEY(optimizer, K_STRING),
+    KEY(adam_beta1, K_FLOAT),
+    KEY(adam_beta2, K_FLOAT),
+    KEY(adam_epsilon, K_FLOAT),
+    KEY(weight_decay, K_FLOAT),
+    KEY(max_grad_norm, K_FLOAT),
+    KEY(lr_scheduler, K_STRING),
+    KEY(warmup_steps, K_INT),
+    KEY(warmup_ratio, K_FLOAT),
+    KEY(output_dir, K_STRING),
+    KEY(save_steps, K_INT),
+    KEY(save_total_limit, K_INT),
+    KEY(logging_steps, K_INT),
+    KEY(eval_steps, K_INT),
+    KEY(resume_from_checkpoint, K_PATH_OR_BOOL),
+    KEY(seed, K_INT),
+    KEY(bf16, K_BF16),
+    KEY(gradient_checkpointing, K_BOOL),
+    KEY(chat_template, K_STRING),
+    KEY(dataset_prepared_path, K_STRING),
+};
+#undef KEY
+#define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
+
+/* Keys Axolotl documents (axolotl-config.md §8-§9) that rlhf.c reads nowhere yet. Setting one
+ * gives a warning rather than silence. */
+static const char *const documented_keys[] = {
+    "adapter",
+    "added_tokens_overrides",
+    "attn_implementation",
+    "auto_resume_from_checkpoints",
+    "base_model_config",
+    "batch_size",
+    "bfloat16",
+    "chat_template_jinja",
+    "chat_template_kwargs",
+    "cosine_constant_lr_ratio",
+    "cosine_min_lr_ratio",
+    "cpo_alpha",
+    "deepspeed",
+    "default_system_message",
+    "device",
+    "dpo_beta",
+    "dpo_label_smoothing",
+    "dpo_loss_type",
+    "dpo_loss_weights",
+    "dpo_norm_loss",
+    "dpo_padding_free",
+    "dpo_use_weighting",
+    "dtype",
+    "early_stopping_patience",
+    "eot_tokens",
+    "eval_batch_size",
+    "eval_strategy",
+    "evals_per_epoch",
+    "excess_length_strategy",
+    "float16",
+    "float32",
+    "fp16",
+    "fsdp_config",
+    "fsdp_version",
+    "gpu_memory_limit",
+    "gradient_checkpointing_kwargs",
+    "hub_model_id",
+    "kto_desirable_weight",
+    "kto_undesirable_weight",
+    "load_best_model_at_end",
+    "load_in_4bit",
+    "load_in_8bit",
+    "logging_first_step",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_fan_in_fan_out",
+    "lora_model_dir",
+    "lora_modules_to_save",
+    "lora_r",
+    "lora_target_linear",
+    "lora_target_modules",
+    "lr_scheduler_kwargs",
+    "max_memory",
+    "max_prompt_len",
+    "metric_for_best_model",
+    "model_revision",
+    "model_type",
+    "optim_args",
+    "orpo_alpha",
+    "peft_use_dora",
+    "peft_use_rslora",
+    "precompute_ref_log_probs",
+    "remove_unused_columns",
+    "rl_adapter_ref_model",
+    "rl_beta",
+    "rpo_alpha",
+    "sample_packing",
+    "save_first_step",
+    "save_only_model",
+    "save_strategy",
+    "saves_per_epoch",
+    "simpo_gamma",
+    "special_tokens",
+    "strict",
+    "test_datasets",
+    "tf32",
+    "tokenizer_legacy",
+    "tokenizer_save_jinja_files",
+    "tokenizer_type",
+    "tokenizer_use_fast",
+    "tokens",
+    "trl",
+    "trust_remote_code",
+    "type_of_model",
+    "use_tensorboard",
+    "use_wandb",
+    "wandb_entity",
+    "wandb_name",
+    "wandb_project",
+    "wandb_log_model",
+    "wandb_watch",
+    "flash_attention",
+    "shuffle_merged_datasets",
+    "train_on_inputs",
+    "group_by_length",
+};
+#define N_DOCUMENTED (sizeof documented_keys / sizeof *documented_keys)
+
+static const struct {
+    const char *name;
+    RlMethod rl;
+} rl_names[] = {{"dpo", RL_DPO},     {"ipo", RL_IPO},   {"kto", RL_KTO},  {"orpo", RL_ORPO},
+                {"simpo", RL_SIMPO}, {"grpo", RL_GRPO}, {"gdpo", RL_GDPO}};
+
+const char *rl_method_name(RlMethod rl) {
+    for (size_t i = 0; i < sizeof rl_names / sizeof *rl_names; i++)
+        if (rl_names[i].rl == rl) return rl_names[i].name;
+    return "none (supervised fine-tuning)";
+}
+
+static void add_warning(TrainConfig *cfg, const char *fmt, ...) RLHF_PRINTF(2, 3);
+static void add_warning(TrainConfig *cfg, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cfg->warnings = xrealloc(cfg->warnings, (size_t)(cfg->n_warnings + 1) * sizeof *cfg->warnings);
+    cfg->warnings[cfg->n_warnings++] = xstrdup(buf);
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    size_t *row = xmalloc((lb + 1) * sizeof *row);
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    size_t d = row[lb];
+    free(row);
+    return d;
+}
+
+/* The known key closest to `name` (used and documented ones alike). */
+static const char *nearest_key(const char *name) {
+    const char *best = key_specs[0].name;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < N_KEY_SPECS + N_DOCUMENTED; i++) {
+        const char *k = i < N_KEY_SPECS ? key_specs[i].name : documented_keys[i - N_KEY_SPECS];
+        size_t d = edit_distance(name, k);
+        if (d < best_d) best_d = d, best = k;
+    }
+    return best;
+}
+
+static const KeySpec *find_spec(const char *name) {
+    for (size_t i = 0; i < N_KEY_SPECS; i++)
+        if (strcmp(key_specs[i].name, name) == 0) return &key_specs[i];
+    return NULL;
+}
+
+static bool is_documented(const char *name) {
+    for (size_t i = 0; i < N_DOCUMENTED; i++)
+        if (strcmp(documented_keys[i], name) == 0) return true;
+    return false;
+}
+
+/* Sets a scalar-kind field from text; `quoted` says the YAML scalar was quoted (a string). */
+static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text, bool quoted) {
+    void *field = (char *)cfg + spec->offset;
+    switch (spec->kind) {
+    case K_STRING:
+        free(*(char **)field);
+        *(char **)field = xstrdup(text);
+        return 0;
+    case K_INT: {
+        int64_t v;
+        if (quoted || yaml_text_to_int(text, &v) != 0)
+            return err_set("key '%s': expected an integer, got \"%s\"", spec->name, text);
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case K_FLOAT: {
+        double v;
+        if (yaml_text_to_double(text, &v) != 0)
+            return err_set("key '%s': expected a number, got \"%s\"", spec->name, text);
+        *(double *)field = v;
+        return 0;
+    }
+    case K_BOOL: {
+        bool v;
+        if (quoted || yaml_text_to_bool(text, &v) != 0)
+            return err_set("key '%s': expected true or false, got \"%s\"", spec->name, text);
+        *(bool *)field = v;
+        return 0;
+    }
+    case K_BF16: {
+        bool v;
+        if (!quoted && yaml_text_to_bool(text, &v) == 0) {
+            cfg->bf16 = v;
+        } else if (strcmp(text, "auto") == 0 || strcmp(text, "full") == 0) {
+            cfg->bf16 = strcmp(text, "full") == 0;
+        } else {
+            return err_set("key 'bf16': expected true, false, auto or full, got \"%s\"", text);
+        }
+        return 0;
+    }
+    case K_PATH_OR_BOOL: {
+        bool v;
+        free(cfg->resume_from_checkpoint);
+        cfg->resume_from_checkpoint = NULL;
+        if (!quoted && yaml_text_to_bool(text, &v) == 0) {
+            if (v) cfg->resume_from_checkpoint = xstrdup("true");
+        } else {
+            cfg->resume_from_checkpoint = xstrdup(text);
+        }
+        return 0;
+    }
+    case K_RL: {
+        bool v;
+        if (!quoted && yaml_text_to_bool(text, &v) == 0 && !v) {
+            cfg->rl = RL_NONE;
+            return 0;
+        }
+        for (size_t i = 0; i < sizeof rl_names / sizeof *rl_names; i++) {
+            if (strcmp(text, rl_names[i].name) == 0) {
+                cfg->rl = rl_names[i].rl;
+                return 0;
+            }
+        }
+        return err_set("key 'rl': unknown method \"%s\" (expected dpo, ipo, kto, orpo, simpo, grpo "
+                       "or gdpo; leave it out for supervised fine-tuning)",
+                       text);
+    }
+    case K_DATASETS:
+        return err_set("key 'datasets' cannot be given on the command line");
+    }
+    return -1;
+}
+
+static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, char ***out, int *count) {
+    if (n->type == YAML_SCALAR_NODE) {
+        *out = xmalloc(sizeof **out);
+        (*out)[0] = xstrdup((const char *)n->data.scalar.value);
+        *count = 1;
+        return 0;
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return err_set("%s: expected a file name or a list of them", what);
+    int len = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    *out = xcalloc((size_t)len, sizeof **out);
+    for (int i = 0; i < len; i++) {
+        yaml_node_t *item = yaml_document_get_node(&d->doc, n->data.sequence.items.start[i]);
+        if (!item || item->type != YAML_SCALAR_NODE) {
+            *count = i;
+            return err_set("%s[%d]: expected a file name", what, i);
+        }
+        (*out)[i] = xstrdup((const char *)item->data.scalar.value);
+    }
+    *count = len;
+    return 0;
+}
+
+static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetConfig *ds,
+                        int index) {
+    ds->line = yaml_node_line(n);
+    if (n->type != YAML_MAPPING_NODE)
+        return err_set("%s:%d: datasets[%d]: expected a mapping with at least 'path'", d->path,
+                       ds->line, index);
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
+        const char *key = (const char *)k->data.scalar.value;
+        int line = yaml_node_line(k);
+        if (yaml_scalar_is_null(v)) continue;
+        if (strcmp(key, "data_files") == 0) {
+            char what[64];
+            snprintf(what, sizeof what, "datasets[%d].data_files", index);
+            if (read_string_list(d, v, what, &ds->data_files, &ds->n_data_files) != 0)
+                return err_prefix("%s:%d", d->path, line);
+            continue;
+        }
+        char **slot = strcmp(key, "path") == 0      ? &ds->path
+                      : strcmp(key, "ds_type") == 0 ? &ds->ds_type
+                      : strcmp(key, "split") == 0   ? &ds->split
+                      : strcmp(key, "type") == 0    ? &ds->type
+                                                    : NULL;
+        if (!slot) {
+            add_warning(cfg, "%s:%d: datasets[%d].%s is not used by rlhf.c yet; ignored", d->path,
+                        line, index, key);
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: datasets[%d].%s: expected a string", d->path, line, index, key);
+        free(*slot);
+        *slot = xstrdup((const char *)v->data.scalar.value);
+    }
+    if (!ds->path)
+        return err_set("%s:%d: datasets[%d]: missing 'path' (a local JSON/JSONL file or directory)",
+                       d->path, ds->line, index);
+    if (!ds->ds_type) ds->ds_type = xstrdup("json");
+    if (!ds->split) ds->split = xstrdup("train");
+    if (strcmp(ds->ds_type, "json") != 0)
+        return err_set(
+            "%s:%d: datasets[%d].ds_type: \"%s\" is not supported (only local json/jsonl)", d->path,
+            ds->line, index, ds->ds_type);
+    return 0;
+}
+
+static int read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v) {
+    if (v->type != YAML_SEQUENCE_NODE)
+        return err_set("%s:%d: key 'datasets': expected a list of datasets", d->path,
+                       yaml_node_line(v));
+    int len = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
+    cfg->datasets = xcalloc((size_t)(len ? len : 1), sizeof *cfg->datasets);
+    for (int i = 0; i < len; i++) {
+        cfg->n_datasets = i + 1;
+        yaml_node_t *item = yaml_document_get_node(&d->doc, v->data.sequence.items.start[i]);
+        if (read_dataset(cfg, d, item, &cfg->datasets[i], i) != 0) return -1;
+    }
+    return 0;
+}
+
+static void set_defaults(TrainConfig *cfg) {
+    cfg->sequence_len = 512;
+    cfg->micro_batch_size = 1;
+    cfg->gradient_accumulation_steps = 1;
+    cfg->num_epochs = 1.0;
+    cfg->max_steps = -1;
+    cfg->learning_rate = NAN; /* required: NAN until set */
+    cfg->adam_beta1 = 0.9;
+    cfg->adam_beta2 = 0.999;
+    cfg->adam_epsilon = 1e-8;
+    cfg->max_grad_norm = 1.0;
+    cfg->warmup_steps = -1;
+    cfg->warmup_ratio = -1.0;
+    cfg->logging_steps = 1;
+    cfg->seed = 42;
+}
+
+static int require_positive(const char *key, double v) {
+    if (v <= 0) return err_set("key '%s': must be positive, got %g", key, v);
+    return 0;
+}
+
+static int validate(TrainConfig *cfg) {
+    if (!cfg->base_model) return err_set("key 'base_model': missing (a local model directory)");
+    if (cfg->n_datasets == 0) return err_set("key 'datasets': missing (at least one dataset)");
+    if (isnan(cfg->learning_rate)) return err_set("key 'learning_rate': missing");
+    if (require_positive("learning_rate", cfg->learning_rate) ||
+        require_positive("sequence_len", (double)cfg->sequence_len) ||
+        require_positive("micro_batch_size", (double)cfg->micro_batch_size) ||
+        require_positive("gradient_accumulation_steps", (double)cfg->gradient_accumulation_steps) ||
+        require_positive("num_epochs", cfg->num_epochs) ||
+        require_positive("logging_steps", (double)cfg->logging_steps))
+        return -1;
+    if (cfg->max_steps == 0 || cfg->max_steps < -1)
+        return err_set("key 'max_steps': must be positive, got %lld", (long long)cfg->max_steps);
+    if (cfg->warmup_steps >= 0 && cfg->warmup_ratio >= 0)
+        return err_set("keys 'warmup_steps' and 'warmup_ratio' are mutually exclusive");
+    if (cfg->warmup_ratio > 1) return err_set("key 'warmup_ratio': must be in [0, 1]");
+    if (cfg->val_set_size < 0) return err_set("key 'val_set_size': must not be negative");
+    if (cfg->weight_decay < 0) return err_set("key 'weight_decay': must not be negative");
+    if (cfg->max_grad_norm < 0) return err_set("key 'max_grad_norm': must not be negative");
+    if (cfg->save_steps < 0 || cfg->save_total_limit < 0 || cfg->eval_steps < 0)
+        return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
+    if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)
+        return err_set("keys 'adam_beta1', 'adam_beta2': must be in [0, 1)");
+    if (!cfg->optimizer) cfg->optimizer = xstrdup("adamw_torch");
+    if (strcmp(cfg->optimizer, "adamw_torch") != 0 &&
+        strcmp(cfg->optimizer, "adamw_torch_fused") != 0)
+        return err_set("key 'optimizer': \"%s\" is not supported (adamw_torch, adamw_torch_fused)",
+                       cfg->optimizer);
+    if (!cfg->lr_scheduler) cfg->lr_scheduler = xstrdup("cosine");
+    static const char *const schedules[] = {"constant", "constant_with_warmup", "linear", "cosine"};
+    bool known = false;
+    for (size_t i = 0; i < 4; i++)
+        known |= strcmp(cfg->lr_scheduler, schedules[i]) == 0;
+    if (!known)
+        return err_set("key 'lr_scheduler': \"%s\" is not supported (constant, "
+                       "constant_with_warmup, linear, cosine)",
+                       cfg->lr_scheduler);
+    if (!cfg->tokenizer_config) cfg->tokenizer_config = xstrdup(cfg->base_model);
+    if (!cfg->output_dir) cfg->output_dir = xstrdup("./outputs");
+    return 0;
+}
+
+static const char *override_for(const char *key, const char *const *overrides, int n) {
+    for (int i = n - 1; i >= 0; i--)
+        if (strcmp(overrides[2 * i], key) == 0) return overrides[2 * i + 1];
+    return NULL;
+}
+
+static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overrides, int n_ov) {
+    yaml_node_t *root = yaml_doc_root(d);
+    if (!root) return 0;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
+        int line = yaml_node_line(k);
+        if (k->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: expected a key name", d->path, line);
+        const char *key = (const char *)k->data.scalar.value;
+        if (yaml_scalar_is_null(v)) continue; /* as in Axolotl: a null key is no key */
+        const KeySpec *spec = find_spec(key);
+        if (!spec) {
+            if (is_documented(key))
+                add_warning(cfg, "%s:%d: key '%s' is not used by rlhf.c yet; ignored", d->path,
+                            line, key);
+            else
+                add_warning(cfg, "%s:%d: unknown key '%s' ignored (did you mean '%s'?)", d->path,
+                            line, key, nearest_key(key));
+            continue;
+        }
+        if (override_for(key, overrides, n_ov)) continue;
+        if (spec->kind == K_DATASETS) {
+            if (read_datasets(cfg, d, v) != 0) return -1;
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: key '%s': expected a single value, not a %s", d->path, line, key,
+                           v->type == YAML_SEQUENCE_NODE ? "list" : "mapping");
+        bool quoted = v->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+        if (set_from_text(cfg, spec, (const char *)v->data.scalar.value, quoted) != 0)
+            return err_prefix("%s:%d", d->path, line);
+    }
+    return 0;
+}
+
+static int apply_overrides(TrainConfig *cfg, const char *const *overrides, int n_ov) {
+    for (int i = 0; i < n_ov; i++) {
+        const char *key = overrides[2 * i], *value = overrides[2 * i + 1];
+        const KeySpec *spec = find_spec(key);
+        if (!spec)
+            return err_set(
+                "command line: --%s is not a configuration key rlhf.c uses (did you mean "
+                "--%s?)",
+                key, nearest_key(key));
+        if (set_from_text(cfg, spec, value, false) != 0)
+            return err_prefix("command line --%s", key);
+    }
+    return 0;
+}
+
+int train_config_load(TrainConfig *cfg, const char *path, const char *const *overrides,
+                      int n_overrides) {
+    memset(cfg, 0, sizeof *cfg);
+    set_defaults(cfg);
+    cfg->source = xstrdup(path);
+    YamlDoc d;
+    if (yaml_doc_load(&d, path) != 0) {
+        train_config_free(cfg);
+        return -1;
+    }
+    int rc = read_file_keys(cfg, &d, overrides, n_overrides);
+    yaml_doc_free(&d);
+    if (rc == 0) rc = apply_overrides(cfg, overrides, n_overrides);
+    if (rc == 0 && validate(cfg) != 0) rc = err_prefix("%s", path);
+    if (rc != 0) train_config_free(cfg);
+    return rc;
+}
+
+void train_config_free(TrainConfig *cfg) {
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        DatasetConfig *ds = &cfg->datasets[i];
+        free(ds->path);
+        free(ds->ds_type);
+        free(ds->split);
+        free(ds->type);
+        for (int f = 0; f < ds->n_data_files; f++)
+            free(ds->data_files[f]);
+        free(ds->data_files);
+    }
+    free(cfg->datasets);
+    char **strings[] = {&cfg->source,
+                        &cfg->base_model,
+                        &cfg->tokenizer_config,
+                        &cfg->optimizer,
+                        &cfg->lr_scheduler,
+                        &cfg->output_dir,
+                        &cfg->resume_from_checkpoint,
+                        &cfg->chat_template,
+                        &cfg->dataset_prepared_path};
+    for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
+        free(*strings[i]);
+    for (int i = 0; i < cfg->n_warnings; i++)
+        free(cfg->warnings[i]);
+    free(cfg->warnings);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,71 @@
+/* The training configuration: an Axolotl-style YAML file (axolotl-config.md §9) plus
+ * command-line overrides, read into typed fields with defaults, validated with messages that
+ * name the file, the line and the key.
+ *
+ * Unknown keys are not errors (Axolotl ignores them) but each gets a warning naming the nearest
+ * known key; keys Axolotl documents that rlhf.c does not act on yet get a warning saying so, so
+ * that nothing a user sets is dropped without a word. */
+#ifndef RLHF_CONFIG_TRAIN_CONFIG_H
+#define RLHF_CONFIG_TRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { RL_NONE, RL_DPO, RL_IPO, RL_KTO, RL_ORPO, RL_SIMPO, RL_GRPO, RL_GDPO } RlMethod;
+
+typedef struct {
+    char *path;        /* local file or directory */
+    char *ds_type;     /* json (default) */
+    char **data_files; /* optional; within path when path is a directory */
+    int n_data_files;
+    char *split; /* train (default) */
+    char *type;  /* prompt strategy, e.g. chat_template, alpaca, completion */
+    int line;    /* where the entry starts, for messages */
+} DatasetConfig;
+
+typedef struct {
+    char *source;            /* the YAML file, for messages */
+    char *base_model;        /* required */
+    char *tokenizer_config;  /* default: base_model */
+    RlMethod rl;             /* RL_NONE: supervised fine-tuning */
+    DatasetConfig *datasets; /* at least one */
+    int n_datasets;
+    double val_set_size;                 /* fraction (< 1) or count */
+    int64_t sequence_len;                /* 512 */
+    int64_t micro_batch_size;            /* 1 */
+    int64_t gradient_accumulation_steps; /* 1 */
+    double num_epochs;                   /* 1 */
+    int64_t max_steps;                   /* -1: from num_epochs */
+    double learning_rate;                /* required */
+    char *optimizer; /* adamw_torch (the fused variant is the same arithmetic) */
+    double adam_beta1, adam_beta2, adam_epsilon, weight_decay;
+    double max_grad_norm;         /* 1.0; 0 disables clipping */
+    char *lr_scheduler;           /* cosine */
+    int64_t warmup_steps;         /* -1 when unset */
+    double warmup_ratio;          /* -1 when unset */
+    char *output_dir;             /* ./outputs */
+    int64_t save_steps;           /* 0: at the end only */
+    int64_t save_total_limit;     /* 0: keep all */
+    int64_t logging_steps;        /* 1 */
+    int64_t eval_steps;           /* 0: no evaluation */
+    char *resume_from_checkpoint; /* NULL, "true" (latest in output_dir) or a path */
+    int64_t seed;                 /* 42 */
+    bool bf16;                    /* accepted; the CPU computes in fp32 */
+    bool gradient_checkpointing;
+    char *chat_template;
+    char *dataset_prepared_path;
+    char **warnings; /* messages for the user, in file order */
+    int n_warnings;
+} TrainConfig;
+
+/* Reads `path`, applies the overrides (n_overrides pairs of key, value as given on the command
+ * line: `--learning_rate 2e-5` -> "learning_rate", "2e-5"), fills defaults and validates.
+ * Returns 0, or -1 with an error "path:line: key 'k': what was expected" (or the override's
+ * name). */
+int train_config_load(TrainConfig *cfg, const char *path, const char *const *overrides,
+                      int n_overrides);
+void train_config_free(TrainConfig *cfg);
+
+const char *rl_method_name(RlMethod rl);
+
+#endif

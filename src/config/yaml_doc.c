@@ -1,0 +1,97 @@
+#include "config/yaml_doc.h"
+
+#include "common/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int yaml_doc_load(YamlDoc *d, const char *path) {
+    memset(d, 0, sizeof *d);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return err_set("%s: cannot open: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, fp);
+    int ok = yaml_parser_load(&parser, &d->doc);
+    if (!ok) {
+        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, parser.problem_mark.line + 1,
+                parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error",
+                parser.context ? " " : "", parser.context ? parser.context : "");
+    }
+    yaml_parser_delete(&parser);
+    fclose(fp);
+    if (!ok) return -1;
+    d->loaded = true;
+    d->path = xstrdup(path);
+    yaml_node_t *root = yaml_document_get_root_node(&d->doc);
+    if (root && root->type != YAML_MAPPING_NODE) {
+        int line = yaml_node_line(root);
+        yaml_doc_free(d);
+        return err_set("%s:%d: expected a mapping of keys (key: value) at the top level", path,
+                       line);
+    }
+    return 0;
+}
+
+void yaml_doc_free(YamlDoc *d) {
+    if (d->loaded) yaml_document_delete(&d->doc);
+    free(d->path);
+    memset(d, 0, sizeof *d);
+}
+
+yaml_node_t *yaml_doc_root(YamlDoc *d) {
+    return d->loaded ? yaml_document_get_root_node(&d->doc) : NULL;
+}
+
+int yaml_node_line(const yaml_node_t *n) {
+    return (int)n->start_mark.line + 1;
+}
+
+yaml_node_t *yaml_map_get(YamlDoc *d, yaml_node_t *map, const char *key) {
+    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        if (k && k->type == YAML_SCALAR_NODE && strcmp((char *)k->data.scalar.value, key) == 0)
+            return yaml_document_get_node(&d->doc, p->value);
+    }
+    return NULL;
+}
+
+bool yaml_scalar_is_null(const yaml_node_t *n) {
+    if (!n || n->type != YAML_SCALAR_NODE) return false;
+    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
+    const char *s = (const char *)n->data.scalar.value;
+    return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
+int yaml_text_to_bool(const char *s, bool *out) {
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, 0;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, 0;
+    }
+    return -1;
+}
+
+int yaml_text_to_int(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int yaml_text_to_double(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,163 @@
+/* The YAML training config: the configs of axolotl-config.md §17 parse, defaults and overrides
+ * apply, unknown keys warn with the nearest known key, and each bad input is one error naming
+ * the file, the line and the key. */
+#include "common/error.h"
+#include "config/train_config.h"
+#include "harness.h"
+
+#include <string.h>
+
+static const char *write_yaml(const char *name, const char *text) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", harness_tmpdir(), name);
+    harness_write_file(path, text, strlen(text));
+    return path;
+}
+
+static bool has_warning(const TrainConfig *c, const char *a, const char *b) {
+    for (int i = 0; i < c->n_warnings; i++)
+        if (strstr(c->warnings[i], a) && (!b || strstr(c->warnings[i], b))) return true;
+    return false;
+}
+
+static void test_sft_config(void) {
+    const char *path = write_yaml("sft.yaml", "base_model: models/tiny-llama\n"
+                                              "datasets:\n"
+                                              "  - path: data/train.jsonl\n"
+                                              "    type: chat_template\n"
+                                              "  - path: data/dir\n"
+                                              "    data_files: [a.jsonl, b.jsonl]\n"
+                                              "    split: train\n"
+                                              "    type: alpaca\n"
+                                              "learning_rate: \"2e-5\"\n"
+                                              "micro_batch_size: 2\n"
+                                              "gradient_accumulation_steps: 4\n"
+                                              "lr_scheduler: linear\n"
+                                              "warmup_ratio: 0.1\n"
+                                              "bf16: auto\n"
+                                              "resume_from_checkpoint: true\n"
+                                              "learning_rat: 3\n"
+                                              "lora_r: 8\n"
+                                              "wandb_project: ~\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(strcmp(c.base_model, "models/tiny-llama") == 0 &&
+              strcmp(c.tokenizer_config, c.base_model) == 0,
+          "base_model, tokenizer_config default");
+    CHECK(c.rl == RL_NONE, "no rl: SFT");
+    CHECK(c.n_datasets == 2 && strcmp(c.datasets[0].type, "chat_template") == 0 &&
+              strcmp(c.datasets[0].ds_type, "json") == 0 &&
+              strcmp(c.datasets[0].split, "train") == 0,
+          "dataset 0");
+    CHECK(c.datasets[1].n_data_files == 2 && strcmp(c.datasets[1].data_files[1], "b.jsonl") == 0,
+          "data_files list");
+    CHECK(c.learning_rate == 2e-5, "numeric string learning rate");
+    CHECK(c.micro_batch_size == 2 && c.gradient_accumulation_steps == 4, "batch keys");
+    CHECK(c.warmup_ratio == 0.1 && c.warmup_steps == -1, "warmup");
+    CHECK(c.sequence_len == 512 && c.seed == 42 && c.max_grad_norm == 1.0 && c.max_steps == -1,
+          "defaults");
+    CHECK(strcmp(c.optimizer, "adamw_torch") == 0 && strcmp(c.output_dir, "./outputs") == 0,
+          "optimizer and output_dir defaults");
+    CHECK(!c.bf16 && c.resume_from_checkpoint && strcmp(c.resume_from_checkpoint, "true") == 0,
+          "bf16 auto (no GPU), resume true");
+    CHECK(has_warning(&c, "sft.yaml:16:", "did you mean 'learning_rate'"), "typo warning");
+    CHECK(has_warning(&c, "sft.yaml:17:", "'lora_r' is not used by rlhf.c yet"), "documented key");
+    CHECK(!has_warning(&c, "wandb_project", NULL), "null keys vanish silently");
+    train_config_free(&c);
+
+    const char *overrides[] = {"learning_rate", "1e-4", "max_steps", "7", "lr_scheduler", "cosine"};
+    CHECK(train_config_load(&c, path, overrides, 3) == 0, "%s", err_msg());
+    CHECK(c.learning_rate == 1e-4 && c.max_steps == 7 && strcmp(c.lr_scheduler, "cosine") == 0,
+          "overrides win over the file");
+    train_config_free(&c);
+}
+
+/* axolotl-config.md §17: the DPO example parses (its LoRA keys warn until adapters land). */
+static void test_spec_dpo_config(void) {
+    const char *path = write_yaml("dpo.yaml", "base_model: Qwen/Qwen2.5-0.5B-Instruct\n"
+                                              "rl: dpo\n"
+                                              "rl_beta: 0.1\n"
+                                              "datasets:\n"
+                                              "  - path: data/pairs.jsonl\n"
+                                              "    split: train\n"
+                                              "    type: chatml.intel\n"
+                                              "sequence_len: 1024\n"
+                                              "micro_batch_size: 2\n"
+                                              "gradient_accumulation_steps: 4\n"
+                                              "num_epochs: 1\n"
+                                              "learning_rate: 5.0e-6\n"
+                                              "adapter: lora\n"
+                                              "lora_r: 16\n"
+                                              "lora_alpha: 32\n"
+                                              "lora_target_linear: true\n"
+                                              "output_dir: ./out/dpo\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.rl == RL_DPO && c.sequence_len == 1024 && c.learning_rate == 5e-6, "dpo config values");
+    CHECK(has_warning(&c, "'adapter' is not used by rlhf.c yet", NULL), "adapter warning");
+    train_config_free(&c);
+}
+
+static void expect_error(const char *name, const char *text, const char *want1, const char *want2) {
+    const char *path = write_yaml(name, text);
+    TrainConfig c;
+    int rc = train_config_load(&c, path, NULL, 0);
+    CHECK(rc != 0, "%s: accepted", name);
+    if (rc == 0) {
+        train_config_free(&c);
+        return;
+    }
+    CHECK(strstr(err_msg(), want1) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(), want1);
+    CHECK(!want2 || strstr(err_msg(), want2) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(),
+          want2);
+}
+
+#define BASE "base_model: m\ndatasets:\n  - path: d.jsonl\n"
+
+static void test_errors(void) {
+    expect_error("rl.yaml", BASE "learning_rate: 1e-5\nrl: ppo\n", "rl.yaml:5: key 'rl'",
+                 "unknown method \"ppo\"");
+    expect_error("type.yaml", BASE "learning_rate: 1e-5\nmicro_batch_size: two\n",
+                 "type.yaml:5: key 'micro_batch_size'", "expected an integer");
+    expect_error("bool.yaml", BASE "learning_rate: 1e-5\ngradient_checkpointing: 3\n",
+                 "bool.yaml:5: key 'gradient_checkpointing'", "true or false");
+    expect_error("list.yaml", BASE "learning_rate: [1, 2]\n", "list.yaml:4: key 'learning_rate'",
+                 "not a list");
+    expect_error("nobase.yaml", "datasets:\n  - path: d.jsonl\nlearning_rate: 1e-5\n",
+                 "nobase.yaml", "'base_model': missing");
+    expect_error("nolr.yaml", BASE, "nolr.yaml", "'learning_rate': missing");
+    expect_error("nopath.yaml", "base_model: m\nlearning_rate: 1\ndatasets:\n  - type: alpaca\n",
+                 "nopath.yaml:4: datasets[0]", "missing 'path'");
+    expect_error("hub.yaml",
+                 "base_model: m\nlearning_rate: 1\ndatasets:\n  - path: x\n    ds_type: parquet\n",
+                 "hub.yaml:4: datasets[0].ds_type", "not supported");
+    expect_error("syntax.yaml", "base_model: m\n  bad: [\n", "syntax.yaml:", "invalid YAML");
+    expect_error("top.yaml", "- a\n- b\n", "top.yaml:1:", "mapping");
+    expect_error("warm.yaml", BASE "learning_rate: 1\nwarmup_steps: 3\nwarmup_ratio: 0.1\n",
+                 "warm.yaml", "mutually exclusive");
+    expect_error("neg.yaml", BASE "learning_rate: -1e-5\n", "neg.yaml", "must be positive");
+    expect_error("sched.yaml", BASE "learning_rate: 1\nlr_scheduler: rex\n", "sched.yaml",
+                 "'lr_scheduler': \"rex\" is not supported");
+    expect_error("optim.yaml", BASE "learning_rate: 1\noptimizer: adamw_8bit\n", "optim.yaml",
+                 "'optimizer'");
+    TrainConfig c;
+    CHECK(train_config_load(&c, harness_source_path("no/such.yaml"), NULL, 0) != 0 &&
+              strstr(err_msg(), "cannot open"),
+          "missing file: %s", err_msg());
+    const char *path = write_yaml("ok.yaml", BASE "learning_rate: 1\n");
+    const char *bad_override[] = {"learning_rte", "1"};
+    CHECK(train_config_load(&c, path, bad_override, 1) != 0 &&
+              strstr(err_msg(), "--learning_rte") && strstr(err_msg(), "--learning_rate"),
+          "unknown override: %s", err_msg());
+    const char *bad_value[] = {"max_steps", "lots"};
+    CHECK(train_config_load(&c, path, bad_value, 1) != 0 && strstr(err_msg(), "--max_steps") &&
+              strstr(err_msg(), "expected an integer"),
+          "bad override value: %s", err_msg());
+}
+
+int main(void) {
+    test_sft_config();
+    test_spec_dpo_config();
+    test_errors();
+    return harness_finish("test_train_config");
+}
