@@ -390,6 +390,14 @@ static void test_loader_edge_cases(void) {
           "pick: %s", err_msg());
     chat_template_source_free(&src);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    /* a tokenizer_config.json without a chat_template key: no template, special tokens read */
+    const char *plain = "{\"eos_token\": \"</s>\"}";
+    harness_write_file(path, plain, strlen(plain));
+    CHECK(chat_template_source_load(dir, &src) == 0 && src.ntemplates == 0 &&
+              strcmp(json_string_value(json_object_get(src.special_tokens, "eos_token")), "</s>") ==
+                  0,
+          "config without chat_template: %s", err_msg());
+    chat_template_source_free(&src);
     const char *bad = "{\"chat_template\": 5}";
     harness_write_file(path, bad, strlen(bad));
     CHECK(chat_template_source_load(dir, &src) != 0 && strstr(err_msg(), "chat_template"),

@@ -126,7 +126,7 @@ static int load_config_templates(ChatTemplateSource *src, const json_t *value, c
             add_template(src, json_string_value(name), json_string_value(text),
                          json_string_length(text));
         }
-    } else if (!json_is_null(value)) {
+    } else if (value && !json_is_null(value)) { /* an absent key is no template */
         return err_set("%s: chat_template: expected a string or a list of {\"name\", \"template\"}",
                        path);
     }

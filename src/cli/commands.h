@@ -8,6 +8,7 @@
 #define CLI_EXIT_USAGE   2
 
 int cli_score(int argc, char **argv);
+int cli_train(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 

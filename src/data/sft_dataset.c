@@ -1,0 +1,215 @@
+#include "data/sft_dataset.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALPACA_WITH_INPUT                                                                          \
+    "Below is an instruction that describes a task, paired with an input that provides further "   \
+    "context. Write a response that appropriately completes the request.\n\n"                      \
+    "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
+#define ALPACA_NO_INPUT                                                                            \
+    "Below is an instruction that describes a task. Write a response that appropriately "          \
+    "completes the request.\n\n### Instruction:\n%s\n\n### Response:\n"
+
+char *alpaca_prompt(const char *instruction, const char *input) {
+    bool with_input = input && *input;
+    size_t n = strlen(instruction) + (with_input ? strlen(input) : 0) + 512;
+    char *s = xmalloc(n);
+    if (with_input)
+        snprintf(s, n, ALPACA_WITH_INPUT, instruction, input);
+    else
+        snprintf(s, n, ALPACA_NO_INPUT, instruction);
+    return s;
+}
+
+typedef enum { SFT_COMPLETION, SFT_ALPACA } SftType;
+
+typedef struct {
+    SftDataset *ds;
+    const Tokenizer *tok;
+    int32_t eos_id;
+    int64_t seq_len;
+    SftType type;
+} LoadContext;
+
+static void push(SftDataset *ds, const int32_t *ids, const uint8_t *labels, int len) {
+    ds->items = xrealloc(ds->items, (ds->n + 1) * sizeof *ds->items);
+    SftExample *e = &ds->items[ds->n++];
+    e->len = len;
+    e->ids = xmalloc((size_t)len * sizeof *e->ids);
+    e->labels = xmalloc((size_t)len);
+    memcpy(e->ids, ids, (size_t)len * sizeof *ids);
+    memcpy(e->labels, labels, (size_t)len);
+}
+
+static const char *string_field(const json_t *row, const char *key, bool required, int *rc) {
+    const json_t *v = json_object_get(row, key);
+    if (!v || json_is_null(v)) {
+        if (required) *rc = err_set("missing field \"%s\"", key);
+        return NULL;
+    }
+    if (!json_is_string(v)) {
+        *rc = err_set("field \"%s\": expected a string", key);
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+/* Encodes text; with add_eos, appends EOS unless it is already last. */
+static int encode(const LoadContext *c, const char *text, bool special, bool add_eos, int32_t **ids,
+                  size_t *n) {
+    if (tokenizer_encode(c->tok, text, strlen(text), special, ids, n) != 0) return -1;
+    if (add_eos && c->eos_id >= 0 && (*n == 0 || (*ids)[*n - 1] != c->eos_id)) {
+        *ids = xrealloc(*ids, (*n + 1) * sizeof **ids);
+        (*ids)[(*n)++] = c->eos_id;
+    }
+    return 0;
+}
+
+static int add_completion(const LoadContext *c, const json_t *row) {
+    int rc = 0;
+    const char *text = string_field(row, "text", true, &rc);
+    if (rc) return -1;
+    int32_t *ids;
+    size_t n;
+    if (encode(c, text, true, true, &ids, &n) != 0) return -1;
+    uint8_t *labels = xmalloc(n ? n : 1);
+    memset(labels, 1, n);
+    for (size_t i = 0; i < n; i += (size_t)c->seq_len) {
+        size_t len = n - i < (size_t)c->seq_len ? n - i : (size_t)c->seq_len;
+        if (len >= 2) push(c->ds, ids + i, labels + i, (int)len);
+    }
+    free(labels);
+    free(ids);
+    return 0;
+}
+
+static int add_alpaca(const LoadContext *c, const json_t *row) {
+    int rc = 0;
+    const char *instruction = string_field(row, "instruction", true, &rc);
+    const char *input = rc ? NULL : string_field(row, "input", false, &rc);
+    const char *output = rc ? NULL : string_field(row, "output", true, &rc);
+    if (rc) return -1;
+    char *prompt = alpaca_prompt(instruction, input);
+    int32_t *p_ids = NULL, *r_ids = NULL;
+    size_t np = 0, nr = 0;
+    rc = encode(c, prompt, true, false, &p_ids, &np);
+    if (rc == 0) rc = encode(c, output, false, true, &r_ids, &nr);
+    free(prompt);
+    if (rc == 0) {
+        size_t n = np + nr;
+        if (n > (size_t)c->seq_len) {
+            c->ds->dropped_too_long++;
+        } else {
+            int32_t *ids = xmalloc(n * sizeof *ids);
+            uint8_t *labels = xcalloc(n, 1);
+            memcpy(ids, p_ids, np * sizeof *ids);
+            memcpy(ids + np, r_ids, nr * sizeof *ids);
+            memset(labels + np, 1, nr);
+            push(c->ds, ids, labels, (int)n);
+            free(ids);
+            free(labels);
+        }
+    }
+    free(p_ids);
+    free(r_ids);
+    return rc;
+}
+
+static int add_row(const LoadContext *c, const json_t *row) {
+    if (!json_is_object(row)) return err_set("expected a JSON object");
+    return c->type == SFT_COMPLETION ? add_completion(c, row) : add_alpaca(c, row);
+}
+
+/* A JSONL file (one object per line) or a JSON file holding an array of objects. */
+static int load_file(const LoadContext *c, const char *path) {
+    char *text;
+    size_t len;
+    if (read_file(path, &text, &len) != 0) return -1;
+    size_t start = 0;
+    while (start < len && (text[start] == ' ' || text[start] == '\n' || text[start] == '\t' ||
+                           text[start] == '\r'))
+        start++;
+    int rc = 0;
+    if (start < len && text[start] == '[') {
+        json_t *arr = NULL;
+        rc = json_load_text(text, len, path, &arr);
+        for (size_t i = 0; rc == 0 && i < json_array_size(arr); i++)
+            if (add_row(c, json_array_get(arr, i)) != 0) rc = err_prefix("%s: row %zu", path, i);
+        json_decref(arr);
+    } else {
+        int line = 0;
+        for (size_t pos = 0; pos < len && rc == 0;) {
+            line++;
+            const char *s = text + pos;
+            const char *nl = memchr(s, '\n', len - pos);
+            size_t n = nl ? (size_t)(nl - s) : len - pos;
+            pos += n + 1;
+            size_t k = 0;
+            while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
+                k++;
+            if (k == n) continue;
+            json_t *row = NULL;
+            if (json_load_text(s, n, NULL, &row) != 0 || add_row(c, row) != 0)
+                rc = err_prefix("%s:%d", path, line);
+            json_decref(row);
+        }
+    }
+    free(text);
+    return rc;
+}
+
+int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id) {
+    memset(ds, 0, sizeof *ds);
+    for (int d = 0; d < cfg->n_datasets; d++) {
+        const DatasetConfig *dc = &cfg->datasets[d];
+        LoadContext c = {ds, tok, eos_id, cfg->sequence_len, SFT_COMPLETION};
+        const char *type = dc->type ? dc->type : "";
+        if (strcmp(type, "completion") == 0) {
+            c.type = SFT_COMPLETION;
+        } else if (strcmp(type, "alpaca") == 0) {
+            c.type = SFT_ALPACA;
+        } else {
+            sft_dataset_free(ds);
+            return err_set("%s:%d: datasets[%d].type: \"%s\" is not supported for supervised "
+                           "fine-tuning yet (completion, alpaca)",
+                           cfg->source, dc->line, d, type);
+        }
+        int rc = 0;
+        if (dc->n_data_files == 0) {
+            rc = load_file(&c, dc->path);
+        } else {
+            for (int f = 0; rc == 0 && f < dc->n_data_files; f++) {
+                char path[4096];
+                rc = path_join(path, sizeof path, dc->path, dc->data_files[f]);
+                if (rc == 0) rc = load_file(&c, dir_exists(dc->path) ? path : dc->data_files[f]);
+            }
+        }
+        if (rc != 0) {
+            sft_dataset_free(ds);
+            return -1;
+        }
+    }
+    if (ds->n == 0) {
+        sft_dataset_free(ds);
+        return err_set("%s: the datasets hold no usable example (all empty or longer than "
+                       "sequence_len %lld)",
+                       cfg->source, (long long)cfg->sequence_len);
+    }
+    return 0;
+}
+
+void sft_dataset_free(SftDataset *ds) {
+    for (size_t i = 0; i < ds->n; i++) {
+        free(ds->items[i].ids);
+        free(ds->items[i].labels);
+    }
+    free(ds->items);
+    memset(ds, 0, sizeof *ds);
+}

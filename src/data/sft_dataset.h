@@ -1,0 +1,39 @@
+/* Supervised fine-tuning examples from local JSON/JSONL files, formatted and tokenised as
+ * Axolotl's prompt strategies do it:
+ *  - type: completion   {"text": ...}: the text with the tokenizer's special tokens (BOS), EOS
+ *                       appended unless already last, cut into pieces of sequence_len tokens;
+ *                       every token is trained on.
+ *  - type: alpaca       {"instruction", "input" (optional), "output"}: Axolotl's Alpaca prompt
+ *                       (with BOS, not trained on) followed by the output (no BOS, EOS appended,
+ *                       trained on). Examples longer than sequence_len are dropped.
+ * A row without the field its type needs is an error naming the file, the line and the field. */
+#ifndef RLHF_DATA_SFT_DATASET_H
+#define RLHF_DATA_SFT_DATASET_H
+
+#include "config/train_config.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t *ids;
+    uint8_t *labels; /* labels[t]: token t is trained on (predicted from the tokens before it) */
+    int len;
+} SftExample;
+
+typedef struct {
+    SftExample *items;
+    size_t n;
+    size_t dropped_too_long;
+} SftDataset;
+
+/* Reads every dataset of cfg. eos_id is the tokenizer's EOS token id (< 0: none).
+ * Returns 0, or -1 with an error. */
+int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id);
+void sft_dataset_free(SftDataset *ds);
+
+/* Axolotl's Alpaca prompt for an instruction and optional input (malloc'd). */
+char *alpaca_prompt(const char *instruction, const char *input);
+
+#endif

@@ -1,0 +1,259 @@
+#include "train/train_run.h"
+
+#include "chat/chat_template.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "data/sft_dataset.h"
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: a small, well-mixed generator for the per-epoch shuffle. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
+    uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(splitmix64(&state) % i);
+        size_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+/* EOS and padding ids: tokenizer_config.json's eos_token / pad_token (pad falls back to EOS,
+ * as HF does for tokenizers without one). */
+static int special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, int32_t *pad) {
+    ChatTemplateSource src;
+    *eos = *pad = -1;
+    if (chat_template_source_load(tok_dir, &src) != 0) return -1;
+    const char *e = json_string_value(json_object_get(src.special_tokens, "eos_token"));
+    const char *p = json_string_value(json_object_get(src.special_tokens, "pad_token"));
+    if (e) *eos = tokenizer_token_to_id(tok, e, strlen(e));
+    if (p) *pad = tokenizer_token_to_id(tok, p, strlen(p));
+    chat_template_source_free(&src);
+    if (*pad < 0) *pad = *eos >= 0 ? *eos : 0;
+    return 0;
+}
+
+static int make_dirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return err_set("%s: cannot create: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return err_set("%s: cannot create: %s", buf, strerror(errno));
+    return 0;
+}
+
+static int copy_if_present(const char *from_dir, const char *to_dir, const char *name) {
+    char from[4096], to[4096];
+    if (path_join(from, sizeof from, from_dir, name) || path_join(to, sizeof to, to_dir, name))
+        return -1;
+    if (!file_exists(from)) return 0;
+    char *data;
+    size_t len;
+    if (read_file(from, &data, &len) != 0) return -1;
+    int rc = write_file_atomic(to, data, len);
+    free(data);
+    return rc;
+}
+
+/* Weights in the checkpoint's own dtype, config.json as it was, tokenizer and generation files. */
+static int save_model_dir(const Model *m, const TrainConfig *cfg) {
+    if (make_dirs(cfg->output_dir) != 0) return -1;
+    char path[4096];
+    if (path_join(path, sizeof path, cfg->output_dir, "model.safetensors") != 0) return -1;
+    SafetensorsDtype dt = strcmp(m->cfg.weights_dtype, "bfloat16") == 0  ? ST_BF16
+                          : strcmp(m->cfg.weights_dtype, "float16") == 0 ? ST_F16
+                                                                         : ST_F32;
+    if (model_save_safetensors(m, path, dt) != 0) return -1;
+    static const char *const model_files[] = {"config.json", "generation_config.json"};
+    static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",
+                                                  "special_tokens_map.json", "chat_template.jinja"};
+    for (size_t i = 0; i < 2; i++)
+        if (copy_if_present(cfg->base_model, cfg->output_dir, model_files[i]) != 0) return -1;
+    for (size_t i = 0; i < 4; i++)
+        if (copy_if_present(cfg->tokenizer_config, cfg->output_dir, tokenizer_files[i]) != 0)
+            return -1;
+    return 0;
+}
+
+typedef struct {
+    int32_t *tokens;
+    uint8_t *attn, *labels;
+} BatchBuffers;
+
+/* Right-pads examples order[first .. first+count) into one micro-batch. */
+static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, size_t first,
+                                    int count, int32_t pad_id, BatchBuffers *buf) {
+    int t_len = 0;
+    for (int i = 0; i < count; i++)
+        if (ds->items[order[first + i]].len > t_len) t_len = ds->items[order[first + i]].len;
+    size_t cells = (size_t)count * t_len;
+    buf->tokens = xmalloc(cells * sizeof *buf->tokens);
+    buf->attn = xcalloc(cells, 1);
+    buf->labels = xcalloc(cells, 1);
+    for (size_t i = 0; i < cells; i++)
+        buf->tokens[i] = pad_id;
+    for (int i = 0; i < count; i++) {
+        const SftExample *e = &ds->items[order[first + i]];
+        memcpy(buf->tokens + (size_t)i * t_len, e->ids, (size_t)e->len * sizeof *e->ids);
+        memset(buf->attn + (size_t)i * t_len, 1, (size_t)e->len);
+        memcpy(buf->labels + (size_t)i * t_len, e->labels, (size_t)e->len);
+    }
+    return (MicroBatch){{count, t_len, buf->tokens, buf->attn, NULL}, buf->labels};
+}
+
+static int64_t default_warmup(int64_t total) {
+    int64_t w = (int64_t)(0.03 * (double)total);
+    if (w > 100) w = 100;
+    return w == 1 ? 2 : w; /* Axolotl's rule: a computed 1 becomes 2 */
+}
+
+static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t pad_id, FILE *log) {
+    size_t micro_per_epoch =
+        (ds->n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
+    size_t gas = (size_t)cfg->gradient_accumulation_steps;
+    int64_t windows_per_epoch = (int64_t)((micro_per_epoch + gas - 1) / gas);
+    int64_t total = cfg->max_steps > 0 ? cfg->max_steps
+                                       : (int64_t)ceil(cfg->num_epochs * (double)windows_per_epoch);
+    TrainerOptions opt = {
+        .learning_rate = cfg->learning_rate,
+        .max_grad_norm = cfg->max_grad_norm,
+        .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
+        .total_steps = total};
+    lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
+    opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
+                       : cfg->warmup_ratio >= 0
+                           ? lr_warmup_steps_from_ratio(cfg->warmup_ratio, total)
+                           : default_warmup(total);
+    Trainer tr;
+    if (trainer_init(&tr, m, &opt) != 0) return -1;
+    if (make_dirs(cfg->output_dir) != 0) {
+        trainer_free(&tr);
+        return -1;
+    }
+    char metrics_path[4096];
+    path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
+    FILE *metrics = fopen(metrics_path, "w");
+    if (!metrics) {
+        trainer_free(&tr);
+        return err_set("%s: cannot create: %s", metrics_path, strerror(errno));
+    }
+    fprintf(log,
+            "training %zu examples: %lld steps (%lld per epoch), micro-batch %lld x %zu "
+            "accumulation, warm-up %lld, lr %g %s\n",
+            ds->n, (long long)total, (long long)windows_per_epoch, (long long)cfg->micro_batch_size,
+            gas, (long long)opt.warmup_steps, cfg->learning_rate, cfg->lr_scheduler);
+
+    size_t *order = xmalloc(ds->n * sizeof *order);
+    MicroBatch *window = xmalloc(gas * sizeof *window);
+    BatchBuffers *bufs = xmalloc(gas * sizeof *bufs);
+    double start = now_seconds(), tokens = 0, loss_sum = 0;
+    int64_t loss_count = 0;
+    int rc = 0;
+    for (int64_t epoch = 0; tr.step < total && rc == 0; epoch++) {
+        shuffle(order, ds->n, cfg->seed, epoch);
+        for (size_t micro = 0; micro < micro_per_epoch && tr.step < total && rc == 0;
+             micro += gas) {
+            size_t n_micro = micro_per_epoch - micro < gas ? micro_per_epoch - micro : gas;
+            for (size_t k = 0; k < n_micro; k++) {
+                size_t first = (micro + k) * (size_t)cfg->micro_batch_size;
+                int count = (int)(ds->n - first < (size_t)cfg->micro_batch_size
+                                      ? ds->n - first
+                                      : (size_t)cfg->micro_batch_size);
+                window[k] = build_micro_batch(ds, order, first, count, pad_id, &bufs[k]);
+            }
+            StepStats st;
+            rc = trainer_sft_step(&tr, window, (int)n_micro, &st);
+            for (size_t k = 0; k < n_micro; k++)
+                free(bufs[k].tokens), free(bufs[k].attn), free(bufs[k].labels);
+            if (rc != 0) break;
+            tokens += (double)st.tokens;
+            loss_sum += st.loss;
+            loss_count++;
+            if (tr.step % cfg->logging_steps == 0 || tr.step == total) {
+                double ep = (double)tr.step / (double)windows_per_epoch;
+                double mean_loss = loss_sum / (double)loss_count;
+                fprintf(metrics,
+                        "{\"loss\": %.6g, \"grad_norm\": %.6g, \"learning_rate\": %.6g, "
+                        "\"epoch\": %.4g, \"step\": %lld}\n",
+                        mean_loss, st.grad_norm, st.lr, ep, (long long)tr.step);
+                fflush(metrics);
+                double el = now_seconds() - start;
+                fprintf(
+                    log,
+                    "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f  %.0f tok/s\n",
+                    (long long)tr.step, (long long)total, mean_loss, st.grad_norm, st.lr, ep,
+                    tokens / (el > 0 ? el : 1));
+                loss_sum = 0, loss_count = 0;
+            }
+        }
+    }
+    free(order);
+    free(window);
+    free(bufs);
+    fclose(metrics);
+    trainer_free(&tr);
+    if (rc != 0) return -1;
+    double elapsed = now_seconds() - start;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(log, "done: %lld steps in %.1f s, %.0f trained tokens/s, peak memory %.0f MB\n",
+            (long long)total, elapsed, tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
+    return 0;
+}
+
+int train_run(const TrainConfig *cfg, FILE *log) {
+    if (cfg->rl != RL_NONE)
+        return err_set("%s: rl: %s is not implemented in this build yet (supervised fine-tuning "
+                       "runs when rl is left out)",
+                       cfg->source, rl_method_name(cfg->rl));
+    Model m;
+    if (model_load(&m, cfg->base_model) != 0) return -1;
+    Tokenizer tok;
+    if (tokenizer_load(&tok, cfg->tokenizer_config) != 0) {
+        model_free(&m);
+        return -1;
+    }
+    int32_t eos = -1, pad = 0;
+    SftDataset ds = {0};
+    int rc = special_ids(cfg->tokenizer_config, &tok, &eos, &pad);
+    if (rc == 0) rc = sft_dataset_load(&ds, cfg, &tok, eos);
+    if (rc == 0 && ds.dropped_too_long)
+        fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
+                ds.dropped_too_long, (long long)cfg->sequence_len);
+    if (rc == 0) rc = run(cfg, &m, &ds, pad, log);
+    if (rc == 0) rc = save_model_dir(&m, cfg);
+    if (rc == 0) fprintf(log, "model saved to %s\n", cfg->output_dir);
+    sft_dataset_free(&ds);
+    tokenizer_free(&tok);
+    model_free(&m);
+    return rc;
+}
