@@ -9,7 +9,9 @@
 #include "harness.h"
 #include "model/model.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 static char base[4096];
@@ -111,6 +113,81 @@ static void test_training(void) {
     free(wb);
 }
 
+static int train_with(const char *config, const char *const *kv, int n) {
+    char *args[32];
+    args[0] = (char *)config;
+    for (int i = 0; i < 2 * n; i++)
+        args[1 + i] = (char *)kv[i];
+    return cli_train(1 + 2 * n, args);
+}
+
+static bool same_file(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    size_t lx = 0, ly = 0;
+    bool same = read_file(a, &x, &lx) == 0 && read_file(b, &y, &ly) == 0 && lx == ly &&
+                memcmp(x, y, lx) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* 6 steps straight vs 3 steps + resume for 3 (the run crosses an epoch boundary at step 4):
+ * identical final weights, bit for bit. */
+static void test_resume(void) {
+    char config[4096], a[4096], b[4096], c[4096], ckpt[4200], path_a[4300], path_b[4300];
+    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
+    snprintf(a, sizeof a, "%s", tmp_path("straight"));
+    snprintf(b, sizeof b, "%s", tmp_path("resumed"));
+    snprintf(c, sizeof c, "%s", tmp_path("latest"));
+    const char *straight[] = {"--max_steps", "6", "--save_steps", "3", "--output_dir", a};
+    CHECK(train_with(config, straight, 3) == CLI_EXIT_OK, "straight run: %s", err_msg());
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", a);
+    CHECK(dir_exists(ckpt), "checkpoint-3 written");
+    snprintf(path_a, sizeof path_a, "%s/checkpoint-6/trainer_state.json", a);
+    json_t *state = NULL;
+    CHECK(json_load_path(path_a, &state) == 0, "trainer_state.json: %s", err_msg());
+    CHECK(json_integer_value(json_object_get(state, "global_step")) == 6 &&
+              json_array_size(json_object_get(state, "log_history")) == 6,
+          "trainer_state.json: global_step and log_history");
+    json_decref(state);
+
+    const char *resumed[] = {
+        "--max_steps", "6", "--save_steps", "3", "--output_dir", b, "--resume_from_checkpoint",
+        ckpt};
+    CHECK(train_with(config, resumed, 4) == CLI_EXIT_OK, "resumed run: %s", err_msg());
+    snprintf(path_a, sizeof path_a, "%s/model.safetensors", a);
+    snprintf(path_b, sizeof path_b, "%s/model.safetensors", b);
+    CHECK(same_file(path_a, path_b), "3 steps + resume gives the weights of 6 straight steps");
+
+    /* resume_from_checkpoint: true takes the latest checkpoint-N; a half-written temporary
+     * directory from an interrupted save is not a checkpoint */
+    char copy_cmd[16384], stray[4300];
+    snprintf(copy_cmd, sizeof copy_cmd, "mkdir -p '%s' && cp -r '%s' '%s/'", c, ckpt, c);
+    CHECK(system(copy_cmd) == 0, "copy checkpoint");
+    snprintf(stray, sizeof stray, "%s/.checkpoint-5.tmp", c);
+    CHECK(mkdir(stray, 0755) == 0, "stray temp dir");
+    const char *latest[] = {"--max_steps", "6", "--output_dir", c, "--resume_from_checkpoint",
+                            "true"};
+    CHECK(train_with(config, latest, 3) == CLI_EXIT_OK, "resume true: %s", err_msg());
+    snprintf(path_b, sizeof path_b, "%s/model.safetensors", c);
+    CHECK(same_file(path_a, path_b), "resume from the latest checkpoint gives the same weights");
+
+    /* rotation keeps the newest save_total_limit checkpoints */
+    const char *rotating[] = {"--max_steps",        "6", "--save_steps", "1",
+                              "--save_total_limit", "2", "--output_dir", tmp_path("rotating")};
+    CHECK(train_with(config, rotating, 4) == CLI_EXIT_OK, "rotating run: %s", err_msg());
+    for (int step = 1; step <= 6; step++) {
+        char dir[4300];
+        snprintf(dir, sizeof dir, "%s/checkpoint-%d", tmp_path("rotating"), step);
+        CHECK(dir_exists(dir) == (step >= 5), "checkpoint-%d %s", step,
+              step >= 5 ? "kept" : "rotated out");
+    }
+    const char *none[] = {"--output_dir", tmp_path("empty-out"), "--resume_from_checkpoint",
+                          "true"};
+    CHECK(train_with(config, none, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "no checkpoint"),
+          "resume with no checkpoint: %s", err_msg());
+}
+
 static void expect_train_error(const char *name, const char *config_text, const char *want1,
                                const char *want2) {
     write_text(name, config_text);
@@ -152,6 +229,7 @@ int main(void) {
     snprintf(base, sizeof base, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     write_datasets();
     test_training();
+    test_resume();
     test_errors();
     return harness_finish("test_train_run");
 }

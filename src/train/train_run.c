@@ -5,6 +5,8 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "data/sft_dataset.h"
+#include "train/checkpoint.h"
+#include "train/model_dir.h"
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -56,54 +58,6 @@ static int special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, 
     return 0;
 }
 
-static int make_dirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return err_set("%s: cannot create: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return err_set("%s: cannot create: %s", buf, strerror(errno));
-    return 0;
-}
-
-static int copy_if_present(const char *from_dir, const char *to_dir, const char *name) {
-    char from[4096], to[4096];
-    if (path_join(from, sizeof from, from_dir, name) || path_join(to, sizeof to, to_dir, name))
-        return -1;
-    if (!file_exists(from)) return 0;
-    char *data;
-    size_t len;
-    if (read_file(from, &data, &len) != 0) return -1;
-    int rc = write_file_atomic(to, data, len);
-    free(data);
-    return rc;
-}
-
-/* Weights in the checkpoint's own dtype, config.json as it was, tokenizer and generation files. */
-static int save_model_dir(const Model *m, const TrainConfig *cfg) {
-    if (make_dirs(cfg->output_dir) != 0) return -1;
-    char path[4096];
-    if (path_join(path, sizeof path, cfg->output_dir, "model.safetensors") != 0) return -1;
-    SafetensorsDtype dt = strcmp(m->cfg.weights_dtype, "bfloat16") == 0  ? ST_BF16
-                          : strcmp(m->cfg.weights_dtype, "float16") == 0 ? ST_F16
-                                                                         : ST_F32;
-    if (model_save_safetensors(m, path, dt) != 0) return -1;
-    static const char *const model_files[] = {"config.json", "generation_config.json"};
-    static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",
-                                                  "special_tokens_map.json", "chat_template.jinja"};
-    for (size_t i = 0; i < 2; i++)
-        if (copy_if_present(cfg->base_model, cfg->output_dir, model_files[i]) != 0) return -1;
-    for (size_t i = 0; i < 4; i++)
-        if (copy_if_present(cfg->tokenizer_config, cfg->output_dir, tokenizer_files[i]) != 0)
-            return -1;
-    return 0;
-}
-
 typedef struct {
     int32_t *tokens;
     uint8_t *attn, *labels;
@@ -136,6 +90,54 @@ static int64_t default_warmup(int64_t total) {
     return w == 1 ? 2 : w; /* Axolotl's rule: a computed 1 becomes 2 */
 }
 
+/* trainer_state.json in HF's schema. */
+static json_t *trainer_state(const TrainConfig *cfg, int64_t step, double epoch, int64_t total,
+                             json_t *log_history) {
+    json_t *s = json_object();
+    json_object_set_new(s, "best_metric", json_null());
+    json_object_set_new(s, "best_model_checkpoint", json_null());
+    json_object_set_new(s, "epoch", json_real(epoch));
+    json_object_set_new(s, "eval_steps", json_integer(cfg->eval_steps));
+    json_object_set_new(s, "global_step", json_integer(step));
+    json_object_set_new(s, "is_hyper_param_search", json_false());
+    json_object_set_new(s, "is_local_process_zero", json_true());
+    json_object_set_new(s, "is_world_process_zero", json_true());
+    json_object_set(s, "log_history", log_history);
+    json_object_set_new(s, "logging_steps", json_integer(cfg->logging_steps));
+    json_object_set_new(s, "max_steps", json_integer(total));
+    json_object_set_new(s, "num_input_tokens_seen", json_integer(0));
+    json_object_set_new(s, "num_train_epochs", json_real(cfg->num_epochs));
+    json_object_set_new(s, "save_steps", json_integer(cfg->save_steps));
+    json_object_set_new(s, "stateful_callbacks", json_object());
+    json_object_set_new(s, "total_flos", json_integer(0));
+    json_object_set_new(s, "train_batch_size", json_integer(cfg->micro_batch_size));
+    json_object_set_new(s, "trial_name", json_null());
+    json_object_set_new(s, "trial_params", json_null());
+    return s;
+}
+
+/* resume_from_checkpoint: "true" means the latest checkpoint in output_dir. */
+static int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log) {
+    char dir[4096];
+    if (strcmp(cfg->resume_from_checkpoint, "true") == 0) {
+        int found = checkpoint_find_latest(cfg->output_dir, dir, sizeof dir);
+        if (found < 0) return -1;
+        if (!found)
+            return err_set("resume_from_checkpoint: true, but %s holds no checkpoint-N directory",
+                           cfg->output_dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
+    }
+    json_t *state;
+    if (checkpoint_load(dir, tr->model, &tr->adamw, &state) != 0) return -1;
+    tr->step = tr->adamw.step;
+    json_t *history = json_object_get(state, "log_history");
+    if (json_is_array(history)) json_array_extend(*log_history, history);
+    json_decref(state);
+    fprintf(log, "resumed from %s at step %lld\n", dir, (long long)tr->step);
+    return 0;
+}
+
 static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t pad_id, FILE *log) {
     size_t micro_per_epoch =
         (ds->n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
@@ -155,14 +157,21 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                            : default_warmup(total);
     Trainer tr;
     if (trainer_init(&tr, m, &opt) != 0) return -1;
-    if (make_dirs(cfg->output_dir) != 0) {
+    json_t *log_history = json_array();
+    if (make_dirs(cfg->output_dir) != 0 ||
+        (cfg->resume_from_checkpoint && resume(cfg, &tr, &log_history, log) != 0)) {
+        json_decref(log_history);
         trainer_free(&tr);
         return -1;
     }
+    CheckpointTarget target = {cfg->output_dir, cfg->base_model, cfg->tokenizer_config,
+                               cfg->save_total_limit};
+    int64_t window_index = 0; /* windows seen, counting the ones a resume skips */
     char metrics_path[4096];
     path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
-    FILE *metrics = fopen(metrics_path, "w");
+    FILE *metrics = fopen(metrics_path, tr.step > 0 ? "a" : "w");
     if (!metrics) {
+        json_decref(log_history);
         trainer_free(&tr);
         return err_set("%s: cannot create: %s", metrics_path, strerror(errno));
     }
@@ -183,6 +192,7 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
         for (size_t micro = 0; micro < micro_per_epoch && tr.step < total && rc == 0;
              micro += gas) {
             size_t n_micro = micro_per_epoch - micro < gas ? micro_per_epoch - micro : gas;
+            if (window_index++ < tr.step) continue; /* done before the checkpoint we resumed */
             for (size_t k = 0; k < n_micro; k++) {
                 size_t first = (micro + k) * (size_t)cfg->micro_batch_size;
                 int count = (int)(ds->n - first < (size_t)cfg->micro_batch_size
@@ -206,6 +216,13 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                         "\"epoch\": %.4g, \"step\": %lld}\n",
                         mean_loss, st.grad_norm, st.lr, ep, (long long)tr.step);
                 fflush(metrics);
+                json_t *entry = json_object();
+                json_object_set_new(entry, "epoch", json_real(ep));
+                json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
+                json_object_set_new(entry, "learning_rate", json_real(st.lr));
+                json_object_set_new(entry, "loss", json_real(mean_loss));
+                json_object_set_new(entry, "step", json_integer(tr.step));
+                json_array_append_new(log_history, entry);
                 double el = now_seconds() - start;
                 fprintf(
                     log,
@@ -214,8 +231,16 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                     tokens / (el > 0 ? el : 1));
                 loss_sum = 0, loss_count = 0;
             }
+            if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
+                json_t *state = trainer_state(
+                    cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
+                rc = checkpoint_save(&target, tr.step, m, &tr.adamw, state);
+                json_decref(state);
+                if (rc == 0) fprintf(log, "saved checkpoint-%lld\n", (long long)tr.step);
+            }
         }
     }
+    json_decref(log_history);
     free(order);
     free(window);
     free(bufs);
@@ -250,7 +275,9 @@ int train_run(const TrainConfig *cfg, FILE *log) {
         fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
                 ds.dropped_too_long, (long long)cfg->sequence_len);
     if (rc == 0) rc = run(cfg, &m, &ds, pad, log);
-    if (rc == 0) rc = save_model_dir(&m, cfg);
+    if (rc == 0)
+        rc = model_dir_write(&m, cfg->base_model, cfg->tokenizer_config, cfg->output_dir,
+                             model_source_dtype(&m));
     if (rc == 0) fprintf(log, "model saved to %s\n", cfg->output_dir);
     sft_dataset_free(&ds);
     tokenizer_free(&tok);

@@ -1,0 +1,210 @@
+#include "train/checkpoint.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "io/safetensors.h"
+#include "train/model_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : err_set("%s: cannot open: %s", path, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char child[4096];
+        if (path_join(child, sizeof child, path, e->d_name) != 0) {
+            rc = -1;
+            break;
+        }
+        if (dir_exists(child) ? remove_tree(child) != 0 : unlink(child) != 0) {
+            rc = err_set("%s: cannot remove: %s", child, strerror(errno));
+            break;
+        }
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(path) != 0) rc = err_set("%s: cannot remove: %s", path, strerror(errno));
+    return rc;
+}
+
+static void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static int write_optimizer(const char *path, const Model *m, const AdamW *opt) {
+    int n = m->n_param_tensors;
+    SafetensorsWriteTensor *t = xcalloc(2 * (size_t)n, sizeof *t);
+    char **names = xcalloc(2 * (size_t)n, sizeof *names);
+    for (int p = 0; p < n; p++) {
+        const ParamInfo *info = &m->param_info[p];
+        for (int k = 0; k < 2; k++) {
+            size_t len = strlen(info->name) + 16;
+            names[2 * p + k] = xmalloc(len);
+            snprintf(names[2 * p + k], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg", info->name);
+            t[2 * p + k] = (SafetensorsWriteTensor){names[2 * p + k],
+                                                    ST_F32,
+                                                    1,
+                                                    {(int64_t)info->numel},
+                                                    (k ? opt->v : opt->m) + info->offset};
+        }
+    }
+    int rc = safetensors_write(path, t, 2 * (size_t)n);
+    for (int i = 0; i < 2 * n; i++)
+        free(names[i]);
+    free(names);
+    free(t);
+    return rc;
+}
+
+static int write_json(const char *path, const json_t *value) {
+    char *text = json_dumps(value, JSON_INDENT(2));
+    if (!text) return err_set("%s: cannot serialise", path);
+    int rc = write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* checkpoint-N directories in output_dir with their N, sorted by N. */
+typedef struct {
+    int64_t step;
+    char name[256]; /* a d_name fits */
+} CheckpointEntry;
+
+static int entry_cmp(const void *a, const void *b) {
+    const CheckpointEntry *x = a, *y = b;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
+static int list_checkpoints(const char *output_dir, CheckpointEntry **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(output_dir);
+    if (!d)
+        return errno == ENOENT ? 0 : err_set("%s: cannot open: %s", output_dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long step;
+        char tail;
+        if (sscanf(e->d_name, "checkpoint-%lld%c", &step, &tail) != 1 || step < 0) continue;
+        char full[4096];
+        if (path_join(full, sizeof full, output_dir, e->d_name) != 0 || !dir_exists(full)) continue;
+        *out = xrealloc(*out, (*n + 1) * sizeof **out);
+        (*out)[*n].step = step;
+        snprintf((*out)[*n].name, sizeof(*out)[*n].name, "%s", e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    qsort(*out, *n, sizeof **out, entry_cmp);
+    return 0;
+}
+
+int checkpoint_find_latest(const char *output_dir, char *out, size_t cap) {
+    CheckpointEntry *list;
+    size_t n;
+    if (list_checkpoints(output_dir, &list, &n) != 0) return -1;
+    int found = n > 0;
+    if (found && path_join(out, cap, output_dir, list[n - 1].name) != 0) found = -1;
+    free(list);
+    return found;
+}
+
+static int rotate(const char *output_dir, int64_t keep) {
+    if (keep <= 0) return 0;
+    CheckpointEntry *list;
+    size_t n;
+    if (list_checkpoints(output_dir, &list, &n) != 0) return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && n > (size_t)keep && i < n - (size_t)keep; i++) {
+        char path[4096];
+        rc = path_join(path, sizeof path, output_dir, list[i].name);
+        if (rc == 0) rc = remove_tree(path);
+    }
+    free(list);
+    return rc;
+}
+
+int checkpoint_save(const CheckpointTarget *target, int64_t step, const Model *m, const AdamW *opt,
+                    const json_t *state) {
+    char final_dir[4096], temp_dir[4096], path[4200];
+    snprintf(final_dir, sizeof final_dir, "%s/checkpoint-%lld", target->output_dir,
+             (long long)step);
+    snprintf(temp_dir, sizeof temp_dir, "%s/.checkpoint-%lld.tmp", target->output_dir,
+             (long long)step);
+    if (remove_tree(temp_dir) != 0) return -1;
+    int rc = model_dir_write(m, target->model_dir, target->tokenizer_dir, temp_dir, ST_F32);
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", temp_dir);
+        rc = write_optimizer(path, m, opt);
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/trainer_state.json", temp_dir);
+        rc = write_json(path, state);
+    }
+    if (rc == 0 && dir_exists(final_dir)) rc = remove_tree(final_dir); /* a re-save of step N */
+    if (rc == 0 && rename(temp_dir, final_dir) != 0)
+        rc = err_set("%s: cannot rename into place: %s", final_dir, strerror(errno));
+    if (rc != 0) {
+        remove_tree(temp_dir);
+        return err_prefix("saving checkpoint %lld", (long long)step);
+    }
+    fsync_dir(target->output_dir);
+    return rotate(target->output_dir, target->save_total_limit);
+}
+
+static int read_moments(const char *path, Model *m, AdamW *opt) {
+    SafetensorsFile f;
+    if (safetensors_open(&f, path) != 0) return -1;
+    int rc = 0;
+    for (int p = 0; rc == 0 && p < m->n_param_tensors; p++) {
+        const ParamInfo *info = &m->param_info[p];
+        for (int k = 0; rc == 0 && k < 2; k++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", info->name);
+            const SafetensorsTensor *t = safetensors_find(&f, name);
+            if (!t || t->dtype != ST_F32 || (size_t)t->numel != info->numel)
+                rc = err_set("%s: tensor \"%s\" is missing or has the wrong size", path, name);
+            else
+                memcpy((k ? opt->v : opt->m) + info->offset, t->data, info->numel * sizeof(float));
+        }
+    }
+    safetensors_close(&f);
+    return rc;
+}
+
+int checkpoint_load(const char *dir, Model *m, AdamW *opt, json_t **state) {
+    char path[4200];
+    Model saved;
+    if (model_load(&saved, dir) != 0) return -1;
+    if (saved.n_params != m->n_params) {
+        model_free(&saved);
+        return err_set("%s: the checkpoint's model has %zu parameters, the configured one %zu", dir,
+                       saved.n_params, m->n_params);
+    }
+    memcpy(m->params, saved.params, m->n_params * sizeof(float));
+    model_free(&saved);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (read_moments(path, m, opt) != 0) return -1;
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    if (json_load_path(path, state) != 0) return -1;
+    int64_t step;
+    if (json_get_int64(*state, "global_step", &step) != 1 || step < 0) {
+        json_decref(*state);
+        return err_set("%s: key 'global_step': missing or not a non-negative integer", path);
+    }
+    opt->step = step;
+    return 0;
+}

@@ -1,0 +1,22 @@
+/* Writing a Hugging Face model directory: weights, config.json, generation and tokenizer files. */
+#ifndef RLHF_TRAIN_MODEL_DIR_H
+#define RLHF_TRAIN_MODEL_DIR_H
+
+#include "io/safetensors.h"
+#include "model/model.h"
+
+/* mkdir -p. Returns 0, or -1 with an error. */
+int make_dirs(const char *path);
+
+/* Writes m's weights as `dtype` to out_dir/model.safetensors, and copies config.json and
+ * generation_config.json from model_dir and the tokenizer files (tokenizer.json,
+ * tokenizer_config.json, special_tokens_map.json, chat_template.jinja) from tokenizer_dir,
+ * those that exist. Each file is written atomically. When dtype differs from the source's,
+ * config.json's dtype keys are updated. */
+int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer_dir,
+                    const char *out_dir, SafetensorsDtype dtype);
+
+/* The dtype the checkpoint's config.json names (float32 when it names none). */
+SafetensorsDtype model_source_dtype(const Model *m);
+
+#endif
