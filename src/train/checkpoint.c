@@ -108,7 +108,7 @@ static int list_checkpoints(const char *output_dir, CheckpointEntry **out, size_
         (*n)++;
     }
     closedir(d);
-    qsort(*out, *n, sizeof **out, entry_cmp);
+    if (*n > 1) qsort(*out, *n, sizeof **out, entry_cmp);
     return 0;
 }
 
