@@ -17,9 +17,9 @@ build: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Scores the shipped example completions with the embedded tiny model.
+# Fine-tunes the embedded tiny model (models/tiny-arith) on a small arithmetic set.
 quickstart: build
-	$(BUILD)/rlhf score --model models/tiny-llama --data examples/quickstart.jsonl
+	$(BUILD)/rlhf train examples/quickstart.yaml
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps

@@ -21,7 +21,7 @@ static bool has_warning(const TrainConfig *c, const char *a, const char *b) {
 }
 
 static void test_sft_config(void) {
-    const char *path = write_yaml("sft.yaml", "base_model: models/tiny-llama\n"
+    const char *path = write_yaml("sft.yaml", "base_model: models/tiny-arith\n"
                                               "datasets:\n"
                                               "  - path: data/train.jsonl\n"
                                               "    type: chat_template\n"
@@ -41,7 +41,7 @@ static void test_sft_config(void) {
                                               "wandb_project: ~\n");
     TrainConfig c;
     CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
-    CHECK(strcmp(c.base_model, "models/tiny-llama") == 0 &&
+    CHECK(strcmp(c.base_model, "models/tiny-arith") == 0 &&
               strcmp(c.tokenizer_config, c.base_model) == 0,
           "base_model, tokenizer_config default");
     CHECK(c.rl == RL_NONE, "no rl: SFT");

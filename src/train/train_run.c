@@ -199,13 +199,13 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                                       ? ds->n - first
                                       : (size_t)cfg->micro_batch_size);
                 window[k] = build_micro_batch(ds, order, first, count, pad_id, &bufs[k]);
+                for (int e = 0; e < count; e++) tokens += ds->items[order[first + e]].len;
             }
             StepStats st;
             rc = trainer_sft_step(&tr, window, (int)n_micro, &st);
             for (size_t k = 0; k < n_micro; k++)
                 free(bufs[k].tokens), free(bufs[k].attn), free(bufs[k].labels);
             if (rc != 0) break;
-            tokens += (double)st.tokens;
             loss_sum += st.loss;
             loss_count++;
             if (tr.step % cfg->logging_steps == 0 || tr.step == total) {
@@ -250,7 +250,7 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
     double elapsed = now_seconds() - start;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(log, "done: %lld steps in %.1f s, %.0f trained tokens/s, peak memory %.0f MB\n",
+    fprintf(log, "done: %lld steps in %.1f s, %.0f tokens/s, peak memory %.0f MB\n",
             (long long)total, elapsed, tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
     return 0;
 }

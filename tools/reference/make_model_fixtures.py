@@ -16,8 +16,6 @@ downloaded):
       reference.json                       log-probs/logits computed by transformers (fp32)
       score.jsonl                          the input for `rlhf score`
 
-  models/tiny-llama/                       random quickstart demo model
-  examples/quickstart.jsonl                4 prompt/completion pairs for `make quickstart`
 
 Everything is deterministic: each model is built under its own torch.manual_seed, the token
 batches come from seeded torch.Generators, and torch runs single-process on CPU.
@@ -573,42 +571,6 @@ def spec_forward(path, ids, mask):
 
 
 # ----------------------------------------------------------------------------------------------
-# quickstart demo model
-# ----------------------------------------------------------------------------------------------
-
-
-def make_quickstart():
-    """models/tiny-llama (random tied Llama, V 256) and examples/quickstart.jsonl."""
-    path = os.path.join(REPO, "models", "tiny-llama")
-    print(f"\n[quickstart] {path}")
-    torch.manual_seed(7)
-    c = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=256, rms_norm_eps=1e-5, tie_word_embeddings=True)
-    c.update(rope_kwargs(LlamaConfig, 10000.0, None))
-    model = make_model(LlamaForCausalLM, LlamaConfig(**c))
-    reinit_weights(model, 7)
-    model.eval()
-    clean_dir(path)
-    model.save_pretrained(path, safe_serialization=True)
-    prune_saved_files(path)
-
-    g = torch.Generator().manual_seed(8)
-    ex_path = os.path.join(REPO, "examples", "quickstart.jsonl")
-    os.makedirs(os.path.dirname(ex_path), exist_ok=True)
-    with open(ex_path, "w") as f:
-        for p_len, c_len in [(4, 3), (6, 5), (3, 2), (5, 4)]:
-            f.write(json.dumps({
-                "prompt_ids": torch.randint(1, 256, (p_len,), generator=g).tolist(),
-                "completion_ids": torch.randint(1, 256, (c_len,), generator=g).tolist(),
-            }) + "\n")
-    # Reload check.
-    m2 = load_fp32(path)
-    ids = torch.randint(1, 256, (1, 9), generator=torch.Generator().manual_seed(9))
-    d = (forward_logits(m2, ids, torch.ones_like(ids)) - forward_logits(model, ids, torch.ones_like(ids))).abs().max().item()
-    assert d < 1e-5, d
-    print(f"    size {dir_size(path)} bytes; reload max|diff| {d:.3g}; wrote {ex_path}")
-
-
 def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
           f"python {sys.version.split()[0]}")
@@ -619,7 +581,6 @@ def main():
     print("\nsanity check: reload every fixture with AutoModelForCausalLM (fp32)")
     for name, _, _, _ in specs:
         verify_fixture(name)
-    make_quickstart()
     print("\nfixture sizes:")
     for name, _, _, _ in specs:
         print(f"  {name:20s} {dir_size(os.path.join(FIXTURES, name)):8d} bytes")
