@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""SFT training step (forward + backward + AdamW, fp32), rlhf.c vs PyTorch + transformers, in
+one run, each in its own process so that peak RSS is each side's own.
+
+Model: the Qwen2.5-0.5B-shaped random model of forward_bench.py (made on first use). Batch of
+random tokens, every position a label. PyTorch side: AutoModelForCausalLM in fp32 (sdpa
+attention, the default), the loss as Trainer computes it, torch.optim.AdamW, clip_grad_norm_.
+
+    tools/reference/.venv/bin/python bench/sft_step_bench.py [--batch 1] [--seq 512] [--steps 3]
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def torch_side(batch, seq, steps, threads):
+    import torch
+    import transformers
+    from forward_bench import MODEL_DIR
+    torch.set_num_threads(threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=g)
+
+    def step():
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        return float(loss)
+
+    step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "transformers": transformers.__version__,
+                      "best_s": min(times), "mean_s": sum(times) / len(times),
+                      "tokens_per_s": batch * seq / min(times), "peak_rss_mb": rss, "loss": loss}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_side:
+        torch_side(a.batch, a.seq, a.steps, a.threads)
+        return
+    from forward_bench import MODEL_DIR, make_model
+    make_model()
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_sft_step"), MODEL_DIR,
+                                      str(a.batch), str(a.seq), str(a.steps)],
+                                     check=True, capture_output=True, text=True, env=env).stdout)
+    out = subprocess.run([sys.executable, __file__, "--torch-side", "--batch", str(a.batch), "--seq", str(a.seq),
+                          "--steps", str(a.steps), "--threads", str(a.threads)],
+                         check=True, capture_output=True, text=True).stdout
+    theirs = json.loads(out.strip().splitlines()[-1])
+    result = {"workload": f"SFT step fp32, batch {a.batch} x {a.seq}, {a.threads} threads",
+              "rlhf.c": ours, "pytorch": theirs,
+              "speedup": ours["tokens_per_s"] / theirs["tokens_per_s"],
+              "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"]}
+    os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "out", "sft_step.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    for name, r in (("rlhf.c", ours), ("pytorch", theirs)):
+        print(f"{name:10s} {r['tokens_per_s']:8.1f} tokens/s  step {r['best_s']:6.2f} s  "
+              f"peak RSS {r['peak_rss_mb']:7.0f} MB  loss {r['loss']:.4f}")
+    print(f"speedup {result['speedup']:.2f}x, peak RSS ratio {result['rss_ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
