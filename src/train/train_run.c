@@ -11,11 +11,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -88,6 +90,23 @@ static int64_t default_warmup(int64_t total) {
     int64_t w = (int64_t)(0.03 * (double)total);
     if (w > 100) w = 100;
     return w == 1 ? 2 : w; /* Axolotl's rule: a computed 1 becomes 2 */
+}
+
+/* On a terminal: one line rewritten after every step, with a bar and the time left. Logs and
+ * pipes get the periodic lines of the logging steps instead. */
+static void show_progress(FILE *log, int64_t step, int64_t total, int64_t first_step, double loss,
+                          double lr, double tokens_per_s, double elapsed) {
+    int width = 24, filled = (int)((double)width * (double)step / (double)total);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[width] = '\0';
+    double per_step = step > first_step ? elapsed / (double)(step - first_step) : 0;
+    double left = per_step * (double)(total - step);
+    fprintf(log, "\r[%s] %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %02d:%02d ", bar,
+            (long long)step, (long long)total, loss, lr, tokens_per_s, (int)(left / 60),
+            (int)left % 60);
+    fflush(log);
 }
 
 /* trainer_state.json in HF's schema. */
@@ -185,7 +204,8 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
     MicroBatch *window = xmalloc(gas * sizeof *window);
     BatchBuffers *bufs = xmalloc(gas * sizeof *bufs);
     double start = now_seconds(), tokens = 0, loss_sum = 0;
-    int64_t loss_count = 0;
+    int64_t loss_count = 0, first_step = tr.step;
+    bool tty = isatty(fileno(log));
     int rc = 0;
     for (int64_t epoch = 0; tr.step < total && rc == 0; epoch++) {
         shuffle(order, ds->n, cfg->seed, epoch);
@@ -199,7 +219,8 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                                       ? ds->n - first
                                       : (size_t)cfg->micro_batch_size);
                 window[k] = build_micro_batch(ds, order, first, count, pad_id, &bufs[k]);
-                for (int e = 0; e < count; e++) tokens += ds->items[order[first + e]].len;
+                for (int e = 0; e < count; e++)
+                    tokens += ds->items[order[first + e]].len;
             }
             StepStats st;
             rc = trainer_sft_step(&tr, window, (int)n_micro, &st);
@@ -224,19 +245,25 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                 json_object_set_new(entry, "step", json_integer(tr.step));
                 json_array_append_new(log_history, entry);
                 double el = now_seconds() - start;
-                fprintf(
-                    log,
-                    "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f  %.0f tok/s\n",
-                    (long long)tr.step, (long long)total, mean_loss, st.grad_norm, st.lr, ep,
-                    tokens / (el > 0 ? el : 1));
+                if (!tty)
+                    fprintf(log,
+                            "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f  %.0f "
+                            "tok/s\n",
+                            (long long)tr.step, (long long)total, mean_loss, st.grad_norm, st.lr,
+                            ep, tokens / (el > 0 ? el : 1));
                 loss_sum = 0, loss_count = 0;
+            }
+            if (tty) {
+                double el = now_seconds() - start;
+                show_progress(log, tr.step, total, first_step, st.loss, st.lr,
+                              tokens / (el > 0 ? el : 1), el);
             }
             if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
                 json_t *state = trainer_state(
                     cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
                 rc = checkpoint_save(&target, tr.step, m, &tr.adamw, state);
                 json_decref(state);
-                if (rc == 0) fprintf(log, "saved checkpoint-%lld\n", (long long)tr.step);
+                if (rc == 0 && !tty) fprintf(log, "saved checkpoint-%lld\n", (long long)tr.step);
             }
         }
     }
@@ -247,6 +274,7 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
     fclose(metrics);
     trainer_free(&tr);
     if (rc != 0) return -1;
+    if (tty) fputc('\n', log);
     double elapsed = now_seconds() - start;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
