@@ -188,6 +188,39 @@ static void test_resume(void) {
           "resume with no checkpoint: %s", err_msg());
 }
 
+/* val_set_size holds examples out; eval_loss is logged every eval_steps with HF's eval_ prefix. */
+static void test_evaluation(void) {
+    char config[4096], out[4096], path[4300];
+    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
+    snprintf(out, sizeof out, "%s", tmp_path("eval-run"));
+    const char *kv[] = {"--max_steps",  "4", "--val_set_size", "0.25",
+                        "--eval_steps", "2", "--output_dir",   out};
+    CHECK(train_with(config, kv, 4) == CLI_EXIT_OK, "eval run: %s", err_msg());
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    char *text = NULL;
+    CHECK(read_file(path, &text, NULL) == 0, "metrics");
+    int evals = 0;
+    for (char *save = NULL, *l = text ? strtok_r(text, "\n", &save) : NULL; l;
+         l = strtok_r(NULL, "\n", &save)) {
+        json_t *row;
+        if (json_load_text(l, strlen(l), "metrics", &row) != 0) continue;
+        json_t *e = json_object_get(row, "eval_loss");
+        if (e) {
+            evals++;
+            int64_t step = json_integer_value(json_object_get(row, "step"));
+            CHECK(step == 2 * evals, "eval at step %lld", (long long)step);
+            CHECK(json_number_value(e) > 0 && json_number_value(e) < 20, "eval_loss %g",
+                  json_number_value(e));
+        }
+        json_decref(row);
+    }
+    free(text);
+    CHECK(evals == 2, "%d eval lines for 4 steps every 2", evals);
+    const char *all[] = {"--val_set_size", "32", "--output_dir", tmp_path("eval-bad")};
+    CHECK(train_with(config, all, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "leaves no training"),
+          "val_set_size too large: %s", err_msg());
+}
+
 static void expect_train_error(const char *name, const char *config_text, const char *want1,
                                const char *want2) {
     write_text(name, config_text);
@@ -230,6 +263,7 @@ int main(void) {
     write_datasets();
     test_training();
     test_resume();
+    test_evaluation();
     test_errors();
     return harness_finish("test_train_run");
 }

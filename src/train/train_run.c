@@ -5,6 +5,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "data/sft_dataset.h"
+#include "model/forward.h"
 #include "train/checkpoint.h"
 #include "train/model_dir.h"
 #include "train/trainer.h"
@@ -86,6 +87,60 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
     return (MicroBatch){{count, t_len, buf->tokens, buf->attn, NULL}, buf->labels};
 }
 
+/* val_set_size: a fraction (< 1) or a count of the examples, chosen by a seeded shuffle, moved
+ * from `all` to `val` (the draw is reproducible, but not the one datasets' train_test_split
+ * makes). */
+static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset *val) {
+    memset(val, 0, sizeof *val);
+    if (cfg->val_set_size <= 0) return 0;
+    size_t n_val = cfg->val_set_size < 1 ? (size_t)ceil(cfg->val_set_size * (double)all->n)
+                                         : (size_t)cfg->val_set_size;
+    if (n_val >= all->n)
+        return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
+                       cfg->source, cfg->val_set_size, all->n);
+    size_t *order = xmalloc(all->n * sizeof *order);
+    shuffle(order, all->n, cfg->seed, -1);
+    SftExample *train = xmalloc((all->n - n_val) * sizeof *train);
+    val->items = xmalloc(n_val * sizeof *val->items);
+    for (size_t i = 0; i < all->n; i++) {
+        if (i < n_val)
+            val->items[val->n++] = all->items[order[i]];
+        else
+            train[i - n_val] = all->items[order[i]];
+    }
+    free(all->items);
+    free(order);
+    all->items = train;
+    all->n -= n_val;
+    return 0;
+}
+
+/* Mean negative log-likelihood over every label token of the validation set. */
+static int evaluate(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
+                    double *loss) {
+    size_t *order = xmalloc(val->n * sizeof *order);
+    for (size_t i = 0; i < val->n; i++)
+        order[i] = i;
+    double sum = 0;
+    size_t count = 0;
+    int rc = 0;
+    for (size_t first = 0; first < val->n && rc == 0; first += (size_t)batch_size) {
+        int n = (int)(val->n - first < (size_t)batch_size ? val->n - first : (size_t)batch_size);
+        BatchBuffers buf;
+        MicroBatch mb = build_micro_batch(val, order, first, n, pad_id, &buf);
+        size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
+        float *logp = xmalloc(cells * sizeof *logp);
+        rc = model_token_logprobs(m, &mb.batch, mb.label_mask, logp);
+        for (size_t i = 0; rc == 0 && i < cells; i++)
+            if (mb.label_mask[i]) sum += logp[i], count++;
+        free(logp);
+        free(buf.tokens), free(buf.attn), free(buf.labels);
+    }
+    free(order);
+    *loss = count ? -sum / (double)count : 0.0;
+    return rc;
+}
+
 static int64_t default_warmup(int64_t total) {
     int64_t w = (int64_t)(0.03 * (double)total);
     if (w > 100) w = 100;
@@ -157,7 +212,8 @@ static int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FIL
     return 0;
 }
 
-static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t pad_id, FILE *log) {
+static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const SftDataset *val,
+               int32_t pad_id, FILE *log) {
     size_t micro_per_epoch =
         (ds->n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
     size_t gas = (size_t)cfg->gradient_accumulation_steps;
@@ -258,6 +314,23 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, int32_t p
                 show_progress(log, tr.step, total, first_step, st.loss, st.lr,
                               tokens / (el > 0 ? el : 1), el);
             }
+            bool eval_now =
+                val->n && (cfg->eval_steps > 0 ? tr.step % cfg->eval_steps == 0 : tr.step == total);
+            if (eval_now) {
+                double eval_loss;
+                if ((rc = evaluate(m, val, cfg->micro_batch_size, pad_id, &eval_loss)) != 0) break;
+                double ep = (double)tr.step / (double)windows_per_epoch;
+                fprintf(metrics, "{\"eval_loss\": %.6g, \"epoch\": %.4g, \"step\": %lld}\n",
+                        eval_loss, ep, (long long)tr.step);
+                fflush(metrics);
+                json_t *entry = json_object();
+                json_object_set_new(entry, "epoch", json_real(ep));
+                json_object_set_new(entry, "eval_loss", json_real(eval_loss));
+                json_object_set_new(entry, "step", json_integer(tr.step));
+                json_array_append_new(log_history, entry);
+                fprintf(log, "%sstep %lld/%lld  eval_loss %.4f (%zu held-out examples)\n",
+                        tty ? "\n" : "", (long long)tr.step, (long long)total, eval_loss, val->n);
+            }
             if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
                 json_t *state = trainer_state(
                     cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
@@ -302,11 +375,14 @@ int train_run(const TrainConfig *cfg, FILE *log) {
     if (rc == 0 && ds.dropped_too_long)
         fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
                 ds.dropped_too_long, (long long)cfg->sequence_len);
-    if (rc == 0) rc = run(cfg, &m, &ds, pad, log);
+    SftDataset val = {0};
+    if (rc == 0) rc = split_validation(&ds, cfg, &val);
+    if (rc == 0) rc = run(cfg, &m, &ds, &val, pad, log);
     if (rc == 0)
         rc = model_dir_write(&m, cfg->base_model, cfg->tokenizer_config, cfg->output_dir,
                              model_source_dtype(&m));
     if (rc == 0) fprintf(log, "model saved to %s\n", cfg->output_dir);
+    sft_dataset_free(&val);
     sft_dataset_free(&ds);
     tokenizer_free(&tok);
     model_free(&m);
