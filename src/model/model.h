@@ -64,4 +64,16 @@ const ParamInfo *model_find_param(const Model *m, const char *name);
  * Returns 0, or -1 with an error. */
 int model_save_safetensors(const Model *m, const char *path, SafetensorsDtype dtype);
 
+/* transformers' default max_shard_size, "5GB" (decimal). */
+#define MODEL_DEFAULT_MAX_SHARD_BYTES 5000000000ull
+
+/* Writes the weights into `dir` as transformers' save_pretrained does (hf-formats.md §1.6):
+ * tensors taken in state-dict order and packed greedily into shards of at most max_shard_bytes
+ * (a tensor larger than that gets a shard of its own); one shard is written as
+ * model.safetensors, several as model-0000i-of-0000K.safetensors plus
+ * model.safetensors.index.json. Weight files of an earlier save that the new one does not use
+ * are removed. Returns 0, or -1 with an error. */
+int model_save_weights(const Model *m, const char *dir, SafetensorsDtype dtype,
+                       uint64_t max_shard_bytes);
+
 #endif

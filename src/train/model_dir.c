@@ -73,9 +73,7 @@ static int write_config(const char *model_dir, const char *out_dir, SafetensorsD
 int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer_dir,
                     const char *out_dir, SafetensorsDtype dtype) {
     if (make_dirs(out_dir) != 0) return -1;
-    char path[4096];
-    if (path_join(path, sizeof path, out_dir, "model.safetensors") != 0) return -1;
-    if (model_save_safetensors(m, path, dtype) != 0) return -1;
+    if (model_save_weights(m, out_dir, dtype, MODEL_DEFAULT_MAX_SHARD_BYTES) != 0) return -1;
     if (write_config(model_dir, out_dir, dtype) != 0) return -1;
     if (copy_if_present(model_dir, out_dir, "generation_config.json") != 0) return -1;
     static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",

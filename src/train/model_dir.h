@@ -8,7 +8,8 @@
 /* mkdir -p. Returns 0, or -1 with an error. */
 int make_dirs(const char *path);
 
-/* Writes m's weights as `dtype` to out_dir/model.safetensors, and copies config.json and
+/* Writes m's weights as `dtype` to out_dir (model.safetensors, or 5 GB shards and an index as
+ * save_pretrained does), and copies config.json and
  * generation_config.json from model_dir and the tokenizer files (tokenizer.json,
  * tokenizer_config.json, special_tokens_map.json, chat_template.jinja) from tokenizer_dir,
  * those that exist. Each file is written atomically. When dtype differs from the source's,
