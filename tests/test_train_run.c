@@ -58,8 +58,10 @@ static void write_config(const char *name, const char *extra) {
              "  - path: %s\n    type: alpaca\n"
              "  - path: %s\n    type: completion\n"
              "sequence_len: 128\nmicro_batch_size: 4\ngradient_accumulation_steps: 2\n"
-             "num_epochs: 3\nlearning_rate: 3e-3\nwarmup_steps: 1\nlogging_steps: 1\nseed: 7\n%s",
-             base, tmp_path("alpaca.jsonl"), tmp_path("completion.jsonl"), extra);
+             "num_epochs: 3\nlearning_rate: 3e-3\nwarmup_steps: 1\nlogging_steps: 1\nseed: 7\n"
+             "dataset_prepared_path: %s\n%s",
+             base, tmp_path("alpaca.jsonl"), tmp_path("completion.jsonl"), tmp_path("prepared"),
+             extra);
     write_text(name, text);
 }
 
@@ -221,6 +223,54 @@ static void test_evaluation(void) {
           "val_set_size too large: %s", err_msg());
 }
 
+/* rlhf preprocess fills the cache, train reuses it with the same result, another dataset gets
+ * another key, and a damaged cache is rebuilt with a warning. */
+static void test_preprocess_cache(void) {
+    char config[4096], prep[4096], out_cached[4096], out_fresh[4096];
+    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
+    snprintf(prep, sizeof prep, "%s", tmp_path("prep-cache"));
+    snprintf(out_cached, sizeof out_cached, "%s", tmp_path("out-cached"));
+    snprintf(out_fresh, sizeof out_fresh, "%s", tmp_path("out-fresh"));
+    char *pre[] = {config, "--dataset_prepared_path", prep};
+    CHECK(cli_preprocess(3, pre) == CLI_EXIT_OK, "preprocess: %s", err_msg());
+    char find[8192];
+    snprintf(find, sizeof find, "ls '%s' | wc -l | grep -qx 1", prep);
+    CHECK(system(find) == 0, "one cache directory");
+
+    const char *cached[] = {"--max_steps",  "3",       "--dataset_prepared_path", prep,
+                            "--output_dir", out_cached};
+    CHECK(train_with(config, cached, 3) == CLI_EXIT_OK, "train from the cache: %s", err_msg());
+    const char *fresh[] = {
+        "--max_steps",  "3",      "--dataset_prepared_path", tmp_path("prep-other"),
+        "--output_dir", out_fresh};
+    CHECK(train_with(config, fresh, 3) == CLI_EXIT_OK, "train without a cache: %s", err_msg());
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/model.safetensors", out_cached);
+    snprintf(b, sizeof b, "%s/model.safetensors", out_fresh);
+    CHECK(same_file(a, b), "the cached dataset trains to the same weights");
+
+    /* damage the cache: truncate examples.bin; train warns, rebuilds, and gets the same weights */
+    snprintf(find, sizeof find, "f=$(ls -d '%s'/*/examples.bin) && truncate -s 100 \"$f\"", prep);
+    CHECK(system(find) == 0, "truncate the cache");
+    CHECK(train_with(config, cached, 3) == CLI_EXIT_OK, "train over a damaged cache: %s",
+          err_msg());
+    CHECK(same_file(a, b), "a rebuilt cache trains to the same weights");
+
+    /* another dataset, another key */
+    char other[16384];
+    snprintf(other, sizeof other,
+             "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\nlearning_rate: 1e-3\n"
+             "dataset_prepared_path: %s\n",
+             base, tmp_path("completion.jsonl"), prep);
+    write_text("other.yaml", other);
+    char other_path[4096];
+    snprintf(other_path, sizeof other_path, "%s", tmp_path("other.yaml"));
+    char *pre2[] = {other_path};
+    CHECK(cli_preprocess(1, pre2) == CLI_EXIT_OK, "preprocess other: %s", err_msg());
+    snprintf(find, sizeof find, "ls '%s' | wc -l | grep -qx 2", prep);
+    CHECK(system(find) == 0, "a second cache directory for another dataset");
+}
+
 static void expect_train_error(const char *name, const char *config_text, const char *want1,
                                const char *want2) {
     write_text(name, config_text);
@@ -264,6 +314,7 @@ int main(void) {
     test_training();
     test_resume();
     test_evaluation();
+    test_preprocess_cache();
     test_errors();
     return harness_finish("test_train_run");
 }

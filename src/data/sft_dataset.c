@@ -1,5 +1,6 @@
 #include "data/sft_dataset.h"
 
+#include "chat/chat_template.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
@@ -212,4 +213,17 @@ void sft_dataset_free(SftDataset *ds) {
     }
     free(ds->items);
     memset(ds, 0, sizeof *ds);
+}
+
+int tokenizer_special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, int32_t *pad) {
+    ChatTemplateSource src;
+    *eos = *pad = -1;
+    if (chat_template_source_load(tok_dir, &src) != 0) return -1;
+    const char *e = json_string_value(json_object_get(src.special_tokens, "eos_token"));
+    const char *p = json_string_value(json_object_get(src.special_tokens, "pad_token"));
+    if (e) *eos = tokenizer_token_to_id(tok, e, strlen(e));
+    if (p) *pad = tokenizer_token_to_id(tok, p, strlen(p));
+    chat_template_source_free(&src);
+    if (*pad < 0) *pad = *eos >= 0 ? *eos : 0;
+    return 0;
 }

@@ -33,6 +33,11 @@ typedef struct {
 int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id);
 void sft_dataset_free(SftDataset *ds);
 
+/* EOS and padding ids from a tokenizer directory's tokenizer_config.json (eos_token,
+ * pad_token; pad falls back to EOS as HF does for tokenizers without one, then to 0; a missing
+ * EOS is -1). Returns 0, or -1 with an error. */
+int tokenizer_special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, int32_t *pad);
+
 /* Axolotl's Alpaca prompt for an instruction and optional input (malloc'd). */
 char *alpaca_prompt(const char *instruction, const char *input);
 

@@ -1,9 +1,9 @@
 #include "train/train_run.h"
 
-#include "chat/chat_template.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/dataset_cache.h"
 #include "data/sft_dataset.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
@@ -44,21 +44,6 @@ static void shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
         order[i - 1] = order[j];
         order[j] = t;
     }
-}
-
-/* EOS and padding ids: tokenizer_config.json's eos_token / pad_token (pad falls back to EOS,
- * as HF does for tokenizers without one). */
-static int special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, int32_t *pad) {
-    ChatTemplateSource src;
-    *eos = *pad = -1;
-    if (chat_template_source_load(tok_dir, &src) != 0) return -1;
-    const char *e = json_string_value(json_object_get(src.special_tokens, "eos_token"));
-    const char *p = json_string_value(json_object_get(src.special_tokens, "pad_token"));
-    if (e) *eos = tokenizer_token_to_id(tok, e, strlen(e));
-    if (p) *pad = tokenizer_token_to_id(tok, p, strlen(p));
-    chat_template_source_free(&src);
-    if (*pad < 0) *pad = *eos >= 0 ? *eos : 0;
-    return 0;
 }
 
 typedef struct {
@@ -370,8 +355,11 @@ int train_run(const TrainConfig *cfg, FILE *log) {
     }
     int32_t eos = -1, pad = 0;
     SftDataset ds = {0};
-    int rc = special_ids(cfg->tokenizer_config, &tok, &eos, &pad);
-    if (rc == 0) rc = sft_dataset_load(&ds, cfg, &tok, eos);
+    int rc = tokenizer_special_ids(cfg->tokenizer_config, &tok, &eos, &pad);
+    char cache_dir[4096];
+    if (rc == 0)
+        rc = sft_dataset_prepare(&ds, cfg, &tok, eos, m.cfg.vocab_size, false, log, cache_dir,
+                                 sizeof cache_dir);
     if (rc == 0 && ds.dropped_too_long)
         fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
                 ds.dropped_too_long, (long long)cfg->sequence_len);

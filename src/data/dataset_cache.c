@@ -1,0 +1,179 @@
+#include "data/dataset_cache.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CACHE_MAGIC "RLHFSFT1"
+
+static void fnv1a(uint64_t *h, const void *data, size_t len) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++) {
+        *h ^= p[i];
+        *h *= 0x100000001B3ull;
+    }
+}
+
+static void hash_string(uint64_t *h, const char *s) {
+    fnv1a(h, s ? s : "", (s ? strlen(s) : 0) + 1); /* the NUL separates fields */
+}
+
+static int hash_file(uint64_t *h, const char *path, bool optional) {
+    if (optional && !file_exists(path)) {
+        hash_string(h, "(absent)");
+        return 0;
+    }
+    char *data;
+    size_t len;
+    if (read_file(path, &data, &len) != 0) return -1;
+    fnv1a(h, &len, sizeof len);
+    fnv1a(h, data, len);
+    free(data);
+    return 0;
+}
+
+int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    hash_string(&h, CACHE_MAGIC);
+    fnv1a(&h, &cfg->sequence_len, sizeof cfg->sequence_len);
+    fnv1a(&h, &eos_id, sizeof eos_id);
+    char path[4096];
+    const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        if (path_join(path, sizeof path, cfg->tokenizer_config, tok_files[i]) != 0 ||
+            hash_file(&h, path, i == 1) != 0)
+            return -1;
+    }
+    for (int d = 0; d < cfg->n_datasets; d++) {
+        const DatasetConfig *dc = &cfg->datasets[d];
+        hash_string(&h, dc->type);
+        hash_string(&h, dc->split);
+        if (dc->n_data_files == 0) {
+            if (hash_file(&h, dc->path, false) != 0) return -1;
+        }
+        for (int f = 0; f < dc->n_data_files; f++) {
+            if (path_join(path, sizeof path, dc->path, dc->data_files[f]) != 0) return -1;
+            hash_string(&h, dc->data_files[f]);
+            if (hash_file(&h, dir_exists(dc->path) ? path : dc->data_files[f], false) != 0)
+                return -1;
+        }
+    }
+    *key = h;
+    return 0;
+}
+
+const char *dataset_prepared_root(const TrainConfig *cfg) {
+    return cfg->dataset_prepared_path ? cfg->dataset_prepared_path : "last_run_prepared";
+}
+
+void dataset_cache_dir(const TrainConfig *cfg, uint64_t key, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%016llx", dataset_prepared_root(cfg), (unsigned long long)key);
+}
+
+int sft_dataset_prepare(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok,
+                        int32_t eos_id, int vocab_size, bool rebuild, FILE *log, char *cache_dir,
+                        size_t cap) {
+    uint64_t key;
+    if (dataset_cache_key(cfg, eos_id, &key) != 0) return -1;
+    dataset_cache_dir(cfg, key, cache_dir, cap);
+    if (!rebuild) {
+        int found = dataset_cache_read(cache_dir, vocab_size, ds);
+        if (found == 1) {
+            fprintf(log, "using the prepared dataset in %s (%zu examples)\n", cache_dir, ds->n);
+            return 0;
+        }
+        if (found < 0) fprintf(log, "warning: %s; preparing the dataset again\n", err_msg());
+    }
+    if (sft_dataset_load(ds, cfg, tok, eos_id) != 0) return -1;
+    if (dataset_cache_write(cache_dir, ds) != 0) {
+        fprintf(log, "warning: the prepared dataset could not be cached: %s\n", err_msg());
+        return 0; /* training can go on without a cache */
+    }
+    fprintf(log, "prepared %zu examples into %s\n", ds->n, cache_dir);
+    return 0;
+}
+
+int dataset_cache_write(const char *dir, const SftDataset *ds) {
+    char path[4096];
+    /* the two levels: the prepared-datasets root and the key directory */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) {
+        *slash = '\0';
+        if (mkdir(parent, 0755) != 0 && errno != EEXIST)
+            return err_set("%s: cannot create: %s", parent, strerror(errno));
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set("%s: cannot create: %s", dir, strerror(errno));
+    if (path_join(path, sizeof path, dir, "examples.bin") != 0) return -1;
+    AtomicFile af;
+    if (atomic_file_open(&af, path) != 0) return -1;
+    uint64_t n = ds->n, dropped = ds->dropped_too_long;
+    int ok = fwrite(CACHE_MAGIC, 1, 8, af.fp) == 8 && fwrite(&n, 8, 1, af.fp) == 1 &&
+             fwrite(&dropped, 8, 1, af.fp) == 1;
+    for (size_t i = 0; ok && i < ds->n; i++) {
+        uint32_t len = (uint32_t)ds->items[i].len;
+        ok = fwrite(&len, 4, 1, af.fp) == 1 && fwrite(ds->items[i].ids, 4, len, af.fp) == len &&
+             fwrite(ds->items[i].labels, 1, len, af.fp) == len;
+    }
+    if (!ok) {
+        atomic_file_abort(&af);
+        return err_set("%s: write failed", path);
+    }
+    return atomic_file_commit(&af);
+}
+
+int dataset_cache_read(const char *dir, int vocab_size, SftDataset *ds) {
+    memset(ds, 0, sizeof *ds);
+    char path[4096];
+    if (path_join(path, sizeof path, dir, "examples.bin") != 0) return -1;
+    if (!file_exists(path)) return 0;
+    char *data;
+    size_t len;
+    if (read_file(path, &data, &len) != 0) return -1;
+    size_t pos = 24;
+    uint64_t n = 0, dropped = 0;
+    int rc = 1;
+    if (len < 24 || memcmp(data, CACHE_MAGIC, 8) != 0) {
+        rc = err_set("%s: not a dataset cache (bad header)", path);
+    } else {
+        memcpy(&n, data + 8, 8);
+        memcpy(&dropped, data + 16, 8);
+        if (n > len) rc = err_set("%s: corrupt (example count %llu)", path, (unsigned long long)n);
+    }
+    if (rc == 1) ds->items = xcalloc((size_t)(n ? n : 1), sizeof *ds->items);
+    for (uint64_t i = 0; rc == 1 && i < n; i++) {
+        uint32_t l;
+        if (pos + 4 > len || (memcpy(&l, data + pos, 4), pos += 4, l > len - pos) ||
+            (size_t)l * 5 > len - pos) {
+            rc = err_set("%s: truncated at example %llu", path, (unsigned long long)i);
+            break;
+        }
+        SftExample *e = &ds->items[ds->n++];
+        e->len = (int)l;
+        e->ids = xmalloc((size_t)(l ? l : 1) * sizeof *e->ids);
+        e->labels = xmalloc(l ? l : 1);
+        memcpy(e->ids, data + pos, (size_t)l * 4);
+        memcpy(e->labels, data + pos + (size_t)l * 4, l);
+        pos += (size_t)l * 5;
+        for (uint32_t t = 0; t < l; t++)
+            if (e->ids[t] < 0 || e->ids[t] >= vocab_size) {
+                rc = err_set("%s: token id %d outside the vocabulary", path, e->ids[t]);
+                break;
+            }
+    }
+    if (rc == 1 && pos != len) rc = err_set("%s: %zu unexpected trailing bytes", path, len - pos);
+    free(data);
+    if (rc != 1) {
+        sft_dataset_free(ds);
+        return -1;
+    }
+    ds->dropped_too_long = (size_t)dropped;
+    return 1;
+}
