@@ -1,10 +1,11 @@
 /* SFT training-step throughput: forward + backward + AdamW on a B x T batch of random tokens
  * (every position a label), timed over several steps after a warm-up step. Prints one JSON line.
- * Usage: bench_sft_step MODEL_DIR [batch] [seq_len] [steps] */
+ * Usage: bench_sft_step MODEL_DIR [batch] [seq_len] [steps] [gradient_checkpointing 0|1] */
 #include "common/error.h"
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ int main(int argc, char **argv) {
     }
     int batch = argc > 2 ? atoi(argv[2]) : 1, t_len = argc > 3 ? atoi(argv[3]) : 512;
     int steps = argc > 4 ? atoi(argv[4]) : 3;
+    bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
     Model m;
     if (model_load(&m, argv[1]) != 0) {
         fprintf(stderr, "%s\n", err_msg());
@@ -38,9 +40,12 @@ int main(int argc, char **argv) {
         tokens[i] = (int32_t)((seed >> 8) % (unsigned)m.cfg.vocab_size);
         labels[i] = 1;
     }
-    TrainerOptions opt = {.learning_rate = 1e-5, .max_grad_norm = 1.0,
-                          .adamw = {0.9, 0.999, 1e-8, 0.0}, .schedule = LR_CONSTANT,
-                          .total_steps = steps + 1};
+    TrainerOptions opt = {.learning_rate = 1e-5,
+                          .max_grad_norm = 1.0,
+                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .schedule = LR_CONSTANT,
+                          .total_steps = steps + 1,
+                          .gradient_checkpointing = checkpointing};
     Trainer tr;
     if (trainer_init(&tr, &m, &opt) != 0) {
         fprintf(stderr, "%s\n", err_msg());
@@ -64,9 +69,9 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"impl\": \"rlhf.c\", \"batch\": %d, \"seq_len\": %d, \"threads\": %d, \"steps\": %d, "
            "\"best_s\": %.3f, \"mean_s\": %.3f, \"tokens_per_s\": %.2f, \"peak_rss_mb\": %.0f, "
-           "\"loss\": %.6g}\n",
+           "\"gradient_checkpointing\": %s, \"loss\": %.6g}\n",
            batch, t_len, omp_get_max_threads(), steps, best, total / steps, n / best,
-           ru.ru_maxrss / 1024.0, st.loss);
+           ru.ru_maxrss / 1024.0, checkpointing ? "true" : "false", st.loss);
     trainer_free(&tr);
     free(tokens);
     free(labels);

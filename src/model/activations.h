@@ -11,6 +11,7 @@
 
 #include "model/forward.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct {
@@ -28,8 +29,14 @@ typedef struct {
     float *block;         /* the allocation behind the buffers this LayerActs owns */
 } LayerActs;
 
-/* Everything one training forward keeps for the backward. */
+/* Everything one training forward keeps for the backward. With `recompute`
+ * (gradient_checkpointing) each layer keeps only its x_in, and backward regenerates the rest of a
+ * layer's activations, one layer at a time, into `scratch`: one layer's worth of memory instead
+ * of L, for one extra forward pass. The regenerated values are bitwise those of the first pass. */
 typedef struct {
+    bool recompute;
+    LayerActs scratch; /* recompute: one layer's full buffers, reused by every layer */
+    float *discard;    /* recompute: (N, H) for the layer output a recomputation rewrites */
     TokenBatch batch;  /* the caller's batch (pointers borrowed; must outlive the tape) */
     size_t n;          /* B*T */
     LayerActs *layers; /* [n_layers] */
@@ -40,9 +47,13 @@ typedef struct {
     float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2) */
 } ForwardTape;
 
-/* Runs the forward keeping every layer's activations. Returns 0, or -1 with an error (bad
- * token ids, out of memory); on failure nothing needs freeing. */
-int model_forward_tape(const Model *m, const TokenBatch *b, ForwardTape *tape);
+/* Runs the forward keeping what backward needs (see ForwardTape). Returns 0, or -1 with an
+ * error (bad token ids, out of memory); on failure nothing needs freeing. */
+int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape);
+
+/* The activations of layer l for its backward: those kept on the tape, or, with recompute, the
+ * ones regenerated now into the tape's scratch buffers (valid until the next call). */
+LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l);
 void forward_tape_free(ForwardTape *tape);
 
 #endif

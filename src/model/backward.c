@@ -84,7 +84,8 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                            LayerGrads *g) {
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
-    const LayerActs *a = &tape->layers[l];
+    LayerActs acts = forward_tape_layer(m, tape, l);
+    const LayerActs *a = &acts;
     const TokenBatch *b = &tape->batch;
     int n = (int)tape->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;

@@ -155,39 +155,61 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
     return rc;
 }
 
-int model_forward_tape(const Model *m, const TokenBatch *b, ForwardTape *tape) {
+int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape) {
     const ModelConfig *c = &m->cfg;
     memset(tape, 0, sizeof *tape);
     ForwardSetup fs;
     if (forward_setup(m, b, &fs) != 0) return -1;
     tape->batch = *b;
+    tape->recompute = recompute;
     tape->n = (size_t)b->batch * b->t_len;
     tape->positions = fs.positions, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
     size_t n = tape->n, H = (size_t)c->hidden_size;
     tape->layers = xcalloc((size_t)c->n_layers, sizeof *tape->layers);
     tape->n_layers = c->n_layers;
-    tape->x_final = xmalloc_checked(2 * n * H * sizeof(float), "final activations");
-    for (int l = 0; l < c->n_layers; l++) {
-        if (!tape->x_final || acts_alloc(&tape->layers[l], c, n, true) != 0) {
-            forward_tape_free(tape);
-            return -1;
+    tape->x_final = xmalloc_checked(3 * n * H * sizeof(float), "final activations");
+    bool ok = tape->x_final != NULL;
+    if (ok && recompute) ok = acts_alloc(&tape->scratch, c, n, true) == 0;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        if (!recompute) {
+            ok = acts_alloc(&tape->layers[l], c, n, true) == 0;
+        } else {
+            tape->layers[l].block = xmalloc_checked(n * H * sizeof(float), "layer inputs");
+            tape->layers[l].x_in = tape->layers[l].block;
+            ok = tape->layers[l].block != NULL;
         }
     }
+    if (!ok) {
+        forward_tape_free(tape);
+        return -1;
+    }
     tape->hidden = tape->x_final + n * H;
+    tape->discard = tape->hidden + n * H;
     embed_tokens(m, b, tape->layers[0].x_in);
     for (int l = 0; l < c->n_layers; l++) {
         float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
-        layer_forward(m, l, b, tape->positions, tape->cos_t, tape->sin_t, &tape->layers[l], x_out);
+        LayerActs a = recompute ? tape->scratch : tape->layers[l];
+        a.x_in = tape->layers[l].x_in;
+        layer_forward(m, l, b, tape->positions, tape->cos_t, tape->sin_t, &a, x_out);
     }
     rmsnorm_forward(tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
                     (float)c->rms_norm_eps);
     return 0;
 }
 
+LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
+    if (!tape->recompute) return tape->layers[l];
+    LayerActs a = tape->scratch;
+    a.x_in = tape->layers[l].x_in;
+    layer_forward(m, l, &tape->batch, tape->positions, tape->cos_t, tape->sin_t, &a, tape->discard);
+    return a;
+}
+
 void forward_tape_free(ForwardTape *tape) {
     for (int l = 0; tape->layers && l < tape->n_layers; l++)
         free(tape->layers[l].block);
     free(tape->layers);
+    free(tape->scratch.block);
     free(tape->x_final);
     free(tape->positions);
     free(tape->cos_t);

@@ -209,7 +209,8 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const Sft
         .learning_rate = cfg->learning_rate,
         .max_grad_norm = cfg->max_grad_norm,
         .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
-        .total_steps = total};
+        .total_steps = total,
+        .gradient_checkpointing = cfg->gradient_checkpointing};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0

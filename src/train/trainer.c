@@ -43,7 +43,7 @@ int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats)
         size_t cells = (size_t)mbs[i].batch.batch * mbs[i].batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
         ForwardTape tape;
-        int rc = model_forward_tape(m, &mbs[i].batch, &tape);
+        int rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
         if (rc == 0) {
             model_tape_logprobs(m, &tape, mbs[i].label_mask, logp);
             stats->loss += sft_loss(logp, mbs[i].label_mask, cells, stats->tokens, dlogp);

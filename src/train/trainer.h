@@ -19,6 +19,7 @@ typedef struct {
     AdamWConfig adamw;
     LrScheduleType schedule;
     int64_t warmup_steps, total_steps;
+    bool gradient_checkpointing; /* recompute each layer's activations in backward */
 } TrainerOptions;
 
 typedef struct {
