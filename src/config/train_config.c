@@ -60,6 +60,7 @@ static const KeySpec key_specs[] = {
     KEY(bf16, K_BF16),
     KEY(gradient_checkpointing, K_BOOL),
     KEY(chat_template, K_STRING),
+    KEY(chat_template_jinja, K_STRING),
     KEY(dataset_prepared_path, K_STRING),
 };
 #undef KEY
@@ -75,7 +76,6 @@ static const char *const documented_keys[] = {
     "base_model_config",
     "batch_size",
     "bfloat16",
-    "chat_template_jinja",
     "chat_template_kwargs",
     "cosine_constant_lr_ratio",
     "cosine_min_lr_ratio",
@@ -165,6 +165,24 @@ static const char *const documented_keys[] = {
     "group_by_length",
 };
 #define N_DOCUMENTED (sizeof documented_keys / sizeof *documented_keys)
+
+/* Dataset-entry keys the prompt strategies read (from DatasetConfig.options). */
+static const char *const strategy_dataset_keys[] = {"field_messages",
+                                                    "message_property_mappings",
+                                                    "roles",
+                                                    "roles_to_train",
+                                                    "train_on_eos",
+                                                    "train_on_eot",
+                                                    "drop_system_message",
+                                                    "chat_template",
+                                                    "field_system",
+                                                    "field_tools"};
+
+static bool is_strategy_key(const char *key) {
+    for (size_t i = 0; i < sizeof strategy_dataset_keys / sizeof *strategy_dataset_keys; i++)
+        if (strcmp(key, strategy_dataset_keys[i]) == 0) return true;
+    return false;
+}
 
 static const struct {
     const char *name;
@@ -356,8 +374,9 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
                       : strcmp(key, "type") == 0    ? &ds->type
                                                     : NULL;
         if (!slot) {
-            add_warning(cfg, "%s:%d: datasets[%d].%s is not used by rlhf.c yet; ignored", d->path,
-                        line, index, key);
+            if (!is_strategy_key(key))
+                add_warning(cfg, "%s:%d: datasets[%d].%s is not used by rlhf.c yet; ignored",
+                            d->path, line, index, key);
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)
@@ -365,6 +384,8 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
         free(*slot);
         *slot = xstrdup((const char *)v->data.scalar.value);
     }
+    ds->options = yaml_node_to_json(d, n);
+    if (!ds->options) return -1;
     if (!ds->path)
         return err_set("%s:%d: datasets[%d]: missing 'path' (a local JSON/JSONL file or directory)",
                        d->path, ds->line, index);
@@ -541,6 +562,7 @@ void train_config_free(TrainConfig *cfg) {
         for (int f = 0; f < ds->n_data_files; f++)
             free(ds->data_files[f]);
         free(ds->data_files);
+        json_decref(ds->options);
     }
     free(cfg->datasets);
     char **strings[] = {&cfg->source,
@@ -551,6 +573,7 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->output_dir,
                         &cfg->resume_from_checkpoint,
                         &cfg->chat_template,
+                        &cfg->chat_template_jinja,
                         &cfg->dataset_prepared_path};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);

@@ -9,6 +9,7 @@
 #define RLHF_CONFIG_TRAIN_CONFIG_H
 
 #include <stdbool.h>
+#include <jansson.h>
 #include <stdint.h>
 
 typedef enum { RL_NONE, RL_DPO, RL_IPO, RL_KTO, RL_ORPO, RL_SIMPO, RL_GRPO, RL_GDPO } RlMethod;
@@ -18,9 +19,10 @@ typedef struct {
     char *ds_type;     /* json (default) */
     char **data_files; /* optional; within path when path is a directory */
     int n_data_files;
-    char *split; /* train (default) */
-    char *type;  /* prompt strategy, e.g. chat_template, alpaca, completion */
-    int line;    /* where the entry starts, for messages */
+    char *split;     /* train (default) */
+    char *type;      /* prompt strategy, e.g. chat_template, alpaca, completion */
+    json_t *options; /* the whole entry as JSON: each strategy reads its own keys */
+    int line;        /* where the entry starts, for messages */
 } DatasetConfig;
 
 typedef struct {
@@ -52,7 +54,8 @@ typedef struct {
     int64_t seed;                 /* 42 */
     bool bf16;                    /* accepted; the CPU computes in fp32 */
     bool gradient_checkpointing;
-    char *chat_template;
+    char *chat_template;       /* NULL: the tokenizer's own (tokenizer_default) */
+    char *chat_template_jinja; /* chat_template: jinja -> this template text or file */
     char *dataset_prepared_path;
     char **warnings; /* messages for the user, in file order */
     int n_warnings;

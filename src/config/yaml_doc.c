@@ -95,3 +95,47 @@ int yaml_text_to_double(const char *s, double *out) {
     *out = v;
     return 0;
 }
+
+json_t *yaml_node_to_json(YamlDoc *d, yaml_node_t *n) {
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *text = (const char *)n->data.scalar.value;
+        if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json_string(text);
+        if (yaml_scalar_is_null(n)) return json_null();
+        bool b;
+        int64_t i;
+        double f;
+        if (yaml_text_to_bool(text, &b) == 0) return json_boolean(b);
+        if (yaml_text_to_int(text, &i) == 0) return json_integer(i);
+        if (yaml_text_to_double(text, &f) == 0) return json_real(f);
+        return json_string(text);
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        json_t *arr = json_array();
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++) {
+            json_t *v = yaml_node_to_json(d, yaml_document_get_node(&d->doc, *it));
+            if (!v) {
+                json_decref(arr);
+                return NULL;
+            }
+            json_array_append_new(arr, v);
+        }
+        return arr;
+    }
+    json_t *obj = json_object();
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        if (!k || k->type != YAML_SCALAR_NODE) {
+            json_decref(obj);
+            err_set("%s:%d: expected a key name", d->path, yaml_node_line(k ? k : n));
+            return NULL;
+        }
+        json_t *v = yaml_node_to_json(d, yaml_document_get_node(&d->doc, p->value));
+        if (!v) {
+            json_decref(obj);
+            return NULL;
+        }
+        json_object_set_new(obj, (const char *)k->data.scalar.value, v);
+    }
+    return obj;
+}

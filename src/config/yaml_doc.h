@@ -31,6 +31,13 @@ yaml_node_t *yaml_map_get(YamlDoc *d, yaml_node_t *map, const char *key);
 
 bool yaml_scalar_is_null(const yaml_node_t *n);
 
+/* A node as JSON: mappings become objects, sequences arrays; a plain scalar becomes null,
+ * a boolean, an integer or a real when it reads as one (YAML 1.1, as PyYAML does), else a
+ * string; quoted scalars stay strings. Returns a new reference, or NULL (error set) for a key
+ * that is not a string. */
+#include <jansson.h>
+json_t *yaml_node_to_json(YamlDoc *d, yaml_node_t *n);
+
 /* Scalar conversions of a scalar's text (also used for command-line override values).
  * Return 0, or -1 when the text is not of that type. */
 int yaml_text_to_bool(const char *s, bool *out);

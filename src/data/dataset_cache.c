@@ -49,8 +49,18 @@ int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
             hash_file(&h, path, i == 1) != 0)
             return -1;
     }
+    /* the chat template choice shapes chat_template datasets */
+    hash_string(&h, cfg->chat_template);
+    if (cfg->chat_template_jinja && file_exists(cfg->chat_template_jinja)) {
+        if (hash_file(&h, cfg->chat_template_jinja, false) != 0) return -1;
+    } else {
+        hash_string(&h, cfg->chat_template_jinja);
+    }
     for (int d = 0; d < cfg->n_datasets; d++) {
         const DatasetConfig *dc = &cfg->datasets[d];
+        char *options = dc->options ? json_dumps(dc->options, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+        hash_string(&h, options); /* every option of the entry: field names, roles, ... */
+        free(options);
         hash_string(&h, dc->type);
         hash_string(&h, dc->split);
         if (dc->n_data_files == 0) {

@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/sft_chat.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,7 +30,7 @@ char *alpaca_prompt(const char *instruction, const char *input) {
     return s;
 }
 
-typedef enum { SFT_COMPLETION, SFT_ALPACA } SftType;
+typedef enum { SFT_COMPLETION, SFT_ALPACA, SFT_CHAT } SftType;
 
 typedef struct {
     SftDataset *ds;
@@ -37,6 +38,7 @@ typedef struct {
     int32_t eos_id;
     int64_t seq_len;
     SftType type;
+    ChatSftStrategy chat; /* SFT_CHAT */
 } LoadContext;
 
 static void push(SftDataset *ds, const int32_t *ids, const uint8_t *labels, int len) {
@@ -123,9 +125,31 @@ static int add_alpaca(const LoadContext *c, const json_t *row) {
     return rc;
 }
 
+static int add_chat(const LoadContext *c, const json_t *row) {
+    int32_t *ids;
+    uint8_t *labels;
+    size_t n;
+    if (chat_sft_example(&c->chat, row, &ids, &labels, &n) != 0) return -1;
+    if (n > (size_t)c->seq_len)
+        c->ds->dropped_too_long++;
+    else if (n >= 2)
+        push(c->ds, ids, labels, (int)n);
+    free(ids);
+    free(labels);
+    return 0;
+}
+
 static int add_row(const LoadContext *c, const json_t *row) {
     if (!json_is_object(row)) return err_set("expected a JSON object");
-    return c->type == SFT_COMPLETION ? add_completion(c, row) : add_alpaca(c, row);
+    switch (c->type) {
+    case SFT_COMPLETION:
+        return add_completion(c, row);
+    case SFT_ALPACA:
+        return add_alpaca(c, row);
+    case SFT_CHAT:
+        return add_chat(c, row);
+    }
+    return -1;
 }
 
 /* A JSONL file (one object per line) or a JSON file holding an array of objects. */
@@ -170,16 +194,22 @@ int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *to
     memset(ds, 0, sizeof *ds);
     for (int d = 0; d < cfg->n_datasets; d++) {
         const DatasetConfig *dc = &cfg->datasets[d];
-        LoadContext c = {ds, tok, eos_id, cfg->sequence_len, SFT_COMPLETION};
+        LoadContext c = {ds, tok, eos_id, cfg->sequence_len, SFT_COMPLETION, {0}};
         const char *type = dc->type ? dc->type : "";
         if (strcmp(type, "completion") == 0) {
             c.type = SFT_COMPLETION;
         } else if (strcmp(type, "alpaca") == 0) {
             c.type = SFT_ALPACA;
+        } else if (strcmp(type, "chat_template") == 0) {
+            c.type = SFT_CHAT;
+            if (chat_sft_init(&c.chat, cfg, dc, d, tok, eos_id) != 0) {
+                sft_dataset_free(ds);
+                return -1;
+            }
         } else {
             sft_dataset_free(ds);
             return err_set("%s:%d: datasets[%d].type: \"%s\" is not supported for supervised "
-                           "fine-tuning yet (completion, alpaca)",
+                           "fine-tuning yet (chat_template, completion, alpaca)",
                            cfg->source, dc->line, d, type);
         }
         int rc = 0;
@@ -192,6 +222,7 @@ int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *to
                 if (rc == 0) rc = load_file(&c, dir_exists(dc->path) ? path : dc->data_files[f]);
             }
         }
+        if (c.type == SFT_CHAT) chat_sft_free(&c.chat);
         if (rc != 0) {
             sft_dataset_free(ds);
             return -1;
