@@ -1,0 +1,187 @@
+#include "model/forward_cached.h"
+
+#include "common/error.h"
+#include "kernels/cpu/kernels.h"
+#include "model/rope_tables.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int n;         /* new rows in this call */
+    int32_t *slot; /* [n] */
+    int32_t *pos;  /* [n] position of each row in its sequence */
+    float *x, *xn, *proj, *q, *k, *v, *att, *gate, *up; /* row buffers, as in the full forward */
+    float *block;
+} CachedBuffers;
+
+static int buffers_alloc(CachedBuffers *b, const ModelConfig *c, int n) {
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t rows = (size_t)n;
+    b->block = xmalloc_checked(rows * (3 * H + 2 * qd + 2 * kvd + 2 * I) * sizeof(float),
+                               "decode activations");
+    if (!b->block) return -1;
+    float *p = b->block;
+    b->x = p, p += rows * H;
+    b->xn = p, p += rows * H;
+    b->proj = p, p += rows * H;
+    b->q = p, p += rows * qd;
+    b->att = p, p += rows * qd;
+    b->k = p, p += rows * kvd;
+    b->v = p, p += rows * kvd;
+    b->gate = p, p += rows * I;
+    b->up = p;
+    b->n = n;
+    b->slot = xmalloc(rows * sizeof *b->slot);
+    b->pos = xmalloc(rows * sizeof *b->pos);
+    return 0;
+}
+
+static void buffers_free(CachedBuffers *b) {
+    free(b->block);
+    free(b->slot);
+    free(b->pos);
+}
+
+/* Row r attends to positions [first, pos[r]] of its slot in layer l's cache (which already holds
+ * this call's rows: they were written before attention). */
+static void cached_attention(float *out, const float *q, const KvCache *kv, int l,
+                             const CachedBuffers *b, const ModelConfig *c, int window) {
+    int nh = c->n_heads, hd = c->head_dim, n_rep = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    int max_len = kv->max_len;
+#pragma omp parallel
+    {
+        float *scores = xmalloc((size_t)max_len * sizeof *scores);
+#pragma omp for collapse(2) schedule(static)
+        for (int r = 0; r < b->n; r++) {
+            for (int h = 0; h < nh; h++) {
+                int pos = b->pos[r], first = 0;
+                if (window > 0 && pos - window + 1 > first) first = pos - window + 1;
+                const float *qh = q + ((size_t)r * nh + h) * hd;
+                int kvh = h / n_rep;
+                float max = -INFINITY;
+                for (int t = first; t <= pos; t++) {
+                    const float *kt = kv_cache_row(kv, kv->k, l, b->slot[r], t) + (size_t)kvh * hd;
+                    float s = 0.0f;
+                    for (int d = 0; d < hd; d++)
+                        s += qh[d] * kt[d];
+                    s *= scale;
+                    scores[t] = s;
+                    max = s > max ? s : max;
+                }
+                float sum = 0.0f;
+                for (int t = first; t <= pos; t++) {
+                    scores[t] = expf(scores[t] - max);
+                    sum += scores[t];
+                }
+                float *oh = out + ((size_t)r * nh + h) * hd;
+                for (int d = 0; d < hd; d++)
+                    oh[d] = 0.0f;
+                for (int t = first; t <= pos; t++) {
+                    const float *vt = kv_cache_row(kv, kv->v, l, b->slot[r], t) + (size_t)kvh * hd;
+                    float w = scores[t] / sum;
+                    for (int d = 0; d < hd; d++)
+                        oh[d] += w * vt[d];
+                }
+            }
+        }
+        free(scores);
+    }
+}
+
+static void residual_add(float *x, const float *y, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, const float *cos_t,
+                         const float *sin_t) {
+    const ModelConfig *c = &m->cfg;
+    const LayerWeights *w = &m->layers[l];
+    int n = b->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    float eps = (float)c->rms_norm_eps;
+    rmsnorm_forward(b->xn, b->x, w->input_norm, n, H, eps);
+    matmul_forward(b->q, b->xn, w->wq, w->bq, n, H, qd);
+    matmul_forward(b->k, b->xn, w->wk, w->bk, n, H, kvd);
+    matmul_forward(b->v, b->xn, w->wv, w->bv, n, H, kvd);
+    if (c->qk_norm) {
+        rmsnorm_forward(b->q, b->q, w->q_norm, n * c->n_heads, hd, eps);
+        rmsnorm_forward(b->k, b->k, w->k_norm, n * c->n_kv_heads, hd, eps);
+    }
+    rope_forward(b->q, b->pos, cos_t, sin_t, n, c->n_heads, hd);
+    rope_forward(b->k, b->pos, cos_t, sin_t, n, c->n_kv_heads, hd);
+    for (int r = 0; r < n; r++) {
+        memcpy(kv_cache_row(kv, kv->k, l, b->slot[r], b->pos[r]), b->k + (size_t)r * kvd,
+               (size_t)kvd * sizeof(float));
+        memcpy(kv_cache_row(kv, kv->v, l, b->slot[r], b->pos[r]), b->v + (size_t)r * kvd,
+               (size_t)kvd * sizeof(float));
+    }
+    cached_attention(b->att, b->q, kv, l, b, c, c->layer_sliding[l] ? c->sliding_window : 0);
+    matmul_forward(b->proj, b->att, w->wo, w->bo, n, qd, H);
+    residual_add(b->x, b->proj, (size_t)n * H);
+    rmsnorm_forward(b->xn, b->x, w->post_norm, n, H, eps);
+    matmul_forward(b->gate, b->xn, w->w_gate, w->b_gate, n, H, I);
+    matmul_forward(b->up, b->xn, w->w_up, w->b_up, n, H, I);
+    swiglu_forward(b->gate, b->gate, b->up, (size_t)n * I);
+    matmul_forward(b->proj, b->gate, w->w_down, w->b_down, n, I, H);
+    residual_add(b->x, b->proj, (size_t)n * H);
+}
+
+int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks, int n_chunks,
+                         float *logits) {
+    const ModelConfig *c = &m->cfg;
+    int n = 0, max_pos = 0;
+    for (int j = 0; j < n_chunks; j++) {
+        const CachedChunk *ch = &chunks[j];
+        if (ch->slot < 0 || ch->slot >= kv->n_slots || ch->n_tokens < 1)
+            return err_set("generation: bad chunk %d (slot %d, %d tokens)", j, ch->slot,
+                           ch->n_tokens);
+        if (kv->len[ch->slot] + ch->n_tokens > kv->max_len)
+            return err_set(
+                "generation: sequence of %d tokens is longer than the %d the cache holds",
+                kv->len[ch->slot] + ch->n_tokens, kv->max_len);
+        for (int i = 0; i < ch->n_tokens; i++)
+            if (ch->tokens[i] < 0 || ch->tokens[i] >= c->vocab_size)
+                return err_set("generation: token id %d is outside the vocabulary [0, %d)",
+                               ch->tokens[i], c->vocab_size);
+        n += ch->n_tokens;
+        if (kv->len[ch->slot] + ch->n_tokens > max_pos) max_pos = kv->len[ch->slot] + ch->n_tokens;
+    }
+    CachedBuffers b;
+    if (buffers_alloc(&b, c, n) != 0) return -1;
+    size_t H = (size_t)c->hidden_size;
+    int r = 0;
+    for (int j = 0; j < n_chunks; j++) {
+        for (int i = 0; i < chunks[j].n_tokens; i++, r++) {
+            b.slot[r] = chunks[j].slot;
+            b.pos[r] = kv->len[chunks[j].slot] + i;
+            memcpy(b.x + (size_t)r * H, m->embed + (size_t)chunks[j].tokens[i] * H,
+                   H * sizeof(float));
+        }
+    }
+    size_t table = (size_t)max_pos * (c->head_dim / 2);
+    float *cos_t = xmalloc(table * sizeof(float)), *sin_t = xmalloc(table * sizeof(float));
+    rope_build_tables(c, max_pos, cos_t, sin_t);
+    for (int l = 0; l < c->n_layers; l++)
+        layer_cached(m, l, kv, &b, cos_t, sin_t);
+    /* the final norm and lm_head only for each chunk's last row */
+    float *last = xmalloc((size_t)n_chunks * H * sizeof(float));
+    for (int j = 0, end = 0; j < n_chunks; j++) {
+        end += chunks[j].n_tokens;
+        memcpy(last + (size_t)j * H, b.x + (size_t)(end - 1) * H, H * sizeof(float));
+    }
+    rmsnorm_forward(last, last, m->final_norm, n_chunks, (int)H, (float)c->rms_norm_eps);
+    matmul_forward(logits, last, m->lm_head, NULL, n_chunks, (int)H, c->vocab_size);
+    for (int j = 0; j < n_chunks; j++)
+        kv->len[chunks[j].slot] += chunks[j].n_tokens;
+    free(last);
+    free(cos_t);
+    free(sin_t);
+    buffers_free(&b);
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* The key/value cache of incremental decoding.
+ *
+ * Invariants:
+ *  1. A slot holds one sequence: len[s] positions, 0..len[s]-1, each with the K (after RoPE and,
+ *     for Qwen3, the k norm) and V of every layer, exactly as the full forward computes them.
+ *  2. Positions are appended in order and never rewritten; kv_cache_reset_slot empties a slot
+ *     for the next sequence (continuous batching) without touching the others.
+ *  3. len[s] <= max_len: appending past it is refused by the caller (model_forward_cached). */
+#ifndef RLHF_MODEL_KV_CACHE_H
+#define RLHF_MODEL_KV_CACHE_H
+
+#include "model/config.h"
+
+#include <stddef.h>
+
+typedef struct {
+    int n_layers, n_slots, max_len, kv_dim;
+    float *k, *v; /* (L, slots, max_len, nkv*hd) */
+    int *len;     /* [slots] */
+} KvCache;
+
+/* Returns 0, or -1 with an error when the cache does not fit in memory. */
+int kv_cache_init(KvCache *kv, const ModelConfig *cfg, int n_slots, int max_len);
+void kv_cache_free(KvCache *kv);
+void kv_cache_reset_slot(KvCache *kv, int slot);
+
+/* Row `pos` of layer l, slot s, in the K or V array. */
+static inline float *kv_cache_row(const KvCache *kv, float *base, int l, int s, int pos) {
+    return base + (((size_t)l * kv->n_slots + s) * kv->max_len + pos) * kv->kv_dim;
+}
+
+#endif
