@@ -1,11 +1,13 @@
 /* Batched generation with a KV cache and continuous batching: up to max_batch sequences decode
  * together; when one finishes (an end-of-sequence id, or max_new_tokens) its slot is emptied and
- * the next prompt is prefilled into it in the same step, so a long straggler never holds the
- * others back. Results do not depend on max_batch. */
+ * the next job is prefilled into it in the same step, so a long straggler never holds the others
+ * back. Tokens are chosen by the sampler (rollout/sampler.h) with one random stream per
+ * completion, so results depend neither on max_batch nor on the thread count. */
 #ifndef RLHF_ROLLOUT_GENERATE_H
 #define RLHF_ROLLOUT_GENERATE_H
 
 #include "model/model.h"
+#include "rollout/sampler.h"
 
 #include <stdint.h>
 
@@ -13,20 +15,25 @@ typedef struct {
     int max_new_tokens;     /* >= 1 */
     const int32_t *eos_ids; /* generation of a sequence stops after any of these */
     int n_eos;
-    int max_batch; /* sequences decoding at once; <= 0: all prompts */
+    int max_batch;    /* sequences decoding at once; <= 0: all of them */
+    int n_per_prompt; /* completions per prompt (>= 1; 0 means 1) */
+    SamplingParams sampling;
+    uint64_t seed; /* completion k of prompt i draws from stream i * n_per_prompt + k */
 } GenerateOptions;
 
 typedef struct {
-    int32_t *ids; /* the generated tokens, the stopping eos included */
+    int32_t *ids;    /* the generated tokens, the stopping eos included */
+    float *logprobs; /* per token, under the processed distribution it was drawn from */
     int len;
 } Completion;
 
-/* Greedy decoding (argmax; ties to the lowest id, as torch.argmax) of n_prompts prompts.
- * out[i] receives prompt i's completion (caller frees with completions_free). Returns 0, or -1
- * with an error: an empty prompt, a prompt longer than the model's context, max_new_tokens < 1,
- * a token id outside the vocabulary. */
-int generate_greedy(const Model *m, const int32_t *const *prompts, const int *prompt_lens,
-                    int n_prompts, const GenerateOptions *opt, Completion *out);
+/* Generates n_per_prompt completions for each of n_prompts prompts: out[i * n_per_prompt + k]
+ * is completion k of prompt i (caller frees with completions_free). Greedy takes the argmax
+ * (ties to the lowest id, as torch.argmax). Returns 0, or -1 with an error: an empty prompt, a
+ * prompt longer than the model's context, max_new_tokens < 1, bad sampling parameters, a token
+ * id outside the vocabulary. */
+int generate(const Model *m, const int32_t *const *prompts, const int *prompt_lens, int n_prompts,
+             const GenerateOptions *opt, Completion *out);
 
 void completions_free(Completion *c, int n);
 

@@ -1,0 +1,47 @@
+/* Next-token choice as transformers' generate() makes it: the repetition penalty, then (when
+ * sampling) temperature, top-k, top-p and min-p, in that order and with HF's rules for ties and
+ * for what is always kept; then a draw from the softmax of what is left, or the argmax.
+ *
+ * Each sequence has its own random generator, seeded from (seed, sequence number), and draws one
+ * number per token: a sequence's text depends only on its seed and its own logits, never on which
+ * other sequences share the batch or on the thread count. */
+#ifndef RLHF_ROLLOUT_SAMPLER_H
+#define RLHF_ROLLOUT_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    bool do_sample;           /* false: greedy (the penalty still applies) */
+    float temperature;        /* 1: none; must be > 0 when sampling */
+    int top_k;                /* 0: none */
+    float top_p;              /* 1: none */
+    float min_p;              /* 0: none */
+    float repetition_penalty; /* 1: none */
+} SamplingParams;
+
+/* HF GenerationConfig defaults: do_sample false, temperature 1, top_k 50, top_p 1. */
+SamplingParams sampling_defaults(void);
+
+/* Returns 0, or -1 with an error naming the bad parameter. */
+int sampling_params_check(const SamplingParams *p);
+
+typedef struct {
+    uint64_t s[4]; /* xoshiro256** */
+} SamplerRng;
+
+void sampler_rng_seed(SamplerRng *rng, uint64_t seed, uint64_t stream);
+double sampler_rng_uniform(SamplerRng *rng); /* [0, 1) */
+
+/* Applies the processors to logits[V] in place (masked entries become -inf), given the tokens
+ * seen so far (prompt and generated; each distinct id penalised once). `work` needs 2*V floats
+ * and V ints. */
+void sampler_process(float *logits, int vocab, const SamplingParams *p, const int32_t *history,
+                     int n_history, float *work, int32_t *order);
+
+/* Processes, then picks the next token; *logprob receives its log-probability under the
+ * processed distribution (what TRL's rollouts report as the sampling log-prob). */
+int32_t sampler_next(float *logits, int vocab, const SamplingParams *p, const int32_t *history,
+                     int n_history, SamplerRng *rng, float *work, int32_t *order, float *logprob);
+
+#endif
