@@ -10,6 +10,7 @@
 int cli_score(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 

@@ -11,6 +11,7 @@ static const struct {
 } commands[] = {
     {"train", cli_train, "fine-tune a model from an Axolotl-style YAML config"},
     {"preprocess", cli_preprocess, "tokenise a config's datasets once, for train to reuse"},
+    {"generate", cli_generate, "generate text (greedy or sampled) with a KV cache"},
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},

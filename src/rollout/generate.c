@@ -87,6 +87,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                                        prompt_lens[p] + out_j->len, &rngs[j], work, order, &lp);
             out_j->logprobs[out_j->len] = lp;
             out_j->ids[out_j->len++] = tok;
+            if (opt->on_token) opt->on_token(j, out_j->ids, out_j->len, opt->on_token_ctx);
             if (is_eos(opt, tok) || out_j->len == opt->max_new_tokens) {
                 done++;
                 kv_cache_reset_slot(&kv, chunk_slot[c]);

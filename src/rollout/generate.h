@@ -19,6 +19,9 @@ typedef struct {
     int n_per_prompt; /* completions per prompt (>= 1; 0 means 1) */
     SamplingParams sampling;
     uint64_t seed; /* completion k of prompt i draws from stream i * n_per_prompt + k */
+    /* called after each token a completion receives (streaming); may be NULL */
+    void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
+    void *on_token_ctx;
 } GenerateOptions;
 
 typedef struct {
