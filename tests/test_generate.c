@@ -98,7 +98,13 @@ static void test_sampling_independence(void) {
     opt.max_batch = 1;
     CHECK(generate(&m, prompts, lens, 4, &opt, a) == 0, "%s", err_msg());
     opt.max_batch = 16;
+    GenerateStats stats;
+    opt.stats = &stats;
     CHECK(generate(&m, prompts, lens, 4, &opt, b) == 0, "%s", err_msg());
+    opt.stats = NULL;
+    /* the 4 completions of a prompt share its prefill: 3 + 7 + 1 + 4 prompt tokens, once */
+    CHECK(stats.prefill_tokens == 15, "%ld prompt tokens prefilled, 15 expected",
+          stats.prefill_tokens);
     CHECK(same_completions(a, b, 16), "batch 1 and batch 16 give the same tokens and log-probs");
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);

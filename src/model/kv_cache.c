@@ -33,3 +33,12 @@ void kv_cache_free(KvCache *kv) {
 void kv_cache_reset_slot(KvCache *kv, int slot) {
     kv->len[slot] = 0;
 }
+
+void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n) {
+    size_t bytes = (size_t)n * kv->kv_dim * sizeof(float);
+    for (int l = 0; l < kv->n_layers; l++) {
+        memcpy(kv_cache_row(kv, kv->k, l, to, 0), kv_cache_row(kv, kv->k, l, from, 0), bytes);
+        memcpy(kv_cache_row(kv, kv->v, l, to, 0), kv_cache_row(kv, kv->v, l, from, 0), bytes);
+    }
+    kv->len[to] = n;
+}

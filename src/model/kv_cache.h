@@ -24,6 +24,10 @@ int kv_cache_init(KvCache *kv, const ModelConfig *cfg, int n_slots, int max_len)
 void kv_cache_free(KvCache *kv);
 void kv_cache_reset_slot(KvCache *kv, int slot);
 
+/* Copies positions 0..n-1 of slot `from` into slot `to` (every layer) and sets len[to] = n: a
+ * shared prompt is prefilled once. */
+void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n);
+
 /* Row `pos` of layer l, slot s, in the K or V array. */
 static inline float *kv_cache_row(const KvCache *kv, float *base, int l, int s, int pos) {
     return base + (((size_t)l * kv->n_slots + s) * kv->max_len + pos) * kv->kv_dim;

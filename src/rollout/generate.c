@@ -34,77 +34,151 @@ static int check_inputs(const Model *m, const int *lens, int n, const GenerateOp
     return 0;
 }
 
+/* State shared by the steps of one generate() call. */
+typedef struct {
+    const Model *m;
+    const GenerateOptions *opt;
+    const int32_t *const *prompts;
+    const int *prompt_lens;
+    int per, n_jobs, V;
+    KvCache kv;
+    Slot *slots;
+    int n_slots, next_job, done;
+    Completion *out;
+    SamplerRng *rngs;
+    float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
+    bool *have_prompt_logits;
+    float *work, *scratch;
+    int32_t *order, *history;
+} Run;
+
+/* Gives job slot->job its next token from logits z (modified), and frees and refills the slot
+ * when the job finishes. */
+static void take_token(Run *r, int s, float *z) {
+    Slot *slot = &r->slots[s];
+    int j = slot->job, p = j / r->per;
+    Completion *c = &r->out[j];
+    slot->prefilled = true;
+    memcpy(r->history, r->prompts[p], (size_t)r->prompt_lens[p] * sizeof *r->history);
+    memcpy(r->history + r->prompt_lens[p], c->ids, (size_t)c->len * sizeof *r->history);
+    float lp;
+    int32_t tok = sampler_next(z, r->V, &r->opt->sampling, r->history, r->prompt_lens[p] + c->len,
+                               &r->rngs[j], r->work, r->order, &lp);
+    c->logprobs[c->len] = lp;
+    c->ids[c->len++] = tok;
+    if (r->opt->on_token) r->opt->on_token(j, c->ids, c->len, r->opt->on_token_ctx);
+    if (is_eos(r->opt, tok) || c->len == r->opt->max_new_tokens) {
+        r->done++;
+        kv_cache_reset_slot(&r->kv, s);
+        *slot = (Slot){r->next_job < r->n_jobs ? r->next_job++ : -1, false};
+    }
+}
+
+/* A slot whose job's prompt another active slot already holds gets that slot's prompt rows and
+ * the prompt's logits instead of a prefill of its own. Repeats while it finds such slots (a
+ * shared job can finish at once and be replaced). */
+static void share_prefills(Run *r) {
+    for (bool again = true; again;) {
+        again = false;
+        for (int s = 0; s < r->n_slots; s++) {
+            int j = r->slots[s].job;
+            if (j < 0 || r->slots[s].prefilled) continue;
+            int p = j / r->per;
+            if (!r->have_prompt_logits[p]) continue;
+            for (int d = 0; d < r->n_slots; d++) {
+                int dj = r->slots[d].job;
+                if (d == s || dj < 0 || dj / r->per != p || !r->slots[d].prefilled) continue;
+                kv_cache_copy_prefix(&r->kv, d, s, r->prompt_lens[p]);
+                memcpy(r->scratch, r->prompt_logits + (size_t)p * r->V,
+                       (size_t)r->V * sizeof(float));
+                take_token(r, s, r->scratch);
+                again = true;
+                break;
+            }
+        }
+    }
+}
+
 int generate(const Model *m, const int32_t *const *prompts, const int *prompt_lens, int n_prompts,
              const GenerateOptions *opt, Completion *out) {
     int longest = 0;
     if (check_inputs(m, prompt_lens, n_prompts, opt, &longest) != 0) return -1;
     if (sampling_params_check(&opt->sampling) != 0) return -1;
-    int per = opt->n_per_prompt > 0 ? opt->n_per_prompt : 1, n_jobs = n_prompts * per;
-    if (n_jobs == 0) return 0;
-    int n_slots = opt->max_batch > 0 && opt->max_batch < n_jobs ? opt->max_batch : n_jobs;
-    int V = m->cfg.vocab_size, max_len = longest + opt->max_new_tokens;
-    KvCache kv;
-    if (kv_cache_init(&kv, &m->cfg, n_slots, max_len) != 0) return -1;
-    memset(out, 0, (size_t)n_jobs * sizeof *out);
-    SamplerRng *rngs = xmalloc((size_t)n_jobs * sizeof *rngs);
-    for (int j = 0; j < n_jobs; j++) {
+    Run r = {.m = m, .opt = opt, .prompts = prompts, .prompt_lens = prompt_lens, .out = out};
+    r.per = opt->n_per_prompt > 0 ? opt->n_per_prompt : 1;
+    r.n_jobs = n_prompts * r.per;
+    if (r.n_jobs == 0) return 0;
+    r.n_slots = opt->max_batch > 0 && opt->max_batch < r.n_jobs ? opt->max_batch : r.n_jobs;
+    r.V = m->cfg.vocab_size;
+    int max_len = longest + opt->max_new_tokens;
+    if (kv_cache_init(&r.kv, &m->cfg, r.n_slots, max_len) != 0) return -1;
+    memset(out, 0, (size_t)r.n_jobs * sizeof *out);
+    if (opt->stats) *opt->stats = (GenerateStats){0, 0};
+    r.rngs = xmalloc((size_t)r.n_jobs * sizeof *r.rngs);
+    for (int j = 0; j < r.n_jobs; j++) {
         out[j].ids = xmalloc((size_t)opt->max_new_tokens * sizeof(int32_t));
         out[j].logprobs = xmalloc((size_t)opt->max_new_tokens * sizeof(float));
-        sampler_rng_seed(&rngs[j], opt->seed, (uint64_t)j);
+        sampler_rng_seed(&r.rngs[j], opt->seed, (uint64_t)j);
     }
-    Slot *slots = xmalloc((size_t)n_slots * sizeof *slots);
-    CachedChunk *chunks = xmalloc((size_t)n_slots * sizeof *chunks);
-    int *chunk_slot = xmalloc((size_t)n_slots * sizeof *chunk_slot);
-    float *logits = xmalloc((size_t)n_slots * V * sizeof(float));
-    float *work = xmalloc(2 * (size_t)V * sizeof(float));
-    int32_t *order = xmalloc((size_t)V * sizeof(int32_t));
-    int32_t *history = xmalloc((size_t)max_len * sizeof(int32_t));
-    int next_job = 0, done = 0, rc = 0;
-    for (int s = 0; s < n_slots; s++)
-        slots[s] = (Slot){next_job++, false};
-    while (done < n_jobs && rc == 0) {
+    r.slots = xmalloc((size_t)r.n_slots * sizeof *r.slots);
+    CachedChunk *chunks = xmalloc((size_t)r.n_slots * sizeof *chunks);
+    int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
+    float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
+    bool share = r.per > 1;
+    r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
+    r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
+    r.work = xmalloc(2 * (size_t)r.V * sizeof(float));
+    r.scratch = xmalloc((size_t)r.V * sizeof(float));
+    r.order = xmalloc((size_t)r.V * sizeof(int32_t));
+    r.history = xmalloc((size_t)max_len * sizeof(int32_t));
+    for (int s = 0; s < r.n_slots; s++)
+        r.slots[s] = (Slot){r.next_job++, false};
+    int rc = 0;
+    while (r.done < r.n_jobs && rc == 0) {
+        if (share) share_prefills(&r);
         int n_chunks = 0;
-        for (int s = 0; s < n_slots; s++) {
-            int j = slots[s].job;
+        for (int s = 0; s < r.n_slots; s++) {
+            int j = r.slots[s].job;
             if (j < 0) continue;
-            int p = j / per;
-            if (!slots[s].prefilled)
+            int p = j / r.per;
+            if (!r.slots[s].prefilled)
                 chunks[n_chunks] = (CachedChunk){s, prompts[p], prompt_lens[p]};
             else
                 chunks[n_chunks] = (CachedChunk){s, &out[j].ids[out[j].len - 1], 1};
             chunk_slot[n_chunks++] = s;
         }
-        rc = model_forward_cached(m, &kv, chunks, n_chunks, logits);
-        for (int c = 0; rc == 0 && c < n_chunks; c++) {
-            Slot *slot = &slots[chunk_slot[c]];
-            int j = slot->job, p = j / per;
-            Completion *out_j = &out[j];
-            slot->prefilled = true;
-            memcpy(history, prompts[p], (size_t)prompt_lens[p] * sizeof *history);
-            memcpy(history + prompt_lens[p], out_j->ids, (size_t)out_j->len * sizeof *history);
-            float lp;
-            int32_t tok = sampler_next(logits + (size_t)c * V, V, &opt->sampling, history,
-                                       prompt_lens[p] + out_j->len, &rngs[j], work, order, &lp);
-            out_j->logprobs[out_j->len] = lp;
-            out_j->ids[out_j->len++] = tok;
-            if (opt->on_token) opt->on_token(j, out_j->ids, out_j->len, opt->on_token_ctx);
-            if (is_eos(opt, tok) || out_j->len == opt->max_new_tokens) {
-                done++;
-                kv_cache_reset_slot(&kv, chunk_slot[c]);
-                *slot = (Slot){next_job < n_jobs ? next_job++ : -1, false};
+        if (n_chunks == 0) break;
+        if (opt->stats)
+            for (int c = 0; c < n_chunks; c++) {
+                if (r.slots[chunk_slot[c]].prefilled)
+                    opt->stats->decode_tokens += chunks[c].n_tokens;
+                else
+                    opt->stats->prefill_tokens += chunks[c].n_tokens;
             }
+        rc = model_forward_cached(m, &r.kv, chunks, n_chunks, logits);
+        for (int c = 0; rc == 0 && c < n_chunks; c++) {
+            int s = chunk_slot[c], p = r.slots[s].job / r.per;
+            float *z = logits + (size_t)c * r.V;
+            if (share && !r.slots[s].prefilled) {
+                memcpy(r.prompt_logits + (size_t)p * r.V, z, (size_t)r.V * sizeof(float));
+                r.have_prompt_logits[p] = true;
+            }
+            take_token(&r, s, z);
         }
     }
-    free(history);
-    free(order);
-    free(work);
+    free(r.history);
+    free(r.order);
+    free(r.scratch);
+    free(r.work);
+    free(r.have_prompt_logits);
+    free(r.prompt_logits);
     free(logits);
     free(chunk_slot);
     free(chunks);
-    free(slots);
-    free(rngs);
-    kv_cache_free(&kv);
-    if (rc != 0) completions_free(out, n_jobs);
+    free(r.slots);
+    free(r.rngs);
+    kv_cache_free(&r.kv);
+    if (rc != 0) completions_free(out, r.n_jobs);
     return rc;
 }
 

@@ -22,7 +22,14 @@ typedef struct {
     /* called after each token a completion receives (streaming); may be NULL */
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
     void *on_token_ctx;
+    struct GenerateStats *stats; /* filled in when not NULL */
 } GenerateOptions;
+
+/* What a generate() call computed: prompt tokens prefilled (a prompt whose prefill was shared
+ * counts once) and tokens decoded. */
+typedef struct GenerateStats {
+    long prefill_tokens, decode_tokens;
+} GenerateStats;
 
 typedef struct {
     int32_t *ids;    /* the generated tokens, the stopping eos included */
