@@ -127,6 +127,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     bool share = r.per > 1;
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
     r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
+    bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
     r.work = xmalloc(2 * (size_t)r.V * sizeof(float));
     r.scratch = xmalloc((size_t)r.V * sizeof(float));
     r.order = xmalloc((size_t)r.V * sizeof(int32_t));
@@ -137,10 +138,16 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     while (r.done < r.n_jobs && rc == 0) {
         if (share) share_prefills(&r);
         int n_chunks = 0;
+        if (share) memset(prefilling, 0, (size_t)n_prompts * sizeof *prefilling);
         for (int s = 0; s < r.n_slots; s++) {
             int j = r.slots[s].job;
             if (j < 0) continue;
             int p = j / r.per;
+            /* one prefill per prompt: the other completions of it share it next step */
+            if (share && !r.slots[s].prefilled) {
+                if (prefilling[p]) continue;
+                prefilling[p] = true;
+            }
             if (!r.slots[s].prefilled)
                 chunks[n_chunks] = (CachedChunk){s, prompts[p], prompt_lens[p]};
             else
@@ -170,6 +177,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.order);
     free(r.scratch);
     free(r.work);
+    free(prefilling);
     free(r.have_prompt_logits);
     free(r.prompt_logits);
     free(logits);
