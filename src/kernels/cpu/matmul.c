@@ -5,8 +5,12 @@
 void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
                     int in_dim, int out_dim) {
     if (n == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim, w,
-                in_dim, 0.0f, out, out_dim);
+    if (n == 1) /* one row (decoding one sequence): a matrix-vector product streams W once */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out_dim, in_dim, 1.0f, w, in_dim, in, 1, 0.0f, out,
+                    1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
+                    w, in_dim, 0.0f, out, out_dim);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {

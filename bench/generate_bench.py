@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Generation throughput, rlhf.c vs transformers generate() (PyTorch, CPU), in one run: prefill and
+decode tokens/s at batch 1, 8 and 64 on the Qwen2.5-0.5B-shaped random model (forward_bench.py),
+greedy, fp32, prompts of --prompt-len random tokens, --new-tokens new tokens (no eos). The batch-1
+row also gives the memory-bandwidth floor for decoding (fp32 weight bytes per token / measured read
+bandwidth). Writes bench/out/generate.json.
+
+    tools/reference/.venv/bin/python bench/generate_bench.py [--prompt-len 128] [--new-tokens 32]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from forward_bench import MODEL_DIR, make_model  # noqa: E402
+
+
+def torch_side(model, batch, plen, new, threads):
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, model.config.vocab_size, (batch, plen), generator=g)
+    mask = torch.ones_like(ids)
+
+    def run(n):
+        t = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0, top_k=None, top_p=None, temperature=None)
+        return time.perf_counter() - t
+
+    run(2)
+    t_prefill = run(1)
+    t_total = run(new)
+    return {"impl": "transformers", "prefill_tokens_per_s": batch * plen / t_prefill,
+            "decode_tokens_per_s": batch * (new - 1) / (t_total - t_prefill)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    make_model()
+    model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32).eval()
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    rows = []
+    for batch in [int(b) for b in a.batches.split(",")]:
+        ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_generate"), MODEL_DIR,
+                                          str(batch), str(a.prompt_len), str(a.new_tokens)],
+                                         check=True, capture_output=True, text=True, env=env).stdout)
+        theirs = torch_side(model, batch, a.prompt_len, a.new_tokens, a.threads)
+        rows.append({"batch": batch, "rlhf.c": ours, "transformers": theirs,
+                     "prefill_speedup": ours["prefill_tokens_per_s"] / theirs["prefill_tokens_per_s"],
+                     "decode_speedup": ours["decode_tokens_per_s"] / theirs["decode_tokens_per_s"]})
+        r = rows[-1]
+        floor = f"  (bandwidth floor {ours['decode_floor_tokens_per_s']:.1f} tok/s at {ours['read_bandwidth_gb_s']:.1f} GB/s)" \
+            if batch == 1 else ""
+        print(f"batch {batch:3d}: prefill {ours['prefill_tokens_per_s']:8.1f} vs {theirs['prefill_tokens_per_s']:8.1f} "
+              f"tok/s ({r['prefill_speedup']:.2f}x); decode {ours['decode_tokens_per_s']:7.2f} vs "
+              f"{theirs['decode_tokens_per_s']:7.2f} tok/s ({r['decode_speedup']:.2f}x){floor}", flush=True)
+    os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "out", "generate.json"), "w") as f:
+        json.dump({"prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "threads": a.threads, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
