@@ -66,6 +66,14 @@ static void residual_add(float *out, const float *a, const float *b, size_t n) {
         out[i] = a[i] + b[i];
 }
 
+/* Adds the adapter's term of layer l's module `mod` to out, when the model carries one. */
+static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const float *in, int n) {
+    const LoraLinear *lin = lora_linear(m->lora, l, mod);
+    if (lin)
+        lora_forward_add(out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
+                         m->lora->scaling);
+}
+
 /* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer). */
 static void layer_forward(const Model *m, int l, const TokenBatch *b, const int32_t *positions,
                           const float *cos_t, const float *sin_t, LayerActs *a, float *x_out) {
@@ -77,8 +85,11 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
 
     rmsnorm_forward(a->xn, a->x_in, w->input_norm, n, H, eps);
     matmul_forward(a->q_pre, a->xn, w->wq, w->bq, n, H, qd);
+    apply_lora(m, l, LORA_Q, a->q_pre, a->xn, n);
     matmul_forward(a->k_pre, a->xn, w->wk, w->bk, n, H, kvd);
+    apply_lora(m, l, LORA_K, a->k_pre, a->xn, n);
     matmul_forward(a->v, a->xn, w->wv, w->bv, n, H, kvd);
+    apply_lora(m, l, LORA_V, a->v, a->xn, n);
     if (c->qk_norm) {
         rmsnorm_forward(a->q, a->q_pre, w->q_norm, n * c->n_heads, c->head_dim, eps);
         rmsnorm_forward(a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, c->head_dim, eps);
@@ -89,13 +100,17 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
     attention_forward(a->att, a->q, a->k, a->v, b->attn_mask, b->batch, b->t_len, c->n_heads,
                       c->n_kv_heads, c->head_dim, window);
     matmul_forward(a->proj, a->att, w->wo, w->bo, n, qd, H);
+    apply_lora(m, l, LORA_O, a->proj, a->att, n);
     residual_add(a->x_mid, a->x_in, a->proj, (size_t)n * H);
 
     rmsnorm_forward(a->xn, a->x_mid, w->post_norm, n, H, eps);
     matmul_forward(a->gate, a->xn, w->w_gate, w->b_gate, n, H, I);
+    apply_lora(m, l, LORA_GATE, a->gate, a->xn, n);
     matmul_forward(a->up, a->xn, w->w_up, w->b_up, n, H, I);
+    apply_lora(m, l, LORA_UP, a->up, a->xn, n);
     swiglu_forward(a->act, a->gate, a->up, (size_t)n * I);
     matmul_forward(a->proj, a->act, w->w_down, w->b_down, n, I, H);
+    apply_lora(m, l, LORA_DOWN, a->proj, a->act, n);
     residual_add(x_out, a->x_mid, a->proj, (size_t)n * H);
 }
 

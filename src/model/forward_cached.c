@@ -98,6 +98,13 @@ static void residual_add(float *x, const float *y, size_t n) {
         x[i] += y[i];
 }
 
+static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const float *in, int n) {
+    const LoraLinear *lin = lora_linear(m->lora, l, mod);
+    if (lin)
+        lora_forward_add(out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
+                         m->lora->scaling);
+}
+
 static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, const float *cos_t,
                          const float *sin_t) {
     const ModelConfig *c = &m->cfg;
@@ -107,8 +114,11 @@ static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, c
     float eps = (float)c->rms_norm_eps;
     rmsnorm_forward(b->xn, b->x, w->input_norm, n, H, eps);
     matmul_forward(b->q, b->xn, w->wq, w->bq, n, H, qd);
+    apply_lora(m, l, LORA_Q, b->q, b->xn, n);
     matmul_forward(b->k, b->xn, w->wk, w->bk, n, H, kvd);
+    apply_lora(m, l, LORA_K, b->k, b->xn, n);
     matmul_forward(b->v, b->xn, w->wv, w->bv, n, H, kvd);
+    apply_lora(m, l, LORA_V, b->v, b->xn, n);
     if (c->qk_norm) {
         rmsnorm_forward(b->q, b->q, w->q_norm, n * c->n_heads, hd, eps);
         rmsnorm_forward(b->k, b->k, w->k_norm, n * c->n_kv_heads, hd, eps);
@@ -123,12 +133,16 @@ static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, c
     }
     cached_attention(b->att, b->q, kv, l, b, c, c->layer_sliding[l] ? c->sliding_window : 0);
     matmul_forward(b->proj, b->att, w->wo, w->bo, n, qd, H);
+    apply_lora(m, l, LORA_O, b->proj, b->att, n);
     residual_add(b->x, b->proj, (size_t)n * H);
     rmsnorm_forward(b->xn, b->x, w->post_norm, n, H, eps);
     matmul_forward(b->gate, b->xn, w->w_gate, w->b_gate, n, H, I);
+    apply_lora(m, l, LORA_GATE, b->gate, b->xn, n);
     matmul_forward(b->up, b->xn, w->w_up, w->b_up, n, H, I);
+    apply_lora(m, l, LORA_UP, b->up, b->xn, n);
     swiglu_forward(b->gate, b->gate, b->up, (size_t)n * I);
     matmul_forward(b->proj, b->gate, w->w_down, w->b_down, n, I, H);
+    apply_lora(m, l, LORA_DOWN, b->proj, b->gate, n); /* b->gate holds silu(gate) * up */
     residual_add(b->x, b->proj, (size_t)n * H);
 }
 

@@ -6,6 +6,7 @@
 
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/lora.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,10 +38,11 @@ typedef struct {
     size_t n_params;
     ParamInfo *param_info; /* one entry per tensor, state-dict order */
     int n_param_tensors;
-    float *embed;         /* (V, H) */
-    float *final_norm;    /* (H) */
-    float *lm_head;       /* (V, H); the same memory as embed when tied */
-    LayerWeights *layers; /* [L] */
+    float *embed;            /* (V, H) */
+    float *final_norm;       /* (H) */
+    float *lm_head;          /* (V, H); the same memory as embed when tied */
+    LayerWeights *layers;    /* [L] */
+    const LoraAdapter *lora; /* an adapter applied on top of the weights; NULL: none */
 } Model;
 
 /* Loads config.json and the safetensors weights of a Hugging Face model directory,

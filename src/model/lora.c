@@ -1,0 +1,309 @@
+#include "model/lora.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "io/safetensors.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const module_names[LORA_N_MODULES] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+const char *lora_module_name(LoraModule m) {
+    return module_names[m];
+}
+
+static void module_dims(const ModelConfig *c, LoraModule m, int *in, int *out) {
+    int H = c->hidden_size, I = c->intermediate_size, q = c->n_heads * c->head_dim,
+        kv = c->n_kv_heads * c->head_dim;
+    const int dims[LORA_N_MODULES][2] = {{H, q}, {H, kv}, {H, kv}, {q, H}, {H, I}, {H, I}, {I, H}};
+    *in = dims[m][0];
+    *out = dims[m][1];
+}
+
+/* PEFT's rule for a list of targets: the full name equals an entry or ends with "." + entry. */
+static bool matches(const char *full, const char *entry) {
+    size_t a = strlen(full), b = strlen(entry);
+    if (strcmp(full, entry) == 0) return true;
+    return a > b && full[a - b - 1] == '.' && strcmp(full + a - b, entry) == 0;
+}
+
+static bool targeted(const char *full, const char *const *targets, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(targets[i], "all-linear") == 0 || matches(full, targets[i])) return true;
+    return false;
+}
+
+/* Lays out the adapter for the targeted modules (A and B left uninitialised). */
+static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
+                       float dropout, const char *const *targets, int n_targets) {
+    memset(a, 0, sizeof *a);
+    if (r <= 0) return err_set("lora_r must be positive, got %d", r);
+    if (n_targets == 0) return err_set("lora_target_modules is empty");
+    a->r = r;
+    a->alpha = alpha;
+    a->rslora = rslora;
+    a->scaling = (float)(rslora ? alpha / sqrt((double)r) : alpha / r);
+    a->dropout = dropout;
+    a->enabled = true;
+    a->n_layers = cfg->n_layers;
+    a->linears = xcalloc((size_t)cfg->n_layers * LORA_N_MODULES, sizeof *a->linears);
+    a->info = xcalloc((size_t)cfg->n_layers * LORA_N_MODULES * 2, sizeof *a->info);
+    size_t total = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        for (int mod = 0; mod < LORA_N_MODULES; mod++) {
+            char full[96];
+            snprintf(full, sizeof full, "model.layers.%d.%s", l, module_names[mod]);
+            if (!targeted(full, targets, n_targets)) continue;
+            LoraLinear *lin = &a->linears[l * LORA_N_MODULES + mod];
+            module_dims(cfg, (LoraModule)mod, &lin->in, &lin->out);
+            for (int k = 0; k < 2; k++) {
+                LoraParamInfo *p = &a->info[a->n_info++];
+                snprintf(p->name, sizeof p->name, "base_model.model.%s.lora_%c.weight", full,
+                         k ? 'B' : 'A');
+                p->shape[0] = k ? lin->out : r;
+                p->shape[1] = k ? r : lin->in;
+                p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
+                p->offset = total;
+                total += p->numel;
+            }
+        }
+    }
+    if (a->n_info == 0) {
+        lora_free(a);
+        return err_set("lora_target_modules matches no module of this model (it has q_proj, "
+                       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    }
+    a->params = xcalloc(total, sizeof(float));
+    a->n_params = total;
+    for (int i = 0, l = 0; l < cfg->n_layers; l++) {
+        for (int mod = 0; mod < LORA_N_MODULES; mod++) {
+            LoraLinear *lin = &a->linears[l * LORA_N_MODULES + mod];
+            if (!lin->in) continue;
+            lin->A = a->params + a->info[i++].offset;
+            lin->B = a->params + a->info[i++].offset;
+        }
+    }
+    a->target_modules = xcalloc((size_t)n_targets, sizeof *a->target_modules);
+    for (int i = 0; i < n_targets; i++)
+        a->target_modules[i] = xstrdup(targets[i]);
+    a->n_targets = n_targets;
+    return 0;
+}
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
+                float dropout, const char *const *targets, int n_targets, uint64_t seed) {
+    if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
+    uint64_t state = seed ^ 0x10A7A5EEDull;
+    for (int l = 0; l < a->n_layers * LORA_N_MODULES; l++) {
+        LoraLinear *lin = &a->linears[l];
+        if (!lin->A) continue;
+        /* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound 1/sqrt(in); B stays zero */
+        double bound = 1.0 / sqrt((double)lin->in);
+        for (size_t i = 0; i < (size_t)r * lin->in; i++)
+            lin->A[i] = (float)(((double)(splitmix(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0) * bound);
+    }
+    return 0;
+}
+
+static int read_targets(const json_t *v, const char *path, char ***out, int *n) {
+    *n = 0;
+    if (json_is_string(v)) {
+        if (strcmp(json_string_value(v), "all-linear") != 0)
+            return err_set(
+                "%s: target_modules as a regular expression (\"%s\") is not supported; give "
+                "a list of module names",
+                path, json_string_value(v));
+        *out = xcalloc(1, sizeof **out);
+        (*out)[(*n)++] = xstrdup("all-linear");
+        return 0;
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return err_set("%s: key 'target_modules': expected a list of module names", path);
+    *out = xcalloc(json_array_size(v), sizeof **out);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e)) return err_set("%s: key 'target_modules': expected names", path);
+        (*out)[(*n)++] = xstrdup(json_string_value(e));
+    }
+    return 0;
+}
+
+static int check_unsupported(const json_t *c, const char *path) {
+    const char *type = json_string_value(json_object_get(c, "peft_type"));
+    if (!type || strcmp(type, "LORA") != 0)
+        return err_set("%s: peft_type \"%s\" is not supported (LORA only)", path,
+                       type ? type : "(missing)");
+    if (json_is_true(json_object_get(c, "use_dora")))
+        return err_set("%s: DoRA (use_dora) is not supported", path);
+    if (json_is_true(json_object_get(c, "lora_bias")))
+        return err_set("%s: lora_bias is not supported", path);
+    const char *bias = json_string_value(json_object_get(c, "bias"));
+    if (bias && strcmp(bias, "none") != 0)
+        return err_set("%s: bias \"%s\" is not supported (none)", path, bias);
+    const char *empty_only[] = {"rank_pattern", "alpha_pattern"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(c, empty_only[i]);
+        if (v && json_is_object(v) && json_object_size(v) > 0)
+            return err_set("%s: %s is not supported", path, empty_only[i]);
+    }
+    const char *null_only[] = {"layers_to_transform", "layer_replication", "modules_to_save",
+                               "target_parameters"};
+    for (int i = 0; i < 4; i++) {
+        const json_t *v = json_object_get(c, null_only[i]);
+        if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+            return err_set("%s: %s is not supported", path, null_only[i]);
+    }
+    return 0;
+}
+
+int lora_load(LoraAdapter *a, const ModelConfig *cfg, const char *dir) {
+    memset(a, 0, sizeof *a);
+    char path[4096], weights[4096];
+    if (path_join(path, sizeof path, dir, "adapter_config.json") ||
+        path_join(weights, sizeof weights, dir, "adapter_model.safetensors"))
+        return -1;
+    json_t *c;
+    if (json_load_path(path, &c) != 0) return -1;
+    int rc = check_unsupported(c, path);
+    int64_t r = 0;
+    double alpha = 8;
+    bool rslora = false;
+    char **targets = NULL;
+    int n_targets = 0;
+    if (rc == 0 && json_get_int64(c, "r", &r) != 1)
+        rc = err_set("%s: key 'r': missing or not an integer", path);
+    if (rc == 0 && json_get_double(c, "lora_alpha", &alpha) < 0) rc = err_prefix("%s", path);
+    if (rc == 0 && json_get_bool(c, "use_rslora", &rslora) < 0) rc = err_prefix("%s", path);
+    if (rc == 0)
+        rc = read_targets(json_object_get(c, "target_modules"), path, &targets, &n_targets);
+    json_decref(c);
+    if (rc == 0)
+        rc = lora_layout(a, cfg, (int)r, alpha, rslora, 0.0f, (const char *const *)targets,
+                         n_targets);
+    for (int i = 0; i < n_targets; i++)
+        free(targets[i]);
+    free(targets);
+    if (rc != 0) return err_prefix("%s", dir);
+    SafetensorsFile f;
+    if (safetensors_open(&f, weights) != 0) {
+        lora_free(a);
+        return -1;
+    }
+    for (int i = 0; rc == 0 && i < a->n_info; i++) {
+        const LoraParamInfo *p = &a->info[i];
+        const SafetensorsTensor *t = safetensors_find(&f, p->name);
+        if (!t)
+            rc = err_set(
+                "%s: tensor \"%s\" is missing (adapter_config.json's target_modules name it)",
+                weights, p->name);
+        else if (t->ndim != 2 || t->shape[0] != p->shape[0] || t->shape[1] != p->shape[1])
+            rc = err_set(
+                "%s: tensor \"%s\" has shape [%lld, %lld], the base model needs [%lld, %lld]",
+                weights, p->name, (long long)(t->ndim > 0 ? t->shape[0] : 0),
+                (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)p->shape[0],
+                (long long)p->shape[1]);
+        else
+            rc = safetensors_to_f32(t, a->params + p->offset);
+    }
+    for (size_t t = 0; rc == 0 && t < f.n_tensors; t++) {
+        bool known = false;
+        for (int i = 0; i < a->n_info && !known; i++)
+            known = strcmp(a->info[i].name, f.tensors[t].name) == 0;
+        if (!known)
+            rc = err_set("%s: unexpected tensor \"%s\" (not a LoRA A/B of the target modules)",
+                         weights, f.tensors[t].name);
+    }
+    safetensors_close(&f);
+    if (rc != 0) lora_free(a);
+    return rc;
+}
+
+int lora_save(const LoraAdapter *a, const char *dir, const char *base_model) {
+    char path[4096];
+    json_t *c = json_object(), *targets = json_array();
+    char **sorted = xcalloc((size_t)a->n_targets, sizeof *sorted);
+    for (int i = 0; i < a->n_targets; i++)
+        sorted[i] = a->target_modules[i];
+    for (int i = 1; i < a->n_targets; i++) /* insertion sort: a handful of names */
+        for (int j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
+            char *t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    bool all_linear = a->n_targets == 1 && strcmp(sorted[0], "all-linear") == 0;
+    for (int i = 0; i < a->n_targets && !all_linear; i++)
+        json_array_append_new(targets, json_string(sorted[i]));
+    free(sorted);
+    json_object_set_new(c, "alpha_pattern", json_object());
+    json_object_set_new(c, "auto_mapping", json_null());
+    json_object_set_new(c, "base_model_name_or_path",
+                        base_model ? json_string(base_model) : json_null());
+    json_object_set_new(c, "bias", json_string("none"));
+    json_object_set_new(c, "fan_in_fan_out", json_false());
+    json_object_set_new(c, "inference_mode", json_true());
+    json_object_set_new(c, "init_lora_weights", json_true());
+    json_object_set_new(c, "layers_pattern", json_null());
+    json_object_set_new(c, "layers_to_transform", json_null());
+    json_object_set_new(c, "lora_alpha", json_real(a->alpha));
+    json_object_set_new(c, "lora_dropout", json_real(a->dropout));
+    json_object_set_new(c, "modules_to_save", json_null());
+    json_object_set_new(c, "peft_type", json_string("LORA"));
+    json_object_set_new(c, "r", json_integer(a->r));
+    json_object_set_new(c, "rank_pattern", json_object());
+    json_object_set_new(c, "revision", json_null());
+    if (all_linear) {
+        json_decref(targets);
+        json_object_set_new(c, "target_modules", json_string("all-linear"));
+    } else {
+        json_object_set_new(c, "target_modules", targets);
+    }
+    json_object_set_new(c, "task_type", json_string("CAUSAL_LM"));
+    json_object_set_new(c, "use_dora", json_false());
+    json_object_set_new(c, "use_rslora", json_boolean(a->rslora));
+    char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(c);
+    int rc = path_join(path, sizeof path, dir, "adapter_config.json");
+    if (rc == 0) rc = write_file_atomic(path, text, strlen(text));
+    free(text);
+    if (rc != 0) return -1;
+    SafetensorsWriteTensor *t = xcalloc((size_t)a->n_info, sizeof *t);
+    for (int i = 0; i < a->n_info; i++)
+        t[i] = (SafetensorsWriteTensor){a->info[i].name,
+                                        ST_F32,
+                                        2,
+                                        {a->info[i].shape[0], a->info[i].shape[1]},
+                                        a->params + a->info[i].offset};
+    rc = path_join(path, sizeof path, dir, "adapter_model.safetensors");
+    if (rc == 0) rc = safetensors_write(path, t, (size_t)a->n_info);
+    free(t);
+    return rc;
+}
+
+void lora_free(LoraAdapter *a) {
+    for (int i = 0; i < a->n_targets; i++)
+        free(a->target_modules[i]);
+    free(a->target_modules);
+    free(a->linears);
+    free(a->params);
+    free(a->info);
+    memset(a, 0, sizeof *a);
+}
+
+const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m) {
+    if (!a || !a->enabled) return NULL;
+    const LoraLinear *lin = &a->linears[layer * LORA_N_MODULES + m];
+    return lin->A ? lin : NULL;
+}

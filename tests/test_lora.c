@@ -1,0 +1,111 @@
+/* LoRA against peft (tests/fixtures/lora, made by tools/reference/make_lora_fixtures.py):
+ * per-token log-probs with the adapter, and with it switched off (the reference policy); the
+ * incremental (KV-cache) forward with an adapter; loading errors. */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "model/forward.h"
+#include "model/forward_cached.h"
+#include "model/lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora"};
+
+static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s/reference.json", base);
+    json_t *ref;
+    if (json_load_path(harness_source_path(path), &ref) != 0) exit(1);
+    json_t *ids = json_object_get(ref, "input_ids"), *m = json_object_get(ref, "attention_mask");
+    *B = (int)json_array_size(ids);
+    *T = (int)json_array_size(json_array_get(ids, 0));
+    *tokens = malloc((size_t)*B * *T * sizeof **tokens);
+    *mask = malloc((size_t)*B * *T);
+    for (int b = 0; b < *B; b++)
+        for (int t = 0; t < *T; t++) {
+            (*tokens)[b * *T + t] =
+                (int32_t)json_integer_value(json_array_get(json_array_get(ids, b), t));
+            (*mask)[b * *T + t] =
+                (uint8_t)json_integer_value(json_array_get(json_array_get(m, b), t));
+        }
+    json_decref(ref);
+}
+
+static int compare(const float *got, json_t *want, const uint8_t *mask, int B, int T) {
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 1; t < T; t++) {
+            if (!mask[b * T + t]) continue;
+            double w = json_number_value(json_array_get(json_array_get(want, b), t));
+            bad += !harness_close(got[b * T + t], w, 1e-4, 1e-6);
+        }
+    return bad;
+}
+
+static void check_case(const char *name) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "tests/fixtures/lora/%s", name);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    json_t *ref;
+    CHECK(json_load_path(harness_source_path(path), &ref) == 0, "%s", err_msg());
+    const char *base = json_string_value(json_object_get(ref, "base"));
+    char base_dir[512];
+    snprintf(base_dir, sizeof base_dir, "tests/fixtures/models/%s", base);
+    Model m;
+    CHECK(model_load(&m, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    char adir[4096];
+    snprintf(adir, sizeof adir, "%s", harness_source_path(dir));
+    LoraAdapter a;
+    CHECK(lora_load(&a, &m.cfg, adir) == 0, "%s: %s", name, err_msg());
+    m.lora = &a;
+    int32_t *tokens;
+    uint8_t *mask;
+    int B, T;
+    load_batch(base, &tokens, &mask, &B, &T);
+    float *logp = calloc((size_t)B * T, sizeof *logp);
+    TokenBatch batch = {B, T, tokens, mask, NULL};
+    CHECK(model_token_logprobs(&m, &batch, NULL, logp) == 0, "%s", err_msg());
+    int bad = compare(logp, json_object_get(ref, "token_logp_adapter"), mask, B, T);
+    CHECK(bad == 0, "%s: %d log-probs with the adapter differ from peft's", name, bad);
+    a.enabled = false;
+    CHECK(model_token_logprobs(&m, &batch, NULL, logp) == 0, "%s", err_msg());
+    bad = compare(logp, json_object_get(ref, "token_logp_base"), mask, B, T);
+    CHECK(bad == 0, "%s: %d log-probs with the adapter switched off differ from peft's", name, bad);
+    a.enabled = true;
+
+    /* the cached forward over sequence 0 gives the full forward's last logits */
+    int len = 0;
+    while (len < T && mask[len])
+        len++;
+    int V = m.cfg.vocab_size;
+    float *full = malloc((size_t)V * sizeof *full), *cached = malloc((size_t)V * sizeof *cached);
+    CHECK(model_logits(&m, &batch, 0, len - 1, len, full) == 0, "%s", err_msg());
+    KvCache kv;
+    CHECK(kv_cache_init(&kv, &m.cfg, 1, len) == 0, "kv");
+    CachedChunk first = {0, tokens, len - 3}, rest = {0, tokens + len - 3, 3};
+    CHECK(model_forward_cached(&m, &kv, &first, 1, cached) == 0 &&
+              model_forward_cached(&m, &kv, &rest, 1, cached) == 0,
+          "%s", err_msg());
+    double scale = 0, err = 0;
+    for (int j = 0; j < V; j++)
+        scale = fmax(scale, fabs(full[j])), err = fmax(err, fabs(full[j] - cached[j]));
+    CHECK(err <= 1e-4 * scale, "%s: cached logits off by %.3g (scale %.3g)", name, err, scale);
+    kv_cache_free(&kv);
+    free(full);
+    free(cached);
+    free(logp);
+    free(tokens);
+    free(mask);
+    lora_free(&a);
+    model_free(&m);
+    json_decref(ref);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(cases[i]);
+    return harness_finish("test_lora");
+}
