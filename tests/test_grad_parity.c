@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     json_decref(meta);
 
     float *grads = calloc(m.n_params, sizeof *grads);
-    CHECK(model_backward(&m, &tape, NULL, dlogp, grads) == 0, "backward: %s", err_msg());
+    CHECK(model_backward(&m, &tape, NULL, dlogp, grads, NULL) == 0, "backward: %s", err_msg());
 
     snprintf(path, sizeof path, "%s/grads.safetensors", argv[1]);
     SafetensorsFile ref;
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
     ForwardTape light;
     CHECK(model_forward_tape(&m, &batch, true, &light) == 0, "forward (recompute): %s", err_msg());
     float *grads2 = calloc(m.n_params, sizeof *grads2);
-    CHECK(model_backward(&m, &light, NULL, dlogp, grads2) == 0, "backward (recompute): %s",
+    CHECK(model_backward(&m, &light, NULL, dlogp, grads2, NULL) == 0, "backward (recompute): %s",
           err_msg());
     CHECK(memcmp(grads, grads2, m.n_params * sizeof *grads) == 0,
           "gradient checkpointing gives bitwise identical gradients");

@@ -6,6 +6,8 @@
 #include "harness.h"
 #include "model/forward.h"
 #include "model/forward_cached.h"
+#include "io/safetensors.h"
+#include "model/backward.h"
 #include "model/lora.h"
 
 #include <math.h>
@@ -75,6 +77,49 @@ static void check_case(const char *name) {
     bad = compare(logp, json_object_get(ref, "token_logp_base"), mask, B, T);
     CHECK(bad == 0, "%s: %d log-probs with the adapter switched off differ from peft's", name, bad);
     a.enabled = true;
+
+    /* gradients of lora_A / lora_B for the SFT loss, base frozen */
+    ForwardTape tape;
+    CHECK(model_forward_tape(&m, &batch, false, &tape) == 0, "%s", err_msg());
+    model_tape_logprobs(&m, &tape, NULL, logp);
+    int count = 0;
+    double sum = 0;
+    for (int i = 0; i < B * T; i++)
+        if (mask[i] && i % T) sum += logp[i], count++;
+    float *dlogp = calloc((size_t)B * T, sizeof *dlogp);
+    for (int i = 0; i < B * T; i++)
+        if (mask[i] && i % T) dlogp[i] = -1.0f / (float)count;
+    CHECK(harness_close(-sum / count, json_number_value(json_object_get(ref, "loss")), 1e-5, 0),
+          "%s: loss %.7f", name, -sum / count);
+    float *lg = calloc(a.n_params, sizeof *lg);
+    CHECK(model_backward(&m, &tape, NULL, dlogp, NULL, lg) == 0, "%s", err_msg());
+    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
+    SafetensorsFile gf;
+    CHECK(safetensors_open(&gf, harness_source_path(path)) == 0, "%s", err_msg());
+    CHECK((int)gf.n_tensors == a.n_info, "%s: %zu gradients for %d adapter tensors", name,
+          gf.n_tensors, a.n_info);
+    double worst = 0;
+    for (int i = 0; i < a.n_info; i++) {
+        const SafetensorsTensor *t = safetensors_find(&gf, a.info[i].name);
+        CHECK(t != NULL, "%s: gradient of %s", name, a.info[i].name);
+        if (!t) continue;
+        float *want = malloc(a.info[i].numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        double gscale = 0, gerr = 0;
+        for (size_t k = 0; k < a.info[i].numel; k++)
+            gscale = fmax(gscale, fabs(want[k])),
+            gerr = fmax(gerr, fabs(lg[a.info[i].offset + k] - want[k]));
+        CHECK(gerr <= 1e-4 * gscale, "%s: %s off by %.3g (max %.3g)", name, a.info[i].name, gerr,
+              gscale);
+        worst = fmax(worst, gerr / gscale);
+        free(want);
+    }
+    printf("%s: %d adapter gradients match peft, worst %.2e of the largest\n", name, a.n_info,
+           worst);
+    safetensors_close(&gf);
+    free(lg);
+    free(dlogp);
+    forward_tape_free(&tape);
 
     /* the cached forward over sequence 0 gives the full forward's last logits */
     int len = 0;

@@ -76,12 +76,25 @@ static void add_into(float *dst, const float *src, size_t n) {
 
 /* The gradient slot of a parameter (NULL for an absent bias). */
 static float *grad_of(const Model *m, float *grads, const float *param) {
-    return param ? grads + (param - m->params) : NULL;
+    return param && grads ? grads + (param - m->params) : NULL;
+}
+
+/* dx holds dL/d(layer output) on entry and dL/d(layer input) on return. */
+/* The adapter's share of a linear layer's backward: din += its input gradient, and its A/B
+ * gradients into lora_grads (laid out like the adapter's parameters) when given. */
+static void lora_back(const Model *m, int l, LoraModule mod, float *din, const float *dout,
+                      const float *in, int n, float *lora_grads) {
+    const LoraLinear *lin = lora_linear(m->lora, l, mod);
+    if (!lin) return;
+    float *dA = lora_grads ? lora_grads + (lin->A - m->lora->params) : NULL;
+    float *dB = lora_grads ? lora_grads + (lin->B - m->lora->params) : NULL;
+    lora_backward(din, dA, dB, dout, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
+                  m->lora->scaling);
 }
 
 /* dx holds dL/d(layer output) on entry and dL/d(layer input) on return. */
 static void layer_backward(const Model *m, int l, const ForwardTape *tape, float *dx, float *grads,
-                           LayerGrads *g) {
+                           float *lora_grads, LayerGrads *g) {
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
     LayerActs acts = forward_tape_layer(m, tape, l);
@@ -94,16 +107,20 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
 
     /* MLP block: x_out = x_mid + down(silu(gate(xn)) * up(xn)), xn = norm(x_mid) */
     matmul_backward(g->dact, G(w->w_down), G(w->b_down), dx, a->act, w->w_down, n, I, H);
+    lora_back(m, l, LORA_DOWN, g->dact, dx, a->act, n, lora_grads);
     swiglu_backward(g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
     rmsnorm_forward(a->xn, a->x_mid, w->post_norm, n, H, eps);
     matmul_backward(g->dxn, G(w->w_gate), G(w->b_gate), g->dact, a->xn, w->w_gate, n, H, I);
+    lora_back(m, l, LORA_GATE, g->dxn, g->dact, a->xn, n, lora_grads);
     matmul_backward(g->tmp, G(w->w_up), G(w->b_up), g->dup, a->xn, w->w_up, n, H, I);
+    lora_back(m, l, LORA_UP, g->tmp, g->dup, a->xn, n, lora_grads);
     add_into(g->dxn, g->tmp, (size_t)n * H);
     rmsnorm_backward(g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H, eps);
     add_into(dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
 
     /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in) */
     matmul_backward(g->datt, G(w->wo), G(w->bo), dx, a->att, w->wo, n, qd, H);
+    lora_back(m, l, LORA_O, g->datt, dx, a->att, n, lora_grads);
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
     attention_backward(g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, b->attn_mask, b->batch,
                        b->t_len, c->n_heads, c->n_kv_heads, hd, window);
@@ -116,9 +133,12 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     }
     rmsnorm_forward(a->xn, a->x_in, w->input_norm, n, H, eps);
     matmul_backward(g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, w->wq, n, H, qd);
+    lora_back(m, l, LORA_Q, g->dxn, g->dq, a->xn, n, lora_grads);
     matmul_backward(g->tmp, G(w->wk), G(w->bk), g->dk, a->xn, w->wk, n, H, kvd);
+    lora_back(m, l, LORA_K, g->tmp, g->dk, a->xn, n, lora_grads);
     add_into(g->dxn, g->tmp, (size_t)n * H);
     matmul_backward(g->tmp, G(w->wv), G(w->bv), g->dv, a->xn, w->wv, n, H, kvd);
+    lora_back(m, l, LORA_V, g->tmp, g->dv, a->xn, n, lora_grads);
     add_into(g->dxn, g->tmp, (size_t)n * H);
     rmsnorm_backward(g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H, eps);
     add_into(dx, g->tmp, (size_t)n * H); /* dx = dL/dx_in */
@@ -126,7 +146,7 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
 }
 
 int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                   const float *dlogp, float *grads) {
+                   const float *dlogp, float *grads, float *lora_grads) {
     const ModelConfig *c = &m->cfg;
     const TokenBatch *b = &tape->batch;
     size_t n = tape->n, H = (size_t)c->hidden_size;
@@ -149,7 +169,7 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
         targets[j] = b->tokens[where[j]];
         dsel[j] = dlogp[where[j]];
     }
-    fused_logprob_backward(drows, grads + (m->lm_head - m->params), dsel, rows, targets, m->lm_head,
+    fused_logprob_backward(drows, grad_of(m, grads, m->lm_head), dsel, rows, targets, m->lm_head,
                            (int)n_sel, (int)H, c->vocab_size);
     float *dhidden = g.tmp;
     memset(dhidden, 0, n * H * sizeof(float));
@@ -161,14 +181,14 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     free(rows);
     free(where);
 
-    rmsnorm_backward(dx, grads + (m->final_norm - m->params), dhidden, tape->x_final, m->final_norm,
+    rmsnorm_backward(dx, grad_of(m, grads, m->final_norm), dhidden, tape->x_final, m->final_norm,
                      (int)n, (int)H, (float)c->rms_norm_eps);
     for (int l = c->n_layers - 1; l >= 0; l--)
-        layer_backward(m, l, tape, dx, grads, &g);
+        layer_backward(m, l, tape, dx, grads, lora_grads, &g);
 
     /* embedding rows of the real tokens; nn.Embedding(padding_idx) gives pad_token_id none */
-    float *dembed = grads + (m->embed - m->params);
-    for (size_t i = 0; i < n; i++) {
+    float *dembed = grad_of(m, grads, m->embed);
+    for (size_t i = 0; dembed && i < n; i++) {
         if (b->attn_mask && !b->attn_mask[i]) continue;
         if (b->tokens[i] == c->pad_token_id) continue;
         float *row = dembed + (size_t)b->tokens[i] * H;

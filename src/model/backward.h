@@ -10,11 +10,13 @@
 void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                          float *logp);
 
-/* Accumulates into grads (m->n_params floats, laid out like m->params) the gradient of
+/* Accumulates into grads (m->n_params floats, laid out like m->params; NULL when the base is
+ * frozen) and lora_grads (the adapter's n_params, laid out like its parameters; NULL when there
+ * is none to train) the gradient of
  * L = Σ dlogp[i] · logp[i] over the positions target_mask selects (as in
  * model_token_logprobs; dlogp elsewhere is ignored). With tied embeddings the lm_head and the
  * embedding share one gradient. Returns 0, or -1 with an error when memory runs out. */
 int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                   const float *dlogp, float *grads);
+                   const float *dlogp, float *grads, float *lora_grads);
 
 #endif

@@ -47,7 +47,7 @@ int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats)
         if (rc == 0) {
             model_tape_logprobs(m, &tape, mbs[i].label_mask, logp);
             stats->loss += sft_loss(logp, mbs[i].label_mask, cells, stats->tokens, dlogp);
-            rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->grads);
+            rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->grads, NULL);
             forward_tape_free(&tape);
         }
         free(logp);

@@ -132,8 +132,9 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, cols, 1.0f, s.tile,
                         cols, w, h, 1.0f, dhb, h);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, h, rows, 1.0f, s.tile, cols,
-                        hb, h, 1.0f, dlm_head + (size_t)c0 * h, h);
+            if (dlm_head) /* NULL: a frozen lm_head */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, h, rows, 1.0f, s.tile,
+                            cols, hb, h, 1.0f, dlm_head + (size_t)c0 * h, h);
         }
     }
     scratch_free(&s);

@@ -22,12 +22,14 @@ void lora_backward(float *din, float *dA, float *dB, const float *dout, const fl
     if (n == 0) return;
     float *t = xmalloc((size_t)n * r * sizeof *t), *dt = xmalloc((size_t)n * r * sizeof *dt);
     matmul_forward(t, in, A, NULL, n, in_dim, r);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, r, n, scaling, dout, out_dim, t,
-                r, 1.0f, dB, r);
+    if (dB) /* NULL: the adapter is not being trained */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, r, n, scaling, dout, out_dim,
+                    t, r, 1.0f, dB, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, r, out_dim, scaling, dout, out_dim, B,
                 r, 0.0f, dt, r);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in_dim, n, 1.0f, dt, r, in, in_dim,
-                1.0f, dA, in_dim);
+    if (dA)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in_dim, n, 1.0f, dt, r, in, in_dim,
+                    1.0f, dA, in_dim);
     if (din)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, r, 1.0f, dt, r, A, in_dim,
                     1.0f, din, in_dim);
