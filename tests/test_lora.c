@@ -11,6 +11,7 @@
 #include "model/lora.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,44 @@ static void check_case(const char *name) {
         scale = fmax(scale, fabs(full[j])), err = fmax(err, fabs(full[j] - cached[j]));
     CHECK(err <= 1e-4 * scale, "%s: cached logits off by %.3g (scale %.3g)", name, err, scale);
     kv_cache_free(&kv);
+
+    /* save and read back: the same adapter */
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s/%s", harness_tmpdir(), name);
+    mkdir(saved, 0755);
+    CHECK(lora_save(&a, saved, base_dir) == 0, "save: %s", err_msg());
+    LoraAdapter back;
+    CHECK(lora_load(&back, &m.cfg, saved) == 0, "reload: %s", err_msg());
+    CHECK(back.n_params == a.n_params && memcmp(back.params, a.params, a.n_params * 4) == 0 &&
+              back.scaling == a.scaling && back.r == a.r,
+          "%s: the saved adapter reads back the same", name);
+    lora_free(&back);
+
+    /* merging equals peft's merge_and_unload to 1e-5 of each tensor's scale */
+    m.lora = NULL;
+    CHECK(lora_merge(&m, &a) == 0, "merge");
+    snprintf(path, sizeof path, "%s/merged.safetensors", dir);
+    SafetensorsFile mf;
+    CHECK(safetensors_open(&mf, harness_source_path(path)) == 0, "%s", err_msg());
+    int merged_bad = 0;
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const SafetensorsTensor *t = safetensors_find(&mf, m.param_info[p].name);
+        if (!t) {
+            merged_bad++;
+            continue;
+        }
+        float *want = malloc(m.param_info[p].numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        double ms = 0, me = 0;
+        for (size_t k = 0; k < m.param_info[p].numel; k++)
+            ms = fmax(ms, fabs(want[k])),
+            me = fmax(me, fabs(m.params[m.param_info[p].offset + k] - want[k]));
+        merged_bad += me > 1e-5 * ms;
+        free(want);
+    }
+    CHECK(merged_bad == 0, "%s: %d merged tensors differ from peft's merge_and_unload", name,
+          merged_bad);
+    safetensors_close(&mf);
     free(full);
     free(cached);
     free(logp);

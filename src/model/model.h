@@ -78,4 +78,9 @@ int model_save_safetensors(const Model *m, const char *path, SafetensorsDtype dt
 int model_save_weights(const Model *m, const char *dir, SafetensorsDtype dtype,
                        uint64_t max_shard_bytes);
 
+/* Folds an adapter into the weights (W += scaling * B A, as PEFT's merge_and_unload) so that
+ * the model computes alone what base + adapter computed. Returns 0, or -1 when the adapter was
+ * made for another shape. */
+int lora_merge(Model *m, const LoraAdapter *a);
+
 #endif
