@@ -219,7 +219,32 @@ static void test_attention(int window) {
     free(m.q), free(m.k), free(m.v), free(m.c), free(m.out), free(dq), free(dk), free(dv);
 }
 
+/* ---- LoRA branch with dropout ---- */
+typedef struct {
+    float *in, *A, *B, *c, *out, p;
+} LoraCase;
+
+static double lora_loss(void *ctx) {
+    LoraCase *m = ctx;
+    memset(m->out, 0, 4 * 6 * sizeof(float));
+    lora_forward_add(m->out, m->in, m->A, m->B, 4, 5, 6, 3, 1.7f, m->p, 12345);
+    return dot(m->out, m->c, 4 * 6);
+}
+
+static void test_lora(float p) {
+    LoraCase m = {rand_array(20), rand_array(15), rand_array(18),
+                  rand_array(24), rand_array(24), p};
+    float din[20] = {0}, dA[15] = {0}, dB[18] = {0};
+    lora_backward(din, dA, dB, m.c, m.in, m.A, m.B, 4, 5, 6, 3, 1.7f, p, 12345);
+    check_grad(p > 0 ? "lora (dropout) d_in" : "lora d_in", m.in, din, 20, 1, lora_loss, &m);
+    check_grad(p > 0 ? "lora (dropout) d_A" : "lora d_A", m.A, dA, 15, 1, lora_loss, &m);
+    check_grad(p > 0 ? "lora (dropout) d_B" : "lora d_B", m.B, dB, 18, 1, lora_loss, &m);
+    free(m.in), free(m.A), free(m.B), free(m.c), free(m.out);
+}
+
 int main(void) {
+    test_lora(0.0f);
+    test_lora(0.3f);
     test_attention(0);
     test_attention(30);
     srand(5);

@@ -89,7 +89,7 @@ static void lora_back(const Model *m, int l, LoraModule mod, float *din, const f
     float *dA = lora_grads ? lora_grads + (lin->A - m->lora->params) : NULL;
     float *dB = lora_grads ? lora_grads + (lin->B - m->lora->params) : NULL;
     lora_backward(din, dA, dB, dout, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
-                  m->lora->scaling);
+                  m->lora->scaling, lora_dropout_p(m->lora), lora_dropout_key(m->lora, l, mod));
 }
 
 /* dx holds dL/d(layer output) on entry and dL/d(layer input) on return. */

@@ -71,7 +71,8 @@ static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const 
     const LoraLinear *lin = lora_linear(m->lora, l, mod);
     if (lin)
         lora_forward_add(out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
-                         m->lora->scaling);
+                         m->lora->scaling, lora_dropout_p(m->lora),
+                         lora_dropout_key(m->lora, l, mod));
 }
 
 /* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer). */

@@ -102,7 +102,8 @@ static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const 
     const LoraLinear *lin = lora_linear(m->lora, l, mod);
     if (lin)
         lora_forward_add(out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
-                         m->lora->scaling);
+                         m->lora->scaling, lora_dropout_p(m->lora),
+                         lora_dropout_key(m->lora, l, mod));
 }
 
 static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, const float *cos_t,

@@ -307,3 +307,13 @@ const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m) {
     const LoraLinear *lin = &a->linears[layer * LORA_N_MODULES + m];
     return lin->A ? lin : NULL;
 }
+
+uint64_t lora_dropout_key(const LoraAdapter *a, int layer, LoraModule m) {
+    uint64_t x =
+        a->dropout_key ^ ((uint64_t)(layer * LORA_N_MODULES + m) + 1) * 0xD1B54A32D192ED03ull;
+    return splitmix(&x);
+}
+
+float lora_dropout_p(const LoraAdapter *a) {
+    return a->training ? a->dropout : 0.0f;
+}

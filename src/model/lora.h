@@ -44,6 +44,9 @@ typedef struct {
     float scaling;
     float dropout; /* on the adapter input, in training (0 in inference) */
     bool enabled;
+    bool training;        /* dropout applies only while training */
+    uint64_t dropout_key; /* set per micro-batch by the trainer: the masks of one forward and
+                             its backward */
     int n_layers;
     LoraLinear *linears; /* [n_layers * LORA_N_MODULES] */
     float *params;       /* every A and B, contiguous */
@@ -77,5 +80,11 @@ void lora_free(LoraAdapter *a);
 
 /* The adapter of module m in layer l, or NULL when there is none or the adapter is disabled. */
 const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m);
+
+/* The dropout key of one module of one layer for the current micro-batch. */
+uint64_t lora_dropout_key(const LoraAdapter *a, int layer, LoraModule m);
+
+/* The dropout probability in force (0 unless training). */
+float lora_dropout_p(const LoraAdapter *a);
 
 #endif

@@ -66,16 +66,18 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
                    const float *sin_table, int n, int n_heads, int hd);
 
-/* LoRA on a linear layer: out (N, out_dim) += scaling * (in A^T) B^T, A (r, in_dim),
- * B (out_dim, r). */
+/* LoRA on a linear layer: out (N, out_dim) += scaling * (drop(in) A^T) B^T, A (r, in_dim),
+ * B (out_dim, r). drop() is inverted dropout with probability dropout_p (0: none) whose mask is a
+ * pure function of dropout_key and the element's index, so the backward regenerates it. */
 void lora_forward_add(float *out, const float *in, const float *A, const float *B, int n,
-                      int in_dim, int out_dim, int r, float scaling);
+                      int in_dim, int out_dim, int r, float scaling, float dropout_p,
+                      uint64_t dropout_key);
 
-/* Its backward: din (N, in_dim) += the LoRA branch's input gradient; dA, dB accumulated. The
- * base layer's gradient is the caller's (frozen weights need only din). */
+/* Its backward: din (N, in_dim) += the LoRA branch's input gradient; dA, dB accumulated (each
+ * may be NULL). The base layer's gradient is the caller's (frozen weights need only din). */
 void lora_backward(float *din, float *dA, float *dB, const float *dout, const float *in,
                    const float *A, const float *B, int n, int in_dim, int out_dim, int r,
-                   float scaling);
+                   float scaling, float dropout_p, uint64_t dropout_key);
 
 /* Gradients of attention_forward: dq (B, T, nh, hd), dk and dv (B, T, nkv, hd), all written.
  * The probabilities are recomputed block by block (nothing is kept from the forward). Work is

@@ -4,35 +4,76 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Keep-scale of element i: 1/(1-p) when kept, 0 when dropped (splitmix64 of key and index). */
+static float dropout_scale(uint64_t key, size_t i, float p) {
+    uint64_t z = key + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53;
+    return u < p ? 0.0f : 1.0f / (1.0f - p);
+}
+
+/* drop(in), or in itself when there is no dropout (then *owned is NULL). */
+static const float *dropped_input(const float *in, size_t count, float p, uint64_t key,
+                                  float **owned) {
+    *owned = NULL;
+    if (p <= 0) return in;
+    float *x = xmalloc(count * sizeof *x);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; i++)
+        x[i] = in[i] * dropout_scale(key, i, p);
+    *owned = x;
+    return x;
+}
 
 void lora_forward_add(float *out, const float *in, const float *A, const float *B, int n,
-                      int in_dim, int out_dim, int r, float scaling) {
+                      int in_dim, int out_dim, int r, float scaling, float dropout_p,
+                      uint64_t dropout_key) {
     if (n == 0) return;
-    float *t = xmalloc((size_t)n * r * sizeof *t); /* in A^T: (N, r) */
-    matmul_forward(t, in, A, NULL, n, in_dim, r);
+    float *owned;
+    const float *x = dropped_input(in, (size_t)n * in_dim, dropout_p, dropout_key, &owned);
+    float *t = xmalloc((size_t)n * r * sizeof *t); /* drop(in) A^T: (N, r) */
+    matmul_forward(t, x, A, NULL, n, in_dim, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, r, scaling, t, r, B, r, 1.0f,
                 out, out_dim);
     free(t);
+    free(owned);
 }
 
-/* With t = in A^T: dB += scaling dout^T t; dt = scaling dout B; dA += dt^T in; din += dt A. */
+/* With x = drop(in), t = x A^T: dB += scaling dout^T t; dt = scaling dout B; dA += dt^T x;
+ * din += drop'(dt A), the same mask and scale applied to the input gradient. */
 void lora_backward(float *din, float *dA, float *dB, const float *dout, const float *in,
                    const float *A, const float *B, int n, int in_dim, int out_dim, int r,
-                   float scaling) {
+                   float scaling, float dropout_p, uint64_t dropout_key) {
     if (n == 0) return;
+    float *owned;
+    const float *x = dropped_input(in, (size_t)n * in_dim, dropout_p, dropout_key, &owned);
     float *t = xmalloc((size_t)n * r * sizeof *t), *dt = xmalloc((size_t)n * r * sizeof *dt);
-    matmul_forward(t, in, A, NULL, n, in_dim, r);
+    matmul_forward(t, x, A, NULL, n, in_dim, r);
     if (dB) /* NULL: the adapter is not being trained */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, r, n, scaling, dout, out_dim,
                     t, r, 1.0f, dB, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, r, out_dim, scaling, dout, out_dim, B,
                 r, 0.0f, dt, r);
     if (dA)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in_dim, n, 1.0f, dt, r, in, in_dim,
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in_dim, n, 1.0f, dt, r, x, in_dim,
                     1.0f, dA, in_dim);
-    if (din)
+    if (din && dropout_p <= 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, r, 1.0f, dt, r, A, in_dim,
                     1.0f, din, in_dim);
+    } else if (din) {
+        float *dx = xmalloc((size_t)n * in_dim * sizeof *dx);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, r, 1.0f, dt, r, A, in_dim,
+                    0.0f, dx, in_dim);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < (size_t)n * in_dim; i++)
+            din[i] += dx[i] * dropout_scale(dropout_key, i, dropout_p);
+        free(dx);
+    }
     free(t);
     free(dt);
+    free(owned);
 }
