@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
                           .total_steps = steps + 1,
                           .gradient_checkpointing = checkpointing};
     Trainer tr;
-    if (trainer_init(&tr, &m, &opt) != 0) {
+    if (trainer_init(&tr, &m, NULL, &opt) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }

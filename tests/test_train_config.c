@@ -20,6 +20,8 @@ static bool has_warning(const TrainConfig *c, const char *a, const char *b) {
     return false;
 }
 
+#define BASE "base_model: m\ndatasets:\n  - path: d.jsonl\n"
+
 static void test_sft_config(void) {
     const char *path = write_yaml("sft.yaml", "base_model: models/tiny-arith\n"
                                               "datasets:\n"
@@ -37,7 +39,7 @@ static void test_sft_config(void) {
                                               "bf16: auto\n"
                                               "resume_from_checkpoint: true\n"
                                               "learning_rat: 3\n"
-                                              "lora_r: 8\n"
+                                              "sample_packing: true\n"
                                               "wandb_project: ~\n");
     TrainConfig c;
     CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
@@ -61,7 +63,8 @@ static void test_sft_config(void) {
     CHECK(!c.bf16 && c.resume_from_checkpoint && strcmp(c.resume_from_checkpoint, "true") == 0,
           "bf16 auto (no GPU), resume true");
     CHECK(has_warning(&c, "sft.yaml:16:", "did you mean 'learning_rate'"), "typo warning");
-    CHECK(has_warning(&c, "sft.yaml:17:", "'lora_r' is not used by rlhf.c yet"), "documented key");
+    CHECK(has_warning(&c, "sft.yaml:17:", "'sample_packing' is not used by rlhf.c yet"),
+          "documented key");
     CHECK(!has_warning(&c, "wandb_project", NULL), "null keys vanish silently");
     train_config_free(&c);
 
@@ -72,7 +75,7 @@ static void test_sft_config(void) {
     train_config_free(&c);
 }
 
-/* axolotl-config.md §17: the DPO example parses (its LoRA keys warn until adapters land). */
+/* axolotl-config.md §17: the DPO example parses, LoRA keys included. */
 static void test_spec_dpo_config(void) {
     const char *path = write_yaml("dpo.yaml", "base_model: Qwen/Qwen2.5-0.5B-Instruct\n"
                                               "rl: dpo\n"
@@ -94,7 +97,57 @@ static void test_spec_dpo_config(void) {
     TrainConfig c;
     CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
     CHECK(c.rl == RL_DPO && c.sequence_len == 1024 && c.learning_rate == 5e-6, "dpo config values");
-    CHECK(has_warning(&c, "'adapter' is not used by rlhf.c yet", NULL), "adapter warning");
+    CHECK(c.adapter && strcmp(c.adapter, "lora") == 0 && c.lora_r == 16 && c.lora_alpha == 32 &&
+              c.lora_target_linear && c.lora_dropout == 0 && !c.peft_use_rslora,
+          "adapter keys");
+    CHECK(!has_warning(&c, "adapter", NULL) && !has_warning(&c, "lora", NULL),
+          "adapter keys are used, not warned about");
+    train_config_free(&c);
+}
+
+/* axolotl-config.md §9.6: target modules as a list, a string or a command-line list; PEFT's
+ * defaults where keys are left out; lora keys without an adapter warn. */
+static void test_lora_keys(void) {
+    const char *path = write_yaml("lora.yaml", BASE "learning_rate: 1e-4\n"
+                                                    "adapter: lora\n"
+                                                    "lora_r: 8\n"
+                                                    "lora_dropout: 0.05\n"
+                                                    "use_rslora: true\n"
+                                                    "lora_target_modules:\n"
+                                                    "  - q_proj\n"
+                                                    "  - self_attn.o_proj\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.lora_r == 8 && c.lora_alpha == 8 && c.lora_dropout == 0.05 && c.peft_use_rslora,
+          "lora values, alpha defaulting to PEFT's 8");
+    CHECK(c.n_lora_target_modules == 2 && strcmp(c.lora_target_modules[1], "self_attn.o_proj") == 0,
+          "target list");
+    train_config_free(&c);
+    const char *ov[] = {"lora_target_modules", "gate_proj, up_proj,down_proj"};
+    CHECK(train_config_load(&c, path, ov, 1) == 0, "%s", err_msg());
+    CHECK(c.n_lora_target_modules == 3 && strcmp(c.lora_target_modules[0], "gate_proj") == 0 &&
+              strcmp(c.lora_target_modules[1], "up_proj") == 0,
+          "comma-separated override");
+    train_config_free(&c);
+
+    path =
+        write_yaml("lora_min.yaml", BASE
+                   "learning_rate: 1e-4\nadapter: lora\nlora_r: 4\nlora_target_modules: k_proj\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.n_lora_target_modules == 1 && strcmp(c.lora_target_modules[0], "k_proj") == 0,
+          "a single name");
+    train_config_free(&c);
+    path = write_yaml("lora_def.yaml", BASE "learning_rate: 1e-4\nadapter: lora\nlora_r: 4\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.n_lora_target_modules == 2 && strcmp(c.lora_target_modules[0], "q_proj") == 0 &&
+              strcmp(c.lora_target_modules[1], "v_proj") == 0,
+          "PEFT's default targets");
+    train_config_free(&c);
+
+    path = write_yaml("noadapter.yaml", BASE "learning_rate: 1e-4\nlora_r: 4\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(!c.adapter && has_warning(&c, "lora_* keys are set but 'adapter' is not", NULL),
+          "lora keys without an adapter warn");
     train_config_free(&c);
 }
 
@@ -111,8 +164,6 @@ static void expect_error(const char *name, const char *text, const char *want1, 
     CHECK(!want2 || strstr(err_msg(), want2) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(),
           want2);
 }
-
-#define BASE "base_model: m\ndatasets:\n  - path: d.jsonl\n"
 
 static void test_errors(void) {
     expect_error("rl.yaml", BASE "learning_rate: 1e-5\nrl: ppo\n", "rl.yaml:5: key 'rl'",
@@ -136,6 +187,22 @@ static void test_errors(void) {
     expect_error("warm.yaml", BASE "learning_rate: 1\nwarmup_steps: 3\nwarmup_ratio: 0.1\n",
                  "warm.yaml", "mutually exclusive");
     expect_error("neg.yaml", BASE "learning_rate: -1e-5\n", "neg.yaml", "must be positive");
+    expect_error("qlora.yaml", BASE "learning_rate: 1\nadapter: qlora\nlora_r: 8\n", "qlora.yaml",
+                 "qlora needs 4-bit");
+    expect_error("adapter.yaml", BASE "learning_rate: 1\nadapter: ia3\n", "adapter.yaml",
+                 "'adapter': \"ia3\" is not supported");
+    expect_error("nor.yaml", BASE "learning_rate: 1\nadapter: lora\n", "nor.yaml",
+                 "'lora_r': missing");
+    expect_error("negr.yaml", BASE "learning_rate: 1\nadapter: lora\nlora_r: -2\n", "negr.yaml",
+                 "'lora_r': must be positive");
+    expect_error("drop.yaml", BASE "learning_rate: 1\nadapter: lora\nlora_r: 2\nlora_dropout: 1\n",
+                 "drop.yaml", "'lora_dropout': must be in [0, 1)");
+    expect_error("regex.yaml",
+                 BASE "learning_rate: 1\nadapter: lora\nlora_r: 2\nlora_target_modules: .*proj\n",
+                 "regex.yaml:7: key 'lora_target_modules'", "regular expression");
+    expect_error("tlist.yaml",
+                 BASE "learning_rate: 1\nadapter: lora\nlora_r: 2\nlora_target_modules: [a, [b]]\n",
+                 "tlist.yaml:7", "lora_target_modules[1]: expected a name");
     expect_error("sched.yaml", BASE "learning_rate: 1\nlr_scheduler: rex\n", "sched.yaml",
                  "'lr_scheduler': \"rex\" is not supported");
     expect_error("optim.yaml", BASE "learning_rate: 1\noptimizer: adamw_8bit\n", "optim.yaml",
@@ -158,6 +225,7 @@ static void test_errors(void) {
 int main(void) {
     test_sft_config();
     test_spec_dpo_config();
+    test_lora_keys();
     test_errors();
     return harness_finish("test_train_config");
 }

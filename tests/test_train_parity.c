@@ -61,7 +61,7 @@ int main(void) {
           "schedule");
 #undef HP
     Trainer tr;
-    CHECK(trainer_init(&tr, &m, &opt) == 0, "%s", err_msg());
+    CHECK(trainer_init(&tr, &m, NULL, &opt) == 0, "%s", err_msg());
 
     json_t *mbs = json_object_get(j, "micro_batches");
     for (int64_t s = 0; s < steps; s++) {

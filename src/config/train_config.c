@@ -19,6 +19,7 @@ typedef enum {
     K_PATH_OR_BOOL, /* resume_from_checkpoint: true (latest), false, or a path */
     K_RL,
     K_DATASETS,
+    K_STRING_LIST, /* one string or a list of them (on the command line: comma-separated) */
 } KeyKind;
 
 typedef struct {
@@ -62,6 +63,15 @@ static const KeySpec key_specs[] = {
     KEY(chat_template, K_STRING),
     KEY(chat_template_jinja, K_STRING),
     KEY(dataset_prepared_path, K_STRING),
+    KEY(adapter, K_STRING),
+    KEY(lora_r, K_INT),
+    KEY(lora_alpha, K_FLOAT),
+    KEY(lora_dropout, K_FLOAT),
+    KEY(lora_target_modules, K_STRING_LIST),
+    KEY(lora_target_linear, K_BOOL),
+    KEY(peft_use_rslora, K_BOOL),
+    {"use_rslora", K_BOOL, offsetof(TrainConfig, peft_use_rslora)},
+    KEY(lora_model_dir, K_STRING),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
@@ -69,7 +79,6 @@ static const KeySpec key_specs[] = {
 /* Keys Axolotl documents (axolotl-config.md §8-§9) that rlhf.c reads nowhere yet. Setting one
  * gives a warning rather than silence. */
 static const char *const documented_keys[] = {
-    "adapter",
     "added_tokens_overrides",
     "attn_implementation",
     "auto_resume_from_checkpoints",
@@ -111,14 +120,8 @@ static const char *const documented_keys[] = {
     "load_in_4bit",
     "load_in_8bit",
     "logging_first_step",
-    "lora_alpha",
-    "lora_dropout",
     "lora_fan_in_fan_out",
-    "lora_model_dir",
     "lora_modules_to_save",
-    "lora_r",
-    "lora_target_linear",
-    "lora_target_modules",
     "lr_scheduler_kwargs",
     "max_memory",
     "max_prompt_len",
@@ -128,7 +131,6 @@ static const char *const documented_keys[] = {
     "optim_args",
     "orpo_alpha",
     "peft_use_dora",
-    "peft_use_rslora",
     "precompute_ref_log_probs",
     "remove_unused_columns",
     "rl_adapter_ref_model",
@@ -253,6 +255,58 @@ static bool is_documented(const char *name) {
     return false;
 }
 
+static void free_string_list(char ***list, int *n) {
+    for (int i = 0; i < *n; i++)
+        free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+static char *copy_span(const char *start, size_t len) {
+    char *s = xmalloc(len + 1);
+    memcpy(s, start, len);
+    s[len] = '\0';
+    return s;
+}
+
+/* The count of a K_STRING_LIST field sits right after its pointer. */
+_Static_assert(offsetof(TrainConfig, n_lora_target_modules) ==
+                   offsetof(TrainConfig, lora_target_modules) + sizeof(char **),
+               "a string list's count follows its pointer");
+static int *string_list_count(TrainConfig *cfg, const KeySpec *spec) {
+    return (int *)((char *)cfg + spec->offset + sizeof(char **));
+}
+
+/* A comma-separated list (a single YAML string, or a command-line value). */
+static int set_string_list(TrainConfig *cfg, const KeySpec *spec, const char *text) {
+    char ***list = (char ***)((char *)cfg + spec->offset);
+    int *n = string_list_count(cfg, spec);
+    free_string_list(list, n);
+    if (strpbrk(text, "^$*+?()[]{}|\\"))
+        return err_set("key '%s': \"%s\" looks like a regular expression, which rlhf.c does not "
+                       "match; give module names (a list, or separated by commas)",
+                       spec->name, text);
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const char *start = p;
+        while (len && (*start == ' '))
+            start++, len--;
+        while (len && start[len - 1] == ' ')
+            len--;
+        if (len == 0)
+            return err_set("key '%s': expected names separated by commas, got \"%s\"", spec->name,
+                           text);
+        *list = xrealloc(*list, (size_t)(*n + 1) * sizeof **list);
+        (*list)[(*n)++] = copy_span(start, len);
+        p += strcspn(p, ",");
+        if (*p == ',') p++;
+    }
+    if (*n == 0) return err_set("key '%s': expected at least one name", spec->name);
+    return 0;
+}
+
 /* Sets a scalar-kind field from text; `quoted` says the YAML scalar was quoted (a string). */
 static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text, bool quoted) {
     void *field = (char *)cfg + spec->offset;
@@ -322,11 +376,15 @@ static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text
     }
     case K_DATASETS:
         return err_set("key 'datasets' cannot be given on the command line");
+    case K_STRING_LIST:
+        return set_string_list(cfg, spec, text);
     }
     return -1;
 }
 
-static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, char ***out, int *count) {
+/* A scalar or a list of scalars; `kind` says what each should be, for messages. */
+static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, const char *kind,
+                            char ***out, int *count) {
     if (n->type == YAML_SCALAR_NODE) {
         *out = xmalloc(sizeof **out);
         (*out)[0] = xstrdup((const char *)n->data.scalar.value);
@@ -334,14 +392,14 @@ static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, char *
         return 0;
     }
     if (n->type != YAML_SEQUENCE_NODE)
-        return err_set("%s: expected a file name or a list of them", what);
+        return err_set("%s: expected %s or a list of them", what, kind);
     int len = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
     *out = xcalloc((size_t)len, sizeof **out);
     for (int i = 0; i < len; i++) {
         yaml_node_t *item = yaml_document_get_node(&d->doc, n->data.sequence.items.start[i]);
         if (!item || item->type != YAML_SCALAR_NODE) {
             *count = i;
-            return err_set("%s[%d]: expected a file name", what, i);
+            return err_set("%s[%d]: expected %s", what, i, kind);
         }
         (*out)[i] = xstrdup((const char *)item->data.scalar.value);
     }
@@ -364,7 +422,8 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
         if (strcmp(key, "data_files") == 0) {
             char what[64];
             snprintf(what, sizeof what, "datasets[%d].data_files", index);
-            if (read_string_list(d, v, what, &ds->data_files, &ds->n_data_files) != 0)
+            if (read_string_list(d, v, what, "a file name", &ds->data_files, &ds->n_data_files) !=
+                0)
                 return err_prefix("%s:%d", d->path, line);
             continue;
         }
@@ -427,10 +486,48 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->warmup_ratio = -1.0;
     cfg->logging_steps = 1;
     cfg->seed = 42;
+    cfg->lora_alpha = NAN; /* unset: PEFT's default, 8 */
 }
 
 static int require_positive(const char *key, double v) {
     if (v <= 0) return err_set("key '%s': must be positive, got %g", key, v);
+    return 0;
+}
+
+/* adapter and the lora_* keys (axolotl-config.md §9.6). */
+static int validate_adapter(TrainConfig *cfg) {
+    bool lora_keys = cfg->lora_r || !isnan(cfg->lora_alpha) || cfg->lora_dropout != 0 ||
+                     cfg->n_lora_target_modules || cfg->lora_target_linear ||
+                     cfg->peft_use_rslora || cfg->lora_model_dir;
+    if (!cfg->adapter) {
+        if (lora_keys)
+            add_warning(cfg,
+                        "%s: lora_* keys are set but 'adapter' is not: they are ignored and "
+                        "every weight is trained (set adapter: lora to train an adapter)",
+                        cfg->source);
+        return 0;
+    }
+    if (strcmp(cfg->adapter, "qlora") == 0)
+        return err_set("key 'adapter': qlora needs 4-bit quantised base weights, which rlhf.c "
+                       "does not have; use adapter: lora");
+    if (strcmp(cfg->adapter, "lora") != 0)
+        return err_set("key 'adapter': \"%s\" is not supported (lora)", cfg->adapter);
+    if (!cfg->lora_model_dir && cfg->lora_r == 0)
+        return err_set("key 'lora_r': missing (the adapter's rank, required with adapter: lora)");
+    if (cfg->lora_r < 0)
+        return err_set("key 'lora_r': must be positive, got %lld", (long long)cfg->lora_r);
+    if (cfg->lora_r > 65536)
+        return err_set("key 'lora_r': %lld is too large", (long long)cfg->lora_r);
+    if (isnan(cfg->lora_alpha)) cfg->lora_alpha = 8;
+    if (cfg->lora_dropout < 0 || cfg->lora_dropout >= 1)
+        return err_set("key 'lora_dropout': must be in [0, 1), got %g", cfg->lora_dropout);
+    if (cfg->n_lora_target_modules == 0 && !cfg->lora_target_linear) {
+        static const char *const peft_default[] = {"q_proj", "v_proj"};
+        cfg->lora_target_modules = xcalloc(2, sizeof *cfg->lora_target_modules);
+        for (int i = 0; i < 2; i++)
+            cfg->lora_target_modules[i] = xstrdup(peft_default[i]);
+        cfg->n_lora_target_modules = 2;
+    }
     return 0;
 }
 
@@ -471,6 +568,7 @@ static int validate(TrainConfig *cfg) {
         return err_set("key 'lr_scheduler': \"%s\" is not supported (constant, "
                        "constant_with_warmup, linear, cosine)",
                        cfg->lr_scheduler);
+    if (validate_adapter(cfg) != 0) return -1;
     if (!cfg->tokenizer_config) cfg->tokenizer_config = xstrdup(cfg->base_model);
     if (!cfg->output_dir) cfg->output_dir = xstrdup("./outputs");
     return 0;
@@ -507,6 +605,16 @@ static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
         if (override_for(key, overrides, n_ov)) continue;
         if (spec->kind == K_DATASETS) {
             if (read_datasets(cfg, d, v) != 0) return -1;
+            continue;
+        }
+        if (spec->kind == K_STRING_LIST && v->type == YAML_SEQUENCE_NODE) {
+            char ***list = (char ***)((char *)cfg + spec->offset);
+            int *n = string_list_count(cfg, spec);
+            free_string_list(list, n);
+            if (read_string_list(d, v, key, "a name", list, n) != 0)
+                return err_prefix("%s:%d", d->path, line);
+            if (*n == 0)
+                return err_set("%s:%d: key '%s': expected at least one name", d->path, line, key);
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)
@@ -574,9 +682,12 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->resume_from_checkpoint,
                         &cfg->chat_template,
                         &cfg->chat_template_jinja,
-                        &cfg->dataset_prepared_path};
+                        &cfg->dataset_prepared_path,
+                        &cfg->adapter,
+                        &cfg->lora_model_dir};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);
+    free_string_list(&cfg->lora_target_modules, &cfg->n_lora_target_modules);
     for (int i = 0; i < cfg->n_warnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);

@@ -57,7 +57,17 @@ typedef struct {
     char *chat_template;       /* NULL: the tokenizer's own (tokenizer_default) */
     char *chat_template_jinja; /* chat_template: jinja -> this template text or file */
     char *dataset_prepared_path;
-    char **warnings; /* messages for the user, in file order */
+    /* adapter: lora (axolotl-config.md §9.6); NULL: full fine-tuning */
+    char *adapter;
+    int64_t lora_r;             /* required with adapter: lora (unless lora_model_dir) */
+    double lora_alpha;          /* 8, PEFT's LoraConfig default, when unset */
+    double lora_dropout;        /* 0 */
+    char **lora_target_modules; /* module-name suffixes; q_proj, v_proj (PEFT's) when unset */
+    int n_lora_target_modules;
+    bool lora_target_linear; /* every linear layer but lm_head ("all-linear") */
+    bool peft_use_rslora;    /* scaling alpha / sqrt(r); also read as use_rslora */
+    char *lora_model_dir;    /* an adapter to continue from (or to merge) */
+    char **warnings;         /* messages for the user, in file order */
     int n_warnings;
 } TrainConfig;
 

@@ -185,14 +185,20 @@ int lora_load(LoraAdapter *a, const ModelConfig *cfg, const char *dir) {
     int n_targets = 0;
     if (rc == 0 && json_get_int64(c, "r", &r) != 1)
         rc = err_set("%s: key 'r': missing or not an integer", path);
+    if (rc == 0 && (r <= 0 || r > 65536))
+        rc = err_set("%s: key 'r': must be a positive rank, got %lld", path, (long long)r);
     if (rc == 0 && json_get_double(c, "lora_alpha", &alpha) < 0) rc = err_prefix("%s", path);
     if (rc == 0 && json_get_bool(c, "use_rslora", &rslora) < 0) rc = err_prefix("%s", path);
+    double dropout = 0;
+    if (rc == 0 && json_get_double(c, "lora_dropout", &dropout) < 0) rc = err_prefix("%s", path);
+    if (rc == 0 && (dropout < 0 || dropout >= 1))
+        rc = err_set("%s: key 'lora_dropout': must be in [0, 1), got %g", path, dropout);
     if (rc == 0)
         rc = read_targets(json_object_get(c, "target_modules"), path, &targets, &n_targets);
     json_decref(c);
     if (rc == 0)
-        rc = lora_layout(a, cfg, (int)r, alpha, rslora, 0.0f, (const char *const *)targets,
-                         n_targets);
+        rc = lora_layout(a, cfg, (int)r, alpha, rslora, (float)dropout,
+                         (const char *const *)targets, n_targets);
     for (int i = 0; i < n_targets; i++)
         free(targets[i]);
     free(targets);

@@ -45,21 +45,22 @@ static void fsync_dir(const char *path) {
     }
 }
 
-static int write_optimizer(const char *path, const Model *m, const AdamW *opt) {
-    int n = m->n_param_tensors;
+static int write_optimizer(const char *path, const Trainer *tr) {
+    int n = tr->n_spans;
     SafetensorsWriteTensor *t = xcalloc(2 * (size_t)n, sizeof *t);
     char **names = xcalloc(2 * (size_t)n, sizeof *names);
     for (int p = 0; p < n; p++) {
-        const ParamInfo *info = &m->param_info[p];
+        const ParamSpan *span = &tr->spans[p];
         for (int k = 0; k < 2; k++) {
-            size_t len = strlen(info->name) + 16;
+            size_t len = strlen(tr->param_names[p]) + 16;
             names[2 * p + k] = xmalloc(len);
-            snprintf(names[2 * p + k], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg", info->name);
+            snprintf(names[2 * p + k], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
+                     tr->param_names[p]);
             t[2 * p + k] = (SafetensorsWriteTensor){names[2 * p + k],
                                                     ST_F32,
                                                     1,
-                                                    {(int64_t)info->numel},
-                                                    (k ? opt->v : opt->m) + info->offset};
+                                                    {(int64_t)span->numel},
+                                                    (k ? tr->adamw.v : tr->adamw.m) + span->offset};
         }
     }
     int rc = safetensors_write(path, t, 2 * (size_t)n);
@@ -137,18 +138,21 @@ static int rotate(const char *output_dir, int64_t keep) {
     return rc;
 }
 
-int checkpoint_save(const CheckpointTarget *target, int64_t step, const Model *m, const AdamW *opt,
-                    const json_t *state) {
+int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state) {
+    int64_t step = tr->step;
     char final_dir[4096], temp_dir[4096], path[4200];
     snprintf(final_dir, sizeof final_dir, "%s/checkpoint-%lld", target->output_dir,
              (long long)step);
     snprintf(temp_dir, sizeof temp_dir, "%s/.checkpoint-%lld.tmp", target->output_dir,
              (long long)step);
     if (remove_tree(temp_dir) != 0) return -1;
-    int rc = model_dir_write(m, target->model_dir, target->tokenizer_dir, temp_dir, ST_F32);
+    int rc = tr->lora
+                 ? adapter_dir_write(tr->lora, target->model_dir, target->tokenizer_dir, temp_dir)
+                 : model_dir_write(tr->model, target->model_dir, target->tokenizer_dir, temp_dir,
+                                   ST_F32);
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", temp_dir);
-        rc = write_optimizer(path, m, opt);
+        rc = write_optimizer(path, tr);
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/trainer_state.json", temp_dir);
@@ -165,39 +169,70 @@ int checkpoint_save(const CheckpointTarget *target, int64_t step, const Model *m
     return rotate(target->output_dir, target->save_total_limit);
 }
 
-static int read_moments(const char *path, Model *m, AdamW *opt) {
+static int read_moments(const char *path, Trainer *tr) {
     SafetensorsFile f;
     if (safetensors_open(&f, path) != 0) return -1;
     int rc = 0;
-    for (int p = 0; rc == 0 && p < m->n_param_tensors; p++) {
-        const ParamInfo *info = &m->param_info[p];
+    for (int p = 0; rc == 0 && p < tr->n_spans; p++) {
+        const ParamSpan *span = &tr->spans[p];
         for (int k = 0; rc == 0 && k < 2; k++) {
-            char name[160];
-            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", info->name);
+            char name[200];
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", tr->param_names[p]);
             const SafetensorsTensor *t = safetensors_find(&f, name);
-            if (!t || t->dtype != ST_F32 || (size_t)t->numel != info->numel)
+            if (!t || t->dtype != ST_F32 || (size_t)t->numel != span->numel)
                 rc = err_set("%s: tensor \"%s\" is missing or has the wrong size", path, name);
             else
-                memcpy((k ? opt->v : opt->m) + info->offset, t->data, info->numel * sizeof(float));
+                memcpy((k ? tr->adamw.v : tr->adamw.m) + span->offset, t->data,
+                       span->numel * sizeof(float));
         }
     }
     safetensors_close(&f);
     return rc;
 }
 
-int checkpoint_load(const char *dir, Model *m, AdamW *opt, json_t **state) {
-    char path[4200];
+/* The weights of a full fine-tuning checkpoint, into the model. */
+static int read_weights(const char *dir, Model *m) {
     Model saved;
     if (model_load(&saved, dir) != 0) return -1;
-    if (saved.n_params != m->n_params) {
-        model_free(&saved);
-        return err_set("%s: the checkpoint's model has %zu parameters, the configured one %zu", dir,
-                       saved.n_params, m->n_params);
-    }
-    memcpy(m->params, saved.params, m->n_params * sizeof(float));
+    int rc = 0;
+    if (saved.n_params != m->n_params)
+        rc = err_set("%s: the checkpoint's model has %zu parameters, the configured one %zu", dir,
+                     saved.n_params, m->n_params);
+    else
+        memcpy(m->params, saved.params, m->n_params * sizeof(float));
     model_free(&saved);
+    return rc;
+}
+
+/* The adapter of a LoRA checkpoint, into the trained one: same tensors, same shapes. */
+static int read_adapter(const char *dir, const Model *m, LoraAdapter *lora) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    if (!file_exists(path))
+        return err_set("%s: no adapter_config.json: this checkpoint is not of an adapter run", dir);
+    LoraAdapter saved;
+    if (lora_load(&saved, &m->cfg, dir) != 0) return -1;
+    int rc = 0;
+    bool same = saved.n_info == lora->n_info && saved.n_params == lora->n_params &&
+                saved.r == lora->r && saved.scaling == lora->scaling;
+    for (int i = 0; same && i < lora->n_info; i++)
+        same = strcmp(saved.info[i].name, lora->info[i].name) == 0;
+    if (!same)
+        rc = err_set("%s: the checkpoint's adapter (r %d, %d tensors) is not the configured one "
+                     "(r %d, %d tensors, same targets and scaling expected)",
+                     dir, saved.r, saved.n_info, lora->r, lora->n_info);
+    else
+        memcpy(lora->params, saved.params, lora->n_params * sizeof(float));
+    lora_free(&saved);
+    return rc;
+}
+
+int checkpoint_load(const char *dir, Trainer *tr, json_t **state) {
+    char path[4200];
+    if ((tr->lora ? read_adapter(dir, tr->model, tr->lora) : read_weights(dir, tr->model)) != 0)
+        return -1;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (read_moments(path, m, opt) != 0) return -1;
+    if (read_moments(path, tr) != 0) return -1;
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     if (json_load_path(path, state) != 0) return -1;
     int64_t step;
@@ -205,6 +240,7 @@ int checkpoint_load(const char *dir, Model *m, AdamW *opt, json_t **state) {
         json_decref(*state);
         return err_set("%s: key 'global_step': missing or not a non-negative integer", path);
     }
-    opt->step = step;
+    tr->adamw.step = step;
+    tr->step = step;
     return 0;
 }

@@ -4,18 +4,19 @@
  *  1. A directory named checkpoint-N is complete: it is written under a temporary name in
  *     output_dir, every file fsynced, then renamed into place. A crash mid-save leaves at most a
  *     ".checkpoint-N.tmp" directory, which resume ignores and the next save of N replaces.
- *  2. It holds model.safetensors in fp32 (the master weights, so resuming loses nothing),
- *     config.json and the tokenizer files (it loads as a model), optimizer.safetensors
- *     (AdamW's exp_avg.<name> and exp_avg_sq.<name>, fp32: our own format, documented here,
- *     where HF writes a pickled optimizer.pt) and trainer_state.json (HF's schema; the
- *     optimizer step, the schedule position and the data position all follow from global_step).
+ *  2. It holds model.safetensors in fp32 (the master weights, so resuming loses nothing) or,
+ *     when an adapter is trained, adapter_config.json and adapter_model.safetensors (fp32, PEFT's
+ *     format); config.json and the tokenizer files (it loads as a model, or as an adapter);
+ *     optimizer.safetensors (AdamW's exp_avg.<name> and exp_avg_sq.<name> for every trained
+ *     tensor, fp32: our own format, documented here, where HF writes a pickled optimizer.pt)
+ *     and trainer_state.json (HF's schema; the optimizer step, the schedule position, the data
+ *     position and the dropout masks all follow from global_step).
  *  3. Rotation (save_total_limit) deletes the oldest checkpoints only after the new one is in
  *     place, so at least one complete checkpoint exists at every moment once one was written. */
 #ifndef RLHF_TRAIN_CHECKPOINT_H
 #define RLHF_TRAIN_CHECKPOINT_H
 
-#include "model/model.h"
-#include "train/optimizer.h"
+#include "train/trainer.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -28,19 +29,19 @@ typedef struct {
     int64_t save_total_limit;  /* 0: keep all */
 } CheckpointTarget;
 
-/* Writes checkpoint-<step> (invariants 1-3). `state` is trainer_state.json's content.
+/* Writes checkpoint-<tr->step> (invariants 1-3). `state` is trainer_state.json's content.
  * Returns 0, or -1 with an error; on failure no checkpoint-<step> is left behind and older
  * checkpoints are untouched. */
-int checkpoint_save(const CheckpointTarget *target, int64_t step, const Model *m, const AdamW *opt,
-                    const json_t *state);
+int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state);
 
 /* The checkpoint-N with the largest N in output_dir, into out. Returns 1 when found, 0 when
  * there is none, -1 on error. */
 int checkpoint_find_latest(const char *output_dir, char *out, size_t cap);
 
-/* Restores weights and optimizer moments from a checkpoint directory and returns its
- * trainer_state.json (caller decrefs). The model and optimizer must have the checkpoint's
- * shapes. Returns 0, or -1 with an error naming the file. */
-int checkpoint_load(const char *dir, Model *m, AdamW *opt, json_t **state);
+/* Restores the trained parameters (weights or adapter) and the optimizer moments from a
+ * checkpoint directory, sets the trainer's step, and returns its trainer_state.json (caller
+ * decrefs). The trainer must train what the checkpoint holds, with the same shapes. Returns 0,
+ * or -1 with an error naming the file. */
+int checkpoint_load(const char *dir, Trainer *tr, json_t **state);
 
 #endif

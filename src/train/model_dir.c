@@ -70,15 +70,29 @@ static int write_config(const char *model_dir, const char *out_dir, SafetensorsD
     return rc;
 }
 
-int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer_dir,
-                    const char *out_dir, SafetensorsDtype dtype) {
-    if (make_dirs(out_dir) != 0) return -1;
-    if (model_save_weights(m, out_dir, dtype, MODEL_DEFAULT_MAX_SHARD_BYTES) != 0) return -1;
-    if (write_config(model_dir, out_dir, dtype) != 0) return -1;
+/* generation_config.json and the tokenizer files, those that exist. */
+static int copy_companion_files(const char *model_dir, const char *tokenizer_dir,
+                                const char *out_dir) {
     if (copy_if_present(model_dir, out_dir, "generation_config.json") != 0) return -1;
     static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json",
                                                   "special_tokens_map.json", "chat_template.jinja"};
     for (size_t i = 0; i < sizeof tokenizer_files / sizeof *tokenizer_files; i++)
         if (copy_if_present(tokenizer_dir, out_dir, tokenizer_files[i]) != 0) return -1;
     return 0;
+}
+
+int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer_dir,
+                    const char *out_dir, SafetensorsDtype dtype) {
+    if (make_dirs(out_dir) != 0) return -1;
+    if (model_save_weights(m, out_dir, dtype, MODEL_DEFAULT_MAX_SHARD_BYTES) != 0) return -1;
+    if (write_config(model_dir, out_dir, dtype) != 0) return -1;
+    return copy_companion_files(model_dir, tokenizer_dir, out_dir);
+}
+
+int adapter_dir_write(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
+                      const char *out_dir) {
+    if (make_dirs(out_dir) != 0) return -1;
+    if (lora_save(a, out_dir, model_dir) != 0) return -1;
+    if (copy_if_present(model_dir, out_dir, "config.json") != 0) return -1;
+    return copy_companion_files(model_dir, tokenizer_dir, out_dir);
 }

@@ -188,8 +188,7 @@ static int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FIL
         snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
     }
     json_t *state;
-    if (checkpoint_load(dir, tr->model, &tr->adamw, &state) != 0) return -1;
-    tr->step = tr->adamw.step;
+    if (checkpoint_load(dir, tr, &state) != 0) return -1;
     json_t *history = json_object_get(state, "log_history");
     if (json_is_array(history)) json_array_extend(*log_history, history);
     json_decref(state);
@@ -197,8 +196,8 @@ static int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FIL
     return 0;
 }
 
-static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const SftDataset *val,
-               int32_t pad_id, FILE *log) {
+static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDataset *ds,
+               const SftDataset *val, int32_t pad_id, FILE *log) {
     size_t micro_per_epoch =
         (ds->n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
     size_t gas = (size_t)cfg->gradient_accumulation_steps;
@@ -210,14 +209,15 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const Sft
         .max_grad_norm = cfg->max_grad_norm,
         .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
         .total_steps = total,
-        .gradient_checkpointing = cfg->gradient_checkpointing};
+        .gradient_checkpointing = cfg->gradient_checkpointing,
+        .seed = (uint64_t)cfg->seed};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0
                            ? lr_warmup_steps_from_ratio(cfg->warmup_ratio, total)
                            : default_warmup(total);
     Trainer tr;
-    if (trainer_init(&tr, m, &opt) != 0) return -1;
+    if (trainer_init(&tr, m, lora, &opt) != 0) return -1;
     json_t *log_history = json_array();
     if (make_dirs(cfg->output_dir) != 0 ||
         (cfg->resume_from_checkpoint && resume(cfg, &tr, &log_history, log) != 0)) {
@@ -320,7 +320,7 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const Sft
             if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
                 json_t *state = trainer_state(
                     cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
-                rc = checkpoint_save(&target, tr.step, m, &tr.adamw, state);
+                rc = checkpoint_save(&target, &tr, state);
                 json_decref(state);
                 if (rc == 0 && !tty) fprintf(log, "saved checkpoint-%lld\n", (long long)tr.step);
             }
@@ -342,6 +342,29 @@ static int run(const TrainConfig *cfg, Model *m, const SftDataset *ds, const Sft
     return 0;
 }
 
+/* The adapter to train: a fresh one as the lora_* keys describe, or the one in lora_model_dir
+ * to continue from (its adapter_config.json governs, as PeftModel.from_pretrained does). */
+static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lora, FILE *log) {
+    if (cfg->lora_model_dir) {
+        if (!dir_exists(cfg->lora_model_dir))
+            return err_set("%s: key 'lora_model_dir': target directory for LoRA adapter weights "
+                           "does not exist: `%s`",
+                           cfg->source, cfg->lora_model_dir);
+        if (lora_load(lora, &m->cfg, cfg->lora_model_dir) != 0) return -1;
+        fprintf(log, "continuing from the adapter in %s (r %d, alpha %g)\n", cfg->lora_model_dir,
+                lora->r, lora->alpha);
+        return 0;
+    }
+    const char *all_linear = "all-linear";
+    const char *const *targets = (const char *const *)cfg->lora_target_modules;
+    int n_targets = cfg->n_lora_target_modules;
+    if (cfg->lora_target_linear) targets = &all_linear, n_targets = 1;
+    if (lora_create(lora, &m->cfg, (int)cfg->lora_r, cfg->lora_alpha, cfg->peft_use_rslora,
+                    (float)cfg->lora_dropout, targets, n_targets, (uint64_t)cfg->seed) != 0)
+        return err_prefix("%s", cfg->source);
+    return 0;
+}
+
 int train_run(const TrainConfig *cfg, FILE *log) {
     if (cfg->rl != RL_NONE)
         return err_set("%s: rl: %s is not implemented in this build yet (supervised fine-tuning "
@@ -349,8 +372,18 @@ int train_run(const TrainConfig *cfg, FILE *log) {
                        cfg->source, rl_method_name(cfg->rl));
     Model m;
     if (model_load(&m, cfg->base_model) != 0) return -1;
+    LoraAdapter lora = {0};
+    if (cfg->adapter && make_adapter(cfg, &m, &lora, log) != 0) {
+        model_free(&m);
+        return -1;
+    }
+    if (cfg->adapter)
+        fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
+                lora.n_params, lora.n_params + m.n_params,
+                100.0 * (double)lora.n_params / (double)(lora.n_params + m.n_params));
     Tokenizer tok;
     if (tokenizer_load(&tok, cfg->tokenizer_config) != 0) {
+        lora_free(&lora);
         model_free(&m);
         return -1;
     }
@@ -366,14 +399,18 @@ int train_run(const TrainConfig *cfg, FILE *log) {
                 ds.dropped_too_long, (long long)cfg->sequence_len);
     SftDataset val = {0};
     if (rc == 0) rc = split_validation(&ds, cfg, &val);
-    if (rc == 0) rc = run(cfg, &m, &ds, &val, pad, log);
+    if (rc == 0) rc = run(cfg, &m, cfg->adapter ? &lora : NULL, &ds, &val, pad, log);
     if (rc == 0)
-        rc = model_dir_write(&m, cfg->base_model, cfg->tokenizer_config, cfg->output_dir,
-                             model_source_dtype(&m));
-    if (rc == 0) fprintf(log, "model saved to %s\n", cfg->output_dir);
+        rc = cfg->adapter
+                 ? adapter_dir_write(&lora, cfg->base_model, cfg->tokenizer_config, cfg->output_dir)
+                 : model_dir_write(&m, cfg->base_model, cfg->tokenizer_config, cfg->output_dir,
+                                   model_source_dtype(&m));
+    if (rc == 0)
+        fprintf(log, "%s saved to %s\n", cfg->adapter ? "adapter" : "model", cfg->output_dir);
     sft_dataset_free(&val);
     sft_dataset_free(&ds);
     tokenizer_free(&tok);
+    lora_free(&lora);
     model_free(&m);
     return rc;
 }

@@ -7,7 +7,8 @@
  * not torch's RandomSampler order. Every logging_steps steps a line with HF's keys (loss,
  * grad_norm, learning_rate, epoch, step) goes to output_dir/metrics.jsonl and to the log. The
  * final model (weights in the source dtype, config.json, tokenizer and generation files) is
- * written to output_dir. */
+ * written to output_dir; with adapter: lora, the base stays frozen and the adapter is what is
+ * trained, checkpointed and written (PEFT's adapter files beside config.json and the tokenizer). */
 #ifndef RLHF_TRAIN_TRAIN_RUN_H
 #define RLHF_TRAIN_TRAIN_RUN_H
 

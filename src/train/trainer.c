@@ -7,20 +7,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-int trainer_init(Trainer *t, Model *m, const TrainerOptions *opt) {
+int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *opt) {
     memset(t, 0, sizeof *t);
     t->model = m;
+    t->lora = lora;
     t->opt = *opt;
-    t->spans = xcalloc((size_t)m->n_param_tensors, sizeof *t->spans);
-    for (int p = 0; p < m->n_param_tensors; p++)
-        t->spans[p] = (ParamSpan){m->param_info[p].offset, m->param_info[p].numel,
-                                  param_gets_weight_decay(m->param_info[p].name)};
-    t->grads = calloc(m->n_params, sizeof *t->grads);
-    if (!t->grads || adamw_init(&t->adamw, &opt->adamw, t->spans, m->n_param_tensors) != 0) {
-        free(t->grads);
-        free(t->spans);
+    if (lora) {
+        m->lora = lora;
+        t->params = lora->params;
+        t->n_params = lora->n_params;
+        t->n_spans = lora->n_info;
+    } else {
+        t->params = m->params;
+        t->n_params = m->n_params;
+        t->n_spans = m->n_param_tensors;
+    }
+    t->spans = xcalloc((size_t)t->n_spans, sizeof *t->spans);
+    t->param_names = xcalloc((size_t)t->n_spans, sizeof *t->param_names);
+    for (int p = 0; p < t->n_spans; p++) {
+        const char *name = lora ? lora->info[p].name : m->param_info[p].name;
+        size_t offset = lora ? lora->info[p].offset : m->param_info[p].offset;
+        size_t numel = lora ? lora->info[p].numel : m->param_info[p].numel;
+        t->spans[p] = (ParamSpan){offset, numel, param_gets_weight_decay(name)};
+        t->param_names[p] = name;
+    }
+    t->grads = calloc(t->n_params, sizeof *t->grads);
+    if (!t->grads || adamw_init(&t->adamw, &opt->adamw, t->spans, t->n_spans) != 0) {
+        trainer_free(t);
         return err_set("out of memory for gradients and optimizer state (%zu parameters)",
-                       m->n_params);
+                       t->n_params);
     }
     return 0;
 }
@@ -28,8 +43,18 @@ int trainer_init(Trainer *t, Model *m, const TrainerOptions *opt) {
 void trainer_free(Trainer *t) {
     adamw_free(&t->adamw);
     free(t->spans);
+    free((void *)t->param_names);
     free(t->grads);
     memset(t, 0, sizeof *t);
+}
+
+/* The dropout masks of micro-batch i of step `step` (splitmix64 of the three). */
+static uint64_t dropout_key(uint64_t seed, int64_t step, int i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull +
+                 (uint64_t)i * 0x94D049BB133111EBull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
@@ -38,28 +63,34 @@ int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats)
     for (int i = 0; i < n; i++)
         stats->tokens +=
             sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
-    memset(t->grads, 0, m->n_params * sizeof *t->grads);
-    for (int i = 0; i < n; i++) {
+    memset(t->grads, 0, t->n_params * sizeof *t->grads);
+    if (t->lora) t->lora->training = true;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (t->lora) t->lora->dropout_key = dropout_key(t->opt.seed, t->step, i);
         size_t cells = (size_t)mbs[i].batch.batch * mbs[i].batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
         ForwardTape tape;
-        int rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
+        rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
         if (rc == 0) {
             model_tape_logprobs(m, &tape, mbs[i].label_mask, logp);
             stats->loss += sft_loss(logp, mbs[i].label_mask, cells, stats->tokens, dlogp);
-            rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->grads, NULL);
+            rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
+                                t->lora ? t->grads : NULL);
             forward_tape_free(&tape);
         }
         free(logp);
         free(dlogp);
-        if (rc != 0) return err_prefix("micro-batch %d", i);
+        if (rc != 0) rc = err_prefix("micro-batch %d", i);
     }
-    stats->grad_norm = grad_global_norm(t->grads, t->spans, m->n_param_tensors);
+    if (t->lora) t->lora->training = false;
+    if (rc != 0) return -1;
+    stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
     if (t->opt.max_grad_norm > 0)
-        grad_clip(t->grads, t->spans, m->n_param_tensors, t->opt.max_grad_norm, stats->grad_norm);
+        grad_clip(t->grads, t->spans, t->n_spans, t->opt.max_grad_norm, stats->grad_norm);
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);
-    adamw_step(&t->adamw, m->params, t->grads, stats->lr);
+    adamw_step(&t->adamw, t->params, t->grads, stats->lr);
     t->step++;
     return 0;
 }
