@@ -1,7 +1,9 @@
-/* LoRA against peft (tests/fixtures/lora, made by tools/reference/make_lora_fixtures.py):
+/* LoRA against peft (tests/fixtures/lora, made by tools/reference/make_lora_fixtures.py and
+ * make_rlhf_adapter_fixtures.py):
  * per-token log-probs with the adapter, and with it switched off (the reference policy); the
  * incremental (KV-cache) forward with an adapter; loading errors. */
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
 #include "model/forward.h"
@@ -15,7 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora"};
+/* The first three were made and saved by peft; the rlhf_* ones trained and saved by rlhf.c and
+ * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py). */
+static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora",
+                                    "rlhf_all_linear_rslora", "rlhf_qvo"};
+
+/* Whether two files hold the same bytes. */
+static bool same_bytes(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    bool same = read_file(a, &x, &nx) == 0 && read_file(b, &y, &ny) == 0 && nx == ny &&
+                memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return same;
+}
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
@@ -152,6 +168,16 @@ static void check_case(const char *name) {
               back.scaling == a.scaling && back.r == a.r,
           "%s: the saved adapter reads back the same", name);
     lora_free(&back);
+    if (strncmp(name, "rlhf_", 5) == 0) { /* the writer still writes what peft was shown */
+        const char *files[] = {"adapter_config.json", "adapter_model.safetensors"};
+        for (int f = 0; f < 2; f++) {
+            char mine[4200], theirs[4200];
+            snprintf(mine, sizeof mine, "%s/%s", saved, files[f]);
+            snprintf(theirs, sizeof theirs, "%s/%s", adir, files[f]);
+            CHECK(same_bytes(mine, theirs), "%s: %s re-saved differs from the fixture", name,
+                  files[f]);
+        }
+    }
 
     /* merging equals peft's merge_and_unload to 1e-5 of each tensor's scale */
     m.lora = NULL;

@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include "common/error.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -31,5 +33,58 @@ int cli_positive_int(const char *name, const char *text, int *out) {
         return -1;
     }
     *out = (int)v;
+    return 0;
+}
+
+int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, LoraAdapter *lora) {
+    memset(lora, 0, sizeof *lora);
+    if (model_load(m, model_dir) != 0) return -1;
+    if (!adapter_dir) return 0;
+    if (lora_load(lora, &m->cfg, adapter_dir) != 0) {
+        model_free(m);
+        return -1;
+    }
+    m->lora = lora;
+    return 0;
+}
+
+int cli_read_config(int argc, char **argv, const char *command, const char *usage,
+                    TrainConfig *cfg) {
+    const char *config = NULL;
+    const char **overrides = xcalloc((size_t)argc + 1, sizeof *overrides);
+    int n_overrides = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            free(overrides);
+            return CLI_HELP_SHOWN;
+        }
+        if (strncmp(argv[i], "--", 2) == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "rlhf %s: option %s needs a value\n", command, argv[i]);
+                free(overrides);
+                return CLI_EXIT_USAGE;
+            }
+            overrides[2 * n_overrides] = argv[i] + 2;
+            overrides[2 * n_overrides + 1] = argv[++i];
+            n_overrides++;
+        } else if (!config) {
+            config = argv[i];
+        } else {
+            fprintf(stderr, "rlhf %s: unexpected argument \"%s\"\n%s", command, argv[i], usage);
+            free(overrides);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "rlhf %s: a config file is required\n%s", command, usage);
+        free(overrides);
+        return CLI_EXIT_USAGE;
+    }
+    int rc = train_config_load(cfg, config, overrides, n_overrides);
+    free(overrides);
+    if (rc != 0) return cli_fail(err_msg());
+    for (int i = 0; i < cfg->n_warnings; i++)
+        fprintf(stderr, "warning: %s\n", cfg->warnings[i]);
     return 0;
 }

@@ -3,6 +3,9 @@
 #ifndef RLHF_CLI_COMMANDS_H
 #define RLHF_CLI_COMMANDS_H
 
+#include "config/train_config.h"
+#include "model/model.h"
+
 #define CLI_EXIT_OK      0
 #define CLI_EXIT_FAILURE 1
 #define CLI_EXIT_USAGE   2
@@ -13,6 +16,7 @@ int cli_preprocess(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_merge_lora(int argc, char **argv);
 
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const char *message);
@@ -24,5 +28,18 @@ int cli_option(int argc, char **argv, int *i, const char *name, const char **val
 
 /* Parses a positive integer option value; prints a message and returns -1 when it is not. */
 int cli_positive_int(const char *name, const char *text, int *out);
+
+#define CLI_HELP_SHOWN (-1)
+
+/* The arguments `CONFIG.yaml [--key value ...]` of train, preprocess and merge-lora: reads the
+ * config with the overrides applied and prints its warnings. Returns 0 with *cfg loaded,
+ * CLI_HELP_SHOWN after printing `usage` for --help, or the exit status of a usage error or a
+ * bad config (message printed). */
+int cli_read_config(int argc, char **argv, const char *command, const char *usage,
+                    TrainConfig *cfg);
+
+/* Loads the model in model_dir and, when adapter_dir is given, the PEFT LoRA adapter there into
+ * *lora, attached to the model (m->lora). Returns 0, or -1 with an error (nothing left loaded). */
+int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, LoraAdapter *lora);
 
 #endif

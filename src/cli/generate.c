@@ -18,7 +18,7 @@ static const char generate_usage[] =
     "usage: rlhf generate --model DIR (--prompt STR | --prompts FILE.jsonl) [--chat] [--n N]\n"
     "                     [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
     "                     [--min-p P] [--repetition-penalty R] [--seed S] [--batch-size N]\n"
-    "                     [--tokenizer DIR] [--out FILE]\n"
+    "                     [--tokenizer DIR] [--adapter DIR] [--out FILE]\n"
     "\n"
     "Generates with the model's generation_config.json defaults (transformers' when absent),\n"
     "changed by the options; --temperature 0 is greedy, a positive one samples. --chat applies\n"
@@ -26,7 +26,9 @@ static const char generate_usage[] =
     "prompts file each line is {\"prompt\": \"...\"} or {\"messages\": [...]} (chat template).\n"
     "One --prompt streams its text; a file gives one JSON line per prompt:\n"
     "{\"prompt\", \"completions\": [{\"text\", \"token_ids\", \"logprobs\", "
-    "\"finish_reason\"}]}.\n";
+    "\"finish_reason\"}]}.\n"
+    "--adapter applies a PEFT LoRA adapter directory (adapter_config.json +\n"
+    "adapter_model.safetensors) to the model without merging it.\n";
 
 typedef struct {
     const char *model, *tokenizer, *prompt, *prompts, *out, *adapter;
@@ -299,10 +301,10 @@ int cli_generate(int argc, char **argv) {
     int pr = parse_args(argc, argv, &a);
     if (pr == -1) return CLI_EXIT_OK; /* --help */
     if (pr != 0) return pr;
-    if (a.adapter) return cli_fail("--adapter: LoRA adapters are not supported yet (issue 5)");
     const char *tok_dir = a.tokenizer ? a.tokenizer : a.model;
     Model m;
-    if (model_load(&m, a.model) != 0) return cli_fail(err_msg());
+    LoraAdapter lora = {0};
+    if (cli_load_model(&m, a.model, a.adapter, &lora) != 0) return cli_fail(err_msg());
     Tokenizer tok = {0};
     GenerationDefaults g;
     GenerateOptions opt = {0};
@@ -365,5 +367,6 @@ done:
     prompt_set_free(&prompts);
     tokenizer_free(&tok);
     model_free(&m);
+    lora_free(&lora);
     return rc;
 }

@@ -11,6 +11,7 @@ static const struct {
 } commands[] = {
     {"train", cli_train, "fine-tune a model from an Axolotl-style YAML config"},
     {"preprocess", cli_preprocess, "tokenise a config's datasets once, for train to reuse"},
+    {"merge-lora", cli_merge_lora, "merge a LoRA adapter into its base model's weights"},
     {"generate", cli_generate, "generate text (greedy or sampled) with a KV cache"},
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},

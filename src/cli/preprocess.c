@@ -11,43 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char preprocess_usage[] =
+    "usage: rlhf preprocess CONFIG.yaml [--key value ...]\n\nTokenises the config's datasets "
+    "into dataset_prepared_path (default last_run_prepared),\nwhere `rlhf train` finds them.\n";
+
 int cli_preprocess(int argc, char **argv) {
-    const char *config = NULL;
-    const char **overrides = xcalloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0, rc = CLI_EXIT_OK;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: rlhf preprocess CONFIG.yaml [--key value ...]\n\nTokenises the config's "
-                 "datasets into dataset_prepared_path (default last_run_prepared),\nwhere `rlhf "
-                 "train` finds them.");
-            free(overrides);
-            return CLI_EXIT_OK;
-        }
-        if (strncmp(argv[i], "--", 2) == 0 && i + 1 < argc) {
-            overrides[2 * n_overrides] = argv[i] + 2;
-            overrides[2 * n_overrides + 1] = argv[++i];
-            n_overrides++;
-        } else if (!config && strncmp(argv[i], "--", 2) != 0) {
-            config = argv[i];
-        } else {
-            fprintf(stderr, "rlhf preprocess: unexpected argument \"%s\"\n", argv[i]);
-            free(overrides);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "rlhf preprocess: a config file is required\n");
-        free(overrides);
-        return CLI_EXIT_USAGE;
-    }
     TrainConfig cfg;
-    if (train_config_load(&cfg, config, overrides, n_overrides) != 0) {
-        free(overrides);
-        return cli_fail(err_msg());
-    }
-    free(overrides);
-    for (int i = 0; i < cfg.n_warnings; i++)
-        fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    int rc = cli_read_config(argc, argv, "preprocess", preprocess_usage, &cfg);
+    if (rc != 0) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : rc;
     if (!cfg.dataset_prepared_path)
         fprintf(stderr, "warning: preprocess called without dataset_prepared_path set, using "
                         "default path: last_run_prepared\n");

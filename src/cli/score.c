@@ -1,4 +1,5 @@
-/* rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--out FILE] [--batch-size N]
+/* rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--adapter DIR] [--out FILE]
+ *            [--batch-size N]
  * Prints one JSON line per input line: {"logp": sum, "tokens": n, "mean_logp": sum/n}. */
 #include "cli/commands.h"
 
@@ -14,14 +15,15 @@
 #include <string.h>
 
 static const char score_usage[] =
-    "usage: rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--out FILE]\n"
-    "                  [--batch-size N]\n"
+    "usage: rlhf score --model DIR --data FILE.jsonl [--tokenizer DIR] [--adapter DIR]\n"
+    "                  [--out FILE] [--batch-size N]\n"
     "\n"
     "Scores completions: for each line {\"prompt_ids\": [...], \"completion_ids\": [...]}\n"
     "or {\"prompt\": \"...\", \"completion\": \"...\"} prints {\"logp\": <sum of completion-token\n"
     "log-probs given the prompt>, \"tokens\": <n>, \"mean_logp\": <logp/n>}. Text is tokenised\n"
     "with --tokenizer (default: the model directory's tokenizer.json): the prompt with the\n"
     "tokenizer's special tokens (BOS), the completion without, then concatenated.\n"
+    "--adapter scores with a PEFT LoRA adapter applied to the model (not merged).\n"
     "With --out the results are written there, all or nothing.\n";
 
 static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
@@ -35,13 +37,14 @@ static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
 
 int cli_score(int argc, char **argv) {
     const char *model_dir = NULL, *data = NULL, *out = NULL, *batch_text = "8";
-    const char *tokenizer_dir = NULL;
+    const char *tokenizer_dir = NULL, *adapter_dir = NULL;
     for (int i = 0; i < argc; i++) {
         int r;
         if ((r = cli_option(argc, argv, &i, "--model", &model_dir)) ||
             (r = cli_option(argc, argv, &i, "--data", &data)) ||
             (r = cli_option(argc, argv, &i, "--out", &out)) ||
             (r = cli_option(argc, argv, &i, "--tokenizer", &tokenizer_dir)) ||
+            (r = cli_option(argc, argv, &i, "--adapter", &adapter_dir)) ||
             (r = cli_option(argc, argv, &i, "--batch-size", &batch_text))) {
             if (r < 0) return CLI_EXIT_USAGE;
             continue;
@@ -61,7 +64,8 @@ int cli_score(int argc, char **argv) {
     if (cli_positive_int("--batch-size", batch_text, &batch_size) != 0) return CLI_EXIT_USAGE;
 
     Model model;
-    if (model_load(&model, model_dir) != 0) return cli_fail(err_msg());
+    LoraAdapter lora = {0};
+    if (cli_load_model(&model, model_dir, adapter_dir, &lora) != 0) return cli_fail(err_msg());
     /* A tokenizer is needed only for text lines. One named with --tokenizer must load; the
      * model directory's own is optional, and why it could not be had is kept for the message. */
     Tokenizer tok = {0};
@@ -73,6 +77,7 @@ int cli_score(int argc, char **argv) {
         have_tok = tokenizer_load(&tok, tokenizer_dir ? tokenizer_dir : default_tok) == 0;
         if (!have_tok && tokenizer_dir) {
             model_free(&model);
+            lora_free(&lora);
             return cli_fail(err_msg());
         }
         if (!have_tok) snprintf(no_tok_reason, sizeof no_tok_reason, "%s", err_msg());
@@ -82,6 +87,7 @@ int cli_score(int argc, char **argv) {
                                      no_tok_reason) != 0) {
         tokenizer_free(&tok);
         model_free(&model);
+        lora_free(&lora);
         return cli_fail(err_msg());
     }
     tokenizer_free(&tok);
@@ -106,5 +112,6 @@ int cli_score(int argc, char **argv) {
     free(scores);
     prompt_completion_free(&set);
     model_free(&model);
+    lora_free(&lora);
     return rc;
 }

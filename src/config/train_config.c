@@ -486,6 +486,7 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->warmup_ratio = -1.0;
     cfg->logging_steps = 1;
     cfg->seed = 42;
+    cfg->lora_r = -1;      /* unset */
     cfg->lora_alpha = NAN; /* unset: PEFT's default, 8 */
 }
 
@@ -496,7 +497,7 @@ static int require_positive(const char *key, double v) {
 
 /* adapter and the lora_* keys (axolotl-config.md §9.6). */
 static int validate_adapter(TrainConfig *cfg) {
-    bool lora_keys = cfg->lora_r || !isnan(cfg->lora_alpha) || cfg->lora_dropout != 0 ||
+    bool lora_keys = cfg->lora_r != -1 || !isnan(cfg->lora_alpha) || cfg->lora_dropout != 0 ||
                      cfg->n_lora_target_modules || cfg->lora_target_linear ||
                      cfg->peft_use_rslora || cfg->lora_model_dir;
     if (!cfg->adapter) {
@@ -512,9 +513,9 @@ static int validate_adapter(TrainConfig *cfg) {
                        "does not have; use adapter: lora");
     if (strcmp(cfg->adapter, "lora") != 0)
         return err_set("key 'adapter': \"%s\" is not supported (lora)", cfg->adapter);
-    if (!cfg->lora_model_dir && cfg->lora_r == 0)
+    if (!cfg->lora_model_dir && cfg->lora_r == -1)
         return err_set("key 'lora_r': missing (the adapter's rank, required with adapter: lora)");
-    if (cfg->lora_r < 0)
+    if (cfg->lora_r != -1 && cfg->lora_r <= 0)
         return err_set("key 'lora_r': must be positive, got %lld", (long long)cfg->lora_r);
     if (cfg->lora_r > 65536)
         return err_set("key 'lora_r': %lld is too large", (long long)cfg->lora_r);

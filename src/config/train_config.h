@@ -59,7 +59,7 @@ typedef struct {
     char *dataset_prepared_path;
     /* adapter: lora (axolotl-config.md §9.6); NULL: full fine-tuning */
     char *adapter;
-    int64_t lora_r;             /* required with adapter: lora (unless lora_model_dir) */
+    int64_t lora_r;             /* required with adapter: lora (unless lora_model_dir); -1: unset */
     double lora_alpha;          /* 8, PEFT's LoraConfig default, when unset */
     double lora_dropout;        /* 0 */
     char **lora_target_modules; /* module-name suffixes; q_proj, v_proj (PEFT's) when unset */

@@ -40,7 +40,7 @@ static bool targeted(const char *full, const char *const *targets, int n) {
 
 /* Lays out the adapter for the targeted modules (A and B left uninitialised). */
 static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
-                       float dropout, const char *const *targets, int n_targets) {
+                       double dropout, const char *const *targets, int n_targets) {
     memset(a, 0, sizeof *a);
     if (r <= 0) return err_set("lora_r must be positive, got %d", r);
     if (n_targets == 0) return err_set("lora_target_modules is empty");
@@ -103,7 +103,7 @@ static uint64_t splitmix(uint64_t *x) {
 }
 
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
-                float dropout, const char *const *targets, int n_targets, uint64_t seed) {
+                double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
     uint64_t state = seed ^ 0x10A7A5EEDull;
     for (int l = 0; l < a->n_layers * LORA_N_MODULES; l++) {
@@ -197,8 +197,8 @@ int lora_load(LoraAdapter *a, const ModelConfig *cfg, const char *dir) {
         rc = read_targets(json_object_get(c, "target_modules"), path, &targets, &n_targets);
     json_decref(c);
     if (rc == 0)
-        rc = lora_layout(a, cfg, (int)r, alpha, rslora, (float)dropout,
-                         (const char *const *)targets, n_targets);
+        rc = lora_layout(a, cfg, (int)r, alpha, rslora, dropout, (const char *const *)targets,
+                         n_targets);
     for (int i = 0; i < n_targets; i++)
         free(targets[i]);
     free(targets);
@@ -263,7 +263,11 @@ int lora_save(const LoraAdapter *a, const char *dir, const char *base_model) {
     json_object_set_new(c, "init_lora_weights", json_true());
     json_object_set_new(c, "layers_pattern", json_null());
     json_object_set_new(c, "layers_to_transform", json_null());
-    json_object_set_new(c, "lora_alpha", json_real(a->alpha));
+    /* an integral alpha as an integer, as PEFT writes the usual int */
+    json_object_set_new(c, "lora_alpha",
+                        a->alpha == floor(a->alpha) && fabs(a->alpha) < 1e15
+                            ? json_integer((json_int_t)a->alpha)
+                            : json_real(a->alpha));
     json_object_set_new(c, "lora_dropout", json_real(a->dropout));
     json_object_set_new(c, "modules_to_save", json_null());
     json_object_set_new(c, "peft_type", json_string("LORA"));
@@ -279,7 +283,7 @@ int lora_save(const LoraAdapter *a, const char *dir, const char *base_model) {
     json_object_set_new(c, "task_type", json_string("CAUSAL_LM"));
     json_object_set_new(c, "use_dora", json_false());
     json_object_set_new(c, "use_rslora", json_boolean(a->rslora));
-    char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     json_decref(c);
     int rc = path_join(path, sizeof path, dir, "adapter_config.json");
     if (rc == 0) rc = write_file_atomic(path, text, strlen(text));
@@ -321,5 +325,5 @@ uint64_t lora_dropout_key(const LoraAdapter *a, int layer, LoraModule m) {
 }
 
 float lora_dropout_p(const LoraAdapter *a) {
-    return a->training ? a->dropout : 0.0f;
+    return a->training ? (float)a->dropout : 0.0f;
 }

@@ -42,7 +42,7 @@ typedef struct {
     double alpha;
     bool rslora;
     float scaling;
-    float dropout; /* on the adapter input, in training (0 in inference) */
+    double dropout; /* on the adapter input, in training (0 in inference) */
     bool enabled;
     bool training;        /* dropout applies only while training */
     uint64_t dropout_key; /* set per micro-batch by the trainer: the masks of one forward and
@@ -66,7 +66,7 @@ const char *lora_module_name(LoraModule m);
  * `seed`, B zero (so the adapter starts as a no-op). Returns 0, or -1 with an error: r <= 0, or
  * targets that match no module. */
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
-                float dropout, const char *const *targets, int n_targets, uint64_t seed);
+                double dropout, const char *const *targets, int n_targets, uint64_t seed);
 
 /* Reads a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) for this
  * model. Errors name the file: peft_type other than LORA, DoRA, shapes that do not fit the base,

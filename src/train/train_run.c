@@ -360,7 +360,7 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     int n_targets = cfg->n_lora_target_modules;
     if (cfg->lora_target_linear) targets = &all_linear, n_targets = 1;
     if (lora_create(lora, &m->cfg, (int)cfg->lora_r, cfg->lora_alpha, cfg->peft_use_rslora,
-                    (float)cfg->lora_dropout, targets, n_targets, (uint64_t)cfg->seed) != 0)
+                    cfg->lora_dropout, targets, n_targets, (uint64_t)cfg->seed) != 0)
         return err_prefix("%s", cfg->source);
     return 0;
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Checks that a model directory written by `rlhf train` loads in transformers and agrees with
-rlhf.c: AutoModelForCausalLM.from_pretrained + AutoTokenizer.from_pretrained on the directory,
+rlhf.c: AutoModelForCausalLM.from_pretrained + AutoTokenizer.from_pretrained on the directory
+(for an adapter run, the base named in adapter_config.json with peft's
+PeftModel.from_pretrained on the directory, and `rlhf score --adapter`),
 then, for a few prompt/completion pairs, the completion log-likelihood from transformers (prompt
 tokenised with special tokens, completion without, as `rlhf score` does) against
 `build/rlhf score` on the same directory. Prints both and the largest relative difference;
@@ -25,7 +27,17 @@ PAIRS = [("What is 3 plus 4?", " 7"), ("Below is an instruction", " that describ
 def main():
     out_dir = sys.argv[1]
     tok = AutoTokenizer.from_pretrained(out_dir)
-    model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    adapter_config = os.path.join(out_dir, "adapter_config.json")
+    model_dir, extra = out_dir, []
+    if os.path.exists(adapter_config):
+        with open(adapter_config) as f:
+            model_dir = json.load(f)["base_model_name_or_path"]
+        extra = ["--adapter", out_dir]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    if extra:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, out_dir)
+    model.eval()
     want = []
     for prompt, completion in PAIRS:
         p = tok(prompt)["input_ids"]
@@ -37,7 +49,7 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for prompt, completion in PAIRS:
             f.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
-    out = subprocess.run([os.path.join(ROOT, "build", "rlhf"), "score", "--model", out_dir, "--data", f.name],
+    out = subprocess.run([os.path.join(ROOT, "build", "rlhf"), "score", "--model", model_dir, "--data", f.name] + extra,
                          check=True, capture_output=True, text=True).stdout
     got = [json.loads(line)["logp"] for line in out.splitlines()]
     worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))

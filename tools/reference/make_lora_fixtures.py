@@ -52,34 +52,39 @@ def main():
                     p.copy_(0.3 * torch.randn(p.shape, generator=g))
         peft_model.eval()
         peft_model.save_pretrained(path)
-        with open(os.path.join(mf.FIXTURES, base, "reference.json")) as f:
-            ref = json.load(f)
-        ids, mask = torch.tensor(ref["input_ids"]), torch.tensor(ref["attention_mask"])
-        lp_on, logits = token_logp(peft_model, ids, mask)
-        with peft_model.disable_adapter():
-            lp_off, _ = token_logp(peft_model, ids, mask)
-        # SFT loss gradients of the adapter
-        lsm = torch.log_softmax(logits[:, :-1], dim=-1)
-        lp = lsm.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        real = mask[:, 1:].bool()
-        loss = -lp[real].sum() / int(real.sum())
-        loss.backward()
-        grads = {}
-        for n, p in peft_model.named_parameters():
-            if p.grad is not None:
-                grads[n.replace(".default", "")] = p.grad.detach().contiguous()
-        save_file(grads, os.path.join(path, "grads.safetensors"), metadata={"format": "pt"})
-        merged = peft_model.merge_and_unload()
-        save_file({n: p.detach().contiguous() for n, p in merged.state_dict().items()
-                   if not (merged.config.tie_word_embeddings and n == "lm_head.weight")},
-                  os.path.join(path, "merged.safetensors"), metadata={"format": "pt"})
-        with open(os.path.join(path, "reference.json"), "w") as f:
-            json.dump({"base": base, "peft_version": __import__("peft").__version__,
-                       "token_logp_adapter": lp_on.tolist(), "token_logp_base": lp_off.tolist(),
-                       "loss": float(loss)}, f)
-        for fn in os.listdir(path):
-            os.chmod(os.path.join(path, fn), 0o644)
-        print(f"{name}: {sorted(os.listdir(path))}, {len(grads)} gradients, loss {float(loss):.5f}")
+        write_references(peft_model, base, path, name)
+
+
+def write_references(peft_model, base, path, name):
+    """reference.json, grads.safetensors and merged.safetensors for an adapter on `base`."""
+    with open(os.path.join(mf.FIXTURES, base, "reference.json")) as f:
+        ref = json.load(f)
+    ids, mask = torch.tensor(ref["input_ids"]), torch.tensor(ref["attention_mask"])
+    lp_on, logits = token_logp(peft_model, ids, mask)
+    with peft_model.disable_adapter():
+        lp_off, _ = token_logp(peft_model, ids, mask)
+    # SFT loss gradients of the adapter
+    lsm = torch.log_softmax(logits[:, :-1], dim=-1)
+    lp = lsm.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    real = mask[:, 1:].bool()
+    loss = -lp[real].sum() / int(real.sum())
+    loss.backward()
+    grads = {}
+    for n, p in peft_model.named_parameters():
+        if p.grad is not None:
+            grads[n.replace(".default", "")] = p.grad.detach().contiguous()
+    save_file(grads, os.path.join(path, "grads.safetensors"), metadata={"format": "pt"})
+    merged = peft_model.merge_and_unload()
+    save_file({n: p.detach().contiguous() for n, p in merged.state_dict().items()
+               if not (merged.config.tie_word_embeddings and n == "lm_head.weight")},
+              os.path.join(path, "merged.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(path, "reference.json"), "w") as f:
+        json.dump({"base": base, "peft_version": __import__("peft").__version__,
+                   "token_logp_adapter": lp_on.tolist(), "token_logp_base": lp_off.tolist(),
+                   "loss": float(loss)}, f)
+    for fn in os.listdir(path):
+        os.chmod(os.path.join(path, fn), 0o644)
+    print(f"{name}: {sorted(os.listdir(path))}, {len(grads)} gradients, loss {float(loss):.5f}")
 
 
 if __name__ == "__main__":
