@@ -1,6 +1,8 @@
 /* SFT training-step throughput: forward + backward + AdamW on a B x T batch of random tokens
  * (every position a label), timed over several steps after a warm-up step. Prints one JSON line.
- * Usage: bench_sft_step MODEL_DIR [batch] [seq_len] [steps] [gradient_checkpointing 0|1] */
+ * Usage: bench_sft_step MODEL_DIR [batch] [seq_len] [steps] [gradient_checkpointing 0|1] [lora_r]
+ * With lora_r > 0 a LoRA adapter on every linear layer (alpha 2r) is trained instead of the
+ * weights: the base is frozen, with no gradient or optimizer state. */
 #include "common/error.h"
 #include "train/trainer.h"
 
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     int batch = argc > 2 ? atoi(argv[2]) : 1, t_len = argc > 3 ? atoi(argv[3]) : 512;
     int steps = argc > 4 ? atoi(argv[4]) : 3;
     bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
+    int lora_r = argc > 6 ? atoi(argv[6]) : 0;
     Model m;
     if (model_load(&m, argv[1]) != 0) {
         fprintf(stderr, "%s\n", err_msg());
@@ -46,8 +49,15 @@ int main(int argc, char **argv) {
                           .schedule = LR_CONSTANT,
                           .total_steps = steps + 1,
                           .gradient_checkpointing = checkpointing};
+    LoraAdapter lora = {0};
+    const char *all_linear = "all-linear";
+    if (lora_r > 0 &&
+        lora_create(&lora, &m.cfg, lora_r, 2.0 * lora_r, false, 0.0, &all_linear, 1, 1) != 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
     Trainer tr;
-    if (trainer_init(&tr, &m, NULL, &opt) != 0) {
+    if (trainer_init(&tr, &m, lora_r > 0 ? &lora : NULL, &opt) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
@@ -69,10 +79,12 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"impl\": \"rlhf.c\", \"batch\": %d, \"seq_len\": %d, \"threads\": %d, \"steps\": %d, "
            "\"best_s\": %.3f, \"mean_s\": %.3f, \"tokens_per_s\": %.2f, \"peak_rss_mb\": %.0f, "
-           "\"gradient_checkpointing\": %s, \"loss\": %.6g}\n",
+           "\"gradient_checkpointing\": %s, \"lora_r\": %d, \"trained_params\": %zu, "
+           "\"loss\": %.6g}\n",
            batch, t_len, omp_get_max_threads(), steps, best, total / steps, n / best,
-           ru.ru_maxrss / 1024.0, checkpointing ? "true" : "false", st.loss);
+           ru.ru_maxrss / 1024.0, checkpointing ? "true" : "false", lora_r, tr.n_params, st.loss);
     trainer_free(&tr);
+    lora_free(&lora);
     free(tokens);
     free(labels);
     model_free(&m);

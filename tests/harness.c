@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "common/fileio.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,4 +48,22 @@ int harness_finish(const char *name) {
     }
     printf("%s: %d passed, %d failed\n", name, harness_checks - harness_failures, harness_failures);
     return harness_failures ? 1 : 0;
+}
+
+const char *harness_tmp_path(const char *name) {
+    static char bufs[4][4096];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", harness_tmpdir(), name);
+    return b;
+}
+
+bool harness_same_file(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    bool same = read_file(a, &x, &nx) == 0 && read_file(b, &y, &ny) == 0 && nx == ny &&
+                memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return same;
 }

@@ -27,6 +27,12 @@ int harness_finish(const char *name);
 /* A fresh empty directory under $TMPDIR (or /tmp), removed by harness_finish. */
 const char *harness_tmpdir(void);
 
+/* harness_tmpdir() "/" name, in one of 4 rotating static buffers: a few stay valid at once. */
+const char *harness_tmp_path(const char *name);
+
+/* Whether two files exist and hold the same bytes. */
+bool harness_same_file(const char *a, const char *b);
+
 /* A path inside the source tree: RLHF_SOURCE_DIR "/" rel (static buffer, one at a time). */
 const char *harness_source_path(const char *rel);
 

@@ -15,15 +15,6 @@
 
 #define GOOD_MODEL "tests/fixtures/models/llama_tied"
 
-/* A path in the test's scratch directory; a few stay valid at once. */
-static const char *tmp(const char *name) {
-    static char scratch[4][4096];
-    static int next;
-    char *buf = scratch[next++ % 4];
-    snprintf(buf, sizeof scratch[0], "%s/%s", harness_tmpdir(), name);
-    return buf;
-}
-
 static char *slurp(const char *path, size_t *len) {
     char *data = NULL;
     if (read_file(path, &data, len) != 0) {
@@ -55,7 +46,7 @@ static const char *make_model(const char *name, const char *config, size_t confi
 
 static void expect_score_error(const char *model, const char *data, const char *want1,
                                const char *want2) {
-    const char *out = tmp("out.jsonl");
+    const char *out = harness_tmp_path("out.jsonl");
     harness_write_file(out, "previous results\n", 17);
     char *args[] = {"--model", (char *)model, "--data", (char *)data, "--out", (char *)out};
     err_clear();
@@ -151,7 +142,7 @@ int main(void) {
     }
     expect_score_error(make_model("config-syntax", "{\"model_type\": ", 15, NULL, 0), data_path,
                        "config.json:1:", "invalid JSON");
-    expect_score_error(tmp("no-such-dir"), data_path, "config.json: not found", NULL);
+    expect_score_error(harness_tmp_path("no-such-dir"), data_path, "config.json: not found", NULL);
 
     /* a tensor missing, and one the config knows nothing about */
     {
@@ -239,7 +230,7 @@ int main(void) {
                   strstr(err_msg(), "outside the model's vocabulary"),
               "ids beyond the vocabulary: %s", err_msg());
         char *args2[] = {"--model", (char *)model, "--data",
-                         path,      "--tokenizer", (char *)tmp("nope")};
+                         path,      "--tokenizer", (char *)harness_tmp_path("nope")};
         CHECK(cli_score(6, args2) == CLI_EXIT_FAILURE && strstr(err_msg(), "nope"),
               "missing --tokenizer: %s", err_msg());
     }
@@ -247,11 +238,11 @@ int main(void) {
     /* the real program: exit status 1 and the message on stderr, 2 for bad usage */
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s/rlhf score --model %s --data %s > %s 2>&1", RLHF_BINARY_DIR,
-             tmp("no-such-dir"), data_path, tmp("stderr.txt"));
+             harness_tmp_path("no-such-dir"), data_path, harness_tmp_path("stderr.txt"));
     int status = system(cmd);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "rlhf exit status %d", status);
     size_t len;
-    char *printed = slurp(tmp("stderr.txt"), &len);
+    char *printed = slurp(harness_tmp_path("stderr.txt"), &len);
     CHECK(strstr(printed, "rlhf: error: ") && strstr(printed, "config.json: not found"),
           "stderr: %s", printed);
     free(printed);

@@ -1,7 +1,8 @@
 /* LoRA against peft (tests/fixtures/lora, made by tools/reference/make_lora_fixtures.py and
  * make_rlhf_adapter_fixtures.py):
  * per-token log-probs with the adapter, and with it switched off (the reference policy); the
- * incremental (KV-cache) forward with an adapter; loading errors. */
+ * incremental (KV-cache) forward with an adapter; the reference policy (adapter off, or a
+ * separate model); adapter gradients; save/reload; merging. */
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
@@ -11,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/backward.h"
 #include "model/lora.h"
+#include "model/reference_policy.h"
 
 #include <math.h>
 #include <sys/stat.h>
@@ -21,17 +23,6 @@
  * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py). */
 static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora",
                                     "rlhf_all_linear_rslora", "rlhf_qvo"};
-
-/* Whether two files hold the same bytes. */
-static bool same_bytes(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    bool same = read_file(a, &x, &nx) == 0 && read_file(b, &y, &ny) == 0 && nx == ny &&
-                memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
@@ -94,6 +85,24 @@ static void check_case(const char *name) {
     bad = compare(logp, json_object_get(ref, "token_logp_base"), mask, B, T);
     CHECK(bad == 0, "%s: %d log-probs with the adapter switched off differ from peft's", name, bad);
     a.enabled = true;
+
+    /* the reference policy: the adapter switched off for the call only, or a separate model */
+    ReferencePolicy ref_policy;
+    reference_policy_from_adapter(&ref_policy, &m, &a);
+    CHECK(reference_token_logprobs(&ref_policy, &batch, NULL, logp) == 0, "%s", err_msg());
+    bad = compare(logp, json_object_get(ref, "token_logp_base"), mask, B, T);
+    CHECK(bad == 0 && a.enabled, "%s: reference from the switched-off adapter: %d differ", name,
+          bad);
+    CHECK(model_token_logprobs(&m, &batch, NULL, logp) == 0, "%s", err_msg());
+    bad = compare(logp, json_object_get(ref, "token_logp_adapter"), mask, B, T);
+    CHECK(bad == 0, "%s: the policy has its adapter back after a reference call", name);
+    Model frozen;
+    CHECK(model_load(&frozen, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    reference_policy_from_model(&ref_policy, &frozen);
+    CHECK(reference_token_logprobs(&ref_policy, &batch, NULL, logp) == 0, "%s", err_msg());
+    bad = compare(logp, json_object_get(ref, "token_logp_base"), mask, B, T);
+    CHECK(bad == 0, "%s: reference from a separate model: %d differ", name, bad);
+    model_free(&frozen);
 
     /* gradients of lora_A / lora_B for the SFT loss, base frozen */
     ForwardTape tape;
@@ -174,7 +183,7 @@ static void check_case(const char *name) {
             char mine[4200], theirs[4200];
             snprintf(mine, sizeof mine, "%s/%s", saved, files[f]);
             snprintf(theirs, sizeof theirs, "%s/%s", adir, files[f]);
-            CHECK(same_bytes(mine, theirs), "%s: %s re-saved differs from the fixture", name,
+            CHECK(harness_same_file(mine, theirs), "%s: %s re-saved differs from the fixture", name,
                   files[f]);
         }
     }
@@ -214,8 +223,28 @@ static void check_case(const char *name) {
     json_decref(ref);
 }
 
+/* lora_create refuses a rank <= 0, an empty target list and targets that match nothing. */
+static void check_create_errors(void) {
+    Model m;
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/models/llama_text")) == 0, "%s",
+          err_msg());
+    const char *qv[] = {"q_proj", "v_proj"}, *gpt2[] = {"c_attn", "attn.q_proj"};
+    LoraAdapter a;
+    CHECK(lora_create(&a, &m.cfg, 0, 8, false, 0, qv, 2, 1) != 0 &&
+              strstr(err_msg(), "lora_r must be positive"),
+          "r 0: %s", err_msg());
+    CHECK(lora_create(&a, &m.cfg, -3, 8, false, 0, qv, 2, 1) != 0, "r -3");
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, qv, 0, 1) != 0 && strstr(err_msg(), "empty"),
+          "no targets: %s", err_msg());
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, gpt2, 2, 1) != 0 &&
+              strstr(err_msg(), "matches no module"),
+          "targets matching nothing: %s", err_msg());
+    model_free(&m);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_case(cases[i]);
+    check_create_errors();
     return harness_finish("test_lora");
 }

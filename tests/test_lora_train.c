@@ -19,16 +19,8 @@
 
 static char base[4096], config[4096];
 
-static const char *tmp_path(const char *name) {
-    static char bufs[4][4096];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", harness_tmpdir(), name);
-    return b;
-}
-
 static void write_text(const char *name, const char *text) {
-    harness_write_file(tmp_path(name), text, strlen(text));
+    harness_write_file(harness_tmp_path(name), text, strlen(text));
 }
 
 /* 24 alpaca examples and an adapter config over them (3 epochs of 3 steps). */
@@ -50,9 +42,9 @@ static void write_config(void) {
              "dataset_prepared_path: %s\n"
              "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_dropout: 0.1\n"
              "lora_target_linear: true\n",
-             base, tmp_path("add.jsonl"), tmp_path("prepared"));
+             base, harness_tmp_path("add.jsonl"), harness_tmp_path("prepared"));
     write_text("lora.yaml", text);
-    snprintf(config, sizeof config, "%s", tmp_path("lora.yaml"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("lora.yaml"));
 }
 
 static int run(int (*command)(int, char **), const char *const *kv, int n) {
@@ -61,16 +53,6 @@ static int run(int (*command)(int, char **), const char *const *kv, int n) {
     for (int i = 0; i < 2 * n; i++)
         args[1 + i] = (char *)kv[i];
     return command(1 + 2 * n, args);
-}
-
-static bool same_file(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t lx = 0, ly = 0;
-    bool same = read_file(a, &x, &lx) == 0 && read_file(b, &y, &ly) == 0 && lx == ly &&
-                memcmp(x, y, lx) == 0;
-    free(x);
-    free(y);
-    return same;
 }
 
 /* The first and last logged losses of a run. */
@@ -122,8 +104,8 @@ static float *batch_logprobs(Model *m, int *cells) {
 
 static void test_training_and_resume(void) {
     char straight[4096], resumed[4096], path[4300], other[4300];
-    snprintf(straight, sizeof straight, "%s", tmp_path("straight"));
-    snprintf(resumed, sizeof resumed, "%s", tmp_path("resumed"));
+    snprintf(straight, sizeof straight, "%s", harness_tmp_path("straight"));
+    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("resumed"));
     const char *kv[] = {"--output_dir", straight, "--save_steps", "4"};
     CHECK(run(cli_train, kv, 2) == CLI_EXIT_OK, "train: %s", err_msg());
     double first = 0, last = 0;
@@ -199,14 +181,15 @@ static void test_training_and_resume(void) {
     CHECK(run(cli_train, resume_kv, 2) == CLI_EXIT_OK, "resume: %s", err_msg());
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", straight);
     snprintf(other, sizeof other, "%s/adapter_model.safetensors", resumed);
-    CHECK(same_file(path, other), "4 steps + resume give the adapter of 9 straight steps");
+    CHECK(harness_same_file(path, other), "4 steps + resume give the adapter of 9 straight steps");
 
     /* continue from the trained adapter with lora_model_dir */
-    const char *cont_kv[] = {"--output_dir", tmp_path("continued"), "--lora_model_dir",
-                             straight,       "--max_steps",         "2"};
+    const char *cont_kv[] = {"--output_dir",     harness_tmp_path("continued"),
+                             "--lora_model_dir", straight,
+                             "--max_steps",      "2"};
     CHECK(run(cli_train, cont_kv, 3) == CLI_EXIT_OK, "lora_model_dir: %s", err_msg());
     double c_first = 0, c_last = 0;
-    loss_range(tmp_path("continued"), &c_first, &c_last, &lines);
+    loss_range(harness_tmp_path("continued"), &c_first, &c_last, &lines);
     CHECK(lines == 2 && c_first < first - 0.5,
           "continuing starts from the trained adapter: loss %.3f (fresh %.3f)", c_first, first);
 }
@@ -222,7 +205,7 @@ static void expect_failure(int (*command)(int, char **), const char *const *kv, 
 }
 
 static void test_errors(void) {
-    const char *out = tmp_path("bad-out");
+    const char *out = harness_tmp_path("bad-out");
     const char *nothing[] = {"--output_dir",          out,
                              "--lora_target_linear",  "false",
                              "--lora_target_modules", "c_attn,c_proj"};
@@ -230,7 +213,8 @@ static void test_errors(void) {
                    "matches no module");
     const char *zero[] = {"--output_dir", out, "--lora_r", "0"};
     expect_failure(cli_train, zero, 2, "r 0", "'lora_r': must be positive", NULL);
-    const char *missing[] = {"--output_dir", out, "--lora_model_dir", tmp_path("no-adapter")};
+    const char *missing[] = {"--output_dir", out, "--lora_model_dir",
+                             harness_tmp_path("no-adapter")};
     expect_failure(cli_train, missing, 2, "missing lora_model_dir", "lora_model_dir",
                    "does not exist");
 
@@ -242,7 +226,7 @@ static void test_errors(void) {
     const char *targets[] = {"down_proj"};
     LoraAdapter a;
     CHECK(lora_create(&a, &narrow, 2, 4, false, 0, targets, 1, 1) == 0, "%s", err_msg());
-    const char *dir = tmp_path("narrow-adapter");
+    const char *dir = harness_tmp_path("narrow-adapter");
     CHECK(mkdir(dir, 0755) == 0 && lora_save(&a, dir, base) == 0, "%s", err_msg());
     lora_free(&a);
     model_free(&m);
@@ -253,7 +237,7 @@ static void test_errors(void) {
     err_clear();
     CHECK(cli_score(6, score_args) == CLI_EXIT_FAILURE, "score with a misfit adapter fails");
 
-    const char *merge_missing[] = {"--output_dir", tmp_path("nothing-here")};
+    const char *merge_missing[] = {"--output_dir", harness_tmp_path("nothing-here")};
     expect_failure(cli_merge_lora, merge_missing, 1, "merge without an adapter",
                    "LoRA adapter weights does not exist", NULL);
 }

@@ -31,16 +31,6 @@ static void check_identical(const char *fixture, SafetensorsDtype dtype) {
     model_free(&m);
 }
 
-static bool files_equal(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    bool same = read_file(a, &x, &nx) == 0 && read_file(b, &y, &ny) == 0 && nx == ny &&
-                memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* Sharded saving: the 2-shard fixture re-saved with the limit transformers used gives the same
  * shard files and index, byte for byte; a limit below the embedding's size reproduces
  * transformers' split (the oversized tensor alone, the open shard continuing past it); and a
@@ -72,7 +62,7 @@ static void test_sharded_save(void) {
         snprintf(ours, sizeof ours, "%s/%s", dir, files[i]);
         snprintf(theirs, sizeof theirs, "%s/%s",
                  harness_source_path("tests/fixtures/models/llama_sharded"), files[i]);
-        CHECK(files_equal(ours, theirs), "%s is byte-identical to transformers'", files[i]);
+        CHECK(harness_same_file(ours, theirs), "%s is byte-identical to transformers'", files[i]);
     }
     copy_config("tests/fixtures/models/llama_sharded", dir);
     Model back;

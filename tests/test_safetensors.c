@@ -9,12 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char path_buf[1024];
-static const char *tmp_path(const char *name) {
-    snprintf(path_buf, sizeof path_buf, "%s/%s", harness_tmpdir(), name);
-    return path_buf;
-}
-
 static void test_layout_and_round_trip(void) {
     float a[6] = {1, 2, 3, 4, 5, 6};
     uint16_t b[3] = {0x3f80, 0x4000, 0xc040};
@@ -26,7 +20,7 @@ static void test_layout_and_round_trip(void) {
         {"ints", ST_I64, 1, {2}, c},
         {"scalar", ST_F32, 0, {0}, a},
     };
-    const char *path = tmp_path("round.safetensors");
+    const char *path = harness_tmp_path("round.safetensors");
     CHECK(safetensors_write(path, t, 5) == 0, "write: %s", err_msg());
 
     char *data;
@@ -71,8 +65,9 @@ static void test_layout_and_round_trip(void) {
     safetensors_close(&f);
 
     SafetensorsWriteTensor dup[] = {{"x", ST_F32, 1, {1}, a}, {"x", ST_F32, 1, {1}, a}};
-    CHECK(safetensors_write(tmp_path("dup.safetensors"), dup, 2) != 0, "duplicate names refused");
-    CHECK(!file_exists(tmp_path("dup.safetensors")), "nothing written for a refused file");
+    CHECK(safetensors_write(harness_tmp_path("dup.safetensors"), dup, 2) != 0,
+          "duplicate names refused");
+    CHECK(!file_exists(harness_tmp_path("dup.safetensors")), "nothing written for a refused file");
 }
 
 /* Writes 8-byte length + header + `data_bytes` zero bytes, then expects open() to fail with
@@ -85,7 +80,7 @@ static void expect_bad(const char *name, const char *header, uint64_t header_len
     for (int i = 0; i < 8; i++)
         buf[i] = (uint8_t)(header_len >> (8 * i));
     memcpy(buf + 8, header, hl);
-    const char *path = tmp_path(name);
+    const char *path = harness_tmp_path(name);
     harness_write_file(path, buf, total);
     free(buf);
     SafetensorsFile f;
@@ -132,10 +127,11 @@ static void test_malformed(void) {
     const char *neg = "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}";
     expect_bad("negative-dim.st", neg, strlen(neg), 4, "non-negative");
     SafetensorsFile f;
-    harness_write_file(tmp_path("short.st"), "\x10\0\0\0", 4);
-    CHECK(safetensors_open(&f, tmp_path("short.st")) != 0 && strstr(err_msg(), "too short"),
+    harness_write_file(harness_tmp_path("short.st"), "\x10\0\0\0", 4);
+    CHECK(safetensors_open(&f, harness_tmp_path("short.st")) != 0 && strstr(err_msg(), "too short"),
           "4-byte file: %s", err_msg());
-    CHECK(safetensors_open(&f, tmp_path("does-not-exist")) != 0 && strstr(err_msg(), "cannot open"),
+    CHECK(safetensors_open(&f, harness_tmp_path("does-not-exist")) != 0 &&
+              strstr(err_msg(), "cannot open"),
           "missing file: %s", err_msg());
 }
 

@@ -16,16 +16,8 @@
 
 static char base[4096];
 
-static const char *tmp_path(const char *name) {
-    static char bufs[4][4096];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", harness_tmpdir(), name);
-    return b;
-}
-
 static void write_text(const char *name, const char *text) {
-    harness_write_file(tmp_path(name), text, strlen(text));
+    harness_write_file(harness_tmp_path(name), text, strlen(text));
 }
 
 static void write_datasets(void) {
@@ -60,17 +52,17 @@ static void write_config(const char *name, const char *extra) {
              "sequence_len: 128\nmicro_batch_size: 4\ngradient_accumulation_steps: 2\n"
              "num_epochs: 3\nlearning_rate: 3e-3\nwarmup_steps: 1\nlogging_steps: 1\nseed: 7\n"
              "dataset_prepared_path: %s\n%s",
-             base, tmp_path("alpaca.jsonl"), tmp_path("completion.jsonl"), tmp_path("prepared"),
-             extra);
+             base, harness_tmp_path("alpaca.jsonl"), harness_tmp_path("completion.jsonl"),
+             harness_tmp_path("prepared"), extra);
     write_text(name, text);
 }
 
 static void test_training(void) {
     write_config("sft.yaml", "");
     char config[4096], out1[4096], out2[4096];
-    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
-    snprintf(out1, sizeof out1, "%s", tmp_path("run1"));
-    snprintf(out2, sizeof out2, "%s", tmp_path("run2"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("sft.yaml"));
+    snprintf(out1, sizeof out1, "%s", harness_tmp_path("run1"));
+    snprintf(out2, sizeof out2, "%s", harness_tmp_path("run2"));
     CHECK(train(config, out1) == CLI_EXIT_OK, "train: %s", err_msg());
 
     char path[4200];
@@ -123,24 +115,14 @@ static int train_with(const char *config, const char *const *kv, int n) {
     return cli_train(1 + 2 * n, args);
 }
 
-static bool same_file(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t lx = 0, ly = 0;
-    bool same = read_file(a, &x, &lx) == 0 && read_file(b, &y, &ly) == 0 && lx == ly &&
-                memcmp(x, y, lx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* 6 steps straight vs 3 steps + resume for 3 (the run crosses an epoch boundary at step 4):
  * identical final weights, bit for bit. */
 static void test_resume(void) {
     char config[4096], a[4096], b[4096], c[4096], ckpt[4200], path_a[4300], path_b[4300];
-    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
-    snprintf(a, sizeof a, "%s", tmp_path("straight"));
-    snprintf(b, sizeof b, "%s", tmp_path("resumed"));
-    snprintf(c, sizeof c, "%s", tmp_path("latest"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("sft.yaml"));
+    snprintf(a, sizeof a, "%s", harness_tmp_path("straight"));
+    snprintf(b, sizeof b, "%s", harness_tmp_path("resumed"));
+    snprintf(c, sizeof c, "%s", harness_tmp_path("latest"));
     const char *straight[] = {"--max_steps", "6", "--save_steps", "3", "--output_dir", a};
     CHECK(train_with(config, straight, 3) == CLI_EXIT_OK, "straight run: %s", err_msg());
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", a);
@@ -159,7 +141,8 @@ static void test_resume(void) {
     CHECK(train_with(config, resumed, 4) == CLI_EXIT_OK, "resumed run: %s", err_msg());
     snprintf(path_a, sizeof path_a, "%s/model.safetensors", a);
     snprintf(path_b, sizeof path_b, "%s/model.safetensors", b);
-    CHECK(same_file(path_a, path_b), "3 steps + resume gives the weights of 6 straight steps");
+    CHECK(harness_same_file(path_a, path_b),
+          "3 steps + resume gives the weights of 6 straight steps");
 
     /* resume_from_checkpoint: true takes the latest checkpoint-N; a half-written temporary
      * directory from an interrupted save is not a checkpoint */
@@ -172,19 +155,21 @@ static void test_resume(void) {
                             "true"};
     CHECK(train_with(config, latest, 3) == CLI_EXIT_OK, "resume true: %s", err_msg());
     snprintf(path_b, sizeof path_b, "%s/model.safetensors", c);
-    CHECK(same_file(path_a, path_b), "resume from the latest checkpoint gives the same weights");
+    CHECK(harness_same_file(path_a, path_b),
+          "resume from the latest checkpoint gives the same weights");
 
     /* rotation keeps the newest save_total_limit checkpoints */
-    const char *rotating[] = {"--max_steps",        "6", "--save_steps", "1",
-                              "--save_total_limit", "2", "--output_dir", tmp_path("rotating")};
+    const char *rotating[] = {
+        "--max_steps",        "6", "--save_steps", "1",
+        "--save_total_limit", "2", "--output_dir", harness_tmp_path("rotating")};
     CHECK(train_with(config, rotating, 4) == CLI_EXIT_OK, "rotating run: %s", err_msg());
     for (int step = 1; step <= 6; step++) {
         char dir[4300];
-        snprintf(dir, sizeof dir, "%s/checkpoint-%d", tmp_path("rotating"), step);
+        snprintf(dir, sizeof dir, "%s/checkpoint-%d", harness_tmp_path("rotating"), step);
         CHECK(dir_exists(dir) == (step >= 5), "checkpoint-%d %s", step,
               step >= 5 ? "kept" : "rotated out");
     }
-    const char *none[] = {"--output_dir", tmp_path("empty-out"), "--resume_from_checkpoint",
+    const char *none[] = {"--output_dir", harness_tmp_path("empty-out"), "--resume_from_checkpoint",
                           "true"};
     CHECK(train_with(config, none, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "no checkpoint"),
           "resume with no checkpoint: %s", err_msg());
@@ -193,8 +178,8 @@ static void test_resume(void) {
 /* val_set_size holds examples out; eval_loss is logged every eval_steps with HF's eval_ prefix. */
 static void test_evaluation(void) {
     char config[4096], out[4096], path[4300];
-    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
-    snprintf(out, sizeof out, "%s", tmp_path("eval-run"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("sft.yaml"));
+    snprintf(out, sizeof out, "%s", harness_tmp_path("eval-run"));
     const char *kv[] = {"--max_steps",  "4", "--val_set_size", "0.25",
                         "--eval_steps", "2", "--output_dir",   out};
     CHECK(train_with(config, kv, 4) == CLI_EXIT_OK, "eval run: %s", err_msg());
@@ -218,7 +203,7 @@ static void test_evaluation(void) {
     }
     free(text);
     CHECK(evals == 2, "%d eval lines for 4 steps every 2", evals);
-    const char *all[] = {"--val_set_size", "32", "--output_dir", tmp_path("eval-bad")};
+    const char *all[] = {"--val_set_size", "32", "--output_dir", harness_tmp_path("eval-bad")};
     CHECK(train_with(config, all, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "leaves no training"),
           "val_set_size too large: %s", err_msg());
 }
@@ -227,10 +212,10 @@ static void test_evaluation(void) {
  * another key, and a damaged cache is rebuilt with a warning. */
 static void test_preprocess_cache(void) {
     char config[4096], prep[4096], out_cached[4096], out_fresh[4096];
-    snprintf(config, sizeof config, "%s", tmp_path("sft.yaml"));
-    snprintf(prep, sizeof prep, "%s", tmp_path("prep-cache"));
-    snprintf(out_cached, sizeof out_cached, "%s", tmp_path("out-cached"));
-    snprintf(out_fresh, sizeof out_fresh, "%s", tmp_path("out-fresh"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("sft.yaml"));
+    snprintf(prep, sizeof prep, "%s", harness_tmp_path("prep-cache"));
+    snprintf(out_cached, sizeof out_cached, "%s", harness_tmp_path("out-cached"));
+    snprintf(out_fresh, sizeof out_fresh, "%s", harness_tmp_path("out-fresh"));
     char *pre[] = {config, "--dataset_prepared_path", prep};
     CHECK(cli_preprocess(3, pre) == CLI_EXIT_OK, "preprocess: %s", err_msg());
     char find[8192];
@@ -241,30 +226,30 @@ static void test_preprocess_cache(void) {
                             "--output_dir", out_cached};
     CHECK(train_with(config, cached, 3) == CLI_EXIT_OK, "train from the cache: %s", err_msg());
     const char *fresh[] = {
-        "--max_steps",  "3",      "--dataset_prepared_path", tmp_path("prep-other"),
+        "--max_steps",  "3",      "--dataset_prepared_path", harness_tmp_path("prep-other"),
         "--output_dir", out_fresh};
     CHECK(train_with(config, fresh, 3) == CLI_EXIT_OK, "train without a cache: %s", err_msg());
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/model.safetensors", out_cached);
     snprintf(b, sizeof b, "%s/model.safetensors", out_fresh);
-    CHECK(same_file(a, b), "the cached dataset trains to the same weights");
+    CHECK(harness_same_file(a, b), "the cached dataset trains to the same weights");
 
     /* damage the cache: truncate examples.bin; train warns, rebuilds, and gets the same weights */
     snprintf(find, sizeof find, "f=$(ls -d '%s'/*/examples.bin) && truncate -s 100 \"$f\"", prep);
     CHECK(system(find) == 0, "truncate the cache");
     CHECK(train_with(config, cached, 3) == CLI_EXIT_OK, "train over a damaged cache: %s",
           err_msg());
-    CHECK(same_file(a, b), "a rebuilt cache trains to the same weights");
+    CHECK(harness_same_file(a, b), "a rebuilt cache trains to the same weights");
 
     /* another dataset, another key */
     char other[16384];
     snprintf(other, sizeof other,
              "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\nlearning_rate: 1e-3\n"
              "dataset_prepared_path: %s\n",
-             base, tmp_path("completion.jsonl"), prep);
+             base, harness_tmp_path("completion.jsonl"), prep);
     write_text("other.yaml", other);
     char other_path[4096];
-    snprintf(other_path, sizeof other_path, "%s", tmp_path("other.yaml"));
+    snprintf(other_path, sizeof other_path, "%s", harness_tmp_path("other.yaml"));
     char *pre2[] = {other_path};
     CHECK(cli_preprocess(1, pre2) == CLI_EXIT_OK, "preprocess other: %s", err_msg());
     snprintf(find, sizeof find, "ls '%s' | wc -l | grep -qx 2", prep);
@@ -275,7 +260,7 @@ static void expect_train_error(const char *name, const char *config_text, const 
                                const char *want2) {
     write_text(name, config_text);
     err_clear();
-    int rc = train(tmp_path(name), tmp_path("bad-out"));
+    int rc = train(harness_tmp_path(name), harness_tmp_path("bad-out"));
     CHECK(rc == CLI_EXIT_FAILURE, "%s: exit %d", name, rc);
     CHECK(strstr(err_msg(), want1) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(), want1);
     CHECK(!want2 || strstr(err_msg(), want2) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(),
@@ -288,20 +273,20 @@ static void test_errors(void) {
                "{\"instruction\": \"a\", \"output\": \"b\"}\n{\"instruction\": \"c\"}\n");
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: alpaca\n",
-             base, tmp_path("bad-row.jsonl"));
+             base, harness_tmp_path("bad-row.jsonl"));
     expect_train_error("row.yaml", text, "bad-row.jsonl:2:", "missing field \"output\"");
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: alpaca\n",
-             base, tmp_path("no-such.jsonl"));
+             base, harness_tmp_path("no-such.jsonl"));
     expect_train_error("missing.yaml", text, "no-such.jsonl", "cannot open");
     snprintf(
         text, sizeof text,
         "base_model: %s\nlearning_rate: 1e-3\nrl: dpo\ndatasets:\n  - path: %s\n    type: alpaca\n",
-        base, tmp_path("alpaca.jsonl"));
+        base, harness_tmp_path("alpaca.jsonl"));
     expect_train_error("rl.yaml", text, "rl: dpo is not implemented", NULL);
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: sharegpt\n",
-             base, tmp_path("alpaca.jsonl"));
+             base, harness_tmp_path("alpaca.jsonl"));
     expect_train_error("type.yaml", text, "datasets[0].type", "\"sharegpt\" is not supported");
     expect_train_error("rlval.yaml",
                        "base_model: x\nlearning_rate: 1\nrl: ppo\ndatasets: [{path: a}]\n",

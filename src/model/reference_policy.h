@@ -1,0 +1,31 @@
+/* The reference policy of DPO, IPO, KTO and GRPO with beta > 0: the frozen model the trained
+ * policy is compared with (axolotl-config.md §2).
+ *
+ * When an adapter is trained, the reference is the same network with the adapter switched off
+ * (TRL's and Axolotl's default): no second copy of the weights exists. Otherwise (full
+ * fine-tuning, or rl_adapter_ref_model: true) it is a separate, frozen model. Methods only ask
+ * for log-probs; they never see which of the two it is. */
+#ifndef RLHF_MODEL_REFERENCE_POLICY_H
+#define RLHF_MODEL_REFERENCE_POLICY_H
+
+#include "model/forward.h"
+#include "model/model.h"
+
+typedef struct {
+    const Model *model;   /* the network the reference log-probs come from */
+    LoraAdapter *adapter; /* switched off around each call; NULL for a separate model */
+} ReferencePolicy;
+
+/* The base of `policy` with its adapter (policy->lora, which must be `adapter`) switched off. */
+void reference_policy_from_adapter(ReferencePolicy *ref, const Model *policy, LoraAdapter *adapter);
+
+/* A separate frozen model (its weights are not touched). */
+void reference_policy_from_model(ReferencePolicy *ref, const Model *frozen);
+
+/* Per-token log-probs under the reference, as model_token_logprobs gives them. With an adapter,
+ * its enabled flag is restored before returning, whatever happens. Returns 0, or -1 with an
+ * error. */
+int reference_token_logprobs(const ReferencePolicy *ref, const TokenBatch *b,
+                             const uint8_t *target_mask, float *logp);
+
+#endif
