@@ -3,6 +3,7 @@
  * per-token log-probs with the adapter, and with it switched off (the reference policy); the
  * incremental (KV-cache) forward with an adapter; the reference policy (adapter off, or a
  * separate model); adapter gradients; save/reload; merging. */
+#include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
@@ -212,6 +213,19 @@ static void check_case(const char *name) {
     }
     CHECK(merged_bad == 0, "%s: %d merged tensors differ from peft's merge_and_unload", name,
           merged_bad);
+
+    /* rlhf merge-lora writes those merged weights (fp32 base: bit for bit) */
+    char out[4096];
+    snprintf(out, sizeof out, "%s/%s-merged", harness_tmpdir(), name);
+    char *args[] = {"--base", (char *)harness_source_path(base_dir), "--adapter", adir, "--out",
+                    out};
+    CHECK(cli_merge_lora(6, args) == CLI_EXIT_OK, "merge-lora: %s", err_msg());
+    Model written;
+    CHECK(model_load(&written, out) == 0, "the merged directory loads: %s", err_msg());
+    CHECK(written.n_params == m.n_params &&
+              memcmp(written.params, m.params, m.n_params * sizeof(float)) == 0,
+          "%s: merge-lora's output differs from the merged weights", name);
+    model_free(&written);
     safetensors_close(&mf);
     free(full);
     free(cached);
