@@ -72,6 +72,33 @@ static void loss_range(const char *out_dir, double *first, double *last, int *li
     free(text);
 }
 
+/* Whether two `rlhf generate` outputs have the same token_ids, line by line. */
+static bool same_token_ids(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    bool same = read_file(a, &x, NULL) == 0 && read_file(b, &y, NULL) == 0;
+    int lines = 0;
+    for (char *sx = NULL, *sy = NULL, *lx = same ? strtok_r(x, "\n", &sx) : NULL,
+              *ly = same ? strtok_r(y, "\n", &sy) : NULL;
+         same && (lx || ly); lx = strtok_r(NULL, "\n", &sx), ly = strtok_r(NULL, "\n", &sy)) {
+        json_t *jx = NULL, *jy = NULL;
+        same = lx && ly && json_load_text(lx, strlen(lx), a, &jx) == 0 &&
+               json_load_text(ly, strlen(ly), b, &jy) == 0;
+        if (same) {
+            json_t *ix = json_object_get(json_array_get(json_object_get(jx, "completions"), 0),
+                                         "token_ids"),
+                   *iy = json_object_get(json_array_get(json_object_get(jy, "completions"), 0),
+                                         "token_ids");
+            same = ix && json_array_size(ix) > 0 && json_equal(ix, iy);
+        }
+        json_decref(jx);
+        json_decref(jy);
+        lines++;
+    }
+    free(x);
+    free(y);
+    return same && lines == 2;
+}
+
 /* Token log-probs of the llama_text reference batch under `m`. */
 static float *batch_logprobs(Model *m, int *cells) {
     json_t *ref;
@@ -170,6 +197,31 @@ static void test_training_and_resume(void) {
           bad);
     model_free(&merged);
     free(from_merged);
+
+    /* rlhf generate --adapter: greedy tokens equal to those of the merged model */
+    write_text("prompts.jsonl", "{\"prompt\": \"Add 5 and 8.\"}\n{\"prompt\": \"Add 1\"}\n");
+    char gen_a[4200], gen_m[4200];
+    snprintf(gen_a, sizeof gen_a, "%s", harness_tmp_path("gen-adapter.jsonl"));
+    snprintf(gen_m, sizeof gen_m, "%s", harness_tmp_path("gen-merged.jsonl"));
+    char *with_adapter[] = {"--model",
+                            base,
+                            "--adapter",
+                            straight,
+                            "--prompts",
+                            (char *)harness_tmp_path("prompts.jsonl"),
+                            "--temperature",
+                            "0",
+                            "--max-new-tokens",
+                            "12",
+                            "--out",
+                            gen_a};
+    CHECK(cli_generate(12, with_adapter) == CLI_EXIT_OK, "generate --adapter: %s", err_msg());
+    char *with_merged[] = {
+        "--model",       path, "--prompts",        (char *)harness_tmp_path("prompts.jsonl"),
+        "--temperature", "0",  "--max-new-tokens", "12",
+        "--out",         gen_m};
+    CHECK(cli_generate(10, with_merged) == CLI_EXIT_OK, "generate merged: %s", err_msg());
+    CHECK(same_token_ids(gen_a, gen_m), "greedy tokens with --adapter equal the merged model's");
     free(plain);
     free(adapted);
     lora_free(&lora);

@@ -5,6 +5,7 @@
 #include "config/train_config.h"
 #include "harness.h"
 
+#include <dirent.h>
 #include <string.h>
 
 static const char *write_yaml(const char *name, const char *text) {
@@ -222,7 +223,32 @@ static void test_errors(void) {
           "bad override value: %s", err_msg());
 }
 
+/* Every config in examples/ loads without an error or a warning. */
+static void test_examples(void) {
+    const char *dir = harness_source_path("examples");
+    char dir_copy[4096];
+    snprintf(dir_copy, sizeof dir_copy, "%s", dir);
+    DIR *d = opendir(dir_copy);
+    CHECK(d != NULL, "examples/ exists");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir_copy, e->d_name);
+        TrainConfig c;
+        CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s: %s", e->d_name, err_msg());
+        n++;
+        CHECK(c.n_warnings == 0, "%s: %d warnings, the first: %s", e->d_name, c.n_warnings,
+              c.n_warnings ? c.warnings[0] : "");
+        train_config_free(&c);
+    }
+    if (d) closedir(d);
+    CHECK(n >= 2, "%d example configs", n);
+}
+
 int main(void) {
+    test_examples();
     test_sft_config();
     test_spec_dpo_config();
     test_lora_keys();
