@@ -1,6 +1,7 @@
 /* LoRA training end to end on the llama_text fixture: `rlhf train` with adapter: lora trains the
  * adapter alone (the loss falls; the checkpoint's optimizer state covers the adapter only), saves
- * PEFT files, resumes bit for bit (dropout on), continues from lora_model_dir; `rlhf merge-lora`
+ * PEFT files, resumes bit for bit (dropout on), gives the same adapter with gradient
+ * checkpointing, continues from lora_model_dir; `rlhf merge-lora`
  * gives a model that computes what base + adapter computes; bad adapters are clear errors. */
 #include "cli/commands.h"
 #include "common/error.h"
@@ -234,6 +235,13 @@ static void test_training_and_resume(void) {
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", straight);
     snprintf(other, sizeof other, "%s/adapter_model.safetensors", resumed);
     CHECK(harness_same_file(path, other), "4 steps + resume give the adapter of 9 straight steps");
+
+    /* gradient checkpointing recomputes the same dropout masks: the same adapter, bit for bit */
+    const char *gc_kv[] = {"--output_dir", harness_tmp_path("checkpointed"),
+                           "--gradient_checkpointing", "true"};
+    CHECK(run(cli_train, gc_kv, 2) == CLI_EXIT_OK, "gradient checkpointing: %s", err_msg());
+    snprintf(other, sizeof other, "%s/adapter_model.safetensors", harness_tmp_path("checkpointed"));
+    CHECK(harness_same_file(path, other), "gradient checkpointing changes the trained adapter");
 
     /* continue from the trained adapter with lora_model_dir */
     const char *cont_kv[] = {"--output_dir",     harness_tmp_path("continued"),
