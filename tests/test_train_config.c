@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <string.h>
 
 static const char *write_yaml(const char *name, const char *text) {
@@ -247,7 +248,59 @@ static void test_examples(void) {
     CHECK(n >= 2, "%d example configs", n);
 }
 
+/* The preference keys: beta's precedence, DPO loss lists, and their errors. */
+static void test_preference_keys(void) {
+    const char *path = write_yaml("dpo_keys.yaml", BASE "learning_rate: 1e-6\nrl: dpo\n"
+                                                        "rl_beta: 0.2\n"
+                                                        "trl:\n  beta: 0.3\n"
+                                                        "dpo_loss_type: [sigmoid, bco_pair, sft]\n"
+                                                        "dpo_loss_weights: [0.8, 0.2, 1.0]\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.beta == 0.3, "trl.beta wins over rl_beta: %g", c.beta);
+    CHECK(c.n_dpo_loss_type == 3 && strcmp(c.dpo_loss_type[2], "sft") == 0 &&
+              c.dpo_loss_weight_values[0] == 0.8 && c.dpo_loss_weight_values[1] == 0.2,
+          "loss types and weights");
+    train_config_free(&c);
+    path = write_yaml("ipo.yaml", BASE "learning_rate: 1e-6\nrl: ipo\ndpo_beta: 0.05\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.beta == 0.05 && c.n_dpo_loss_type == 1 && strcmp(c.dpo_loss_type[0], "ipo") == 0 &&
+              c.dpo_loss_weight_values[0] == 1.0,
+          "rl: ipo is DPO with the ipo loss; dpo_beta as rl_beta");
+    CHECK(has_warning(&c, "dpo_beta is deprecated", NULL), "dpo_beta warns");
+    train_config_free(&c);
+    path = write_yaml("orpo.yaml", BASE "learning_rate: 1e-6\nrl: orpo\norpo_alpha: 0.25\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.beta == 0.25 && c.simpo_gamma == 0.5 && isnan(c.cpo_alpha),
+          "orpo_alpha as beta; defaults");
+    train_config_free(&c);
+    path = write_yaml("kto.yaml", BASE "learning_rate: 1e-6\nrl: kto\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.beta == 0.1 && c.kto_desirable_weight == 1 && c.kto_undesirable_weight == 1 &&
+              strcmp(c.excess_length_strategy, "drop") == 0,
+          "TRL's defaults");
+    train_config_free(&c);
+
+    expect_error("w.yaml", BASE "learning_rate: 1\nrl: dpo\ndpo_loss_weights: [1.0]\n", "w.yaml",
+                 "requires `dpo_loss_type`");
+    expect_error("wl.yaml",
+                 BASE "learning_rate: 1\nrl: dpo\ndpo_loss_type: [sigmoid, sft]\n"
+                      "dpo_loss_weights: [1.0]\n",
+                 "wl.yaml", "2 losses and 1 weights");
+    expect_error("kt.yaml", BASE "learning_rate: 1\nrl: kto\ndpo_loss_type: [sigmoid]\n", "kt.yaml",
+                 "for DPO only");
+    expect_error("rpo.yaml", BASE "learning_rate: 1\nrl: dpo\nrpo_alpha: 1.0\n", "rpo.yaml",
+                 "dpo_legacy_compat");
+    expect_error("trl.yaml", BASE "learning_rate: 1\nrl: dpo\ntrl: 3\n", "trl.yaml:6: key 'trl'",
+                 "mapping");
+    expect_error("ex.yaml", BASE "learning_rate: 1\nrl: dpo\nexcess_length_strategy: cut\n",
+                 "ex.yaml", "drop, truncate, raise");
+    expect_error("simpo.yaml", BASE "learning_rate: 1\nrl: simpo\nwarmup_ratio: 0.1\n",
+                 "simpo.yaml", "warmup_ratio is not supported with the simpo trainer");
+}
+
 int main(void) {
+    test_preference_keys();
     test_examples();
     test_sft_config();
     test_spec_dpo_config();

@@ -20,6 +20,7 @@ typedef enum {
     K_RL,
     K_DATASETS,
     K_STRING_LIST, /* one string or a list of them (on the command line: comma-separated) */
+    K_TRL,         /* the trl: mapping, kept as JSON */
 } KeyKind;
 
 typedef struct {
@@ -72,6 +73,23 @@ static const KeySpec key_specs[] = {
     KEY(peft_use_rslora, K_BOOL),
     {"use_rslora", K_BOOL, offsetof(TrainConfig, peft_use_rslora)},
     KEY(lora_model_dir, K_STRING),
+    KEY(rl_beta, K_FLOAT),
+    {"dpo_beta", K_FLOAT, offsetof(TrainConfig, rl_beta)}, /* deprecated alias */
+    KEY(trl, K_TRL),
+    KEY(dpo_loss_type, K_STRING_LIST),
+    KEY(dpo_loss_weights, K_STRING_LIST),
+    KEY(dpo_label_smoothing, K_FLOAT),
+    KEY(dpo_legacy_compat, K_BOOL),
+    KEY(rpo_alpha, K_FLOAT),
+    KEY(precompute_ref_log_probs, K_BOOL),
+    KEY(rl_adapter_ref_model, K_BOOL),
+    KEY(kto_desirable_weight, K_FLOAT),
+    KEY(kto_undesirable_weight, K_FLOAT),
+    KEY(orpo_alpha, K_FLOAT),
+    KEY(simpo_gamma, K_FLOAT),
+    KEY(cpo_alpha, K_FLOAT),
+    KEY(max_prompt_len, K_INT),
+    KEY(excess_length_strategy, K_STRING),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
@@ -88,13 +106,9 @@ static const char *const documented_keys[] = {
     "chat_template_kwargs",
     "cosine_constant_lr_ratio",
     "cosine_min_lr_ratio",
-    "cpo_alpha",
     "deepspeed",
     "default_system_message",
     "device",
-    "dpo_beta",
-    "dpo_label_smoothing",
-    "dpo_loss_type",
     "dpo_loss_weights",
     "dpo_norm_loss",
     "dpo_padding_free",
@@ -105,7 +119,6 @@ static const char *const documented_keys[] = {
     "eval_batch_size",
     "eval_strategy",
     "evals_per_epoch",
-    "excess_length_strategy",
     "float16",
     "float32",
     "fp16",
@@ -114,8 +127,6 @@ static const char *const documented_keys[] = {
     "gpu_memory_limit",
     "gradient_checkpointing_kwargs",
     "hub_model_id",
-    "kto_desirable_weight",
-    "kto_undesirable_weight",
     "load_best_model_at_end",
     "load_in_4bit",
     "load_in_8bit",
@@ -124,24 +135,18 @@ static const char *const documented_keys[] = {
     "lora_modules_to_save",
     "lr_scheduler_kwargs",
     "max_memory",
-    "max_prompt_len",
     "metric_for_best_model",
     "model_revision",
     "model_type",
     "optim_args",
-    "orpo_alpha",
     "peft_use_dora",
-    "precompute_ref_log_probs",
     "remove_unused_columns",
-    "rl_adapter_ref_model",
-    "rl_beta",
     "rpo_alpha",
     "sample_packing",
     "save_first_step",
     "save_only_model",
     "save_strategy",
     "saves_per_epoch",
-    "simpo_gamma",
     "special_tokens",
     "strict",
     "test_datasets",
@@ -151,7 +156,6 @@ static const char *const documented_keys[] = {
     "tokenizer_type",
     "tokenizer_use_fast",
     "tokens",
-    "trl",
     "trust_remote_code",
     "type_of_model",
     "use_tensorboard",
@@ -274,6 +278,12 @@ static char *copy_span(const char *start, size_t len) {
 _Static_assert(offsetof(TrainConfig, n_lora_target_modules) ==
                    offsetof(TrainConfig, lora_target_modules) + sizeof(char **),
                "a string list's count follows its pointer");
+_Static_assert(offsetof(TrainConfig, n_dpo_loss_type) ==
+                   offsetof(TrainConfig, dpo_loss_type) + sizeof(char **),
+               "a string list's count follows its pointer");
+_Static_assert(offsetof(TrainConfig, n_dpo_loss_weights) ==
+                   offsetof(TrainConfig, dpo_loss_weights) + sizeof(char **),
+               "a string list's count follows its pointer");
 static int *string_list_count(TrainConfig *cfg, const KeySpec *spec) {
     return (int *)((char *)cfg + spec->offset + sizeof(char **));
 }
@@ -378,6 +388,8 @@ static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text
         return err_set("key 'datasets' cannot be given on the command line");
     case K_STRING_LIST:
         return set_string_list(cfg, spec, text);
+    case K_TRL:
+        return err_set("key 'trl' is a mapping: set it in the config file");
     }
     return -1;
 }
@@ -488,6 +500,13 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->seed = 42;
     cfg->lora_r = -1;      /* unset */
     cfg->lora_alpha = NAN; /* unset: PEFT's default, 8 */
+    cfg->rl_beta = NAN;
+    cfg->rpo_alpha = NAN;
+    cfg->kto_desirable_weight = 1.0;
+    cfg->kto_undesirable_weight = 1.0;
+    cfg->orpo_alpha = NAN;
+    cfg->simpo_gamma = 0.5;
+    cfg->cpo_alpha = NAN;
 }
 
 static int require_positive(const char *key, double v) {
@@ -532,6 +551,82 @@ static int validate_adapter(TrainConfig *cfg) {
     return 0;
 }
 
+/* trl.beta, when the trl: block gives one. Returns 1 when set, 0 when not, -1 on a bad value. */
+static int trl_beta(const TrainConfig *cfg, double *beta) {
+    const json_t *v = cfg->trl ? json_object_get(cfg->trl, "beta") : NULL;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v))
+        return err_set("%s:%d: key 'trl.beta': expected a number", cfg->source, cfg->trl_line);
+    *beta = json_number_value(v);
+    return 1;
+}
+
+/* The keys of the preference methods (axolotl-config.md §8.1, §8.2). */
+static int validate_preference(TrainConfig *cfg) {
+    double b = 0;
+    int has_trl_beta = trl_beta(cfg, &b);
+    if (has_trl_beta < 0) return -1;
+    cfg->beta = has_trl_beta              ? b
+                : !isnan(cfg->rl_beta)    ? cfg->rl_beta
+                : !isnan(cfg->orpo_alpha) ? cfg->orpo_alpha
+                                          : 0.1;
+    if (cfg->trl) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(cfg->trl, k, v) {
+            if (strcmp(k, "beta") != 0 && !json_is_null(v))
+                add_warning(cfg, "%s:%d: key 'trl.%s' is not used by rlhf.c yet; ignored",
+                            cfg->source, cfg->trl_line, k);
+        }
+    }
+    bool dpo = cfg->rl == RL_DPO || cfg->rl == RL_IPO;
+    if ((cfg->n_dpo_loss_type || cfg->n_dpo_loss_weights) && !dpo)
+        return err_set("`dpo_loss_type` and `dpo_loss_weights` are for DPO only, but got rl=%s",
+                       rl_method_name(cfg->rl));
+    if (cfg->n_dpo_loss_weights && !cfg->n_dpo_loss_type)
+        return err_set("`dpo_loss_weights` requires `dpo_loss_type` to be set");
+    if (cfg->n_dpo_loss_weights && cfg->n_dpo_loss_weights != cfg->n_dpo_loss_type)
+        return err_set("`dpo_loss_type` and `dpo_loss_weights` must be the same length, but got "
+                       "%d losses and %d weights",
+                       cfg->n_dpo_loss_type, cfg->n_dpo_loss_weights);
+    if (dpo && !cfg->n_dpo_loss_type) {
+        cfg->dpo_loss_type = xcalloc(1, sizeof *cfg->dpo_loss_type);
+        cfg->dpo_loss_type[0] = xstrdup(cfg->rl == RL_IPO ? "ipo" : "sigmoid");
+        cfg->n_dpo_loss_type = 1;
+    }
+    if (cfg->n_dpo_loss_type) {
+        cfg->dpo_loss_weight_values = xcalloc((size_t)cfg->n_dpo_loss_type, sizeof(double));
+        for (int i = 0; i < cfg->n_dpo_loss_type; i++) {
+            cfg->dpo_loss_weight_values[i] = 1.0;
+            if (cfg->n_dpo_loss_weights &&
+                yaml_text_to_double(cfg->dpo_loss_weights[i], &cfg->dpo_loss_weight_values[i]) != 0)
+                return err_set("key 'dpo_loss_weights'[%d]: expected a number, got \"%s\"", i,
+                               cfg->dpo_loss_weights[i]);
+        }
+    }
+    if (!isnan(cfg->rpo_alpha) && !cfg->dpo_legacy_compat)
+        return err_set("key 'rpo_alpha' was removed from TRL (0.29): use dpo_loss_type: [sigmoid, "
+                       "sft] with dpo_loss_weights: [1.0, alpha], or set dpo_legacy_compat: true "
+                       "for the old meaning");
+    if (cfg->dpo_label_smoothing < 0 || cfg->dpo_label_smoothing >= 1)
+        return err_set("key 'dpo_label_smoothing': must be in [0, 1), got %g",
+                       cfg->dpo_label_smoothing);
+    if (cfg->kto_desirable_weight < 0 || cfg->kto_undesirable_weight < 0)
+        return err_set("keys 'kto_desirable_weight', 'kto_undesirable_weight': must not be "
+                       "negative");
+    if (cfg->rl == RL_SIMPO && cfg->warmup_ratio >= 0)
+        return err_set("warmup_ratio is not supported with the simpo trainer. Please use "
+                       "`warmup_steps` instead");
+    if (cfg->max_prompt_len < 0) return err_set("key 'max_prompt_len': must not be negative");
+    if (!cfg->excess_length_strategy) cfg->excess_length_strategy = xstrdup("drop");
+    if (strcmp(cfg->excess_length_strategy, "drop") != 0 &&
+        strcmp(cfg->excess_length_strategy, "truncate") != 0 &&
+        strcmp(cfg->excess_length_strategy, "raise") != 0)
+        return err_set("key 'excess_length_strategy': \"%s\" is not one of drop, truncate, raise",
+                       cfg->excess_length_strategy);
+    return 0;
+}
+
 static int validate(TrainConfig *cfg) {
     if (!cfg->base_model) return err_set("key 'base_model': missing (a local model directory)");
     if (cfg->n_datasets == 0) return err_set("key 'datasets': missing (at least one dataset)");
@@ -569,7 +664,7 @@ static int validate(TrainConfig *cfg) {
         return err_set("key 'lr_scheduler': \"%s\" is not supported (constant, "
                        "constant_with_warmup, linear, cosine)",
                        cfg->lr_scheduler);
-    if (validate_adapter(cfg) != 0) return -1;
+    if (validate_adapter(cfg) != 0 || validate_preference(cfg) != 0) return -1;
     if (!cfg->tokenizer_config) cfg->tokenizer_config = xstrdup(cfg->base_model);
     if (!cfg->output_dir) cfg->output_dir = xstrdup("./outputs");
     return 0;
@@ -608,6 +703,18 @@ static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
             if (read_datasets(cfg, d, v) != 0) return -1;
             continue;
         }
+        if (spec->kind == K_TRL) {
+            if (v->type != YAML_MAPPING_NODE)
+                return err_set("%s:%d: key 'trl': expected a mapping (beta: 0.1, ...)", d->path,
+                               line);
+            json_decref(cfg->trl);
+            cfg->trl = yaml_node_to_json(d, v);
+            if (!cfg->trl) return -1;
+            cfg->trl_line = line;
+            continue;
+        }
+        if (strcmp(key, "dpo_beta") == 0)
+            add_warning(cfg, "%s:%d: dpo_beta is deprecated, use rl_beta instead", d->path, line);
         if (spec->kind == K_STRING_LIST && v->type == YAML_SEQUENCE_NODE) {
             char ***list = (char ***)((char *)cfg + spec->offset);
             int *n = string_list_count(cfg, spec);
@@ -685,10 +792,15 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->chat_template_jinja,
                         &cfg->dataset_prepared_path,
                         &cfg->adapter,
-                        &cfg->lora_model_dir};
+                        &cfg->lora_model_dir,
+                        &cfg->excess_length_strategy};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);
     free_string_list(&cfg->lora_target_modules, &cfg->n_lora_target_modules);
+    free_string_list(&cfg->dpo_loss_type, &cfg->n_dpo_loss_type);
+    free_string_list(&cfg->dpo_loss_weights, &cfg->n_dpo_loss_weights);
+    free(cfg->dpo_loss_weight_values);
+    json_decref(cfg->trl);
     for (int i = 0; i < cfg->n_warnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);

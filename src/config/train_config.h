@@ -67,7 +67,28 @@ typedef struct {
     bool lora_target_linear; /* every linear layer but lm_head ("all-linear") */
     bool peft_use_rslora;    /* scaling alpha / sqrt(r); also read as use_rslora */
     char *lora_model_dir;    /* an adapter to continue from (or to merge) */
-    char **warnings;         /* messages for the user, in file order */
+    /* preference and RL methods (axolotl-config.md §8.1; trl-methods.md) */
+    double rl_beta; /* NAN: unset (see beta) */
+    double beta;    /* resolved: trl.beta > rl_beta > dpo_beta > orpo_alpha > 0.1 */
+    json_t *trl;    /* the trl: block as written (NULL: none) */
+    int trl_line;
+    char **dpo_loss_type; /* DPO loss types; sigmoid (or ipo for rl: ipo) when unset */
+    int n_dpo_loss_type;
+    char **dpo_loss_weights; /* as written; parsed into dpo_loss_weight_values */
+    int n_dpo_loss_weights;
+    double *dpo_loss_weight_values; /* n_dpo_loss_type of them (1.0 each when unset) */
+    double dpo_label_smoothing;     /* 0 */
+    bool dpo_legacy_compat;         /* TRL <= 0.28 meanings: cDPO sigmoid, rpo_alpha */
+    double rpo_alpha;               /* NAN: unset; only with dpo_legacy_compat */
+    bool precompute_ref_log_probs;
+    bool rl_adapter_ref_model; /* a separate frozen reference even with an adapter */
+    double kto_desirable_weight, kto_undesirable_weight; /* 1.0 each */
+    double orpo_alpha;                                   /* NAN: unset */
+    double simpo_gamma;           /* 0.5 (TRL's default; Axolotl would pass null) */
+    double cpo_alpha;             /* NAN: unset -> TRL's 1.0 */
+    int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
+    char *excess_length_strategy; /* drop (default), truncate or raise */
+    char **warnings;              /* messages for the user, in file order */
     int n_warnings;
 } TrainConfig;
 

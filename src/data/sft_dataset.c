@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/dataset_rows.h"
 #include "data/sft_chat.h"
 
 #include <stdbool.h>
@@ -139,8 +140,8 @@ static int add_chat(const LoadContext *c, const json_t *row) {
     return 0;
 }
 
-static int add_row(const LoadContext *c, const json_t *row) {
-    if (!json_is_object(row)) return err_set("expected a JSON object");
+static int add_row(void *ctx, const json_t *row) {
+    const LoadContext *c = ctx;
     switch (c->type) {
     case SFT_COMPLETION:
         return add_completion(c, row);
@@ -150,44 +151,6 @@ static int add_row(const LoadContext *c, const json_t *row) {
         return add_chat(c, row);
     }
     return -1;
-}
-
-/* A JSONL file (one object per line) or a JSON file holding an array of objects. */
-static int load_file(const LoadContext *c, const char *path) {
-    char *text;
-    size_t len;
-    if (read_file(path, &text, &len) != 0) return -1;
-    size_t start = 0;
-    while (start < len && (text[start] == ' ' || text[start] == '\n' || text[start] == '\t' ||
-                           text[start] == '\r'))
-        start++;
-    int rc = 0;
-    if (start < len && text[start] == '[') {
-        json_t *arr = NULL;
-        rc = json_load_text(text, len, path, &arr);
-        for (size_t i = 0; rc == 0 && i < json_array_size(arr); i++)
-            if (add_row(c, json_array_get(arr, i)) != 0) rc = err_prefix("%s: row %zu", path, i);
-        json_decref(arr);
-    } else {
-        int line = 0;
-        for (size_t pos = 0; pos < len && rc == 0;) {
-            line++;
-            const char *s = text + pos;
-            const char *nl = memchr(s, '\n', len - pos);
-            size_t n = nl ? (size_t)(nl - s) : len - pos;
-            pos += n + 1;
-            size_t k = 0;
-            while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
-                k++;
-            if (k == n) continue;
-            json_t *row = NULL;
-            if (json_load_text(s, n, NULL, &row) != 0 || add_row(c, row) != 0)
-                rc = err_prefix("%s:%d", path, line);
-            json_decref(row);
-        }
-    }
-    free(text);
-    return rc;
 }
 
 int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id) {
@@ -212,16 +175,7 @@ int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *to
                            "fine-tuning yet (chat_template, completion, alpaca)",
                            cfg->source, dc->line, d, type);
         }
-        int rc = 0;
-        if (dc->n_data_files == 0) {
-            rc = load_file(&c, dc->path);
-        } else {
-            for (int f = 0; rc == 0 && f < dc->n_data_files; f++) {
-                char path[4096];
-                rc = path_join(path, sizeof path, dc->path, dc->data_files[f]);
-                if (rc == 0) rc = load_file(&c, dir_exists(dc->path) ? path : dc->data_files[f]);
-            }
-        }
+        int rc = dataset_rows_foreach(dc, add_row, &c);
         if (c.type == SFT_CHAT) chat_sft_free(&c.chat);
         if (rc != 0) {
             sft_dataset_free(ds);

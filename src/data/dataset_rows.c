@@ -1,0 +1,62 @@
+#include "data/dataset_rows.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int call_row(DatasetRowFn fn, void *ctx, const json_t *row) {
+    if (!json_is_object(row)) return err_set("expected a JSON object");
+    return fn(ctx, row);
+}
+
+/* A JSONL file (one object per line) or a JSON file holding an array of objects. */
+static int load_file(const char *path, DatasetRowFn fn, void *ctx) {
+    char *text;
+    size_t len;
+    if (read_file(path, &text, &len) != 0) return -1;
+    size_t start = 0;
+    while (start < len && (text[start] == ' ' || text[start] == '\n' || text[start] == '\t' ||
+                           text[start] == '\r'))
+        start++;
+    int rc = 0;
+    if (start < len && text[start] == '[') {
+        json_t *arr = NULL;
+        rc = json_load_text(text, len, path, &arr);
+        for (size_t i = 0; rc == 0 && i < json_array_size(arr); i++)
+            if (call_row(fn, ctx, json_array_get(arr, i)) != 0)
+                rc = err_prefix("%s: row %zu", path, i);
+        json_decref(arr);
+    } else {
+        int line = 0;
+        for (size_t pos = 0; pos < len && rc == 0;) {
+            line++;
+            const char *s = text + pos;
+            const char *nl = memchr(s, '\n', len - pos);
+            size_t n = nl ? (size_t)(nl - s) : len - pos;
+            pos += n + 1;
+            size_t k = 0;
+            while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
+                k++;
+            if (k == n) continue;
+            json_t *row = NULL;
+            if (json_load_text(s, n, NULL, &row) != 0 || call_row(fn, ctx, row) != 0)
+                rc = err_prefix("%s:%d", path, line);
+            json_decref(row);
+        }
+    }
+    free(text);
+    return rc;
+}
+
+int dataset_rows_foreach(const DatasetConfig *dc, DatasetRowFn fn, void *ctx) {
+    if (dc->n_data_files == 0) return load_file(dc->path, fn, ctx);
+    for (int f = 0; f < dc->n_data_files; f++) {
+        char path[4096];
+        if (path_join(path, sizeof path, dc->path, dc->data_files[f]) != 0) return -1;
+        if (load_file(dir_exists(dc->path) ? path : dc->data_files[f], fn, ctx) != 0) return -1;
+    }
+    return 0;
+}
