@@ -39,8 +39,14 @@ static void test_fused_logprob(void) {
     for (int r = 0; r < n; r++)
         target[r] = (r * 7919) % vocab;
     target[0] = 5000;
-    fused_logprob_forward(logp, hidden, target, w, n, h, vocab);
-    int bad = 0;
+    LogitStats *stats = malloc(sizeof *stats * n);
+    fused_logprob_forward_stats(logp, stats, hidden, target, w, n, h, vocab);
+    float *plain = malloc(sizeof(float) * n);
+    fused_logprob_forward(plain, hidden, target, w, n, h, vocab);
+    int bad = 0, bad_stats = 0, same = 0;
+    for (int r = 0; r < n; r++)
+        same += plain[r] == logp[r];
+    CHECK(same == n, "the statistics do not change the log-probs (%d of %d equal)", same, n);
     for (int r = 0; r < n; r++) {
         double max = -INFINITY, *z = malloc(sizeof(double) * vocab);
         for (int v = 0; v < vocab; v++) {
@@ -55,9 +61,24 @@ static void test_fused_logprob(void) {
             sum += exp(z[v] - max);
         double want = z[target[r]] - max - log(sum);
         if (!harness_close(logp[r], want, 1e-5, 1e-5)) bad++;
+        double mean = 0, entropy = 0;
+        int argmax = 0;
+        for (int v = 0; v < vocab; v++) {
+            double p = exp(z[v] - max) / sum;
+            mean += z[v] / vocab;
+            entropy -= p > 0 ? p * log(p) : 0;
+            if (z[v] > z[argmax]) argmax = v;
+        }
+        if (!harness_close(stats[r].mean_logit, mean, 1e-4, 1e-5) ||
+            !harness_close(stats[r].entropy, entropy, 1e-4, 1e-5) || stats[r].argmax != argmax)
+            bad_stats++;
         free(z);
     }
     CHECK(bad == 0, "%d of %d rows differ from the double-precision log-softmax", bad, n);
+    CHECK(bad_stats == 0, "%d of %d rows: mean logit, entropy or argmax differ", bad_stats, n);
+    CHECK(stats[0].argmax == 5000, "the dominant logit is the argmax");
+    free(stats);
+    free(plain);
     free(hidden);
     free(w);
     free(logp);

@@ -21,6 +21,11 @@ static size_t select_targets(const TokenBatch *b, const uint8_t *target_mask, si
 
 void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                          float *logp) {
+    model_tape_logprobs_stats(m, tape, target_mask, logp, NULL);
+}
+
+void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                               float *logp, LogitStats *stats) {
     size_t H = (size_t)m->cfg.hidden_size, n = tape->n;
     size_t *where = xmalloc(n * sizeof *where);
     size_t n_sel = select_targets(&tape->batch, target_mask, where);
@@ -31,10 +36,16 @@ void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t 
         memcpy(rows + j * H, tape->hidden + (where[j] - 1) * H, H * sizeof(float));
         targets[j] = tape->batch.tokens[where[j]];
     }
-    fused_logprob_forward(sel, rows, targets, m->lm_head, (int)n_sel, (int)H, m->cfg.vocab_size);
+    LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
+    fused_logprob_forward_stats(sel, sel_stats, rows, targets, m->lm_head, (int)n_sel, (int)H,
+                                m->cfg.vocab_size);
     memset(logp, 0, n * sizeof *logp);
-    for (size_t j = 0; j < n_sel; j++)
+    if (stats) memset(stats, 0, n * sizeof *stats);
+    for (size_t j = 0; j < n_sel; j++) {
         logp[where[j]] = sel[j];
+        if (stats) stats[where[j]] = sel_stats[j];
+    }
+    free(sel_stats);
     free(sel);
     free(targets);
     free(rows);

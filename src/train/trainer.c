@@ -57,14 +57,16 @@ static uint64_t dropout_key(uint64_t seed, int64_t step, int i) {
     return z ^ (z >> 31);
 }
 
-int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
+int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
+                 StepStats *stats) {
     Model *m = t->model;
     memset(stats, 0, sizeof *stats);
     for (int i = 0; i < n; i++)
         stats->tokens +=
             sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+    if (method->begin_window && method->begin_window(method->ctx, mbs, n) != 0) return -1;
     memset(t->grads, 0, t->n_params * sizeof *t->grads);
-    if (t->lora) t->lora->training = true;
+    if (t->lora) t->lora->training = !t->opt.disable_dropout;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (t->lora) t->lora->dropout_key = dropout_key(t->opt.seed, t->step, i);
@@ -73,10 +75,15 @@ int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats)
         ForwardTape tape;
         rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
         if (rc == 0) {
-            model_tape_logprobs(m, &tape, mbs[i].label_mask, logp);
-            stats->loss += sft_loss(logp, mbs[i].label_mask, cells, stats->tokens, dlogp);
-            rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
-                                t->lora ? t->grads : NULL);
+            double loss = 0;
+            LogitStats *stats = method->wants_stats ? xmalloc(cells * sizeof *stats) : NULL;
+            model_tape_logprobs_stats(m, &tape, mbs[i].label_mask, logp, stats);
+            rc = method->micro_loss(method->ctx, i, &mbs[i], logp, stats, dlogp, &loss);
+            free(stats);
+            stats->loss += loss;
+            if (rc == 0)
+                rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
+                                    t->lora ? t->grads : NULL);
             forward_tape_free(&tape);
         }
         free(logp);
@@ -93,4 +100,29 @@ int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats)
     adamw_step(&t->adamw, t->params, t->grads, stats->lr);
     t->step++;
     return 0;
+}
+
+/* SFT as a TrainMethod: the window's label-token count is the loss's denominator. */
+static int sft_begin_window(void *ctx, const MicroBatch *mbs, int n) {
+    size_t *window_tokens = ctx;
+    *window_tokens = 0;
+    for (int i = 0; i < n; i++)
+        *window_tokens +=
+            sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+    return 0;
+}
+
+static int sft_micro_loss(void *ctx, int index, const MicroBatch *mb, const float *logp,
+                          const LogitStats *stats, float *dlogp, double *loss) {
+    (void)index, (void)stats;
+    const size_t *window_tokens = ctx;
+    *loss = sft_loss(logp, mb->label_mask, (size_t)mb->batch.batch * mb->batch.t_len,
+                     *window_tokens, dlogp);
+    return 0;
+}
+
+int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
+    size_t window_tokens = 0;
+    TrainMethod sft = {&window_tokens, sft_begin_window, sft_micro_loss, false};
+    return trainer_step(t, mbs, n, &sft, stats);
 }

@@ -6,6 +6,7 @@
 #ifndef RLHF_TRAIN_TRAINER_H
 #define RLHF_TRAIN_TRAINER_H
 
+#include "kernels/cpu/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "train/optimizer.h"
@@ -21,6 +22,7 @@ typedef struct {
     LrScheduleType schedule;
     int64_t warmup_steps, total_steps;
     bool gradient_checkpointing; /* recompute each layer's activations in backward */
+    bool disable_dropout;        /* the adapter's dropout stays off (TRL's preference trainers) */
     uint64_t seed;               /* of the adapter's dropout masks */
 } TrainerOptions;
 
@@ -40,6 +42,23 @@ typedef struct {
     int64_t step; /* optimizer steps done */
 } Trainer;
 
+/* A training method for trainer_step: it turns each micro-batch's per-token log-probs into its
+ * share of the window's loss and dL/dlogp. */
+typedef struct {
+    void *ctx;
+    /* Once per window, before any forward (SFT counts the window's label tokens here). May be
+     * NULL. */
+    int (*begin_window)(void *ctx, const MicroBatch *mbs, int n);
+    /* Micro-batch `index` of the window: logp holds the log-probs at the label_mask positions
+     * (0 elsewhere), stats the statistics of the logits there when wants_stats (else NULL).
+     * Writes dlogp (every cell) and returns its loss contribution in *loss. Runs between the
+     * policy's forward and backward, so it may run other forwards (a reference) on the model.
+     * Returns 0, or -1 with an error. */
+    int (*micro_loss)(void *ctx, int index, const MicroBatch *mb, const float *logp,
+                      const LogitStats *stats, float *dlogp, double *loss);
+    bool wants_stats;
+} TrainMethod;
+
 typedef struct {
     double loss;      /* mean NLL over the window's label tokens */
     double grad_norm; /* before clipping */
@@ -50,6 +69,12 @@ typedef struct {
 /* With `lora` given, the adapter is attached to the model (m->lora) and trained alone. */
 int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *opt);
 void trainer_free(Trainer *t);
+
+/* One optimizer step over n micro-batches with a method's loss. stats->loss is the sum of the
+ * method's micro-batch contributions; stats->tokens counts label positions. Returns 0, or -1
+ * with an error. */
+int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
+                 StepStats *stats);
 
 /* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats);

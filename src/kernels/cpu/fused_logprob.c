@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,10 @@ int fused_logprob_chunk_rows(int vocab) {
 typedef struct {
     float max;
     double sum;
+    /* with statistics: the sum of the logits, sum exp(z - m) * z (rescaled with sum), and the
+     * first index of the largest logit */
+    double zsum, ez;
+    int argmax;
 } RunningLse;
 
 static void lse_update(RunningLse *acc, const float *z, int n) {
@@ -45,13 +50,40 @@ static void lse_update(RunningLse *acc, const float *z, int n) {
     acc->max = m;
 }
 
+/* lse_update plus the statistics (c0: the column index of z[0]). */
+static void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
+    float m = acc->max;
+    int arg = acc->argmax;
+    for (int j = 0; j < n; j++)
+        if (z[j] > m) m = z[j], arg = c0 + j; /* strict: the first maximum wins, as argmax */
+    double s = 0.0, ez = 0.0, zs = 0.0;
+    for (int j0 = 0; j0 < n; j0 += 256) {
+        int j1 = j0 + 256 < n ? j0 + 256 : n;
+        float block = 0.0f, block_ez = 0.0f, block_z = 0.0f;
+#pragma omp simd reduction(+ : block, block_ez, block_z)
+        for (int j = j0; j < j1; j++) {
+            float e = fast_expf(z[j] - m);
+            block += e;
+            block_ez += e * z[j];
+            block_z += z[j];
+        }
+        s += block, ez += block_ez, zs += block_z;
+    }
+    double scale = exp((double)acc->max - (double)m);
+    acc->sum = acc->sum * scale + s;
+    acc->ez = acc->ez * scale + ez;
+    acc->zsum += zs;
+    acc->max = m;
+    acc->argmax = arg;
+}
+
 /* One block of rows against the whole vocabulary, tile by tile: each row's running
  * log-sum-exp in acc[] and its target's logit in target_logit[]. */
 static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, const float *hidden,
-                            const int32_t *target, const float *lm_head, int rows, int h,
-                            int vocab) {
+                            const int32_t *target, const float *lm_head, int rows, int h, int vocab,
+                            bool stats) {
     for (int r = 0; r < rows; r++)
-        acc[r] = (RunningLse){-INFINITY, 0.0};
+        acc[r] = (RunningLse){-INFINITY, 0.0, 0.0, 0.0, 0};
     for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
         int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hidden, h,
@@ -59,7 +91,10 @@ static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, c
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++) {
             const float *z = tile + (size_t)r * cols;
-            lse_update(&acc[r], z, cols);
+            if (stats)
+                lse_update_stats(&acc[r], z, cols, c0);
+            else
+                lse_update(&acc[r], z, cols);
             int t = target[r] - c0;
             if (t >= 0 && t < cols) target_logit[r] = z[t];
         }
@@ -87,18 +122,30 @@ static void scratch_free(LogprobScratch *s) {
     free(s->target_logit);
 }
 
-void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
-                           const float *lm_head, int n_rows, int h, int vocab) {
+void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
+                                 const int32_t *target, const float *lm_head, int n_rows, int h,
+                                 int vocab) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         block_logsumexp(s.acc, s.target_logit, s.tile, hidden + (size_t)r0 * h, target + r0,
-                        lm_head, rows, h, vocab);
-        for (int r = 0; r < rows; r++)
-            logp[r0 + r] = (float)((double)s.target_logit[r] - s.acc[r].max - log(s.acc[r].sum));
+                        lm_head, rows, h, vocab, stats != NULL);
+        for (int r = 0; r < rows; r++) {
+            const RunningLse *a = &s.acc[r];
+            double lse = a->max + log(a->sum);
+            logp[r0 + r] = (float)((double)s.target_logit[r] - lse);
+            if (stats) /* H = lse - sum p z */
+                stats[r0 + r] = (LogitStats){(float)(a->zsum / vocab),
+                                             (float)(lse - a->ez / a->sum), a->argmax};
+        }
     }
     scratch_free(&s);
+}
+
+void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
+                           const float *lm_head, int n_rows, int h, int vocab) {
+    fused_logprob_forward_stats(logp, NULL, hidden, target, lm_head, n_rows, h, vocab);
 }
 
 /* d logp / d z_j = [j = target] - softmax_j, so with upstream g: dz = g (onehot - p). The logits
@@ -112,7 +159,8 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         const float *hb = hidden + (size_t)r0 * h;
         float *dhb = dhidden + (size_t)r0 * h;
-        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab);
+        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
+                        false);
         memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;

@@ -42,6 +42,19 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
                            const float *lm_head, int n_rows, int h, int vocab);
 
+/* Per-row statistics of the logits the fused log-prob computes anyway (TRL's DPO metrics): the
+ * mean logit over the vocabulary, the entropy of the softmax, and the first index of the
+ * largest logit. */
+typedef struct {
+    float mean_logit, entropy;
+    int32_t argmax;
+} LogitStats;
+
+/* fused_logprob_forward, also writing each row's LogitStats when stats is not NULL. */
+void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
+                                 const int32_t *target, const float *lm_head, int n_rows, int h,
+                                 int vocab);
+
 /* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);
 
