@@ -39,7 +39,7 @@ void pref_batch_build(PrefMicroBatch *out, const PrefDataset *ds, const size_t *
             bool in_prompt = t < p->n_prompt;
             row[t] = in_prompt ? p->prompt[t] : resp[t - p->n_prompt];
             out->attn[(size_t)r * t_len + t] = 1;
-            out->completion[(size_t)r * t_len + t] = !in_prompt;
+            out->completion[(size_t)r * t_len + t] = !in_prompt && t > 0; /* t = 0 has no logp */
             needed[(size_t)r * t_len + t] = all_positions ? t > 0 : !in_prompt;
         }
     }

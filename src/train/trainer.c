@@ -76,10 +76,11 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
         if (rc == 0) {
             double loss = 0;
-            LogitStats *stats = method->wants_stats ? xmalloc(cells * sizeof *stats) : NULL;
-            model_tape_logprobs_stats(m, &tape, mbs[i].label_mask, logp, stats);
-            rc = method->micro_loss(method->ctx, i, &mbs[i], logp, stats, dlogp, &loss);
-            free(stats);
+            LogitStats *logit_stats =
+                method->wants_stats ? xmalloc(cells * sizeof *logit_stats) : NULL;
+            model_tape_logprobs_stats(m, &tape, mbs[i].label_mask, logp, logit_stats);
+            rc = method->micro_loss(method->ctx, i, &mbs[i], logp, logit_stats, dlogp, &loss);
+            free(logit_stats);
             stats->loss += loss;
             if (rc == 0)
                 rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
