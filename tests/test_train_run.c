@@ -279,11 +279,11 @@ static void test_errors(void) {
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: alpaca\n",
              base, harness_tmp_path("no-such.jsonl"));
     expect_train_error("missing.yaml", text, "no-such.jsonl", "cannot open");
-    snprintf(
-        text, sizeof text,
-        "base_model: %s\nlearning_rate: 1e-3\nrl: dpo\ndatasets:\n  - path: %s\n    type: alpaca\n",
-        base, harness_tmp_path("alpaca.jsonl"));
-    expect_train_error("rl.yaml", text, "rl: dpo is not implemented", NULL);
+    snprintf(text, sizeof text,
+             "base_model: %s\nlearning_rate: 1e-3\nrl: grpo\ndatasets:\n  - path: %s\n    type: "
+             "alpaca\n",
+             base, harness_tmp_path("alpaca.jsonl"));
+    expect_train_error("rl.yaml", text, "rl: grpo is not implemented", NULL);
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: sharegpt\n",
              base, harness_tmp_path("alpaca.jsonl"));

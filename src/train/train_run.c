@@ -4,9 +4,11 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "data/dataset_cache.h"
+#include "data/pref_dataset.h"
 #include "data/sft_dataset.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
+#include "train/pref_method.h"
 #include "train/model_dir.h"
 #include "train/trainer.h"
 
@@ -71,6 +73,27 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
     }
     return (MicroBatch){{count, t_len, buf->tokens, buf->attn, NULL}, buf->labels};
 }
+
+/* What run() trains on: a dataset seen through micro-batches, and the method that turns them
+ * into a loss. run() owns the loop (epochs, windows, schedule, logging, evaluation,
+ * checkpoints); the task owns the examples. */
+typedef struct {
+    size_t n_examples;
+    void *ctx;
+    /* Builds micro-batch `slot` of a window from examples order[first .. first+count);
+     * *tokens gets their token count (for tokens/s). */
+    void (*build)(void *ctx, int slot, const size_t *order, size_t first, int count, MicroBatch *mb,
+                  size_t *tokens);
+    void (*release)(void *ctx, int slot);
+    /* Called before each step with the window's micro-batch count. May be NULL. */
+    void (*begin_step)(void *ctx, int n_micro);
+    TrainMethod method;
+    /* Adds the method's metrics since the last log line to a log entry. May be NULL. */
+    void (*flush_metrics)(void *ctx, json_t *entry);
+    /* Evaluates on held-out examples, adding eval_* keys to entry. NULL: none. */
+    int (*evaluate)(void *ctx, Model *m, json_t *entry);
+    size_t n_eval; /* held-out examples (for the log) */
+} TrainTask;
 
 /* val_set_size: a fraction (< 1) or a count of the examples, chosen by a seeded shuffle, moved
  * from `all` to `val` (the draw is reproducible, but not the one datasets' train_test_split
@@ -196,10 +219,20 @@ static int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FIL
     return 0;
 }
 
-static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDataset *ds,
-               const SftDataset *val, int32_t pad_id, FILE *log) {
+/* Appends a log entry: to metrics.jsonl (one line) and to trainer_state's log_history. */
+static void log_entry(FILE *metrics, json_t *log_history, json_t *entry) {
+    char *line = json_dumps(entry, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
+    if (line) fprintf(metrics, "%s\n", line);
+    free(line);
+    fflush(metrics);
+    json_array_append(log_history, entry);
+}
+
+static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainTask *task,
+               FILE *log) {
+    size_t n_examples = task->n_examples;
     size_t micro_per_epoch =
-        (ds->n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
+        (n_examples + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
     size_t gas = (size_t)cfg->gradient_accumulation_steps;
     int64_t windows_per_epoch = (int64_t)((micro_per_epoch + gas - 1) / gas);
     int64_t total = cfg->max_steps > 0 ? cfg->max_steps
@@ -210,6 +243,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDat
         .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
         .total_steps = total,
         .gradient_checkpointing = cfg->gradient_checkpointing,
+        .disable_dropout = cfg->rl != RL_NONE, /* TRL's disable_dropout=True */
         .seed = (uint64_t)cfg->seed};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
@@ -239,53 +273,51 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDat
     fprintf(log,
             "training %zu examples: %lld steps (%lld per epoch), micro-batch %lld x %zu "
             "accumulation, warm-up %lld, lr %g %s\n",
-            ds->n, (long long)total, (long long)windows_per_epoch, (long long)cfg->micro_batch_size,
-            gas, (long long)opt.warmup_steps, cfg->learning_rate, cfg->lr_scheduler);
+            n_examples, (long long)total, (long long)windows_per_epoch,
+            (long long)cfg->micro_batch_size, gas, (long long)opt.warmup_steps, cfg->learning_rate,
+            cfg->lr_scheduler);
 
-    size_t *order = xmalloc(ds->n * sizeof *order);
+    size_t *order = xmalloc(n_examples * sizeof *order);
     MicroBatch *window = xmalloc(gas * sizeof *window);
-    BatchBuffers *bufs = xmalloc(gas * sizeof *bufs);
     double start = now_seconds(), tokens = 0, loss_sum = 0;
     int64_t loss_count = 0, first_step = tr.step;
     bool tty = isatty(fileno(log));
     int rc = 0;
     for (int64_t epoch = 0; tr.step < total && rc == 0; epoch++) {
-        shuffle(order, ds->n, cfg->seed, epoch);
+        shuffle(order, n_examples, cfg->seed, epoch);
         for (size_t micro = 0; micro < micro_per_epoch && tr.step < total && rc == 0;
              micro += gas) {
             size_t n_micro = micro_per_epoch - micro < gas ? micro_per_epoch - micro : gas;
             if (window_index++ < tr.step) continue; /* done before the checkpoint we resumed */
             for (size_t k = 0; k < n_micro; k++) {
                 size_t first = (micro + k) * (size_t)cfg->micro_batch_size;
-                int count = (int)(ds->n - first < (size_t)cfg->micro_batch_size
-                                      ? ds->n - first
+                int count = (int)(n_examples - first < (size_t)cfg->micro_batch_size
+                                      ? n_examples - first
                                       : (size_t)cfg->micro_batch_size);
-                window[k] = build_micro_batch(ds, order, first, count, pad_id, &bufs[k]);
-                for (int e = 0; e < count; e++)
-                    tokens += ds->items[order[first + e]].len;
+                size_t mb_tokens = 0;
+                task->build(task->ctx, (int)k, order, first, count, &window[k], &mb_tokens);
+                tokens += (double)mb_tokens;
             }
+            if (task->begin_step) task->begin_step(task->ctx, (int)n_micro);
             StepStats st;
-            rc = trainer_sft_step(&tr, window, (int)n_micro, &st);
+            rc = trainer_step(&tr, window, (int)n_micro, &task->method, &st);
             for (size_t k = 0; k < n_micro; k++)
-                free(bufs[k].tokens), free(bufs[k].attn), free(bufs[k].labels);
+                task->release(task->ctx, (int)k);
             if (rc != 0) break;
             loss_sum += st.loss;
             loss_count++;
             if (tr.step % cfg->logging_steps == 0 || tr.step == total) {
                 double ep = (double)tr.step / (double)windows_per_epoch;
                 double mean_loss = loss_sum / (double)loss_count;
-                fprintf(metrics,
-                        "{\"loss\": %.6g, \"grad_norm\": %.6g, \"learning_rate\": %.6g, "
-                        "\"epoch\": %.4g, \"step\": %lld}\n",
-                        mean_loss, st.grad_norm, st.lr, ep, (long long)tr.step);
-                fflush(metrics);
                 json_t *entry = json_object();
-                json_object_set_new(entry, "epoch", json_real(ep));
+                json_object_set_new(entry, "loss", json_real(mean_loss));
                 json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
                 json_object_set_new(entry, "learning_rate", json_real(st.lr));
-                json_object_set_new(entry, "loss", json_real(mean_loss));
+                if (task->flush_metrics) task->flush_metrics(task->ctx, entry);
+                json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
-                json_array_append_new(log_history, entry);
+                log_entry(metrics, log_history, entry);
+                json_decref(entry);
                 double el = now_seconds() - start;
                 if (!tty)
                     fprintf(log,
@@ -301,21 +333,22 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDat
                               tokens / (el > 0 ? el : 1), el);
             }
             bool eval_now =
-                val->n && (cfg->eval_steps > 0 ? tr.step % cfg->eval_steps == 0 : tr.step == total);
+                task->evaluate && task->n_eval &&
+                (cfg->eval_steps > 0 ? tr.step % cfg->eval_steps == 0 : tr.step == total);
             if (eval_now) {
-                double eval_loss;
-                if ((rc = evaluate(m, val, cfg->micro_batch_size, pad_id, &eval_loss)) != 0) break;
-                double ep = (double)tr.step / (double)windows_per_epoch;
-                fprintf(metrics, "{\"eval_loss\": %.6g, \"epoch\": %.4g, \"step\": %lld}\n",
-                        eval_loss, ep, (long long)tr.step);
-                fflush(metrics);
                 json_t *entry = json_object();
+                if ((rc = task->evaluate(task->ctx, m, entry)) != 0) {
+                    json_decref(entry);
+                    break;
+                }
+                double ep = (double)tr.step / (double)windows_per_epoch;
                 json_object_set_new(entry, "epoch", json_real(ep));
-                json_object_set_new(entry, "eval_loss", json_real(eval_loss));
                 json_object_set_new(entry, "step", json_integer(tr.step));
-                json_array_append_new(log_history, entry);
+                log_entry(metrics, log_history, entry);
                 fprintf(log, "%sstep %lld/%lld  eval_loss %.4f (%zu held-out examples)\n",
-                        tty ? "\n" : "", (long long)tr.step, (long long)total, eval_loss, val->n);
+                        tty ? "\n" : "", (long long)tr.step, (long long)total,
+                        json_number_value(json_object_get(entry, "eval_loss")), task->n_eval);
+                json_decref(entry);
             }
             if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
                 json_t *state = trainer_state(
@@ -329,7 +362,6 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDat
     json_decref(log_history);
     free(order);
     free(window);
-    free(bufs);
     fclose(metrics);
     trainer_free(&tr);
     if (rc != 0) return -1;
@@ -340,6 +372,188 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const SftDat
     fprintf(log, "done: %lld steps in %.1f s, %.0f tokens/s, peak memory %.0f MB\n",
             (long long)total, elapsed, tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
     return 0;
+}
+
+/* ---- supervised fine-tuning ---- */
+
+typedef struct {
+    const SftDataset *ds, *val;
+    int32_t pad_id;
+    int64_t batch_size;
+    BatchBuffers *bufs; /* one per micro-batch of a window */
+    size_t window_tokens;
+} SftTask;
+
+static void sft_build(void *ctx, int slot, const size_t *order, size_t first, int count,
+                      MicroBatch *mb, size_t *tokens) {
+    SftTask *t = ctx;
+    *mb = build_micro_batch(t->ds, order, first, count, t->pad_id, &t->bufs[slot]);
+    *tokens = 0;
+    for (int e = 0; e < count; e++)
+        *tokens += (size_t)t->ds->items[order[first + e]].len;
+}
+
+static void sft_release(void *ctx, int slot) {
+    SftTask *t = ctx;
+    free(t->bufs[slot].tokens), free(t->bufs[slot].attn), free(t->bufs[slot].labels);
+}
+
+static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
+    SftTask *t = ctx;
+    double loss;
+    if (evaluate(m, t->val, t->batch_size, t->pad_id, &loss) != 0) return -1;
+    json_object_set_new(entry, "eval_loss", json_real(loss));
+    return 0;
+}
+
+static int run_sft(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
+                   FILE *log) {
+    int32_t eos = -1, pad = 0;
+    SftDataset ds = {0}, val = {0};
+    int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
+    char cache_dir[4096];
+    if (rc == 0)
+        rc = sft_dataset_prepare(&ds, cfg, tok, eos, m->cfg.vocab_size, false, log, cache_dir,
+                                 sizeof cache_dir);
+    if (rc == 0 && ds.dropped_too_long)
+        fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
+                ds.dropped_too_long, (long long)cfg->sequence_len);
+    if (rc == 0) rc = split_validation(&ds, cfg, &val);
+    if (rc == 0) {
+        SftTask t = {&ds,
+                     &val,
+                     pad,
+                     cfg->micro_batch_size,
+                     xmalloc((size_t)cfg->gradient_accumulation_steps * sizeof(BatchBuffers)),
+                     0};
+        TrainTask task = {ds.n,        &t,           sft_build,
+                          sft_release, NULL,         trainer_sft_method(&t.window_tokens),
+                          NULL,        sft_evaluate, val.n};
+        rc = run(cfg, m, lora, &task, log);
+        free(t.bufs);
+    }
+    sft_dataset_free(&val);
+    sft_dataset_free(&ds);
+    return rc;
+}
+
+/* ---- preference methods ---- */
+
+typedef struct {
+    const PrefDataset *ds;
+    int32_t pad_id;
+    int64_t max_len;
+    PrefMicroBatch *window; /* one per micro-batch of a window */
+    PrefMethod *pm;
+} PrefTask;
+
+static void pref_build(void *ctx, int slot, const size_t *order, size_t first, int count,
+                       MicroBatch *mb, size_t *tokens) {
+    PrefTask *t = ctx;
+    PrefMicroBatch *b = &t->window[slot];
+    pref_batch_build(b, t->ds, order, first, count, t->max_len, t->pad_id, false);
+    *mb = b->mb;
+    *tokens = 0;
+    for (size_t i = 0; i < (size_t)b->mb.batch.batch * b->mb.batch.t_len; i++)
+        *tokens += b->attn[i];
+}
+
+static void pref_release(void *ctx, int slot) {
+    PrefTask *t = ctx;
+    pref_batch_free(&t->window[slot]);
+}
+
+static void pref_begin_step(void *ctx, int n_micro) {
+    PrefTask *t = ctx;
+    t->pm->window = t->window;
+    t->pm->n_window = n_micro;
+}
+
+static void pref_flush(void *ctx, json_t *entry) {
+    PrefTask *t = ctx;
+    pref_method_flush_metrics(t->pm, entry, "");
+}
+
+/* precompute_ref_log_probs: the reference's sums for every pair, once, in dataset order. */
+static int precompute_reference(const ReferencePolicy *ref, const PrefDataset *ds,
+                                const TrainConfig *cfg, int32_t pad, double *chosen,
+                                double *rejected, FILE *log) {
+    size_t *order = xmalloc(ds->n_pairs * sizeof *order);
+    for (size_t i = 0; i < ds->n_pairs; i++)
+        order[i] = i;
+    int rc = 0;
+    size_t bs = (size_t)cfg->micro_batch_size;
+    for (size_t first = 0; first < ds->n_pairs && rc == 0; first += bs) {
+        int count = (int)(ds->n_pairs - first < bs ? ds->n_pairs - first : bs);
+        PrefMicroBatch b;
+        pref_batch_build(&b, ds, order, first, count, cfg->sequence_len, pad, false);
+        rc = pref_reference_sums(ref, &b, chosen + first, rejected + first);
+        pref_batch_free(&b);
+    }
+    free(order);
+    if (rc == 0) fprintf(log, "reference log-probs precomputed for %zu pairs\n", ds->n_pairs);
+    return rc;
+}
+
+static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
+                          FILE *log) {
+    PrefMethod pm;
+    if (pref_method_init(&pm, cfg) != 0) return -1;
+    if (cfg->val_set_size > 0)
+        return err_set("%s: val_set_size with rl: %s is not implemented yet", cfg->source,
+                       rl_method_name(cfg->rl));
+    int32_t eos = -1, pad = 0;
+    PrefDataset ds = {0};
+    int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
+    if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
+    if (rc != 0) return -1;
+    /* The reference: the base with the adapter switched off when an adapter is trained (no
+     * second copy), else a frozen copy of the base model. */
+    Model frozen;
+    bool separate = !lora || cfg->rl_adapter_ref_model;
+    ReferencePolicy ref;
+    if (separate) {
+        if (model_load(&frozen, cfg->base_model) != 0) {
+            pref_dataset_free(&ds);
+            return -1;
+        }
+        reference_policy_from_model(&ref, &frozen);
+        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
+    } else {
+        m->lora = lora;
+        reference_policy_from_adapter(&ref, m, lora);
+        fprintf(log, "reference: the base model with the adapter switched off\n");
+    }
+    pm.ref = &ref;
+    double *pre = NULL;
+    if (cfg->precompute_ref_log_probs) {
+        pre = xmalloc(2 * ds.n_pairs * sizeof *pre);
+        rc = precompute_reference(&ref, &ds, cfg, pad, pre, pre + ds.n_pairs, log);
+        pm.pre_ref_chosen = pre;
+        pm.pre_ref_rejected = pre + ds.n_pairs;
+        pm.ref = NULL;
+        if (separate) model_free(&frozen), separate = false; /* no longer needed in memory */
+    }
+    if (rc == 0) {
+        PrefTask t = {&ds, pad, cfg->sequence_len,
+                      xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(PrefMicroBatch)),
+                      &pm};
+        TrainTask task = {ds.n_pairs,
+                          &t,
+                          pref_build,
+                          pref_release,
+                          pref_begin_step,
+                          pref_method_train_method(&pm),
+                          pref_flush,
+                          NULL,
+                          0};
+        rc = run(cfg, m, lora, &task, log);
+        free(t.window);
+    }
+    free(pre);
+    if (separate) model_free(&frozen);
+    pref_dataset_free(&ds);
+    return rc;
 }
 
 /* The adapter to train: a fresh one as the lora_* keys describe, or the one in lora_model_dir
@@ -366,10 +580,6 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
 }
 
 int train_run(const TrainConfig *cfg, FILE *log) {
-    if (cfg->rl != RL_NONE)
-        return err_set("%s: rl: %s is not implemented in this build yet (supervised fine-tuning "
-                       "runs when rl is left out)",
-                       cfg->source, rl_method_name(cfg->rl));
     Model m;
     if (model_load(&m, cfg->base_model) != 0) return -1;
     LoraAdapter lora = {0};
@@ -382,24 +592,13 @@ int train_run(const TrainConfig *cfg, FILE *log) {
                 lora.n_params, lora.n_params + m.n_params,
                 100.0 * (double)lora.n_params / (double)(lora.n_params + m.n_params));
     Tokenizer tok;
-    if (tokenizer_load(&tok, cfg->tokenizer_config) != 0) {
-        lora_free(&lora);
-        model_free(&m);
-        return -1;
+    int rc = tokenizer_load(&tok, cfg->tokenizer_config);
+    if (rc == 0) {
+        LoraAdapter *trained = cfg->adapter ? &lora : NULL;
+        rc = cfg->rl == RL_NONE ? run_sft(cfg, &m, trained, &tok, log)
+                                : run_preference(cfg, &m, trained, &tok, log);
+        tokenizer_free(&tok);
     }
-    int32_t eos = -1, pad = 0;
-    SftDataset ds = {0};
-    int rc = tokenizer_special_ids(cfg->tokenizer_config, &tok, &eos, &pad);
-    char cache_dir[4096];
-    if (rc == 0)
-        rc = sft_dataset_prepare(&ds, cfg, &tok, eos, m.cfg.vocab_size, false, log, cache_dir,
-                                 sizeof cache_dir);
-    if (rc == 0 && ds.dropped_too_long)
-        fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
-                ds.dropped_too_long, (long long)cfg->sequence_len);
-    SftDataset val = {0};
-    if (rc == 0) rc = split_validation(&ds, cfg, &val);
-    if (rc == 0) rc = run(cfg, &m, cfg->adapter ? &lora : NULL, &ds, &val, pad, log);
     if (rc == 0)
         rc = cfg->adapter
                  ? adapter_dir_write(&lora, cfg->base_model, cfg->tokenizer_config, cfg->output_dir)
@@ -407,9 +606,6 @@ int train_run(const TrainConfig *cfg, FILE *log) {
                                    model_source_dtype(&m));
     if (rc == 0)
         fprintf(log, "%s saved to %s\n", cfg->adapter ? "adapter" : "model", cfg->output_dir);
-    sft_dataset_free(&val);
-    sft_dataset_free(&ds);
-    tokenizer_free(&tok);
     lora_free(&lora);
     model_free(&m);
     return rc;

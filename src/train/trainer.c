@@ -122,8 +122,12 @@ static int sft_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
     return 0;
 }
 
+TrainMethod trainer_sft_method(size_t *window_tokens) {
+    return (TrainMethod){window_tokens, sft_begin_window, sft_micro_loss, false};
+}
+
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
     size_t window_tokens = 0;
-    TrainMethod sft = {&window_tokens, sft_begin_window, sft_micro_loss, false};
+    TrainMethod sft = trainer_sft_method(&window_tokens);
     return trainer_step(t, mbs, n, &sft, stats);
 }

@@ -76,6 +76,10 @@ void trainer_free(Trainer *t);
 int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
                  StepStats *stats);
 
+/* SFT as a TrainMethod: the mean NLL over the window's label tokens (counted into
+ * *window_tokens, which must outlive the method). */
+TrainMethod trainer_sft_method(size_t *window_tokens);
+
 /* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats);
 

@@ -1,0 +1,219 @@
+/* Preference training against TRL's own trainers (tests/fixtures/pref_train, made by
+ * tools/reference/make_pref_train_fixtures.py with TRL 1.9): the same rows, loaded and tokenised
+ * by rlhf.c, collate into TRL's micro-batches token for token; 3 optimizer steps then log TRL's
+ * loss, grad_norm, learning rate and every TRL metric, and end at TRL's weights (or adapter). */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "config/train_config.h"
+#include "data/pref_dataset.h"
+#include "harness.h"
+#include "io/safetensors.h"
+#include "model/reference_policy.h"
+#include "train/pref_method.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const cases[] = {"dpo_sigmoid", "dpo_sigmoid_lora"};
+
+/* A YAML config equal to the fixture's TRL configuration. */
+static const char *write_config(const char *name, const json_t *c) {
+    char text[16384], loss_types[256] = "", model[2048], pairs[2048];
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    snprintf(pairs, sizeof pairs, "%s",
+             harness_source_path("tests/fixtures/pref_train/pairs.jsonl"));
+    const json_t *types = json_object_get(c, "loss_type");
+    for (size_t i = 0; i < json_array_size(types); i++)
+        snprintf(loss_types + strlen(loss_types), sizeof loss_types - strlen(loss_types), "%s%s",
+                 i ? ", " : "", json_string_value(json_array_get(types, i)));
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: %s\nrl_beta: %.17g\ndatasets:\n  - path: %s\n"
+             "sequence_len: %lld\nmicro_batch_size: %lld\ngradient_accumulation_steps: %lld\n"
+             "max_steps: %lld\nlearning_rate: %.17g\nlr_scheduler: %s\nwarmup_steps: 0\n"
+             "dpo_loss_type: [%s]\n",
+             model, json_string_value(json_object_get(c, "kind")),
+             json_number_value(json_object_get(c, "beta")), pairs,
+             (long long)json_integer_value(json_object_get(c, "max_length")),
+             (long long)json_integer_value(json_object_get(c, "per_device_train_batch_size")),
+             (long long)json_integer_value(json_object_get(c, "gradient_accumulation_steps")),
+             (long long)json_integer_value(json_object_get(c, "max_steps")),
+             json_number_value(json_object_get(c, "learning_rate")),
+             json_string_value(json_object_get(c, "lr_scheduler_type")), loss_types);
+    const char *path = harness_tmp_path(name);
+    harness_write_file(path, text, strlen(text));
+    return path;
+}
+
+/* Whether rlhf.c's micro-batch equals TRL's recorded one (ids, attention, completion mask). */
+static bool same_micro_batch(const PrefMicroBatch *b, const json_t *want) {
+    const json_t *ids = json_object_get(want, "input_ids"),
+                 *attn = json_object_get(want, "attention_mask"),
+                 *comp = json_object_get(want, "completion_mask");
+    int rows = b->mb.batch.batch, T = b->mb.batch.t_len;
+    if ((int)json_array_size(ids) != rows || (int)json_array_size(json_array_get(ids, 0)) != T)
+        return false;
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)r * T + t;
+            if (json_integer_value(json_array_get(json_array_get(ids, r), t)) != b->tokens[i] ||
+                json_integer_value(json_array_get(json_array_get(attn, r), t)) != b->attn[i])
+                return false;
+            /* TRL marks a response token at position 0 too; it has no log-prob either way */
+            bool c = json_integer_value(json_array_get(json_array_get(comp, r), t)) != 0;
+            if (t > 0 && c != (b->completion[i] != 0)) return false;
+        }
+    return true;
+}
+
+/* Compares one logged step with TRL's. */
+static void check_step(const char *name, int step, json_t *got, const json_t *want) {
+    const char *key;
+    json_t *w;
+    double margin = json_number_value(json_object_get(want, "rewards/margins"));
+    json_object_foreach((json_t *)want, key, w) {
+        if (strcmp(key, "epoch") == 0 || strcmp(key, "step") == 0) continue;
+        json_t *g = json_object_get(got, key);
+        CHECK(g != NULL, "%s step %d: no \"%s\"", name, step, key);
+        if (!g) continue;
+        /* at step 1 policy == reference: the accuracy compares rounding noise */
+        if (strcmp(key, "rewards/accuracies") == 0 && fabs(margin) < 1e-5) continue;
+        double gv = json_number_value(g), wv = json_number_value(w);
+        CHECK(harness_close(gv, wv, 2e-4, 2e-6), "%s step %d: %s = %.9g, TRL %.9g", name, step, key,
+              gv, wv);
+    }
+}
+
+/* The trained weights (or adapter) against TRL's, each tensor to 1e-4 of its largest entry. */
+static void check_weights(const char *name, const char *dir, const Model *m,
+                          const LoraAdapter *lora) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/final.safetensors", dir);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    int n = lora ? lora->n_info : m->n_param_tensors, bad = 0;
+    double worst = 0;
+    for (int p = 0; p < n; p++) {
+        const char *pname = lora ? lora->info[p].name : m->param_info[p].name;
+        size_t numel = lora ? lora->info[p].numel : m->param_info[p].numel;
+        const float *mine =
+            lora ? lora->params + lora->info[p].offset : m->params + m->param_info[p].offset;
+        char want_name[200];
+        snprintf(want_name, sizeof want_name, "%s", pname);
+        const SafetensorsTensor *t = safetensors_find(&f, want_name);
+        CHECK(t && (size_t)t->numel == numel, "%s: tensor %s in TRL's weights", name, pname);
+        if (!t || (size_t)t->numel != numel) continue;
+        float *want = malloc(numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        double scale = 0, err = 0;
+        for (size_t k = 0; k < numel; k++)
+            scale = fmax(scale, fabs(want[k])), err = fmax(err, fabs(mine[k] - want[k]));
+        bad += err > 1e-4 * scale;
+        worst = fmax(worst, scale > 0 ? err / scale : err);
+        free(want);
+    }
+    CHECK(bad == 0, "%s: %d trained tensors differ from TRL's", name, bad);
+    printf("%s: %d trained tensors match TRL's, worst %.2e of the largest entry\n", name, n, worst);
+    safetensors_close(&f);
+}
+
+static void check_case(const char *name) {
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", harness_source_path("tests/fixtures/pref_train"));
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/%s", name);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    json_t *ref;
+    if (json_load_path(path, &ref) != 0) {
+        CHECK(0, "%s", err_msg());
+        return;
+    }
+    const json_t *c = json_object_get(ref, "config");
+    bool lora_case = json_is_true(json_object_get(c, "lora"));
+    TrainConfig cfg;
+    char yaml[64];
+    snprintf(yaml, sizeof yaml, "%s.yaml", name);
+    CHECK(train_config_load(&cfg, write_config(yaml, c), NULL, 0) == 0, "%s", err_msg());
+    Tokenizer tok;
+    CHECK(tokenizer_load(&tok, cfg.tokenizer_config) == 0, "%s", err_msg());
+    PrefDataset ds;
+    FILE *devnull = fopen("/dev/null", "w");
+    CHECK(pref_dataset_load(&ds, &cfg, &tok, devnull) == 0, "%s", err_msg());
+    fclose(devnull);
+    CHECK(ds.n_pairs == 12 && ds.dropped == 1, "%s: %zu pairs, %zu dropped (TRL: 12, 1)", name,
+          ds.n_pairs, ds.dropped);
+
+    Model m, frozen;
+    CHECK(model_load(&m, cfg.base_model) == 0, "%s", err_msg());
+    LoraAdapter lora = {0};
+    ReferencePolicy refp;
+    if (lora_case) {
+        snprintf(path, sizeof path, "%s/initial_adapter", dir);
+        CHECK(lora_load(&lora, &m.cfg, path) == 0, "%s", err_msg());
+        m.lora = &lora;
+        reference_policy_from_adapter(&refp, &m, &lora);
+    } else {
+        CHECK(model_load(&frozen, cfg.base_model) == 0, "%s", err_msg());
+        reference_policy_from_model(&refp, &frozen);
+    }
+    PrefMethod pm;
+    CHECK(pref_method_init(&pm, &cfg) == 0, "%s", err_msg());
+    pm.ref = &refp;
+    TrainerOptions opt = {.learning_rate = cfg.learning_rate,
+                          .max_grad_norm = cfg.max_grad_norm,
+                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .schedule = LR_LINEAR,
+                          .warmup_steps = 0,
+                          .total_steps = cfg.max_steps,
+                          .disable_dropout = true};
+    Trainer tr;
+    CHECK(trainer_init(&tr, &m, lora_case ? &lora : NULL, &opt) == 0, "%s", err_msg());
+    size_t *order = malloc(ds.n_pairs * sizeof *order);
+    for (size_t i = 0; i < ds.n_pairs; i++)
+        order[i] = i;
+    const json_t *mbs = json_object_get(ref, "micro_batches"),
+                 *history = json_object_get(ref, "log_history");
+    int gas = (int)cfg.gradient_accumulation_steps, bs = (int)cfg.micro_batch_size;
+    TrainMethod method = pref_method_train_method(&pm);
+    for (int step = 0; step < (int)cfg.max_steps; step++) {
+        PrefMicroBatch window[8];
+        MicroBatch mb[8];
+        for (int k = 0; k < gas; k++) {
+            pref_batch_build(&window[k], &ds, order, (size_t)(step * gas + k) * bs, bs,
+                             cfg.sequence_len, 3019, false);
+            mb[k] = window[k].mb;
+            CHECK(same_micro_batch(&window[k], json_array_get(mbs, (size_t)(step * gas + k))),
+                  "%s: micro-batch %d differs from TRL's collation", name, step * gas + k);
+        }
+        pm.window = window;
+        pm.n_window = gas;
+        StepStats st;
+        CHECK(trainer_step(&tr, mb, gas, &method, &st) == 0, "%s", err_msg());
+        json_t *entry = json_object();
+        json_object_set_new(entry, "loss", json_real(st.loss));
+        json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
+        json_object_set_new(entry, "learning_rate", json_real(st.lr));
+        pref_method_flush_metrics(&pm, entry, "");
+        check_step(name, step + 1, entry, json_array_get(history, (size_t)step));
+        json_decref(entry);
+        for (int k = 0; k < gas; k++)
+            pref_batch_free(&window[k]);
+    }
+    check_weights(name, dir, &m, lora_case ? &lora : NULL);
+    trainer_free(&tr);
+    free(order);
+    if (lora_case)
+        lora_free(&lora);
+    else
+        model_free(&frozen);
+    model_free(&m);
+    pref_dataset_free(&ds);
+    tokenizer_free(&tok);
+    train_config_free(&cfg);
+    json_decref(ref);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(cases[i]);
+    return harness_finish("test_pref_train");
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Preference-training parity fixtures: TRL 1.9's own trainers, 3 optimizer steps on a fixture
+model, recorded for tests/test_pref_train.c.
+
+For each case TRL's trainer runs on tests/fixtures/models/llama_text (a tiny Llama with a
+tokenizer, fp32, CPU) over tests/fixtures/pref_train/pairs.jsonl (prompt / chosen / rejected
+rows, some longer than max_length so the keep_start cut matters, one whose prompt alone fills
+max_length so TRL drops it), with the examples taken in dataset order (a SequentialSampler in
+place of the shuffling one, so that rlhf.c can take the same micro-batches). Recorded in
+tests/fixtures/pref_train/<case>/: reference.json (the configuration, the input_ids /
+attention_mask / completion_mask of every micro-batch as TRL's collator built them, and
+trainer.state.log_history: per-step loss, grad_norm, learning_rate and every TRL metric) and
+final.safetensors (the trained weights; for a LoRA case the trained adapter in PEFT's names,
+with initial_adapter/ holding the adapter before training, which rlhf.c starts from).
+
+    tools/reference/.venv/bin/python tools/reference/make_pref_train_fixtures.py [case ...]
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+from safetensors.torch import save_file
+from torch.utils.data import SequentialSampler
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_model_fixtures as mf  # noqa: E402
+
+OUT = os.path.join(mf.REPO, "tests", "fixtures", "pref_train")
+MODEL_DIR = os.path.join(mf.FIXTURES, "llama_text")
+COMMON = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=3,
+              learning_rate=5e-3, lr_scheduler_type="linear", warmup_steps=0, weight_decay=0.0,
+              max_grad_norm=1.0, logging_steps=1, max_length=48, seed=5)
+
+# name -> (trainer kind, extra config, LoRA or not)
+CASES = {
+    "dpo_sigmoid": ("dpo", dict(beta=0.1, loss_type=["sigmoid"]), False),
+    "dpo_sigmoid_lora": ("dpo", dict(beta=0.2, loss_type=["sigmoid"]), True),
+    "ipo": ("dpo", dict(beta=0.1, loss_type=["ipo"]), False),
+}
+
+
+def write_pairs(path):
+    """Prompt / chosen / rejected rows; rows 3 and 7 run past max_length, row 5's prompt alone
+    fills it (TRL drops that row), so 13 rows leave the 12 that 3 steps of 2 x 2 pairs take."""
+    rows = []
+    for i in range(13):
+        prompt = f"Q{i}: what is {i} plus {2 * i}?"
+        chosen, rejected = f" {3 * i}.", f" {3 * i + 1}, I think."
+        if i in (3, 7):
+            chosen += " Because " + "adding numbers step by step gives it " * 3
+        if i == 5:
+            prompt = "A very long question " * 12 + "?"
+        rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+class SequentialMixin:
+    def _get_train_sampler(self, *args, **kwargs):
+        return SequentialSampler(self.train_dataset)
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        self.recorded.append({k: inputs[k].tolist() for k in ("input_ids", "attention_mask", "completion_mask")})
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def run_case(name, kind, extra, lora, pairs_path):
+    from datasets import load_dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    torch.manual_seed(1234)
+    out = os.path.join(OUT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32, attn_implementation="eager")
+    data = load_dataset("json", data_files=pairs_path, split="train")
+    trainer_cls = type("RecordingDPOTrainer", (SequentialMixin, DPOTrainer), {})
+    with tempfile.TemporaryDirectory() as tmp:
+        args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
+                         gradient_checkpointing=False, dataloader_num_workers=0, **COMMON, **extra)
+        peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
+                                 task_type="CAUSAL_LM") if lora else None
+        trainer = trainer_cls(model=model, args=args, train_dataset=data, processing_class=tok,
+                              peft_config=peft_config)
+        trainer.recorded = []
+        if lora:
+            trainer.model.save_pretrained(os.path.join(out, "initial_adapter"))
+        trainer.train()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    if lora:
+        trainer.model.save_pretrained(os.path.join(out, "final_adapter"))
+        shutil.move(os.path.join(out, "final_adapter", "adapter_model.safetensors"),
+                    os.path.join(out, "final.safetensors"))
+        shutil.rmtree(os.path.join(out, "final_adapter"))
+        os.remove(os.path.join(out, "initial_adapter", "README.md"))
+    else:
+        tied = trainer.model.config.tie_word_embeddings
+        state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()
+                 if not (tied and k == "lm_head.weight")}
+        save_file(state, os.path.join(out, "final.safetensors"), metadata={"format": "pt"})
+    config = dict(COMMON, **extra, kind=kind, lora=lora)
+    import trl
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump({"config": config, "trl_version": trl.__version__, "micro_batches": trainer.recorded,
+                   "log_history": history}, f)
+    print(f"{name}: {len(trainer.recorded)} micro-batches; losses {[round(h['loss'], 5) for h in history]}")
+
+
+def main():
+    torch.set_num_threads(2)
+    os.makedirs(OUT, exist_ok=True)
+    pairs = os.path.join(OUT, "pairs.jsonl")
+    write_pairs(pairs)
+    for name in sys.argv[1:] or list(CASES):
+        kind, extra, lora = CASES[name]
+        run_case(name, kind, extra, lora, pairs)
+
+
+if __name__ == "__main__":
+    main()
