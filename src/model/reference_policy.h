@@ -12,18 +12,25 @@
 #include "model/model.h"
 
 typedef struct {
-    const Model *model;   /* the network the reference log-probs come from */
-    LoraAdapter *adapter; /* switched off around each call; NULL for a separate model */
+    Model *model;               /* the network the reference log-probs come from */
+    LoraAdapter *adapter;       /* switched off around each call; NULL for a separate model */
+    const LoraAdapter *initial; /* put in its place around each call instead; NULL: none */
 } ReferencePolicy;
 
 /* The base of `policy` with its adapter (policy->lora, which must be `adapter`) switched off. */
-void reference_policy_from_adapter(ReferencePolicy *ref, const Model *policy, LoraAdapter *adapter);
+void reference_policy_from_adapter(ReferencePolicy *ref, Model *policy, LoraAdapter *adapter);
+
+/* The base of `policy` with a frozen copy of the adapter as it was before training: TRL's "ref"
+ * adapter when training continues from an existing one (lora_model_dir). */
+void reference_policy_from_initial_adapter(ReferencePolicy *ref, Model *policy,
+                                           const LoraAdapter *initial);
 
 /* A separate frozen model (its weights are not touched). */
-void reference_policy_from_model(ReferencePolicy *ref, const Model *frozen);
+void reference_policy_from_model(ReferencePolicy *ref, Model *frozen);
 
-/* Per-token log-probs under the reference, as model_token_logprobs gives them. With an adapter,
- * its enabled flag is restored before returning, whatever happens. Returns 0, or -1 with an
+/* Per-token log-probs under the reference, as model_token_logprobs gives them. The model's
+ * adapter (its enabled flag, or which adapter is attached) is restored before returning,
+ * whatever happens. Returns 0, or -1 with an
  * error. */
 int reference_token_logprobs(const ReferencePolicy *ref, const TokenBatch *b,
                              const uint8_t *target_mask, float *logp);

@@ -507,9 +507,11 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
     if (rc != 0) return -1;
-    /* The reference: the base with the adapter switched off when an adapter is trained (no
-     * second copy), else a frozen copy of the base model. */
+    /* The reference (trl-methods.md §1.3): with an adapter, the same network with the adapter
+     * switched off (no second copy), or, continuing from lora_model_dir, with a frozen copy of
+     * that adapter as it was loaded (TRL's "ref" adapter); else a frozen copy of the base. */
     Model frozen;
+    LoraAdapter initial = {0};
     bool separate = !lora || cfg->rl_adapter_ref_model;
     ReferencePolicy ref;
     if (separate) {
@@ -519,6 +521,15 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
         }
         reference_policy_from_model(&ref, &frozen);
         fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
+    } else if (cfg->lora_model_dir) {
+        if (lora_load(&initial, &m->cfg, cfg->lora_model_dir) != 0) {
+            pref_dataset_free(&ds);
+            return -1;
+        }
+        m->lora = lora;
+        reference_policy_from_initial_adapter(&ref, m, &initial);
+        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
+                cfg->lora_model_dir);
     } else {
         m->lora = lora;
         reference_policy_from_adapter(&ref, m, lora);
@@ -552,6 +563,7 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
     }
     free(pre);
     if (separate) model_free(&frozen);
+    lora_free(&initial);
     pref_dataset_free(&ds);
     return rc;
 }

@@ -1,0 +1,197 @@
+/* `rlhf train` with rl: dpo / ipo end to end on the llama_text fixture: the first step sits at
+ * the invariant of trl-methods.md §9 (policy = reference: DPO loss ln 2, rewards 0), the loss
+ * falls, TRL's metric keys are logged, precomputed reference log-probs
+ * train as the live reference does, and the reference follows TRL's rules with an adapter
+ * (switched off; the loaded adapter when continuing from lora_model_dir; a frozen copy with
+ * rl_adapter_ref_model). Bad rows are clear errors. */
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char config[4096];
+
+static void write_config(void) {
+    char rows[8192], text[8192], model[2048];
+    size_t n = 0;
+    for (int i = 0; i < 16; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              "{\"prompt\": \"Q%d: %d plus %d is\", \"chosen\": \" %d.\", "
+                              "\"rejected\": \" %d or so, I guess.\"}\n",
+                              i, i, i + 2, 2 * i + 2, 5 * i + 1);
+    harness_write_file(harness_tmp_path("pairs.jsonl"), rows, n);
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: dpo\nrl_beta: 0.1\ndatasets:\n  - path: %s\n"
+             "sequence_len: 64\nmicro_batch_size: 4\ngradient_accumulation_steps: 2\n"
+             "num_epochs: 3\nlearning_rate: 2e-3\nlr_scheduler: constant\nwarmup_steps: 0\n"
+             "seed: 3\n",
+             model, harness_tmp_path("pairs.jsonl"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("dpo.yaml"));
+    harness_write_file(config, text, strlen(text));
+}
+
+static int train(const char *const *kv, int n) {
+    char *args[32];
+    args[0] = config;
+    for (int i = 0; i < 2 * n; i++)
+        args[1 + i] = (char *)kv[i];
+    return cli_train(1 + 2 * n, args);
+}
+
+/* The rows of output_dir/metrics.jsonl (caller decrefs). */
+static json_t *read_metrics(const char *out_dir) {
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    json_t *rows = json_array();
+    if (read_file(path, &text, NULL) != 0) return rows;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *row;
+        if (json_load_text(l, strlen(l), "metrics", &row) == 0) json_array_append_new(rows, row);
+    }
+    free(text);
+    return rows;
+}
+
+static double metric(const json_t *rows, size_t i, const char *key) {
+    return json_number_value(json_object_get(json_array_get(rows, i), key));
+}
+
+static void test_full_and_precomputed(void) {
+    const char *out = harness_tmp_path("full");
+    const char *kv[] = {"--output_dir", out};
+    CHECK(train(kv, 1) == CLI_EXIT_OK, "dpo: %s", err_msg());
+    json_t *m = read_metrics(out);
+    size_t n = json_array_size(m);
+    CHECK(n == 6, "%zu log lines for 16 pairs x 3 epochs / 8 per step", n);
+    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
+              fabs(metric(m, 0, "rewards/margins")) < 1e-5,
+          "step 1: policy = reference, loss %.7f (ln 2), margin %.2g", metric(m, 0, "loss"),
+          metric(m, 0, "rewards/margins"));
+    CHECK(n == 6 && metric(m, 5, "loss") < 0.5 && metric(m, 5, "rewards/accuracies") > 0.7,
+          "the loss falls to %.4f, accuracy %.2f", metric(m, 5, "loss"),
+          metric(m, 5, "rewards/accuracies"));
+    const char *keys[] = {"rewards/chosen",
+                          "rewards/rejected",
+                          "rewards/accuracies",
+                          "rewards/margins",
+                          "logps/chosen",
+                          "logps/rejected",
+                          "logits/chosen",
+                          "logits/rejected",
+                          "entropy",
+                          "num_tokens",
+                          "mean_token_accuracy",
+                          "grad_norm",
+                          "learning_rate",
+                          "epoch",
+                          "step"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        CHECK(json_object_get(json_array_get(m, 0), keys[k]) != NULL, "metric %s logged", keys[k]);
+    json_decref(m);
+
+    /* the reference computed once up front trains to the same weights */
+    const char *pre_out = harness_tmp_path("precomputed");
+    const char *pre[] = {"--output_dir", pre_out, "--precompute_ref_log_probs", "true"};
+    CHECK(train(pre, 2) == CLI_EXIT_OK, "precomputed: %s", err_msg());
+    Model a, b;
+    CHECK(model_load(&a, out) == 0 && model_load(&b, pre_out) == 0, "%s", err_msg());
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < a.n_params; i++)
+        err = fmax(err, fabs(a.params[i] - b.params[i])), scale = fmax(scale, fabs(a.params[i]));
+    CHECK(err <= 1e-4 * scale, "precomputed reference: weights off by %.3g (scale %.3g)", err,
+          scale);
+    model_free(&a);
+    model_free(&b);
+}
+
+static void test_adapter_references(void) {
+    /* a LoRA run: the reference is the base with the adapter off */
+    const char *lora_out = harness_tmp_path("lora");
+    const char *kv[] = {"--output_dir",
+                        lora_out,
+                        "--adapter",
+                        "lora",
+                        "--lora_r",
+                        "4",
+                        "--lora_alpha",
+                        "16",
+                        "--lora_target_linear",
+                        "true",
+                        "--learning_rate",
+                        "2e-2"};
+    CHECK(train(kv, 6) == CLI_EXIT_OK, "dpo lora: %s", err_msg());
+    json_t *m = read_metrics(lora_out);
+    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5, "lora step 1: loss %.7f",
+          metric(m, 0, "loss"));
+    double trained_margin = metric(m, json_array_size(m) - 1, "rewards/margins");
+    CHECK(trained_margin > 0.1, "the adapter learns: margin %.4f", trained_margin);
+    json_decref(m);
+
+    /* continuing from that adapter: the reference is the adapter as loaded, so step 1 is
+     * back at ln 2 (against the base it would start at the trained margin) */
+    const char *cont[] = {"--output_dir",     harness_tmp_path("continued"),
+                          "--adapter",        "lora",
+                          "--lora_model_dir", lora_out,
+                          "--max_steps",      "1"};
+    CHECK(train(cont, 4) == CLI_EXIT_OK, "lora_model_dir: %s", err_msg());
+    m = read_metrics(harness_tmp_path("continued"));
+    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
+              fabs(metric(m, 0, "rewards/margins")) < 1e-5,
+          "continuing: step 1 loss %.7f, margin %.3g", metric(m, 0, "loss"),
+          metric(m, 0, "rewards/margins"));
+    json_decref(m);
+
+    /* rl_adapter_ref_model: a separate frozen base; with the trained adapter loaded the policy
+     * starts away from it */
+    const char *sep[] = {"--output_dir",
+                         harness_tmp_path("separate"),
+                         "--adapter",
+                         "lora",
+                         "--lora_model_dir",
+                         lora_out,
+                         "--rl_adapter_ref_model",
+                         "true",
+                         "--max_steps",
+                         "1"};
+    CHECK(train(sep, 5) == CLI_EXIT_OK, "rl_adapter_ref_model: %s", err_msg());
+    m = read_metrics(harness_tmp_path("separate"));
+    CHECK(metric(m, 0, "rewards/margins") > 0.05,
+          "against the frozen base the loaded adapter starts with a margin (%.4f)",
+          metric(m, 0, "rewards/margins"));
+    json_decref(m);
+}
+
+static void test_errors(void) {
+    harness_write_file(harness_tmp_path("bad.jsonl"),
+                       "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+                       "{\"prompt\": \"a\", \"chosen\": \"b\"}\n",
+                       strlen("{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+                              "{\"prompt\": \"a\", \"chosen\": \"b\"}\n"));
+    char text[4096], model[2048];
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: dpo\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n", model,
+             harness_tmp_path("bad.jsonl"));
+    harness_write_file(harness_tmp_path("bad.yaml"), text, strlen(text));
+    char *args[] = {(char *)harness_tmp_path("bad.yaml"), "--output_dir",
+                    (char *)harness_tmp_path("bad-out")};
+    err_clear();
+    CHECK(cli_train(3, args) == CLI_EXIT_FAILURE, "a row without rejected fails");
+    CHECK(strstr(err_msg(), "bad.jsonl:2") && strstr(err_msg(), "missing field \"rejected\""),
+          "the error names the file, the line and the field: %s", err_msg());
+}
+
+int main(void) {
+    write_config();
+    test_full_and_precomputed();
+    test_adapter_references();
+    test_errors();
+    return harness_finish("test_pref_run");
+}
