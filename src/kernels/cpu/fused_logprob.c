@@ -25,8 +25,9 @@ int fused_logprob_chunk_rows(int vocab) {
 typedef struct {
     float max;
     double sum;
-    /* with statistics: the sum of the logits, sum exp(z - m) * z (rescaled with sum), and the
-     * first index of the largest logit */
+    /* with statistics: the sum of the logits, sum exp(z - m) * (z - m) (relative to the running
+     * max, so that the entropy log(s) - ez / s loses nothing to cancellation when the logits are
+     * large), and the first index of the largest logit */
     double zsum, ez;
     int argmax;
 } RunningLse;
@@ -64,14 +65,16 @@ static void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
         for (int j = j0; j < j1; j++) {
             float e = fast_expf(z[j] - m);
             block += e;
-            block_ez += e * z[j];
+            block_ez += e * (z[j] - m);
             block_z += z[j];
         }
         s += block, ez += block_ez, zs += block_z;
     }
     double scale = exp((double)acc->max - (double)m);
+    if (acc->sum > 0) /* e^(z-m') (z-m') = e^(z-m) e^(m-m') ((z-m) + (m-m')) */
+        acc->ez = scale * (acc->ez + ((double)acc->max - (double)m) * acc->sum);
+    acc->ez += ez;
     acc->sum = acc->sum * scale + s;
-    acc->ez = acc->ez * scale + ez;
     acc->zsum += zs;
     acc->max = m;
     acc->argmax = arg;
@@ -135,9 +138,9 @@ void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hi
             const RunningLse *a = &s.acc[r];
             double lse = a->max + log(a->sum);
             logp[r0 + r] = (float)((double)s.target_logit[r] - lse);
-            if (stats) /* H = lse - sum p z */
+            if (stats) /* H = lse - sum p z = log(s) - sum p (z - m) */
                 stats[r0 + r] = (LogitStats){(float)(a->zsum / vocab),
-                                             (float)(lse - a->ez / a->sum), a->argmax};
+                                             (float)(log(a->sum) - a->ez / a->sum), a->argmax};
         }
     }
     scratch_free(&s);
