@@ -9,7 +9,9 @@
  *   sft                token-mean NLL over every chosen completion token of the micro-batch.
  * legacy_compat restores what TRL <= 0.28 did with the same options: sigmoid with
  * label_smoothing is conservative DPO, rpo_alpha adds rpo_alpha · sft, exo_pair with
- * label_smoothing 0 uses 1e-3 (trl-methods.md §10). */
+ * label_smoothing 0 uses 1e-3 (trl-methods.md §10). Not reproduced from TRL <= 0.28: its rpo NLL
+ * also skipped completion tokens whose id is 0 (cross_entropy's ignore_index=0 on labels it had
+ * zeroed outside the completion), and bco_pair's running mean of rewards kept across steps. */
 #ifndef RLHF_METHODS_DPO_H
 #define RLHF_METHODS_DPO_H
 
