@@ -1,6 +1,6 @@
 /* `rlhf train` with rl: dpo / ipo end to end on the llama_text fixture: the first step sits at
- * the invariant of trl-methods.md §9 (policy = reference: DPO loss ln 2, rewards 0), the loss
- * falls, TRL's metric keys are logged, precomputed reference log-probs
+ * the invariants of trl-methods.md §9 (policy = reference: DPO loss ln 2, rewards 0; IPO
+ * (1/(2β))²), the loss falls, TRL's metric keys are logged, precomputed reference log-probs
  * train as the live reference does, and the reference follows TRL's rules with an adapter
  * (switched off; the loaded adapter when continuing from lora_model_dir; a frozen copy with
  * rl_adapter_ref_model). Bad rows are clear errors. */
@@ -109,6 +109,15 @@ static void test_full_and_precomputed(void) {
           scale);
     model_free(&a);
     model_free(&b);
+
+    /* rl: ipo starts at (1/(2β))² */
+    const char *ipo[] = {"--output_dir", harness_tmp_path("ipo"), "--rl",
+                         "ipo",          "--max_steps",           "1"};
+    CHECK(train(ipo, 3) == CLI_EXIT_OK, "ipo: %s", err_msg());
+    m = read_metrics(harness_tmp_path("ipo"));
+    CHECK(fabs(metric(m, 0, "loss") - 25.0) < 1e-3, "ipo step 1: loss %.6f, expected 25",
+          metric(m, 0, "loss"));
+    json_decref(m);
 }
 
 static void test_adapter_references(void) {

@@ -23,11 +23,11 @@ int pref_method_init(PrefMethod *pm, const TrainConfig *cfg) {
                        DPO_MAX_LOSSES);
     for (int k = 0; k < cfg->n_dpo_loss_type; k++) {
         if (dpo_loss_type_parse(cfg->dpo_loss_type[k], &o->types[k]) != 0)
-            return err_set("%s: key 'dpo_loss_type': unknown loss type \"%s\"", cfg->source,
-                           cfg->dpo_loss_type[k]);
+            return err_prefix("%s: key 'dpo_loss_type'", cfg->source);
         o->weights[k] = cfg->dpo_loss_weight_values[k];
     }
     o->n_types = cfg->n_dpo_loss_type;
+    if (dpo_options_check(o) != 0) return err_prefix("%s", cfg->source);
     return 0;
 }
 

@@ -39,7 +39,15 @@ CASES = {
     "dpo_sigmoid": ("dpo", dict(beta=0.1, loss_type=["sigmoid"]), False),
     "dpo_sigmoid_lora": ("dpo", dict(beta=0.2, loss_type=["sigmoid"]), True),
     "ipo": ("dpo", dict(beta=0.1, loss_type=["ipo"]), False),
+    "mpo_lora": ("dpo", dict(beta=0.1, loss_type=["sigmoid", "bco_pair", "sft"], loss_weights=[0.8, 0.2, 1.0]),
+                 True),
 }
+# every other DPO loss type, on a LoRA adapter (small fixtures), through the same 3 steps
+for _t, _extra in [("hinge", {}), ("exo_pair", dict(label_smoothing=1e-3)), ("nca_pair", {}),
+                   ("robust", dict(label_smoothing=0.1)), ("bco_pair", {}), ("sppo_hard", {}),
+                   ("aot", dict(label_smoothing=0.05)), ("aot_unpaired", {}), ("apo_zero", {}),
+                   ("apo_down", {}), ("discopop", {}), ("sft", {}), ("sigmoid_norm", {})]:
+    CASES["dpo_" + _t] = ("dpo", dict(beta=0.1, loss_type=[_t], **_extra), True)
 
 
 def write_pairs(path):
