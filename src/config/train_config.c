@@ -182,7 +182,12 @@ static const char *const strategy_dataset_keys[] = {"field_messages",
                                                     "drop_system_message",
                                                     "chat_template",
                                                     "field_system",
-                                                    "field_tools"};
+                                                    "field_tools",
+                                                    "field_chosen",
+                                                    "field_rejected",
+                                                    "message_field_role",
+                                                    "message_field_content",
+                                                    "chat_template_jinja"};
 
 static bool is_strategy_key(const char *key) {
     for (size_t i = 0; i < sizeof strategy_dataset_keys / sizeof *strategy_dataset_keys; i++)
@@ -448,6 +453,13 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
             if (!is_strategy_key(key))
                 add_warning(cfg, "%s:%d: datasets[%d].%s is not used by rlhf.c yet; ignored",
                             d->path, line, index, key);
+            continue;
+        }
+        if (slot == &ds->type && v->type == YAML_MAPPING_NODE) {
+            /* Axolotl: field names and formats given under `type:` (the mapping stays in
+             * options) mean the user_defined.default strategy */
+            free(ds->type);
+            ds->type = xstrdup("user_defined.default");
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)

@@ -1,88 +1,126 @@
+/* Loading a preference dataset: per dataset entry, each row is formatted by its type
+ * (pref_format.h), checked against excess_length_strategy (pref_length.h) and tokenised for the
+ * method (pref_tokenize.h), in file order.
+ *
+ * KTO with paired rows (prompt / chosen / rejected, no type): TRL unpairs them in batches of
+ * 1000 pairs, all chosen rows (desirable) then all rejected rows (undesirable) of each batch; the
+ * same order is kept here, per dataset. The unpairing comes before the length rule (Axolotl
+ * would stop at its length filter instead: "Prompt and completion keys are required for KTO
+ * datasets"). Whether a dataset is paired is decided by its first row, as TRL decides. */
 #include "data/pref_dataset.h"
 
 #include "chat/chat_template.h"
 #include "common/error.h"
 #include "data/dataset_rows.h"
+#include "data/pref_format.h"
+#include "data/pref_length.h"
+#include "data/pref_tokenize.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define KTO_UNPAIR_BATCH 1000 /* datasets.map's default batch size, which TRL's unpairing uses */
+
+typedef struct {
+    KtoRow *rows;
+    size_t n;
+} KtoRows;
+
 typedef struct {
     PrefDataset *ds;
-    const TrainConfig *cfg;
-    const Tokenizer *tok;
-    const char *eos_text; /* the tokenizer's eos_token (NULL: none) */
-    int32_t bos_id;       /* -1: none */
+    const PrefFormat *format;
+    PrefLengthRule length;
+    PrefTokenizer *tokenize;
+    size_t dropped_long, dropped_uncuttable, dropped_prompt_fills;
+    /* KTO */
+    bool first_row_seen, paired;
+    KtoRows block_chosen, block_rejected; /* the current batch of unpaired pairs */
+    size_t block_pairs;
 } LoadContext;
 
-static const char *string_field(const json_t *row, const char *key, int *rc) {
-    const json_t *v = json_object_get(row, key);
-    if (!v || json_is_null(v)) {
-        *rc = err_set("missing field \"%s\"", key);
-        return NULL;
-    }
-    if (!json_is_string(v)) {
-        *rc = err_set("field \"%s\": expected a string", key);
-        return NULL;
-    }
-    return json_string_value(v);
+static void kto_rows_push(KtoRows *r, const KtoRow *row) {
+    r->rows = xrealloc(r->rows, (r->n + 1) * sizeof *r->rows);
+    r->rows[r->n++] = *row;
 }
 
-static int encode(const LoadContext *c, const char *text, int32_t **ids, size_t *n) {
-    if (tokenizer_encode(c->tok, text, strlen(text), true, ids, n) != 0) return -1;
-    if (c->bos_id >= 0 && *n >= 2 && (*ids)[0] == c->bos_id && (*ids)[1] == c->bos_id) {
-        memmove(*ids, *ids + 1, (*n - 1) * sizeof **ids); /* a doubled BOS: keep one */
-        (*n)--;
+static void flush_unpaired(LoadContext *c) {
+    PrefDataset *ds = c->ds;
+    KtoRows *parts[2] = {&c->block_chosen, &c->block_rejected};
+    for (int p = 0; p < 2; p++) {
+        for (size_t i = 0; i < parts[p]->n; i++) {
+            ds->rows = xrealloc(ds->rows, (ds->n_rows + 1) * sizeof *ds->rows);
+            ds->rows[ds->n_rows++] = parts[p]->rows[i];
+        }
+        free(parts[p]->rows);
+        parts[p]->rows = NULL;
+        parts[p]->n = 0;
     }
+    c->block_pairs = 0;
+}
+
+/* Length rule then tokenisation; *kept says whether a row came out. */
+static int length_rule(LoadContext *c, const char *prompt, char **responses, size_t n, bool *kept) {
+    PrefLengthOutcome outcome;
+    if (pref_length_apply(&c->length, prompt, responses, n, &outcome) != 0) return -1;
+    *kept = outcome == PREF_LENGTH_KEEP;
+    if (outcome == PREF_LENGTH_DROP_LONG) c->dropped_long++;
+    if (outcome == PREF_LENGTH_DROP_UNCUTTABLE) c->dropped_uncuttable++;
     return 0;
 }
 
-/* prompt + response (EOS text appended unless already last), tokenised jointly; the response's
- * ids are what follows the prompt's own tokenisation. */
-static int response_ids(const LoadContext *c, const char *prompt, const char *response,
-                        size_t n_prompt, int32_t **out, int *n_out) {
-    size_t lp = strlen(prompt), lr = strlen(response);
-    size_t le = c->eos_text ? strlen(c->eos_text) : 0;
-    bool add_eos = le && !(lr >= le && memcmp(response + lr - le, c->eos_text, le) == 0);
-    char *joint = xmalloc(lp + lr + le + 1);
-    memcpy(joint, prompt, lp);
-    memcpy(joint + lp, response, lr);
-    if (add_eos) memcpy(joint + lp + lr, c->eos_text, le);
-    joint[lp + lr + (add_eos ? le : 0)] = '\0';
-    int32_t *ids;
-    size_t n;
-    int rc = encode(c, joint, &ids, &n);
-    free(joint);
-    if (rc != 0) return -1;
-    size_t skip = n_prompt < n ? n_prompt : n;
-    *n_out = (int)(n - skip);
-    *out = xmalloc((n - skip + 1) * sizeof **out);
-    memcpy(*out, ids + skip, (n - skip) * sizeof **out);
-    free(ids);
-    return 0;
+static int kto_row(LoadContext *c, const char *prompt, const char *completion, bool label,
+                   KtoRows *dst) {
+    char *text = xstrdup(completion);
+    bool kept;
+    KtoRow row;
+    int rc = length_rule(c, prompt, &text, 1, &kept);
+    if (rc == 0 && kept) {
+        rc = pref_tokenize_kto(c->tokenize, prompt, text, label, &row, &kept);
+        if (rc == 0 && !kept) c->dropped_prompt_fills++;
+    }
+    if (rc == 0 && kept) {
+        if (dst) {
+            kto_rows_push(dst, &row);
+        } else {
+            PrefDataset *ds = c->ds;
+            ds->rows = xrealloc(ds->rows, (ds->n_rows + 1) * sizeof *ds->rows);
+            ds->rows[ds->n_rows++] = row;
+        }
+    }
+    free(text);
+    return rc;
 }
 
-static int add_pair(void *ctx, const json_t *row) {
-    const LoadContext *c = ctx;
-    int rc = 0;
-    const char *prompt = string_field(row, "prompt", &rc);
-    const char *chosen = rc ? NULL : string_field(row, "chosen", &rc);
-    const char *rejected = rc ? NULL : string_field(row, "rejected", &rc);
-    if (rc) return -1;
-    int32_t *p_ids;
-    size_t np;
-    if (encode(c, prompt, &p_ids, &np) != 0) return -1;
-    if ((int64_t)np >= c->cfg->sequence_len) { /* TRL drops it: nothing of the responses fits */
-        free(p_ids);
-        c->ds->dropped++;
-        return 0;
+static int add_kto(LoadContext *c, PrefStrings *s) {
+    if (!c->first_row_seen) {
+        c->first_row_seen = true;
+        c->paired = s->paired;
+    } else if (s->paired != c->paired) {
+        return err_set(c->paired ? "expected chosen and rejected like the dataset's first row "
+                                   "(a paired dataset is unpaired for KTO)"
+                                 : "expected completion and label like the dataset's first row");
     }
-    PrefPair pair = {p_ids, NULL, NULL, (int)np, 0, 0};
-    if (response_ids(c, prompt, chosen, np, &pair.chosen, &pair.n_chosen) != 0 ||
-        response_ids(c, prompt, rejected, np, &pair.rejected, &pair.n_rejected) != 0) {
-        free(pair.prompt);
-        free(pair.chosen);
+    if (!s->paired) return kto_row(c, s->prompt, s->completion, s->label, NULL);
+    if (kto_row(c, s->prompt, s->chosen, true, &c->block_chosen) != 0 ||
+        kto_row(c, s->prompt, s->rejected, false, &c->block_rejected) != 0)
         return -1;
+    if (++c->block_pairs == KTO_UNPAIR_BATCH) flush_unpaired(c);
+    return 0;
+}
+
+static int add_pair(LoadContext *c, PrefStrings *s) {
+    char *responses[2] = {s->chosen, s->rejected};
+    bool kept;
+    int rc = length_rule(c, s->prompt, responses, 2, &kept);
+    s->chosen = responses[0]; /* truncate may have replaced them */
+    s->rejected = responses[1];
+    if (rc != 0 || !kept) return rc;
+    PrefPair pair;
+    if (pref_tokenize_pair(c->tokenize, s->prompt, s->chosen, s->rejected, &pair, &kept) != 0)
+        return -1;
+    if (!kept) {
+        c->dropped_prompt_fills++;
+        return 0;
     }
     PrefDataset *ds = c->ds;
     ds->pairs = xrealloc(ds->pairs, (ds->n_pairs + 1) * sizeof *ds->pairs);
@@ -90,31 +128,107 @@ static int add_pair(void *ctx, const json_t *row) {
     return 0;
 }
 
+static int add_row(void *ctx, const json_t *row) {
+    LoadContext *c = ctx;
+    PrefStrings s;
+    if (pref_format_row(c->format, row, &s) != 0) return -1;
+    int rc = c->length.rl == RL_KTO ? add_kto(c, &s) : add_pair(c, &s);
+    pref_strings_free(&s);
+    return rc;
+}
+
+static void report_drops(const LoadContext *c, const TrainConfig *cfg, int index, FILE *log) {
+    if (c->dropped_long)
+        fprintf(log, "warning: Dropped %zu long samples from dataset index %d\n", c->dropped_long,
+                index);
+    if (c->dropped_uncuttable)
+        fprintf(log,
+                "warning: Dropped %zu samples from dataset index %d that could not be truncated "
+                "to fit sequence_len (prompt alone exceeds limit)\n",
+                c->dropped_uncuttable, index);
+    if (c->dropped_prompt_fills)
+        fprintf(log,
+                "warning: dropped %zu examples from dataset index %d whose prompt alone fills "
+                "sequence_len %lld (with BOS/EOS added, nothing of the response would be "
+                "trained)\n",
+                c->dropped_prompt_fills, index, (long long)cfg->sequence_len);
+}
+
+static int load_dataset(PrefDataset *ds, const TrainConfig *cfg, int index, PrefTokenizer *tokenize,
+                        FILE *log) {
+    PrefFormat *format;
+    if (pref_format_open(&format, cfg, index, log) != 0) return -1;
+    LoadContext c = {.ds = ds, .format = format, .tokenize = tokenize};
+    c.length = (PrefLengthRule){tokenize->tok, cfg->rl, EXCESS_DROP, cfg->sequence_len,
+                                cfg->max_prompt_len};
+    int rc = pref_length_strategy(cfg->excess_length_strategy, &c.length.strategy);
+    if (rc == 0) rc = dataset_rows_foreach(&cfg->datasets[index], add_row, &c);
+    if (rc == 0) flush_unpaired(&c);
+    for (size_t i = 0; i < c.block_chosen.n; i++) {
+        free(c.block_chosen.rows[i].prompt);
+        free(c.block_chosen.rows[i].completion);
+    }
+    for (size_t i = 0; i < c.block_rejected.n; i++) {
+        free(c.block_rejected.rows[i].prompt);
+        free(c.block_rejected.rows[i].completion);
+    }
+    free(c.block_chosen.rows);
+    free(c.block_rejected.rows);
+    pref_format_close(format);
+    if (rc == 0) report_drops(&c, cfg, index, log);
+    ds->dropped += c.dropped_long + c.dropped_uncuttable + c.dropped_prompt_fills;
+    return rc;
+}
+
+static void report_tokenize_notes(const PrefTokenizer *t, const TrainConfig *cfg, FILE *log) {
+    if (t->mismatches)
+        fprintf(log,
+                "warning: %zu responses: the tokenized prompt is not the start of the tokenized "
+                "prompt + response (TRL: \"Mismatch between tokenized prompt and the start of "
+                "tokenized prompt+chosen\"); the response ids are taken after the prompt's "
+                "length all the same\n",
+                t->mismatches);
+    if (t->prompts_shortened)
+        fprintf(log,
+                "note: max_prompt_len %lld: %zu prompts keep only their last tokens (Axolotl 0.19 "
+                "ignores max_prompt_len)\n",
+                (long long)cfg->max_prompt_len, t->prompts_shortened);
+    if (t->responses_cut)
+        fprintf(log,
+                "note: %zu responses cut to sequence_len - len(prompt) tokens (TRL %s cuts to "
+                "sequence_len - len(longest response); rlhf.c follows the documented rule)\n",
+                t->responses_cut, cfg->rl == RL_ORPO ? "ORPO" : "CPO");
+}
+
 int pref_dataset_load(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, FILE *log) {
     memset(ds, 0, sizeof *ds);
-    if (cfg->rl != RL_DPO && cfg->rl != RL_IPO)
-        return err_set("%s: rl: %s datasets are not implemented yet", cfg->source,
-                       rl_method_name(cfg->rl));
+    if (cfg->rl != RL_DPO && cfg->rl != RL_IPO && cfg->rl != RL_KTO && cfg->rl != RL_ORPO &&
+        cfg->rl != RL_SIMPO)
+        return err_set("%s: rl: %s is not a preference method (dpo, ipo, kto, orpo, simpo)",
+                       cfg->source, rl_method_name(cfg->rl));
     ChatTemplateSource src;
     if (chat_template_source_load(cfg->tokenizer_config, &src) != 0) return -1;
     const char *eos = json_string_value(json_object_get(src.special_tokens, "eos_token"));
     const char *bos = json_string_value(json_object_get(src.special_tokens, "bos_token"));
-    LoadContext c = {ds, cfg, tok, eos, bos ? tokenizer_token_to_id(tok, bos, strlen(bos)) : -1};
+    PrefTokenizer t = {.tok = tok,
+                       .rl = cfg->rl,
+                       .eos_text = eos,
+                       .eos_id = eos ? tokenizer_token_to_id(tok, eos, strlen(eos)) : -1,
+                       .bos_id = bos ? tokenizer_token_to_id(tok, bos, strlen(bos)) : -1,
+                       .max_length = cfg->sequence_len,
+                       .max_prompt_len = cfg->max_prompt_len};
     int rc = 0;
-    for (int d = 0; rc == 0 && d < cfg->n_datasets; d++) {
-        const DatasetConfig *dc = &cfg->datasets[d];
-        if (dc->type)
-            rc = err_set("%s:%d: datasets[%d].type: \"%s\" is not supported for rl: %s yet",
-                         cfg->source, dc->line, d, dc->type, rl_method_name(cfg->rl));
-        else
-            rc = dataset_rows_foreach(dc, add_pair, &c);
-    }
+    if (!eos || t.eos_id < 0)
+        rc = err_set("%s: the tokenizer has no eos_token (tokenizer_config.json): preference "
+                     "training appends it to every response",
+                     cfg->tokenizer_config);
+    for (int d = 0; rc == 0 && d < cfg->n_datasets; d++)
+        rc = load_dataset(ds, cfg, d, &t, log);
     chat_template_source_free(&src);
-    if (rc == 0 && ds->dropped)
-        fprintf(log, "warning: dropped %zu examples whose prompt alone fills sequence_len %lld\n",
-                ds->dropped, (long long)cfg->sequence_len);
-    if (rc == 0 && ds->n_pairs == 0)
-        rc = err_set("%s: the datasets hold no usable preference pair", cfg->source);
+    if (rc == 0) report_tokenize_notes(&t, cfg, log);
+    if (rc == 0 && ds->n_pairs == 0 && ds->n_rows == 0)
+        rc = err_set("%s: the datasets hold no usable %s", cfg->source,
+                     cfg->rl == RL_KTO ? "KTO row" : "preference pair");
     if (rc != 0) pref_dataset_free(ds);
     return rc;
 }
@@ -124,6 +238,7 @@ void pref_dataset_free(PrefDataset *ds) {
         free(ds->pairs[i].prompt);
         free(ds->pairs[i].chosen);
         free(ds->pairs[i].rejected);
+        free(ds->pairs[i].rejected_prompt);
     }
     for (size_t i = 0; i < ds->n_rows; i++) {
         free(ds->rows[i].prompt);

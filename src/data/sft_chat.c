@@ -1,7 +1,7 @@
 #include "data/sft_chat.h"
 
 #include "common/error.h"
-#include "common/fileio.h"
+#include "data/template_choice.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,38 +22,6 @@ static int parse_special(const json_t *v, const char *key, SpecialTokenTraining 
     for (size_t i = 0; s && i < sizeof names / sizeof *names; i++)
         if (strcmp(s, names[i].name) == 0) return *out = names[i].value, 0;
     return err_set("key '%s': expected turn, all, last or none", key);
-}
-
-/* Axolotl's template choice: dataset's chat_template, config's, else tokenizer_default. */
-static int resolve_template(const TrainConfig *cfg, const char *name, const ChatTemplateSource *src,
-                            char **text) {
-    const char *builtin = NULL;
-    if (strcmp(name, "jinja") == 0) {
-        if (!cfg->chat_template_jinja)
-            return err_set("chat_template_jinja is required when chat_template is set to 'jinja'");
-        if (file_exists(cfg->chat_template_jinja))
-            return read_file(cfg->chat_template_jinja, text, NULL);
-        *text = xstrdup(cfg->chat_template_jinja);
-        return 0;
-    }
-    const char *fallback_prefix = "tokenizer_default_fallback_";
-    bool fallback = strncmp(name, fallback_prefix, strlen(fallback_prefix)) == 0;
-    if (strcmp(name, "tokenizer_default") == 0 || fallback) {
-        const char *own = src->ntemplates ? chat_template_source_pick(src, false) : NULL;
-        if (own) {
-            *text = xstrdup(own);
-            return 0;
-        }
-        if (!fallback)
-            return err_set(
-                "chat_template choice is tokenizer_default but tokenizer's chat_template "
-                "is null. Please add a chat_template in tokenizer config");
-        name += strlen(fallback_prefix);
-    }
-    builtin = chat_template_builtin(name);
-    if (!builtin) return err_set("Template '%s' not found.", name);
-    *text = xstrdup(builtin);
-    return 0;
 }
 
 static json_t *default_roles(void) {
@@ -112,7 +80,7 @@ int chat_sft_init(ChatSftStrategy *s, const TrainConfig *cfg, const DatasetConfi
     if (rc == 0) s->special_tokens = json_incref(src.special_tokens);
     const char *name = opt_string(o, "chat_template",
                                   cfg->chat_template ? cfg->chat_template : "tokenizer_default");
-    if (rc == 0) rc = resolve_template(cfg, name, &src, &text);
+    if (rc == 0) rc = template_choice_text(name, cfg->chat_template_jinja, &src, &text);
     if (rc == 0) rc = chat_template_compile(text, strlen(text), &s->tpl);
     free(text);
     chat_template_source_free(&src);

@@ -4,8 +4,7 @@ model, recorded for tests/test_pref_train.c.
 
 For each case TRL's trainer runs on tests/fixtures/models/llama_text (a tiny Llama with a
 tokenizer, fp32, CPU) over tests/fixtures/pref_train/pairs.jsonl (prompt / chosen / rejected
-rows, some longer than max_length so the keep_start cut matters, one whose prompt alone fills
-max_length so TRL drops it), with the examples taken in dataset order (a SequentialSampler in
+rows), with the examples taken in dataset order (a SequentialSampler in
 place of the shuffling one, so that rlhf.c can take the same micro-batches). Recorded in
 tests/fixtures/pref_train/<case>/: reference.json (the configuration, the input_ids /
 attention_mask / completion_mask of every micro-batch as TRL's collator built them, and
@@ -13,8 +12,15 @@ trainer.state.log_history: per-step loss, grad_norm, learning_rate and every TRL
 final.safetensors (the trained weights; for a LoRA case the trained adapter in PEFT's names,
 with initial_adapter/ holding the adapter before training, which rlhf.c starts from).
 
+The rows go through Axolotl 0.19's own excess_length_strategy "drop" filter
+(axolotl.utils.data.rl._drop_long_sequences, sequence_len = max_length) before TRL sees them, as
+they do in an Axolotl run: row 5's long prompt is dropped there. Rows 3 and 7 are padded to exactly
+max_length tokens without special tokens, so they pass the filter and TRL's keep_start cut still
+trims the BOS/EOS they gain.
+
     tools/reference/.venv/bin/python tools/reference/make_pref_train_fixtures.py [case ...]
 """
+import functools
 import json
 import os
 import shutil
@@ -27,6 +33,7 @@ from torch.utils.data import SequentialSampler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_model_fixtures as mf  # noqa: E402
+import make_pref_dataset_fixtures as axolotl_rl  # noqa: E402  (Axolotl's own length filter)
 
 OUT = os.path.join(mf.REPO, "tests", "fixtures", "pref_train")
 MODEL_DIR = os.path.join(mf.FIXTURES, "llama_text")
@@ -50,15 +57,32 @@ for _t, _extra in [("hinge", {}), ("exo_pair", dict(label_smoothing=1e-3)), ("nc
     CASES["dpo_" + _t] = ("dpo", dict(beta=0.1, loss_type=[_t], **_extra), True)
 
 
+def axolotl_length(tok, prompt, response):
+    """The length Axolotl's filter measures: prompt and response tokenised apart, no specials."""
+    return sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in (prompt, response))
+
+
 def write_pairs(path):
-    """Prompt / chosen / rejected rows; rows 3 and 7 run past max_length, row 5's prompt alone
-    fills it (TRL drops that row), so 13 rows leave the 12 that 3 steps of 2 x 2 pairs take."""
+    """Prompt / chosen / rejected rows; rows 3 and 7 are exactly max_length tokens without special
+    tokens (Axolotl keeps them, TRL cuts the BOS/EOS they gain), row 5's prompt alone is longer
+    than max_length (Axolotl drops that row), so 13 rows leave the 12 that 3 steps of 2 x 2 pairs
+    take."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    limit = COMMON["max_length"]
     rows = []
     for i in range(13):
         prompt = f"Q{i}: what is {i} plus {2 * i}?"
         chosen, rejected = f" {3 * i}.", f" {3 * i + 1}, I think."
         if i in (3, 7):
-            chosen += " Because " + "adding numbers step by step gives it " * 3
+            words = iter((" Because" + " adding numbers step by step gives it" * 8).split(" ")[1:])
+            while axolotl_length(tok, prompt, chosen) < limit:
+                longer = chosen + " " + next(words)
+                if axolotl_length(tok, prompt, longer) > limit:
+                    chosen += "!" * (limit - axolotl_length(tok, prompt, chosen))
+                    break
+                chosen = longer
+            assert axolotl_length(tok, prompt, chosen) == limit, (i, chosen)
         if i == 5:
             prompt = "A very long question " * 12 + "?"
         rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
@@ -89,6 +113,9 @@ def run_case(name, kind, extra, lora, pairs_path):
     tok = AutoTokenizer.from_pretrained(MODEL_DIR)
     model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32, attn_implementation="eager")
     data = load_dataset("json", data_files=pairs_path, split="train")
+    data = data.filter(functools.partial(axolotl_rl.drop_long_sequences, rl=axolotl_rl.RLType.DPO,
+                                         tokenizer=tok, sequence_len=COMMON["max_length"]))
+    assert len(data) == 12, len(data)
     trainer_cls = type("RecordingDPOTrainer", (SequentialMixin, DPOTrainer), {})
     with tempfile.TemporaryDirectory() as tmp:
         args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
