@@ -177,6 +177,38 @@ static void test_adapter_references(void) {
     json_decref(m);
 }
 
+/* ORPO, SimPO and CPO: no reference model; each logs its own keys and its loss falls. */
+static void test_reference_free_methods(void) {
+    const struct {
+        const char *name, *rl, *loss_type, *key;
+    } runs[] = {{"orpo", "orpo", NULL, "log_odds_ratio"},
+                {"simpo", "simpo", NULL, "nll_loss"},
+                {"cpo_hinge", "cpo", "hinge", "nll_loss"}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        const char *out = harness_tmp_path(runs[r].name);
+        const char *kv[] = {"--output_dir",   out, "--rl", runs[r].rl, "--cpo_loss_type",
+                            runs[r].loss_type};
+        CHECK(train(kv, runs[r].loss_type ? 3 : 2) == CLI_EXIT_OK, "%s: %s", runs[r].name,
+              err_msg());
+        json_t *m = read_metrics(out);
+        size_t n = json_array_size(m);
+        CHECK(n == 6 && metric(m, n - 1, "loss") < metric(m, 0, "loss"),
+              "%s: %zu log lines, loss %.4f -> %.4f", runs[r].name, n, metric(m, 0, "loss"),
+              metric(m, n - 1, "loss"));
+        const char *keys[] = {runs[r].key, "rewards/margins", "logps/chosen", "logits/chosen"};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            CHECK(json_object_get(json_array_get(m, 0), keys[k]) != NULL, "%s: metric %s logged",
+                  runs[r].name, keys[k]);
+        json_decref(m);
+    }
+    const char *wrong[] = {
+        "--output_dir", harness_tmp_path("simpo-hinge"), "--rl", "simpo", "--cpo_loss_type",
+        "hinge"};
+    err_clear();
+    CHECK(train(wrong, 3) == CLI_EXIT_FAILURE && strstr(err_msg(), "cpo_loss_type"),
+          "cpo_loss_type with rl: simpo is refused: %s", err_msg());
+}
+
 static void test_errors(void) {
     harness_write_file(harness_tmp_path("bad.jsonl"),
                        "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
@@ -201,6 +233,7 @@ int main(void) {
     write_config();
     test_full_and_precomputed();
     test_adapter_references();
+    test_reference_free_methods();
     test_errors();
     return harness_finish("test_pref_run");
 }

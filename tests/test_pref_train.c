@@ -19,12 +19,27 @@
 
 /* A YAML config equal to the fixture's TRL configuration. */
 static const char *write_config(const char *name, const json_t *c) {
-    char text[16384], loss_types[256] = "", model[2048], pairs[2048];
+    char text[16384], loss_types[256] = "", model[2048], pairs[2048], method[512] = "";
+    const char *kind = json_string_value(json_object_get(c, "kind"));
+    bool dpo = strcmp(kind, "dpo") == 0;
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     snprintf(pairs, sizeof pairs, "%s",
-             harness_source_path("tests/fixtures/pref_train/pairs.jsonl"));
+             harness_source_path(dpo ? "tests/fixtures/pref_train/pairs.jsonl"
+                                     : "tests/fixtures/pref_train/pairs_orpo.jsonl"));
     char weights[256] = "";
     const json_t *types = json_object_get(c, "loss_type"), *w = json_object_get(c, "loss_weights");
+    if (strcmp(kind, "cpo") == 0)
+        snprintf(method, sizeof method, "cpo_loss_type: %s\n", json_string_value(types));
+    if (json_object_get(c, "simpo_gamma"))
+        snprintf(method + strlen(method), sizeof method - strlen(method), "simpo_gamma: %.17g\n",
+                 json_number_value(json_object_get(c, "simpo_gamma")));
+    if (json_object_get(c, "cpo_alpha"))
+        snprintf(method + strlen(method), sizeof method - strlen(method), "cpo_alpha: %.17g\n",
+                 json_number_value(json_object_get(c, "cpo_alpha")));
+    char smoothing[64] = "";
+    if (json_object_get(c, "label_smoothing"))
+        snprintf(smoothing, sizeof smoothing, "dpo_label_smoothing: %.17g\n",
+                 json_number_value(json_object_get(c, "label_smoothing")));
     for (size_t i = 0; i < json_array_size(types); i++)
         snprintf(loss_types + strlen(loss_types), sizeof loss_types - strlen(loss_types), "%s%s",
                  i ? ", " : "", json_string_value(json_array_get(types, i)));
@@ -35,17 +50,16 @@ static const char *write_config(const char *name, const json_t *c) {
              "base_model: %s\nrl: %s\nrl_beta: %.17g\ndatasets:\n  - path: %s\n"
              "sequence_len: %lld\nmicro_batch_size: %lld\ngradient_accumulation_steps: %lld\n"
              "max_steps: %lld\nlearning_rate: %.17g\nlr_scheduler: %s\nwarmup_steps: 0\n"
-             "dpo_loss_type: [%s]\ndpo_label_smoothing: %.17g\n%s%s%s",
-             model, json_string_value(json_object_get(c, "kind")),
-             json_number_value(json_object_get(c, "beta")), pairs,
+             "%s%s%s%s%s%s%s%s",
+             model, kind, json_number_value(json_object_get(c, "beta")), pairs,
              (long long)json_integer_value(json_object_get(c, "max_length")),
              (long long)json_integer_value(json_object_get(c, "per_device_train_batch_size")),
              (long long)json_integer_value(json_object_get(c, "gradient_accumulation_steps")),
              (long long)json_integer_value(json_object_get(c, "max_steps")),
              json_number_value(json_object_get(c, "learning_rate")),
-             json_string_value(json_object_get(c, "lr_scheduler_type")), loss_types,
-             json_number_value(json_object_get(c, "label_smoothing")),
-             *weights ? "dpo_loss_weights: [" : "", weights, *weights ? "]\n" : "");
+             json_string_value(json_object_get(c, "lr_scheduler_type")),
+             dpo ? "dpo_loss_type: [" : "", dpo ? loss_types : "", dpo ? "]\n" : "", smoothing,
+             *weights ? "dpo_loss_weights: [" : "", weights, *weights ? "]\n" : "", method);
     const char *path = harness_tmp_path(name);
     harness_write_file(path, text, strlen(text));
     return path;
@@ -77,9 +91,14 @@ static void check_step(const char *name, int step, json_t *got, const json_t *wa
     const char *key;
     json_t *w;
     double margin = json_number_value(json_object_get(want, "rewards/margins"));
+    /* ORPO/CPO fixtures carry TRL's own logits/chosen|rejected (every padded position) and,
+     * from the same logits, completion_logits/chosen|rejected: the completion-token mean that
+     * rlhf.c reports under the logits/ keys */
+    bool completion_logits = json_object_get(want, "completion_logits/chosen") != NULL;
     json_object_foreach((json_t *)want, key, w) {
         if (strcmp(key, "epoch") == 0 || strcmp(key, "step") == 0) continue;
-        json_t *g = json_object_get(got, key);
+        if (completion_logits && strncmp(key, "logits/", 7) == 0) continue;
+        json_t *g = json_object_get(got, strncmp(key, "completion_", 11) == 0 ? key + 11 : key);
         CHECK(g != NULL, "%s step %d: no \"%s\"", name, step, key);
         if (!g) continue;
         /* at step 1 policy == reference: the accuracy compares rounding noise */
@@ -161,6 +180,9 @@ static void check_case(const char *name) {
     CHECK(ds.n_pairs == 12 && ds.dropped == 1, "%s: %zu pairs, %zu dropped (TRL: 12, 1)", name,
           ds.n_pairs, ds.dropped);
 
+    PrefMethod pm;
+    CHECK(pref_method_init(&pm, &cfg) == 0, "%s", err_msg());
+    bool with_ref = pref_method_needs_reference(&pm);
     Model m, frozen;
     CHECK(model_load(&m, cfg.base_model) == 0, "%s", err_msg());
     LoraAdapter lora = {0};
@@ -170,13 +192,11 @@ static void check_case(const char *name) {
         CHECK(lora_load(&lora, &m.cfg, path) == 0, "%s", err_msg());
         m.lora = &lora;
         reference_policy_from_adapter(&refp, &m, &lora);
-    } else {
+    } else if (with_ref) {
         CHECK(model_load(&frozen, cfg.base_model) == 0, "%s", err_msg());
         reference_policy_from_model(&refp, &frozen);
     }
-    PrefMethod pm;
-    CHECK(pref_method_init(&pm, &cfg) == 0, "%s", err_msg());
-    pm.ref = &refp;
+    pm.ref = with_ref ? &refp : NULL;
     TrainerOptions opt = {.learning_rate = cfg.learning_rate,
                           .max_grad_norm = cfg.max_grad_norm,
                           .adamw = {0.9, 0.999, 1e-8, 0.0},
@@ -198,7 +218,7 @@ static void check_case(const char *name) {
         MicroBatch mb[8];
         for (int k = 0; k < gas; k++) {
             pref_batch_build(&window[k], &ds, order, (size_t)(step * gas + k) * bs, bs,
-                             cfg.sequence_len, 3019, false);
+                             cfg.sequence_len, 3019, pref_method_all_positions(&pm));
             mb[k] = window[k].mb;
             CHECK(same_micro_batch(&window[k], json_array_get(mbs, (size_t)(step * gas + k))),
                   "%s: micro-batch %d differs from TRL's collation", name, step * gas + k);
@@ -222,7 +242,7 @@ static void check_case(const char *name) {
     free(order);
     if (lora_case)
         lora_free(&lora);
-    else
+    else if (with_ref)
         model_free(&frozen);
     model_free(&m);
     pref_dataset_free(&ds);
@@ -246,6 +266,6 @@ int main(void) {
         n++;
     }
     if (d) closedir(d);
-    CHECK(n >= 17, "%d cases", n);
+    CHECK(n >= 25, "%d cases", n);
     return harness_finish("test_pref_train");
 }

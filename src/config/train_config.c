@@ -88,6 +88,7 @@ static const KeySpec key_specs[] = {
     KEY(orpo_alpha, K_FLOAT),
     KEY(simpo_gamma, K_FLOAT),
     KEY(cpo_alpha, K_FLOAT),
+    KEY(cpo_loss_type, K_STRING),
     KEY(max_prompt_len, K_INT),
     KEY(excess_length_strategy, K_STRING),
 };
@@ -198,8 +199,8 @@ static bool is_strategy_key(const char *key) {
 static const struct {
     const char *name;
     RlMethod rl;
-} rl_names[] = {{"dpo", RL_DPO},     {"ipo", RL_IPO},   {"kto", RL_KTO},  {"orpo", RL_ORPO},
-                {"simpo", RL_SIMPO}, {"grpo", RL_GRPO}, {"gdpo", RL_GDPO}};
+} rl_names[] = {{"dpo", RL_DPO},     {"ipo", RL_IPO}, {"kto", RL_KTO},   {"orpo", RL_ORPO},
+                {"simpo", RL_SIMPO}, {"cpo", RL_CPO}, {"grpo", RL_GRPO}, {"gdpo", RL_GDPO}};
 
 const char *rl_method_name(RlMethod rl) {
     for (size_t i = 0; i < sizeof rl_names / sizeof *rl_names; i++)
@@ -385,8 +386,8 @@ static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text
                 return 0;
             }
         }
-        return err_set("key 'rl': unknown method \"%s\" (expected dpo, ipo, kto, orpo, simpo, grpo "
-                       "or gdpo; leave it out for supervised fine-tuning)",
+        return err_set("key 'rl': unknown method \"%s\" (expected dpo, ipo, kto, orpo, simpo, cpo, "
+                       "grpo or gdpo; leave it out for supervised fine-tuning)",
                        text);
     }
     case K_DATASETS:
@@ -626,6 +627,10 @@ static int validate_preference(TrainConfig *cfg) {
     if (cfg->kto_desirable_weight < 0 || cfg->kto_undesirable_weight < 0)
         return err_set("keys 'kto_desirable_weight', 'kto_undesirable_weight': must not be "
                        "negative");
+    if (cfg->cpo_loss_type && cfg->rl != RL_CPO)
+        return err_set("key 'cpo_loss_type' is for rl: cpo only, but got rl=%s%s",
+                       rl_method_name(cfg->rl),
+                       cfg->rl == RL_SIMPO ? " (rl: simpo is CPO with the simpo loss)" : "");
     if (cfg->rl == RL_SIMPO && cfg->warmup_ratio >= 0)
         return err_set("warmup_ratio is not supported with the simpo trainer. Please use "
                        "`warmup_steps` instead");
@@ -805,7 +810,8 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->dataset_prepared_path,
                         &cfg->adapter,
                         &cfg->lora_model_dir,
-                        &cfg->excess_length_strategy};
+                        &cfg->excess_length_strategy,
+                        &cfg->cpo_loss_type};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);
     free_string_list(&cfg->lora_target_modules, &cfg->n_lora_target_modules);

@@ -12,7 +12,19 @@
 #include <jansson.h>
 #include <stdint.h>
 
-typedef enum { RL_NONE, RL_DPO, RL_IPO, RL_KTO, RL_ORPO, RL_SIMPO, RL_GRPO, RL_GDPO } RlMethod;
+/* RL_CPO (rl: cpo) is rlhf.c's name for TRL's CPOTrainer with any of its loss types; Axolotl
+ * reaches that trainer only through rl: simpo (loss type simpo). */
+typedef enum {
+    RL_NONE,
+    RL_DPO,
+    RL_IPO,
+    RL_KTO,
+    RL_ORPO,
+    RL_SIMPO,
+    RL_CPO,
+    RL_GRPO,
+    RL_GDPO
+} RlMethod;
 
 typedef struct {
     char *path;        /* local file or directory */
@@ -86,6 +98,7 @@ typedef struct {
     double orpo_alpha;                                   /* NAN: unset */
     double simpo_gamma;           /* 0.5 (TRL's default; Axolotl would pass null) */
     double cpo_alpha;             /* NAN: unset -> TRL's 1.0 */
+    char *cpo_loss_type;          /* rl: cpo only: sigmoid (default), hinge, ipo, simpo, alphapo */
     int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
     char *excess_length_strategy; /* drop (default), truncate or raise */
     char **warnings;              /* messages for the user, in file order */

@@ -203,8 +203,8 @@ static void report_tokenize_notes(const PrefTokenizer *t, const TrainConfig *cfg
 int pref_dataset_load(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, FILE *log) {
     memset(ds, 0, sizeof *ds);
     if (cfg->rl != RL_DPO && cfg->rl != RL_IPO && cfg->rl != RL_KTO && cfg->rl != RL_ORPO &&
-        cfg->rl != RL_SIMPO)
-        return err_set("%s: rl: %s is not a preference method (dpo, ipo, kto, orpo, simpo)",
+        cfg->rl != RL_SIMPO && cfg->rl != RL_CPO)
+        return err_set("%s: rl: %s is not a preference method (dpo, ipo, kto, orpo, simpo, cpo)",
                        cfg->source, rl_method_name(cfg->rl));
     ChatTemplateSource src;
     if (chat_template_source_load(cfg->tokenizer_config, &src) != 0) return -1;

@@ -215,7 +215,7 @@ static int cpo_pair(PrefTokenizer *t, const char *prompt, const char *chosen, co
 
 int pref_tokenize_pair(PrefTokenizer *t, const char *prompt, const char *chosen,
                        const char *rejected, PrefPair *out, bool *keep) {
-    if (t->rl == RL_ORPO || t->rl == RL_SIMPO)
+    if (t->rl == RL_ORPO || t->rl == RL_SIMPO || t->rl == RL_CPO)
         return cpo_pair(t, prompt, chosen, rejected, out, keep);
     return dpo_pair(t, prompt, chosen, rejected, out, keep);
 }

@@ -11,6 +11,11 @@ static int row_length(int n_prompt, int n_response, int64_t max_len) {
     return (int)(n < max_len ? n : max_len);
 }
 
+/* The rejected sequence's prompt length (its own prompt when the tokenizer merged differently). */
+static int rejected_prompt_length(const PrefPair *p) {
+    return p->rejected_prompt ? p->n_rejected_prompt : p->n_prompt;
+}
+
 void pref_batch_build(PrefMicroBatch *out, const PrefDataset *ds, const size_t *order, size_t first,
                       int count, int64_t max_len, int32_t pad_id, bool all_positions) {
     memset(out, 0, sizeof *out);
@@ -18,7 +23,7 @@ void pref_batch_build(PrefMicroBatch *out, const PrefDataset *ds, const size_t *
     for (int i = 0; i < count; i++) {
         const PrefPair *p = &ds->pairs[order[first + i]];
         int a = row_length(p->n_prompt, p->n_chosen, max_len);
-        int b = row_length(p->n_prompt, p->n_rejected, max_len);
+        int b = row_length(rejected_prompt_length(p), p->n_rejected, max_len);
         if (a > t_len) t_len = a;
         if (b > t_len) t_len = b;
     }
@@ -31,13 +36,16 @@ void pref_batch_build(PrefMicroBatch *out, const PrefDataset *ds, const size_t *
         out->tokens[i] = pad_id;
     for (int r = 0; r < rows; r++) {
         const PrefPair *p = &ds->pairs[order[first + (size_t)(r % count)]];
-        const int32_t *resp = r < count ? p->chosen : p->rejected;
-        int n_resp = r < count ? p->n_chosen : p->n_rejected;
-        int len = row_length(p->n_prompt, n_resp, max_len);
+        bool chosen = r < count;
+        const int32_t *resp = chosen ? p->chosen : p->rejected;
+        int n_resp = chosen ? p->n_chosen : p->n_rejected;
+        const int32_t *prompt = chosen || !p->rejected_prompt ? p->prompt : p->rejected_prompt;
+        int n_prompt = chosen ? p->n_prompt : rejected_prompt_length(p);
+        int len = row_length(n_prompt, n_resp, max_len);
         int32_t *row = out->tokens + (size_t)r * t_len;
         for (int t = 0; t < len; t++) {
-            bool in_prompt = t < p->n_prompt;
-            row[t] = in_prompt ? p->prompt[t] : resp[t - p->n_prompt];
+            bool in_prompt = t < n_prompt;
+            row[t] = in_prompt ? prompt[t] : resp[t - n_prompt];
             out->attn[(size_t)r * t_len + t] = 1;
             out->completion[(size_t)r * t_len + t] = !in_prompt && t > 0; /* t = 0 has no logp */
             needed[(size_t)r * t_len + t] = all_positions ? t > 0 : !in_prompt;

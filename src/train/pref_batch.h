@@ -1,7 +1,9 @@
-/* Collation of preference pairs as TRL's DataCollatorForPreference does it: a micro-batch of B
- * pairs becomes 2B rows, the B prompt + chosen sequences then the B prompt + rejected ones, each
- * cut to its first max_len tokens (keep_start), right-padded with pad_id. The completion mask
- * marks the response tokens that survived the cut. */
+/* Collation of preference pairs as TRL's DataCollatorForPreference does it (and, for ORPO and
+ * CPO, as their concatenated_inputs do: the same layout): a micro-batch of B pairs becomes 2B
+ * rows, the B prompt + chosen sequences then the B prompt + rejected ones (the rejected one with
+ * its own prompt ids when the pair has them), each cut to its first max_len tokens (keep_start),
+ * right-padded with pad_id. The completion mask marks the response tokens that survived the
+ * cut. */
 #ifndef RLHF_TRAIN_PREF_BATCH_H
 #define RLHF_TRAIN_PREF_BATCH_H
 

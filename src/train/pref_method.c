@@ -6,9 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* CPOTrainer's options: rl: simpo is its simpo loss (Axolotl), rl: cpo any of its types. */
+static int cpo_init(CpoOptions *o, const TrainConfig *cfg) {
+    *o =
+        (CpoOptions){CPO_SIMPO,        cfg->beta, 0.0, isnan(cfg->cpo_alpha) ? 1.0 : cfg->cpo_alpha,
+                     cfg->simpo_gamma, 0.0};
+    if (cfg->rl == RL_CPO &&
+        cpo_loss_type_parse(cfg->cpo_loss_type ? cfg->cpo_loss_type : "sigmoid", o) != 0)
+        return err_prefix("%s: key 'cpo_loss_type'", cfg->source);
+    if (cpo_options_check(o) != 0) return err_prefix("%s", cfg->source);
+    return 0;
+}
+
 int pref_method_init(PrefMethod *pm, const TrainConfig *cfg) {
     memset(pm, 0, sizeof *pm);
     pm->rl = cfg->rl;
+    if (cfg->rl == RL_ORPO) {
+        pm->orpo.beta = cfg->beta;
+        return 0;
+    }
+    if (cfg->rl == RL_SIMPO || cfg->rl == RL_CPO) return cpo_init(&pm->cpo, cfg);
     if (cfg->rl != RL_DPO && cfg->rl != RL_IPO)
         return err_set("%s: rl: %s is not implemented in this build yet", cfg->source,
                        rl_method_name(cfg->rl));
@@ -126,7 +143,10 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     row_sums(logp, pmb->completion, rows, T, sums, lens);
     row_sums(logp, mb->label_mask, rows, T, seq, seq_lens);
     int rc = 0;
-    if (pm->pre_ref_chosen) {
+    bool has_ref = pref_method_needs_reference(pm);
+    if (!has_ref) {
+        /* ORPO, CPO/SimPO: no reference */
+    } else if (pm->pre_ref_chosen) {
         for (int i = 0; i < n; i++) {
             ref[i] = pm->pre_ref_chosen[pmb->pair_index[i]];
             ref[n + i] = pm->pre_ref_rejected[pmb->pair_index[i]];
@@ -134,9 +154,14 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     } else {
         rc = pref_reference_sums(pm->ref, pmb, ref, ref + n);
     }
-    PrefBatch batch = {n, sums, sums + n, lens, lens + n, ref, ref + n, seq, seq_lens};
+    PrefBatch batch = {
+        n,   sums,    sums + n, lens, lens + n, has_ref ? ref : NULL, has_ref ? ref + n : NULL,
+        seq, seq_lens};
     PrefLossOutput out = {0, grads, grads + n, grads + 2 * n, {{0}, {0}, 0}};
-    if (rc == 0) rc = dpo_loss(&pm->dpo, &batch, &out);
+    if (rc == 0)
+        rc = pm->rl == RL_ORPO                        ? orpo_loss(&pm->orpo, &batch, &out)
+             : pm->rl == RL_SIMPO || pm->rl == RL_CPO ? cpo_loss(&pm->cpo, &batch, &out)
+                                                      : dpo_loss(&pm->dpo, &batch, &out);
     if (rc == 0) {
         double scale = 1.0 / pm->n_window;
         *loss = out.loss * scale;
@@ -156,6 +181,14 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     }
     free(sums), free(ref), free(seq), free(lens), free(seq_lens), free(grads);
     return rc;
+}
+
+bool pref_method_needs_reference(const PrefMethod *pm) {
+    return pm->rl == RL_DPO || pm->rl == RL_IPO;
+}
+
+bool pref_method_all_positions(const PrefMethod *pm) {
+    return pm->rl == RL_ORPO;
 }
 
 TrainMethod pref_method_train_method(PrefMethod *pm) {

@@ -451,7 +451,8 @@ static void pref_build(void *ctx, int slot, const size_t *order, size_t first, i
                        MicroBatch *mb, size_t *tokens) {
     PrefTask *t = ctx;
     PrefMicroBatch *b = &t->window[slot];
-    pref_batch_build(b, t->ds, order, first, count, t->max_len, t->pad_id, false);
+    pref_batch_build(b, t->ds, order, first, count, t->max_len, t->pad_id,
+                     pref_method_all_positions(t->pm));
     *mb = b->mb;
     *tokens = 0;
     for (size_t i = 0; i < (size_t)b->mb.batch.batch * b->mb.batch.t_len; i++)
@@ -512,9 +513,16 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
      * that adapter as it was loaded (TRL's "ref" adapter); else a frozen copy of the base. */
     Model frozen;
     LoraAdapter initial = {0};
-    bool separate = !lora || cfg->rl_adapter_ref_model;
+    bool needs_ref = pref_method_needs_reference(&pm);
+    bool separate = needs_ref && (!lora || cfg->rl_adapter_ref_model);
     ReferencePolicy ref;
-    if (separate) {
+    if (!needs_ref) {
+        fprintf(log, "reference: none (rl: %s compares the policy's own responses)\n",
+                rl_method_name(cfg->rl));
+        if (cfg->precompute_ref_log_probs)
+            fprintf(log, "warning: precompute_ref_log_probs has no effect with rl: %s\n",
+                    rl_method_name(cfg->rl));
+    } else if (separate) {
         if (model_load(&frozen, cfg->base_model) != 0) {
             pref_dataset_free(&ds);
             return -1;
@@ -535,9 +543,9 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
         reference_policy_from_adapter(&ref, m, lora);
         fprintf(log, "reference: the base model with the adapter switched off\n");
     }
-    pm.ref = &ref;
+    pm.ref = needs_ref ? &ref : NULL;
     double *pre = NULL;
-    if (cfg->precompute_ref_log_probs) {
+    if (needs_ref && cfg->precompute_ref_log_probs) {
         pre = xmalloc(2 * ds.n_pairs * sizeof *pre);
         rc = precompute_reference(&ref, &ds, cfg, pad, pre, pre + ds.n_pairs, log);
         pm.pre_ref_chosen = pre;

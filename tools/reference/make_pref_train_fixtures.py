@@ -50,6 +50,18 @@ CASES = {
                  True),
 }
 # every other DPO loss type, on a LoRA adapter (small fixtures), through the same 3 steps
+# ORPO and CPO/SimPO: TRL's experimental trainers (kind "orpo", "cpo"; Axolotl's rl: simpo is
+# CPOTrainer with loss_type "simpo" and cpo_alpha left at TRL's 1.0 unless set)
+CASES.update({
+    "orpo": ("orpo", dict(beta=0.1), False),
+    "orpo_lora": ("orpo", dict(beta=0.5), True),
+    "simpo": ("simpo", dict(beta=2.0, loss_type="simpo", simpo_gamma=0.5), False),
+    "simpo_pure_lora": ("simpo", dict(beta=2.0, loss_type="simpo", simpo_gamma=1.0, cpo_alpha=0.0), True),
+    "cpo_sigmoid": ("cpo", dict(beta=0.1, loss_type="sigmoid"), False),
+    "cpo_sigmoid_lora": ("cpo", dict(beta=0.1, loss_type="sigmoid"), True),
+    "cpo_hinge_lora": ("cpo", dict(beta=0.1, loss_type="hinge"), True),
+    "cpo_ipo_lora": ("cpo", dict(beta=0.1, loss_type="ipo"), True),
+})
 for _t, _extra in [("hinge", {}), ("exo_pair", dict(label_smoothing=1e-3)), ("nca_pair", {}),
                    ("robust", dict(label_smoothing=0.1)), ("bco_pair", {}), ("sppo_hard", {}),
                    ("aot", dict(label_smoothing=0.05)), ("aot_unpaired", {}), ("apo_zero", {}),
@@ -62,14 +74,16 @@ def axolotl_length(tok, prompt, response):
     return sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in (prompt, response))
 
 
-def write_pairs(path):
-    """Prompt / chosen / rejected rows; rows 3 and 7 are exactly max_length tokens without special
-    tokens (Axolotl keeps them, TRL cuts the BOS/EOS they gain), row 5's prompt alone is longer
-    than max_length (Axolotl drops that row), so 13 rows leave the 12 that 3 steps of 2 x 2 pairs
-    take."""
+def write_pairs(path, limit):
+    """Prompt / chosen / rejected rows; rows 3 and 7 are exactly `limit` tokens without special
+    tokens, row 5's prompt alone is longer than max_length (Axolotl drops that row), so 13 rows
+    leave the 12 that 3 steps of 2 x 2 pairs take. For DPO the limit is max_length: Axolotl keeps
+    those rows and TRL's keep_start cut trims the BOS/EOS they gain. For ORPO/CPO it is
+    max_length - 2, so that with BOS and EOS they just fit: TRL 1.9's ORPO/CPO routine cuts a long
+    response to max_length - len(longest response) (not - len(prompt)), where rlhf.c follows the
+    spec (axolotl-config.md §6.3, §15.10) and tests/test_pref_dataset.c checks the difference."""
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(MODEL_DIR)
-    limit = COMMON["max_length"]
     rows = []
     for i in range(13):
         prompt = f"Q{i}: what is {i} plus {2 * i}?"
@@ -100,31 +114,93 @@ class SequentialMixin:
         return super().compute_loss(model, inputs, *args, **kwargs)
 
 
+class ConcatenatedRecordingMixin:
+    """ORPO/CPO: records each micro-batch as the trainer concatenates it (chosen rows, then
+    rejected, padded to one length), the completion mask being the labels that are not -100.
+    Also adds `completion_logits/chosen|rejected`: the mean logit over the positions that predict
+    a completion token, from the same logits (what DPOTrainer 1.9 reports as logits/*, and what
+    rlhf.c reports for every method; these trainers' own logits/* average every position of the
+    padded batch, padding included)."""
+
+    def _get_train_sampler(self, *args, **kwargs):
+        return SequentialSampler(self.train_dataset)
+
+    def concatenated_forward(self, model, batch):
+        out = super().concatenated_forward(model, batch)
+        cat = self.concatenated_inputs(batch, padding_value=self.recording_pad_id)
+        mask = cat["concatenated_labels"][:, 1:] != -100
+        n = batch["chosen_labels"].shape[0]
+        for half, logits in (("chosen", out[2]), ("rejected", out[3])):
+            sel = mask[:n] if half == "chosen" else mask[n:]
+            per_position = logits[:, : sel.shape[1], :].detach().mean(-1)
+            self.completion_logits[half] = (per_position[sel].sum() / sel.sum()).item()
+        return out
+
+    def get_batch_loss_metrics(self, model, batch, train_eval="train"):
+        loss, metrics = super().get_batch_loss_metrics(model, batch, train_eval)
+        for half in ("chosen", "rejected"):
+            metrics[f"completion_logits/{half}"] = self.completion_logits[half]
+        return loss, metrics
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        cat = self.concatenated_inputs(inputs, padding_value=self.recording_pad_id)
+        self.recorded.append({"input_ids": cat["concatenated_input_ids"].tolist(),
+                              "attention_mask": cat["concatenated_attention_mask"].tolist(),
+                              "completion_mask": (cat["concatenated_labels"] != -100).long().tolist()})
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def make_trainer(kind, tok, model, data, tmp, extra, peft_config):
+    """TRL's trainer for the method, recording, over `data` in order."""
+    from trl import DPOConfig, DPOTrainer
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    config_cls, trainer_cls, mixin = {
+        "dpo": (DPOConfig, DPOTrainer, SequentialMixin),
+        "orpo": (ORPOConfig, ORPOTrainer, ConcatenatedRecordingMixin),
+        "simpo": (CPOConfig, CPOTrainer, ConcatenatedRecordingMixin),
+        "cpo": (CPOConfig, CPOTrainer, ConcatenatedRecordingMixin),
+    }[kind]
+    args = config_cls(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
+                      gradient_checkpointing=False, dataloader_num_workers=0, **COMMON, **extra)
+    if kind != "dpo":
+        args.remove_unused_columns = False  # as Axolotl sets it
+    cls = type("Recording" + trainer_cls.__name__, (mixin, trainer_cls), {})
+    trainer = cls(model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft_config)
+    trainer.recorded = []
+    trainer.completion_logits = {}
+    trainer.recording_pad_id = getattr(trainer, "padding_value", None)
+    if trainer.recording_pad_id is None:
+        trainer.recording_pad_id = getattr(trainer, "pad_token_id", None)
+    return trainer
+
+
+AXOLOTL_RL = {"dpo": "DPO", "orpo": "ORPO", "simpo": "SIMPO", "cpo": "SIMPO"}
+
+
 def run_case(name, kind, extra, lora, pairs_path):
     from datasets import load_dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
 
     torch.manual_seed(1234)
     out = os.path.join(OUT, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token  # Axolotl's load_tokenizer fallback
     model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32, attn_implementation="eager")
     data = load_dataset("json", data_files=pairs_path, split="train")
-    data = data.filter(functools.partial(axolotl_rl.drop_long_sequences, rl=axolotl_rl.RLType.DPO,
+    rl_type = getattr(axolotl_rl.RLType, AXOLOTL_RL[kind])
+    data = data.filter(functools.partial(axolotl_rl.drop_long_sequences, rl=rl_type,
                                          tokenizer=tok, sequence_len=COMMON["max_length"]))
     assert len(data) == 12, len(data)
-    trainer_cls = type("RecordingDPOTrainer", (SequentialMixin, DPOTrainer), {})
     with tempfile.TemporaryDirectory() as tmp:
-        args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
-                         gradient_checkpointing=False, dataloader_num_workers=0, **COMMON, **extra)
         peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
                                  task_type="CAUSAL_LM") if lora else None
-        trainer = trainer_cls(model=model, args=args, train_dataset=data, processing_class=tok,
-                              peft_config=peft_config)
-        trainer.recorded = []
+        trainer = make_trainer(kind, tok, model, data, tmp, extra, peft_config)
         if lora:
             trainer.model.save_pretrained(os.path.join(out, "initial_adapter"))
         trainer.train()
@@ -151,11 +227,12 @@ def run_case(name, kind, extra, lora, pairs_path):
 def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
-    pairs = os.path.join(OUT, "pairs.jsonl")
-    write_pairs(pairs)
+    pairs = {"dpo": os.path.join(OUT, "pairs.jsonl"), "orpo": os.path.join(OUT, "pairs_orpo.jsonl")}
+    write_pairs(pairs["dpo"], COMMON["max_length"])
+    write_pairs(pairs["orpo"], COMMON["max_length"] - 2)
     for name in sys.argv[1:] or list(CASES):
         kind, extra, lora = CASES[name]
-        run_case(name, kind, extra, lora, pairs)
+        run_case(name, kind, extra, lora, pairs["dpo" if kind == "dpo" else "orpo"])
 
 
 if __name__ == "__main__":
