@@ -1,0 +1,298 @@
+/* DPO training-step throughput, as `rlhf train` with rl: dpo runs a step: a micro-batch of B
+ * pairs is collated into 2B rows (pref_batch_build), the policy goes forward, the reference's
+ * summed completion log-probs come from a frozen copy of the model (or, with a LoRA adapter,
+ * from the same network with the adapter switched off), the sigmoid DPO loss gives dL/dlogp
+ * (pref_method.c), then backward, clipping and AdamW (trainer_step). Timed over several steps
+ * after a warm-up step, whose loss is printed too: policy = reference there, so it is ln 2.
+ * Prints one JSON line.
+ *
+ * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
+ *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
+ *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
+ *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
+ *   OpenBLAS sgemm GFLOP/s on the model's GEMM shapes (ROWS tokens), best of reps: the
+ *   ceiling the step's GFLOP/s are compared with. */
+#include "common/error.h"
+#include "train/pref_batch.h"
+#include "train/pref_method.h"
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fail(void) {
+    fprintf(stderr, "%s\n", err_msg());
+    return 1;
+}
+
+/* ---- sgemm ceiling ---- */
+
+typedef struct {
+    const char *name;
+    bool trans_a; /* C (M x N) = A^T B with A stored (K x M): the weight-gradient products */
+    int m, n, k;
+} GemmShape;
+
+static double time_sgemm(const GemmShape *s, float *a, float *b, float *c, int reps) {
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) { /* r = 0 is a warm-up */
+        double t0 = now_seconds();
+        if (s->trans_a)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->m, s->n, s->k, 1.0f, a, s->m, b,
+                        s->n, 0.0f, c, s->n);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->m, s->n, s->k, 1.0f, a, s->k, b,
+                        s->k, 0.0f, c, s->n);
+        double dt = now_seconds() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return 2.0 * s->m * s->n * s->k / best * 1e-9;
+}
+
+static int sgemm_peak(int rows, int hidden, int inter, int reps) {
+    /* The products of a layer: x W^T for the projections (weights stored out x in, as the
+     * model keeps them), and dW = dY^T X for the weight gradients. */
+    GemmShape shapes[] = {{"x W_up^T", false, rows, inter, hidden},
+                          {"x W_down^T", false, rows, hidden, inter},
+                          {"x W_q^T", false, rows, hidden, hidden},
+                          {"dW_up = dY^T X", true, inter, hidden, rows},
+                          {"dW_down = dY^T X", true, hidden, inter, rows}};
+    int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    size_t most = 0;
+    for (int i = 0; i < n_shapes; i++) {
+        size_t sizes[3] = {(size_t)shapes[i].m * shapes[i].k, (size_t)shapes[i].n * shapes[i].k,
+                           (size_t)shapes[i].m * shapes[i].n};
+        for (int j = 0; j < 3; j++)
+            if (sizes[j] > most) most = sizes[j];
+    }
+    float *a = malloc(most * sizeof *a), *b = malloc(most * sizeof *b);
+    float *c = malloc(most * sizeof *c);
+    if (!a || !b || !c) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    unsigned seed = 7;
+    for (size_t i = 0; i < most; i++) {
+        seed = seed * 1103515245u + 12345u;
+        a[i] = (float)((seed >> 9) & 0xffff) / 65536.0f - 0.5f;
+        b[i] = (float)((seed >> 3) & 0xffff) / 65536.0f - 0.5f;
+    }
+    double peak = 0;
+    printf("{\"impl\": \"openblas sgemm\", \"threads\": %d, \"shapes\": [", omp_get_max_threads());
+    for (int i = 0; i < n_shapes; i++) {
+        double g = time_sgemm(&shapes[i], a, b, c, reps);
+        if (g > peak) peak = g;
+        printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f}",
+               i ? ", " : "", shapes[i].name, shapes[i].m, shapes[i].n, shapes[i].k, g);
+    }
+    printf("], \"peak_gflops\": %.2f}\n", peak);
+    free(a), free(b), free(c);
+    return 0;
+}
+
+/* ---- the batch ---- */
+
+static int read_ids(json_t *list, int32_t **ids, int *n) {
+    if (!json_is_array(list)) return err_set("expected a list of token ids");
+    *n = (int)json_array_size(list);
+    *ids = xmalloc((size_t)(*n ? *n : 1) * sizeof **ids);
+    for (int i = 0; i < *n; i++) {
+        json_t *v = json_array_get(list, (size_t)i);
+        if (!json_is_integer(v)) return err_set("expected a token id at %d", i);
+        (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+/* The pairs of BATCH_JSON as a PrefDataset (what pref_dataset_load makes from a file). */
+static int load_pairs(const char *path, PrefDataset *ds) {
+    memset(ds, 0, sizeof *ds);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return err_set("%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *p = json_object_get(root, "prompt"), *c = json_object_get(root, "chosen");
+    json_t *r = json_object_get(root, "rejected");
+    int rc = 0;
+    if (!json_is_array(p) || !json_is_array(c) || !json_is_array(r) ||
+        json_array_size(p) != json_array_size(c) || json_array_size(p) != json_array_size(r) ||
+        json_array_size(p) == 0)
+        rc = err_set("%s: needs prompt, chosen and rejected lists of the same length", path);
+    if (rc == 0) {
+        ds->n_pairs = json_array_size(p);
+        ds->pairs = xcalloc(ds->n_pairs, sizeof *ds->pairs);
+    }
+    for (size_t i = 0; i < ds->n_pairs && rc == 0; i++) {
+        PrefPair *q = &ds->pairs[i];
+        rc = read_ids(json_array_get(p, i), &q->prompt, &q->n_prompt);
+        if (rc == 0) rc = read_ids(json_array_get(c, i), &q->chosen, &q->n_chosen);
+        if (rc == 0) rc = read_ids(json_array_get(r, i), &q->rejected, &q->n_rejected);
+        if (rc != 0) rc = err_prefix("%s: pair %zu", path, i);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void free_pairs(PrefDataset *ds) {
+    for (size_t i = 0; i < ds->n_pairs; i++) {
+        free(ds->pairs[i].prompt);
+        free(ds->pairs[i].chosen);
+        free(ds->pairs[i].rejected);
+    }
+    free(ds->pairs);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* Peak RSS of this process in MB: VmHWM, the high-water mark of this program's own address space.
+ * (getrusage's ru_maxrss would also take in the RSS of the process that spawned it, which Linux
+ * carries across exec: a Python parent with torch loaded would set its floor.) */
+static double peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = atof(line + 6);
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = (double)ru.ru_maxrss;
+    }
+    return kb / 1024.0;
+}
+
+static double metric(json_t *entry, const char *key) {
+    json_t *v = json_object_get(entry, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "--sgemm") == 0)
+        return sgemm_peak(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
+                          argc > 5 ? atoi(argv[5]) : 5);
+    if (argc < 3) {
+        fprintf(stderr,
+                "usage: %s MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing]\n"
+                "       %s --sgemm ROWS HIDDEN INTERMEDIATE [reps]\n",
+                argv[0], argv[0]);
+        return 2;
+    }
+    int steps = argc > 3 ? atoi(argv[3]) : 3, lora_r = argc > 4 ? atoi(argv[4]) : 0;
+    bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
+    if (steps < 1) steps = 1;
+    PrefDataset ds;
+    if (load_pairs(argv[2], &ds) != 0) return fail();
+    Model m;
+    if (model_load(&m, argv[1]) != 0) return fail();
+
+    /* What run_preference does for `rl: dpo` with the defaults (beta 0.1, sigmoid). */
+    char *loss_type = "sigmoid";
+    double loss_weight = 1.0;
+    TrainConfig cfg = {.source = "bench_dpo_step",
+                       .rl = RL_DPO,
+                       .beta = 0.1,
+                       .dpo_loss_type = &loss_type,
+                       .n_dpo_loss_type = 1,
+                       .dpo_loss_weight_values = &loss_weight,
+                       .rpo_alpha = NAN};
+    PrefMethod pm;
+    if (pref_method_init(&pm, &cfg) != 0) return fail();
+    LoraAdapter lora = {0};
+    Model frozen;
+    ReferencePolicy ref;
+    if (lora_r > 0) {
+        const char *all_linear = "all-linear";
+        if (lora_create(&lora, &m.cfg, lora_r, 2.0 * lora_r, false, 0.0, &all_linear, 1, 1) != 0)
+            return fail();
+        m.lora = &lora;
+        reference_policy_from_adapter(&ref, &m, &lora);
+    } else {
+        if (model_load(&frozen, argv[1]) != 0) return fail();
+        reference_policy_from_model(&ref, &frozen);
+    }
+    pm.ref = &ref;
+    TrainerOptions opt = {.learning_rate = 1e-6,
+                          .max_grad_norm = 1.0,
+                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .schedule = LR_CONSTANT,
+                          .total_steps = steps + 1,
+                          .gradient_checkpointing = checkpointing,
+                          .disable_dropout = true,
+                          .seed = 42};
+    Trainer tr;
+    if (trainer_init(&tr, &m, lora_r > 0 ? &lora : NULL, &opt) != 0) return fail();
+
+    size_t *order = xmalloc(ds.n_pairs * sizeof *order);
+    int64_t max_len = 0;
+    for (size_t i = 0; i < ds.n_pairs; i++) {
+        order[i] = i;
+        int64_t a = (int64_t)ds.pairs[i].n_prompt + ds.pairs[i].n_chosen;
+        int64_t b = (int64_t)ds.pairs[i].n_prompt + ds.pairs[i].n_rejected;
+        if (a > max_len) max_len = a;
+        if (b > max_len) max_len = b;
+    }
+    TrainMethod method = pref_method_train_method(&pm);
+    StepStats st;
+    double best = 1e30, total = 0, loss0 = 0, logps_chosen0 = NAN, logps_rejected0 = NAN;
+    size_t tokens = 0;
+    for (int s = 0; s <= steps; s++) { /* s = 0: the warm-up step */
+        PrefMicroBatch pmb; /* collated outside the timed step, as the trainer's loop does */
+        pref_batch_build(&pmb, &ds, order, 0, (int)ds.n_pairs, max_len, 0, false);
+        tokens = 0;
+        for (size_t i = 0; i < (size_t)pmb.mb.batch.batch * pmb.mb.batch.t_len; i++)
+            tokens += pmb.attn[i];
+        pm.window = &pmb;
+        pm.n_window = 1;
+        double t0 = now_seconds();
+        int rc = trainer_step(&tr, &pmb.mb, 1, &method, &st);
+        double dt = now_seconds() - t0;
+        pref_batch_free(&pmb);
+        if (rc != 0) return fail();
+        json_t *entry = json_object();
+        pref_method_flush_metrics(&pm, entry, "");
+        if (s == 0) {
+            loss0 = st.loss;
+            logps_chosen0 = metric(entry, "logps/chosen");
+            logps_rejected0 = metric(entry, "logps/rejected");
+        } else {
+            total += dt;
+            if (dt < best) best = dt;
+        }
+        json_decref(entry);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf(
+        "{\"impl\": \"rlhf.c\", \"pairs\": %zu, \"rows\": %zu, \"seq_len\": %lld, \"threads\": %d, "
+        "\"steps\": %d, \"best_s\": %.4f, \"mean_s\": %.4f, \"tokens\": %zu, "
+        "\"tokens_per_s\": %.3f, \"peak_rss_mb\": %.0f, \"gradient_checkpointing\": %s, "
+        "\"lora_r\": %d, \"reference\": \"%s\", \"trained_params\": %zu, "
+        "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
+        "\"loss_last\": %.9g}\n",
+        ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
+        total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
+        lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
+        loss0, logps_chosen0, logps_rejected0, st.loss);
+    trainer_free(&tr);
+    free(order);
+    if (lora_r > 0)
+        lora_free(&lora);
+    else
+        model_free(&frozen);
+    model_free(&m);
+    free_pairs(&ds);
+    return 0;
+}
