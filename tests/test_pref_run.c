@@ -177,6 +177,94 @@ static void test_adapter_references(void) {
     json_decref(m);
 }
 
+/* Evaluation: val_set_size and test_datasets give eval_ keys every eval_steps. */
+static void test_evaluation(void) {
+    /* no learning (steps of 1e-30 leave every fp32 weight as it is): the policy stays the
+     * reference, so the held-out loss is ln 2 exactly */
+    const char *still[] = {"--output_dir",    harness_tmp_path("eval-still"),
+                           "--val_set_size",  "4",
+                           "--eval_steps",    "2",
+                           "--learning_rate", "1e-30"};
+    CHECK(train(still, 4) == CLI_EXIT_OK, "eval: %s", err_msg());
+    json_t *m = read_metrics(harness_tmp_path("eval-still"));
+    int evals = 0;
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        const json_t *row = json_array_get(m, i);
+        if (!json_object_get(row, "eval_loss")) continue;
+        evals++;
+        CHECK(fabs(metric(m, i, "eval_loss") - log(2.0)) < 1e-6 &&
+                  fabs(metric(m, i, "eval_rewards/margins")) < 1e-6,
+              "policy = reference: eval_loss %.8f (ln 2), margin %.2g", metric(m, i, "eval_loss"),
+              metric(m, i, "eval_rewards/margins"));
+        const char *keys[] = {"eval_rewards/chosen", "eval_logps/rejected", "eval_logits/chosen",
+                              "eval_entropy"};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            CHECK(json_object_get(row, keys[k]) != NULL, "%s logged", keys[k]);
+        CHECK(!json_object_get(row, "eval_num_tokens"), "no eval_num_tokens");
+    }
+    CHECK(evals >= 2, "%d evaluations every 2 steps", evals);
+    json_decref(m);
+
+    /* learning on the other pairs lowers the held-out loss; a precomputed reference (training
+     * and held-out pairs) gives the same evaluation */
+    double first[2] = {0, 0}, last[2] = {0, 0};
+    for (int pre = 0; pre < 2; pre++) {
+        const char *out = harness_tmp_path(pre ? "eval-pre" : "eval-learn");
+        const char *kv[] = {"--output_dir",
+                            out,
+                            "--val_set_size",
+                            "4",
+                            "--eval_steps",
+                            "1",
+                            "--precompute_ref_log_probs",
+                            pre ? "true" : "false"};
+        CHECK(train(kv, 4) == CLI_EXIT_OK, "eval: %s", err_msg());
+        m = read_metrics(out);
+        bool seen = false;
+        for (size_t i = 0; i < json_array_size(m); i++) {
+            if (!json_object_get(json_array_get(m, i), "eval_loss")) continue;
+            if (!seen) first[pre] = metric(m, i, "eval_loss"), seen = true;
+            last[pre] = metric(m, i, "eval_loss");
+        }
+        json_decref(m);
+    }
+    CHECK(last[0] < first[0], "held-out loss %.4f -> %.4f", first[0], last[0]);
+    CHECK(fabs(first[0] - first[1]) < 1e-5 * first[0] && fabs(last[0] - last[1]) < 1e-4 * last[0],
+          "precomputed reference: eval_loss %.7f/%.7f vs %.7f/%.7f", first[1], last[1], first[0],
+          last[0]);
+
+    /* test_datasets: another file; with val_set_size too it is Axolotl's error */
+    char text[8192];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "{\"prompt\": \"Q%d: %d plus 1 is\", \"chosen\": \" %d.\", "
+                              "\"rejected\": \" no idea\"}\n",
+                              40 + i, 40 + i, 41 + i);
+    harness_write_file(harness_tmp_path("test_pairs.jsonl"), text, n);
+    char *base = NULL;
+    CHECK(read_file(config, &base, NULL) == 0, "%s", err_msg());
+    snprintf(text, sizeof text, "%stest_datasets:\n  - path: %s\n", base,
+             harness_tmp_path("test_pairs.jsonl"));
+    free(base);
+    const char *with_test = harness_tmp_path("with_test.yaml");
+    harness_write_file(with_test, text, strlen(text));
+    char *args[] = {(char *)with_test, "--output_dir", (char *)harness_tmp_path("eval-test"),
+                    "--max_steps", "2"};
+    CHECK(cli_train(5, args) == CLI_EXIT_OK, "test_datasets: %s", err_msg());
+    m = read_metrics(harness_tmp_path("eval-test"));
+    const json_t *lastrow = json_array_get(m, json_array_size(m) - 1);
+    CHECK(json_object_get(lastrow, "eval_loss") && json_object_get(lastrow, "eval_rewards/margins"),
+          "test_datasets evaluated at the end");
+    json_decref(m);
+    char *both[] = {(char *)with_test, "--output_dir", (char *)harness_tmp_path("eval-both"),
+                    "--val_set_size", "2"};
+    err_clear();
+    CHECK(cli_train(5, both) == CLI_EXIT_FAILURE &&
+              strstr(err_msg(), "non-zero val_set_size should not be used with test_datasets"),
+          "val_set_size with test_datasets: %s", err_msg());
+}
+
 /* ORPO, SimPO and CPO: no reference model; each logs its own keys and its loss falls. */
 static void test_reference_free_methods(void) {
     const struct {
@@ -234,6 +322,7 @@ int main(void) {
     test_full_and_precomputed();
     test_adapter_references();
     test_reference_free_methods();
+    test_evaluation();
     test_errors();
     return harness_finish("test_pref_run");
 }

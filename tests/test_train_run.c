@@ -203,6 +203,26 @@ static void test_evaluation(void) {
     }
     free(text);
     CHECK(evals == 2, "%d eval lines for 4 steps every 2", evals);
+    /* test_datasets: held-out data from its own files, evaluated at the end */
+    char extra[4200];
+    snprintf(extra, sizeof extra, "test_datasets:\n  - path: %s\n    type: completion\n",
+             harness_tmp_path("completion.jsonl"));
+    write_config("sft_test.yaml", extra);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("sft_test.yaml"));
+    const char *two[] = {"--max_steps", "2", "--output_dir", harness_tmp_path("eval-test")};
+    CHECK(train_with(path, two, 2) == CLI_EXIT_OK, "test_datasets: %s", err_msg());
+    snprintf(out, sizeof out, "%s/metrics.jsonl", harness_tmp_path("eval-test"));
+    text = NULL;
+    CHECK(read_file(out, &text, NULL) == 0 && text && strstr(text, "\"eval_loss\""),
+          "test_datasets: eval_loss logged");
+    free(text);
+    snprintf(extra, sizeof extra, "test_datasets:\n  - path: %s\n    type: completion\n",
+             harness_tmp_path("no-such.jsonl"));
+    write_config("sft_test_missing.yaml", extra);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("sft_test_missing.yaml"));
+    CHECK(train_with(path, two, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "test_datasets") &&
+              strstr(err_msg(), "no-such.jsonl"),
+          "a missing test dataset: %s", err_msg());
     const char *all[] = {"--val_set_size", "32", "--output_dir", harness_tmp_path("eval-bad")};
     CHECK(train_with(config, all, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "leaves no training"),
           "val_set_size too large: %s", err_msg());

@@ -36,6 +36,7 @@ static const KeySpec key_specs[] = {
     KEY(tokenizer_config, K_STRING),
     KEY(rl, K_RL),
     KEY(datasets, K_DATASETS),
+    KEY(test_datasets, K_DATASETS),
     KEY(val_set_size, K_FLOAT),
     KEY(sequence_len, K_INT),
     KEY(micro_batch_size, K_INT),
@@ -426,11 +427,11 @@ static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, const 
 }
 
 static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetConfig *ds,
-                        int index) {
+                        const char *list, int index) {
     ds->line = yaml_node_line(n);
     if (n->type != YAML_MAPPING_NODE)
-        return err_set("%s:%d: datasets[%d]: expected a mapping with at least 'path'", d->path,
-                       ds->line, index);
+        return err_set("%s:%d: %s[%d]: expected a mapping with at least 'path'", d->path, ds->line,
+                       list, index);
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
@@ -439,7 +440,7 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
         if (yaml_scalar_is_null(v)) continue;
         if (strcmp(key, "data_files") == 0) {
             char what[64];
-            snprintf(what, sizeof what, "datasets[%d].data_files", index);
+            snprintf(what, sizeof what, "%s[%d].data_files", list, index);
             if (read_string_list(d, v, what, "a file name", &ds->data_files, &ds->n_data_files) !=
                 0)
                 return err_prefix("%s:%d", d->path, line);
@@ -452,8 +453,8 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
                                                     : NULL;
         if (!slot) {
             if (!is_strategy_key(key))
-                add_warning(cfg, "%s:%d: datasets[%d].%s is not used by rlhf.c yet; ignored",
-                            d->path, line, index, key);
+                add_warning(cfg, "%s:%d: %s[%d].%s is not used by rlhf.c yet; ignored", d->path,
+                            line, list, index, key);
             continue;
         }
         if (slot == &ds->type && v->type == YAML_MAPPING_NODE) {
@@ -464,34 +465,37 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)
-            return err_set("%s:%d: datasets[%d].%s: expected a string", d->path, line, index, key);
+            return err_set("%s:%d: %s[%d].%s: expected a string", d->path, line, list, index, key);
         free(*slot);
         *slot = xstrdup((const char *)v->data.scalar.value);
     }
     ds->options = yaml_node_to_json(d, n);
     if (!ds->options) return -1;
     if (!ds->path)
-        return err_set("%s:%d: datasets[%d]: missing 'path' (a local JSON/JSONL file or directory)",
-                       d->path, ds->line, index);
+        return err_set("%s:%d: %s[%d]: missing 'path' (a local JSON/JSONL file or directory)",
+                       d->path, ds->line, list, index);
     if (!ds->ds_type) ds->ds_type = xstrdup("json");
     if (!ds->split) ds->split = xstrdup("train");
     if (strcmp(ds->ds_type, "json") != 0)
-        return err_set(
-            "%s:%d: datasets[%d].ds_type: \"%s\" is not supported (only local json/jsonl)", d->path,
-            ds->line, index, ds->ds_type);
+        return err_set("%s:%d: %s[%d].ds_type: \"%s\" is not supported (only local json/jsonl)",
+                       d->path, ds->line, list, index, ds->ds_type);
     return 0;
 }
 
-static int read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v) {
+/* `datasets` or `test_datasets`: a list of dataset mappings. */
+static int read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v, const char *list) {
+    bool test = strcmp(list, "test_datasets") == 0;
+    DatasetConfig **out = test ? &cfg->test_datasets : &cfg->datasets;
+    int *n_out = test ? &cfg->n_test_datasets : &cfg->n_datasets;
     if (v->type != YAML_SEQUENCE_NODE)
-        return err_set("%s:%d: key 'datasets': expected a list of datasets", d->path,
-                       yaml_node_line(v));
+        return err_set("%s:%d: key '%s': expected a list of datasets", d->path, yaml_node_line(v),
+                       list);
     int len = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
-    cfg->datasets = xcalloc((size_t)(len ? len : 1), sizeof *cfg->datasets);
+    *out = xcalloc((size_t)(len ? len : 1), sizeof **out);
     for (int i = 0; i < len; i++) {
-        cfg->n_datasets = i + 1;
+        *n_out = i + 1;
         yaml_node_t *item = yaml_document_get_node(&d->doc, v->data.sequence.items.start[i]);
-        if (read_dataset(cfg, d, item, &cfg->datasets[i], i) != 0) return -1;
+        if (read_dataset(cfg, d, item, &(*out)[i], list, i) != 0) return -1;
     }
     return 0;
 }
@@ -661,6 +665,8 @@ static int validate(TrainConfig *cfg) {
         return err_set("keys 'warmup_steps' and 'warmup_ratio' are mutually exclusive");
     if (cfg->warmup_ratio > 1) return err_set("key 'warmup_ratio': must be in [0, 1]");
     if (cfg->val_set_size < 0) return err_set("key 'val_set_size': must not be negative");
+    if (cfg->val_set_size > 0 && cfg->n_test_datasets)
+        return err_set("non-zero val_set_size should not be used with test_datasets configuration");
     if (cfg->weight_decay < 0) return err_set("key 'weight_decay': must not be negative");
     if (cfg->max_grad_norm < 0) return err_set("key 'max_grad_norm': must not be negative");
     if (cfg->save_steps < 0 || cfg->save_total_limit < 0 || cfg->eval_steps < 0)
@@ -717,7 +723,7 @@ static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
         }
         if (override_for(key, overrides, n_ov)) continue;
         if (spec->kind == K_DATASETS) {
-            if (read_datasets(cfg, d, v) != 0) return -1;
+            if (read_datasets(cfg, d, v, key) != 0) return -1;
             continue;
         }
         if (spec->kind == K_TRL) {
@@ -785,9 +791,9 @@ int train_config_load(TrainConfig *cfg, const char *path, const char *const *ove
     return rc;
 }
 
-void train_config_free(TrainConfig *cfg) {
-    for (int i = 0; i < cfg->n_datasets; i++) {
-        DatasetConfig *ds = &cfg->datasets[i];
+static void free_datasets(DatasetConfig *list, int n) {
+    for (int i = 0; i < n; i++) {
+        DatasetConfig *ds = &list[i];
         free(ds->path);
         free(ds->ds_type);
         free(ds->split);
@@ -797,7 +803,12 @@ void train_config_free(TrainConfig *cfg) {
         free(ds->data_files);
         json_decref(ds->options);
     }
-    free(cfg->datasets);
+    free(list);
+}
+
+void train_config_free(TrainConfig *cfg) {
+    free_datasets(cfg->datasets, cfg->n_datasets);
+    free_datasets(cfg->test_datasets, cfg->n_test_datasets);
     char **strings[] = {&cfg->source,
                         &cfg->base_model,
                         &cfg->tokenizer_config,

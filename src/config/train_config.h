@@ -44,6 +44,8 @@ typedef struct {
     RlMethod rl;             /* RL_NONE: supervised fine-tuning */
     DatasetConfig *datasets; /* at least one */
     int n_datasets;
+    DatasetConfig *test_datasets; /* evaluation data (Axolotl's test_datasets); may be none */
+    int n_test_datasets;
     double val_set_size;                 /* fraction (< 1) or count */
     int64_t sequence_len;                /* 512 */
     int64_t micro_batch_size;            /* 1 */

@@ -1,6 +1,8 @@
 #include "train/pref_method.h"
 
 #include "common/error.h"
+#include "model/activations.h"
+#include "model/backward.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -64,9 +66,11 @@ void pref_method_flush_metrics(PrefMethod *pm, json_t *entry, const char *prefix
     for (int k = 0; k < pm->n_keys; k++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", prefix, pm->key[k]);
-        double v =
-            strcmp(pm->key[k], "num_tokens") == 0 ? pm->num_tokens : pm->sum[k] / pm->count[k];
-        json_object_set_new(entry, name, json_real(v));
+        bool tokens = strcmp(pm->key[k], "num_tokens") == 0;
+        /* num_tokens counts what was trained on: evaluation has no such figure */
+        if (!tokens || !*prefix)
+            json_object_set_new(entry, name,
+                                json_real(tokens ? pm->num_tokens : pm->sum[k] / pm->count[k]));
         pm->sum[k] = 0;
         pm->count[k] = 0;
     }
@@ -180,6 +184,50 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
         if (stats) logit_metrics(pm, pmb, stats);
     }
     free(sums), free(ref), free(seq), free(lens), free(seq_lens), free(grads);
+    return rc;
+}
+
+int pref_method_evaluate(const PrefMethod *pm, const Model *m, const PrefDataset *eval,
+                         const PrefEvalOptions *opt, json_t *entry) {
+    PrefMethod ev = *pm;
+    ev.n_keys = 0;
+    ev.num_tokens = 0;
+    ev.n_window = 1;
+    ev.pre_ref_chosen = opt->pre_ref_chosen;
+    ev.pre_ref_rejected = opt->pre_ref_rejected;
+    size_t *order = xmalloc(eval->n_pairs * sizeof *order);
+    for (size_t i = 0; i < eval->n_pairs; i++)
+        order[i] = i;
+    double loss_sum = 0;
+    int rc = 0;
+    size_t bs = (size_t)opt->batch_size;
+    for (size_t first = 0; first < eval->n_pairs && rc == 0; first += bs) {
+        int count = (int)(eval->n_pairs - first < bs ? eval->n_pairs - first : bs);
+        PrefMicroBatch b;
+        pref_batch_build(&b, eval, order, first, count, opt->max_len, opt->pad_id,
+                         pref_method_all_positions(pm));
+        ev.window = &b;
+        size_t cells = (size_t)b.mb.batch.batch * b.mb.batch.t_len;
+        float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
+        LogitStats *stats = xmalloc(cells * sizeof *stats);
+        ForwardTape tape;
+        /* recompute: keep only what a backward would rebuild from; there is no backward */
+        rc = model_forward_tape(m, &b.mb.batch, true, &tape);
+        if (rc == 0) {
+            double loss = 0;
+            model_tape_logprobs_stats(m, &tape, b.mb.label_mask, logp, stats);
+            forward_tape_free(&tape);
+            rc = pref_micro_loss(&ev, 0, &b.mb, logp, stats, dlogp, &loss);
+            loss_sum += loss * count; /* HF's eval loss: the mean over examples */
+        }
+        free(logp), free(dlogp), free(stats);
+        pref_batch_free(&b);
+    }
+    free(order);
+    if (rc == 0) {
+        json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)eval->n_pairs));
+        pref_method_flush_metrics(&ev, entry, "eval_");
+    }
     return rc;
 }
 

@@ -95,19 +95,39 @@ typedef struct {
     size_t n_eval; /* held-out examples (for the log) */
 } TrainTask;
 
-/* val_set_size: a fraction (< 1) or a count of the examples, chosen by a seeded shuffle, moved
- * from `all` to `val` (the draw is reproducible, but not the one datasets' train_test_split
- * makes). */
+/* The config with test_datasets in the place of datasets (a shallow copy: it borrows every
+ * pointer), for loading the evaluation data through the training data's loaders. */
+static TrainConfig test_datasets_config(const TrainConfig *cfg) {
+    TrainConfig eval = *cfg;
+    eval.datasets = cfg->test_datasets;
+    eval.n_datasets = cfg->n_test_datasets;
+    eval.val_set_size = 0;
+    return eval;
+}
+
+/* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
+ * first *n_val of *order (the draw is reproducible, but not the one datasets' train_test_split
+ * makes). *order is NULL when there is no validation split. */
+static int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val) {
+    *order = NULL;
+    *n_val = 0;
+    if (cfg->val_set_size <= 0) return 0;
+    *n_val = cfg->val_set_size < 1 ? (size_t)ceil(cfg->val_set_size * (double)n)
+                                   : (size_t)cfg->val_set_size;
+    if (*n_val >= n)
+        return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
+                       cfg->source, cfg->val_set_size, n);
+    *order = xmalloc(n * sizeof **order);
+    shuffle(*order, n, cfg->seed, -1);
+    return 0;
+}
+
+/* val_set_size for SFT: the drawn examples move from `all` to `val`. */
 static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset *val) {
     memset(val, 0, sizeof *val);
-    if (cfg->val_set_size <= 0) return 0;
-    size_t n_val = cfg->val_set_size < 1 ? (size_t)ceil(cfg->val_set_size * (double)all->n)
-                                         : (size_t)cfg->val_set_size;
-    if (n_val >= all->n)
-        return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
-                       cfg->source, cfg->val_set_size, all->n);
-    size_t *order = xmalloc(all->n * sizeof *order);
-    shuffle(order, all->n, cfg->seed, -1);
+    size_t *order, n_val;
+    if (validation_draw(all->n, cfg, &order, &n_val) != 0) return -1;
+    if (n_val == 0) return 0;
     SftExample *train = xmalloc((all->n - n_val) * sizeof *train);
     val->items = xmalloc(n_val * sizeof *val->items);
     for (size_t i = 0; i < all->n; i++) {
@@ -157,8 +177,23 @@ static int64_t default_warmup(int64_t total) {
 
 /* On a terminal: one line rewritten after every step, with a bar and the time left. Logs and
  * pipes get the periodic lines of the logging steps instead. */
+/* The preference metrics worth a glance on the progress line (from the last logged entry):
+ * reward accuracy and margin, and KTO's KL estimate. Empty for SFT. */
+static void metric_note(const json_t *entry, char *buf, size_t size) {
+    static const struct {
+        const char *key, *label;
+    } shown[] = {{"rewards/accuracies", "acc"}, {"rewards/margins", "margin"}, {"kl", "kl"}};
+    buf[0] = '\0';
+    for (size_t i = 0, n = 0; i < sizeof shown / sizeof *shown; i++) {
+        const json_t *v = json_object_get(entry, shown[i].key);
+        if (v && n < size)
+            n += (size_t)snprintf(buf + n, size - n, "  %s %.3g", shown[i].label,
+                                  json_number_value(v));
+    }
+}
+
 static void show_progress(FILE *log, int64_t step, int64_t total, int64_t first_step, double loss,
-                          double lr, double tokens_per_s, double elapsed) {
+                          double lr, const char *note, double tokens_per_s, double elapsed) {
     int width = 24, filled = (int)((double)width * (double)step / (double)total);
     char bar[32];
     for (int i = 0; i < width; i++)
@@ -166,8 +201,8 @@ static void show_progress(FILE *log, int64_t step, int64_t total, int64_t first_
     bar[width] = '\0';
     double per_step = step > first_step ? elapsed / (double)(step - first_step) : 0;
     double left = per_step * (double)(total - step);
-    fprintf(log, "\r[%s] %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %02d:%02d ", bar,
-            (long long)step, (long long)total, loss, lr, tokens_per_s, (int)(left / 60),
+    fprintf(log, "\r[%s] %lld/%lld  loss %.4f  lr %.3g%s  %.0f tok/s  ETA %02d:%02d ", bar,
+            (long long)step, (long long)total, loss, lr, note, tokens_per_s, (int)(left / 60),
             (int)left % 60);
     fflush(log);
 }
@@ -280,6 +315,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     size_t *order = xmalloc(n_examples * sizeof *order);
     MicroBatch *window = xmalloc(gas * sizeof *window);
     double start = now_seconds(), tokens = 0, loss_sum = 0;
+    char note[96] = ""; /* metric_note of the last log line */
     int64_t loss_count = 0, first_step = tr.step;
     bool tty = isatty(fileno(log));
     int rc = 0;
@@ -317,19 +353,21 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
                 log_entry(metrics, log_history, entry);
+                metric_note(entry, note, sizeof note);
                 json_decref(entry);
                 double el = now_seconds() - start;
                 if (!tty)
-                    fprintf(log,
-                            "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f  %.0f "
-                            "tok/s\n",
-                            (long long)tr.step, (long long)total, mean_loss, st.grad_norm, st.lr,
-                            ep, tokens / (el > 0 ? el : 1));
+                    fprintf(
+                        log,
+                        "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f%s  %.0f "
+                        "tok/s\n",
+                        (long long)tr.step, (long long)total, mean_loss, st.grad_norm, st.lr, ep,
+                        note, tokens / (el > 0 ? el : 1));
                 loss_sum = 0, loss_count = 0;
             }
             if (tty) {
                 double el = now_seconds() - start;
-                show_progress(log, tr.step, total, first_step, st.loss, st.lr,
+                show_progress(log, tr.step, total, first_step, st.loss, st.lr, note,
                               tokens / (el > 0 ? el : 1), el);
             }
             bool eval_now =
@@ -418,7 +456,14 @@ static int run_sft(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
     if (rc == 0 && ds.dropped_too_long)
         fprintf(log, "warning: %zu examples longer than sequence_len %lld were dropped\n",
                 ds.dropped_too_long, (long long)cfg->sequence_len);
-    if (rc == 0) rc = split_validation(&ds, cfg, &val);
+    if (rc == 0 && cfg->n_test_datasets) {
+        TrainConfig eval = test_datasets_config(cfg);
+        rc = sft_dataset_prepare(&val, &eval, tok, eos, m->cfg.vocab_size, false, log, cache_dir,
+                                 sizeof cache_dir);
+        if (rc != 0) err_prefix("test_datasets");
+    } else if (rc == 0) {
+        rc = split_validation(&ds, cfg, &val);
+    }
     if (rc == 0) {
         SftTask t = {&ds,
                      &val,
@@ -445,6 +490,8 @@ typedef struct {
     int64_t max_len;
     PrefMicroBatch *window; /* one per micro-batch of a window */
     PrefMethod *pm;
+    const PrefDataset *eval; /* held-out pairs (may be empty) */
+    PrefEvalOptions eval_opt;
 } PrefTask;
 
 static void pref_build(void *ctx, int slot, const size_t *order, size_t first, int count,
@@ -496,82 +543,122 @@ static int precompute_reference(const ReferencePolicy *ref, const PrefDataset *d
     return rc;
 }
 
+/* The held-out pairs: test_datasets, or val_set_size of the training pairs (moved out). */
+static int pref_eval_pairs(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok,
+                           PrefDataset *val, FILE *log) {
+    memset(val, 0, sizeof *val);
+    if (cfg->n_test_datasets) {
+        TrainConfig eval = test_datasets_config(cfg);
+        if (pref_dataset_load(val, &eval, tok, log) != 0) return err_prefix("test_datasets");
+        return 0;
+    }
+    size_t *order, n_val;
+    if (validation_draw(ds->n_pairs, cfg, &order, &n_val) != 0) return -1;
+    if (n_val == 0) return 0;
+    PrefPair *train = xmalloc((ds->n_pairs - n_val) * sizeof *train);
+    val->pairs = xmalloc(n_val * sizeof *val->pairs);
+    for (size_t i = 0; i < ds->n_pairs; i++) {
+        if (i < n_val)
+            val->pairs[val->n_pairs++] = ds->pairs[order[i]];
+        else
+            train[i - n_val] = ds->pairs[order[i]];
+    }
+    free(ds->pairs);
+    free(order);
+    ds->pairs = train;
+    ds->n_pairs -= n_val;
+    return 0;
+}
+
+static int pref_evaluate(void *ctx, Model *m, json_t *entry) {
+    PrefTask *t = ctx;
+    return pref_method_evaluate(t->pm, m, t->eval, &t->eval_opt, entry);
+}
+
+/* The reference policy for DPO/IPO (trl-methods.md §1.3): with an adapter, the same network with
+ * the adapter switched off (no second copy), or, continuing from lora_model_dir, with a frozen
+ * copy of that adapter as it was loaded (TRL's "ref" adapter); else (or with
+ * rl_adapter_ref_model) a frozen copy of the base in *frozen (*has_frozen set). */
+static int make_reference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, Model *frozen,
+                          bool *has_frozen, LoraAdapter *initial, ReferencePolicy *ref, FILE *log) {
+    *has_frozen = !lora || cfg->rl_adapter_ref_model;
+    if (*has_frozen) {
+        if (model_load(frozen, cfg->base_model) != 0) return -1;
+        reference_policy_from_model(ref, frozen);
+        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
+    } else if (cfg->lora_model_dir) {
+        if (lora_load(initial, &m->cfg, cfg->lora_model_dir) != 0) return -1;
+        m->lora = lora;
+        reference_policy_from_initial_adapter(ref, m, initial);
+        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
+                cfg->lora_model_dir);
+    } else {
+        m->lora = lora;
+        reference_policy_from_adapter(ref, m, lora);
+        fprintf(log, "reference: the base model with the adapter switched off\n");
+    }
+    return 0;
+}
+
 static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
                           FILE *log) {
     PrefMethod pm;
     if (pref_method_init(&pm, cfg) != 0) return -1;
-    if (cfg->val_set_size > 0)
-        return err_set("%s: val_set_size with rl: %s is not implemented yet", cfg->source,
-                       rl_method_name(cfg->rl));
     int32_t eos = -1, pad = 0;
-    PrefDataset ds = {0};
+    PrefDataset ds = {0}, val = {0};
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
-    if (rc != 0) return -1;
-    /* The reference (trl-methods.md §1.3): with an adapter, the same network with the adapter
-     * switched off (no second copy), or, continuing from lora_model_dir, with a frozen copy of
-     * that adapter as it was loaded (TRL's "ref" adapter); else a frozen copy of the base. */
+    if (rc == 0) rc = pref_eval_pairs(&ds, cfg, tok, &val, log);
     Model frozen;
     LoraAdapter initial = {0};
-    bool needs_ref = pref_method_needs_reference(&pm);
-    bool separate = needs_ref && (!lora || cfg->rl_adapter_ref_model);
     ReferencePolicy ref;
-    if (!needs_ref) {
+    bool needs_ref = pref_method_needs_reference(&pm), has_frozen = false;
+    if (rc == 0 && needs_ref)
+        rc = make_reference(cfg, m, lora, &frozen, &has_frozen, &initial, &ref, log);
+    if (rc == 0 && !needs_ref) {
         fprintf(log, "reference: none (rl: %s compares the policy's own responses)\n",
                 rl_method_name(cfg->rl));
         if (cfg->precompute_ref_log_probs)
             fprintf(log, "warning: precompute_ref_log_probs has no effect with rl: %s\n",
                     rl_method_name(cfg->rl));
-    } else if (separate) {
-        if (model_load(&frozen, cfg->base_model) != 0) {
-            pref_dataset_free(&ds);
-            return -1;
-        }
-        reference_policy_from_model(&ref, &frozen);
-        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
-    } else if (cfg->lora_model_dir) {
-        if (lora_load(&initial, &m->cfg, cfg->lora_model_dir) != 0) {
-            pref_dataset_free(&ds);
-            return -1;
-        }
-        m->lora = lora;
-        reference_policy_from_initial_adapter(&ref, m, &initial);
-        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
-                cfg->lora_model_dir);
-    } else {
-        m->lora = lora;
-        reference_policy_from_adapter(&ref, m, lora);
-        fprintf(log, "reference: the base model with the adapter switched off\n");
     }
     pm.ref = needs_ref ? &ref : NULL;
-    double *pre = NULL;
-    if (needs_ref && cfg->precompute_ref_log_probs) {
+    /* precompute_ref_log_probs: every pair's reference sums once, training and held-out */
+    double *pre = NULL, *pre_val = NULL;
+    if (rc == 0 && needs_ref && cfg->precompute_ref_log_probs) {
         pre = xmalloc(2 * ds.n_pairs * sizeof *pre);
         rc = precompute_reference(&ref, &ds, cfg, pad, pre, pre + ds.n_pairs, log);
+        if (rc == 0 && val.n_pairs) {
+            pre_val = xmalloc(2 * val.n_pairs * sizeof *pre_val);
+            rc = precompute_reference(&ref, &val, cfg, pad, pre_val, pre_val + val.n_pairs, log);
+        }
         pm.pre_ref_chosen = pre;
         pm.pre_ref_rejected = pre + ds.n_pairs;
         pm.ref = NULL;
-        if (separate) model_free(&frozen), separate = false; /* no longer needed in memory */
+        if (has_frozen) model_free(&frozen), has_frozen = false; /* no longer needed in memory */
     }
     if (rc == 0) {
-        PrefTask t = {&ds, pad, cfg->sequence_len,
+        PrefTask t = {&ds,
+                      pad,
+                      cfg->sequence_len,
                       xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(PrefMicroBatch)),
-                      &pm};
-        TrainTask task = {ds.n_pairs,
-                          &t,
-                          pref_build,
-                          pref_release,
-                          pref_begin_step,
-                          pref_method_train_method(&pm),
-                          pref_flush,
-                          NULL,
-                          0};
+                      &pm,
+                      &val,
+                      {cfg->micro_batch_size, cfg->sequence_len, pad, pre_val,
+                       pre_val ? pre_val + val.n_pairs : NULL}};
+        TrainTask task = {ds.n_pairs,      &t,
+                          pref_build,      pref_release,
+                          pref_begin_step, pref_method_train_method(&pm),
+                          pref_flush,      val.n_pairs ? pref_evaluate : NULL,
+                          val.n_pairs};
         rc = run(cfg, m, lora, &task, log);
         free(t.window);
     }
     free(pre);
-    if (separate) model_free(&frozen);
+    free(pre_val);
+    if (has_frozen) model_free(&frozen);
     lora_free(&initial);
+    pref_dataset_free(&val);
     pref_dataset_free(&ds);
     return rc;
 }
