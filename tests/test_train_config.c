@@ -274,6 +274,21 @@ static void test_preference_keys(void) {
     CHECK(c.beta == 0.25 && c.simpo_gamma == 0.5 && isnan(c.cpo_alpha),
           "orpo_alpha as beta; defaults");
     train_config_free(&c);
+    path = write_yaml("aot.yaml", BASE "learning_rate: 1e-6\nrl: dpo\ndpo_loss_type: [aot_pair]\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(strcmp(c.dpo_loss_type[0], "aot_unpaired") == 0 &&
+              has_warning(&c, "old name of aot_unpaired", NULL),
+          "aot_pair is read as aot_unpaired, with a warning");
+    train_config_free(&c);
+    path = write_yaml("cpo.yaml", BASE "learning_rate: 1e-6\nrl: cpo\ncpo_loss_type: hinge\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.rl == RL_CPO && strcmp(c.cpo_loss_type, "hinge") == 0, "rl: cpo with its loss type");
+    train_config_free(&c);
+    expect_error("cs.yaml", BASE "learning_rate: 1\nrl: simpo\ncpo_loss_type: hinge\n", "cs.yaml",
+                 "for rl: cpo only");
+    expect_error("both.yaml",
+                 BASE "learning_rate: 1\nval_set_size: 0.1\ntest_datasets:\n  - path: t.jsonl\n",
+                 "both.yaml", "non-zero val_set_size should not be used with test_datasets");
     path = write_yaml("kto.yaml", BASE "learning_rate: 1e-6\nrl: kto\n");
     CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
     CHECK(c.beta == 0.1 && c.kto_desirable_weight == 1 && c.kto_undesirable_weight == 1 &&

@@ -611,6 +611,14 @@ static int validate_preference(TrainConfig *cfg) {
         cfg->dpo_loss_type[0] = xstrdup(cfg->rl == RL_IPO ? "ipo" : "sigmoid");
         cfg->n_dpo_loss_type = 1;
     }
+    for (int i = 0; i < cfg->n_dpo_loss_type; i++)
+        if (strcmp(cfg->dpo_loss_type[i], "aot_pair") == 0) {
+            /* TRL renamed it; older configs (and Axolotl's docs) still say aot_pair */
+            free(cfg->dpo_loss_type[i]);
+            cfg->dpo_loss_type[i] = xstrdup("aot_unpaired");
+            add_warning(cfg, "key 'dpo_loss_type': aot_pair is TRL's old name of aot_unpaired; "
+                             "using aot_unpaired");
+        }
     if (cfg->n_dpo_loss_type) {
         cfg->dpo_loss_weight_values = xcalloc((size_t)cfg->n_dpo_loss_type, sizeof(double));
         for (int i = 0; i < cfg->n_dpo_loss_type; i++) {
