@@ -11,6 +11,13 @@
  * TRL's rows without tying the prepared dataset to the batch size. The KL rows are cut and
  * padded the same way, to their own length.
  *
+ * Upstream quirk, not followed: Axolotl passes dataset_num_proc (default: the CPU count) to
+ * KTOConfig, and datasets.map(num_proc=n) splits the dataset into n contiguous shards before
+ * cutting the chunks, so in an Axolotl run the chunks restart at every shard boundary and stop
+ * lining up with the micro-batches: the KL pairing depends on the machine. rlhf.c pairs as TRL
+ * does with one process (dataset_num_proc unset), which is what the KTO paper intends (the KL
+ * rows of a batch are that batch's completions after other prompts).
+ *
  * Invariants:
  *  1. mb.label_mask == completion (a completion token at position 0 has no log-prob and is not
  *     marked);
