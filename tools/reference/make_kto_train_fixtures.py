@@ -24,7 +24,7 @@ max_length. Rows are chosen so that:
     prompt are cut too;
   - the labels make one micro-batch all undesirable and one whole step all desirable (no
     rewards/rejected, logits/rejected or rewards/margins in that log line).
-14 rows leave the 12 that 3 steps of 2 x 2 rows take.
+14 rows leave the 12 that 3 steps of 2 x 2 rows take (2 steps of 3 x 2 in kto_batch3_lora).
 
     tools/reference/.venv/bin/python tools/reference/make_kto_train_fixtures.py [case ...]
 """
@@ -60,6 +60,8 @@ CASES = {
     "kto_weights_lora": (dict(beta=0.1, desirable_weight=1.33, undesirable_weight=0.7), "fresh"),
     "kto_precompute_lora": (dict(beta=0.1, precompute_ref_log_probs=True), "fresh"),
     "kto_loaded_adapter": (dict(beta=0.1), "loaded"),
+    # 3 rows per micro-batch: the KL rotation's direction shows (with 2 rows it is a swap)
+    "kto_batch3_lora": (dict(beta=0.1, per_device_train_batch_size=3, max_steps=2), "fresh"),
 }
 
 # by row of rows.jsonl; rows 2 and 9 are dropped (see above), so the micro-batches of 2 get
@@ -168,7 +170,7 @@ def run_case(name, extra, adapter, rows_path):
     trainer_cls = type("RecordingKTOTrainer", (RecordingMixin, KTOTrainer), {})
     with tempfile.TemporaryDirectory() as tmp:
         args = KTOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
-                         gradient_checkpointing=False, dataloader_num_workers=0, **COMMON, **extra)
+                         gradient_checkpointing=False, dataloader_num_workers=0, **dict(COMMON, **extra))
         assert args.train_sampling_strategy == "sequential"
         trainer = trainer_cls(model=model, args=args, train_dataset=data, processing_class=tok,
                               peft_config=peft_config)
