@@ -591,7 +591,10 @@ static int validate_preference(TrainConfig *cfg) {
         const char *k;
         json_t *v;
         json_object_foreach(cfg->trl, k, v) {
-            if (strcmp(k, "beta") != 0 && !json_is_null(v))
+            /* trl.loss_type is KTOConfig.loss_type for rl: kto (train/kto_method.c) */
+            bool used =
+                strcmp(k, "beta") == 0 || (cfg->rl == RL_KTO && strcmp(k, "loss_type") == 0);
+            if (!used && !json_is_null(v))
                 add_warning(cfg, "%s:%d: key 'trl.%s' is not used by rlhf.c yet; ignored",
                             cfg->source, cfg->trl_line, k);
         }

@@ -8,6 +8,7 @@
 #include "data/sft_dataset.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
+#include "train/kto_method.h"
 #include "train/pref_method.h"
 #include "train/model_dir.h"
 #include "train/trainer.h"
@@ -320,7 +321,11 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     bool tty = isatty(fileno(log));
     int rc = 0;
     for (int64_t epoch = 0; tr.step < total && rc == 0; epoch++) {
-        shuffle(order, n_examples, cfg->seed, epoch);
+        if (cfg->rl == RL_KTO) /* TRL's sequential sampler: see run_kto */
+            for (size_t i = 0; i < n_examples; i++)
+                order[i] = i;
+        else
+            shuffle(order, n_examples, cfg->seed, epoch);
         for (size_t micro = 0; micro < micro_per_epoch && tr.step < total && rc == 0;
              micro += gas) {
             size_t n_micro = micro_per_epoch - micro < gas ? micro_per_epoch - micro : gas;
@@ -663,6 +668,155 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
     return rc;
 }
 
+/* ---- KTO (rl: kto) ----
+ * Rows are taken in dataset order every epoch, never shuffled: TRL's KTOTrainer samples
+ * sequentially (train_sampling_strategy "sequential", which the kto loss requires) because each
+ * micro-batch's KL rows pair its prompts with its own completions (kto_batch.h). */
+
+typedef struct {
+    const PrefDataset *ds;
+    int32_t pad_id;
+    int64_t max_len;
+    KtoMicroBatch *window; /* one per micro-batch of a window */
+    KtoMethod *km;
+} KtoTask;
+
+static void kto_build(void *ctx, int slot, const size_t *order, size_t first, int count,
+                      MicroBatch *mb, size_t *tokens) {
+    KtoTask *t = ctx;
+    KtoMicroBatch *b = &t->window[slot];
+    kto_batch_build(b, t->ds, order, first, count, t->max_len, t->pad_id, t->km->with_kl);
+    *mb = b->mb;
+    *tokens = kto_batch_tokens(b);
+}
+
+static void kto_release(void *ctx, int slot) {
+    KtoTask *t = ctx;
+    kto_batch_free(&t->window[slot]);
+}
+
+static void kto_begin_step(void *ctx, int n_micro) {
+    KtoTask *t = ctx;
+    t->km->window = t->window;
+    t->km->n_window = n_micro;
+}
+
+static void kto_flush(void *ctx, json_t *entry) {
+    KtoTask *t = ctx;
+    kto_method_flush_metrics(t->km, entry, "");
+}
+
+/* TRL's advice when the kinds are unbalanced (KTO paper eq. 8): a warning, never an error. */
+static void kto_weight_advice(const PrefDataset *ds, const TrainConfig *cfg, FILE *log) {
+    double n_d = 0;
+    for (size_t i = 0; i < ds->n_rows; i++)
+        n_d += ds->rows[i].desirable;
+    double n_u = fmax((double)ds->n_rows - fmax(n_d, 1), 1);
+    n_d = fmax(n_d, 1);
+    if (n_d == n_u) return;
+    double wd = cfg->kto_desirable_weight, wu = cfg->kto_undesirable_weight;
+    /* TRL rounds the bounds to 2 decimals before comparing */
+    double d_lo = round(n_u * wu / n_d * 100) / 100,
+           d_hi = round(n_u * wu / n_d * 1.33 * 100) / 100;
+    double u_lo = round(n_d * wd / n_u / 1.33 * 100) / 100,
+           u_hi = round(n_d * wd / n_u * 100) / 100;
+    if ((d_lo <= wd && wd <= d_hi) || (u_lo <= wu && wu <= u_hi)) return;
+    fprintf(log,
+            "warning: %.0f desirable and %.0f undesirable rows, but kto_desirable_weight %g and "
+            "kto_undesirable_weight %g are not in the range TRL recommends: EITHER "
+            "kto_desirable_weight in [%.2f, %.2f] or kto_undesirable_weight in [%.2f, %.2f] (but "
+            "NOT BOTH)\n",
+            n_d, n_u, wd, wu, d_lo, d_hi, u_lo, u_hi);
+}
+
+/* precompute_ref_log_probs: the reference's sums of every row (and KL row), once, over the
+ * micro-batches training will see, so that each row's KL row is the one it trains with. */
+static int kto_precompute_reference(const ReferencePolicy *ref, const PrefDataset *ds,
+                                    const TrainConfig *cfg, int32_t pad, bool with_kl, double *pre,
+                                    double *pre_kl, FILE *log) {
+    size_t *order = xmalloc(ds->n_rows * sizeof *order);
+    for (size_t i = 0; i < ds->n_rows; i++)
+        order[i] = i;
+    int rc = 0;
+    size_t bs = (size_t)cfg->micro_batch_size;
+    for (size_t first = 0; first < ds->n_rows && rc == 0; first += bs) {
+        int count = (int)(ds->n_rows - first < bs ? ds->n_rows - first : bs);
+        KtoMicroBatch b;
+        kto_batch_build(&b, ds, order, first, count, cfg->sequence_len, pad, with_kl);
+        rc = kto_reference_sums(ref, &b, pre + first, with_kl ? pre_kl + first : NULL);
+        kto_batch_free(&b);
+    }
+    free(order);
+    if (rc == 0) fprintf(log, "reference log-probs precomputed for %zu rows\n", ds->n_rows);
+    return rc;
+}
+
+static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
+                   FILE *log) {
+    KtoMethod km;
+    if (kto_method_init(&km, cfg) != 0) return -1;
+    if (cfg->val_set_size > 0)
+        return err_set("%s: val_set_size with rl: kto is not implemented yet", cfg->source);
+    int32_t eos = -1, pad = 0;
+    PrefDataset ds = {0};
+    int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
+    if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
+    if (rc != 0) return -1;
+    kto_weight_advice(&ds, cfg, log);
+    /* The reference as for DPO (trl-methods.md §8): the adapter switched off; continuing from
+     * lora_model_dir, the adapter as loaded (TRL's "ref" adapter); else a frozen copy. */
+    Model frozen;
+    LoraAdapter initial = {0};
+    bool separate = !lora || cfg->rl_adapter_ref_model;
+    ReferencePolicy ref;
+    if (separate) {
+        if (model_load(&frozen, cfg->base_model) != 0) {
+            pref_dataset_free(&ds);
+            return -1;
+        }
+        reference_policy_from_model(&ref, &frozen);
+        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
+    } else if (cfg->lora_model_dir) {
+        if (lora_load(&initial, &m->cfg, cfg->lora_model_dir) != 0) {
+            pref_dataset_free(&ds);
+            return -1;
+        }
+        m->lora = lora;
+        reference_policy_from_initial_adapter(&ref, m, &initial);
+        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
+                cfg->lora_model_dir);
+    } else {
+        m->lora = lora;
+        reference_policy_from_adapter(&ref, m, lora);
+        fprintf(log, "reference: the base model with the adapter switched off\n");
+    }
+    km.policy = m; /* its KL rows run through the trained adapter, which run() attaches */
+    km.ref = &ref;
+    double *pre = NULL;
+    if (cfg->precompute_ref_log_probs) {
+        pre = xcalloc(2 * ds.n_rows, sizeof *pre);
+        rc = kto_precompute_reference(&ref, &ds, cfg, pad, km.with_kl, pre, pre + ds.n_rows, log);
+        km.pre_ref = pre;
+        km.pre_ref_kl = pre + ds.n_rows;
+        km.ref = NULL;
+        if (separate) model_free(&frozen), separate = false; /* no longer needed in memory */
+    }
+    if (rc == 0) {
+        KtoTask t = {&ds, pad, cfg->sequence_len,
+                     xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(KtoMicroBatch)), &km};
+        TrainTask task = {
+            ds.n_rows, &t,   kto_build, kto_release, kto_begin_step, kto_method_train_method(&km),
+            kto_flush, NULL, 0};
+        rc = run(cfg, m, lora, &task, log);
+        free(t.window);
+    }
+    free(pre);
+    if (separate) model_free(&frozen);
+    lora_free(&initial);
+    pref_dataset_free(&ds);
+    return rc;
+}
+
 /* The adapter to train: a fresh one as the lora_* keys describe, or the one in lora_model_dir
  * to continue from (its adapter_config.json governs, as PeftModel.from_pretrained does). */
 static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lora, FILE *log) {
@@ -702,8 +856,9 @@ int train_run(const TrainConfig *cfg, FILE *log) {
     int rc = tokenizer_load(&tok, cfg->tokenizer_config);
     if (rc == 0) {
         LoraAdapter *trained = cfg->adapter ? &lora : NULL;
-        rc = cfg->rl == RL_NONE ? run_sft(cfg, &m, trained, &tok, log)
-                                : run_preference(cfg, &m, trained, &tok, log);
+        rc = cfg->rl == RL_NONE  ? run_sft(cfg, &m, trained, &tok, log)
+             : cfg->rl == RL_KTO ? run_kto(cfg, &m, trained, &tok, log)
+                                 : run_preference(cfg, &m, trained, &tok, log);
         tokenizer_free(&tok);
     }
     if (rc == 0)
