@@ -755,8 +755,10 @@ static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
                    FILE *log) {
     KtoMethod km;
     if (kto_method_init(&km, cfg) != 0) return -1;
-    if (cfg->val_set_size > 0)
-        return err_set("%s: val_set_size with rl: kto is not implemented yet", cfg->source);
+    if (cfg->val_set_size > 0 || cfg->n_test_datasets)
+        return err_set("%s: evaluation (val_set_size, test_datasets) with rl: kto is not "
+                       "implemented yet",
+                       cfg->source);
     int32_t eos = -1, pad = 0;
     PrefDataset ds = {0};
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
