@@ -209,10 +209,47 @@ static void test_errors(void) {
                  "trl.loss_type", "kto_pair");
 }
 
+/* Evaluation: held-out rows give eval_ keys; with weights that do not move (steps of 1e-30),
+ * policy = reference, so every row's loss is 1 - σ(0) = 0.5 and the KL estimate 0. */
+static void test_evaluation(void) {
+    for (int pre = 0; pre < 2; pre++) {
+        const char *out = harness_tmp_path(pre ? "eval-pre" : "eval");
+        const char *kv[] = {"--output_dir",
+                            out,
+                            "--val_set_size",
+                            "4",
+                            "--eval_steps",
+                            "1",
+                            "--learning_rate",
+                            "1e-30",
+                            "--precompute_ref_log_probs",
+                            pre ? "true" : "false"};
+        CHECK(train(kv, 5) == CLI_EXIT_OK, "kto eval: %s", err_msg());
+        json_t *m = read_metrics(out);
+        int evals = 0;
+        for (size_t i = 0; i < json_array_size(m); i++) {
+            const json_t *row = json_array_get(m, i);
+            if (!json_object_get(row, "eval_loss")) continue;
+            evals++;
+            CHECK(fabs(metric(m, i, "eval_loss") - 0.5) < 1e-6 &&
+                      fabs(metric(m, i, "eval_kl")) < 1e-6,
+                  "policy = reference: eval_loss %.8f (0.5), eval_kl %.2g",
+                  metric(m, i, "eval_loss"), metric(m, i, "eval_kl"));
+            CHECK(json_object_get(row, "eval_rewards/chosen") &&
+                      json_object_get(row, "eval_logps/chosen") &&
+                      !json_object_get(row, "eval_num_tokens"),
+                  "eval keys");
+        }
+        CHECK(evals >= 1, "%d evaluations", evals);
+        json_decref(m);
+    }
+}
+
 int main(void) {
     write_config();
     test_full_run();
     test_lora_and_apo();
+    test_evaluation();
     test_errors();
     return harness_finish("test_kto_run");
 }

@@ -1,6 +1,8 @@
 #include "train/kto_method.h"
 
 #include "common/error.h"
+#include "model/activations.h"
+#include "model/backward.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,9 +56,11 @@ void kto_method_flush_metrics(KtoMethod *km, json_t *entry, const char *prefix) 
     for (int k = 0; k < km->n_keys; k++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", prefix, km->key[k]);
-        double v =
-            strcmp(km->key[k], "num_tokens") == 0 ? km->num_tokens : km->sum[k] / km->count[k];
-        json_object_set_new(entry, name, json_real(v));
+        bool tokens = strcmp(km->key[k], "num_tokens") == 0;
+        /* num_tokens counts what was trained on: evaluation has no such figure */
+        if (!tokens || !*prefix)
+            json_object_set_new(entry, name,
+                                json_real(tokens ? km->num_tokens : km->sum[k] / km->count[k]));
     }
     km->n_keys = 0;
 }
@@ -160,6 +164,49 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
         }
     }
     free(sums), free(ref), free(kl), free(d_logp), free(lens);
+    return rc;
+}
+
+int kto_method_evaluate(const KtoMethod *km, const Model *m, const PrefDataset *eval,
+                        const KtoEvalOptions *opt, json_t *entry) {
+    KtoMethod ev = *km;
+    ev.n_keys = 0;
+    ev.num_tokens = 0;
+    ev.n_window = 1;
+    ev.pre_ref = opt->pre_ref;
+    ev.pre_ref_kl = opt->pre_ref_kl;
+    size_t *order = xmalloc(eval->n_rows * sizeof *order);
+    for (size_t i = 0; i < eval->n_rows; i++)
+        order[i] = i;
+    double loss_sum = 0;
+    int rc = 0;
+    size_t bs = (size_t)opt->batch_size;
+    for (size_t first = 0; first < eval->n_rows && rc == 0; first += bs) {
+        int count = (int)(eval->n_rows - first < bs ? eval->n_rows - first : bs);
+        KtoMicroBatch b;
+        kto_batch_build(&b, eval, order, first, count, opt->max_len, opt->pad_id, km->with_kl);
+        ev.window = &b;
+        size_t cells = (size_t)b.mb.batch.batch * b.mb.batch.t_len;
+        float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
+        LogitStats *stats = xmalloc(cells * sizeof *stats);
+        ForwardTape tape;
+        /* recompute: keep only what a backward would rebuild from; there is no backward */
+        rc = model_forward_tape(m, &b.mb.batch, true, &tape);
+        if (rc == 0) {
+            double loss = 0;
+            model_tape_logprobs_stats(m, &tape, b.mb.label_mask, logp, stats);
+            forward_tape_free(&tape);
+            rc = kto_micro_loss(&ev, 0, &b.mb, logp, stats, dlogp, &loss);
+            loss_sum += loss * count; /* HF's eval loss: the mean over examples */
+        }
+        free(logp), free(dlogp), free(stats);
+        kto_batch_free(&b);
+    }
+    free(order);
+    if (rc == 0) {
+        json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)eval->n_rows));
+        kto_method_flush_metrics(&ev, entry, "eval_");
+    }
     return rc;
 }
 

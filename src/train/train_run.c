@@ -548,8 +548,22 @@ static int precompute_reference(const ReferencePolicy *ref, const PrefDataset *d
     return rc;
 }
 
-/* The held-out pairs: test_datasets, or val_set_size of the training pairs (moved out). */
-static int pref_eval_pairs(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok,
+/* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array
+ * (*held_out), keeping the rest, in draw order, in *items. */
+static void move_held_out(void **items, size_t *n, size_t size, const size_t *order, size_t n_val,
+                          void **held_out) {
+    char *src = *items, *kept = xmalloc((*n - n_val) * size), *out = xmalloc(n_val * size);
+    for (size_t i = 0; i < *n; i++)
+        memcpy(i < n_val ? out + i * size : kept + (i - n_val) * size, src + order[i] * size, size);
+    free(*items);
+    *items = kept;
+    *held_out = out;
+    *n -= n_val;
+}
+
+/* The held-out pairs (or KTO rows): test_datasets, or val_set_size of the training ones (moved
+ * out). */
+static int pref_eval_split(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok,
                            PrefDataset *val, FILE *log) {
     memset(val, 0, sizeof *val);
     if (cfg->n_test_datasets) {
@@ -557,21 +571,20 @@ static int pref_eval_pairs(PrefDataset *ds, const TrainConfig *cfg, const Tokeni
         if (pref_dataset_load(val, &eval, tok, log) != 0) return err_prefix("test_datasets");
         return 0;
     }
+    bool kto = cfg->rl == RL_KTO;
     size_t *order, n_val;
-    if (validation_draw(ds->n_pairs, cfg, &order, &n_val) != 0) return -1;
+    if (validation_draw(kto ? ds->n_rows : ds->n_pairs, cfg, &order, &n_val) != 0) return -1;
     if (n_val == 0) return 0;
-    PrefPair *train = xmalloc((ds->n_pairs - n_val) * sizeof *train);
-    val->pairs = xmalloc(n_val * sizeof *val->pairs);
-    for (size_t i = 0; i < ds->n_pairs; i++) {
-        if (i < n_val)
-            val->pairs[val->n_pairs++] = ds->pairs[order[i]];
-        else
-            train[i - n_val] = ds->pairs[order[i]];
+    if (kto) {
+        move_held_out((void **)&ds->rows, &ds->n_rows, sizeof *ds->rows, order, n_val,
+                      (void **)&val->rows);
+        val->n_rows = n_val;
+    } else {
+        move_held_out((void **)&ds->pairs, &ds->n_pairs, sizeof *ds->pairs, order, n_val,
+                      (void **)&val->pairs);
+        val->n_pairs = n_val;
     }
-    free(ds->pairs);
     free(order);
-    ds->pairs = train;
-    ds->n_pairs -= n_val;
     return 0;
 }
 
@@ -613,7 +626,7 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
     PrefDataset ds = {0}, val = {0};
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
-    if (rc == 0) rc = pref_eval_pairs(&ds, cfg, tok, &val, log);
+    if (rc == 0) rc = pref_eval_split(&ds, cfg, tok, &val, log);
     Model frozen;
     LoraAdapter initial = {0};
     ReferencePolicy ref;
@@ -679,7 +692,14 @@ typedef struct {
     int64_t max_len;
     KtoMicroBatch *window; /* one per micro-batch of a window */
     KtoMethod *km;
+    const PrefDataset *eval; /* held-out rows (may be empty) */
+    KtoEvalOptions eval_opt;
 } KtoTask;
+
+static int kto_evaluate(void *ctx, Model *m, json_t *entry) {
+    KtoTask *t = ctx;
+    return kto_method_evaluate(t->km, m, t->eval, &t->eval_opt, entry);
+}
 
 static void kto_build(void *ctx, int slot, const size_t *order, size_t first, int count,
                       MicroBatch *mb, size_t *tokens) {
@@ -755,66 +775,58 @@ static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
                    FILE *log) {
     KtoMethod km;
     if (kto_method_init(&km, cfg) != 0) return -1;
-    if (cfg->val_set_size > 0 || cfg->n_test_datasets)
-        return err_set("%s: evaluation (val_set_size, test_datasets) with rl: kto is not "
-                       "implemented yet",
-                       cfg->source);
     int32_t eos = -1, pad = 0;
-    PrefDataset ds = {0};
+    PrefDataset ds = {0}, val = {0};
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = pref_dataset_load(&ds, cfg, tok, log);
-    if (rc != 0) return -1;
-    kto_weight_advice(&ds, cfg, log);
-    /* The reference as for DPO (trl-methods.md §8): the adapter switched off; continuing from
-     * lora_model_dir, the adapter as loaded (TRL's "ref" adapter); else a frozen copy. */
+    if (rc == 0) rc = pref_eval_split(&ds, cfg, tok, &val, log);
+    if (rc == 0) kto_weight_advice(&ds, cfg, log);
+    /* The reference as for DPO (trl-methods.md §8) */
     Model frozen;
     LoraAdapter initial = {0};
-    bool separate = !lora || cfg->rl_adapter_ref_model;
     ReferencePolicy ref;
-    if (separate) {
-        if (model_load(&frozen, cfg->base_model) != 0) {
-            pref_dataset_free(&ds);
-            return -1;
-        }
-        reference_policy_from_model(&ref, &frozen);
-        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
-    } else if (cfg->lora_model_dir) {
-        if (lora_load(&initial, &m->cfg, cfg->lora_model_dir) != 0) {
-            pref_dataset_free(&ds);
-            return -1;
-        }
-        m->lora = lora;
-        reference_policy_from_initial_adapter(&ref, m, &initial);
-        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
-                cfg->lora_model_dir);
-    } else {
-        m->lora = lora;
-        reference_policy_from_adapter(&ref, m, lora);
-        fprintf(log, "reference: the base model with the adapter switched off\n");
-    }
+    bool has_frozen = false;
+    if (rc == 0) rc = make_reference(cfg, m, lora, &frozen, &has_frozen, &initial, &ref, log);
     km.policy = m; /* its KL rows run through the trained adapter, which run() attaches */
     km.ref = &ref;
-    double *pre = NULL;
-    if (cfg->precompute_ref_log_probs) {
+    /* precompute_ref_log_probs: every row's (and KL row's) reference sums once, training and
+     * held-out */
+    double *pre = NULL, *pre_val = NULL;
+    if (rc == 0 && cfg->precompute_ref_log_probs) {
         pre = xcalloc(2 * ds.n_rows, sizeof *pre);
         rc = kto_precompute_reference(&ref, &ds, cfg, pad, km.with_kl, pre, pre + ds.n_rows, log);
+        if (rc == 0 && val.n_rows) {
+            pre_val = xcalloc(2 * val.n_rows, sizeof *pre_val);
+            rc = kto_precompute_reference(&ref, &val, cfg, pad, km.with_kl, pre_val,
+                                          pre_val + val.n_rows, log);
+        }
         km.pre_ref = pre;
         km.pre_ref_kl = pre + ds.n_rows;
         km.ref = NULL;
-        if (separate) model_free(&frozen), separate = false; /* no longer needed in memory */
+        if (has_frozen) model_free(&frozen), has_frozen = false; /* no longer needed in memory */
     }
     if (rc == 0) {
-        KtoTask t = {&ds, pad, cfg->sequence_len,
-                     xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(KtoMicroBatch)), &km};
-        TrainTask task = {
-            ds.n_rows, &t,   kto_build, kto_release, kto_begin_step, kto_method_train_method(&km),
-            kto_flush, NULL, 0};
+        KtoTask t = {&ds,
+                     pad,
+                     cfg->sequence_len,
+                     xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(KtoMicroBatch)),
+                     &km,
+                     &val,
+                     {cfg->micro_batch_size, cfg->sequence_len, pad, pre_val,
+                      pre_val ? pre_val + val.n_rows : NULL}};
+        TrainTask task = {ds.n_rows,      &t,
+                          kto_build,      kto_release,
+                          kto_begin_step, kto_method_train_method(&km),
+                          kto_flush,      val.n_rows ? kto_evaluate : NULL,
+                          val.n_rows};
         rc = run(cfg, m, lora, &task, log);
         free(t.window);
     }
     free(pre);
-    if (separate) model_free(&frozen);
+    free(pre_val);
+    if (has_frozen) model_free(&frozen);
     lora_free(&initial);
+    pref_dataset_free(&val);
     pref_dataset_free(&ds);
     return rc;
 }
