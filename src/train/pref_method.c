@@ -1,8 +1,6 @@
 #include "train/pref_method.h"
 
 #include "common/error.h"
-#include "model/activations.h"
-#include "model/backward.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -210,13 +208,9 @@ int pref_method_evaluate(const PrefMethod *pm, const Model *m, const PrefDataset
         size_t cells = (size_t)b.mb.batch.batch * b.mb.batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
         LogitStats *stats = xmalloc(cells * sizeof *stats);
-        ForwardTape tape;
-        /* recompute: keep only what a backward would rebuild from; there is no backward */
-        rc = model_forward_tape(m, &b.mb.batch, true, &tape);
+        rc = trainer_eval_logprobs(m, &b.mb, logp, stats);
         if (rc == 0) {
             double loss = 0;
-            model_tape_logprobs_stats(m, &tape, b.mb.label_mask, logp, stats);
-            forward_tape_free(&tape);
             rc = pref_micro_loss(&ev, 0, &b.mb, logp, stats, dlogp, &loss);
             loss_sum += loss * count; /* HF's eval loss: the mean over examples */
         }

@@ -126,6 +126,14 @@ TrainMethod trainer_sft_method(size_t *window_tokens) {
     return (TrainMethod){window_tokens, sft_begin_window, sft_micro_loss, false};
 }
 
+int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats) {
+    ForwardTape tape;
+    if (model_forward_tape(m, &mb->batch, true, &tape) != 0) return -1;
+    model_tape_logprobs_stats(m, &tape, mb->label_mask, logp, stats);
+    forward_tape_free(&tape);
+    return 0;
+}
+
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
     size_t window_tokens = 0;
     TrainMethod sft = trainer_sft_method(&window_tokens);

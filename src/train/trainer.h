@@ -81,6 +81,12 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
 TrainMethod trainer_sft_method(size_t *window_tokens);
 
 /* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
+/* A micro-batch's per-token log-probs (as model_token_logprobs gives them for mb->label_mask)
+ * and the statistics of the logits behind them, without gradient, for evaluation: the forward
+ * keeps only a recompute tape. logp and stats (B*T) are caller-allocated. Returns 0, or -1 with
+ * an error. */
+int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats);
+
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats);
 
 #endif
