@@ -36,44 +36,8 @@ int kto_method_init(KtoMethod *km, const TrainConfig *cfg) {
     return 0;
 }
 
-static void add_metric(KtoMethod *km, const char *key, double value) {
-    int k = 0;
-    while (k < km->n_keys && strcmp(km->key[k], key) != 0)
-        k++;
-    if (k == km->n_keys) {
-        if (k == KTO_MAX_KEYS) return;
-        km->key[km->n_keys++] = key;
-        km->sum[k] = 0;
-        km->count[k] = 0;
-    }
-    km->sum[k] += value;
-    km->count[k]++;
-}
-
 void kto_method_flush_metrics(KtoMethod *km, json_t *entry, const char *prefix) {
-    for (int k = 0; k < km->n_keys; k++) {
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", prefix, km->key[k]);
-        bool tokens = strcmp(km->key[k], "num_tokens") == 0;
-        /* num_tokens counts what was trained on: evaluation has no such figure */
-        if (!tokens || !*prefix)
-            json_object_set_new(entry, name,
-                                json_real(tokens ? km->num_tokens : km->sum[k] / km->count[k]));
-    }
-    km->n_keys = 0;
-}
-
-/* Σ over each row's marked positions, and their count. */
-static void row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,
-                     int *count) {
-    for (int r = 0; r < rows; r++) {
-        double s = 0;
-        int c = 0;
-        for (int t = 0; t < t_len; t++)
-            if (mark[(size_t)r * t_len + t]) s += logp[(size_t)r * t_len + t], c++;
-        sum[r] = s;
-        if (count) count[r] = c;
-    }
+    step_metrics_flush(&km->metrics, entry, prefix);
 }
 
 /* Sums of log-probs of the marked tokens of each row of `batch` under the reference, or under
@@ -84,7 +48,7 @@ static int scored_sums(const ReferencePolicy *ref, const Model *policy, const To
     float *logp = xmalloc(cells * sizeof *logp);
     int rc = ref ? reference_token_logprobs(ref, batch, mark, logp)
                  : model_token_logprobs(policy, batch, mark, logp);
-    if (rc == 0) row_sums(logp, mark, batch->batch, batch->t_len, sums, NULL);
+    if (rc == 0) logp_row_sums(logp, mark, batch->batch, batch->t_len, sums, NULL);
     free(logp);
     return rc;
 }
@@ -115,11 +79,10 @@ static void logit_metrics(KtoMethod *km, const KtoMicroBatch *b, const LogitStat
         }
     }
     int all = tokens[0] + tokens[1];
-    add_metric(km, "entropy", all ? entropy / all : 0.0);
-    km->num_tokens += (double)kto_batch_tokens(b);
-    add_metric(km, "num_tokens", km->num_tokens);
-    if (tokens[0]) add_metric(km, "logits/chosen", logits[0] / tokens[0]);
-    if (tokens[1]) add_metric(km, "logits/rejected", logits[1] / tokens[1]);
+    step_metrics_add(&km->metrics, "entropy", all ? entropy / all : 0.0);
+    step_metrics_add_tokens(&km->metrics, (double)kto_batch_tokens(b));
+    if (tokens[0]) step_metrics_add(&km->metrics, "logits/chosen", logits[0] / tokens[0]);
+    if (tokens[1]) step_metrics_add(&km->metrics, "logits/rejected", logits[1] / tokens[1]);
 }
 
 static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const float *logp,
@@ -131,7 +94,7 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
     double *kl = xmalloc(2 * (size_t)n * sizeof *kl), *kl_ref = kl + n;
     double *d_logp = xcalloc((size_t)n, sizeof *d_logp);
     int *lens = xmalloc((size_t)n * sizeof *lens);
-    row_sums(logp, b->completion, n, T, sums, lens);
+    logp_row_sums(logp, b->completion, n, T, sums, lens);
     int rc = 0;
     /* the KL rows under the policy: a plain forward, as TRL's no_grad (they carry no gradient) */
     if (km->with_kl) rc = scored_sums(NULL, km->policy, &b->kl, b->kl_completion, kl);
@@ -157,7 +120,7 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
             }
         /* TRL's order: kl, the logit statistics, then rewards and logps */
         for (int k = 0; k < out.metrics.n; k++) {
-            add_metric(km, out.metrics.name[k], out.metrics.value[k]);
+            step_metrics_add(&km->metrics, out.metrics.name[k], out.metrics.value[k]);
             if (stats && strcmp(out.metrics.name[k], "kl") == 0) logit_metrics(km, b, stats);
         }
     }
@@ -168,8 +131,7 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
 int kto_method_evaluate(const KtoMethod *km, const Model *m, const PrefDataset *eval,
                         const KtoEvalOptions *opt, json_t *entry) {
     KtoMethod ev = *km;
-    ev.n_keys = 0;
-    ev.num_tokens = 0;
+    ev.metrics = (StepMetrics){0};
     ev.n_window = 1;
     ev.pre_ref = opt->pre_ref;
     ev.pre_ref_kl = opt->pre_ref_kl;

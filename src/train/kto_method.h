@@ -20,10 +20,9 @@
 #include "methods/kto.h"
 #include "model/reference_policy.h"
 #include "train/kto_batch.h"
+#include "train/step_metrics.h"
 
 #include <jansson.h>
-
-#define KTO_MAX_KEYS 16
 
 typedef struct {
     KtoOptions kto;
@@ -34,12 +33,7 @@ typedef struct {
     const double *pre_ref_kl;    /* the same for each row's KL row (with_kl) */
     const KtoMicroBatch *window; /* the micro-batches of the step being run */
     int n_window;
-    /* metric sums since the last log line */
-    const char *key[KTO_MAX_KEYS];
-    double sum[KTO_MAX_KEYS];
-    int count[KTO_MAX_KEYS];
-    int n_keys;
-    double num_tokens; /* attention-mask tokens trained on so far */
+    StepMetrics metrics; /* since the last log line */
 } KtoMethod;
 
 /* Options from the config: rl_beta (cfg->beta), kto_desirable_weight, kto_undesirable_weight,

@@ -48,44 +48,8 @@ int pref_method_init(PrefMethod *pm, const TrainConfig *cfg) {
     return 0;
 }
 
-static void add_metric(PrefMethod *pm, const char *key, double value) {
-    int k = 0;
-    while (k < pm->n_keys && strcmp(pm->key[k], key) != 0)
-        k++;
-    if (k == pm->n_keys) {
-        if (k == PREF_MAX_KEYS) return;
-        pm->key[pm->n_keys++] = key;
-    }
-    pm->sum[k] += value;
-    pm->count[k]++;
-}
-
 void pref_method_flush_metrics(PrefMethod *pm, json_t *entry, const char *prefix) {
-    for (int k = 0; k < pm->n_keys; k++) {
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", prefix, pm->key[k]);
-        bool tokens = strcmp(pm->key[k], "num_tokens") == 0;
-        /* num_tokens counts what was trained on: evaluation has no such figure */
-        if (!tokens || !*prefix)
-            json_object_set_new(entry, name,
-                                json_real(tokens ? pm->num_tokens : pm->sum[k] / pm->count[k]));
-        pm->sum[k] = 0;
-        pm->count[k] = 0;
-    }
-    pm->n_keys = 0;
-}
-
-/* Σ over each row's marked positions. */
-static void row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,
-                     int *count) {
-    for (int r = 0; r < rows; r++) {
-        double s = 0;
-        int c = 0;
-        for (int t = 0; t < t_len; t++)
-            if (mark[(size_t)r * t_len + t]) s += logp[(size_t)r * t_len + t], c++;
-        sum[r] = s;
-        if (count) count[r] = c;
-    }
+    step_metrics_flush(&pm->metrics, entry, prefix);
 }
 
 int pref_reference_sums(const ReferencePolicy *ref, const PrefMicroBatch *pmb, double *chosen,
@@ -96,7 +60,7 @@ int pref_reference_sums(const ReferencePolicy *ref, const PrefMicroBatch *pmb, d
     double *sums = xmalloc((size_t)b->batch * sizeof *sums);
     int rc = reference_token_logprobs(ref, b, pmb->completion, logp);
     if (rc == 0) {
-        row_sums(logp, pmb->completion, b->batch, b->t_len, sums, NULL);
+        logp_row_sums(logp, pmb->completion, b->batch, b->t_len, sums, NULL);
         memcpy(chosen, sums, (size_t)pmb->n_pairs * sizeof *chosen);
         memcpy(rejected, sums + pmb->n_pairs, (size_t)pmb->n_pairs * sizeof *rejected);
     }
@@ -124,12 +88,11 @@ static void logit_metrics(PrefMethod *pm, const PrefMicroBatch *pmb, const Logit
         }
     }
     int all = tokens[0] + tokens[1];
-    add_metric(pm, "entropy", all ? entropy / all : 0.0);
-    pm->num_tokens += attn;
-    add_metric(pm, "num_tokens", pm->num_tokens);
-    add_metric(pm, "logits/chosen", tokens[0] ? logits[0] / tokens[0] : 0.0);
-    add_metric(pm, "logits/rejected", tokens[1] ? logits[1] / tokens[1] : 0.0);
-    add_metric(pm, "mean_token_accuracy", tokens[0] ? correct / tokens[0] : 0.0);
+    step_metrics_add(&pm->metrics, "entropy", all ? entropy / all : 0.0);
+    step_metrics_add_tokens(&pm->metrics, attn);
+    step_metrics_add(&pm->metrics, "logits/chosen", tokens[0] ? logits[0] / tokens[0] : 0.0);
+    step_metrics_add(&pm->metrics, "logits/rejected", tokens[1] ? logits[1] / tokens[1] : 0.0);
+    step_metrics_add(&pm->metrics, "mean_token_accuracy", tokens[0] ? correct / tokens[0] : 0.0);
 }
 
 static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const float *logp,
@@ -142,8 +105,8 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     int *lens = xmalloc((size_t)rows * sizeof *lens),
         *seq_lens = xmalloc((size_t)rows * sizeof *seq_lens);
     double *grads = xcalloc(3 * (size_t)n, sizeof *grads);
-    row_sums(logp, pmb->completion, rows, T, sums, lens);
-    row_sums(logp, mb->label_mask, rows, T, seq, seq_lens);
+    logp_row_sums(logp, pmb->completion, rows, T, sums, lens);
+    logp_row_sums(logp, mb->label_mask, rows, T, seq, seq_lens);
     int rc = 0;
     bool has_ref = pref_method_needs_reference(pm);
     if (!has_ref) {
@@ -178,7 +141,7 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
             }
         }
         for (int k = 0; k < out.metrics.n; k++)
-            add_metric(pm, out.metrics.name[k], out.metrics.value[k]);
+            step_metrics_add(&pm->metrics, out.metrics.name[k], out.metrics.value[k]);
         if (stats) logit_metrics(pm, pmb, stats);
     }
     free(sums), free(ref), free(seq), free(lens), free(seq_lens), free(grads);
@@ -188,8 +151,7 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
 int pref_method_evaluate(const PrefMethod *pm, const Model *m, const PrefDataset *eval,
                          const PrefEvalOptions *opt, json_t *entry) {
     PrefMethod ev = *pm;
-    ev.n_keys = 0;
-    ev.num_tokens = 0;
+    ev.metrics = (StepMetrics){0};
     ev.n_window = 1;
     ev.pre_ref_chosen = opt->pre_ref_chosen;
     ev.pre_ref_rejected = opt->pre_ref_rejected;

@@ -21,10 +21,9 @@
 #include "methods/orpo.h"
 #include "model/reference_policy.h"
 #include "train/pref_batch.h"
+#include "train/step_metrics.h"
 
 #include <jansson.h>
-
-#define PREF_MAX_KEYS 32
 
 typedef struct {
     RlMethod rl;
@@ -36,12 +35,7 @@ typedef struct {
     const double *pre_ref_rejected;
     const PrefMicroBatch *window; /* the micro-batches of the step being run */
     int n_window;
-    /* metric sums since the last log line */
-    const char *key[PREF_MAX_KEYS];
-    double sum[PREF_MAX_KEYS];
-    int count[PREF_MAX_KEYS];
-    int n_keys;
-    double num_tokens; /* attention-mask tokens trained on so far */
+    StepMetrics metrics; /* since the last log line */
 } PrefMethod;
 
 /* Options from the config (loss types, beta, label smoothing, ...). Returns 0, or -1 with an

@@ -126,6 +126,18 @@ TrainMethod trainer_sft_method(size_t *window_tokens) {
     return (TrainMethod){window_tokens, sft_begin_window, sft_micro_loss, false};
 }
 
+void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,
+                   int *count) {
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        int c = 0;
+        for (int t = 0; t < t_len; t++)
+            if (mark[(size_t)r * t_len + t]) s += logp[(size_t)r * t_len + t], c++;
+        sum[r] = s;
+        if (count) count[r] = c;
+    }
+}
+
 int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats) {
     ForwardTape tape;
     if (model_forward_tape(m, &mb->batch, true, &tape) != 0) return -1;

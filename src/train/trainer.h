@@ -81,6 +81,11 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
 TrainMethod trainer_sft_method(size_t *window_tokens);
 
 /* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
+/* sum[r] = Σ of row r's log-probs at the positions `mark` selects (rows x t_len), and count[r]
+ * their number (count may be NULL): the per-sequence values preference losses read. */
+void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,
+                   int *count);
+
 /* A micro-batch's per-token log-probs (as model_token_logprobs gives them for mb->label_mask)
  * and the statistics of the logits behind them, without gradient, for evaluation: the forward
  * keeps only a recompute tape. logp and stats (B*T) are caller-allocated. Returns 0, or -1 with
