@@ -128,44 +128,6 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
     return rc;
 }
 
-int kto_method_evaluate(const KtoMethod *km, const Model *m, const PrefDataset *eval,
-                        const KtoEvalOptions *opt, json_t *entry) {
-    KtoMethod ev = *km;
-    ev.metrics = (StepMetrics){0};
-    ev.n_window = 1;
-    ev.pre_ref = opt->pre_ref;
-    ev.pre_ref_kl = opt->pre_ref_kl;
-    size_t *order = xmalloc(eval->n_rows * sizeof *order);
-    for (size_t i = 0; i < eval->n_rows; i++)
-        order[i] = i;
-    double loss_sum = 0;
-    int rc = 0;
-    size_t bs = (size_t)opt->batch_size;
-    for (size_t first = 0; first < eval->n_rows && rc == 0; first += bs) {
-        int count = (int)(eval->n_rows - first < bs ? eval->n_rows - first : bs);
-        KtoMicroBatch b;
-        kto_batch_build(&b, eval, order, first, count, opt->max_len, opt->pad_id, km->with_kl);
-        ev.window = &b;
-        size_t cells = (size_t)b.mb.batch.batch * b.mb.batch.t_len;
-        float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
-        LogitStats *stats = xmalloc(cells * sizeof *stats);
-        rc = trainer_eval_logprobs(m, &b.mb, logp, stats);
-        if (rc == 0) {
-            double loss = 0;
-            rc = kto_micro_loss(&ev, 0, &b.mb, logp, stats, dlogp, &loss);
-            loss_sum += loss * count; /* HF's eval loss: the mean over examples */
-        }
-        free(logp), free(dlogp), free(stats);
-        kto_batch_free(&b);
-    }
-    free(order);
-    if (rc == 0) {
-        json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)eval->n_rows));
-        kto_method_flush_metrics(&ev, entry, "eval_");
-    }
-    return rc;
-}
-
 TrainMethod kto_method_train_method(KtoMethod *km) {
     return (TrainMethod){km, NULL, kto_micro_loss, true};
 }

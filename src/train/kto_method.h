@@ -50,18 +50,6 @@ TrainMethod kto_method_train_method(KtoMethod *km);
  * over. */
 void kto_method_flush_metrics(KtoMethod *km, json_t *entry, const char *prefix);
 
-typedef struct {
-    int64_t batch_size; /* rows per forward (KL rows rotate within it) */
-    int64_t max_len;    /* sequence_len */
-    int32_t pad_id;
-    /* the reference's sums of each eval row and its KL row when precomputed, else NULL */
-    const double *pre_ref, *pre_ref_kl;
-} KtoEvalOptions;
-/* Evaluation on held-out rows (val_set_size, test_datasets), in order, without gradient, as
- * pref_method_evaluate: eval_loss (the mean over rows of the batch losses) and eval_<key> for
- * every metric; km's training metrics are left alone. Returns 0, or -1 with an error. */
-int kto_method_evaluate(const KtoMethod *km, const Model *m, const PrefDataset *eval,
-                        const KtoEvalOptions *opt, json_t *entry);
 /* The reference's summed completion log-probs of each row of b (ref[n]) and, when b has KL rows
  * and ref_kl is not NULL, of each KL row (ref_kl[n]). Returns 0, or -1 with an error. */
 int kto_reference_sums(const ReferencePolicy *ref, const KtoMicroBatch *b, double *ref_sums,

@@ -148,45 +148,6 @@ static int pref_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     return rc;
 }
 
-int pref_method_evaluate(const PrefMethod *pm, const Model *m, const PrefDataset *eval,
-                         const PrefEvalOptions *opt, json_t *entry) {
-    PrefMethod ev = *pm;
-    ev.metrics = (StepMetrics){0};
-    ev.n_window = 1;
-    ev.pre_ref_chosen = opt->pre_ref_chosen;
-    ev.pre_ref_rejected = opt->pre_ref_rejected;
-    size_t *order = xmalloc(eval->n_pairs * sizeof *order);
-    for (size_t i = 0; i < eval->n_pairs; i++)
-        order[i] = i;
-    double loss_sum = 0;
-    int rc = 0;
-    size_t bs = (size_t)opt->batch_size;
-    for (size_t first = 0; first < eval->n_pairs && rc == 0; first += bs) {
-        int count = (int)(eval->n_pairs - first < bs ? eval->n_pairs - first : bs);
-        PrefMicroBatch b;
-        pref_batch_build(&b, eval, order, first, count, opt->max_len, opt->pad_id,
-                         pref_method_all_positions(pm));
-        ev.window = &b;
-        size_t cells = (size_t)b.mb.batch.batch * b.mb.batch.t_len;
-        float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
-        LogitStats *stats = xmalloc(cells * sizeof *stats);
-        rc = trainer_eval_logprobs(m, &b.mb, logp, stats);
-        if (rc == 0) {
-            double loss = 0;
-            rc = pref_micro_loss(&ev, 0, &b.mb, logp, stats, dlogp, &loss);
-            loss_sum += loss * count; /* HF's eval loss: the mean over examples */
-        }
-        free(logp), free(dlogp), free(stats);
-        pref_batch_free(&b);
-    }
-    free(order);
-    if (rc == 0) {
-        json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)eval->n_pairs));
-        pref_method_flush_metrics(&ev, entry, "eval_");
-    }
-    return rc;
-}
-
 bool pref_method_needs_reference(const PrefMethod *pm) {
     return pm->rl == RL_DPO || pm->rl == RL_IPO;
 }

@@ -42,21 +42,6 @@ typedef struct {
  * error naming the key. */
 int pref_method_init(PrefMethod *pm, const TrainConfig *cfg);
 
-typedef struct {
-    int64_t batch_size; /* pairs per forward */
-    int64_t max_len;    /* sequence_len */
-    int32_t pad_id;
-    /* the reference's sums of each eval pair when precomputed (precompute_ref_log_probs), else
-     * NULL: pm->ref is used */
-    const double *pre_ref_chosen, *pre_ref_rejected;
-} PrefEvalOptions;
-
-/* Evaluation on held-out pairs (val_set_size, test_datasets), in order, without gradient:
- * adds eval_loss (the mean over pairs of the batch losses, as HF's evaluation loop weighs
- * them) and eval_<key> for every metric (the mean over batches, as TRL's log does) to entry.
- * The training metrics of pm are left alone. Returns 0, or -1 with an error. */
-int pref_method_evaluate(const PrefMethod *pm, const Model *m, const PrefDataset *eval,
-                         const PrefEvalOptions *opt, json_t *entry);
 /* Whether the method compares with a reference policy (DPO, IPO). */
 bool pref_method_needs_reference(const PrefMethod *pm);
 /* Whether the loss reads every position's log-prob, prompt included (ORPO's NLL): the batch's

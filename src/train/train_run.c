@@ -78,7 +78,7 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
 /* What run() trains on: a dataset seen through micro-batches, and the method that turns them
  * into a loss. run() owns the loop (epochs, windows, schedule, logging, evaluation,
  * checkpoints); the task owns the examples. */
-typedef struct {
+typedef struct TrainTask {
     size_t n_examples;
     void *ctx;
     /* Builds micro-batch `slot` of a window from examples order[first .. first+count);
@@ -89,12 +89,54 @@ typedef struct {
     /* Called before each step with the window's micro-batch count. May be NULL. */
     void (*begin_step)(void *ctx, int n_micro);
     TrainMethod method;
-    /* Adds the method's metrics since the last log line to a log entry. May be NULL. */
-    void (*flush_metrics)(void *ctx, json_t *entry);
-    /* Evaluates on held-out examples, adding eval_* keys to entry. NULL: none. */
+    /* Adds the method's metrics since the last log line to a log entry, each key after prefix
+     * ("" or "eval_"). May be NULL. */
+    void (*flush_metrics)(void *ctx, json_t *entry, const char *prefix);
+    /* Evaluation, either of the two (or neither):
+     *  - evaluate: a task's own evaluation on held-out examples (n_eval of them), adding eval_*
+     *    keys to entry;
+     *  - held_out: held-out examples through the same kind of build and method, evaluated by
+     *    evaluate_held_out. */
     int (*evaluate)(void *ctx, Model *m, json_t *entry);
-    size_t n_eval; /* held-out examples (for the log) */
+    size_t n_eval;
+    const struct TrainTask *held_out;
 } TrainTask;
+
+/* Evaluation on a held-out task: its examples in order, batch_size at a time, through its own
+ * method without gradient. Adds eval_loss (the mean over examples of the batch losses, as HF's
+ * evaluation loop weighs them) and the method's metrics, each with the eval_ prefix. */
+static int evaluate_held_out(const TrainTask *h, Model *m, int64_t batch_size, json_t *entry) {
+    size_t *order = xmalloc(h->n_examples * sizeof *order);
+    for (size_t i = 0; i < h->n_examples; i++)
+        order[i] = i;
+    double loss_sum = 0;
+    int rc = 0;
+    for (size_t first = 0; first < h->n_examples && rc == 0; first += (size_t)batch_size) {
+        int count = (int)(h->n_examples - first < (size_t)batch_size ? h->n_examples - first
+                                                                     : (size_t)batch_size);
+        MicroBatch mb;
+        size_t tokens;
+        h->build(h->ctx, 0, order, first, count, &mb, &tokens);
+        if (h->begin_step) h->begin_step(h->ctx, 1);
+        size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
+        float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
+        LogitStats *stats = xmalloc(cells * sizeof *stats);
+        double loss = 0;
+        rc = trainer_eval_logprobs(m, &mb, logp, stats);
+        if (rc == 0)
+            rc = h->method.micro_loss(h->method.ctx, 0, &mb, logp,
+                                      h->method.wants_stats ? stats : NULL, dlogp, &loss);
+        loss_sum += loss * count;
+        free(logp), free(dlogp), free(stats);
+        h->release(h->ctx, 0);
+    }
+    free(order);
+    if (rc == 0) {
+        json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)h->n_examples));
+        if (h->flush_metrics) h->flush_metrics(h->ctx, entry, "eval_");
+    }
+    return rc;
+}
 
 /* The config with test_datasets in the place of datasets (a shallow copy: it borrows every
  * pointer), for loading the evaluation data through the training data's loaders. */
@@ -354,7 +396,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 json_object_set_new(entry, "loss", json_real(mean_loss));
                 json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
                 json_object_set_new(entry, "learning_rate", json_real(st.lr));
-                if (task->flush_metrics) task->flush_metrics(task->ctx, entry);
+                if (task->flush_metrics) task->flush_metrics(task->ctx, entry, "");
                 json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
                 log_entry(metrics, log_history, entry);
@@ -375,12 +417,16 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 show_progress(log, tr.step, total, first_step, st.loss, st.lr, note,
                               tokens / (el > 0 ? el : 1), el);
             }
+            size_t n_eval = task->held_out ? task->held_out->n_examples : task->n_eval;
             bool eval_now =
-                task->evaluate && task->n_eval &&
+                (task->evaluate || task->held_out) && n_eval &&
                 (cfg->eval_steps > 0 ? tr.step % cfg->eval_steps == 0 : tr.step == total);
             if (eval_now) {
                 json_t *entry = json_object();
-                if ((rc = task->evaluate(task->ctx, m, entry)) != 0) {
+                rc = task->held_out
+                         ? evaluate_held_out(task->held_out, m, cfg->micro_batch_size, entry)
+                         : task->evaluate(task->ctx, m, entry);
+                if (rc != 0) {
                     json_decref(entry);
                     break;
                 }
@@ -390,7 +436,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 log_entry(metrics, log_history, entry);
                 fprintf(log, "%sstep %lld/%lld  eval_loss %.4f (%zu held-out examples)\n",
                         tty ? "\n" : "", (long long)tr.step, (long long)total,
-                        json_number_value(json_object_get(entry, "eval_loss")), task->n_eval);
+                        json_number_value(json_object_get(entry, "eval_loss")), n_eval);
                 json_decref(entry);
             }
             if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
@@ -476,9 +522,9 @@ static int run_sft(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
                      cfg->micro_batch_size,
                      xmalloc((size_t)cfg->gradient_accumulation_steps * sizeof(BatchBuffers)),
                      0};
-        TrainTask task = {ds.n,        &t,           sft_build,
-                          sft_release, NULL,         trainer_sft_method(&t.window_tokens),
-                          NULL,        sft_evaluate, val.n};
+        TrainTask task = {
+            ds.n, &t,           sft_build, sft_release, NULL, trainer_sft_method(&t.window_tokens),
+            NULL, sft_evaluate, val.n,     NULL};
         rc = run(cfg, m, lora, &task, log);
         free(t.bufs);
     }
@@ -495,8 +541,6 @@ typedef struct {
     int64_t max_len;
     PrefMicroBatch *window; /* one per micro-batch of a window */
     PrefMethod *pm;
-    const PrefDataset *eval; /* held-out pairs (may be empty) */
-    PrefEvalOptions eval_opt;
 } PrefTask;
 
 static void pref_build(void *ctx, int slot, const size_t *order, size_t first, int count,
@@ -522,9 +566,9 @@ static void pref_begin_step(void *ctx, int n_micro) {
     t->pm->n_window = n_micro;
 }
 
-static void pref_flush(void *ctx, json_t *entry) {
+static void pref_flush(void *ctx, json_t *entry, const char *prefix) {
     PrefTask *t = ctx;
-    pref_method_flush_metrics(t->pm, entry, "");
+    pref_method_flush_metrics(t->pm, entry, prefix);
 }
 
 /* precompute_ref_log_probs: the reference's sums for every pair, once, in dataset order. */
@@ -586,11 +630,6 @@ static int pref_eval_split(PrefDataset *ds, const TrainConfig *cfg, const Tokeni
     }
     free(order);
     return 0;
-}
-
-static int pref_evaluate(void *ctx, Model *m, json_t *entry) {
-    PrefTask *t = ctx;
-    return pref_method_evaluate(t->pm, m, t->eval, &t->eval_opt, entry);
 }
 
 /* The reference policy for DPO/IPO (trl-methods.md §1.3): with an adapter, the same network with
@@ -656,19 +695,37 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
         if (has_frozen) model_free(&frozen), has_frozen = false; /* no longer needed in memory */
     }
     if (rc == 0) {
-        PrefTask t = {&ds,
-                      pad,
-                      cfg->sequence_len,
+        /* the held-out pairs go through a second instance of the method: its own metrics, and
+         * the held-out pairs' precomputed reference sums */
+        PrefMethod held_pm = pm;
+        held_pm.metrics = (StepMetrics){0};
+        held_pm.pre_ref_chosen = pre_val;
+        held_pm.pre_ref_rejected = pre_val ? pre_val + val.n_pairs : NULL;
+        PrefMicroBatch held_window;
+        PrefTask held_t = {&val, pad, cfg->sequence_len, &held_window, &held_pm};
+        TrainTask held = {val.n_pairs,
+                          &held_t,
+                          pref_build,
+                          pref_release,
+                          pref_begin_step,
+                          pref_method_train_method(&held_pm),
+                          pref_flush,
+                          NULL,
+                          0,
+                          NULL};
+        PrefTask t = {&ds, pad, cfg->sequence_len,
                       xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(PrefMicroBatch)),
-                      &pm,
-                      &val,
-                      {cfg->micro_batch_size, cfg->sequence_len, pad, pre_val,
-                       pre_val ? pre_val + val.n_pairs : NULL}};
-        TrainTask task = {ds.n_pairs,      &t,
-                          pref_build,      pref_release,
-                          pref_begin_step, pref_method_train_method(&pm),
-                          pref_flush,      val.n_pairs ? pref_evaluate : NULL,
-                          val.n_pairs};
+                      &pm};
+        TrainTask task = {ds.n_pairs,
+                          &t,
+                          pref_build,
+                          pref_release,
+                          pref_begin_step,
+                          pref_method_train_method(&pm),
+                          pref_flush,
+                          NULL,
+                          0,
+                          val.n_pairs ? &held : NULL};
         rc = run(cfg, m, lora, &task, log);
         free(t.window);
     }
@@ -692,14 +749,7 @@ typedef struct {
     int64_t max_len;
     KtoMicroBatch *window; /* one per micro-batch of a window */
     KtoMethod *km;
-    const PrefDataset *eval; /* held-out rows (may be empty) */
-    KtoEvalOptions eval_opt;
 } KtoTask;
-
-static int kto_evaluate(void *ctx, Model *m, json_t *entry) {
-    KtoTask *t = ctx;
-    return kto_method_evaluate(t->km, m, t->eval, &t->eval_opt, entry);
-}
 
 static void kto_build(void *ctx, int slot, const size_t *order, size_t first, int count,
                       MicroBatch *mb, size_t *tokens) {
@@ -721,9 +771,9 @@ static void kto_begin_step(void *ctx, int n_micro) {
     t->km->n_window = n_micro;
 }
 
-static void kto_flush(void *ctx, json_t *entry) {
+static void kto_flush(void *ctx, json_t *entry, const char *prefix) {
     KtoTask *t = ctx;
-    kto_method_flush_metrics(t->km, entry, "");
+    kto_method_flush_metrics(t->km, entry, prefix);
 }
 
 /* TRL's advice when the kinds are unbalanced (KTO paper eq. 8): a warning, never an error. */
@@ -806,19 +856,29 @@ static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
         if (has_frozen) model_free(&frozen), has_frozen = false; /* no longer needed in memory */
     }
     if (rc == 0) {
-        KtoTask t = {&ds,
-                     pad,
-                     cfg->sequence_len,
-                     xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(KtoMicroBatch)),
-                     &km,
-                     &val,
-                     {cfg->micro_batch_size, cfg->sequence_len, pad, pre_val,
-                      pre_val ? pre_val + val.n_rows : NULL}};
-        TrainTask task = {ds.n_rows,      &t,
-                          kto_build,      kto_release,
-                          kto_begin_step, kto_method_train_method(&km),
-                          kto_flush,      val.n_rows ? kto_evaluate : NULL,
-                          val.n_rows};
+        /* the held-out rows go through a second instance of the method (see run_preference) */
+        KtoMethod held_km = km;
+        held_km.metrics = (StepMetrics){0};
+        held_km.pre_ref = pre_val;
+        held_km.pre_ref_kl = pre_val ? pre_val + val.n_rows : NULL;
+        KtoMicroBatch held_window;
+        KtoTask held_t = {&val, pad, cfg->sequence_len, &held_window, &held_km};
+        TrainTask held = {val.n_rows,  &held_t,        kto_build,
+                          kto_release, kto_begin_step, kto_method_train_method(&held_km),
+                          kto_flush,   NULL,           0,
+                          NULL};
+        KtoTask t = {&ds, pad, cfg->sequence_len,
+                     xcalloc((size_t)cfg->gradient_accumulation_steps, sizeof(KtoMicroBatch)), &km};
+        TrainTask task = {ds.n_rows,
+                          &t,
+                          kto_build,
+                          kto_release,
+                          kto_begin_step,
+                          kto_method_train_method(&km),
+                          kto_flush,
+                          NULL,
+                          0,
+                          val.n_rows ? &held : NULL};
         rc = run(cfg, m, lora, &task, log);
         free(t.window);
     }
