@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include "common/fileio.h"
+#include "common/json_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -66,4 +67,21 @@ bool harness_same_file(const char *a, const char *b) {
     free(x);
     free(y);
     return same;
+}
+
+json_t *harness_read_metrics(const char *out_dir) {
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    json_t *rows = json_array();
+    if (read_file(path, &text, NULL) != 0) return rows;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *row;
+        if (json_load_text(l, strlen(l), "metrics", &row) == 0) json_array_append_new(rows, row);
+    }
+    free(text);
+    return rows;
+}
+
+double harness_metric(const json_t *rows, size_t i, const char *key) {
+    return json_number_value(json_object_get(json_array_get(rows, i), key));
 }

@@ -3,6 +3,7 @@
 #ifndef RLHF_TESTS_HARNESS_H
 #define RLHF_TESTS_HARNESS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -38,5 +39,10 @@ const char *harness_source_path(const char *rel);
 
 /* Writes `len` bytes to `path` (plain write; test set-up only). Returns 0 or -1. */
 int harness_write_file(const char *path, const void *data, size_t len);
+
+/* The rows of out_dir/metrics.jsonl, a JSON array (empty when the file is missing; caller
+ * decrefs), and one row's number for key (0 when absent). */
+json_t *harness_read_metrics(const char *out_dir);
+double harness_metric(const json_t *rows, size_t i, const char *key);
 
 #endif

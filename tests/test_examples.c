@@ -3,8 +3,6 @@
  * start with. */
 #include "cli/commands.h"
 #include "common/error.h"
-#include "common/fileio.h"
-#include "common/json_util.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -15,22 +13,15 @@
 
 /* The first and last logged values of `key` in out_dir/metrics.jsonl; false if never logged. */
 static bool first_last(const char *out_dir, const char *key, double *first, double *last) {
-    char path[4200], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    if (read_file(path, &text, NULL) != 0) return false;
+    json_t *rows = harness_read_metrics(out_dir);
     bool seen = false;
-    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        json_t *row;
-        if (json_load_text(l, strlen(l), "metrics", &row) != 0) continue;
-        const json_t *v = json_object_get(row, key);
-        if (v) {
-            if (!seen) *first = json_number_value(v);
-            *last = json_number_value(v);
-            seen = true;
-        }
-        json_decref(row);
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        if (!json_object_get(json_array_get(rows, i), key)) continue;
+        if (!seen) *first = harness_metric(rows, i, key);
+        *last = harness_metric(rows, i, key);
+        seen = true;
     }
-    free(text);
+    json_decref(rows);
     return seen;
 }
 

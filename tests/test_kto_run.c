@@ -48,24 +48,6 @@ static int train(const char *const *kv, int n) {
     return cli_train(1 + 2 * n, args);
 }
 
-/* The rows of output_dir/metrics.jsonl (caller decrefs). */
-static json_t *read_metrics(const char *out_dir) {
-    char path[4200], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    json_t *rows = json_array();
-    if (read_file(path, &text, NULL) != 0) return rows;
-    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        json_t *row;
-        if (json_load_text(l, strlen(l), "metrics", &row) == 0) json_array_append_new(rows, row);
-    }
-    free(text);
-    return rows;
-}
-
-static double metric(const json_t *rows, size_t i, const char *key) {
-    return json_number_value(json_object_get(json_array_get(rows, i), key));
-}
-
 /* The largest difference between two saved models' weights, and their largest weight. */
 static double weight_gap(const char *a_dir, const char *b_dir, double *scale) {
     Model a, b;
@@ -86,16 +68,19 @@ static void test_full_run(void) {
     const char *out = harness_tmp_path("full");
     const char *kv[] = {"--output_dir", out};
     CHECK(train(kv, 1) == CLI_EXIT_OK, "kto: %s", err_msg());
-    json_t *m = read_metrics(out);
+    json_t *m = harness_read_metrics(out);
     size_t n = json_array_size(m);
     CHECK(n == 6, "%zu log lines for 16 rows x 3 epochs / 8 per step", n);
-    CHECK(fabs(metric(m, 0, "loss") - 0.5) < 1e-6 && fabs(metric(m, 0, "kl")) < 1e-6 &&
-              fabs(metric(m, 0, "rewards/margins")) < 1e-6,
-          "step 1: policy = reference, loss %.7f (0.5), kl %.2g, margin %.2g", metric(m, 0, "loss"),
-          metric(m, 0, "kl"), metric(m, 0, "rewards/margins"));
-    CHECK(n == 6 && metric(m, 5, "rewards/margins") > 0.05 && metric(m, 5, "loss") < 0.5,
-          "the rewards move apart: margin %.4f, loss %.4f", metric(m, 5, "rewards/margins"),
-          metric(m, 5, "loss"));
+    CHECK(fabs(harness_metric(m, 0, "loss") - 0.5) < 1e-6 &&
+              fabs(harness_metric(m, 0, "kl")) < 1e-6 &&
+              fabs(harness_metric(m, 0, "rewards/margins")) < 1e-6,
+          "step 1: policy = reference, loss %.7f (0.5), kl %.2g, margin %.2g",
+          harness_metric(m, 0, "loss"), harness_metric(m, 0, "kl"),
+          harness_metric(m, 0, "rewards/margins"));
+    CHECK(n == 6 && harness_metric(m, 5, "rewards/margins") > 0.05 &&
+              harness_metric(m, 5, "loss") < 0.5,
+          "the rewards move apart: margin %.4f, loss %.4f", harness_metric(m, 5, "rewards/margins"),
+          harness_metric(m, 5, "loss"));
     const char *keys[] = {"loss",
                           "grad_norm",
                           "learning_rate",
@@ -150,9 +135,10 @@ static void test_lora_and_apo(void) {
                         "--learning_rate",
                         "2e-2"};
     CHECK(train(kv, 6) == CLI_EXIT_OK, "kto lora: %s", err_msg());
-    json_t *m = read_metrics(lora_out);
-    CHECK(fabs(metric(m, 0, "loss") - 0.5) < 1e-6, "lora step 1: loss %.7f", metric(m, 0, "loss"));
-    double margin = metric(m, json_array_size(m) - 1, "rewards/margins");
+    json_t *m = harness_read_metrics(lora_out);
+    CHECK(fabs(harness_metric(m, 0, "loss") - 0.5) < 1e-6, "lora step 1: loss %.7f",
+          harness_metric(m, 0, "loss"));
+    double margin = harness_metric(m, json_array_size(m) - 1, "rewards/margins");
     CHECK(margin > 0.05, "the adapter learns: margin %.4f", margin);
     json_decref(m);
 
@@ -168,10 +154,11 @@ static void test_lora_and_apo(void) {
     snprintf(config, sizeof config, "%s", harness_tmp_path("apo.yaml"));
     harness_write_file(config, apo_cfg, strlen(apo_cfg));
     CHECK(train(apo, 3) == CLI_EXIT_OK, "apo_zero_unpaired: %s", err_msg());
-    m = read_metrics(apo_out);
-    CHECK(json_array_size(m) == 2 && fabs(metric(m, 0, "loss") - 0.5) < 1e-6 &&
-              metric(m, 0, "kl") == 0,
-          "apo_zero_unpaired: step 1 loss %.7f, kl %g", metric(m, 0, "loss"), metric(m, 0, "kl"));
+    m = harness_read_metrics(apo_out);
+    CHECK(json_array_size(m) == 2 && fabs(harness_metric(m, 0, "loss") - 0.5) < 1e-6 &&
+              harness_metric(m, 0, "kl") == 0,
+          "apo_zero_unpaired: step 1 loss %.7f, kl %g", harness_metric(m, 0, "loss"),
+          harness_metric(m, 0, "kl"));
     json_decref(m);
     snprintf(config, sizeof config, "%s", saved);
 }
@@ -225,16 +212,16 @@ static void test_evaluation(void) {
                             "--precompute_ref_log_probs",
                             pre ? "true" : "false"};
         CHECK(train(kv, 5) == CLI_EXIT_OK, "kto eval: %s", err_msg());
-        json_t *m = read_metrics(out);
+        json_t *m = harness_read_metrics(out);
         int evals = 0;
         for (size_t i = 0; i < json_array_size(m); i++) {
             const json_t *row = json_array_get(m, i);
             if (!json_object_get(row, "eval_loss")) continue;
             evals++;
-            CHECK(fabs(metric(m, i, "eval_loss") - 0.5) < 1e-6 &&
-                      fabs(metric(m, i, "eval_kl")) < 1e-6,
+            CHECK(fabs(harness_metric(m, i, "eval_loss") - 0.5) < 1e-6 &&
+                      fabs(harness_metric(m, i, "eval_kl")) < 1e-6,
                   "policy = reference: eval_loss %.8f (0.5), eval_kl %.2g",
-                  metric(m, i, "eval_loss"), metric(m, i, "eval_kl"));
+                  harness_metric(m, i, "eval_loss"), harness_metric(m, i, "eval_kl"));
             CHECK(json_object_get(row, "eval_rewards/chosen") &&
                       json_object_get(row, "eval_logps/chosen") &&
                       !json_object_get(row, "eval_num_tokens"),

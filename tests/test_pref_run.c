@@ -45,38 +45,21 @@ static int train(const char *const *kv, int n) {
     return cli_train(1 + 2 * n, args);
 }
 
-/* The rows of output_dir/metrics.jsonl (caller decrefs). */
-static json_t *read_metrics(const char *out_dir) {
-    char path[4200], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    json_t *rows = json_array();
-    if (read_file(path, &text, NULL) != 0) return rows;
-    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        json_t *row;
-        if (json_load_text(l, strlen(l), "metrics", &row) == 0) json_array_append_new(rows, row);
-    }
-    free(text);
-    return rows;
-}
-
-static double metric(const json_t *rows, size_t i, const char *key) {
-    return json_number_value(json_object_get(json_array_get(rows, i), key));
-}
-
 static void test_full_and_precomputed(void) {
     const char *out = harness_tmp_path("full");
     const char *kv[] = {"--output_dir", out};
     CHECK(train(kv, 1) == CLI_EXIT_OK, "dpo: %s", err_msg());
-    json_t *m = read_metrics(out);
+    json_t *m = harness_read_metrics(out);
     size_t n = json_array_size(m);
     CHECK(n == 6, "%zu log lines for 16 pairs x 3 epochs / 8 per step", n);
-    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
-              fabs(metric(m, 0, "rewards/margins")) < 1e-5,
-          "step 1: policy = reference, loss %.7f (ln 2), margin %.2g", metric(m, 0, "loss"),
-          metric(m, 0, "rewards/margins"));
-    CHECK(n == 6 && metric(m, 5, "loss") < 0.5 && metric(m, 5, "rewards/accuracies") > 0.7,
-          "the loss falls to %.4f, accuracy %.2f", metric(m, 5, "loss"),
-          metric(m, 5, "rewards/accuracies"));
+    CHECK(fabs(harness_metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
+              fabs(harness_metric(m, 0, "rewards/margins")) < 1e-5,
+          "step 1: policy = reference, loss %.7f (ln 2), margin %.2g", harness_metric(m, 0, "loss"),
+          harness_metric(m, 0, "rewards/margins"));
+    CHECK(n == 6 && harness_metric(m, 5, "loss") < 0.5 &&
+              harness_metric(m, 5, "rewards/accuracies") > 0.7,
+          "the loss falls to %.4f, accuracy %.2f", harness_metric(m, 5, "loss"),
+          harness_metric(m, 5, "rewards/accuracies"));
     const char *keys[] = {"rewards/chosen",
                           "rewards/rejected",
                           "rewards/accuracies",
@@ -114,9 +97,9 @@ static void test_full_and_precomputed(void) {
     const char *ipo[] = {"--output_dir", harness_tmp_path("ipo"), "--rl",
                          "ipo",          "--max_steps",           "1"};
     CHECK(train(ipo, 3) == CLI_EXIT_OK, "ipo: %s", err_msg());
-    m = read_metrics(harness_tmp_path("ipo"));
-    CHECK(fabs(metric(m, 0, "loss") - 25.0) < 1e-3, "ipo step 1: loss %.6f, expected 25",
-          metric(m, 0, "loss"));
+    m = harness_read_metrics(harness_tmp_path("ipo"));
+    CHECK(fabs(harness_metric(m, 0, "loss") - 25.0) < 1e-3, "ipo step 1: loss %.6f, expected 25",
+          harness_metric(m, 0, "loss"));
     json_decref(m);
 }
 
@@ -136,10 +119,10 @@ static void test_adapter_references(void) {
                         "--learning_rate",
                         "2e-2"};
     CHECK(train(kv, 6) == CLI_EXIT_OK, "dpo lora: %s", err_msg());
-    json_t *m = read_metrics(lora_out);
-    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5, "lora step 1: loss %.7f",
-          metric(m, 0, "loss"));
-    double trained_margin = metric(m, json_array_size(m) - 1, "rewards/margins");
+    json_t *m = harness_read_metrics(lora_out);
+    CHECK(fabs(harness_metric(m, 0, "loss") - log(2.0)) < 1e-5, "lora step 1: loss %.7f",
+          harness_metric(m, 0, "loss"));
+    double trained_margin = harness_metric(m, json_array_size(m) - 1, "rewards/margins");
     CHECK(trained_margin > 0.1, "the adapter learns: margin %.4f", trained_margin);
     json_decref(m);
 
@@ -150,11 +133,11 @@ static void test_adapter_references(void) {
                           "--lora_model_dir", lora_out,
                           "--max_steps",      "1"};
     CHECK(train(cont, 4) == CLI_EXIT_OK, "lora_model_dir: %s", err_msg());
-    m = read_metrics(harness_tmp_path("continued"));
-    CHECK(fabs(metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
-              fabs(metric(m, 0, "rewards/margins")) < 1e-5,
-          "continuing: step 1 loss %.7f, margin %.3g", metric(m, 0, "loss"),
-          metric(m, 0, "rewards/margins"));
+    m = harness_read_metrics(harness_tmp_path("continued"));
+    CHECK(fabs(harness_metric(m, 0, "loss") - log(2.0)) < 1e-5 &&
+              fabs(harness_metric(m, 0, "rewards/margins")) < 1e-5,
+          "continuing: step 1 loss %.7f, margin %.3g", harness_metric(m, 0, "loss"),
+          harness_metric(m, 0, "rewards/margins"));
     json_decref(m);
 
     /* rl_adapter_ref_model: a separate frozen base; with the trained adapter loaded the policy
@@ -170,10 +153,10 @@ static void test_adapter_references(void) {
                          "--max_steps",
                          "1"};
     CHECK(train(sep, 5) == CLI_EXIT_OK, "rl_adapter_ref_model: %s", err_msg());
-    m = read_metrics(harness_tmp_path("separate"));
-    CHECK(metric(m, 0, "rewards/margins") > 0.05,
+    m = harness_read_metrics(harness_tmp_path("separate"));
+    CHECK(harness_metric(m, 0, "rewards/margins") > 0.05,
           "against the frozen base the loaded adapter starts with a margin (%.4f)",
-          metric(m, 0, "rewards/margins"));
+          harness_metric(m, 0, "rewards/margins"));
     json_decref(m);
 }
 
@@ -186,16 +169,16 @@ static void test_evaluation(void) {
                            "--eval_steps",    "2",
                            "--learning_rate", "1e-30"};
     CHECK(train(still, 4) == CLI_EXIT_OK, "eval: %s", err_msg());
-    json_t *m = read_metrics(harness_tmp_path("eval-still"));
+    json_t *m = harness_read_metrics(harness_tmp_path("eval-still"));
     int evals = 0;
     for (size_t i = 0; i < json_array_size(m); i++) {
         const json_t *row = json_array_get(m, i);
         if (!json_object_get(row, "eval_loss")) continue;
         evals++;
-        CHECK(fabs(metric(m, i, "eval_loss") - log(2.0)) < 1e-6 &&
-                  fabs(metric(m, i, "eval_rewards/margins")) < 1e-6,
-              "policy = reference: eval_loss %.8f (ln 2), margin %.2g", metric(m, i, "eval_loss"),
-              metric(m, i, "eval_rewards/margins"));
+        CHECK(fabs(harness_metric(m, i, "eval_loss") - log(2.0)) < 1e-6 &&
+                  fabs(harness_metric(m, i, "eval_rewards/margins")) < 1e-6,
+              "policy = reference: eval_loss %.8f (ln 2), margin %.2g",
+              harness_metric(m, i, "eval_loss"), harness_metric(m, i, "eval_rewards/margins"));
         const char *keys[] = {"eval_rewards/chosen", "eval_logps/rejected", "eval_logits/chosen",
                               "eval_entropy"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
@@ -219,12 +202,12 @@ static void test_evaluation(void) {
                             "--precompute_ref_log_probs",
                             pre ? "true" : "false"};
         CHECK(train(kv, 4) == CLI_EXIT_OK, "eval: %s", err_msg());
-        m = read_metrics(out);
+        m = harness_read_metrics(out);
         bool seen = false;
         for (size_t i = 0; i < json_array_size(m); i++) {
             if (!json_object_get(json_array_get(m, i), "eval_loss")) continue;
-            if (!seen) first[pre] = metric(m, i, "eval_loss"), seen = true;
-            last[pre] = metric(m, i, "eval_loss");
+            if (!seen) first[pre] = harness_metric(m, i, "eval_loss"), seen = true;
+            last[pre] = harness_metric(m, i, "eval_loss");
         }
         json_decref(m);
     }
@@ -252,7 +235,7 @@ static void test_evaluation(void) {
     char *args[] = {(char *)with_test, "--output_dir", (char *)harness_tmp_path("eval-test"),
                     "--max_steps", "2"};
     CHECK(cli_train(5, args) == CLI_EXIT_OK, "test_datasets: %s", err_msg());
-    m = read_metrics(harness_tmp_path("eval-test"));
+    m = harness_read_metrics(harness_tmp_path("eval-test"));
     const json_t *lastrow = json_array_get(m, json_array_size(m) - 1);
     CHECK(json_object_get(lastrow, "eval_loss") && json_object_get(lastrow, "eval_rewards/margins"),
           "test_datasets evaluated at the end");
@@ -278,11 +261,11 @@ static void test_reference_free_methods(void) {
                             runs[r].loss_type};
         CHECK(train(kv, runs[r].loss_type ? 3 : 2) == CLI_EXIT_OK, "%s: %s", runs[r].name,
               err_msg());
-        json_t *m = read_metrics(out);
+        json_t *m = harness_read_metrics(out);
         size_t n = json_array_size(m);
-        CHECK(n == 6 && metric(m, n - 1, "loss") < metric(m, 0, "loss"),
-              "%s: %zu log lines, loss %.4f -> %.4f", runs[r].name, n, metric(m, 0, "loss"),
-              metric(m, n - 1, "loss"));
+        CHECK(n == 6 && harness_metric(m, n - 1, "loss") < harness_metric(m, 0, "loss"),
+              "%s: %zu log lines, loss %.4f -> %.4f", runs[r].name, n, harness_metric(m, 0, "loss"),
+              harness_metric(m, n - 1, "loss"));
         const char *keys[] = {runs[r].key, "rewards/margins", "logps/chosen", "logits/chosen"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             CHECK(json_object_get(json_array_get(m, 0), keys[k]) != NULL, "%s: metric %s logged",
