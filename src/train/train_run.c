@@ -165,24 +165,29 @@ static int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, siz
     return 0;
 }
 
+/* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array
+ * (*held_out), keeping the rest, in draw order, in *items. */
+static void move_held_out(void **items, size_t *n, size_t size, const size_t *order, size_t n_val,
+                          void **held_out) {
+    char *src = *items, *kept = xmalloc((*n - n_val) * size), *out = xmalloc(n_val * size);
+    for (size_t i = 0; i < *n; i++)
+        memcpy(i < n_val ? out + i * size : kept + (i - n_val) * size, src + order[i] * size, size);
+    free(*items);
+    *items = kept;
+    *held_out = out;
+    *n -= n_val;
+}
+
 /* val_set_size for SFT: the drawn examples move from `all` to `val`. */
 static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset *val) {
     memset(val, 0, sizeof *val);
     size_t *order, n_val;
     if (validation_draw(all->n, cfg, &order, &n_val) != 0) return -1;
     if (n_val == 0) return 0;
-    SftExample *train = xmalloc((all->n - n_val) * sizeof *train);
-    val->items = xmalloc(n_val * sizeof *val->items);
-    for (size_t i = 0; i < all->n; i++) {
-        if (i < n_val)
-            val->items[val->n++] = all->items[order[i]];
-        else
-            train[i - n_val] = all->items[order[i]];
-    }
-    free(all->items);
+    move_held_out((void **)&all->items, &all->n, sizeof *all->items, order, n_val,
+                  (void **)&val->items);
+    val->n = n_val;
     free(order);
-    all->items = train;
-    all->n -= n_val;
     return 0;
 }
 
@@ -590,19 +595,6 @@ static int precompute_reference(const ReferencePolicy *ref, const PrefDataset *d
     free(order);
     if (rc == 0) fprintf(log, "reference log-probs precomputed for %zu pairs\n", ds->n_pairs);
     return rc;
-}
-
-/* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array
- * (*held_out), keeping the rest, in draw order, in *items. */
-static void move_held_out(void **items, size_t *n, size_t size, const size_t *order, size_t n_val,
-                          void **held_out) {
-    char *src = *items, *kept = xmalloc((*n - n_val) * size), *out = xmalloc(n_val * size);
-    for (size_t i = 0; i < *n; i++)
-        memcpy(i < n_val ? out + i * size : kept + (i - n_val) * size, src + order[i] * size, size);
-    free(*items);
-    *items = kept;
-    *held_out = out;
-    *n -= n_val;
 }
 
 /* The held-out pairs (or KTO rows): test_datasets, or val_set_size of the training ones (moved
