@@ -579,10 +579,31 @@ static int trl_beta(const TrainConfig *cfg, double *beta) {
 }
 
 /* The keys of the preference methods (axolotl-config.md §8.1, §8.2). */
+static void warn_from_grpo(void *ctx, const char *message) {
+    add_warning(ctx, "%s", message);
+}
+
+/* rl: grpo / gdpo: beta defaults to 0 (TRL's GRPOConfig), and the trl: block is GRPOConfig. */
+static int validate_grpo(TrainConfig *cfg, double beta) {
+    GrpoBatchShape shape = {(int)cfg->micro_batch_size, (int)cfg->gradient_accumulation_steps,
+                            cfg->val_set_size > 0 || cfg->n_test_datasets > 0};
+    if (grpo_config_read(&cfg->grpo, cfg->trl, cfg->rl == RL_GDPO, beta, &shape, cfg->source,
+                         cfg->trl_line, warn_from_grpo, cfg) != 0)
+        return -1;
+    cfg->beta = cfg->grpo.beta;
+    return 0;
+}
+
 static int validate_preference(TrainConfig *cfg) {
     double b = 0;
     int has_trl_beta = trl_beta(cfg, &b);
     if (has_trl_beta < 0) return -1;
+    if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
+        if (cfg->n_dpo_loss_type || cfg->n_dpo_loss_weights)
+            return err_set("`dpo_loss_type` and `dpo_loss_weights` are for DPO only, but got rl=%s",
+                           rl_method_name(cfg->rl));
+        return validate_grpo(cfg, has_trl_beta ? b : cfg->rl_beta);
+    }
     cfg->beta = has_trl_beta              ? b
                 : !isnan(cfg->rl_beta)    ? cfg->rl_beta
                 : !isnan(cfg->orpo_alpha) ? cfg->orpo_alpha
@@ -795,9 +816,14 @@ int train_config_load(TrainConfig *cfg, const char *path, const char *const *ove
         return -1;
     }
     int rc = read_file_keys(cfg, &d, overrides, n_overrides);
+    yaml_node_t *root = yaml_doc_root(&d);
+    if (rc == 0 && root) cfg->raw = yaml_node_to_json(&d, root);
+    if (rc == 0 && root && !cfg->raw) rc = -1;
     yaml_doc_free(&d);
     if (rc == 0) rc = apply_overrides(cfg, overrides, n_overrides);
-    if (rc == 0 && validate(cfg) != 0) rc = err_prefix("%s", path);
+    /* messages that already start with the file name (file:line: ...) are not prefixed again */
+    if (rc == 0 && validate(cfg) != 0)
+        rc = strncmp(err_msg(), path, strlen(path)) == 0 ? -1 : err_prefix("%s", path);
     if (rc != 0) train_config_free(cfg);
     return rc;
 }
@@ -820,6 +846,8 @@ static void free_datasets(DatasetConfig *list, int n) {
 void train_config_free(TrainConfig *cfg) {
     free_datasets(cfg->datasets, cfg->n_datasets);
     free_datasets(cfg->test_datasets, cfg->n_test_datasets);
+    grpo_config_free(&cfg->grpo);
+    json_decref(cfg->raw);
     char **strings[] = {&cfg->source,
                         &cfg->base_model,
                         &cfg->tokenizer_config,

@@ -8,6 +8,8 @@
 #ifndef RLHF_CONFIG_TRAIN_CONFIG_H
 #define RLHF_CONFIG_TRAIN_CONFIG_H
 
+#include "config/grpo_config.h"
+
 #include <stdbool.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -103,7 +105,9 @@ typedef struct {
     char *cpo_loss_type;          /* rl: cpo only: sigmoid (default), hinge, ipo, simpo, alphapo */
     int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
     char *excess_length_strategy; /* drop (default), truncate or raise */
-    char **warnings;              /* messages for the user, in file order */
+    GrpoConfig grpo;              /* rl: grpo / gdpo: the trl: block read (config/grpo_config.h) */
+    json_t *raw;     /* the whole file as JSON: what Python dataset transforms receive as cfg */
+    char **warnings; /* messages for the user, in file order */
     int n_warnings;
 } TrainConfig;
 

@@ -37,6 +37,7 @@ void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const ui
         targets[j] = tape->batch.tokens[where[j]];
     }
     LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
+    model_scale_logit_rows(m, rows, n_sel, H);
     fused_logprob_forward_stats(sel, sel_stats, rows, targets, m->lm_head, (int)n_sel, (int)H,
                                 m->cfg.vocab_size);
     memset(logp, 0, n * sizeof *logp);
@@ -180,8 +181,10 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
         targets[j] = b->tokens[where[j]];
         dsel[j] = dlogp[where[j]];
     }
+    model_scale_logit_rows(m, rows, n_sel, H); /* the lm_head saw row / T ... */
     fused_logprob_backward(drows, grad_of(m, grads, m->lm_head), dsel, rows, targets, m->lm_head,
                            (int)n_sel, (int)H, c->vocab_size);
+    model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
     float *dhidden = g.tmp;
     memset(dhidden, 0, n * H * sizeof(float));
     for (size_t j = 0; j < n_sel; j++)

@@ -255,6 +255,7 @@ int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *tar
         targets[n_sel++] = b->tokens[i];
     }
     float *sel_logp = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
+    model_scale_logit_rows(m, hidden, n_sel, H);
     fused_logprob_forward(sel_logp, hidden, targets, m->lm_head, (int)n_sel, (int)H,
                           m->cfg.vocab_size);
     for (size_t j = 0; j < n_sel; j++)

@@ -170,3 +170,10 @@ int model_load(Model *m, const char *dir) {
     if (rc != 0) model_free(m);
     return rc;
 }
+
+void model_scale_logit_rows(const Model *m, float *rows, size_t n, size_t h) {
+    float scale = model_logit_scale(m);
+    if (scale == 1.0f) return;
+    for (size_t i = 0; i < n * h; i++)
+        rows[i] *= scale;
+}

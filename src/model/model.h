@@ -43,7 +43,19 @@ typedef struct {
     float *lm_head;          /* (V, H); the same memory as embed when tied */
     LayerWeights *layers;    /* [L] */
     const LoraAdapter *lora; /* an adapter applied on top of the weights; NULL: none */
+    /* The log-probs read off the model (model_token_logprobs, the training tape) are those of
+     * softmax(logits / logit_temperature): GRPO scores completions at the temperature they were
+     * sampled with, as TRL does. 0 or 1: the logits as they are. Sampling ignores it. */
+    float logit_temperature;
 } Model;
+
+/* The factor the lm_head's input rows are multiplied by: logits / T = (row / T) · W^T. */
+static inline float model_logit_scale(const Model *m) {
+    return m->logit_temperature > 0 ? 1.0f / m->logit_temperature : 1.0f;
+}
+
+/* Multiplies n rows of h floats by model_logit_scale (nothing to do when it is 1). */
+void model_scale_logit_rows(const Model *m, float *rows, size_t n, size_t h);
 
 /* Loads config.json and the safetensors weights of a Hugging Face model directory,
  * converting to fp32. Every expected tensor must be present with the shape config.json

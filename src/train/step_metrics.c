@@ -1,10 +1,12 @@
 #include "train/step_metrics.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 void step_metrics_add(StepMetrics *m, const char *key, double value) {
+    if (isnan(value)) return; /* JSON has no NaN; TRL would log NaN for the whole window */
     int k = 0;
     while (k < m->n_keys && strcmp(m->key[k], key) != 0)
         k++;

@@ -17,7 +17,8 @@ typedef struct {
     double num_tokens; /* attention-mask tokens trained on so far */
 } StepMetrics;
 
-/* Adds one micro-batch's value of key (a string that outlives the metrics). */
+/* Adds one micro-batch's value of key (a string that outlives the metrics). A NaN value is not
+ * added. */
 void step_metrics_add(StepMetrics *m, const char *key, double value);
 
 /* Adds the running token count and logs it as num_tokens. */

@@ -1,0 +1,323 @@
+#include "config/grpo_config.h"
+
+#include "common/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* trl: keys GRPO reads; everything else in the block gets a warning. */
+static const char *const used_keys[] = {"beta",
+                                        "num_generations",
+                                        "num_generations_eval",
+                                        "generation_batch_size",
+                                        "steps_per_generation",
+                                        "max_completion_length",
+                                        "temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "repetition_penalty",
+                                        "num_iterations",
+                                        "epsilon",
+                                        "epsilon_high",
+                                        "delta",
+                                        "importance_sampling_level",
+                                        "multi_objective_aggregation",
+                                        "scale_rewards",
+                                        "loss_type",
+                                        "mask_truncated_completions",
+                                        "top_entropy_quantile",
+                                        "use_bias_correction_kl",
+                                        "reward_funcs",
+                                        "reward_weights",
+                                        "replay_buffer_size",
+                                        "chat_template_kwargs",
+                                        "shuffle_dataset",
+                                        "log_completions"};
+
+/* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
+ * meaning here; saying so is kinder than a generic "unknown key". */
+static bool is_vllm_or_async_key(const char *k) {
+    static const char *const keys[] = {
+        "use_vllm",       "vllm_mode",          "async_prefetch", "use_data_producer",
+        "prefetch_depth", "vllm_sync_interval", "vllm_lora_sync", "reward_num_workers"};
+    if (strncmp(k, "vllm_", 5) == 0) return true;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (strcmp(k, keys[i]) == 0) return true;
+    return false;
+}
+
+typedef struct {
+    const json_t *trl;
+    const char *source;
+    int line;
+} Block;
+
+static const json_t *member(const Block *b, const char *key) {
+    const json_t *v = b->trl ? json_object_get(b->trl, key) : NULL;
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int bad(const Block *b, const char *key, const char *expected) {
+    return err_set("%s:%d: key 'trl.%s': expected %s", b->source, b->line, key, expected);
+}
+
+static int read_int(const Block *b, const char *key, int min, int *out) {
+    const json_t *v = member(b, key);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > 1 << 30) {
+        char what[64];
+        snprintf(what, sizeof what, "an integer >= %d", min);
+        return bad(b, key, what);
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int read_double(const Block *b, const char *key, double *out) {
+    const json_t *v = member(b, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad(b, key, "a number");
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int read_bool(const Block *b, const char *key, bool *out) {
+    const json_t *v = member(b, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad(b, key, "true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A string member that must be one of `names`; *out is its index. */
+static int read_choice(const Block *b, const char *key, const char *const *names, int n,
+                       const char *expected, int *out) {
+    const json_t *v = member(b, key);
+    if (!v) return 0;
+    for (int i = 0; json_is_string(v) && i < n; i++)
+        if (strcmp(json_string_value(v), names[i]) == 0) return *out = i, 0;
+    return bad(b, key, expected);
+}
+
+static int read_loss_type(const Block *b, GrpoLossType *out) {
+    static const char *const names[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
+    const json_t *v = member(b, "loss_type");
+    if (!v) return 0;
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) return *out = (GrpoLossType)i, 0;
+    if (!strcmp(s, "cispo") || !strcmp(s, "sapo") || !strcmp(s, "luspo") || !strcmp(s, "vespo"))
+        return err_set("%s:%d: key 'trl.loss_type': \"%s\" is not supported by rlhf.c yet "
+                       "(grpo, bnpo, dr_grpo, dapo)",
+                       b->source, b->line, s);
+    return bad(b, "loss_type", "one of grpo, bnpo, dr_grpo, dapo");
+}
+
+/* scale_rewards: group | batch | none, or TRL's booleans (true: group, false: none). */
+static int read_scale_rewards(const Block *b, RewardScaling *out) {
+    const json_t *v = member(b, "scale_rewards");
+    if (!v) return 0;
+    if (json_is_boolean(v))
+        return *out = json_is_true(v) ? REWARD_SCALE_GROUP : REWARD_SCALE_NONE, 0;
+    static const char *const names[] = {"group", "batch", "none"};
+    int i;
+    if (!json_is_string(v) || read_choice(b, "scale_rewards", names, 3, "", &i) != 0)
+        return bad(b, "scale_rewards", "group, batch, none, true or false");
+    *out = (RewardScaling)i;
+    return 0;
+}
+
+static int read_rewards(const Block *b, GrpoConfig *g) {
+    const json_t *funcs = member(b, "reward_funcs");
+    if (!funcs || !json_is_array(funcs) || json_array_size(funcs) == 0)
+        return err_set("%s:%d: key 'trl.reward_funcs': GRPO needs at least one reward function "
+                       "(e.g. [\"rewards.my_reward\"] for a function in ./rewards.py, or "
+                       "\"builtin.accuracy\")",
+                       b->source, b->line);
+    g->reward_funcs = funcs;
+    g->n_reward_funcs = (int)json_array_size(funcs);
+    g->reward_weights = xmalloc((size_t)g->n_reward_funcs * sizeof *g->reward_weights);
+    for (int i = 0; i < g->n_reward_funcs; i++)
+        g->reward_weights[i] = 1.0;
+    const json_t *w = member(b, "reward_weights");
+    if (!w) return 0;
+    if (!json_is_array(w)) return bad(b, "reward_weights", "a list of numbers");
+    if ((int)json_array_size(w) != g->n_reward_funcs)
+        return err_set("%s:%d: Number of reward weights (%zu) must match number of reward "
+                       "functions (%d)",
+                       b->source, b->line, json_array_size(w), g->n_reward_funcs);
+    for (int i = 0; i < g->n_reward_funcs; i++) {
+        const json_t *x = json_array_get(w, (size_t)i);
+        if (!json_is_number(x)) return bad(b, "reward_weights", "a list of numbers");
+        g->reward_weights[i] = json_number_value(x);
+    }
+    return 0;
+}
+
+static long gcd(long a, long b) {
+    return b ? gcd(b, a % b) : a;
+}
+
+/* TRL's GRPOConfig.__post_init__ geometry (one process), with Axolotl's message for a generation
+ * batch that does not hold whole groups. */
+static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *s, bool gbs_set,
+                           bool spg_set) {
+    int mb = s->micro_batch_size, ga = s->gradient_accumulation_steps, G = g->num_generations;
+    if (gbs_set && spg_set)
+        return err_set("%s:%d: 'generation_batch_size' and 'steps_per_generation' can not be both "
+                       "configured at the same time",
+                       b->source, b->line);
+    if (gbs_set) {
+        if (g->generation_batch_size % mb != 0)
+            return err_set(
+                "%s:%d: generation_batch_size (%d) must be divisible by the global batch "
+                "size (%d).",
+                b->source, b->line, g->generation_batch_size, mb);
+        g->steps_per_generation = g->generation_batch_size / mb;
+    } else {
+        if (!spg_set) g->steps_per_generation = ga;
+        g->generation_batch_size = mb * g->steps_per_generation;
+    }
+    if (g->generation_batch_size % G != 0) {
+        char source[128], hint[256] = "";
+        if (gbs_set)
+            snprintf(source, sizeof source, "trl.generation_batch_size");
+        else if (spg_set)
+            snprintf(source, sizeof source, "micro_batch_size (%d) * trl.steps_per_generation (%d)",
+                     mb, g->steps_per_generation);
+        else {
+            snprintf(source, sizeof source,
+                     "micro_batch_size (%d) * gradient_accumulation_steps (%d)", mb, ga);
+            long need = (long)G / gcd(G, mb); /* lcm(G, mb) / mb */
+            snprintf(hint, sizeof hint,
+                     " Smallest fix: set `gradient_accumulation_steps: %ld` (so micro_batch_size * "
+                     "GA = %ld is a multiple of %d).",
+                     need, need * mb, G);
+        }
+        return err_set("%s:%d: GRPO: generation batch size must be divisible by "
+                       "`trl.num_generations`. Got effective_gbs=%d (from %s) and "
+                       "num_generations=%d.%s",
+                       b->source, b->line, g->generation_batch_size, source, G, hint);
+    }
+    if (s->evaluating && mb % g->num_generations_eval != 0)
+        return err_set("%s:%d: The global eval batch size (%d * 1) must be divisible by the number "
+                       "of generations used for evaluation (%d).",
+                       b->source, b->line, mb, g->num_generations_eval);
+    return 0;
+}
+
+static void warn_unused(const Block *b, void (*warn)(void *, const char *), void *ctx) {
+    if (!b->trl || !warn) return;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)b->trl, k, v) {
+        if (json_is_null(v)) continue;
+        bool used = false;
+        for (size_t i = 0; i < sizeof used_keys / sizeof *used_keys && !used; i++)
+            used = strcmp(k, used_keys[i]) == 0;
+        if (used) continue;
+        char msg[512];
+        if (is_vllm_or_async_key(k))
+            snprintf(msg, sizeof msg,
+                     "%s:%d: key 'trl.%s' ignored: rlhf.c generates with its own in-process "
+                     "engine (no vLLM server, no async workers)",
+                     b->source, b->line, k);
+        else
+            snprintf(msg, sizeof msg, "%s:%d: key 'trl.%s' is not used by rlhf.c yet; ignored",
+                     b->source, b->line, k);
+        warn(ctx, msg);
+    }
+}
+
+int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
+                     const GrpoBatchShape *shape, const char *source, int line,
+                     void (*warn)(void *ctx, const char *message), void *warn_ctx) {
+    *g = (GrpoConfig){.num_generations = 8,
+                      .max_completion_length = 256,
+                      .temperature = 1,
+                      .top_p = 1,
+                      .repetition_penalty = 1,
+                      .beta = isnan(beta) ? 0.0 : beta,
+                      .num_iterations = 1,
+                      .epsilon = 0.2,
+                      .epsilon_high = NAN,
+                      .delta = NAN,
+                      .normalize_then_sum = gdpo,
+                      .scale_rewards = REWARD_SCALE_GROUP,
+                      .loss_type = GRPO_LOSS_DAPO,
+                      .top_entropy_quantile = 1,
+                      .shuffle_dataset = true};
+    Block b = {trl, source, line};
+    static const char *const levels[] = {"token", "sequence"};
+    static const char *const aggregations[] = {"sum_then_normalize", "normalize_then_sum"};
+    int level = 0, aggregation = gdpo ? 1 : 0;
+    bool gbs_set = member(&b, "generation_batch_size") != NULL;
+    bool spg_set = member(&b, "steps_per_generation") != NULL;
+    if (read_int(&b, "num_generations", 1, &g->num_generations) ||
+        read_int(&b, "num_generations_eval", 1, &g->num_generations_eval) ||
+        read_int(&b, "generation_batch_size", 1, &g->generation_batch_size) ||
+        read_int(&b, "steps_per_generation", 1, &g->steps_per_generation) ||
+        read_int(&b, "max_completion_length", 1, &g->max_completion_length) ||
+        read_double(&b, "temperature", &g->temperature) || read_double(&b, "top_p", &g->top_p) ||
+        read_int(&b, "top_k", 0, &g->top_k) || read_double(&b, "min_p", &g->min_p) ||
+        read_double(&b, "repetition_penalty", &g->repetition_penalty) ||
+        read_int(&b, "num_iterations", 1, &g->num_iterations) ||
+        read_double(&b, "epsilon", &g->epsilon) ||
+        read_double(&b, "epsilon_high", &g->epsilon_high) || read_double(&b, "delta", &g->delta) ||
+        read_choice(&b, "importance_sampling_level", levels, 2, "token or sequence", &level) ||
+        read_choice(&b, "multi_objective_aggregation", aggregations, 2,
+                    "sum_then_normalize or normalize_then_sum", &aggregation) ||
+        read_scale_rewards(&b, &g->scale_rewards) || read_loss_type(&b, &g->loss_type) ||
+        read_bool(&b, "mask_truncated_completions", &g->mask_truncated_completions) ||
+        read_double(&b, "top_entropy_quantile", &g->top_entropy_quantile) ||
+        read_bool(&b, "use_bias_correction_kl", &g->use_bias_correction_kl) ||
+        read_int(&b, "replay_buffer_size", -(1 << 30), &g->replay_buffer_size) ||
+        read_bool(&b, "shuffle_dataset", &g->shuffle_dataset) ||
+        read_bool(&b, "log_completions", &g->log_completions))
+        return -1;
+    g->sequence_level_is = level == 1;
+    if (gdpo && aggregation == 0)
+        return err_set("%s:%d: `multi_objective_aggregation` value set as `sum_then_normalize` => "
+                       "GRPO, but GDPO was selected",
+                       source, line);
+    g->normalize_then_sum = aggregation == 1;
+    if (g->num_generations < 2)
+        return err_set("%s:%d: GRPO requires `trl.num_generations >= 2` (got %d). With "
+                       "num_generations=1, every group has zero advantage and the policy never "
+                       "updates.",
+                       source, line, g->num_generations);
+    if (!g->num_generations_eval) g->num_generations_eval = g->num_generations;
+    if (isnan(g->epsilon_high)) g->epsilon_high = g->epsilon;
+    if (g->temperature <= 0) return bad(&b, "temperature", "a number > 0");
+    if (g->top_p <= 0 || g->top_p > 1) return bad(&b, "top_p", "a number in (0, 1]");
+    if (g->min_p < 0 || g->min_p > 1) return bad(&b, "min_p", "a number in [0, 1]");
+    if (g->repetition_penalty <= 0) return bad(&b, "repetition_penalty", "a number > 0");
+    if (g->epsilon < 0 || g->epsilon_high < 0) return bad(&b, "epsilon", "a number >= 0");
+    if (!isnan(g->delta) && g->delta <= 1) return bad(&b, "delta", "a number > 1 (or null)");
+    if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
+        return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
+    if (g->beta < 0) return err_set("%s:%d: key 'trl.beta': must not be negative", source, line);
+    if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
+    const json_t *kw = member(&b, "chat_template_kwargs");
+    if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");
+    g->chat_template_kwargs = kw;
+    if (derive_geometry(&b, g, shape, gbs_set, spg_set) != 0 || read_rewards(&b, g) != 0) {
+        grpo_config_free(g);
+        return -1;
+    }
+    warn_unused(&b, warn, warn_ctx);
+    return 0;
+}
+
+void grpo_config_free(GrpoConfig *g) {
+    free(g->reward_weights);
+    g->reward_weights = NULL;
+}
+
+const char *grpo_loss_type_name(GrpoLossType t) {
+    static const char *const names[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
+    return names[t];
+}

@@ -1,0 +1,58 @@
+/* GRPO's settings (rl: grpo / rl: gdpo): the trl: block read into typed fields with TRL 1.9's
+ * GRPOConfig defaults, Axolotl's validation rules (axolotl-config.md §8.2 rules 4-5) and the
+ * batch geometry TRL derives (trl-methods.md §5.1). */
+#ifndef RLHF_CONFIG_GRPO_CONFIG_H
+#define RLHF_CONFIG_GRPO_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+typedef enum { GRPO_LOSS_GRPO, GRPO_LOSS_BNPO, GRPO_LOSS_DR_GRPO, GRPO_LOSS_DAPO } GrpoLossType;
+typedef enum { REWARD_SCALE_GROUP, REWARD_SCALE_BATCH, REWARD_SCALE_NONE } RewardScaling;
+
+typedef struct {
+    int num_generations;       /* G: completions per prompt (8) */
+    int num_generations_eval;  /* G for evaluation (num_generations) */
+    int steps_per_generation;  /* micro-batches per generation batch (derived) */
+    int generation_batch_size; /* completions per generation batch (derived) */
+    int max_completion_length; /* 256 (TRL 1.9.0) */
+    double temperature, top_p, min_p, repetition_penalty; /* 1, 1, 0 (none), 1 */
+    int top_k;                                            /* 0: none */
+    double beta;                                          /* KL coefficient (0) */
+    int num_iterations;                                   /* passes over a generation batch (1) */
+    double epsilon, epsilon_high; /* clip range; epsilon_high defaults to epsilon */
+    double delta;                 /* two-sided clip upper bound; NAN: none */
+    bool sequence_level_is;       /* importance_sampling_level: sequence (GSPO) */
+    bool normalize_then_sum;      /* multi_objective_aggregation (GDPO) */
+    RewardScaling scale_rewards;  /* group */
+    GrpoLossType loss_type;       /* dapo */
+    bool mask_truncated_completions;
+    double top_entropy_quantile; /* 1: every token */
+    bool use_bias_correction_kl;
+    const json_t *reward_funcs; /* the trl.reward_funcs array (borrowed from the trl block) */
+    double *reward_weights;     /* one per reward function (1.0 each when unset) */
+    int n_reward_funcs;
+    int replay_buffer_size;             /* 0: no replay buffer (Axolotl's default) */
+    const json_t *chat_template_kwargs; /* borrowed; NULL: none */
+    bool shuffle_dataset;               /* true */
+    bool log_completions;
+} GrpoConfig;
+
+/* The batch sizes the trl: block is checked against. */
+typedef struct {
+    int micro_batch_size, gradient_accumulation_steps;
+    bool evaluating; /* a held-out set exists */
+} GrpoBatchShape;
+
+/* Reads trl (may be NULL) for rl: grpo (gdpo false) or rl: gdpo. beta is the resolved
+ * trl.beta > rl_beta value, NAN when neither is set (GRPO's default is then 0). warn receives
+ * each key rlhf.c does not act on. Returns 0, or -1 with an error "source:line: key 'trl.k': ..."
+ * or Axolotl's/TRL's own message for the rules they state. */
+int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
+                     const GrpoBatchShape *shape, const char *source, int line,
+                     void (*warn)(void *ctx, const char *message), void *warn_ctx);
+void grpo_config_free(GrpoConfig *g);
+
+const char *grpo_loss_type_name(GrpoLossType t);
+
+#endif

@@ -1,0 +1,46 @@
+/* GRPO's per-token loss and its gradient for one micro-batch (trl-methods.md §5.7), as TRL 1.9's
+ * GRPOTrainer._compute_loss computes it for loss types grpo, bnpo, dr_grpo and dapo:
+ *
+ *   ratio r = exp(ℓ − ℓ_old) per token, or exp(mean over the row's tokens of ℓ − ℓ_old) per
+ *   sequence (GSPO); policy term −min(min(r, δ)·A, clamp(r, 1−ε, 1+ε_high)·A), zeroed outside the
+ *   entropy mask; + β·k3 KL to the reference (times r with the bias correction); then each loss
+ *   type's normalisation of the masked sum.
+ *
+ * Rows are completions; every array is (rows, width), aligned on completion tokens. The
+ * gradient follows torch's rules at the kinks: clamp passes it on its closed interval, and
+ * min() of two equal values sends half to each. */
+#ifndef RLHF_METHODS_GRPO_LOSS_H
+#define RLHF_METHODS_GRPO_LOSS_H
+
+#include "config/grpo_config.h"
+
+#include <stdint.h>
+
+typedef struct {
+    int rows, width;
+    const float *logp;       /* ℓ: the policy's log-probs (temperature-scaled) */
+    const float *old_logp;   /* ℓ_old; NULL: ℓ itself, detached (ratio 1) */
+    const float *ref_logp;   /* ℓ_ref; read only when beta != 0 */
+    const float *entropy;    /* per token, for the entropy mask and the metric */
+    const float *advantages; /* (rows) */
+    const uint8_t *mask;     /* the loss mask */
+    /* normalisers: gradient accumulation steps (1 in evaluation), and for dapo the loss-mask
+     * tokens of the whole generation batch */
+    int accumulation_steps;
+    double generation_batch_tokens;
+} GrpoMicroBatch;
+
+/* The metrics TRL appends once per micro-batch (NaN where TRL's value is NaN). */
+typedef struct {
+    double kl, entropy;
+    double clip_low_mean, clip_high_mean, clip_region_mean, clip_low_min, clip_high_max;
+} GrpoLossMetrics;
+
+/* Writes dloss/dℓ to dlogp (every cell) and returns the micro-batch loss. */
+double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
+                 GrpoLossMetrics *metrics);
+
+/* torch.quantile's linear interpolation at q in [0, 1] of n values (sorted in place). */
+double grpo_quantile(float *values, int n, double q);
+
+#endif

@@ -1,0 +1,74 @@
+/* GRPO's optimisation side (trl-methods.md §5.1, §5.3, §5.7): scored generation batches go in,
+ * optimizer steps come out.
+ *
+ * A generation batch, when added, gets its old log-probs (when TRL would compute them: the
+ * policy moves between the batch's generation and some of its micro-steps, or the replay buffer
+ * is on) and its reference log-probs (beta != 0), goes through the replay buffer, is shuffled
+ * row-wise and cut into steps_per_generation micro-batches, queued num_iterations times over.
+ * Each step takes the next gradient_accumulation_steps queued micro-batches. The policy does not
+ * change between two optimizer steps, so generating every batch a step needs before the step
+ * is the same as TRL generating at the micro-step where the previous batch runs out. */
+#ifndef RLHF_TRAIN_GRPO_TRAINER_H
+#define RLHF_TRAIN_GRPO_TRAINER_H
+
+#include "config/grpo_config.h"
+#include "methods/grpo_loss.h"
+#include "model/reference_policy.h"
+#include "train/grpo_batch.h"
+#include "train/step_metrics.h"
+#include "train/trainer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct GrpoQueuedBatch GrpoQueuedBatch;
+
+typedef struct {
+    GrpoQueuedBatch *batch; /* shared by the batch's micro-steps */
+    int *rows;              /* micro_batch_size row indices into it */
+} GrpoMicroStep;
+
+typedef struct {
+    const GrpoConfig *cfg;
+    Trainer *trainer;
+    const ReferencePolicy *ref; /* read when beta != 0 */
+    bool replay_on;             /* the replay buffer is on (set by grpo_run) */
+    int micro_batch_size, accumulation_steps;
+    bool shuffle_rows; /* TRL shuffles each generation batch's rows; tests replaying TRL's order
+                          turn it off */
+    uint64_t seed;
+    int64_t batches_added; /* the shuffle's and the replay draws' stream */
+    GrpoMicroStep *queue;
+    int n_queued, queue_cap;
+    StepMetrics metrics; /* since the last log line */
+} GrpoTrainer;
+
+void grpo_trainer_init(GrpoTrainer *g, const GrpoConfig *cfg, Trainer *trainer,
+                       const ReferencePolicy *ref, int micro_batch_size, int accumulation_steps,
+                       uint64_t seed);
+void grpo_trainer_free(GrpoTrainer *g);
+
+/* Whether added batches get old log-probs (TRL: gradient_accumulation_steps is not a multiple
+ * of steps_per_generation x num_iterations; rlhf.c: also whenever the replay buffer is on, since
+ * a replayed group is off-policy). */
+bool grpo_trainer_needs_old_logps(const GrpoTrainer *g);
+
+/* Gives a scored batch the old and reference log-probs it needs (allocating b->old_logps /
+ * b->ref_logps), under the policy as it stands. Returns 0, or -1 with an error. */
+int grpo_trainer_logprobs(GrpoTrainer *g, GrpoBatch *b);
+
+/* Queues a batch's micro-steps (its arrays move into the trainer; *b is zeroed). */
+void grpo_trainer_add(GrpoTrainer *g, GrpoBatch *b);
+
+/* Micro-steps queued. An optimizer step needs accumulation_steps of them. */
+int grpo_trainer_queued(const GrpoTrainer *g);
+
+/* One optimizer step over the next accumulation_steps queued micro-steps. */
+int grpo_trainer_step(GrpoTrainer *g, StepStats *stats);
+
+/* Log-probs of a batch's completions (rows x completion_w, 0 off the completion) under `model`
+ * as it stands, or under the reference when ref is given; micro_batch_size rows at a time. */
+int grpo_batch_logprobs(Model *model, const ReferencePolicy *ref, const GrpoBatch *b,
+                        int micro_batch_size, float *out);
+
+#endif
