@@ -303,7 +303,9 @@ static void test_errors(void) {
              "base_model: %s\nlearning_rate: 1e-3\nrl: grpo\ndatasets:\n  - path: %s\n    type: "
              "alpaca\n",
              base, harness_tmp_path("alpaca.jsonl"));
-    expect_train_error("rl.yaml", text, "rl: grpo is not implemented", NULL);
+    /* GRPO's defaults (8 generations) do not fit one completion per step: Axolotl's advice */
+    expect_train_error("rl.yaml", text, "rl.yaml: GRPO: generation batch size must be divisible",
+                       "set `gradient_accumulation_steps: 8`");
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: sharegpt\n",
              base, harness_tmp_path("alpaca.jsonl"));

@@ -51,8 +51,7 @@ static bool is_vllm_or_async_key(const char *k) {
 
 typedef struct {
     const json_t *trl;
-    const char *source;
-    int line;
+    char at[512]; /* "file:line" of the trl: block, or the file when there is none */
 } Block;
 
 static const json_t *member(const Block *b, const char *key) {
@@ -61,7 +60,7 @@ static const json_t *member(const Block *b, const char *key) {
 }
 
 static int bad(const Block *b, const char *key, const char *expected) {
-    return err_set("%s:%d: key 'trl.%s': expected %s", b->source, b->line, key, expected);
+    return err_set("%s: key 'trl.%s': expected %s", b->at, key, expected);
 }
 
 static int read_int(const Block *b, const char *key, int min, int *out) {
@@ -110,9 +109,9 @@ static int read_loss_type(const Block *b, GrpoLossType *out) {
     for (int i = 0; i < 4; i++)
         if (strcmp(s, names[i]) == 0) return *out = (GrpoLossType)i, 0;
     if (!strcmp(s, "cispo") || !strcmp(s, "sapo") || !strcmp(s, "luspo") || !strcmp(s, "vespo"))
-        return err_set("%s:%d: key 'trl.loss_type': \"%s\" is not supported by rlhf.c yet "
+        return err_set("%s: key 'trl.loss_type': \"%s\" is not supported by rlhf.c yet "
                        "(grpo, bnpo, dr_grpo, dapo)",
-                       b->source, b->line, s);
+                       b->at, s);
     return bad(b, "loss_type", "one of grpo, bnpo, dr_grpo, dapo");
 }
 
@@ -133,10 +132,10 @@ static int read_scale_rewards(const Block *b, RewardScaling *out) {
 static int read_rewards(const Block *b, GrpoConfig *g) {
     const json_t *funcs = member(b, "reward_funcs");
     if (!funcs || !json_is_array(funcs) || json_array_size(funcs) == 0)
-        return err_set("%s:%d: key 'trl.reward_funcs': GRPO needs at least one reward function "
+        return err_set("%s: key 'trl.reward_funcs': GRPO needs at least one reward function "
                        "(e.g. [\"rewards.my_reward\"] for a function in ./rewards.py, or "
                        "\"builtin.accuracy\")",
-                       b->source, b->line);
+                       b->at);
     g->reward_funcs = funcs;
     g->n_reward_funcs = (int)json_array_size(funcs);
     g->reward_weights = xmalloc((size_t)g->n_reward_funcs * sizeof *g->reward_weights);
@@ -146,9 +145,9 @@ static int read_rewards(const Block *b, GrpoConfig *g) {
     if (!w) return 0;
     if (!json_is_array(w)) return bad(b, "reward_weights", "a list of numbers");
     if ((int)json_array_size(w) != g->n_reward_funcs)
-        return err_set("%s:%d: Number of reward weights (%zu) must match number of reward "
+        return err_set("%s: Number of reward weights (%zu) must match number of reward "
                        "functions (%d)",
-                       b->source, b->line, json_array_size(w), g->n_reward_funcs);
+                       b->at, json_array_size(w), g->n_reward_funcs);
     for (int i = 0; i < g->n_reward_funcs; i++) {
         const json_t *x = json_array_get(w, (size_t)i);
         if (!json_is_number(x)) return bad(b, "reward_weights", "a list of numbers");
@@ -167,15 +166,14 @@ static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *
                            bool spg_set) {
     int mb = s->micro_batch_size, ga = s->gradient_accumulation_steps, G = g->num_generations;
     if (gbs_set && spg_set)
-        return err_set("%s:%d: 'generation_batch_size' and 'steps_per_generation' can not be both "
+        return err_set("%s: 'generation_batch_size' and 'steps_per_generation' can not be both "
                        "configured at the same time",
-                       b->source, b->line);
+                       b->at);
     if (gbs_set) {
         if (g->generation_batch_size % mb != 0)
-            return err_set(
-                "%s:%d: generation_batch_size (%d) must be divisible by the global batch "
-                "size (%d).",
-                b->source, b->line, g->generation_batch_size, mb);
+            return err_set("%s: generation_batch_size (%d) must be divisible by the global batch "
+                           "size (%d).",
+                           b->at, g->generation_batch_size, mb);
         g->steps_per_generation = g->generation_batch_size / mb;
     } else {
         if (!spg_set) g->steps_per_generation = ga;
@@ -197,15 +195,15 @@ static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *
                      "GA = %ld is a multiple of %d).",
                      need, need * mb, G);
         }
-        return err_set("%s:%d: GRPO: generation batch size must be divisible by "
+        return err_set("%s: GRPO: generation batch size must be divisible by "
                        "`trl.num_generations`. Got effective_gbs=%d (from %s) and "
                        "num_generations=%d.%s",
-                       b->source, b->line, g->generation_batch_size, source, G, hint);
+                       b->at, g->generation_batch_size, source, G, hint);
     }
     if (s->evaluating && mb % g->num_generations_eval != 0)
-        return err_set("%s:%d: The global eval batch size (%d * 1) must be divisible by the number "
+        return err_set("%s: The global eval batch size (%d * 1) must be divisible by the number "
                        "of generations used for evaluation (%d).",
-                       b->source, b->line, mb, g->num_generations_eval);
+                       b->at, mb, g->num_generations_eval);
     return 0;
 }
 
@@ -219,15 +217,15 @@ static void warn_unused(const Block *b, void (*warn)(void *, const char *), void
         for (size_t i = 0; i < sizeof used_keys / sizeof *used_keys && !used; i++)
             used = strcmp(k, used_keys[i]) == 0;
         if (used) continue;
-        char msg[512];
+        char msg[1024];
         if (is_vllm_or_async_key(k))
             snprintf(msg, sizeof msg,
-                     "%s:%d: key 'trl.%s' ignored: rlhf.c generates with its own in-process "
+                     "%s: key 'trl.%s' ignored: rlhf.c generates with its own in-process "
                      "engine (no vLLM server, no async workers)",
-                     b->source, b->line, k);
+                     b->at, k);
         else
-            snprintf(msg, sizeof msg, "%s:%d: key 'trl.%s' is not used by rlhf.c yet; ignored",
-                     b->source, b->line, k);
+            snprintf(msg, sizeof msg, "%s: key 'trl.%s' is not used by rlhf.c yet; ignored", b->at,
+                     k);
         warn(ctx, msg);
     }
 }
@@ -250,7 +248,11 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
                       .shuffle_dataset = true};
-    Block b = {trl, source, line};
+    Block b = {.trl = trl};
+    if (line > 0)
+        snprintf(b.at, sizeof b.at, "%s:%d", source, line);
+    else
+        snprintf(b.at, sizeof b.at, "%s", source);
     static const char *const levels[] = {"token", "sequence"};
     static const char *const aggregations[] = {"sum_then_normalize", "normalize_then_sum"};
     int level = 0, aggregation = gdpo ? 1 : 0;
@@ -280,15 +282,15 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return -1;
     g->sequence_level_is = level == 1;
     if (gdpo && aggregation == 0)
-        return err_set("%s:%d: `multi_objective_aggregation` value set as `sum_then_normalize` => "
+        return err_set("%s: `multi_objective_aggregation` value set as `sum_then_normalize` => "
                        "GRPO, but GDPO was selected",
-                       source, line);
+                       b.at);
     g->normalize_then_sum = aggregation == 1;
     if (g->num_generations < 2)
-        return err_set("%s:%d: GRPO requires `trl.num_generations >= 2` (got %d). With "
+        return err_set("%s: GRPO requires `trl.num_generations >= 2` (got %d). With "
                        "num_generations=1, every group has zero advantage and the policy never "
                        "updates.",
-                       source, line, g->num_generations);
+                       b.at, g->num_generations);
     if (!g->num_generations_eval) g->num_generations_eval = g->num_generations;
     if (isnan(g->epsilon_high)) g->epsilon_high = g->epsilon;
     if (g->temperature <= 0) return bad(&b, "temperature", "a number > 0");
@@ -299,7 +301,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
     if (!isnan(g->delta) && g->delta <= 1) return bad(&b, "delta", "a number > 1 (or null)");
     if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
-    if (g->beta < 0) return err_set("%s:%d: key 'trl.beta': must not be negative", source, line);
+    if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", b.at);
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");

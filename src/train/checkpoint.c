@@ -158,6 +158,7 @@ int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const jso
         snprintf(path, sizeof path, "%s/trainer_state.json", temp_dir);
         rc = write_json(path, state);
     }
+    if (rc == 0 && target->write_extra) rc = target->write_extra(target->extra_ctx, temp_dir);
     if (rc == 0 && dir_exists(final_dir)) rc = remove_tree(final_dir); /* a re-save of step N */
     if (rc == 0 && rename(temp_dir, final_dir) != 0)
         rc = err_set("%s: cannot rename into place: %s", final_dir, strerror(errno));

@@ -27,6 +27,11 @@ typedef struct {
     const char *model_dir;     /* where config.json comes from */
     const char *tokenizer_dir; /* where the tokenizer files come from */
     int64_t save_total_limit;  /* 0: keep all */
+    /* Method state that belongs in the checkpoint too (GRPO's replay buffer): called with the
+     * directory while it is still the temporary one, so it lands atomically with the rest.
+     * May be NULL. Returns 0, or -1 with an error. */
+    int (*write_extra)(void *ctx, const char *dir);
+    void *extra_ctx;
 } CheckpointTarget;
 
 /* Writes checkpoint-<tr->step> (invariants 1-3). `state` is trainer_state.json's content.

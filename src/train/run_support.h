@@ -1,0 +1,45 @@
+/* What every training loop shares (SFT, preference methods, GRPO): the clock, Axolotl's warm-up
+ * default, the progress line, trainer_state.json, resuming, the log entries and the reference
+ * policy. */
+#ifndef RLHF_TRAIN_RUN_SUPPORT_H
+#define RLHF_TRAIN_RUN_SUPPORT_H
+
+#include "config/train_config.h"
+#include "model/reference_policy.h"
+#include "train/trainer.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+double now_seconds(void);
+
+/* Axolotl's warm-up when neither warmup_steps nor warmup_ratio is set. */
+int64_t default_warmup(int64_t total);
+
+/* The figures worth a glance on the progress line, from a log entry, into buf. */
+void metric_note(const json_t *entry, char *buf, size_t size);
+
+void show_progress(FILE *log, int64_t step, int64_t total, int64_t first_step, double loss,
+                   double lr, const char *note, double tokens_per_s, double elapsed);
+
+/* trainer_state.json in HF's schema. */
+json_t *trainer_state(const TrainConfig *cfg, int64_t step, double epoch, int64_t total,
+                      json_t *log_history);
+
+/* resume_from_checkpoint: restores the trainer and appends the checkpoint's log history. The
+ * directory resumed from is written to dir (may be NULL). Returns 0, or -1 with an error. */
+int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log, char *dir,
+           size_t dir_size);
+
+/* Appends a log entry: to metrics.jsonl (one line) and to trainer_state's log_history. */
+void log_entry(FILE *metrics, json_t *log_history, json_t *entry);
+
+/* The reference policy (trl-methods.md §1.3): with an adapter, the same network with the adapter
+ * switched off, or (lora_model_dir) a frozen copy of the adapter as loaded; else (or with
+ * rl_adapter_ref_model) a frozen copy of the base in *frozen (*has_frozen set). */
+int make_reference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, Model *frozen,
+                   bool *has_frozen, LoraAdapter *initial, ReferencePolicy *ref, FILE *log);
+
+#endif
