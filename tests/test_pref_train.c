@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/reference_policy.h"
 #include "train/pref_method.h"
+#include "trained_weights.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -114,52 +115,6 @@ static void check_step(const char *name, int step, json_t *got, const json_t *wa
     }
 }
 
-/* The trained weights (or adapter) against TRL's: every entry to 1e-4 of its tensor's largest,
- * but for at most 2 entries per tensor, which must be within 1e-3. Why the 2: an entry whose
- * gradient sits below fp32 rounding (|g| ~ 1e-6 of the tensor's largest) gets its AdamW step
- * direction from the rounding, in TRL as here. Measured on the ipo case: one such entry of
- * layer 1's k_proj (1 of 512 below 1e-4 of the largest gradient); TRL itself moves it by 1.8e-5
- * of the scale between 1 and 2 threads, and rlhf.c lands 1.6e-4 from TRL there. */
-static void check_weights(const char *name, const char *dir, const Model *m,
-                          const LoraAdapter *lora) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/final.safetensors", dir);
-    SafetensorsFile f;
-    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
-    int n = lora ? lora->n_info : m->n_param_tensors, bad = 0;
-    double worst = 0;
-    for (int p = 0; p < n; p++) {
-        const char *pname = lora ? lora->info[p].name : m->param_info[p].name;
-        size_t numel = lora ? lora->info[p].numel : m->param_info[p].numel;
-        const float *mine =
-            lora ? lora->params + lora->info[p].offset : m->params + m->param_info[p].offset;
-        const SafetensorsTensor *t = safetensors_find(&f, pname);
-        CHECK(t && (size_t)t->numel == numel, "%s: tensor %s in TRL's weights", name, pname);
-        if (!t || (size_t)t->numel != numel) continue;
-        float *want = malloc(numel * sizeof *want);
-        safetensors_to_f32(t, want);
-        double scale = 0, err = 0;
-        for (size_t k = 0; k < numel; k++)
-            scale = fmax(scale, fabs(want[k]));
-        int outliers = 0;
-        for (size_t k = 0; k < numel; k++) {
-            double e = fabs(mine[k] - want[k]);
-            err = fmax(err, e);
-            outliers += e > 1e-4 * scale;
-        }
-        if (outliers > 2 || err > 1e-3 * scale) {
-            bad++;
-            printf("%s: %s: %d entries off by more than 1e-4, the worst %.3g of %.3g\n", name,
-                   pname, outliers, err, scale);
-        }
-        worst = fmax(worst, scale > 0 ? err / scale : err);
-        free(want);
-    }
-    CHECK(bad == 0, "%s: %d trained tensors differ from TRL's", name, bad);
-    printf("%s: %d trained tensors match TRL's, worst %.2e of the largest entry\n", name, n, worst);
-    safetensors_close(&f);
-}
-
 static void check_case(const char *name) {
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s", harness_source_path("tests/fixtures/pref_train"));
@@ -244,7 +199,9 @@ static void check_case(const char *name) {
             pref_batch_free(&window[k]);
     }
     printf("%s: logged values within %.2e of TRL's\n", name, worst_logged);
-    check_weights(name, dir, &m, lora_case ? &lora : NULL);
+    snprintf(path, sizeof path, "%s/final.safetensors", dir);
+    double worst_weight;
+    trained_weights_check(name, path, &m, lora_case ? &lora : NULL, &worst_weight);
     trainer_free(&tr);
     free(order);
     if (lora_case)

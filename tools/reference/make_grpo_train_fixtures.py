@@ -89,8 +89,12 @@ CASES = {
                               num_iterations=2, learning_rate=5e-2, per_device_train_batch_size=12,
                               max_steps=4, seed=173), ["main"], False,
                          "DAPO: epsilon_high 0.28, mask_truncated_completions, num_iterations 2 (clipping)"),
+    # adam_epsilon 1e-6: a zero-spread group's advantages are 0 up to float32 rounding of the
+    # batch mean (TRL: ~7e-9), and AdamW's first step turns a gradient that small into a move of
+    # ~lr wherever only that group touches a weight when epsilon is 1e-8: a rounding lottery no
+    # reimplementation can replay. With 1e-6 such moves stay ~1e-3 lr.
     "gdpo": (dict(multi_objective_aggregation="normalize_then_sum", reward_weights=[1.0, 0.5],
-                  per_device_train_batch_size=12, seed=291), ["main", "aux"], False,
+                  per_device_train_batch_size=12, adam_epsilon=1e-6, seed=291), ["main", "aux"], False,
              "GDPO normalize_then_sum, 2 functions, weights [1, 0.5], None rewards"),
     "gspo": (dict(loss_type="grpo", importance_sampling_level="sequence", epsilon=0.05, epsilon_high=0.08,
                   num_iterations=2, learning_rate=5e-3, max_steps=4, seed=412), ["main"], False,

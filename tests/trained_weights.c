@@ -1,0 +1,48 @@
+#include "trained_weights.h"
+
+#include "common/error.h"
+#include "harness.h"
+#include "io/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void trained_weights_check(const char *name, const char *path, const Model *m,
+                           const LoraAdapter *lora, double *worst_out) {
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    int n = lora ? lora->n_info : m->n_param_tensors, bad = 0;
+    double worst = 0;
+    for (int p = 0; p < n; p++) {
+        const char *pname = lora ? lora->info[p].name : m->param_info[p].name;
+        size_t numel = lora ? lora->info[p].numel : m->param_info[p].numel;
+        const float *mine =
+            lora ? lora->params + lora->info[p].offset : m->params + m->param_info[p].offset;
+        const SafetensorsTensor *t = safetensors_find(&f, pname);
+        CHECK(t && (size_t)t->numel == numel, "%s: tensor %s in TRL's weights", name, pname);
+        if (!t || (size_t)t->numel != numel) continue;
+        float *want = malloc(numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        double scale = 0, err = 0;
+        for (size_t k = 0; k < numel; k++)
+            scale = fmax(scale, fabs(want[k]));
+        int outliers = 0;
+        for (size_t k = 0; k < numel; k++) {
+            double e = fabs(mine[k] - want[k]);
+            err = fmax(err, e);
+            outliers += e > 1e-4 * scale;
+        }
+        if (outliers > 2 || err > 1e-3 * scale) {
+            bad++;
+            printf("%s: %s: %d entries off by more than 1e-4, the worst %.3g of %.3g\n", name,
+                   pname, outliers, err, scale);
+        }
+        worst = fmax(worst, scale > 0 ? err / scale : err);
+        free(want);
+    }
+    CHECK(bad == 0, "%s: %d trained tensors differ from TRL's", name, bad);
+    printf("%s: %d trained tensors match TRL's, worst %.2e of the largest entry\n", name, n, worst);
+    *worst_out = worst;
+    safetensors_close(&f);
+}

@@ -1,0 +1,17 @@
+/* Trained weights (or an adapter) against a reference run's safetensors file, with the rule the
+ * training parity tests share: every entry within 1e-4 of its tensor's largest, but for at most
+ * 2 entries per tensor, which must be within 1e-3. Why the 2: an entry whose gradient sits below
+ * fp32 rounding (|g| ~ 1e-6 of the tensor's largest) gets its AdamW step direction from the
+ * rounding, in TRL as here. Measured on pref_train's ipo case: one such entry of layer 1's
+ * k_proj; TRL itself moves it by 1.8e-5 of the scale between 1 and 2 threads. */
+#ifndef RLHF_TESTS_TRAINED_WEIGHTS_H
+#define RLHF_TESTS_TRAINED_WEIGHTS_H
+
+#include "model/model.h"
+
+/* Checks every trained tensor of m (or of lora when given) against `path`, reporting under
+ * `name`; *worst receives the largest difference relative to its tensor's largest entry. */
+void trained_weights_check(const char *name, const char *path, const Model *m,
+                           const LoraAdapter *lora, double *worst);
+
+#endif
