@@ -15,6 +15,15 @@
 
 double now_seconds(void);
 
+/* order = a seeded permutation of 0..n-1, one per (seed, epoch). */
+void shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch);
+
+/* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
+ * first *n_val of *order (the draw is reproducible, but not the one datasets' train_test_split
+ * makes). *order is NULL when there is no validation split. Returns 0, or -1 when nothing would
+ * be left to train on. */
+int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val);
+
 /* Axolotl's warm-up when neither warmup_steps nor warmup_ratio is set. */
 int64_t default_warmup(int64_t total);
 

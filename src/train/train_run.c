@@ -8,6 +8,7 @@
 #include "data/sft_dataset.h"
 #include "model/forward.h"
 #include "train/checkpoint.h"
+#include "train/grpo_run.h"
 #include "train/kto_method.h"
 #include "train/pref_method.h"
 #include "train/run_support.h"
@@ -23,26 +24,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* splitmix64: a small, well-mixed generator for the per-epoch shuffle. */
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
-    uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
-    for (size_t i = 0; i < n; i++)
-        order[i] = i;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(splitmix64(&state) % i);
-        size_t t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
-}
 
 typedef struct {
     int32_t *tokens;
@@ -141,23 +122,6 @@ static TrainConfig test_datasets_config(const TrainConfig *cfg) {
     eval.n_datasets = cfg->n_test_datasets;
     eval.val_set_size = 0;
     return eval;
-}
-
-/* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
- * first *n_val of *order (the draw is reproducible, but not the one datasets' train_test_split
- * makes). *order is NULL when there is no validation split. */
-static int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val) {
-    *order = NULL;
-    *n_val = 0;
-    if (cfg->val_set_size <= 0) return 0;
-    *n_val = cfg->val_set_size < 1 ? (size_t)ceil(cfg->val_set_size * (double)n)
-                                   : (size_t)cfg->val_set_size;
-    if (*n_val >= n)
-        return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
-                       cfg->source, cfg->val_set_size, n);
-    *order = xmalloc(n * sizeof **order);
-    shuffle(*order, n, cfg->seed, -1);
-    return 0;
 }
 
 /* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array
@@ -802,7 +766,9 @@ int train_run(const TrainConfig *cfg, FILE *log) {
         LoraAdapter *trained = cfg->adapter ? &lora : NULL;
         rc = cfg->rl == RL_NONE  ? run_sft(cfg, &m, trained, &tok, log)
              : cfg->rl == RL_KTO ? run_kto(cfg, &m, trained, &tok, log)
-                                 : run_preference(cfg, &m, trained, &tok, log);
+             : cfg->rl == RL_GRPO || cfg->rl == RL_GDPO
+                 ? grpo_run(cfg, &m, trained, &tok, log)
+                 : run_preference(cfg, &m, trained, &tok, log);
         tokenizer_free(&tok);
     }
     if (rc == 0)

@@ -1,0 +1,315 @@
+#include "train/grpo_run.h"
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "data/grpo_dataset.h"
+#include "data/sft_dataset.h"
+#include "rewards/reward_registry.h"
+#include "train/checkpoint.h"
+#include "train/grpo_rollout.h"
+#include "train/grpo_trainer.h"
+#include "train/model_dir.h"
+#include "train/run_support.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* Everything one GRPO run holds. */
+typedef struct {
+    const TrainConfig *cfg;
+    const GrpoConfig *g;
+    GrpoDataset train, held_out;
+    RewardFunc *funcs;
+    const ReferencePolicy *ref; /* beta != 0 only */
+    GrpoRollout rollout;
+    GrpoTrainer gt;
+    Trainer tr;
+    size_t *order; /* this epoch's prompt order */
+    int64_t order_epoch;
+    int prompts_per_generation;
+    int64_t generations_per_epoch, steps_per_epoch, total;
+    RolloutTimes times;
+    double train_s;
+    FILE *log;
+} GrpoRun;
+
+/* Held-out prompts: test_datasets, or a val_set_size draw from the training prompts. */
+static int held_out_prompts(GrpoRun *r, const Tokenizer *tok) {
+    const TrainConfig *cfg = r->cfg;
+    if (cfg->n_test_datasets)
+        return grpo_dataset_load(&r->held_out, cfg, cfg->test_datasets, cfg->n_test_datasets, tok,
+                                 r->log);
+    size_t *order, n_val;
+    if (validation_draw(r->train.n, cfg, &order, &n_val) != 0) return -1;
+    if (order) grpo_dataset_split(&r->train, order, n_val, &r->held_out);
+    free(order);
+    return 0;
+}
+
+/* TRL's geometry (trl-methods.md §5.1): each generation batch takes gbs / G distinct prompts;
+ * an epoch is floor(N / (gbs / G)) of them, each used num_iterations x spg micro-steps. */
+static int plan_steps(GrpoRun *r) {
+    const TrainConfig *cfg = r->cfg;
+    const GrpoConfig *g = r->g;
+    r->prompts_per_generation = g->generation_batch_size / g->num_generations;
+    r->generations_per_epoch = (int64_t)r->train.n / r->prompts_per_generation;
+    if (r->generations_per_epoch == 0)
+        return err_set("%s: a generation batch needs %d distinct prompts (generation_batch_size "
+                       "%d / num_generations %d); the datasets give %zu",
+                       cfg->source, r->prompts_per_generation, g->generation_batch_size,
+                       g->num_generations, r->train.n);
+    int64_t micro = r->generations_per_epoch * g->num_iterations * g->steps_per_generation;
+    r->steps_per_epoch = micro / cfg->gradient_accumulation_steps;
+    if (r->steps_per_epoch < 1) r->steps_per_epoch = 1;
+    r->total = cfg->max_steps > 0 ? cfg->max_steps
+                                  : (int64_t)ceil(cfg->num_epochs * (double)r->steps_per_epoch);
+    return 0;
+}
+
+static json_t *state_for_rewards(const GrpoRun *r) {
+    return json_pack("{s:I,s:I,s:f}", "global_step", (json_int_t)r->tr.step, "max_steps",
+                     (json_int_t)r->total, "epoch",
+                     (double)r->tr.step / (double)r->steps_per_epoch);
+}
+
+/* Generation batch number `index` (counted over the whole run): its prompts, generated,
+ * scored and queued. */
+static int add_generation(GrpoRun *r, int64_t index) {
+    int64_t epoch = index / r->generations_per_epoch, pos = index % r->generations_per_epoch;
+    if (epoch != r->order_epoch) {
+        if (r->g->shuffle_dataset)
+            shuffle(r->order, r->train.n, r->cfg->seed, epoch);
+        else
+            for (size_t i = 0; i < r->train.n; i++)
+                r->order[i] = i;
+        r->order_epoch = epoch;
+    }
+    const size_t *idx = r->order + pos * r->prompts_per_generation;
+    GrpoBatch b;
+    float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
+    json_t *state = state_for_rewards(r);
+    int rc =
+        grpo_rollout(&r->rollout, &r->train, idx, r->prompts_per_generation, r->g->num_generations,
+                     (uint64_t)index, state, &r->gt.metrics, true, &b, group_std, &r->times);
+    json_decref(state);
+    if (rc == 0) {
+        double t0 = now_seconds();
+        rc = grpo_trainer_logprobs(&r->gt, &b);
+        r->train_s += now_seconds() - t0;
+        if (rc == 0)
+            grpo_trainer_add(&r->gt, &b);
+        else
+            grpo_batch_free(&b);
+    }
+    free(group_std);
+    return rc;
+}
+
+/* Evaluation: G_eval completions for every held-out prompt, scored, their metrics logged with
+ * the eval_ prefix. */
+static int evaluate(GrpoRun *r, json_t *entry) {
+    int G = r->g->num_generations_eval, per = r->cfg->micro_batch_size / G;
+    if (per < 1) per = 1;
+    StepMetrics metrics = {0};
+    json_t *state = state_for_rewards(r);
+    size_t *idx = xmalloc((size_t)per * sizeof *idx);
+    int rc = 0;
+    for (size_t first = 0; first < r->held_out.n && rc == 0; first += (size_t)per) {
+        int n = (int)(r->held_out.n - first < (size_t)per ? r->held_out.n - first : (size_t)per);
+        for (int i = 0; i < n; i++)
+            idx[i] = first + (size_t)i;
+        GrpoBatch b;
+        float *group_std = xmalloc((size_t)n * sizeof *group_std);
+        rc = grpo_rollout(&r->rollout, &r->held_out, idx, n, G, (uint64_t)-1 - first, state,
+                          &metrics, false, &b, group_std, NULL);
+        free(group_std);
+        if (rc == 0) grpo_batch_free(&b);
+    }
+    free(idx);
+    json_decref(state);
+    if (rc == 0) step_metrics_flush(&metrics, entry, "eval_");
+    return rc;
+}
+
+static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, FILE *metrics) {
+    const TrainConfig *cfg = r->cfg;
+    const GrpoConfig *g = r->g;
+    int generate_every = g->steps_per_generation * g->num_iterations;
+    /* a resumed run regenerates from the first generation batch its step has not used up */
+    int64_t next_generation = r->tr.step * cfg->gradient_accumulation_steps / generate_every;
+    double start = now_seconds(), loss_sum = 0;
+    int64_t loss_count = 0, first_step = r->tr.step;
+    char note[96] = "";
+    bool tty = isatty(fileno(r->log));
+    while (r->tr.step < r->total) {
+        double step_start = now_seconds();
+        while (grpo_trainer_queued(&r->gt) < cfg->gradient_accumulation_steps)
+            if (add_generation(r, next_generation++) != 0) return -1;
+        StepStats st;
+        double t0 = now_seconds();
+        if (grpo_trainer_step(&r->gt, &st) != 0) return -1;
+        r->train_s += now_seconds() - t0;
+        loss_sum += st.loss, loss_count++;
+        double ep = (double)r->tr.step / (double)r->steps_per_epoch;
+        if (r->tr.step % cfg->logging_steps == 0 || r->tr.step == r->total) {
+            json_t *entry = json_object();
+            json_object_set_new(entry, "loss", json_real(loss_sum / (double)loss_count));
+            json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
+            json_object_set_new(entry, "learning_rate", json_real(st.lr));
+            step_metrics_flush(&r->gt.metrics, entry, "");
+            json_object_set_new(entry, "step_time", json_real(now_seconds() - step_start));
+            json_object_set_new(entry, "epoch", json_real(ep));
+            json_object_set_new(entry, "step", json_integer(r->tr.step));
+            log_entry(metrics, log_history, entry);
+            metric_note(entry, note, sizeof note);
+            if (!tty)
+                fprintf(r->log,
+                        "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f%s\n",
+                        (long long)r->tr.step, (long long)r->total, loss_sum / (double)loss_count,
+                        st.grad_norm, st.lr, ep, note);
+            json_decref(entry);
+            loss_sum = 0, loss_count = 0;
+        }
+        if (tty)
+            show_progress(r->log, r->tr.step, r->total, first_step, st.loss, st.lr, note,
+                          (double)r->times.generated_tokens / (now_seconds() - start),
+                          now_seconds() - start);
+        bool eval_now = r->held_out.n && (cfg->eval_steps > 0 ? r->tr.step % cfg->eval_steps == 0
+                                                              : r->tr.step == r->total);
+        if (eval_now) {
+            json_t *entry = json_object();
+            int rc = evaluate(r, entry);
+            if (rc == 0) {
+                json_object_set_new(entry, "epoch", json_real(ep));
+                json_object_set_new(entry, "step", json_integer(r->tr.step));
+                log_entry(metrics, log_history, entry);
+                const json_t *rw = json_object_get(entry, "eval_reward");
+                fprintf(r->log, "%sstep %lld/%lld  eval_reward %.4f (%zu held-out prompts)\n",
+                        tty ? "\n" : "", (long long)r->tr.step, (long long)r->total,
+                        rw ? json_number_value(rw) : NAN, r->held_out.n);
+            }
+            json_decref(entry);
+            if (rc != 0) return -1;
+        }
+        if (cfg->save_steps > 0 && r->tr.step % cfg->save_steps == 0) {
+            json_t *state = trainer_state(cfg, r->tr.step, ep, r->total, log_history);
+            int rc = checkpoint_save(target, &r->tr, state);
+            json_decref(state);
+            if (rc != 0) return -1;
+            if (!tty) fprintf(r->log, "saved checkpoint-%lld\n", (long long)r->tr.step);
+        }
+    }
+    if (tty) fputc('\n', r->log);
+    return 0;
+}
+
+static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
+    const TrainConfig *cfg = r->cfg;
+    TrainerOptions opt = {
+        .learning_rate = cfg->learning_rate,
+        .max_grad_norm = cfg->max_grad_norm,
+        .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
+        .total_steps = r->total,
+        .gradient_checkpointing = cfg->gradient_checkpointing,
+        .disable_dropout = true,
+        .seed = (uint64_t)cfg->seed};
+    lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
+    opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
+                       : cfg->warmup_ratio >= 0
+                           ? lr_warmup_steps_from_ratio(cfg->warmup_ratio, r->total)
+                           : default_warmup(r->total);
+    if (trainer_init(&r->tr, m, lora, &opt) != 0) return -1;
+    json_t *log_history = json_array();
+    int rc = make_dirs(cfg->output_dir);
+    if (rc == 0 && cfg->resume_from_checkpoint)
+        rc = resume(cfg, &r->tr, &log_history, r->log, NULL, 0);
+    char metrics_path[4096];
+    path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
+    FILE *metrics = rc == 0 ? fopen(metrics_path, r->tr.step > 0 ? "a" : "w") : NULL;
+    if (rc == 0 && !metrics) rc = err_set("%s: cannot create: %s", metrics_path, strerror(errno));
+    if (rc == 0) {
+        fprintf(r->log,
+                "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
+                "epoch), micro-batch %lld x %lld accumulation, %d iteration(s), loss %s, beta %g\n",
+                r->train.n, r->prompts_per_generation, r->g->num_generations, (long long)r->total,
+                (long long)r->steps_per_epoch, (long long)cfg->micro_batch_size,
+                (long long)cfg->gradient_accumulation_steps, r->g->num_iterations,
+                grpo_loss_type_name(r->g->loss_type), r->g->beta);
+        grpo_trainer_init(&r->gt, r->g, &r->tr, r->ref, (int)cfg->micro_batch_size,
+                          (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
+        CheckpointTarget target = {.output_dir = cfg->output_dir,
+                                   .model_dir = cfg->base_model,
+                                   .tokenizer_dir = cfg->tokenizer_config,
+                                   .save_total_limit = cfg->save_total_limit};
+        rc = run_loop(r, &target, log_history, metrics);
+        grpo_trainer_free(&r->gt);
+    }
+    if (metrics) fclose(metrics);
+    json_decref(log_history);
+    trainer_free(&r->tr);
+    return rc;
+}
+
+int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log) {
+    GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
+    int32_t eos = -1, pad = 0;
+    int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
+    if (rc == 0) rc = grpo_dataset_load(&r.train, cfg, cfg->datasets, cfg->n_datasets, tok, log);
+    if (rc == 0) rc = held_out_prompts(&r, tok);
+    if (rc == 0) rc = plan_steps(&r);
+    int n_funcs = r.g->n_reward_funcs;
+    r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
+    if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source);
+    bool funcs_open = rc == 0;
+    /* the reference, only when the KL term needs one (beta != 0) */
+    Model frozen;
+    LoraAdapter initial = {0};
+    ReferencePolicy ref;
+    bool has_frozen = false, with_ref = r.g->beta != 0;
+    if (rc == 0 && with_ref)
+        rc = make_reference(cfg, m, lora, &frozen, &has_frozen, &initial, &ref, log);
+    m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
+    if (has_frozen) frozen.logit_temperature = m->logit_temperature;
+    if (rc == 0) {
+        const char **names = xmalloc((size_t)n_funcs * sizeof *names);
+        for (int k = 0; k < n_funcs; k++)
+            names[k] = r.funcs[k].name;
+        r.rollout = (GrpoRollout){.cfg = r.g,
+                                  .model = m,
+                                  .tok = tok,
+                                  .eos_id = eos,
+                                  .pad_id = pad,
+                                  .funcs = r.funcs,
+                                  .seed = (uint64_t)cfg->seed,
+                                  .log = log};
+        reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
+        free(names);
+        r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
+        r.ref = with_ref ? &ref : NULL;
+        rc = train(&r, m, lora);
+        reward_metric_keys_free(&r.rollout.keys);
+        free(r.order);
+    }
+    if (rc == 0) {
+        int64_t steps = r.total;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double gen = r.times.generate_s / (double)steps, rew = r.times.reward_s / (double)steps,
+               trn = r.train_s / (double)steps;
+        fprintf(log,
+                "done: %lld steps; per step: generation %.2f s, rewards %.3f s, training %.2f s; "
+                "peak memory %.0f MB\n",
+                (long long)steps, gen, rew, trn, ru.ru_maxrss / 1024.0);
+    }
+    if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
+    free(r.funcs);
+    if (has_frozen) model_free(&frozen);
+    lora_free(&initial);
+    grpo_dataset_free(&r.held_out);
+    grpo_dataset_free(&r.train);
+    return rc;
+}

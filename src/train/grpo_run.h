@@ -1,0 +1,16 @@
+/* rl: grpo / rl: gdpo end to end (trl-methods.md §5): prompts, generation with the in-process
+ * engine, rewards, advantages, num_iterations passes per generation batch, logging, evaluation
+ * on held-out prompts, checkpoints (with the replay buffer when it is on) and resuming. */
+#ifndef RLHF_TRAIN_GRPO_RUN_H
+#define RLHF_TRAIN_GRPO_RUN_H
+
+#include "config/train_config.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+
+/* lora: the adapter to train (NULL: full fine-tuning). Returns 0, or -1 with an error. */
+int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log);
+
+#endif
