@@ -135,12 +135,24 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     return rc;
 }
 
+/* The last value of key in the log history (0 when never logged): what a resumed run's running
+ * figures continue from. */
+static double last_logged(const json_t *log_history, const char *key) {
+    for (size_t i = json_array_size(log_history); i-- > 0;) {
+        const json_t *v = json_object_get(json_array_get(log_history, i), key);
+        if (json_is_number(v)) return json_number_value(v);
+    }
+    return 0;
+}
+
 static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, FILE *metrics) {
     const TrainConfig *cfg = r->cfg;
     const GrpoConfig *g = r->g;
     int generate_every = g->steps_per_generation * g->num_iterations;
     /* a resumed run regenerates from the first generation batch its step has not used up */
     int64_t next_generation = r->tr.step * cfg->gradient_accumulation_steps / generate_every;
+    r->gt.batches_added = next_generation; /* the row shuffles continue where they were */
+    r->gt.metrics.num_tokens = last_logged(log_history, "num_tokens");
     double start = now_seconds(), loss_sum = 0;
     int64_t loss_count = 0, first_step = r->tr.step;
     char note[96] = "";

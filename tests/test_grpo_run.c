@@ -1,0 +1,160 @@
+/* `rlhf train` with rl: grpo end to end on the llama_text fixture: TRL's metric keys are logged;
+ * a run resumed from a checkpoint ends at the weights of the uninterrupted run (generation is
+ * seeded by the generation batch's number, so the resumed run samples the same completions);
+ * a reward command that fails stops the run with an error naming it and leaves the last
+ * checkpoint whole; bad GRPO settings are clear errors. */
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *write_config(const char *name, const char *extra_trl, const char *extra) {
+    static char path[4096];
+    char rows[8192], text[16384], model[2048];
+    size_t n = 0;
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              "{\"prompt\": \"Q%d: add %d and %d\", \"answer\": \"%d\"}\n", i, i,
+                              i + 2, 2 * i + 2);
+    harness_write_file(harness_tmp_path("prompts.jsonl"), rows, n);
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
+             "trl:\n  num_generations: 4\n  max_completion_length: 6\n  beta: 0.05\n"
+             "  reward_funcs:\n    - {function: builtin.length, target: 3}\n%s"
+             "micro_batch_size: 8\ngradient_accumulation_steps: 1\nmax_steps: 4\n"
+             "learning_rate: 5e-3\nlr_scheduler: constant\nwarmup_steps: 0\nseed: 5\n%s",
+             model, harness_tmp_path("prompts.jsonl"), extra_trl, extra);
+    snprintf(path, sizeof path, "%s", harness_tmp_path(name));
+    harness_write_file(path, text, strlen(text));
+    return path;
+}
+
+static int train(const char *config, const char *out, const char *resume) {
+    char *args[] = {(char *)config, "--output_dir", (char *)out, "--resume_from_checkpoint",
+                    (char *)resume};
+    err_clear();
+    return cli_train(resume ? 5 : 3, args);
+}
+
+static void test_metrics(void) {
+    const char *cfg = write_config("basic.yaml", "", "");
+    char out[4096];
+    snprintf(out, sizeof out, "%s", harness_tmp_path("basic"));
+    CHECK(train(cfg, out, NULL) == CLI_EXIT_OK, "%s", err_msg());
+    json_t *rows = harness_read_metrics(out);
+    CHECK(json_array_size(rows) == 4, "4 log lines, got %zu", json_array_size(rows));
+    static const char *const keys[] = {"loss",
+                                       "grad_norm",
+                                       "learning_rate",
+                                       "num_tokens",
+                                       "completions/mean_length",
+                                       "completions/clipped_ratio",
+                                       "completions/mean_terminated_length",
+                                       "rewards/length/mean",
+                                       "rewards/length/std",
+                                       "reward",
+                                       "reward_std",
+                                       "frac_reward_zero_std",
+                                       "kl",
+                                       "entropy",
+                                       "clip_ratio/region_mean",
+                                       "step_time",
+                                       "epoch"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        CHECK(json_object_get(json_array_get(rows, 0), keys[k]) != NULL, "no \"%s\" logged",
+              keys[k]);
+    /* invariants: the first step starts at the reference (KL 0); the length reward is in [0, 1];
+     * tokens only grow */
+    CHECK(fabs(harness_metric(rows, 0, "kl")) < 1e-6, "kl at step 1: %g",
+          harness_metric(rows, 0, "kl"));
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        double r = harness_metric(rows, i, "reward");
+        CHECK(r >= 0 && r <= 1, "reward %g in [0, 1]", r);
+        if (i)
+            CHECK(harness_metric(rows, i, "num_tokens") > harness_metric(rows, i - 1, "num_tokens"),
+                  "num_tokens grows");
+    }
+    json_decref(rows);
+}
+
+static double weight_gap(const char *a_dir, const char *b_dir) {
+    Model a, b;
+    if (model_load(&a, a_dir) != 0 || model_load(&b, b_dir) != 0) {
+        CHECK(0, "%s", err_msg());
+        return INFINITY;
+    }
+    double err = 0;
+    for (size_t i = 0; i < a.n_params; i++)
+        err = fmax(err, fabs(a.params[i] - b.params[i]));
+    model_free(&a);
+    model_free(&b);
+    return err;
+}
+
+static void test_resume(void) {
+    const char *cfg = write_config("resume.yaml", "", "save_steps: 2\n");
+    char full[4096], resumed[4096], ckpt[4200];
+    snprintf(full, sizeof full, "%s", harness_tmp_path("full"));
+    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("resumed"));
+    CHECK(train(cfg, full, NULL) == CLI_EXIT_OK, "%s", err_msg());
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", full);
+    CHECK(train(cfg, resumed, ckpt) == CLI_EXIT_OK, "%s", err_msg());
+    double gap = weight_gap(full, resumed);
+    CHECK(gap == 0, "resumed run ends %g from the uninterrupted one", gap);
+    json_t *a = harness_read_metrics(full), *b = harness_read_metrics(resumed);
+    CHECK(json_array_size(b) == 2 &&
+              harness_metric(a, 2, "num_tokens") == harness_metric(b, 0, "num_tokens"),
+          "the token count goes on from the checkpoint's");
+    json_decref(a);
+    json_decref(b);
+}
+
+/* A reward command that answers two batches, then exits with status 3. */
+static void test_failing_reward(void) {
+    const char *trl = "    - {command: 'n=0; while read l; do n=$((n+1)); [ $n -gt 2 ] && exit 3; "
+                      "echo \"[1,0,1,0,1,0,1,0]\"; done', name: flaky, timeout: 30}\n";
+    const char *cfg = write_config("flaky.yaml", trl, "save_steps: 1\n");
+    char out[4096], state[4300];
+    snprintf(out, sizeof out, "%s", harness_tmp_path("flaky"));
+    CHECK(train(cfg, out, NULL) == CLI_EXIT_FAILURE, "the run fails");
+    CHECK(strstr(err_msg(), "flaky") && strstr(err_msg(), "status 3"),
+          "the error names the reward function: %s", err_msg());
+    snprintf(state, sizeof state, "%s/checkpoint-2/trainer_state.json", out);
+    json_t *s = NULL;
+    CHECK(json_load_path(state, &s) == 0, "checkpoint-2 is whole: %s", err_msg());
+    CHECK(json_integer_value(json_object_get(s, "global_step")) == 2, "at step 2");
+    json_decref(s);
+    snprintf(state, sizeof state, "%s/checkpoint-3", out);
+    CHECK(!dir_exists(state), "no checkpoint-3");
+}
+
+static void expect_error(const char *name, const char *trl, const char *extra, const char *want) {
+    const char *cfg = write_config(name, trl, extra);
+    CHECK(train(cfg, harness_tmp_path("bad-out"), NULL) == CLI_EXIT_FAILURE, "%s fails", name);
+    CHECK(strstr(err_msg(), want) != NULL, "%s: \"%s\" lacks \"%s\"", name, err_msg(), want);
+}
+
+static void test_errors(void) {
+    expect_error("agg.yaml", "  multi_objective_aggregation: sum_then_normalize\n", "rl: gdpo\n",
+                 "=> GRPO, but GDPO was selected");
+    expect_error("gen.yaml", "  num_generations: 3\n", "",
+                 "generation batch size must be divisible by `trl.num_generations`");
+    expect_error("fn.yaml", "    - builtin.nope\n", "", "trl.reward_funcs[1]");
+    expect_error("loss.yaml", "  loss_type: sapo\n", "", "not supported by rlhf.c yet");
+    expect_error("few.yaml", "", "micro_batch_size: 64\n", "a generation batch needs 16 distinct");
+}
+
+int main(void) {
+    test_metrics();
+    test_resume();
+    test_failing_reward();
+    test_errors();
+    return harness_finish("test_grpo_run");
+}
