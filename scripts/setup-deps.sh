@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
-          libutf8proc-dev libopenblas-openmp-dev)
+          libutf8proc-dev libopenblas-openmp-dev libpython3-dev)
 
 missing=()
 for p in "${packages[@]}"; do

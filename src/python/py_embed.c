@@ -1,0 +1,93 @@
+#include "python/py_embed.h"
+
+#include "common/error.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static enum {
+    PY_NOT_STARTED,
+    PY_RUNNING,
+    PY_FAILED, /* Py_InitializeFromConfig failed; start_failure says why */
+    PY_SHUT_DOWN,
+} py_state = PY_NOT_STARTED;
+
+/* The starting thread's state, parked while the GIL is released between calls. */
+static PyThreadState *main_thread_state;
+static char start_failure[512];
+
+/* `python -m` puts the working directory (as an absolute path) first on sys.path. */
+static int insert_cwd_first_on_path(void) {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return err_set("embedded Python: cannot read the working directory for sys.path");
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    PyObject *dir = PyUnicode_DecodeFSDefault(cwd);
+    int rc = (path && PyList_Check(path) && dir) ? PyList_Insert(path, 0, dir) : -1;
+    Py_XDECREF(dir);
+    if (rc != 0) {
+        PyErr_Clear();
+        return err_set("embedded Python: cannot put %s on sys.path", cwd);
+    }
+    return 0;
+}
+
+static int start_interpreter(void) {
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    /* Signals stay with the C program: a Python SIGINT handler would only set a flag that
+     * nobody checks while C code runs. */
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    PyStatus status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+        snprintf(start_failure, sizeof start_failure,
+                 "cannot start the embedded Python (libpython %s): %s%s%s", PY_VERSION,
+                 status.func ? status.func : "", status.func ? ": " : "",
+                 status.err_msg ? status.err_msg : "exited during start-up");
+        py_state = PY_FAILED;
+        return err_set("%s", start_failure);
+    }
+    py_state = PY_RUNNING;
+    int rc = insert_cwd_first_on_path();
+    main_thread_state = PyEval_SaveThread();
+    atexit(py_embed_shutdown);
+    return rc;
+}
+
+int py_embed_enter(PyGILState_STATE *gil) {
+    switch (py_state) {
+    case PY_NOT_STARTED:
+        if (start_interpreter() != 0) return -1;
+        break;
+    case PY_RUNNING:
+        break;
+    case PY_FAILED:
+        return err_set("%s", start_failure);
+    case PY_SHUT_DOWN:
+        return err_set("the embedded Python was already shut down (py_embed_shutdown)");
+    }
+    *gil = PyGILState_Ensure();
+    return 0;
+}
+
+void py_embed_leave(PyGILState_STATE gil) {
+    PyGILState_Release(gil);
+}
+
+bool py_embed_running(void) {
+    return py_state == PY_RUNNING;
+}
+
+void py_embed_shutdown(void) {
+    if (py_state != PY_RUNNING) return;
+    /* Called between Python calls the GIL is free and the parked state is taken back; a caller
+     * that still holds it (shutdown from inside an entered section) keeps its own. */
+    if (!PyGILState_Check()) PyEval_RestoreThread(main_thread_state);
+    py_state = PY_SHUT_DOWN;
+    if (Py_FinalizeEx() != 0) fprintf(stderr, "rlhf: embedded Python: error while finalising\n");
+    main_thread_state = NULL;
+}
