@@ -3,6 +3,7 @@
 #include "chat/chat_template.h"
 #include "common/error.h"
 #include "data/dataset_rows.h"
+#include "data/python_transform.h"
 #include "data/template_choice.h"
 
 #include <stdlib.h>
@@ -20,15 +21,22 @@ static int entry_rows(const TrainConfig *cfg, const DatasetConfig *dc, int index
         json_decref(rows);
         return -1;
     }
-    if (dc->type && *dc->type) {
+    if (!dc->type || !*dc->type) {
+        *out = rows;
+        return 0;
+    }
+    /* Axolotl loads GRPO rows through its dpo loader with the user's transform; rlhf.c's
+     * built-in preference types make prompt/chosen/rejected rows, which are no GRPO prompts */
+    if (!strchr(dc->type, '.')) {
         json_decref(rows);
-        (void)cfg, (void)index;
-        return err_set("%s:%d: datasets[%d].type: \"%s\" is not supported for GRPO (leave type "
-                       "out when the rows have a prompt column)",
+        return err_set("%s:%d: datasets[%d].type: \"%s\" is not a GRPO transform (a Python "
+                       "function module.fn, e.g. rewards.gsm8k_transform; leave type out when "
+                       "the rows have a prompt column)",
                        cfg->source, dc->line, index, dc->type);
     }
-    *out = rows;
-    return 0;
+    int rc = python_transform_rows(dc->type, cfg->raw, index, rows, out);
+    json_decref(rows);
+    return rc == 0 ? 0 : err_prefix("%s:%d: datasets[%d]", cfg->source, dc->line, index);
 }
 
 typedef struct {

@@ -91,3 +91,25 @@ void py_embed_shutdown(void) {
     if (Py_FinalizeEx() != 0) fprintf(stderr, "rlhf: embedded Python: error while finalising\n");
     main_thread_state = NULL;
 }
+
+int py_embed_add_path(const char *dir) {
+    PyGILState_STATE gil;
+    if (py_embed_enter(&gil) != 0) return -1;
+    char abs[PATH_MAX];
+    if (!realpath(dir, abs)) snprintf(abs, sizeof abs, "%s", dir);
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    PyObject *entry = PyUnicode_DecodeFSDefault(abs);
+    int rc = -1;
+    if (path && PyList_Check(path) && entry) {
+        int present = PySequence_Contains(path, entry);
+        Py_ssize_t at = PyList_Size(path) > 0 ? 1 : 0; /* after the working directory */
+        rc = present == 1 ? 0 : present == 0 ? PyList_Insert(path, at, entry) : -1;
+    }
+    Py_XDECREF(entry);
+    if (rc != 0) {
+        PyErr_Clear();
+        rc = err_set("embedded Python: cannot put %s on sys.path", abs);
+    }
+    py_embed_leave(gil);
+    return rc;
+}

@@ -29,6 +29,11 @@
  * (its message, e.g. the standard library was not found) or was already shut down. */
 int py_embed_enter(PyGILState_STATE *gil);
 
+/* Puts dir on sys.path right after the working directory (unless it is there already): rlhf.c
+ * also finds a rewards.py next to the config file. Starts Python if needed. Returns 0, or -1
+ * with an error. */
+int py_embed_add_path(const char *dir);
+
 /* Gives the GIL back; every successful py_embed_enter is paired with one call. */
 void py_embed_leave(PyGILState_STATE gil);
 

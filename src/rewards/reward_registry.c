@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "rewards/builtin_rewards.h"
 #include "rewards/command_reward.h"
+#include "rewards/python_reward.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -15,9 +16,7 @@ static int open_function(RewardFunc *f, const char *spec, const json_t *options)
     if (is_builtin(spec)) return builtin_reward_open(f, spec, options);
     if (options && json_object_size(options) > 0)
         return err_set("options are for built-in functions; \"%s\" takes none", spec);
-    return err_set("Reward function %s not found: Python reward functions are not available in "
-                   "this build",
-                   spec);
+    return python_reward_open(f, spec);
 }
 
 static int open_command(RewardFunc *f, const json_t *spec) {

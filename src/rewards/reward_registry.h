@@ -1,5 +1,6 @@
 /* The reward functions named in trl.reward_funcs, opened: each entry is
- *   "module.fn"                  a Python function in ./module.py (Axolotl's way);
+ *   "module.fn"                  a Python function in module.py, found in the working directory
+ *                                (Axolotl's way) or next to the config file;
  *   "builtin.<name>"             a built-in with its defaults (rewards/builtin_rewards.h);
  *   {function: builtin.<name>, <option>: value, ...}   a built-in with options;
  *   {function: module.fn}        the same as the plain string;

@@ -4,6 +4,7 @@
 #include "common/fileio.h"
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
+#include "python/py_embed.h"
 #include "rewards/reward_registry.h"
 #include "train/checkpoint.h"
 #include "train/grpo_rollout.h"
@@ -266,10 +267,37 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
     return rc;
 }
 
+/* Whether a reward function or a dataset transform is Python (module.fn). */
+static bool uses_python(const TrainConfig *cfg) {
+    for (size_t i = 0; i < json_array_size(cfg->grpo.reward_funcs); i++) {
+        const json_t *spec = json_array_get(cfg->grpo.reward_funcs, i);
+        const json_t *fn = json_is_object(spec) ? json_object_get(spec, "function") : spec;
+        if (json_is_string(fn) && strncmp(json_string_value(fn), "builtin.", 8) != 0) return true;
+    }
+    for (int d = 0; d < cfg->n_datasets; d++)
+        if (cfg->datasets[d].type && strchr(cfg->datasets[d].type, '.')) return true;
+    for (int d = 0; d < cfg->n_test_datasets; d++)
+        if (cfg->test_datasets[d].type && strchr(cfg->test_datasets[d].type, '.')) return true;
+    return false;
+}
+
+/* Python modules are looked up in the working directory first (Axolotl's rule), then next to the
+ * config file: `rlhf train examples/grpo.yaml` finds examples/rewards.py. */
+static int python_search_path(const TrainConfig *cfg) {
+    if (!uses_python(cfg)) return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", cfg->source);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0; /* the config is in the working directory */
+    *slash = '\0';
+    return py_embed_add_path(*dir ? dir : "/");
+}
+
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     int32_t eos = -1, pad = 0;
-    int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
+    int rc = python_search_path(cfg);
+    if (rc == 0) rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = grpo_dataset_load(&r.train, cfg, cfg->datasets, cfg->n_datasets, tok, log);
     if (rc == 0) rc = held_out_prompts(&r, tok);
     if (rc == 0) rc = plan_steps(&r);
