@@ -271,13 +271,12 @@ static int validate(const Tensors *ts, size_t *n_out, size_t *g_out) {
     for (size_t i = 0; i < (size_t)n; i++)
         sorted[i] = get_u64(t[T_COUNTERS], i);
     qsort(sorted, (size_t)n, sizeof *sorted, u64_cmp);
-    for (size_t i = 1; i < (size_t)n; i++) {
-        if (sorted[i] == sorted[i - 1]) {
-            free(sorted);
-            return err_set("counter %llu appears twice", (unsigned long long)sorted[i]);
-        }
-    }
+    int rc = 0;
+    for (size_t i = 1; i < (size_t)n && rc == 0; i++)
+        if (sorted[i] == sorted[i - 1])
+            rc = err_set("counter %llu appears twice", (unsigned long long)sorted[i]);
     free(sorted);
+    if (rc != 0) return rc;
     *n_out = (size_t)n, *g_out = (size_t)group;
     return 0;
 }
