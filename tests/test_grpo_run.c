@@ -116,6 +116,32 @@ static void test_resume(void) {
     json_decref(b);
 }
 
+/* The replay buffer: its metrics are logged, it travels in the checkpoint, and a run resumed
+ * from there ends where the uninterrupted one does. */
+static void test_replay_resume(void) {
+    const char *trl = "    - {function: builtin.format, pattern: '^[a-m]', match: search}\n"
+                      "  replay_buffer_size: 3\n";
+    const char *cfg = write_config("replay.yaml", trl, "save_steps: 2\n");
+    char full[4096], resumed[4096], ckpt[4200], file[4300];
+    snprintf(full, sizeof full, "%s", harness_tmp_path("replay-full"));
+    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("replay-resumed"));
+    CHECK(train(cfg, full, NULL) == CLI_EXIT_OK, "%s", err_msg());
+    json_t *rows = harness_read_metrics(full);
+    double size = harness_metric(rows, 1, "replay/buffer_size");
+    CHECK(size >= 1 && size <= 3, "replay/buffer_size %g within capacity 3", size);
+    double replaced = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        replaced += harness_metric(rows, i, "replay/num_replaced");
+    CHECK(replaced > 0, "zero-spread groups were replaced from the buffer");
+    json_decref(rows);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", full);
+    snprintf(file, sizeof file, "%s/replay_buffer.safetensors", ckpt);
+    CHECK(file_exists(file), "the checkpoint holds the replay buffer");
+    CHECK(train(cfg, resumed, ckpt) == CLI_EXIT_OK, "%s", err_msg());
+    double gap = weight_gap(full, resumed);
+    CHECK(gap == 0, "resumed replay run ends %g from the uninterrupted one", gap);
+}
+
 /* A reward command that answers two batches, then exits with status 3. */
 static void test_failing_reward(void) {
     const char *trl = "    - {command: 'n=0; while read l; do n=$((n+1)); [ $n -gt 2 ] && exit 3; "
@@ -154,6 +180,7 @@ static void test_errors(void) {
 int main(void) {
     test_metrics();
     test_resume();
+    test_replay_resume();
     test_failing_reward();
     test_errors();
     return harness_finish("test_grpo_run");

@@ -10,6 +10,7 @@
 #include "train/grpo_rollout.h"
 #include "train/grpo_trainer.h"
 #include "train/model_dir.h"
+#include "train/replay_buffer.h"
 #include "train/run_support.h"
 
 #include <errno.h>
@@ -29,7 +30,8 @@ typedef struct {
     GrpoRollout rollout;
     GrpoTrainer gt;
     Trainer tr;
-    size_t *order; /* this epoch's prompt order */
+    ReplayBuffer replay; /* capacity 0: off */
+    size_t *order;       /* this epoch's prompt order */
     int64_t order_epoch;
     int prompts_per_generation;
     int64_t generations_per_epoch, steps_per_epoch, total;
@@ -77,6 +79,26 @@ static json_t *state_for_rewards(const GrpoRun *r) {
                      (double)r->tr.step / (double)r->steps_per_epoch);
 }
 
+/* The replay buffer's turn (trl-methods.md §6.4): groups with reward spread go in, groups
+ * without it are swapped for stored ones. The logged reward metrics still describe the fresh
+ * batch, as in TRL. */
+static int replay(GrpoRun *r, GrpoBatch *b, const float *group_std, int64_t index) {
+    ReplayStats st;
+    if (replay_buffer_update(&r->replay, b, group_std, (uint64_t)r->cfg->seed, (uint64_t)index,
+                             &st) != 0)
+        return err_prefix("replay buffer");
+    step_metrics_add(&r->gt.metrics, "replay/num_replaced", st.num_replaced);
+    step_metrics_add(&r->gt.metrics, "replay/buffer_size", st.buffer_size);
+    step_metrics_add(&r->gt.metrics, "replay/mean_score", st.mean_score);
+    return 0;
+}
+
+static int save_replay(void *ctx, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/replay_buffer.safetensors", dir);
+    return replay_buffer_save(ctx, path);
+}
+
 /* Generation batch number `index` (counted over the whole run): its prompts, generated,
  * scored and queued. */
 static int add_generation(GrpoRun *r, int64_t index) {
@@ -101,6 +123,7 @@ static int add_generation(GrpoRun *r, int64_t index) {
         double t0 = now_seconds();
         rc = grpo_trainer_logprobs(&r->gt, &b);
         r->train_s += now_seconds() - t0;
+        if (rc == 0 && r->replay.capacity > 0) rc = replay(r, &b, group_std, index);
         if (rc == 0)
             grpo_trainer_add(&r->gt, &b);
         else
@@ -238,8 +261,19 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
     if (trainer_init(&r->tr, m, lora, &opt) != 0) return -1;
     json_t *log_history = json_array();
     int rc = make_dirs(cfg->output_dir);
+    char resumed_from[4096] = "";
     if (rc == 0 && cfg->resume_from_checkpoint)
-        rc = resume(cfg, &r->tr, &log_history, r->log, NULL, 0);
+        rc = resume(cfg, &r->tr, &log_history, r->log, resumed_from, sizeof resumed_from);
+    if (rc == 0 && *resumed_from && r->replay.capacity > 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/replay_buffer.safetensors", resumed_from);
+        if (file_exists(path))
+            rc = replay_buffer_load(&r->replay, path);
+        else
+            fprintf(r->log, "warning: %s has no replay buffer; it starts empty\n", resumed_from);
+        if (rc == 0 && r->replay.size)
+            fprintf(r->log, "replay buffer: %d groups restored\n", r->replay.size);
+    }
     char metrics_path[4096];
     path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
     FILE *metrics = rc == 0 ? fopen(metrics_path, r->tr.step > 0 ? "a" : "w") : NULL;
@@ -252,12 +286,17 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
                 (long long)r->steps_per_epoch, (long long)cfg->micro_batch_size,
                 (long long)cfg->gradient_accumulation_steps, r->g->num_iterations,
                 grpo_loss_type_name(r->g->loss_type), r->g->beta);
+        if (r->replay.capacity > 0)
+            fprintf(r->log, "replay buffer: up to %d groups\n", r->replay.capacity);
         grpo_trainer_init(&r->gt, r->g, &r->tr, r->ref, (int)cfg->micro_batch_size,
                           (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
+        r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
         CheckpointTarget target = {.output_dir = cfg->output_dir,
                                    .model_dir = cfg->base_model,
                                    .tokenizer_dir = cfg->tokenizer_config,
-                                   .save_total_limit = cfg->save_total_limit};
+                                   .save_total_limit = cfg->save_total_limit,
+                                   .write_extra = r->replay.capacity > 0 ? save_replay : NULL,
+                                   .extra_ctx = &r->replay};
         rc = run_loop(r, &target, log_history, metrics);
         grpo_trainer_free(&r->gt);
     }
@@ -295,6 +334,7 @@ static int python_search_path(const TrainConfig *cfg) {
 
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
+    replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
     int rc = python_search_path(cfg);
     if (rc == 0) rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
@@ -351,5 +391,6 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     lora_free(&initial);
     grpo_dataset_free(&r.held_out);
     grpo_dataset_free(&r.train);
+    replay_buffer_free(&r.replay);
     return rc;
 }
