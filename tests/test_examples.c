@@ -1,8 +1,10 @@
 /* Every config in examples/ trains as the README runs it (from the repository root), on the
- * embedded tiny model, and the preference examples end with a larger reward margin than they
- * start with. */
+ * embedded tiny model; the preference examples end with a larger reward margin than they start
+ * with, the GRPO examples with a larger mean reward, and the replay-buffer example wastes fewer
+ * steps without a gradient than the same run without the buffer. */
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -25,6 +27,65 @@ static bool first_last(const char *out_dir, const char *key, double *first, doub
     return seen;
 }
 
+/* The mean of `key` over the first and the last quarter of the logged lines that have it. */
+static bool quarter_means(const char *out_dir, const char *key, double *first, double *last) {
+    json_t *rows = harness_read_metrics(out_dir);
+    double *v = malloc((json_array_size(rows) + 1) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        if (json_object_get(json_array_get(rows, i), key)) v[n++] = harness_metric(rows, i, key);
+    size_t q = n / 4;
+    *first = *last = 0;
+    for (size_t i = 0; i < q; i++)
+        *first += v[i] / (double)q, *last += v[n - q + i] / (double)q;
+    free(v);
+    json_decref(rows);
+    return q > 0;
+}
+
+/* Optimizer steps whose gradient was exactly zero (every group without reward spread, no KL). */
+static int zero_gradient_steps(const char *out_dir) {
+    json_t *rows = harness_read_metrics(out_dir);
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        if (json_object_get(json_array_get(rows, i), "grad_norm"))
+            n += harness_metric(rows, i, "grad_norm") == 0;
+    json_decref(rows);
+    return n;
+}
+
+/* grpo-replay.yaml against the same run without the buffer (the line removed): the buffer must
+ * leave fewer steps without a gradient. */
+static void compare_without_replay(const char *with_out) {
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(read_file("examples/grpo-replay.yaml", &text, &len) == 0, "%s", err_msg());
+    if (!text) return;
+    char *line = strstr(text, "  replay_buffer_size:");
+    CHECK(line != NULL, "grpo-replay.yaml sets replay_buffer_size");
+    if (line) {
+        char *end = strchr(line, '\n');
+        memmove(line, end + 1, strlen(end + 1) + 1);
+    }
+    char config[600], out[4200];
+    snprintf(config, sizeof config, "examples/_plain-grpo.yaml");
+    harness_write_file(config, text, strlen(text));
+    free(text);
+    snprintf(out, sizeof out, "%s", harness_tmp_path("plain-grpo"));
+    char *args[] = {config, "--output_dir", out};
+    CHECK(cli_train(3, args) == CLI_EXIT_OK, "plain GRPO: %s", err_msg());
+    remove(config);
+    int with = zero_gradient_steps(with_out), without = zero_gradient_steps(out);
+    double zf = 0, zl = 0, rf = 0, rl = 0;
+    quarter_means(out, "frac_reward_zero_std", &zf, &zl);
+    quarter_means(with_out, "frac_reward_zero_std", &rf, &rl);
+    printf("steps without a gradient: %d with the replay buffer, %d without; "
+           "frac_reward_zero_std (first/last quarter) %.3f/%.3f with, %.3f/%.3f without\n",
+           with, without, rf, rl, zf, zl);
+    CHECK(with < without, "the replay buffer leaves fewer zero-gradient steps (%d vs %d)", with,
+          without);
+}
+
 static void run_example(const char *name) {
     char config[600], out[4200];
     snprintf(config, sizeof config, "examples/%s", name);
@@ -35,6 +96,14 @@ static void run_example(const char *name) {
     CHECK(first_last(out, "loss", &first, &last) && last == last, "%s: a finite loss logged", name);
     if (first_last(out, "rewards/margins", &first, &last))
         CHECK(last > first, "%s: reward margin %.4f -> %.4f", name, first, last);
+    /* GRPO examples with a dense reward: the mean reward of the last quarter of the run beats
+     * the first quarter's (the replay example's sparse reward is judged by its gradient steps) */
+    if (strstr(name, "replay")) {
+        compare_without_replay(out);
+    } else if (quarter_means(out, "reward", &first, &last)) {
+        printf("%s: mean reward %.4f (first quarter) -> %.4f (last quarter)\n", name, first, last);
+        CHECK(last > first, "%s: mean reward %.4f -> %.4f", name, first, last);
+    }
 }
 
 int main(void) {
@@ -46,7 +115,7 @@ int main(void) {
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
         size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
+        if (len < 5 || strcmp(e->d_name + len - 5, ".yaml") != 0 || e->d_name[0] == '_') continue;
         run_example(e->d_name);
         n++;
     }
