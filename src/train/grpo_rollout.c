@@ -178,5 +178,6 @@ int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n
     free(rewards);
     free(truncated);
     completions_free(comp, rows);
+    free(comp);
     return rc;
 }
