@@ -5,7 +5,7 @@ split into generation, rewards and training, as rlhf.c reports it at the end of 
 A step: one generation batch of `--generations` completions (G per prompt, prompts of about
 `--prompt-len` tokens), each `--completion-len` tokens long (a random model never samples EOS, so
 every completion runs to max_completion_length), sampled by rlhf.c's engine with the KV cache;
-rewards from builtin.length; then the forward and backward of the policy on those completions
+rewards from builtin.format (a regex search, so that groups have spread); then the forward and backward of the policy on those completions
 (micro-batches of `--micro-batch`, accumulated into one optimizer step), beta 0 (TRL's default:
 no reference, no old log-probs). With --lora-r, a LoRA adapter on every linear layer.
 
@@ -61,7 +61,7 @@ rl: grpo
 trl:
   num_generations: {a.num_generations}
   max_completion_length: {a.completion_len}
-  reward_funcs: [{{function: builtin.length, target: {a.completion_len // 2}}}]
+  reward_funcs: [{{function: builtin.format, pattern: 'e.*a', match: search}}]
 datasets:
   - path: {prompts}
 micro_batch_size: {a.micro_batch}
@@ -79,7 +79,7 @@ seed: 0
     if run.returncode != 0:
         sys.exit(f"rlhf train failed: {run.stdout[-2000:]}")
     done = re.search(r"per step: generation ([\d.]+) s, rewards ([\d.]+) s, training ([\d.]+) s; "
-                     r"peak memory (\d+) MB", run.stdout)
+                     r"peak memory (\d+) MB", run.stdout + run.stderr)
     steps = [json.loads(line) for line in open(os.path.join(work, "out", "metrics.jsonl"))]
     result = {
         "model": "Qwen2.5-0.5B-shaped, random, fp32 compute",

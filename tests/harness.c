@@ -3,9 +3,11 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int harness_checks, harness_failures;
@@ -84,4 +86,22 @@ json_t *harness_read_metrics(const char *out_dir) {
 
 double harness_metric(const json_t *rows, size_t i, const char *key) {
     return json_number_value(json_object_get(json_array_get(rows, i), key));
+}
+
+int harness_foreach_case(const char *root, const char *marker, void (*fn)(const char *name)) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", harness_source_path(root));
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "%s", dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, marker);
+        struct stat st;
+        if (e->d_name[0] == '.' || stat(path, &st) != 0) continue;
+        fn(e->d_name);
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
 }

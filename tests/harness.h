@@ -45,4 +45,8 @@ int harness_write_file(const char *path, const void *data, size_t len);
 json_t *harness_read_metrics(const char *out_dir);
 double harness_metric(const json_t *rows, size_t i, const char *key);
 
+/* Calls fn(name) for each directory under root (a source-relative path) that holds a file
+ * named `marker`, in readdir order; returns how many. */
+int harness_foreach_case(const char *root, const char *marker, void (*fn)(const char *name));
+
 #endif

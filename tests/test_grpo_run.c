@@ -8,6 +8,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "trained_weights.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -84,20 +85,6 @@ static void test_metrics(void) {
     json_decref(rows);
 }
 
-static double weight_gap(const char *a_dir, const char *b_dir) {
-    Model a, b;
-    if (model_load(&a, a_dir) != 0 || model_load(&b, b_dir) != 0) {
-        CHECK(0, "%s", err_msg());
-        return INFINITY;
-    }
-    double err = 0;
-    for (size_t i = 0; i < a.n_params; i++)
-        err = fmax(err, fabs(a.params[i] - b.params[i]));
-    model_free(&a);
-    model_free(&b);
-    return err;
-}
-
 static void test_resume(void) {
     const char *cfg = write_config("resume.yaml", "", "save_steps: 2\n");
     char full[4096], resumed[4096], ckpt[4200];
@@ -106,7 +93,7 @@ static void test_resume(void) {
     CHECK(train(cfg, full, NULL) == CLI_EXIT_OK, "%s", err_msg());
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", full);
     CHECK(train(cfg, resumed, ckpt) == CLI_EXIT_OK, "%s", err_msg());
-    double gap = weight_gap(full, resumed);
+    double gap = saved_weights_gap(full, resumed, NULL);
     CHECK(gap == 0, "resumed run ends %g from the uninterrupted one", gap);
     json_t *a = harness_read_metrics(full), *b = harness_read_metrics(resumed);
     CHECK(json_array_size(b) == 2 &&
@@ -138,7 +125,7 @@ static void test_replay_resume(void) {
     snprintf(file, sizeof file, "%s/replay_buffer.safetensors", ckpt);
     CHECK(file_exists(file), "the checkpoint holds the replay buffer");
     CHECK(train(cfg, resumed, ckpt) == CLI_EXIT_OK, "%s", err_msg());
-    double gap = weight_gap(full, resumed);
+    double gap = saved_weights_gap(full, resumed, NULL);
     CHECK(gap == 0, "resumed replay run ends %g from the uninterrupted one", gap);
 }
 

@@ -16,7 +16,6 @@
 #include "train/grpo_trainer.h"
 #include "trained_weights.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,19 +264,7 @@ static void check_case(const char *name) {
 }
 
 int main(void) {
-    char root[4096];
-    snprintf(root, sizeof root, "%s", harness_source_path("tests/fixtures/grpo_train"));
-    DIR *d = opendir(root);
-    CHECK(d != NULL, "%s", root);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        char ref[8192];
-        snprintf(ref, sizeof ref, "%s/%s/case.json", root, e->d_name);
-        if (e->d_name[0] == '.' || !file_exists(ref)) continue;
-        check_case(e->d_name);
-        n++;
-    }
-    if (d) closedir(d);
+    int n = harness_foreach_case("tests/fixtures/grpo_train", "case.json", check_case);
     CHECK(n >= 17, "%d cases", n);
     return harness_finish("test_grpo_train");
 }

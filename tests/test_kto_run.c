@@ -9,6 +9,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "trained_weights.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -46,22 +47,6 @@ static int train(const char *const *kv, int n) {
     for (int i = 0; i < 2 * n; i++)
         args[1 + i] = (char *)kv[i];
     return cli_train(1 + 2 * n, args);
-}
-
-/* The largest difference between two saved models' weights, and their largest weight. */
-static double weight_gap(const char *a_dir, const char *b_dir, double *scale) {
-    Model a, b;
-    *scale = 0;
-    if (model_load(&a, a_dir) != 0 || model_load(&b, b_dir) != 0) {
-        CHECK(0, "%s", err_msg());
-        return INFINITY;
-    }
-    double err = 0;
-    for (size_t i = 0; i < a.n_params; i++)
-        err = fmax(err, fabs(a.params[i] - b.params[i])), *scale = fmax(*scale, fabs(a.params[i]));
-    model_free(&a);
-    model_free(&b);
-    return err;
 }
 
 static void test_full_run(void) {
@@ -107,14 +92,14 @@ static void test_full_run(void) {
     const char *seeded = harness_tmp_path("seed9");
     const char *kv9[] = {"--output_dir", seeded, "--seed", "9"};
     CHECK(train(kv9, 2) == CLI_EXIT_OK, "seed 9: %s", err_msg());
-    double scale, gap = weight_gap(out, seeded, &scale);
+    double scale, gap = saved_weights_gap(out, seeded, &scale);
     CHECK(gap == 0, "another seed changed the weights by %.3g: rows were shuffled", gap);
 
     /* the reference computed once up front (KL rows included) trains to the same weights */
     const char *pre_out = harness_tmp_path("precomputed");
     const char *pre[] = {"--output_dir", pre_out, "--precompute_ref_log_probs", "true"};
     CHECK(train(pre, 2) == CLI_EXIT_OK, "precomputed: %s", err_msg());
-    gap = weight_gap(out, pre_out, &scale);
+    gap = saved_weights_gap(out, pre_out, &scale);
     CHECK(gap <= 1e-4 * scale, "precomputed reference: weights off by %.3g (scale %.3g)", gap,
           scale);
 }

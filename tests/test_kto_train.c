@@ -14,7 +14,6 @@
 #include "model/reference_policy.h"
 #include "train/kto_method.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,20 +335,7 @@ static void check_case(const char *name) {
 }
 
 int main(void) {
-    /* every case directory the fixture script wrote */
-    char root[4096];
-    snprintf(root, sizeof root, "%s", harness_source_path("tests/fixtures/kto_train"));
-    DIR *d = opendir(root);
-    CHECK(d != NULL, "%s", root);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        char ref[8192];
-        snprintf(ref, sizeof ref, "%s/%s/reference.json", root, e->d_name);
-        if (e->d_name[0] == '.' || !file_exists(ref)) continue;
-        check_case(e->d_name);
-        n++;
-    }
-    if (d) closedir(d);
+    int n = harness_foreach_case("tests/fixtures/kto_train", "reference.json", check_case);
     CHECK(n >= 7, "%d cases", n);
     return harness_finish("test_kto_train");
 }

@@ -13,7 +13,6 @@
 #include "train/pref_method.h"
 #include "trained_weights.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,20 +215,7 @@ static void check_case(const char *name) {
 }
 
 int main(void) {
-    /* every case directory the fixture script wrote */
-    char root[4096];
-    snprintf(root, sizeof root, "%s", harness_source_path("tests/fixtures/pref_train"));
-    DIR *d = opendir(root);
-    CHECK(d != NULL, "%s", root);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        char ref[8192];
-        snprintf(ref, sizeof ref, "%s/%s/reference.json", root, e->d_name);
-        if (e->d_name[0] == '.' || !file_exists(ref)) continue;
-        check_case(e->d_name);
-        n++;
-    }
-    if (d) closedir(d);
+    int n = harness_foreach_case("tests/fixtures/pref_train", "reference.json", check_case);
     CHECK(n >= 25, "%d cases", n);
     return harness_finish("test_pref_train");
 }

@@ -46,3 +46,24 @@ void trained_weights_check(const char *name, const char *path, const Model *m,
     *worst_out = worst;
     safetensors_close(&f);
 }
+
+double saved_weights_gap(const char *a_dir, const char *b_dir, double *scale) {
+    Model a, b;
+    double largest = 0, err = 0;
+    if (model_load(&a, a_dir) != 0) {
+        CHECK(0, "%s", err_msg());
+        return INFINITY;
+    }
+    if (model_load(&b, b_dir) != 0 || b.n_params != a.n_params) {
+        CHECK(0, "%s: %s", b_dir, err_msg());
+        model_free(&a);
+        return INFINITY;
+    }
+    for (size_t i = 0; i < a.n_params; i++)
+        err = fmax(err, fabs(a.params[i] - b.params[i])),
+        largest = fmax(largest, fabs(a.params[i]));
+    model_free(&a);
+    model_free(&b);
+    if (scale) *scale = largest;
+    return err;
+}

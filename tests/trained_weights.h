@@ -14,4 +14,8 @@
 void trained_weights_check(const char *name, const char *path, const Model *m,
                            const LoraAdapter *lora, double *worst);
 
+/* The largest difference between the weights of two saved model directories; *scale (may be
+ * NULL) receives the first one's largest weight. */
+double saved_weights_gap(const char *a_dir, const char *b_dir, double *scale);
+
 #endif
