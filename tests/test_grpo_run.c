@@ -8,6 +8,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "train/model_dir.h"
 #include "trained_weights.h"
 #include "model/model.h"
 
@@ -129,6 +130,48 @@ static void test_replay_resume(void) {
     CHECK(gap == 0, "resumed replay run ends %g from the uninterrupted one", gap);
 }
 
+/* Axolotl's documentation rewards.py, unchanged (tests/fixtures/axolotl_rewards): its GSM8K
+ * transform makes chat prompts and the answer column, its random reward and builtin.accuracy
+ * score the completions, in a real run. rewards.py sits next to the config, not in the working
+ * directory. */
+static void test_axolotl_docs_rewards(void) {
+    char *py = NULL, dir[4096], path[4200], text[8192], rows[4096];
+    size_t len = 0, n = 0;
+    CHECK(read_file(harness_source_path("tests/fixtures/axolotl_rewards/rewards.py"), &py, &len) ==
+              0,
+          "%s", err_msg());
+    snprintf(dir, sizeof dir, "%s", harness_tmp_path("docs"));
+    CHECK(make_dirs(dir) == 0, "%s", err_msg());
+    snprintf(path, sizeof path, "%s/rewards.py", dir);
+    harness_write_file(path, py, len);
+    free(py);
+    for (int i = 0; i < 8; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              "{\"question\": \"Tom has %d apples and buys %d more. How many?\", "
+                              "\"answer\": \"He has %d + %d = %d apples.\\n#### %d\"}\n",
+                              i, 3 * i, i, 3 * i, 4 * i, 4 * i);
+    snprintf(path, sizeof path, "%s/gsm8k.jsonl", dir);
+    harness_write_file(path, rows, n);
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\nchat_template: chatml\ndatasets:\n  - path: %s\n"
+             "    type: rewards.oai_gsm8k_transform\n"
+             "trl:\n  num_generations: 4\n  max_completion_length: 6\n"
+             "  reward_funcs: [rewards.rand_reward_func, builtin.accuracy]\n"
+             "micro_batch_size: 8\nmax_steps: 2\nlearning_rate: 1e-3\nseed: 1\n",
+             harness_source_path("tests/fixtures/models/llama_text"), path);
+    snprintf(path, sizeof path, "%s/grpo.yaml", dir);
+    harness_write_file(path, text, strlen(text));
+    char out[4200];
+    snprintf(out, sizeof out, "%s/out", dir);
+    CHECK(train(path, out, NULL) == CLI_EXIT_OK, "Axolotl's docs rewards.py: %s", err_msg());
+    json_t *m = harness_read_metrics(out);
+    double r = harness_metric(m, 0, "rewards/rand_reward_func/mean");
+    CHECK(r > 0 && r < 1, "the random reward's mean %g is in (0, 1)", r);
+    CHECK(json_object_get(json_array_get(m, 0), "rewards/accuracy/mean") != NULL,
+          "builtin.accuracy read the transform's answer column");
+    json_decref(m);
+}
+
 /* A reward command that answers two batches, then exits with status 3. */
 static void test_failing_reward(void) {
     const char *trl = "    - {command: 'n=0; while read l; do n=$((n+1)); [ $n -gt 2 ] && exit 3; "
@@ -168,6 +211,7 @@ int main(void) {
     test_metrics();
     test_resume();
     test_replay_resume();
+    test_axolotl_docs_rewards();
     test_failing_reward();
     test_errors();
     return harness_finish("test_grpo_run");
