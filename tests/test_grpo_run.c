@@ -106,6 +106,26 @@ static void test_resume(void) {
 
 /* The replay buffer: its metrics are logged, it travels in the checkpoint, and a run resumed
  * from there ends where the uninterrupted one does. */
+/* val_set_size: held-out prompts are generated and scored every eval_steps, never trained on. */
+static void test_evaluation(void) {
+    const char *cfg = write_config("eval.yaml", "", "val_set_size: 4\neval_steps: 2\n");
+    char out[4096];
+    snprintf(out, sizeof out, "%s", harness_tmp_path("eval"));
+    CHECK(train(cfg, out, NULL) == CLI_EXIT_OK, "%s", err_msg());
+    json_t *rows = harness_read_metrics(out);
+    int evals = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        const json_t *r = json_array_get(rows, i);
+        if (!json_object_get(r, "eval_reward")) continue;
+        evals++;
+        CHECK(json_object_get(r, "eval_completions/mean_length") && !json_object_get(r, "loss") &&
+                  !json_object_get(r, "eval_num_tokens"),
+              "an eval line has eval_ metrics only");
+    }
+    CHECK(evals == 2, "%d evaluations in 4 steps with eval_steps 2", evals);
+    json_decref(rows);
+}
+
 static void test_replay_resume(void) {
     const char *trl = "    - {function: builtin.format, pattern: '^[a-m]', match: search}\n"
                       "  replay_buffer_size: 3\n";
@@ -210,6 +230,7 @@ static void test_errors(void) {
 int main(void) {
     test_metrics();
     test_resume();
+    test_evaluation();
     test_replay_resume();
     test_axolotl_docs_rewards();
     test_failing_reward();
