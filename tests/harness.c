@@ -4,10 +4,13 @@
 #include "common/json_util.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int harness_checks, harness_failures;
@@ -104,4 +107,30 @@ int harness_foreach_case(const char *root, const char *marker, void (*fn)(const 
     }
     if (d) closedir(d);
     return n;
+}
+
+pid_t harness_spawn_train(const char *config, const char *out, const char *log_path,
+                          const char *const *extra) {
+    const char *argv[32] = {RLHF_BINARY_DIR "/rlhf", "train", config, "--output_dir", out};
+    int argc = 5;
+    for (int i = 0; extra && extra[i] && argc < 31; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) dup2(fd, 2), close(fd);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int harness_wait_child(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stdio.h>
 
 extern int harness_checks, harness_failures;
@@ -44,6 +45,15 @@ int harness_write_file(const char *path, const void *data, size_t len);
  * decrefs), and one row's number for key (0 when absent). */
 json_t *harness_read_metrics(const char *out_dir);
 double harness_metric(const json_t *rows, size_t i, const char *key);
+
+/* Starts `build/rlhf train config --output_dir out [extra...]` (RLHF_BINARY_DIR "/rlhf") as a
+ * child process, its stderr to log_path (appended); extra ends with NULL. Returns the pid. The
+ * tests that signal or kill a run need it in a process of its own. */
+pid_t harness_spawn_train(const char *config, const char *out, const char *log_path,
+                          const char *const *extra);
+
+/* Waits for a child: its exit status, or 128 + the signal that ended it. */
+int harness_wait_child(pid_t pid);
 
 /* Calls fn(name) for each directory under root (a source-relative path) that holds a file
  * named `marker`, in readdir order; returns how many. */

@@ -50,6 +50,7 @@ static const KeySpec key_specs[] = {
     KEY(adam_epsilon, K_FLOAT),
     KEY(weight_decay, K_FLOAT),
     KEY(max_grad_norm, K_FLOAT),
+    KEY(max_consecutive_bad_steps, K_INT),
     KEY(lr_scheduler, K_STRING),
     KEY(warmup_steps, K_INT),
     KEY(warmup_ratio, K_FLOAT),
@@ -511,6 +512,7 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->adam_beta2 = 0.999;
     cfg->adam_epsilon = 1e-8;
     cfg->max_grad_norm = 1.0;
+    cfg->max_consecutive_bad_steps = 5;
     cfg->warmup_steps = -1;
     cfg->warmup_ratio = -1.0;
     cfg->logging_steps = 1;
@@ -701,6 +703,8 @@ static int validate(TrainConfig *cfg) {
         return err_set("non-zero val_set_size should not be used with test_datasets configuration");
     if (cfg->weight_decay < 0) return err_set("key 'weight_decay': must not be negative");
     if (cfg->max_grad_norm < 0) return err_set("key 'max_grad_norm': must not be negative");
+    if (cfg->max_consecutive_bad_steps < 0)
+        return err_set("key 'max_consecutive_bad_steps': must not be negative (0: never stop)");
     if (cfg->save_steps < 0 || cfg->save_total_limit < 0 || cfg->eval_steps < 0)
         return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
     if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)

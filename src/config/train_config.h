@@ -57,7 +57,9 @@ typedef struct {
     double learning_rate;                /* required */
     char *optimizer; /* adamw_torch (the fused variant is the same arithmetic) */
     double adam_beta1, adam_beta2, adam_epsilon, weight_decay;
-    double max_grad_norm;         /* 1.0; 0 disables clipping */
+    double max_grad_norm; /* 1.0; 0 disables clipping */
+    /* 5: stop after this many skipped (non-finite) steps in a row; 0: never */
+    int64_t max_consecutive_bad_steps;
     char *lr_scheduler;           /* cosine */
     int64_t warmup_steps;         /* -1 when unset */
     double warmup_ratio;          /* -1 when unset */

@@ -6,12 +6,14 @@
 #include "data/sft_dataset.h"
 #include "python/py_embed.h"
 #include "rewards/reward_registry.h"
+#include "train/bad_steps.h"
 #include "train/checkpoint.h"
 #include "train/grpo_rollout.h"
 #include "train/grpo_trainer.h"
 #include "train/model_dir.h"
 #include "train/replay_buffer.h"
 #include "train/run_support.h"
+#include "train/stop_signal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -159,16 +161,6 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     return rc;
 }
 
-/* The last value of key in the log history (0 when never logged): what a resumed run's running
- * figures continue from. */
-static double last_logged(const json_t *log_history, const char *key) {
-    for (size_t i = json_array_size(log_history); i-- > 0;) {
-        const json_t *v = json_object_get(json_array_get(log_history, i), key);
-        if (json_is_number(v)) return json_number_value(v);
-    }
-    return 0;
-}
-
 static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, FILE *metrics) {
     const TrainConfig *cfg = r->cfg;
     const GrpoConfig *g = r->g;
@@ -181,22 +173,26 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, F
     int64_t loss_count = 0, first_step = r->tr.step;
     char note[96] = "";
     bool tty = isatty(fileno(r->log));
+    BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
     while (r->tr.step < r->total) {
         double step_start = now_seconds();
         while (grpo_trainer_queued(&r->gt) < cfg->gradient_accumulation_steps)
             if (add_generation(r, next_generation++) != 0) return -1;
         StepStats st;
         double t0 = now_seconds();
-        if (grpo_trainer_step(&r->gt, &st) != 0) return -1;
+        int step_rc = grpo_trainer_step(&r->gt, &st);
+        if (step_rc < 0 || bad_steps_record(&bad, step_rc, r->tr.step, &st, r->log) != 0) return -1;
         r->train_s += now_seconds() - t0;
-        loss_sum += st.loss, loss_count++;
+        if (step_rc == 0) loss_sum += st.loss, loss_count++; /* a skipped step has no loss */
         double ep = (double)r->tr.step / (double)r->steps_per_epoch;
         if (r->tr.step % cfg->logging_steps == 0 || r->tr.step == r->total) {
             json_t *entry = json_object();
-            json_object_set_new(entry, "loss", json_real(loss_sum / (double)loss_count));
-            json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
+            double mean_loss = loss_count ? loss_sum / (double)loss_count : NAN;
+            json_object_set_new(entry, "loss", json_real_or_null(mean_loss));
+            json_object_set_new(entry, "grad_norm", json_real_or_null(st.grad_norm));
             json_object_set_new(entry, "learning_rate", json_real(st.lr));
             step_metrics_flush(&r->gt.metrics, entry, "");
+            bad_steps_log(&bad, entry);
             json_object_set_new(entry, "step_time", json_real(now_seconds() - step_start));
             json_object_set_new(entry, "epoch", json_real(ep));
             json_object_set_new(entry, "step", json_integer(r->tr.step));
@@ -205,8 +201,8 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, F
             if (!tty)
                 fprintf(r->log,
                         "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f%s\n",
-                        (long long)r->tr.step, (long long)r->total, loss_sum / (double)loss_count,
-                        st.grad_norm, st.lr, ep, note);
+                        (long long)r->tr.step, (long long)r->total, mean_loss, st.grad_norm, st.lr,
+                        ep, note);
             json_decref(entry);
             loss_sum = 0, loss_count = 0;
         }
@@ -231,13 +227,18 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, F
             json_decref(entry);
             if (rc != 0) return -1;
         }
-        if (cfg->save_steps > 0 && r->tr.step % cfg->save_steps == 0) {
+        /* a signal: this step is done; save it (whatever save_steps says) and stop */
+        int sig = stop_signal_received();
+        if (sig || (cfg->save_steps > 0 && r->tr.step % cfg->save_steps == 0)) {
             json_t *state = trainer_state(cfg, r->tr.step, ep, r->total, log_history);
             int rc = checkpoint_save(target, &r->tr, state);
             json_decref(state);
             if (rc != 0) return -1;
-            if (!tty) fprintf(r->log, "saved checkpoint-%lld\n", (long long)r->tr.step);
+            if (!tty || sig)
+                fprintf(r->log, "%ssaved checkpoint-%lld\n", tty ? "\n" : "",
+                        (long long)r->tr.step);
         }
+        if (sig) return stop_signal_error(sig, r->tr.step);
     }
     if (tty) fputc('\n', r->log);
     return 0;

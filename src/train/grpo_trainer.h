@@ -63,7 +63,8 @@ void grpo_trainer_add(GrpoTrainer *g, GrpoBatch *b);
 /* Micro-steps queued. An optimizer step needs accumulation_steps of them. */
 int grpo_trainer_queued(const GrpoTrainer *g);
 
-/* One optimizer step over the next accumulation_steps queued micro-steps. */
+/* One optimizer step over the next accumulation_steps queued micro-steps: trainer_step's result
+ * (TRAINER_STEP_SKIPPED when the loss or gradient norm is not finite). */
 int grpo_trainer_step(GrpoTrainer *g, StepStats *stats);
 
 /* Log-probs of a batch's completions (rows x completion_w, 0 off the completion) under `model`

@@ -106,6 +106,14 @@ int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log,
 }
 
 /* Appends a log entry: to metrics.jsonl (one line) and to trainer_state's log_history. */
+double last_logged(const json_t *log_history, const char *key) {
+    for (size_t i = json_array_size(log_history); i-- > 0;) {
+        const json_t *v = json_object_get(json_array_get(log_history, i), key);
+        if (json_is_number(v)) return json_number_value(v);
+    }
+    return 0;
+}
+
 void log_entry(FILE *metrics, json_t *log_history, json_t *entry) {
     char *line = json_dumps(entry, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
     if (line) fprintf(metrics, "%s\n", line);

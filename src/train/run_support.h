@@ -42,6 +42,10 @@ json_t *trainer_state(const TrainConfig *cfg, int64_t step, double epoch, int64_
 int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log, char *dir,
            size_t dir_size);
 
+/* The last value of key in the log history (0 when never logged): what a resumed run's running
+ * figures continue from. */
+double last_logged(const json_t *log_history, const char *key);
+
 /* Appends a log entry: to metrics.jsonl (one line) and to trainer_state's log_history. */
 void log_entry(FILE *metrics, json_t *log_history, json_t *entry);
 

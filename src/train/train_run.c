@@ -7,11 +7,13 @@
 #include "data/pref_dataset.h"
 #include "data/sft_dataset.h"
 #include "model/forward.h"
+#include "train/bad_steps.h"
 #include "train/checkpoint.h"
 #include "train/grpo_run.h"
 #include "train/kto_method.h"
 #include "train/pref_method.h"
 #include "train/run_support.h"
+#include "train/stop_signal.h"
 #include "train/model_dir.h"
 #include "train/trainer.h"
 
@@ -233,6 +235,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     char note[96] = ""; /* metric_note of the last log line */
     int64_t loss_count = 0, first_step = tr.step;
     bool tty = isatty(fileno(log));
+    BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
     int rc = 0;
     for (int64_t epoch = 0; tr.step < total && rc == 0; epoch++) {
         if (cfg->rl == RL_KTO) /* TRL's sequential sampler: see run_kto */
@@ -258,17 +261,21 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
             rc = trainer_step(&tr, window, (int)n_micro, &task->method, &st);
             for (size_t k = 0; k < n_micro; k++)
                 task->release(task->ctx, (int)k);
-            if (rc != 0) break;
-            loss_sum += st.loss;
-            loss_count++;
+            if (rc < 0 || bad_steps_record(&bad, rc, tr.step, &st, log) != 0) {
+                rc = -1;
+                break;
+            }
+            if (rc == 0) loss_sum += st.loss, loss_count++; /* a skipped step has no loss */
+            rc = 0;
             if (tr.step % cfg->logging_steps == 0 || tr.step == total) {
                 double ep = (double)tr.step / (double)windows_per_epoch;
-                double mean_loss = loss_sum / (double)loss_count;
+                double mean_loss = loss_count ? loss_sum / (double)loss_count : NAN;
                 json_t *entry = json_object();
-                json_object_set_new(entry, "loss", json_real(mean_loss));
-                json_object_set_new(entry, "grad_norm", json_real(st.grad_norm));
+                json_object_set_new(entry, "loss", json_real_or_null(mean_loss));
+                json_object_set_new(entry, "grad_norm", json_real_or_null(st.grad_norm));
                 json_object_set_new(entry, "learning_rate", json_real(st.lr));
                 if (task->flush_metrics) task->flush_metrics(task->ctx, entry, "");
+                bad_steps_log(&bad, entry);
                 json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
                 log_entry(metrics, log_history, entry);
@@ -311,13 +318,17 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                         json_number_value(json_object_get(entry, "eval_loss")), n_eval);
                 json_decref(entry);
             }
-            if (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0) {
+            /* a signal: this step is done; save it (whatever save_steps says) and stop */
+            int sig = stop_signal_received();
+            if (sig || (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0)) {
                 json_t *state = trainer_state(
                     cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
                 rc = checkpoint_save(&target, &tr, state);
                 json_decref(state);
-                if (rc == 0 && !tty) fprintf(log, "saved checkpoint-%lld\n", (long long)tr.step);
+                if (rc == 0 && (!tty || sig))
+                    fprintf(log, "%ssaved checkpoint-%lld\n", tty ? "\n" : "", (long long)tr.step);
             }
+            if (rc == 0 && sig) rc = stop_signal_error(sig, tr.step);
         }
     }
     json_decref(log_history);

@@ -4,6 +4,7 @@
 #include "methods/sft.h"
 #include "model/backward.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,10 +95,19 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     if (t->lora) t->lora->training = false;
     if (rc != 0) return -1;
     stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
-    if (t->opt.max_grad_norm > 0)
-        grad_clip(t->grads, t->spans, t->n_spans, t->opt.max_grad_norm, stats->grad_norm);
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);
+    if (!isfinite(stats->loss) || !isfinite(stats->grad_norm)) {
+        /* Nothing of a non-finite step reaches the parameters or the moments. The step still
+         * counts, AdamW's counter included: global_step alone fixes the schedule, the data
+         * position, the dropout masks and (on resume) AdamW's counter, so a resumed run replays
+         * the skip exactly. */
+        t->adamw.step++;
+        t->step++;
+        return TRAINER_STEP_SKIPPED;
+    }
+    if (t->opt.max_grad_norm > 0)
+        grad_clip(t->grads, t->spans, t->n_spans, t->opt.max_grad_norm, stats->grad_norm);
     adamw_step(&t->adamw, t->params, t->grads, stats->lr);
     t->step++;
     return 0;

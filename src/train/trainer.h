@@ -70,9 +70,14 @@ typedef struct {
 int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *opt);
 void trainer_free(Trainer *t);
 
+/* trainer_step's result when the window's loss or gradient norm is NaN or infinite. */
+#define TRAINER_STEP_SKIPPED 1
+
 /* One optimizer step over n micro-batches with a method's loss. stats->loss is the sum of the
- * method's micro-batch contributions; stats->tokens counts label positions. Returns 0, or -1
- * with an error. */
+ * method's micro-batch contributions; stats->tokens counts label positions. Returns 0;
+ * TRAINER_STEP_SKIPPED when the loss or the gradient norm is not finite: the parameters and the
+ * AdamW moments are untouched, but the step counts (t->step and AdamW's counter advance, as
+ * global_step does in HF when a step is skipped); or -1 with an error. */
 int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
                  StepStats *stats);
 

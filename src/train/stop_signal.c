@@ -1,0 +1,50 @@
+#include "train/stop_signal.h"
+
+#include "common/error.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+
+static volatile sig_atomic_t received;
+static struct sigaction saved_int, saved_term, default_action;
+static bool installed;
+
+static void on_signal(int sig) {
+    if (!received) received = sig;
+    /* sigaction is async-signal-safe: the next SIGINT or SIGTERM takes the default action */
+    sigaction(SIGINT, &default_action, NULL);
+    sigaction(SIGTERM, &default_action, NULL);
+}
+
+void stop_signal_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* reads and writes in progress carry on; the loop checks later */
+    memset(&default_action, 0, sizeof default_action);
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    received = 0;
+    sigaction(SIGINT, &sa, &saved_int);
+    sigaction(SIGTERM, &sa, &saved_term);
+    installed = true;
+}
+
+void stop_signal_uninstall(void) {
+    if (!installed) return;
+    sigaction(SIGINT, &saved_int, NULL);
+    sigaction(SIGTERM, &saved_term, NULL);
+    installed = false;
+}
+
+int stop_signal_received(void) {
+    return received;
+}
+
+int stop_signal_error(int sig, int64_t step) {
+    return err_set("interrupted by %s: stopped after step %lld with checkpoint-%lld saved; run "
+                   "again with resume_from_checkpoint: true to continue",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step, (long long)step);
+}

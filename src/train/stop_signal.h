@@ -1,0 +1,23 @@
+/* Graceful stop on SIGINT / SIGTERM. The first signal only sets a flag (async-signal-safe); the
+ * training loops read it after each step, save a checkpoint and stop, so that the run resumes
+ * bit for bit. The handler also puts both signals back to their default action, so a second
+ * signal ends the process at once. */
+#ifndef RLHF_TRAIN_STOP_SIGNAL_H
+#define RLHF_TRAIN_STOP_SIGNAL_H
+
+#include <stdint.h>
+
+/* Catches SIGINT and SIGTERM (the previous actions are kept for stop_signal_uninstall) and
+ * clears the flag. */
+void stop_signal_install(void);
+
+/* Restores the actions stop_signal_install replaced. The flag keeps its value. */
+void stop_signal_uninstall(void);
+
+/* The first signal caught since stop_signal_install (SIGINT or SIGTERM), or 0. */
+int stop_signal_received(void);
+
+/* The error a loop stops with after a signal, once checkpoint-<step> is saved: always -1. */
+int stop_signal_error(int sig, int64_t step);
+
+#endif
