@@ -58,7 +58,8 @@ static void test_sft_config(void) {
     CHECK(c.learning_rate == 2e-5, "numeric string learning rate");
     CHECK(c.micro_batch_size == 2 && c.gradient_accumulation_steps == 4, "batch keys");
     CHECK(c.warmup_ratio == 0.1 && c.warmup_steps == -1, "warmup");
-    CHECK(c.sequence_len == 512 && c.seed == 42 && c.max_grad_norm == 1.0 && c.max_steps == -1,
+    CHECK(c.sequence_len == 512 && c.seed == 42 && c.max_grad_norm == 1.0 && c.max_steps == -1 &&
+              c.max_consecutive_bad_steps == 5,
           "defaults");
     CHECK(strcmp(c.optimizer, "adamw_torch") == 0 && strcmp(c.output_dir, "./outputs") == 0,
           "optimizer and output_dir defaults");
@@ -174,6 +175,8 @@ static void test_errors(void) {
                  "type.yaml:5: key 'micro_batch_size'", "expected an integer");
     expect_error("bool.yaml", BASE "learning_rate: 1e-5\ngradient_checkpointing: 3\n",
                  "bool.yaml:5: key 'gradient_checkpointing'", "true or false");
+    expect_error("bad_steps.yaml", BASE "learning_rate: 1e-5\nmax_consecutive_bad_steps: -1\n",
+                 "key 'max_consecutive_bad_steps'", "must not be negative");
     expect_error("list.yaml", BASE "learning_rate: [1, 2]\n", "list.yaml:4: key 'learning_rate'",
                  "not a list");
     expect_error("nobase.yaml", "datasets:\n  - path: d.jsonl\nlearning_rate: 1e-5\n",
