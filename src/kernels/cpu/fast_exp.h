@@ -5,18 +5,21 @@
  * Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial for e^r,
  * and 2^n put into the exponent bits. Relative error below 3e-7 on [-87.3, 88.7]; inputs are
  * clamped to that range, so exp of a very negative number is ~1e-38 rather than 0 and of a
- * very large one ~3e38 rather than inf — harmless where it is used (softmax sums, sigmoid). */
+ * very large one ~3e38 rather than inf — harmless where it is used (softmax sums, sigmoid).
+ * NaN gives NaN, so a diverged step is still seen as one. */
 #ifndef RLHF_KERNELS_CPU_FAST_EXP_H
 #define RLHF_KERNELS_CPU_FAST_EXP_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float fast_expf(float x) {
+static inline float fast_expf(float in) {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-    x = x < -87.3f ? -87.3f : x;
-    x = x > 88.7f ? 88.7f : x;
+    /* written so that NaN clamps too (comparisons with NaN are false): converting NaN to an
+     * integer below would be undefined; the NaN is given back at the end */
+    float x = in > -87.3f ? in : -87.3f;
+    x = x < 88.7f ? x : 88.7f;
     /* n = round(x log2e); x log2e + 128.5 > 0, so truncation is floor */
     int32_t ni = (int32_t)(x * log2e + 128.5f) - 128;
     float n = (float)ni;
@@ -34,7 +37,8 @@ static inline float fast_expf(float x) {
     int32_t bits = (ni - positive + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale * (float)(1 + positive);
+    float e = p * scale * (float)(1 + positive);
+    return in != in ? in : e;
 }
 
 #endif
