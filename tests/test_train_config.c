@@ -168,6 +168,9 @@ static void expect_error(const char *name, const char *text, const char *want1, 
 }
 
 static void test_errors(void) {
+    /* Found by fuzz_train_config: a second `datasets:` leaked the first list. */
+    expect_error("dup.yaml", BASE "learning_rate: 1e-5\nlearning_rate: 2e-5\n",
+                 "dup.yaml:5: key 'learning_rate' is given twice", "first on line 4");
     expect_error("rl.yaml", BASE "learning_rate: 1e-5\nrl: ppo\n", "rl.yaml:5: key 'rl'",
                  "unknown method \"ppo\"");
     expect_error("type.yaml", BASE "learning_rate: 1e-5\nmicro_batch_size: two\n",
