@@ -8,30 +8,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* A key given twice in one mapping is an error: PyYAML keeps the last silently, which hides a
- * mistake in a config (and readers that fill a field once per key would have to undo the
- * first). Returns 0, or -1 with "path:line: key 'k' is given twice (first on line N)". */
-static int check_duplicate_keys(YamlDoc *d) {
-    for (yaml_node_t *n = d->doc.nodes.start; n < d->doc.nodes.top; n++) {
-        if (n->type != YAML_MAPPING_NODE) continue;
-        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
-             p++) {
-            yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
-            if (!k || k->type != YAML_SCALAR_NODE) continue;
-            for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
-                yaml_node_t *e = yaml_document_get_node(&d->doc, q->key);
-                if (e && e->type == YAML_SCALAR_NODE &&
-                    e->data.scalar.length == k->data.scalar.length &&
-                    memcmp(e->data.scalar.value, k->data.scalar.value, k->data.scalar.length) == 0)
-                    return err_set("%s:%d: key '%s' is given twice (first on line %d)", d->path,
-                                   yaml_node_line(k), (const char *)k->data.scalar.value,
-                                   yaml_node_line(e));
-            }
-        }
-    }
-    return 0;
-}
-
 int yaml_doc_load(YamlDoc *d, const char *path) {
     memset(d, 0, sizeof *d);
     FILE *fp = fopen(path, "rb");
@@ -56,10 +32,6 @@ int yaml_doc_load(YamlDoc *d, const char *path) {
         yaml_doc_free(d);
         return err_set("%s:%d: expected a mapping of keys (key: value) at the top level", path,
                        line);
-    }
-    if (check_duplicate_keys(d) != 0) {
-        yaml_doc_free(d);
-        return -1;
     }
     return 0;
 }
