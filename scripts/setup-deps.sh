@@ -4,7 +4,9 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
-          libutf8proc-dev libopenblas-openmp-dev libpython3-dev)
+          libutf8proc-dev libopenblas-openmp-dev libpython3-dev
+          # `make fuzz`: clang, libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev), clang's OpenMP
+          clang libclang-rt-14-dev libomp-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -169,6 +169,19 @@ static void expect_error(const char *name, const char *text, const char *want1, 
 }
 
 static void test_errors(void) {
+    /* Found by fuzz_train_config: a second `datasets:` leaked the first list. The last one
+     * wins, as in PyYAML (test_fuzz_regressions replays the input under the sanitizers). */
+    {
+        const char *path = write_yaml("dup.yaml", BASE "learning_rate: 1e-5\ndatasets:\n"
+                                                       "  - path: e.jsonl\n    data_files: a\n"
+                                                       "    data_files: [b, c]\n");
+        TrainConfig c;
+        CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+        CHECK(c.n_datasets == 1 && strcmp(c.datasets[0].path, "e.jsonl") == 0 &&
+                  c.datasets[0].n_data_files == 2,
+              "the last datasets: and data_files: win");
+        train_config_free(&c);
+    }
     expect_error("rl.yaml", BASE "learning_rate: 1e-5\nrl: ppo\n", "rl.yaml:5: key 'rl'",
                  "unknown method \"ppo\"");
     expect_error("type.yaml", BASE "learning_rate: 1e-5\nmicro_batch_size: two\n",

@@ -251,7 +251,7 @@ int jinja_iterate(JCtx *c, JValue *v, JValue ***items, size_t *n, int line) {
         /* One pass: whoever iterates takes what is left. */
         *items = v->u.list.items;
         *n = v->u.list.n;
-        v->u.list.items += v->u.list.n;
+        if (v->u.list.n) v->u.list.items += v->u.list.n; /* an empty one may hold NULL */
         v->u.list.n = 0;
         return 0;
     default:

@@ -405,6 +405,12 @@ static int set_from_text(TrainConfig *cfg, const KeySpec *spec, const char *text
 /* A scalar or a list of scalars; `kind` says what each should be, for messages. */
 static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, const char *kind,
                             char ***out, int *count) {
+    /* A key given twice keeps the last value, as PyYAML does: drop the earlier list. */
+    for (int i = 0; i < *count; i++)
+        free((*out)[i]);
+    free(*out);
+    *out = NULL;
+    *count = 0;
     if (n->type == YAML_SCALAR_NODE) {
         *out = xmalloc(sizeof **out);
         (*out)[0] = xstrdup((const char *)n->data.scalar.value);
@@ -483,6 +489,8 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
     return 0;
 }
 
+static void free_datasets(DatasetConfig *list, int n);
+
 /* `datasets` or `test_datasets`: a list of dataset mappings. */
 static int read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v, const char *list) {
     bool test = strcmp(list, "test_datasets") == 0;
@@ -491,6 +499,9 @@ static int read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v, const cha
     if (v->type != YAML_SEQUENCE_NODE)
         return err_set("%s:%d: key '%s': expected a list of datasets", d->path, yaml_node_line(v),
                        list);
+    free_datasets(*out, *n_out); /* a second `datasets:` replaces the first, as in PyYAML */
+    *out = NULL;
+    *n_out = 0;
     int len = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
     *out = xcalloc((size_t)(len ? len : 1), sizeof **out);
     for (int i = 0; i < len; i++) {

@@ -95,6 +95,9 @@ void strlist_push(StrList *l, const char *s, size_t len) {
         l->items = xrealloc(l->items, l->cap * sizeof *l->items);
     }
     size_t start = l->data.len;
+    /* Items are read as data.p + start: with only empty strings pushed, data.p would stay NULL
+     * and that sum undefined, so there is always a buffer. */
+    tokbuf_reserve(&l->data, len ? len : 1);
     tokbuf_append(&l->data, s, len);
     l->items[l->n++] = (Span){start, start + len};
 }
