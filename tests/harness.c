@@ -47,7 +47,9 @@ int harness_write_file(const char *path, const void *data, size_t len) {
 }
 
 int harness_finish(const char *name) {
-    if (tmpdir[0]) {
+    if (tmpdir[0] && harness_failures) {
+        fprintf(stderr, "%s: kept %s for a look at what failed\n", name, tmpdir);
+    } else if (tmpdir[0]) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
         if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);

@@ -61,7 +61,10 @@ int cli_read_config(int argc, char **argv, const char *command, const char *usag
         }
         if (strncmp(argv[i], "--", 2) == 0) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "rlhf %s: option %s needs a value\n", command, argv[i]);
+                fprintf(stderr,
+                        "rlhf %s: option %s needs a value (options here set config keys: "
+                        "--KEY VALUE)\n",
+                        command, argv[i]);
                 free(overrides);
                 return CLI_EXIT_USAGE;
             }

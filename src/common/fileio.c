@@ -13,6 +13,11 @@
 int read_file(const char *path, char **data, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return err_set("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(fp);
+        return err_set("%s: is a directory, expected a file", path);
+    }
     if (fseek(fp, 0, SEEK_END) != 0) {
         fclose(fp);
         return err_set("%s: cannot seek: %s", path, strerror(errno));

@@ -436,6 +436,9 @@ static int read_string_list(YamlDoc *d, yaml_node_t *n, const char *what, const 
 static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetConfig *ds,
                         const char *list, int index) {
     ds->line = yaml_node_line(n);
+    char where[4200];
+    snprintf(where, sizeof where, "%s:%d: %s[%d]", d->path, ds->line, list, index);
+    ds->where = xstrdup(where);
     if (n->type != YAML_MAPPING_NODE)
         return err_set("%s:%d: %s[%d]: expected a mapping with at least 'path'", d->path, ds->line,
                        list, index);
@@ -847,6 +850,7 @@ static void free_datasets(DatasetConfig *list, int n) {
     for (int i = 0; i < n; i++) {
         DatasetConfig *ds = &list[i];
         free(ds->path);
+        free(ds->where);
         free(ds->ds_type);
         free(ds->split);
         free(ds->type);

@@ -37,6 +37,7 @@ typedef struct {
     char *type;      /* prompt strategy, e.g. chat_template, alpaca, completion */
     json_t *options; /* the whole entry as JSON: each strategy reads its own keys */
     int line;        /* where the entry starts, for messages */
+    char *where;     /* "config.yaml:3: datasets[0]", for messages */
 } DatasetConfig;
 
 typedef struct {

@@ -1,6 +1,7 @@
 #include "config/yaml_doc.h"
 
 #include "common/error.h"
+#include "common/fileio.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,21 +9,37 @@
 #include <string.h>
 #include <strings.h>
 
+/* libyaml reports bad bytes (invalid UTF-8, control characters) by their offset in the input,
+ * not by a line and column: count them from the text. */
+static void offset_position(const char *text, size_t offset, size_t *line, size_t *column) {
+    *line = 0, *column = 0;
+    for (size_t i = 0; i < offset && text[i]; i++) {
+        if (text[i] == '\n')
+            (*line)++, *column = 0;
+        else
+            (*column)++;
+    }
+}
+
 int yaml_doc_load(YamlDoc *d, const char *path) {
     memset(d, 0, sizeof *d);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set("%s: cannot open: %s", path, strerror(errno));
+    char *text;
+    size_t len;
+    if (read_file(path, &text, &len) != 0) return -1;
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, fp);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     int ok = yaml_parser_load(&parser, &d->doc);
     if (!ok) {
-        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, parser.problem_mark.line + 1,
-                parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error",
-                parser.context ? " " : "", parser.context ? parser.context : "");
+        size_t line = parser.problem_mark.line, column = parser.problem_mark.column;
+        if (parser.error == YAML_READER_ERROR)
+            offset_position(text, parser.problem_offset, &line, &column);
+        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, line + 1, column + 1,
+                parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
+                parser.context ? parser.context : "");
     }
     yaml_parser_delete(&parser);
-    fclose(fp);
+    free(text);
     if (!ok) return -1;
     d->loaded = true;
     d->path = xstrdup(path);

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "data/dataset_rows.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,6 +64,7 @@ int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
         free(options);
         hash_string(&h, dc->type);
         hash_string(&h, dc->split);
+        if (dataset_path_check(dc) != 0) return -1;
         if (dc->n_data_files == 0) {
             if (hash_file(&h, dc->path, false) != 0) return -1;
         }

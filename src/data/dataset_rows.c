@@ -22,10 +22,11 @@ static int load_file(const char *path, DatasetRowFn fn, void *ctx) {
                            text[start] == '\r'))
         start++;
     int rc = 0;
+    size_t rows = 0;
     if (start < len && text[start] == '[') {
         json_t *arr = NULL;
         rc = json_load_text(text, len, path, &arr);
-        for (size_t i = 0; rc == 0 && i < json_array_size(arr); i++)
+        for (size_t i = 0; rc == 0 && i < json_array_size(arr); i++, rows++)
             if (call_row(fn, ctx, json_array_get(arr, i)) != 0)
                 rc = err_prefix("%s: row %zu", path, i);
         json_decref(arr);
@@ -41,6 +42,7 @@ static int load_file(const char *path, DatasetRowFn fn, void *ctx) {
             while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
                 k++;
             if (k == n) continue;
+            rows++;
             json_t *row = NULL;
             if (json_load_text(s, n, NULL, &row) != 0 || call_row(fn, ctx, row) != 0)
                 rc = err_prefix("%s:%d", path, line);
@@ -48,10 +50,19 @@ static int load_file(const char *path, DatasetRowFn fn, void *ctx) {
         }
     }
     free(text);
+    if (rc == 0 && rows == 0) rc = err_set("%s: the file holds no rows", path);
     return rc;
 }
 
+int dataset_path_check(const DatasetConfig *dc) {
+    if (file_exists(dc->path) || dir_exists(dc->path)) return 0;
+    return err_set("%s.path: \"%s\" is not a local file or directory (relative paths start from "
+                   "the working directory; Hub datasets are not downloaded)",
+                   dc->where ? dc->where : "dataset", dc->path);
+}
+
 int dataset_rows_foreach(const DatasetConfig *dc, DatasetRowFn fn, void *ctx) {
+    if (dataset_path_check(dc) != 0) return -1;
     if (dc->n_data_files == 0) return load_file(dc->path, fn, ctx);
     for (int f = 0; f < dc->n_data_files; f++) {
         char path[4096];

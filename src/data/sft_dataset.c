@@ -52,6 +52,10 @@ static void push(SftDataset *ds, const int32_t *ids, const uint8_t *labels, int 
     memcpy(e->labels, labels, (size_t)len);
 }
 
+static void drop_too_long(SftDataset *ds, size_t len) {
+    if (ds->dropped_too_long++ == 0 || len < ds->shortest_dropped) ds->shortest_dropped = len;
+}
+
 static const char *string_field(const json_t *row, const char *key, bool required, int *rc) {
     const json_t *v = json_object_get(row, key);
     if (!v || json_is_null(v)) {
@@ -109,7 +113,7 @@ static int add_alpaca(const LoadContext *c, const json_t *row) {
     if (rc == 0) {
         size_t n = np + nr;
         if (n > (size_t)c->seq_len) {
-            c->ds->dropped_too_long++;
+            drop_too_long(c->ds, n);
         } else {
             int32_t *ids = xmalloc(n * sizeof *ids);
             uint8_t *labels = xcalloc(n, 1);
@@ -132,7 +136,7 @@ static int add_chat(const LoadContext *c, const json_t *row) {
     size_t n;
     if (chat_sft_example(&c->chat, row, &ids, &labels, &n) != 0) return -1;
     if (n > (size_t)c->seq_len)
-        c->ds->dropped_too_long++;
+        drop_too_long(c->ds, n);
     else if (n >= 2)
         push(c->ds, ids, labels, (int)n);
     free(ids);
@@ -183,10 +187,14 @@ int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *to
         }
     }
     if (ds->n == 0) {
+        size_t dropped = ds->dropped_too_long, shortest = ds->shortest_dropped;
         sft_dataset_free(ds);
-        return err_set("%s: the datasets hold no usable example (all empty or longer than "
-                       "sequence_len %lld)",
-                       cfg->source, (long long)cfg->sequence_len);
+        if (dropped)
+            return err_set("%s: every example is longer than sequence_len %lld tokens (%zu "
+                           "dropped, the shortest has %zu): raise sequence_len or shorten them",
+                           cfg->source, (long long)cfg->sequence_len, dropped, shortest);
+        return err_set("%s: the datasets hold no usable example (no row yields two or more tokens)",
+                       cfg->source);
     }
     return 0;
 }

@@ -26,6 +26,7 @@ typedef struct {
     SftExample *items;
     size_t n;
     size_t dropped_too_long;
+    size_t shortest_dropped; /* tokens in the shortest example dropped as too long */
 } SftDataset;
 
 /* Reads every dataset of cfg. eos_id is the tokenizer's EOS token id (< 0: none).

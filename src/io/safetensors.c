@@ -357,8 +357,9 @@ int safetensors_write(const char *path, const SafetensorsWriteTensor *tensors, s
             ok = nb == 0 || fwrite(order[i]->data, 1, nb, af.fp) == nb;
         }
         if (!ok) {
+            int err = errno;
             atomic_file_abort(&af);
-            rc = err_set("%s: write failed", path);
+            rc = err_set("%s: write failed: %s", path, strerror(err));
         } else {
             rc = atomic_file_commit(&af);
         }

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "io/checkpoint.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,15 @@ static int load_tensors(Model *m, const CheckpointReader *ck, const char *dir) {
             return err_set("%s: tensor \"%s\" has shape %s but config.json implies %s", dir,
                            p->name, got, want);
         }
-        if (safetensors_to_f32(t, m->params + p->offset) != 0) return err_prefix("%s", dir);
+        float *w = m->params + p->offset;
+        if (safetensors_to_f32(t, w) != 0) return err_prefix("%s", dir);
+        /* A NaN or Inf weight poisons every logit downstream; name it here, not as a NaN loss. */
+        size_t numel = (size_t)t->numel;
+        for (size_t k = 0; k < numel; k++)
+            if (!isfinite(w[k]))
+                return err_set("%s: tensor \"%s\" holds %s at flat index %zu: the checkpoint is "
+                               "corrupt",
+                               dir, p->name, isnan(w[k]) ? "NaN" : "an infinity", k);
     }
     ExtraCheck ctx = {m};
     return checkpoint_for_each(ck, check_expected, &ctx);

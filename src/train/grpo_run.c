@@ -161,7 +161,8 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     return rc;
 }
 
-static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history, FILE *metrics) {
+static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
+                    MetricsFile *metrics) {
     const TrainConfig *cfg = r->cfg;
     const GrpoConfig *g = r->g;
     int generate_every = g->steps_per_generation * g->num_iterations;
@@ -275,10 +276,8 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
         if (rc == 0 && r->replay.size)
             fprintf(r->log, "replay buffer: %d groups restored\n", r->replay.size);
     }
-    char metrics_path[4096];
-    path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
-    FILE *metrics = rc == 0 ? fopen(metrics_path, r->tr.step > 0 ? "a" : "w") : NULL;
-    if (rc == 0 && !metrics) rc = err_set("%s: cannot create: %s", metrics_path, strerror(errno));
+    MetricsFile metrics = {0};
+    if (rc == 0) rc = metrics_file_open(&metrics, cfg->output_dir, r->tr.step > 0);
     if (rc == 0) {
         fprintf(r->log,
                 "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
@@ -298,10 +297,10 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
                                    .save_total_limit = cfg->save_total_limit,
                                    .write_extra = r->replay.capacity > 0 ? save_replay : NULL,
                                    .extra_ctx = &r->replay};
-        rc = run_loop(r, &target, log_history, metrics);
+        rc = run_loop(r, &target, log_history, &metrics);
         grpo_trainer_free(&r->gt);
     }
-    if (metrics) fclose(metrics);
+    metrics_file_close(&metrics);
     json_decref(log_history);
     trainer_free(&r->tr);
     return rc;

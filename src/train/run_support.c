@@ -1,13 +1,16 @@
 #include "train/run_support.h"
 
 #include "common/error.h"
+#include "common/fileio.h"
 #include "train/checkpoint.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double now_seconds(void) {
     struct timespec ts;
@@ -114,11 +117,33 @@ double last_logged(const json_t *log_history, const char *key) {
     return 0;
 }
 
-void log_entry(FILE *metrics, json_t *log_history, json_t *entry) {
+int metrics_file_open(MetricsFile *f, const char *output_dir, bool resumed) {
+    if (path_join(f->path, sizeof f->path, output_dir, "metrics.jsonl") != 0) return -1;
+    f->created = !file_exists(f->path);
+    f->fp = fopen(f->path, "a");
+    f->replace_pending = !resumed;
+    if (!f->fp) return err_set("%s: cannot create: %s", f->path, strerror(errno));
+    return 0;
+}
+
+void metrics_file_close(MetricsFile *f) {
+    if (f->fp) fclose(f->fp);
+    if (f->fp && f->created && f->replace_pending) remove(f->path);
+    f->fp = NULL;
+}
+
+void log_entry(MetricsFile *metrics, json_t *log_history, json_t *entry) {
+    if (metrics->replace_pending) {
+        /* "a" mode writes at the end whatever the offset, so emptying the file is enough */
+        if (ftruncate(fileno(metrics->fp), 0) != 0)
+            fprintf(stderr, "warning: metrics.jsonl: cannot empty the previous run's entries: %s\n",
+                    strerror(errno));
+        metrics->replace_pending = false;
+    }
     char *line = json_dumps(entry, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
-    if (line) fprintf(metrics, "%s\n", line);
+    if (line) fprintf(metrics->fp, "%s\n", line);
     free(line);
-    fflush(metrics);
+    fflush(metrics->fp);
     json_array_append(log_history, entry);
 }
 

@@ -46,8 +46,22 @@ int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log,
  * figures continue from. */
 double last_logged(const json_t *log_history, const char *key);
 
+/* A run's metrics.jsonl. A resumed run appends to it; a fresh run replaces it, but only when it
+ * logs its first entry: a run that fails before then (a bad reward function, a dataset error)
+ * leaves the previous run's file as it was. */
+typedef struct {
+    FILE *fp;
+    bool replace_pending; /* fresh run, nothing logged yet: empty the file at the first entry */
+    bool created;         /* the file was not there: removed again if nothing is logged */
+    char path[4096];
+} MetricsFile;
+
+/* Opens output_dir/metrics.jsonl for appending (creating it). Returns 0, or -1 with an error. */
+int metrics_file_open(MetricsFile *f, const char *output_dir, bool resumed);
+void metrics_file_close(MetricsFile *f);
+
 /* Appends a log entry: to metrics.jsonl (one line) and to trainer_state's log_history. */
-void log_entry(FILE *metrics, json_t *log_history, json_t *entry);
+void log_entry(MetricsFile *metrics, json_t *log_history, json_t *entry);
 
 /* The reference policy (trl-methods.md §1.3): with an adapter, the same network with the adapter
  * switched off, or (lora_model_dir) a frozen copy of the adapter as loaded; else (or with

@@ -214,13 +214,11 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                                .tokenizer_dir = cfg->tokenizer_config,
                                .save_total_limit = cfg->save_total_limit};
     int64_t window_index = 0; /* windows seen, counting the ones a resume skips */
-    char metrics_path[4096];
-    path_join(metrics_path, sizeof metrics_path, cfg->output_dir, "metrics.jsonl");
-    FILE *metrics = fopen(metrics_path, tr.step > 0 ? "a" : "w");
-    if (!metrics) {
+    MetricsFile metrics;
+    if (metrics_file_open(&metrics, cfg->output_dir, tr.step > 0) != 0) {
         json_decref(log_history);
         trainer_free(&tr);
-        return err_set("%s: cannot create: %s", metrics_path, strerror(errno));
+        return -1;
     }
     fprintf(log,
             "training %zu examples: %lld steps (%lld per epoch), micro-batch %lld x %zu "
@@ -278,7 +276,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 bad_steps_log(&bad, entry);
                 json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
-                log_entry(metrics, log_history, entry);
+                log_entry(&metrics, log_history, entry);
                 metric_note(entry, note, sizeof note);
                 json_decref(entry);
                 double el = now_seconds() - start;
@@ -312,7 +310,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 double ep = (double)tr.step / (double)windows_per_epoch;
                 json_object_set_new(entry, "epoch", json_real(ep));
                 json_object_set_new(entry, "step", json_integer(tr.step));
-                log_entry(metrics, log_history, entry);
+                log_entry(&metrics, log_history, entry);
                 fprintf(log, "%sstep %lld/%lld  eval_loss %.4f (%zu held-out examples)\n",
                         tty ? "\n" : "", (long long)tr.step, (long long)total,
                         json_number_value(json_object_get(entry, "eval_loss")), n_eval);
@@ -334,7 +332,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     json_decref(log_history);
     free(order);
     free(window);
-    fclose(metrics);
+    metrics_file_close(&metrics);
     trainer_free(&tr);
     if (rc != 0) return -1;
     if (tty) fputc('\n', log);

@@ -58,6 +58,21 @@ static uint64_t dropout_key(uint64_t seed, int64_t step, int i) {
     return z ^ (z >> 31);
 }
 
+/* Fault injection for tests: RLHF_FAULT_NAN_GRAD_STEPS="3,8" makes the gradient of those steps
+ * (numbered as logged, from 1) NaN, as a batch that overflows would. A NaN in a model file is
+ * refused at load, so the tests that a bad step is skipped and the run recovers need this. */
+static bool nan_injected(int64_t step) {
+    const char *list = getenv("RLHF_FAULT_NAN_GRAD_STEPS");
+    for (const char *p = list; p && *p;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p) break;
+        if (v == step) return true;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
 int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
                  StepStats *stats) {
     Model *m = t->model;
@@ -94,6 +109,7 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     }
     if (t->lora) t->lora->training = false;
     if (rc != 0) return -1;
+    if (nan_injected(t->step + 1)) t->grads[0] = NAN;
     stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);

