@@ -1,6 +1,7 @@
 /* `rlhf train` with rl: grpo end to end on the llama_text fixture: TRL's metric keys are logged;
  * a run resumed from a checkpoint ends at the weights of the uninterrupted run (generation is
  * seeded by the generation batch's number, so the resumed run samples the same completions);
+ * Ctrl-C saves a checkpoint (replay buffer included), exits 130 and resumes to the same weights;
  * a reward command that fails stops the run with an error naming it and leaves the last
  * checkpoint whole; bad GRPO settings are clear errors. */
 #include "cli/commands.h"
@@ -13,8 +14,10 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *write_config(const char *name, const char *extra_trl, const char *extra) {
     static char path[4096];
@@ -150,6 +153,43 @@ static void test_replay_resume(void) {
     CHECK(gap == 0, "resumed replay run ends %g from the uninterrupted one", gap);
 }
 
+/* Ctrl-C in a GRPO run with a replay buffer: the step finishes, checkpoint-<step> is saved with
+ * the buffer (save_steps 0), the exit status is 130, and the resumed run ends at the weights of
+ * an uninterrupted one. */
+static void test_sigint_resumes(void) {
+    const char *trl = "    - {function: builtin.format, pattern: '^[a-m]', match: search}\n"
+                      "  replay_buffer_size: 3\n";
+    char cfg[4096], full[4096], stopped[4096], log[4096], path[4300];
+    snprintf(cfg, sizeof cfg, "%s", write_config("sigint.yaml", trl, ""));
+    snprintf(full, sizeof full, "%s", harness_tmp_path("sigint-full"));
+    snprintf(stopped, sizeof stopped, "%s", harness_tmp_path("sigint-stopped"));
+    snprintf(log, sizeof log, "%s", harness_tmp_path("sigint.log"));
+    const char *steps[] = {"--max_steps", "16", NULL};
+    CHECK(harness_wait_child(harness_spawn_train(cfg, full, log, steps)) == 0, "straight run");
+    pid_t pid = harness_spawn_train(cfg, stopped, log, steps);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", stopped);
+    for (int i = 0; i < 60000; i++) { /* up to 60 s for the first logged step */
+        char *text = NULL;
+        bool logged = read_file(path, &text, NULL) == 0 && strchr(text, '\n');
+        free(text);
+        if (logged) break;
+        usleep(1000);
+    }
+    kill(pid, SIGINT);
+    int rc = harness_wait_child(pid);
+    CHECK(rc == 130, "SIGINT: exit %d, expected 130", rc);
+    json_t *rows = harness_read_metrics(stopped);
+    long long reached = (long long)harness_metric(rows, json_array_size(rows) - 1, "step");
+    json_decref(rows);
+    CHECK(reached >= 1 && reached < 16, "stopped at step %lld", reached);
+    snprintf(path, sizeof path, "%s/checkpoint-%lld/replay_buffer.safetensors", stopped, reached);
+    CHECK(file_exists(path), "checkpoint-%lld saved with the replay buffer", reached);
+    const char *resume[] = {"--max_steps", "16", "--resume_from_checkpoint", "true", NULL};
+    CHECK(harness_wait_child(harness_spawn_train(cfg, stopped, log, resume)) == 0, "resumed run");
+    double gap = saved_weights_gap(full, stopped, NULL);
+    CHECK(gap == 0, "stopped at %lld + resumed ends %g from the uninterrupted run", reached, gap);
+}
+
 /* Axolotl's documentation rewards.py, unchanged (tests/fixtures/axolotl_rewards): its GSM8K
  * transform makes chat prompts and the answer column, its random reward and builtin.accuracy
  * score the completions, in a real run. rewards.py sits next to the config, not in the working
@@ -232,6 +272,7 @@ int main(void) {
     test_resume();
     test_evaluation();
     test_replay_resume();
+    test_sigint_resumes();
     test_axolotl_docs_rewards();
     test_failing_reward();
     test_errors();
