@@ -52,9 +52,11 @@ for case in "$@"; do
     [ -z "$problem" ] && [ "$got_exit" != "$want_exit" ] &&
         problem="exit status $got_exit, expected $want_exit"
     [ -z "$problem" ] && ! cmp -s "$work/want.txt" "$work/got.txt" &&
-        problem="stderr differs:$(diff "$work/want.txt" "$work/got.txt" | sed 's/^/\n    /')"
+        problem="stderr differs (< expected, > got):
+$(diff "$work/want.txt" "$work/got.txt" | sed 's/^/    /')"
     [ -z "$problem" ] && [ "$before" != "$after" ] &&
-        problem="files changed:$(diff <(echo "$before") <(echo "$after") | sed 's/^/\n    /')"
+        problem="files changed (< before, > after):
+$(diff <(echo "$before") <(echo "$after") | sed 's/^/    /')"
     if [ -n "$problem" ]; then
         echo "FAIL $case: $problem"
         failed=$((failed + 1))
