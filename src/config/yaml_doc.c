@@ -8,21 +8,15 @@
 #include <string.h>
 #include <strings.h>
 
-int yaml_doc_load(YamlDoc *d, const char *path) {
-    memset(d, 0, sizeof *d);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set("%s: cannot open: %s", path, strerror(errno));
-    yaml_parser_t parser;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, fp);
-    int ok = yaml_parser_load(&parser, &d->doc);
+/* Parses what the parser was set up to read; `path` names the source in messages. */
+static int load_from(YamlDoc *d, yaml_parser_t *parser, const char *path) {
+    int ok = yaml_parser_load(parser, &d->doc);
     if (!ok) {
-        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, parser.problem_mark.line + 1,
-                parser.problem_mark.column + 1, parser.problem ? parser.problem : "syntax error",
-                parser.context ? " " : "", parser.context ? parser.context : "");
+        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, parser->problem_mark.line + 1,
+                parser->problem_mark.column + 1, parser->problem ? parser->problem : "syntax error",
+                parser->context ? " " : "", parser->context ? parser->context : "");
     }
-    yaml_parser_delete(&parser);
-    fclose(fp);
+    yaml_parser_delete(parser);
     if (!ok) return -1;
     d->loaded = true;
     d->path = xstrdup(path);
@@ -34,6 +28,26 @@ int yaml_doc_load(YamlDoc *d, const char *path) {
                        line);
     }
     return 0;
+}
+
+int yaml_doc_load(YamlDoc *d, const char *path) {
+    memset(d, 0, sizeof *d);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return err_set("%s: cannot open: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, fp);
+    int rc = load_from(d, &parser, path);
+    fclose(fp);
+    return rc;
+}
+
+int yaml_doc_load_text(YamlDoc *d, const char *text, size_t len, const char *name) {
+    memset(d, 0, sizeof *d);
+    yaml_parser_t parser;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    return load_from(d, &parser, name);
 }
 
 void yaml_doc_free(YamlDoc *d) {
