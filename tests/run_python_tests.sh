@@ -49,7 +49,7 @@ pytest)
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     cd "$work"
-    RLHF_LIBRARY="$bin/librlhf.so" PYTHONPATH="$src/python:$src/python/tests" \
+    RLHF_LIBRARY="$bin/librlhf.so" RLHF_CLI="$bin/rlhf" PYTHONPATH="$src/python:$src/python/tests" \
         "$py" -m pytest -q -p no:cacheprovider -rs "$src/python/tests"
     ;;
 pip)

@@ -216,6 +216,8 @@ class _Trainer:
             if message.startswith("reward function ") or cause is not None:
                 if support is not None:
                     support.last_exception = None
+                if isinstance(cause, KeyboardInterrupt):  # a second Ctrl-C, inside a reward
+                    raise KeyboardInterrupt(message) from cause
                 raise _lib.RewardFunctionError(message) from cause
             raise _lib.RLHFError(message)
         out = json.loads(lib.rlhf_trainer_state(self._handle()))["train_output"]

@@ -75,7 +75,7 @@ def cli_error(tmp_path, yaml_text):
     """What `rlhf train` prints for a config, without its "rlhf: error: " and file name."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml_text)
-    rlhf = os.path.join(REPO, "build", "rlhf")
+    rlhf = os.environ.get("RLHF_CLI") or os.path.join(REPO, "build", "rlhf")
     if not os.path.exists(rlhf):
         pytest.skip("build/rlhf is not built")
     proc = subprocess.run([rlhf, "train", str(cfg)], capture_output=True, text=True)
