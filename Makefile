@@ -15,6 +15,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
+	@bash tests/run_python_tests.sh check . $(BUILD) || true
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Fine-tunes the embedded tiny model (models/tiny-arith) on a small arithmetic set.

@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
           libutf8proc-dev libopenblas-openmp-dev libpython3-dev
+          # the Python API's tests (python/): pytest over librlhf.so, `pip install ./python`
+          python3-numpy python3-pytest python3-pip python3-venv python3-setuptools python3-wheel
           # `make fuzz`: clang, libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev), clang's OpenMP
           clang libclang-rt-14-dev libomp-dev)
 

@@ -29,7 +29,7 @@ int cli_train(int argc, char **argv) {
     rc = train_run(&cfg, stderr) == 0 ? CLI_EXIT_OK : cli_fail(err_msg());
     int sig = stop_signal_received();
     stop_signal_uninstall();
-    if (rc != CLI_EXIT_OK && sig) rc = 128 + sig;
+    if (rc != CLI_EXIT_OK && sig > 0) rc = 128 + sig;
     train_config_free(&cfg);
     return rc;
 }

@@ -823,6 +823,22 @@ static int apply_overrides(TrainConfig *cfg, const char *const *overrides, int n
     return 0;
 }
 
+/* The keys of a loaded document, the overrides, the defaults and the checks (d is freed). */
+static int load_document(TrainConfig *cfg, YamlDoc *d, const char *path,
+                         const char *const *overrides, int n_overrides) {
+    int rc = read_file_keys(cfg, d, overrides, n_overrides);
+    yaml_node_t *root = yaml_doc_root(d);
+    if (rc == 0 && root) cfg->raw = yaml_node_to_json(d, root);
+    if (rc == 0 && root && !cfg->raw) rc = -1;
+    yaml_doc_free(d);
+    if (rc == 0) rc = apply_overrides(cfg, overrides, n_overrides);
+    /* messages that already start with the file name (file:line: ...) are not prefixed again */
+    if (rc == 0 && validate(cfg) != 0)
+        rc = strncmp(err_msg(), path, strlen(path)) == 0 ? -1 : err_prefix("%s", path);
+    if (rc != 0) train_config_free(cfg);
+    return rc;
+}
+
 int train_config_load(TrainConfig *cfg, const char *path, const char *const *overrides,
                       int n_overrides) {
     memset(cfg, 0, sizeof *cfg);
@@ -833,17 +849,19 @@ int train_config_load(TrainConfig *cfg, const char *path, const char *const *ove
         train_config_free(cfg);
         return -1;
     }
-    int rc = read_file_keys(cfg, &d, overrides, n_overrides);
-    yaml_node_t *root = yaml_doc_root(&d);
-    if (rc == 0 && root) cfg->raw = yaml_node_to_json(&d, root);
-    if (rc == 0 && root && !cfg->raw) rc = -1;
-    yaml_doc_free(&d);
-    if (rc == 0) rc = apply_overrides(cfg, overrides, n_overrides);
-    /* messages that already start with the file name (file:line: ...) are not prefixed again */
-    if (rc == 0 && validate(cfg) != 0)
-        rc = strncmp(err_msg(), path, strlen(path)) == 0 ? -1 : err_prefix("%s", path);
-    if (rc != 0) train_config_free(cfg);
-    return rc;
+    return load_document(cfg, &d, path, overrides, n_overrides);
+}
+
+int train_config_load_text(TrainConfig *cfg, const char *text, const char *name) {
+    memset(cfg, 0, sizeof *cfg);
+    set_defaults(cfg);
+    cfg->source = xstrdup(name);
+    YamlDoc d;
+    if (yaml_doc_load_text(&d, text, strlen(text), name) != 0) {
+        train_config_free(cfg);
+        return -1;
+    }
+    return load_document(cfg, &d, name, NULL, 0);
 }
 
 static void free_datasets(DatasetConfig *list, int n) {

@@ -120,6 +120,11 @@ typedef struct {
  * name). */
 int train_config_load(TrainConfig *cfg, const char *path, const char *const *overrides,
                       int n_overrides);
+
+/* The same from a document in memory: YAML text, or JSON (YAML's flow syntax), with the same
+ * keys as the file. `name` stands for the file in messages and in `source`; relative paths in
+ * the config are taken from the working directory, as for a file. */
+int train_config_load_text(TrainConfig *cfg, const char *text, const char *name);
 void train_config_free(TrainConfig *cfg);
 
 const char *rl_method_name(RlMethod rl);

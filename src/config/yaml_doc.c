@@ -21,11 +21,8 @@ static void offset_position(const char *text, size_t offset, size_t *line, size_
     }
 }
 
-int yaml_doc_load(YamlDoc *d, const char *path) {
+int yaml_doc_load_text(YamlDoc *d, const char *text, size_t len, const char *name) {
     memset(d, 0, sizeof *d);
-    char *text;
-    size_t len;
-    if (read_file(path, &text, &len) != 0) return -1;
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
@@ -34,23 +31,32 @@ int yaml_doc_load(YamlDoc *d, const char *path) {
         size_t line = parser.problem_mark.line, column = parser.problem_mark.column;
         if (parser.error == YAML_READER_ERROR)
             offset_position(text, parser.problem_offset, &line, &column);
-        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", path, line + 1, column + 1,
+        err_set("%s:%zu:%zu: invalid YAML: %s%s%s", name, line + 1, column + 1,
                 parser.problem ? parser.problem : "syntax error", parser.context ? " " : "",
                 parser.context ? parser.context : "");
     }
     yaml_parser_delete(&parser);
-    free(text);
     if (!ok) return -1;
     d->loaded = true;
-    d->path = xstrdup(path);
+    d->path = xstrdup(name);
     yaml_node_t *root = yaml_document_get_root_node(&d->doc);
     if (root && root->type != YAML_MAPPING_NODE) {
         int line = yaml_node_line(root);
         yaml_doc_free(d);
-        return err_set("%s:%d: expected a mapping of keys (key: value) at the top level", path,
+        return err_set("%s:%d: expected a mapping of keys (key: value) at the top level", name,
                        line);
     }
     return 0;
+}
+
+int yaml_doc_load(YamlDoc *d, const char *path) {
+    memset(d, 0, sizeof *d);
+    char *text;
+    size_t len;
+    if (read_file(path, &text, &len) != 0) return -1;
+    int rc = yaml_doc_load_text(d, text, len, path);
+    free(text);
+    return rc;
 }
 
 void yaml_doc_free(YamlDoc *d) {

@@ -6,6 +6,7 @@
 #define RLHF_CONFIG_YAML_DOC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <yaml.h>
 
@@ -18,6 +19,10 @@ typedef struct {
 /* Loads the first document of `path`. Returns 0, or -1 with "path:line:column: what". An empty
  * file is an empty mapping. */
 int yaml_doc_load(YamlDoc *d, const char *path);
+
+/* The same for a document held in memory (len bytes of text; JSON is YAML's flow syntax and
+ * reads the same way); `name` stands for the file in messages ("name:line:column: what"). */
+int yaml_doc_load_text(YamlDoc *d, const char *text, size_t len, const char *name);
 void yaml_doc_free(YamlDoc *d);
 
 /* The root node (a mapping), or NULL when the document is empty. */

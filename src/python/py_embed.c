@@ -12,6 +12,7 @@ static enum {
     PY_RUNNING,
     PY_FAILED, /* Py_InitializeFromConfig failed; start_failure says why */
     PY_SHUT_DOWN,
+    PY_HOSTED, /* the library runs inside a Python process: its interpreter is ours to borrow */
 } py_state = PY_NOT_STARTED;
 
 /* The starting thread's state, parked while the GIL is released between calls. */
@@ -61,9 +62,17 @@ static int start_interpreter(void) {
 int py_embed_enter(PyGILState_STATE *gil) {
     switch (py_state) {
     case PY_NOT_STARTED:
+        /* Loaded into a Python program (the binding, through ctypes): that interpreter is
+         * already running and stays the host's. We neither start nor finalise it, install
+         * nothing, and leave sys.path as the host set it. */
+        if (Py_IsInitialized()) {
+            py_state = PY_HOSTED;
+            break;
+        }
         if (start_interpreter() != 0) return -1;
         break;
     case PY_RUNNING:
+    case PY_HOSTED:
         break;
     case PY_FAILED:
         return err_set("%s", start_failure);
@@ -79,7 +88,12 @@ void py_embed_leave(PyGILState_STATE gil) {
 }
 
 bool py_embed_running(void) {
-    return py_state == PY_RUNNING;
+    return py_state == PY_RUNNING || (py_state == PY_HOSTED && Py_IsInitialized());
+}
+
+bool py_embed_hosted(void) {
+    if (py_state == PY_NOT_STARTED && Py_IsInitialized()) py_state = PY_HOSTED;
+    return py_state == PY_HOSTED;
 }
 
 void py_embed_shutdown(void) {

@@ -161,3 +161,14 @@ PyObject *py_support_get(const char *name) {
     if (!attr) py_error_set("rlhf.c's Python helper %s", name);
     return attr;
 }
+
+void py_support_keep_exception(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (!type) return;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && tb) PyException_SetTraceback(value, tb);
+    PyObject *mod = support_module();
+    if (mod && value && PyObject_SetAttrString(mod, "last_exception", value) != 0) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}

@@ -26,4 +26,9 @@ PyObject *py_support_get(const char *name);
  * ModuleNotFoundError from a module that failed while running; GIL held. */
 PyObject *py_support_import(const char *module);
 
+/* Keeps a reference to the exception now set as _rlhf_support.last_exception, leaving it set:
+ * a program hosting the library in its own interpreter (the Python binding) re-raises the
+ * reward function's own exception, traceback and all, rather than only our message. GIL held. */
+void py_support_keep_exception(void);
+
 #endif

@@ -137,6 +137,33 @@ static void python_reward_close(void *impl) {
     python_reward_free(impl);
 }
 
+/* Wraps fn (a reference the wrapper takes over) as a RewardFunc called `name` and `label` in
+ * messages (both taken over too); GIL held. Returns 0, or -1 with an error, fn released. */
+static int wrap_callable(RewardFunc *f, PyObject *fn, char *name, char *label) {
+    PythonReward *r = xcalloc(1, sizeof *r);
+    r->fn = fn;
+    PyObject *log_class = py_support_get("RewardLog");
+    r->log = log_class ? PyObject_CallNoArgs(log_class) : NULL;
+    Py_XDECREF(log_class);
+    r->state = py_support_get("trainer_state");
+    r->is_real = py_support_get("is_real");
+    if (!r->log || !r->state || !r->is_real) {
+        if (PyErr_Occurred()) py_error_set("Reward function %s: setting up its call", label);
+        Py_XDECREF(r->fn);
+        Py_XDECREF(r->log);
+        Py_XDECREF(r->state);
+        Py_XDECREF(r->is_real);
+        free(r);
+        free(name);
+        free(label);
+        return -1;
+    }
+    r->label = label;
+    *f = (RewardFunc){
+        .name = name, .impl = r, .score = python_reward_score, .close = python_reward_close};
+    return 0;
+}
+
 /* Imports, checks and wraps the callable; GIL held. */
 static int open_callable(RewardFunc *f, const char *spec, const char *module_name,
                          const char *attr) {
@@ -159,30 +186,11 @@ static int open_callable(RewardFunc *f, const char *spec, const char *module_nam
         return -1;
     }
 
-    PythonReward *r = xcalloc(1, sizeof *r);
-    r->fn = fn;
-    PyObject *log_class = py_support_get("RewardLog");
-    r->log = log_class ? PyObject_CallNoArgs(log_class) : NULL;
-    Py_XDECREF(log_class);
-    r->state = py_support_get("trainer_state");
-    r->is_real = py_support_get("is_real");
-    if (!r->log || !r->state || !r->is_real) {
-        if (PyErr_Occurred()) py_error_set("Reward function %s: setting up its call", spec);
-        Py_XDECREF(r->fn);
-        Py_XDECREF(r->log);
-        Py_XDECREF(r->state);
-        Py_XDECREF(r->is_real);
-        free(r);
-        return -1;
-    }
-
     char *name = function_name(fn, attr);
     size_t cap = strlen(name) + strlen(spec) + 4;
-    r->label = xmalloc(cap);
-    snprintf(r->label, cap, "%s (%s)", name, spec);
-    *f = (RewardFunc){
-        .name = name, .impl = r, .score = python_reward_score, .close = python_reward_close};
-    return 0;
+    char *label = xmalloc(cap);
+    snprintf(label, cap, "%s (%s)", name, spec);
+    return wrap_callable(f, fn, name, label);
 }
 
 int python_reward_open(RewardFunc *f, const char *spec) {
@@ -208,6 +216,22 @@ int python_reward_open(RewardFunc *f, const char *spec) {
         err_prefix("Reward function %s", spec);
     }
     free(module_name);
+    return rc;
+}
+
+int python_reward_wrap(RewardFunc *f, void *callable, const char *name) {
+    *f = (RewardFunc){0};
+    PyGILState_STATE gil;
+    if (py_embed_enter(&gil) != 0) return err_prefix("Reward function %s", name);
+    PyObject *fn = callable;
+    int rc;
+    if (!PyCallable_Check(fn)) {
+        rc = err_set("Reward function %s is not callable (it is a %s)", name, Py_TYPE(fn)->tp_name);
+    } else {
+        Py_INCREF(fn);
+        rc = wrap_callable(f, fn, xstrdup(name), xstrdup(name));
+    }
+    py_embed_leave(gil);
     return rc;
 }
 
@@ -406,9 +430,10 @@ static int python_reward_score(void *impl, const RewardBatch *b, double *out) {
         PyObject *args = PyTuple_New(0);
         PyObject *result = await_if_coroutine(PyObject_Call(r->fn, args, kwargs));
         Py_DECREF(args);
-        if (!result)
+        if (!result) {
+            if (py_embed_hosted()) py_support_keep_exception();
             py_error_set("reward function %s raised", r->label);
-        else
+        } else
             rc = read_scores(r, result, b->n, out);
         Py_XDECREF(result);
         Py_DECREF(kwargs);

@@ -26,7 +26,14 @@
  * module raised while importing. *f is left zeroed on failure. Call from the thread that trains. */
 int python_reward_open(RewardFunc *f, const char *spec);
 
-/* Whether f was opened by python_reward_open. */
+/* Wraps a Python callable handed over by a program that hosts the library in its own
+ * interpreter (include/rlhf.h, rlhf_trainer_set_python_reward): `callable` is a PyObject *
+ * (a new reference is kept), `name` names it in metrics and messages. It is called exactly as
+ * an opened "module.fn" is, without Axolotl's two-parameter test (TRL has none). Returns 0, or
+ * -1 with an error. */
+int python_reward_wrap(RewardFunc *f, void *callable, const char *name);
+
+/* Whether f was opened by python_reward_open or python_reward_wrap. */
 int python_reward_is(const RewardFunc *f);
 
 /* What the function logged through log_metric ({"name": [value, ...]}, numbers) and log_extra

@@ -39,6 +39,9 @@ typedef struct {
     int64_t generations_per_epoch, steps_per_epoch, total;
     RolloutTimes times;
     double train_s;
+    double loss_sum; /* over the whole run (skipped steps excluded), for TrainOutcome */
+    int64_t loss_steps, first_step;
+    double loop_s;
     FILE *log;
 } GrpoRun;
 
@@ -172,6 +175,7 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
     r->gt.metrics.num_tokens = last_logged(log_history, "num_tokens");
     double start = now_seconds(), loss_sum = 0;
     int64_t loss_count = 0, first_step = r->tr.step;
+    r->first_step = first_step;
     char note[96] = "";
     bool tty = isatty(fileno(r->log));
     BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
@@ -184,7 +188,11 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
         int step_rc = grpo_trainer_step(&r->gt, &st);
         if (step_rc < 0 || bad_steps_record(&bad, step_rc, r->tr.step, &st, r->log) != 0) return -1;
         r->train_s += now_seconds() - t0;
-        if (step_rc == 0) loss_sum += st.loss, loss_count++; /* a skipped step has no loss */
+        if (step_rc == 0) { /* a skipped step has no loss */
+            loss_sum += st.loss, loss_count++;
+            r->loss_sum += st.loss, r->loss_steps++;
+        }
+        r->loop_s = now_seconds() - start;
         double ep = (double)r->tr.step / (double)r->steps_per_epoch;
         if (r->tr.step % cfg->logging_steps == 0 || r->tr.step == r->total) {
             json_t *entry = json_object();
@@ -245,7 +253,7 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
     return 0;
 }
 
-static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
+static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
     const TrainConfig *cfg = r->cfg;
     TrainerOptions opt = {
         .learning_rate = cfg->learning_rate,
@@ -301,7 +309,18 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora) {
         grpo_trainer_free(&r->gt);
     }
     metrics_file_close(&metrics);
-    json_decref(log_history);
+    if (out) {
+        *out = (TrainOutcome){.log_history = log_history,
+                              .global_step = r->tr.step,
+                              .max_steps = r->total,
+                              .first_step = r->first_step,
+                              .epoch = (double)r->tr.step / (double)r->steps_per_epoch,
+                              .loss_sum = r->loss_sum,
+                              .loss_steps = r->loss_steps,
+                              .seconds = r->loop_s};
+    } else {
+        json_decref(log_history);
+    }
     trainer_free(&r->tr);
     return rc;
 }
@@ -332,7 +351,8 @@ static int python_search_path(const TrainConfig *cfg) {
     return py_embed_add_path(*dir ? dir : "/");
 }
 
-int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log) {
+int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
+             const TrainHooks *hooks, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
@@ -343,7 +363,9 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = plan_steps(&r);
     int n_funcs = r.g->n_reward_funcs;
     r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
-    if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source);
+    if (rc == 0)
+        rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source,
+                               hooks ? hooks->rewards : NULL);
     bool funcs_open = rc == 0;
     /* the reference, only when the KL term needs one (beta != 0) */
     Model frozen;
@@ -370,7 +392,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
         r.ref = with_ref ? &ref : NULL;
-        rc = train(&r, m, lora);
+        rc = train(&r, m, lora, hooks ? hooks->outcome : NULL);
         reward_metric_keys_free(&r.rollout.keys);
         free(r.order);
     }

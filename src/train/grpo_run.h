@@ -7,10 +7,14 @@
 #include "config/train_config.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_run.h"
 
 #include <stdio.h>
 
-/* lora: the adapter to train (NULL: full fine-tuning). Returns 0, or -1 with an error. */
-int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok, FILE *log);
+/* lora: the adapter to train (NULL: full fine-tuning). hooks (may be NULL): reward functions
+ * registered by an embedding program, and where the outcome goes. Returns 0, or -1 with an
+ * error. */
+int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
+             const TrainHooks *hooks, FILE *log);
 
 #endif

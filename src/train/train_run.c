@@ -179,7 +179,7 @@ static int evaluate(Model *m, const SftDataset *val, int64_t batch_size, int32_t
 }
 
 static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainTask *task,
-               FILE *log) {
+               TrainOutcome *out, FILE *log) {
     size_t n_examples = task->n_examples;
     size_t micro_per_epoch =
         (n_examples + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
@@ -232,6 +232,8 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     double start = now_seconds(), tokens = 0, loss_sum = 0;
     char note[96] = ""; /* metric_note of the last log line */
     int64_t loss_count = 0, first_step = tr.step;
+    double run_loss_sum = 0; /* over the whole run, for an embedding program's training_loss */
+    int64_t run_loss_steps = 0;
     bool tty = isatty(fileno(log));
     BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
     int rc = 0;
@@ -263,7 +265,10 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 rc = -1;
                 break;
             }
-            if (rc == 0) loss_sum += st.loss, loss_count++; /* a skipped step has no loss */
+            if (rc == 0) { /* a skipped step has no loss */
+                loss_sum += st.loss, loss_count++;
+                run_loss_sum += st.loss, run_loss_steps++;
+            }
             rc = 0;
             if (tr.step % cfg->logging_steps == 0 || tr.step == total) {
                 double ep = (double)tr.step / (double)windows_per_epoch;
@@ -329,7 +334,18 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
             if (rc == 0 && sig) rc = stop_signal_error(sig, tr.step);
         }
     }
-    json_decref(log_history);
+    if (out) {
+        *out = (TrainOutcome){.log_history = log_history,
+                              .global_step = tr.step,
+                              .max_steps = total,
+                              .epoch = (double)tr.step / (double)windows_per_epoch,
+                              .loss_sum = run_loss_sum,
+                              .loss_steps = run_loss_steps,
+                              .first_step = first_step,
+                              .seconds = now_seconds() - start};
+    } else {
+        json_decref(log_history);
+    }
     free(order);
     free(window);
     metrics_file_close(&metrics);
@@ -377,7 +393,7 @@ static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
 }
 
 static int run_sft(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-                   FILE *log) {
+                   TrainOutcome *out, FILE *log) {
     int32_t eos = -1, pad = 0;
     SftDataset ds = {0}, val = {0};
     int rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
@@ -406,7 +422,7 @@ static int run_sft(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
         TrainTask task = {
             ds.n, &t,           sft_build, sft_release, NULL, trainer_sft_method(&t.window_tokens),
             NULL, sft_evaluate, val.n,     NULL};
-        rc = run(cfg, m, lora, &task, log);
+        rc = run(cfg, m, lora, &task, out, log);
         free(t.bufs);
     }
     sft_dataset_free(&val);
@@ -501,7 +517,7 @@ static int pref_eval_split(PrefDataset *ds, const TrainConfig *cfg, const Tokeni
 }
 
 static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-                          FILE *log) {
+                          TrainOutcome *out, FILE *log) {
     PrefMethod pm;
     if (pref_method_init(&pm, cfg) != 0) return -1;
     int32_t eos = -1, pad = 0;
@@ -569,7 +585,7 @@ static int run_preference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, c
                           NULL,
                           0,
                           val.n_pairs ? &held : NULL};
-        rc = run(cfg, m, lora, &task, log);
+        rc = run(cfg, m, lora, &task, out, log);
         free(t.window);
     }
     free(pre);
@@ -665,7 +681,7 @@ static int kto_precompute_reference(const ReferencePolicy *ref, const PrefDatase
 }
 
 static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-                   FILE *log) {
+                   TrainOutcome *out, FILE *log) {
     KtoMethod km;
     if (kto_method_init(&km, cfg) != 0) return -1;
     int32_t eos = -1, pad = 0;
@@ -722,7 +738,7 @@ static int run_kto(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const To
                           NULL,
                           0,
                           val.n_rows ? &held : NULL};
-        rc = run(cfg, m, lora, &task, log);
+        rc = run(cfg, m, lora, &task, out, log);
         free(t.window);
     }
     free(pre);
@@ -757,37 +773,58 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
-int train_run(const TrainConfig *cfg, FILE *log) {
-    Model m;
-    if (model_load(&m, cfg->base_model) != 0) return -1;
-    LoraAdapter lora = {0};
-    if (cfg->adapter && make_adapter(cfg, &m, &lora, log) != 0) {
-        model_free(&m);
+int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
+    memset(s, 0, sizeof *s);
+    if (model_load(&s->model, cfg->base_model) != 0) return -1;
+    if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
+        model_free(&s->model);
         return -1;
     }
+    s->has_lora = cfg->adapter != NULL;
     if (cfg->adapter)
         fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
-                lora.n_params, lora.n_params + m.n_params,
-                100.0 * (double)lora.n_params / (double)(lora.n_params + m.n_params));
-    Tokenizer tok;
-    int rc = tokenizer_load(&tok, cfg->tokenizer_config);
-    if (rc == 0) {
-        LoraAdapter *trained = cfg->adapter ? &lora : NULL;
-        rc = cfg->rl == RL_NONE  ? run_sft(cfg, &m, trained, &tok, log)
-             : cfg->rl == RL_KTO ? run_kto(cfg, &m, trained, &tok, log)
-             : cfg->rl == RL_GRPO || cfg->rl == RL_GDPO
-                 ? grpo_run(cfg, &m, trained, &tok, log)
-                 : run_preference(cfg, &m, trained, &tok, log);
-        tokenizer_free(&tok);
+                s->lora.n_params, s->lora.n_params + s->model.n_params,
+                100.0 * (double)s->lora.n_params / (double)(s->lora.n_params + s->model.n_params));
+    if (tokenizer_load(&s->tok, cfg->tokenizer_config) != 0) {
+        lora_free(&s->lora);
+        model_free(&s->model);
+        return -1;
     }
-    if (rc == 0)
-        rc = cfg->adapter
-                 ? adapter_dir_write(&lora, cfg->base_model, cfg->tokenizer_config, cfg->output_dir)
-                 : model_dir_write(&m, cfg->base_model, cfg->tokenizer_config, cfg->output_dir,
-                                   model_source_dtype(&m));
-    if (rc == 0)
-        fprintf(log, "%s saved to %s\n", cfg->adapter ? "adapter" : "model", cfg->output_dir);
-    lora_free(&lora);
-    model_free(&m);
+    return 0;
+}
+
+int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks, FILE *log) {
+    TrainOutcome *out = hooks ? hooks->outcome : NULL;
+    if (out) memset(out, 0, sizeof *out);
+    LoraAdapter *trained = s->has_lora ? &s->lora : NULL;
+    Model *m = &s->model;
+    return cfg->rl == RL_NONE  ? run_sft(cfg, m, trained, &s->tok, out, log)
+           : cfg->rl == RL_KTO ? run_kto(cfg, m, trained, &s->tok, out, log)
+           : cfg->rl == RL_GRPO || cfg->rl == RL_GDPO
+               ? grpo_run(cfg, m, trained, &s->tok, hooks, log)
+               : run_preference(cfg, m, trained, &s->tok, out, log);
+}
+
+int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char *dir, FILE *log) {
+    int rc = s->has_lora ? adapter_dir_write(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
+                         : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
+                                           model_source_dtype(&s->model));
+    if (rc == 0) fprintf(log, "%s saved to %s\n", s->has_lora ? "adapter" : "model", dir);
+    return rc;
+}
+
+void train_session_close(TrainSession *s) {
+    tokenizer_free(&s->tok);
+    lora_free(&s->lora);
+    model_free(&s->model);
+    memset(s, 0, sizeof *s);
+}
+
+int train_run(const TrainConfig *cfg, FILE *log) {
+    TrainSession s;
+    if (train_session_open(&s, cfg, log) != 0) return -1;
+    int rc = train_session_run(&s, cfg, NULL, log);
+    if (rc == 0) rc = train_session_save(&s, cfg, cfg->output_dir, log);
+    train_session_close(&s);
     return rc;
 }

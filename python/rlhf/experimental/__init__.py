@@ -1,0 +1,1 @@
+"""The trainers TRL keeps under trl.experimental, at the same module paths."""

@@ -1,0 +1,275 @@
+/* include/rlhf.h over the training session (train/train_run.h): a trainer is a parsed config, a
+ * loaded session and what its last run left behind. */
+#include "rlhf.h"
+
+#include "common/error.h"
+#include "config/train_config.h"
+#include "python/py_embed.h"
+#include "train/stop_signal.h"
+#include "train/train_run.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rlhf_trainer {
+    TrainConfig cfg;
+    TrainSession session;
+    RewardCallbacks rewards;
+    TrainOutcome outcome; /* the last run's; log_history NULL before any */
+    json_t *train_output; /* the last completed run's TrainOutput; NULL: none yet */
+    char *state_text;     /* what rlhf_trainer_state returned last */
+};
+
+/* Signals and the stop flag are process-wide: one training at a time. */
+static atomic_bool training;
+
+int rlhf_api_version(void) {
+    return RLHF_API_VERSION;
+}
+
+#define RLHF_STR_(x) #x
+#define RLHF_STR(x)  RLHF_STR_(x)
+
+const char *rlhf_python_version(void) {
+    return RLHF_STR(PY_MAJOR_VERSION) "." RLHF_STR(PY_MINOR_VERSION);
+}
+
+const char *rlhf_last_error(void) {
+    return err_msg();
+}
+
+int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out) {
+    if (!out) return err_set("rlhf_trainer_create: out is NULL"), RLHF_ERROR;
+    *out = NULL;
+    if (!config) return err_set("rlhf_trainer_create: config is NULL"), RLHF_ERROR;
+    rlhf_trainer *t = xcalloc(1, sizeof *t);
+    if (train_config_load_text(&t->cfg, config, name ? name : "<config>") != 0) {
+        free(t);
+        return RLHF_ERROR;
+    }
+    if (train_session_open(&t->session, &t->cfg, stderr) != 0) {
+        train_config_free(&t->cfg);
+        free(t);
+        return RLHF_ERROR;
+    }
+    *out = t;
+    return RLHF_OK;
+}
+
+static void release_callback(RewardCallback *cb) {
+    free(cb->name);
+    if (cb->python && py_embed_running()) {
+        PyGILState_STATE gil;
+        if (py_embed_enter(&gil) == 0) {
+            Py_DECREF((PyObject *)cb->python);
+            py_embed_leave(gil);
+        }
+    }
+    memset(cb, 0, sizeof *cb);
+}
+
+void rlhf_trainer_free(rlhf_trainer *t) {
+    if (!t) return;
+    for (int i = 0; i < t->rewards.n; i++)
+        release_callback(&t->rewards.items[i]);
+    free(t->rewards.items);
+    json_decref(t->outcome.log_history);
+    json_decref(t->train_output);
+    free(t->state_text);
+    train_session_close(&t->session);
+    train_config_free(&t->cfg);
+    free(t);
+}
+
+size_t rlhf_trainer_warning_count(const rlhf_trainer *t) {
+    return t ? (size_t)t->cfg.n_warnings : 0;
+}
+
+const char *rlhf_trainer_warning(const rlhf_trainer *t, size_t i) {
+    return t && i < (size_t)t->cfg.n_warnings ? t->cfg.warnings[i] : NULL;
+}
+
+/* The slot for `name`: the one already registered under it (emptied), or a new one. */
+static RewardCallback *callback_slot(rlhf_trainer *t, const char *name) {
+    for (int i = 0; i < t->rewards.n; i++)
+        if (strcmp(t->rewards.items[i].name, name) == 0) {
+            release_callback(&t->rewards.items[i]);
+            return &t->rewards.items[i];
+        }
+    t->rewards.items =
+        xrealloc(t->rewards.items, (size_t)(t->rewards.n + 1) * sizeof(RewardCallback));
+    RewardCallback *cb = &t->rewards.items[t->rewards.n++];
+    memset(cb, 0, sizeof *cb);
+    return cb;
+}
+
+int rlhf_trainer_set_reward(rlhf_trainer *t, const char *name, rlhf_reward_fn fn, void *user_data) {
+    if (!t || !name || !*name || !fn)
+        return err_set("rlhf_trainer_set_reward: a trainer, a name and a function are required"),
+               RLHF_ERROR;
+    RewardCallback *cb = callback_slot(t, name);
+    cb->name = xstrdup(name);
+    cb->fn = fn;
+    cb->user_data = user_data;
+    return RLHF_OK;
+}
+
+int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *callable) {
+    if (!t || !name || !*name || !callable)
+        return err_set("rlhf_trainer_set_python_reward: a trainer, a name and a callable are "
+                       "required"),
+               RLHF_ERROR;
+    if (!py_embed_hosted())
+        return err_set("rlhf_trainer_set_python_reward: reward function %s: the library is not "
+                       "running inside a Python interpreter",
+                       name),
+               RLHF_ERROR;
+    PyGILState_STATE gil;
+    if (py_embed_enter(&gil) != 0) return RLHF_ERROR;
+    bool callable_ok = PyCallable_Check((PyObject *)callable);
+    if (callable_ok) Py_INCREF((PyObject *)callable);
+    py_embed_leave(gil);
+    if (!callable_ok) return err_set("reward function %s is not callable", name), RLHF_ERROR;
+    RewardCallback *cb = callback_slot(t, name);
+    cb->name = xstrdup(name);
+    cb->python = callable;
+    return RLHF_OK;
+}
+
+/* HF's TrainOutput of a completed run, and the summary entry its Trainer appends to
+ * log_history. */
+static void record_train_output(rlhf_trainer *t) {
+    const TrainOutcome *o = &t->outcome;
+    double loss = o->loss_steps ? o->loss_sum / (double)o->loss_steps : 0.0;
+    int64_t steps = o->global_step - o->first_step;
+    double runtime = o->seconds;
+    json_t *metrics = json_pack(
+        "{s:f,s:f,s:f,s:f}", "train_runtime", runtime, "train_steps_per_second",
+        runtime > 0 ? (double)steps / runtime : 0.0, "train_loss", loss, "epoch", o->epoch);
+    json_decref(t->train_output);
+    t->train_output = json_pack("{s:I,s:f,s:O}", "global_step", (json_int_t)o->global_step,
+                                "training_loss", loss, "metrics", metrics);
+    if (o->log_history) {
+        json_t *summary = json_deep_copy(metrics);
+        json_object_set_new(summary, "step", json_integer(o->global_step));
+        json_array_append_new(o->log_history, summary);
+    }
+    json_decref(metrics);
+}
+
+/* Sets cfg.resume_from_checkpoint for one run; *saved keeps the config's own value. */
+static void swap_resume(TrainConfig *cfg, const char *resume, char **saved) {
+    *saved = cfg->resume_from_checkpoint;
+    cfg->resume_from_checkpoint = resume && *resume ? xstrdup(resume) : NULL;
+}
+
+int rlhf_trainer_train(rlhf_trainer *t, const char *resume_from_checkpoint, unsigned flags) {
+    if (!t) return err_set("rlhf_trainer_train: trainer is NULL"), RLHF_ERROR;
+    bool expected = false;
+    if (!atomic_compare_exchange_strong(&training, &expected, true))
+        return err_set("another training is running in this process (one at a time: signals and "
+                       "the stop request are process-wide)"),
+               RLHF_ERROR;
+    char *config_resume = NULL;
+    if (resume_from_checkpoint) swap_resume(&t->cfg, resume_from_checkpoint, &config_resume);
+    json_decref(t->outcome.log_history);
+    memset(&t->outcome, 0, sizeof t->outcome);
+    bool handlers = !(flags & RLHF_TRAIN_NO_SIGNAL_HANDLERS);
+    if (handlers)
+        stop_signal_install();
+    else
+        stop_signal_clear();
+    TrainHooks hooks = {.rewards = &t->rewards, .outcome = &t->outcome};
+    int rc = train_session_run(&t->session, &t->cfg, &hooks, stderr);
+    int sig = stop_signal_received();
+    if (handlers) stop_signal_uninstall();
+    stop_signal_clear(); /* a request that came after the last step must not stop the next run */
+    if (resume_from_checkpoint) {
+        free(t->cfg.resume_from_checkpoint);
+        t->cfg.resume_from_checkpoint = config_resume;
+    }
+    atomic_store(&training, false);
+    if (rc == 0) {
+        record_train_output(t);
+        return RLHF_OK;
+    }
+    /* stopped by the stop flag: the loop saved a checkpoint and said so in the message */
+    return sig && strncmp(err_msg(), "interrupted by ", 15) == 0 ? RLHF_INTERRUPTED : RLHF_ERROR;
+}
+
+void rlhf_request_stop(void) {
+    stop_signal_request();
+}
+
+const char *rlhf_trainer_state(rlhf_trainer *t) {
+    if (!t) return NULL;
+    const TrainOutcome *o = &t->outcome;
+    json_t *history = o->log_history ? json_incref(o->log_history) : json_array();
+    json_t *state = json_pack("{s:I,s:I,s:f,s:o,s:O}", "global_step", (json_int_t)o->global_step,
+                              "max_steps", (json_int_t)o->max_steps, "epoch",
+                              isfinite(o->epoch) ? o->epoch : 0.0, "log_history", history,
+                              "train_output", t->train_output ? t->train_output : json_null());
+    if (!state) return NULL;
+    free(t->state_text);
+    t->state_text = json_dumps(state, JSON_COMPACT);
+    json_decref(state);
+    return t->state_text;
+}
+
+int rlhf_trainer_save_model(rlhf_trainer *t, const char *dir) {
+    if (!t || !dir || !*dir)
+        return err_set("rlhf_trainer_save_model: a trainer and a directory are required"),
+               RLHF_ERROR;
+    return train_session_save(&t->session, &t->cfg, dir, stderr) == 0 ? RLHF_OK : RLHF_ERROR;
+}
+
+size_t rlhf_trainer_param_count(const rlhf_trainer *t) {
+    if (!t) return 0;
+    const TrainSession *s = &t->session;
+    return (size_t)s->model.n_param_tensors + (s->has_lora ? (size_t)s->lora.n_info : 0);
+}
+
+int rlhf_trainer_param_info(const rlhf_trainer *t, size_t i, rlhf_param_info *info) {
+    if (!t || !info) return err_set("rlhf_trainer_param_info: trainer or info is NULL"), RLHF_ERROR;
+    size_t count = rlhf_trainer_param_count(t);
+    if (i >= count)
+        return err_set("parameter %zu does not exist (the trainer holds %zu)", i, count),
+               RLHF_ERROR;
+    const TrainSession *s = &t->session;
+    size_t n_base = (size_t)s->model.n_param_tensors;
+    if (i < n_base) {
+        const ParamInfo *p = &s->model.param_info[i];
+        *info = (rlhf_param_info){.name = p->name,
+                                  .ndim = p->ndim,
+                                  .shape = {p->shape[0], p->ndim > 1 ? p->shape[1] : 0},
+                                  .numel = p->numel,
+                                  .trainable = !s->has_lora};
+    } else {
+        const LoraParamInfo *p = &s->lora.info[i - n_base];
+        *info = (rlhf_param_info){.name = p->name,
+                                  .ndim = 2,
+                                  .shape = {p->shape[0], p->shape[1]},
+                                  .numel = p->numel,
+                                  .trainable = 1};
+    }
+    return RLHF_OK;
+}
+
+int rlhf_trainer_param_read(const rlhf_trainer *t, size_t i, float *out, size_t n) {
+    rlhf_param_info info;
+    if (rlhf_trainer_param_info(t, i, &info) != RLHF_OK) return RLHF_ERROR;
+    if (!out || n != info.numel)
+        return err_set("parameter %s holds %zu values; the buffer given holds %zu", info.name,
+                       info.numel, out ? n : 0),
+               RLHF_ERROR;
+    const TrainSession *s = &t->session;
+    size_t n_base = (size_t)s->model.n_param_tensors;
+    const float *src = i < n_base ? s->model.params + s->model.param_info[i].offset
+                                  : s->lora.params + s->lora.info[i - n_base].offset;
+    memcpy(out, src, n * sizeof *out);
+    return RLHF_OK;
+}
