@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
           libutf8proc-dev libopenblas-openmp-dev libpython3-dev
+          # multi-process training (`rlhf train --nproc N`, mpirun): Open MPI and its launcher
+          libopenmpi-dev openmpi-bin
           # `make fuzz`: clang, libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev), clang's OpenMP
           clang libclang-rt-14-dev libomp-dev)
 

@@ -5,7 +5,8 @@
  * whose last window and last micro-batch are short. A 2-rank run resumed from its checkpoint ends
  * bit for bit where the uninterrupted one does, and a 2-rank checkpoint resumes in one process.
  * A rank killed with SIGKILL takes the job down with a message and no hang, leaving whole
- * checkpoints that resume to the uninterrupted weights. A method that cannot run on several
+ * checkpoints that resume to the uninterrupted weights; SIGTERM to one rank stops every rank
+ * after the same step with a checkpoint. A method that cannot run on several
  * ranks fails with one message and no hang. Skipped (exit 77) in a build without MPI. */
 #include "common/fileio.h"
 #include "common/json_util.h"
@@ -327,17 +328,12 @@ static bool log_mentions(const char *path, const char *what) {
 
 /* Rank 1 SIGKILLed mid-run (after checkpoint-2 is written): mpirun ends the job, with a message
  * naming the rank, in seconds; the checkpoints left are whole and resume to the uninterrupted
- * run's weights. */
-static void test_rank_dies(void) {
-    write_config("long.yaml", "text.jsonl",
-                 "    type: completion\nmicro_batch_size: 1\nmax_steps: 30\nlearning_rate: 1e-3\n"
-                 "warmup_steps: 0\nsave_steps: 1\nsave_total_limit: 2\n");
-    char straight[4096], out[4096], log[4096];
-    snprintf(straight, sizeof straight, "%s", harness_tmp_path("die-straight"));
+ * run's weights (in `straight`). */
+static void test_rank_dies(const char *straight) {
+    char out[4096], log[4096];
     snprintf(out, sizeof out, "%s", harness_tmp_path("die"));
     snprintf(log, sizeof log, "%s", harness_tmp_path("die.log"));
     const char *run[] = {"--nproc", "2", NULL};
-    CHECK(train("long.yaml", straight, run) == 0, "uninterrupted run");
     pid_t pid = harness_spawn_train(harness_tmp_path("long.yaml"), out, log, run);
     char ckpt[4200];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", out);
@@ -359,6 +355,43 @@ static void test_rank_dies(void) {
     CHECK(whole_checkpoints(out) >= 1, "checkpoints left whole");
     const char *again[] = {"--nproc", "2", "--resume_from_checkpoint", "true", NULL};
     CHECK(train("long.yaml", out, again) == 0, "resumed after the kill");
+    char a[4300], b[4300];
+    snprintf(a, sizeof a, "%s/model.safetensors", straight);
+    snprintf(b, sizeof b, "%s/model.safetensors", out);
+    CHECK(harness_same_file(a, b), "resumed to the uninterrupted weights");
+}
+
+/* SIGTERM to rank 1 alone: every rank stops after the same step, rank 0 saves that step's
+ * checkpoint, the job exits 143, and resuming ends at the uninterrupted weights. */
+static void test_signal_one_rank(const char *straight) {
+    char out[4096], log[4096];
+    snprintf(out, sizeof out, "%s", harness_tmp_path("term"));
+    snprintf(log, sizeof log, "%s", harness_tmp_path("term.log"));
+    const char *run[] = {"--nproc", "2", "--save_steps", "0", NULL};
+    pid_t pid = harness_spawn_train(harness_tmp_path("long.yaml"), out, log, run);
+    double start = now();
+    json_t *rows = NULL;
+    do { /* a few steps in */
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+        json_decref(rows);
+        rows = harness_read_metrics(out);
+    } while (json_array_size(rows) < 3 && now() - start < 60);
+    json_decref(rows);
+    pid_t victim = rank_pid(pid, 1);
+    CHECK(victim > 0, "rank 1 found");
+    if (victim > 0) kill(victim, SIGTERM);
+    int rc = wait_at_most(pid, 60);
+    CHECK(rc == 143, "the job stops with 128 + SIGTERM (%d)", rc);
+    rows = harness_read_metrics(out);
+    long long last = (long long)harness_metric(rows, json_array_size(rows) - 1, "step");
+    json_decref(rows);
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-%lld", out, last);
+    CHECK(whole_checkpoints(out) == 1 && dir_exists(ckpt),
+          "one whole checkpoint, of the last step logged (%lld)", last);
+    const char *again[] = {"--nproc", "2", "--save_steps", "0", "--resume_from_checkpoint",
+                           "true",    NULL};
+    CHECK(train("long.yaml", out, again) == 0, "resumed after SIGTERM");
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/model.safetensors", straight);
     snprintf(b, sizeof b, "%s/model.safetensors", out);
@@ -408,7 +441,15 @@ int main(void) {
     write_data();
     test_parity();
     test_resume();
-    test_rank_dies();
+    write_config("long.yaml", "text.jsonl",
+                 "    type: completion\nmicro_batch_size: 1\nmax_steps: 30\nlearning_rate: 1e-3\n"
+                 "warmup_steps: 0\nsave_steps: 1\nsave_total_limit: 2\n");
+    char straight[4096];
+    snprintf(straight, sizeof straight, "%s", harness_tmp_path("long-straight"));
+    const char *run[] = {"--nproc", "2", NULL};
+    CHECK(train("long.yaml", straight, run) == 0, "uninterrupted 2-rank run");
+    test_rank_dies(straight);
+    test_signal_one_rank(straight);
     test_failures();
     return harness_finish("test_dist_train");
 }
