@@ -298,7 +298,7 @@ static void test_errors(void) {
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\ndatasets:\n  - path: %s\n    type: alpaca\n",
              base, harness_tmp_path("no-such.jsonl"));
-    expect_train_error("missing.yaml", text, "no-such.jsonl", "cannot open");
+    expect_train_error("missing.yaml", text, "no-such.jsonl", "datasets[0].path: ");
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1e-3\nrl: grpo\ndatasets:\n  - path: %s\n    type: "
              "alpaca\n",
