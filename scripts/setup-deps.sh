@@ -7,6 +7,8 @@ packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-d
           libutf8proc-dev libopenblas-openmp-dev libpython3-dev
           # the Python API's tests (python/): pytest over librlhf.so, `pip install ./python`
           python3-numpy python3-pytest python3-pip python3-venv python3-setuptools python3-wheel
+          # multi-process training (`rlhf train --nproc N`, mpirun): Open MPI and its launcher
+          libopenmpi-dev openmpi-bin
           # `make fuzz`: clang, libFuzzer (libclang_rt.fuzzer in libclang-rt-14-dev), clang's OpenMP
           clang libclang-rt-14-dev libomp-dev)
 

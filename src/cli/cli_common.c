@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include "common/error.h"
+#include "dist/dist.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -48,8 +49,8 @@ int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, Lor
     return 0;
 }
 
-int cli_read_config(int argc, char **argv, const char *command, const char *usage,
-                    TrainConfig *cfg) {
+static int read_config(int argc, char **argv, const char *command, const char *usage,
+                       TrainConfig *cfg, bool print_warnings) {
     const char *config = NULL;
     const char **overrides = xcalloc((size_t)argc + 1, sizeof *overrides);
     int n_overrides = 0;
@@ -86,8 +87,19 @@ int cli_read_config(int argc, char **argv, const char *command, const char *usag
     }
     int rc = train_config_load(cfg, config, overrides, n_overrides);
     free(overrides);
-    if (rc != 0) return cli_fail(err_msg());
-    for (int i = 0; i < cfg->n_warnings; i++)
+    /* one of several ranks: the caller decides which rank reports (all read the same file) */
+    if (rc != 0) return dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
+    for (int i = 0; print_warnings && dist_is_root() && i < cfg->n_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg->warnings[i]);
     return 0;
+}
+
+int cli_read_config(int argc, char **argv, const char *command, const char *usage,
+                    TrainConfig *cfg) {
+    return read_config(argc, argv, command, usage, cfg, true);
+}
+
+int cli_read_config_quiet(int argc, char **argv, const char *command, const char *usage,
+                          TrainConfig *cfg) {
+    return read_config(argc, argv, command, usage, cfg, false);
 }

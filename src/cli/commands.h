@@ -37,6 +37,11 @@ int cli_positive_int(const char *name, const char *text, int *out);
  * bad config (message printed). */
 int cli_read_config(int argc, char **argv, const char *command, const char *usage,
                     TrainConfig *cfg);
+/* The same without printing the config's warnings (the --nproc launcher checks the config
+ * before starting the ranks, and rank 0 prints them). Over several ranks (dist.h), neither
+ * prints an error either: the caller reports it from one rank. */
+int cli_read_config_quiet(int argc, char **argv, const char *command, const char *usage,
+                          TrainConfig *cfg);
 
 /* Loads the model in model_dir and, when adapter_dir is given, the PEFT LoRA adapter there into
  * *lora, attached to the model (m->lora). Returns 0, or -1 with an error (nothing left loaded). */

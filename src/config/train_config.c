@@ -51,6 +51,7 @@ static const KeySpec key_specs[] = {
     KEY(weight_decay, K_FLOAT),
     KEY(max_grad_norm, K_FLOAT),
     KEY(max_consecutive_bad_steps, K_INT),
+    KEY(zero_stage, K_INT),
     KEY(lr_scheduler, K_STRING),
     KEY(warmup_steps, K_INT),
     KEY(warmup_ratio, K_FLOAT),
@@ -719,6 +720,10 @@ static int validate(TrainConfig *cfg) {
     if (cfg->max_grad_norm < 0) return err_set("key 'max_grad_norm': must not be negative");
     if (cfg->max_consecutive_bad_steps < 0)
         return err_set("key 'max_consecutive_bad_steps': must not be negative (0: never stop)");
+    if (cfg->zero_stage != 0 && cfg->zero_stage != 1)
+        return err_set("key 'zero_stage': %lld is not supported (0: every rank keeps the whole "
+                       "optimizer state; 1: each rank keeps the AdamW moments of its slice)",
+                       (long long)cfg->zero_stage);
     if (cfg->save_steps < 0 || cfg->save_total_limit < 0 || cfg->eval_steps < 0)
         return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
     if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)

@@ -73,6 +73,9 @@ typedef struct {
     int64_t seed;                 /* 42 */
     bool bf16;                    /* accepted; the CPU computes in fp32 */
     bool gradient_checkpointing;
+    /* Over several processes (mpirun): 1 shards the AdamW moments over the ranks (DeepSpeed's
+     * ZeRO stage 1: zero_optimization.stage); 0 (default) keeps them whole on every rank */
+    int64_t zero_stage;
     char *chat_template;       /* NULL: the tokenizer's own (tokenizer_default) */
     char *chat_template_jinja; /* chat_template: jinja -> this template text or file */
     char *dataset_prepared_path;

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "dist/dist.h"
 #include "io/safetensors.h"
 #include "train/model_dir.h"
 
@@ -45,7 +46,8 @@ static void fsync_dir(const char *path) {
     }
 }
 
-static int write_optimizer(const char *path, const Trainer *tr) {
+/* m and v: the full moments (trainer_gather_moments). */
+static int write_optimizer(const char *path, const Trainer *tr, const float *m, const float *v) {
     int n = tr->n_spans;
     SafetensorsWriteTensor *t = xcalloc(2 * (size_t)n, sizeof *t);
     char **names = xcalloc(2 * (size_t)n, sizeof *names);
@@ -56,11 +58,8 @@ static int write_optimizer(const char *path, const Trainer *tr) {
             names[2 * p + k] = xmalloc(len);
             snprintf(names[2 * p + k], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
                      tr->param_names[p]);
-            t[2 * p + k] = (SafetensorsWriteTensor){names[2 * p + k],
-                                                    ST_F32,
-                                                    1,
-                                                    {(int64_t)span->numel},
-                                                    (k ? tr->adamw.v : tr->adamw.m) + span->offset};
+            t[2 * p + k] = (SafetensorsWriteTensor){
+                names[2 * p + k], ST_F32, 1, {(int64_t)span->numel}, (k ? v : m) + span->offset};
         }
     }
     int rc = safetensors_write(path, t, 2 * (size_t)n);
@@ -138,7 +137,9 @@ static int rotate(const char *output_dir, int64_t keep) {
     return rc;
 }
 
-int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state) {
+/* What rank 0 does of a save: the directory, written and renamed into place. */
+static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const json_t *state,
+                        const float *m, const float *v) {
     int64_t step = tr->step;
     char final_dir[4096], temp_dir[4096], path[4200];
     snprintf(final_dir, sizeof final_dir, "%s/checkpoint-%lld", target->output_dir,
@@ -152,7 +153,7 @@ int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const jso
                                    ST_F32);
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", temp_dir);
-        rc = write_optimizer(path, tr);
+        rc = write_optimizer(path, tr, m, v);
     }
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/trainer_state.json", temp_dir);
@@ -170,7 +171,17 @@ int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const jso
     return rotate(target->output_dir, target->save_total_limit);
 }
 
-static int read_moments(const char *path, Trainer *tr) {
+int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state) {
+    float *m, *v;
+    bool owned;
+    trainer_gather_moments(tr, &m, &v, &owned);
+    int rc = dist_is_root() ? save_on_root(target, tr, state, m, v) : 0;
+    if (owned) free(m), free(v);
+    return dist_agree(rc);
+}
+
+/* Into m and v: the full moments (trainer_moment_buffers). */
+static int read_moments(const char *path, const Trainer *tr, float *m, float *v) {
     SafetensorsFile f;
     if (safetensors_open(&f, path) != 0) return -1;
     int rc = 0;
@@ -183,8 +194,7 @@ static int read_moments(const char *path, Trainer *tr) {
             if (!t || t->dtype != ST_F32 || (size_t)t->numel != span->numel)
                 rc = err_set("%s: tensor \"%s\" is missing or has the wrong size", path, name);
             else
-                memcpy((k ? tr->adamw.v : tr->adamw.m) + span->offset, t->data,
-                       span->numel * sizeof(float));
+                memcpy((k ? v : m) + span->offset, t->data, span->numel * sizeof(float));
         }
     }
     safetensors_close(&f);
@@ -228,20 +238,40 @@ static int read_adapter(const char *dir, const Model *m, LoraAdapter *lora) {
     return rc;
 }
 
-int checkpoint_load(const char *dir, Trainer *tr, json_t **state) {
+/* What rank 0 does of a load: everything but handing the state to the other ranks. */
+static int load_on_root(const char *dir, Trainer *tr, float *m, float *v, json_t **state) {
     char path[4200];
     if ((tr->lora ? read_adapter(dir, tr->model, tr->lora) : read_weights(dir, tr->model)) != 0)
         return -1;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (read_moments(path, tr) != 0) return -1;
+    if (read_moments(path, tr, m, v) != 0) return -1;
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     if (json_load_path(path, state) != 0) return -1;
     int64_t step;
     if (json_get_int64(*state, "global_step", &step) != 1 || step < 0) {
         json_decref(*state);
+        *state = NULL;
         return err_set("%s: key 'global_step': missing or not a non-negative integer", path);
     }
     tr->adamw.step = step;
     tr->step = step;
+    return 0;
+}
+
+int checkpoint_load(const char *dir, Trainer *tr, json_t **state) {
+    *state = NULL;
+    float *m, *v;
+    bool owned;
+    trainer_moment_buffers(tr, &m, &v, &owned);
+    int rc = dist_is_root() ? (dir ? load_on_root(dir, tr, m, v, state) : -1) : 0;
+    rc = dist_agree(rc);
+    if (rc == 0) trainer_distribute(tr, m, v);
+    if (owned) free(m), free(v);
+    if (rc != 0) {
+        if (*state) json_decref(*state);
+        *state = NULL;
+        return -1;
+    }
+    if (!*state) *state = json_object(); /* the log history lives on rank 0 */
     return 0;
 }

@@ -12,7 +12,11 @@
  *     and trainer_state.json (HF's schema; the optimizer step, the schedule position, the data
  *     position and the dropout masks all follow from global_step).
  *  3. Rotation (save_total_limit) deletes the oldest checkpoints only after the new one is in
- *     place, so at least one complete checkpoint exists at every moment once one was written. */
+ *     place, so at least one complete checkpoint exists at every moment once one was written.
+ *  4. The format does not depend on how many ranks trained: over several (dist.h), rank 0 writes
+ *     the checkpoint, with the moments gathered from every rank's slice under ZeRO-1, and rank 0
+ *     reads it on resume and hands the weights, the moments (or each rank's slice) and the step
+ *     to the others. So a checkpoint of an N-rank run resumes on M ranks, or on one. */
 #ifndef RLHF_TRAIN_CHECKPOINT_H
 #define RLHF_TRAIN_CHECKPOINT_H
 
@@ -34,7 +38,8 @@ typedef struct {
     void *extra_ctx;
 } CheckpointTarget;
 
-/* Writes checkpoint-<tr->step> (invariants 1-3). `state` is trainer_state.json's content.
+/* Writes checkpoint-<tr->step> (invariants 1-4). `state` is trainer_state.json's content (read
+ * on rank 0 only). Collective: every rank calls it, and every rank gets rank 0's result.
  * Returns 0, or -1 with an error; on failure no checkpoint-<step> is left behind and older
  * checkpoints are untouched. */
 int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state);
@@ -45,8 +50,10 @@ int checkpoint_find_latest(const char *output_dir, char *out, size_t cap);
 
 /* Restores the trained parameters (weights or adapter) and the optimizer moments from a
  * checkpoint directory, sets the trainer's step, and returns its trainer_state.json (caller
- * decrefs). The trainer must train what the checkpoint holds, with the same shapes. Returns 0,
- * or -1 with an error naming the file. */
+ * decrefs). The trainer must train what the checkpoint holds, with the same shapes. Collective:
+ * rank 0 reads `dir` (NULL there: it already failed to find one, with its error set) and the
+ * other ranks receive what it read; their *state is an empty object. Returns 0, or -1 with an
+ * error naming the file, on every rank. */
 int checkpoint_load(const char *dir, Trainer *tr, json_t **state);
 
 #endif

@@ -37,7 +37,7 @@ int kto_method_init(KtoMethod *km, const TrainConfig *cfg) {
 }
 
 void kto_method_flush_metrics(KtoMethod *km, json_t *entry, const char *prefix) {
-    step_metrics_flush(&km->metrics, entry, prefix);
+    step_metrics_flush_ranks(&km->metrics, entry, prefix);
 }
 
 /* Sums of log-probs of the marked tokens of each row of `batch` under the reference, or under

@@ -47,7 +47,7 @@ int kto_method_init(KtoMethod *km, const TrainConfig *cfg);
 TrainMethod kto_method_train_method(KtoMethod *km);
 
 /* Adds the mean of each metric since the last call to entry (prefix "eval_" or ""), and starts
- * over. */
+ * over. Over several ranks, the mean over every rank's micro-batches, on rank 0; collective. */
 void kto_method_flush_metrics(KtoMethod *km, json_t *entry, const char *prefix);
 
 /* The reference's summed completion log-probs of each row of b (ref[n]) and, when b has KL rows

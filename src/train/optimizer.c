@@ -30,24 +30,31 @@ bool param_gets_weight_decay(const char *name) {
     return true;
 }
 
-int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans) {
+int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans,
+                     size_t base, size_t n) {
     memset(opt, 0, sizeof *opt);
     opt->cfg = *cfg;
-    opt->spans = xmalloc((size_t)n_spans * sizeof *spans);
-    memcpy(opt->spans, spans, (size_t)n_spans * sizeof *spans);
+    opt->spans = xmalloc((size_t)(n_spans ? n_spans : 1) * sizeof *spans);
+    if (n_spans) memcpy(opt->spans, spans, (size_t)n_spans * sizeof *spans);
     opt->n_spans = n_spans;
-    for (int s = 0; s < n_spans; s++) {
-        size_t end = spans[s].offset + spans[s].numel;
-        if (end > opt->n) opt->n = end;
-    }
-    opt->m = calloc(opt->n ? opt->n : 1, sizeof(float));
-    opt->v = calloc(opt->n ? opt->n : 1, sizeof(float));
+    opt->base = base;
+    opt->n = n;
+    opt->m = calloc(n ? n : 1, sizeof(float));
+    opt->v = calloc(n ? n : 1, sizeof(float));
     if (!opt->m || !opt->v) {
         adamw_free(opt);
-        return err_set("out of memory: the AdamW moments need %zu bytes",
-                       2 * opt->n * sizeof(float));
+        return err_set("out of memory: the AdamW moments need %zu bytes", 2 * n * sizeof(float));
     }
     return 0;
+}
+
+int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans) {
+    size_t n = 0;
+    for (int s = 0; s < n_spans; s++) {
+        size_t end = spans[s].offset + spans[s].numel;
+        if (end > n) n = end;
+    }
+    return adamw_init_slice(opt, cfg, spans, n_spans, 0, n);
 }
 
 void adamw_free(AdamW *opt) {
@@ -67,7 +74,8 @@ void adamw_step(AdamW *opt, float *params, const float *grads, double lr) {
     for (int s = 0; s < opt->n_spans; s++) {
         const ParamSpan *span = &opt->spans[s];
         float shrink = span->decay ? (float)(1.0 - lr * c->weight_decay) : 1.0f;
-        float *p = params + span->offset, *m = opt->m + span->offset, *v = opt->v + span->offset;
+        float *p = params + span->offset, *m = opt->m + (span->offset - opt->base),
+              *v = opt->v + (span->offset - opt->base);
         const float *g = grads + span->offset;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < span->numel; i++) {
@@ -79,7 +87,7 @@ void adamw_step(AdamW *opt, float *params, const float *grads, double lr) {
     }
 }
 
-double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans) {
+double grad_sum_squares(const float *grads, const ParamSpan *spans, int n_spans) {
     double total = 0.0;
     for (int s = 0; s < n_spans; s++) {
         const float *g = grads + spans[s].offset;
@@ -89,7 +97,11 @@ double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans)
             ss += (double)g[i] * g[i];
         total += ss;
     }
-    return sqrt(total);
+    return total;
+}
+
+double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans) {
+    return sqrt(grad_sum_squares(grads, spans, n_spans));
 }
 
 void grad_clip(float *grads, const ParamSpan *spans, int n_spans, double max_norm, double norm) {

@@ -23,17 +23,25 @@ typedef struct {
     double beta1, beta2, eps, weight_decay; /* adamw_torch defaults: 0.9, 0.999, 1e-8, 0 */
 } AdamWConfig;
 
+/* The moments cover the parameters [base, base + n) of the flat array: all of them, or, with
+ * ZeRO-1 sharding over several ranks, the one slice this rank updates (its spans then are the
+ * trained spans cut to that slice). */
 typedef struct {
     AdamWConfig cfg;
     ParamSpan *spans;
     int n_spans;
-    size_t n;     /* total parameters */
+    size_t base;  /* the flat index of m[0] and v[0] */
+    size_t n;     /* parameters covered */
     float *m, *v; /* first and second moments, n each, zero at start */
     int64_t step; /* optimizer steps taken */
 } AdamW;
 
-/* Takes a copy of the spans. Returns 0, or -1 when the moments do not fit in memory. */
+/* Takes a copy of the spans; the moments cover 0 .. the end of the last span. Returns 0, or -1
+ * when the moments do not fit in memory. */
 int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans);
+/* The same for the slice [base, base + n): every span must lie inside it. */
+int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans,
+                     size_t base, size_t n);
 void adamw_free(AdamW *opt);
 
 /* One step at learning rate lr, as torch.optim.AdamW does it:
@@ -44,6 +52,8 @@ void adamw_step(AdamW *opt, float *params, const float *grads, double lr);
 /* The global L2 norm of the gradients (what HF logs as grad_norm), norms of each span summed
  * in squares as clip_grad_norm_ does. */
 double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans);
+/* Its square before the root: what ranks holding slices of the gradient sum. */
+double grad_sum_squares(const float *grads, const ParamSpan *spans, int n_spans);
 
 /* clip_grad_norm_: scales every gradient by min(1, max_norm / (norm + 1e-6)). */
 void grad_clip(float *grads, const ParamSpan *spans, int n_spans, double max_norm, double norm);

@@ -49,7 +49,7 @@ int pref_method_init(PrefMethod *pm, const TrainConfig *cfg) {
 }
 
 void pref_method_flush_metrics(PrefMethod *pm, json_t *entry, const char *prefix) {
-    step_metrics_flush(&pm->metrics, entry, prefix);
+    step_metrics_flush_ranks(&pm->metrics, entry, prefix);
 }
 
 int pref_reference_sums(const ReferencePolicy *ref, const PrefMicroBatch *pmb, double *chosen,

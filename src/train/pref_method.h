@@ -51,7 +51,7 @@ bool pref_method_all_positions(const PrefMethod *pm);
 TrainMethod pref_method_train_method(PrefMethod *pm);
 
 /* Adds the mean of each metric since the last call to entry (prefix "eval_" or ""), and starts
- * over. */
+ * over. Over several ranks, the mean over every rank's micro-batches, on rank 0; collective. */
 void pref_method_flush_metrics(PrefMethod *pm, json_t *entry, const char *prefix);
 
 /* The reference's summed completion log-probs of each pair of the micro-batch. Returns 0, or -1

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "dist/dist.h"
 #include "train/checkpoint.h"
 
 #include <errno.h>
@@ -85,21 +86,24 @@ json_t *trainer_state(const TrainConfig *cfg, int64_t step, double epoch, int64_
     return s;
 }
 
-/* resume_from_checkpoint: "true" means the latest checkpoint in output_dir. */
+/* resume_from_checkpoint: "true" means the latest checkpoint in output_dir. Over several ranks
+ * rank 0 alone looks for it and reads it (checkpoint_load hands it to the others). */
 int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log, char *out_dir,
            size_t out_size) {
-    char dir[4096];
-    if (strcmp(cfg->resume_from_checkpoint, "true") == 0) {
-        int found = checkpoint_find_latest(cfg->output_dir, dir, sizeof dir);
-        if (found < 0) return -1;
-        if (!found)
-            return err_set("resume_from_checkpoint: true, but %s holds no checkpoint-N directory",
-                           cfg->output_dir);
+    char dir[4096] = "";
+    int found = 1;
+    if (!dist_is_root()) {
+        /* nothing to find: rank 0 reads the checkpoint */
+    } else if (strcmp(cfg->resume_from_checkpoint, "true") == 0) {
+        found = checkpoint_find_latest(cfg->output_dir, dir, sizeof dir);
+        if (found == 0)
+            err_set("resume_from_checkpoint: true, but %s holds no checkpoint-N directory",
+                    cfg->output_dir);
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
     }
     json_t *state;
-    if (checkpoint_load(dir, tr, &state) != 0) return -1;
+    if (checkpoint_load(found == 1 ? dir : NULL, tr, &state) != 0) return -1;
     json_t *history = json_object_get(state, "log_history");
     if (json_is_array(history)) json_array_extend(*log_history, history);
     json_decref(state);
@@ -133,6 +137,10 @@ void metrics_file_close(MetricsFile *f) {
 }
 
 void log_entry(MetricsFile *metrics, json_t *log_history, json_t *entry) {
+    if (!metrics->fp) { /* not rank 0: the log history alone, which nothing writes */
+        json_array_append(log_history, entry);
+        return;
+    }
     if (metrics->replace_pending) {
         /* "a" mode writes at the end whatever the offset, so emptying the file is enough */
         if (ftruncate(fileno(metrics->fp), 0) != 0)

@@ -38,7 +38,8 @@ json_t *trainer_state(const TrainConfig *cfg, int64_t step, double epoch, int64_
                       json_t *log_history);
 
 /* resume_from_checkpoint: restores the trainer and appends the checkpoint's log history. The
- * directory resumed from is written to dir (may be NULL). Returns 0, or -1 with an error. */
+ * directory resumed from is written to dir (may be NULL). Collective over ranks (rank 0 finds
+ * and reads the checkpoint). Returns 0, or -1 with an error. */
 int resume(const TrainConfig *cfg, Trainer *tr, json_t **log_history, FILE *log, char *dir,
            size_t dir_size);
 
@@ -56,7 +57,8 @@ typedef struct {
     char path[4096];
 } MetricsFile;
 
-/* Opens output_dir/metrics.jsonl for appending (creating it). Returns 0, or -1 with an error. */
+/* Opens output_dir/metrics.jsonl for appending (creating it). Returns 0, or -1 with an error.
+ * A MetricsFile left zeroed (the ranks other than 0) writes nothing. */
 int metrics_file_open(MetricsFile *f, const char *output_dir, bool resumed);
 void metrics_file_close(MetricsFile *f);
 

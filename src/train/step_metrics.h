@@ -28,4 +28,10 @@ void step_metrics_add_tokens(StepMetrics *m, double tokens);
  * num_tokens is left out: it counts what was trained on, and evaluation trains on nothing. */
 void step_metrics_flush(StepMetrics *m, json_t *entry, const char *prefix);
 
+/* step_metrics_flush over every rank of a multi-process run (dist.h): rank 0 writes the mean of
+ * each key over all the ranks' micro-batches, and num_tokens summed over ranks; every rank
+ * starts over. Collective: every rank calls it at the same point. In one process it is
+ * step_metrics_flush. */
+void step_metrics_flush_ranks(StepMetrics *m, json_t *entry, const char *prefix);
+
 #endif

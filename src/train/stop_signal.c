@@ -1,6 +1,7 @@
 #include "train/stop_signal.h"
 
 #include "common/error.h"
+#include "dist/dist.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -56,4 +57,10 @@ int stop_signal_error(int sig, int64_t step) {
     return err_set("interrupted by %s: stopped after step %lld with checkpoint-%lld saved; run "
                    "again with resume_from_checkpoint: true to continue",
                    why, (long long)step, (long long)step);
+}
+
+int stop_signal_agree(void) {
+    int sig = dist_allreduce_max_int(received);
+    if (sig && !received) received = sig; /* this rank stops for the same reason as the one hit */
+    return sig;
 }

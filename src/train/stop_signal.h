@@ -31,6 +31,11 @@ void stop_signal_clear(void);
  * for programs that embed the library. Async-signal-safe; callable from any thread. */
 void stop_signal_request(void);
 
+/* stop_signal_received over every rank of a multi-process run (collective): the signal any
+ * rank caught, which then counts as caught by every rank (their exit status is 128 + it), so
+ * all stop after the same step. In one process, stop_signal_received. */
+int stop_signal_agree(void);
+
 /* The error a loop stops with after a signal, once checkpoint-<step> is saved: always -1. */
 int stop_signal_error(int sig, int64_t step);
 

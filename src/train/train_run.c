@@ -6,6 +6,7 @@
 #include "data/dataset_cache.h"
 #include "data/pref_dataset.h"
 #include "data/sft_dataset.h"
+#include "dist/dist.h"
 #include "model/forward.h"
 #include "train/bad_steps.h"
 #include "train/checkpoint.h"
@@ -64,8 +65,10 @@ typedef struct TrainTask {
     void (*build)(void *ctx, int slot, const size_t *order, size_t first, int count, MicroBatch *mb,
                   size_t *tokens);
     void (*release)(void *ctx, int slot);
-    /* Called before each step with the window's micro-batch count. May be NULL. */
-    void (*begin_step)(void *ctx, int n_micro);
+    /* Called before each step with the micro-batches this rank runs (n_micro, built in slots
+     * 0 .. n_micro-1) and the global window's count (n_window; = n_micro in one process). May be
+     * NULL. */
+    void (*begin_step)(void *ctx, int n_micro, int n_window);
     TrainMethod method;
     /* Adds the method's metrics since the last log line to a log entry, each key after prefix
      * ("" or "eval_"). May be NULL. */
@@ -82,20 +85,23 @@ typedef struct TrainTask {
 
 /* Evaluation on a held-out task: its examples in order, batch_size at a time, through its own
  * method without gradient. Adds eval_loss (the mean over examples of the batch losses, as HF's
- * evaluation loop weighs them) and the method's metrics, each with the eval_ prefix. */
+ * evaluation loop weighs them) and the method's metrics, each with the eval_ prefix. Over
+ * several ranks, batch b is rank b % world's and the sums are taken over ranks. */
 static int evaluate_held_out(const TrainTask *h, Model *m, int64_t batch_size, json_t *entry) {
     size_t *order = xmalloc(h->n_examples * sizeof *order);
     for (size_t i = 0; i < h->n_examples; i++)
         order[i] = i;
     double loss_sum = 0;
     int rc = 0;
-    for (size_t first = 0; first < h->n_examples && rc == 0; first += (size_t)batch_size) {
+    size_t stride = (size_t)batch_size * (size_t)dist_size();
+    for (size_t first = (size_t)batch_size * (size_t)dist_rank(); first < h->n_examples && rc == 0;
+         first += stride) {
         int count = (int)(h->n_examples - first < (size_t)batch_size ? h->n_examples - first
                                                                      : (size_t)batch_size);
         MicroBatch mb;
         size_t tokens;
         h->build(h->ctx, 0, order, first, count, &mb, &tokens);
-        if (h->begin_step) h->begin_step(h->ctx, 1);
+        if (h->begin_step) h->begin_step(h->ctx, 1, 1);
         size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
         LogitStats *stats = xmalloc(cells * sizeof *stats);
@@ -109,6 +115,8 @@ static int evaluate_held_out(const TrainTask *h, Model *m, int64_t batch_size, j
         h->release(h->ctx, 0);
     }
     free(order);
+    if (dist_agree(rc) != 0) return -1;
+    dist_allreduce_sum_f64(&loss_sum, 1);
     if (rc == 0) {
         json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)h->n_examples));
         if (h->flush_metrics) h->flush_metrics(h->ctx, entry, "eval_");
@@ -152,7 +160,8 @@ static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset 
     return 0;
 }
 
-/* Mean negative log-likelihood over every label token of the validation set. */
+/* Mean negative log-likelihood over every label token of the validation set (over several
+ * ranks, batch b is rank b % world's, and the sums are taken over ranks). */
 static int evaluate(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
                     double *loss) {
     size_t *order = xmalloc(val->n * sizeof *order);
@@ -161,7 +170,9 @@ static int evaluate(Model *m, const SftDataset *val, int64_t batch_size, int32_t
     double sum = 0;
     size_t count = 0;
     int rc = 0;
-    for (size_t first = 0; first < val->n && rc == 0; first += (size_t)batch_size) {
+    size_t stride = (size_t)batch_size * (size_t)dist_size();
+    for (size_t first = (size_t)batch_size * (size_t)dist_rank(); first < val->n && rc == 0;
+         first += stride) {
         int n = (int)(val->n - first < (size_t)batch_size ? val->n - first : (size_t)batch_size);
         BatchBuffers buf;
         MicroBatch mb = build_micro_batch(val, order, first, n, pad_id, &buf);
@@ -174,17 +185,30 @@ static int evaluate(Model *m, const SftDataset *val, int64_t batch_size, int32_t
         free(buf.tokens), free(buf.attn), free(buf.labels);
     }
     free(order);
-    *loss = count ? -sum / (double)count : 0.0;
-    return rc;
+    if (dist_agree(rc) != 0) return -1;
+    double sums[2] = {sum, (double)count};
+    dist_allreduce_sum_f64(sums, 2);
+    *loss = sums[1] > 0 ? -sums[0] / sums[1] : 0.0;
+    return 0;
 }
 
+/* The training loop. Over several ranks (dist.h) every rank runs it in step: the data order is
+ * the one-process order (the same seeded shuffle of the same examples on every rank), cut into
+ * micro-batches of micro_batch_size as in one process, and a window (one optimizer step) is
+ * gradient_accumulation_steps x world of them, rank r running micro-batches r, r + world, ...
+ * of each window. So micro_batch_size is per rank, as HF's per_device_train_batch_size, the
+ * global batch is micro_batch_size x gradient_accumulation_steps x world, and a run on N ranks
+ * takes the steps a one-process run with N times the accumulation takes. Rank 0 alone writes
+ * metrics.jsonl, checkpoints and the log. */
 static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainTask *task,
                TrainOutcome *out, FILE *log) {
     size_t n_examples = task->n_examples;
     size_t micro_per_epoch =
         (n_examples + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size;
     size_t gas = (size_t)cfg->gradient_accumulation_steps;
-    int64_t windows_per_epoch = (int64_t)((micro_per_epoch + gas - 1) / gas);
+    size_t world = (size_t)dist_size(), rank = (size_t)dist_rank();
+    size_t window_micro = gas * world; /* micro-batches in a (global) window */
+    int64_t windows_per_epoch = (int64_t)((micro_per_epoch + window_micro - 1) / window_micro);
     int64_t total = cfg->max_steps > 0 ? cfg->max_steps
                                        : (int64_t)ceil(cfg->num_epochs * (double)windows_per_epoch);
     TrainerOptions opt = {
@@ -194,7 +218,8 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
         .total_steps = total,
         .gradient_checkpointing = cfg->gradient_checkpointing,
         .disable_dropout = cfg->rl != RL_NONE, /* TRL's disable_dropout=True */
-        .seed = (uint64_t)cfg->seed};
+        .seed = (uint64_t)cfg->seed,
+        .zero1 = cfg->zero_stage == 1};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0
@@ -203,7 +228,9 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     Trainer tr;
     if (trainer_init(&tr, m, lora, &opt) != 0) return -1;
     json_t *log_history = json_array();
-    if (make_dirs(cfg->output_dir) != 0 ||
+    /* the first agreement point: every rank got through its set-up (model, data, reference) */
+    int setup = dist_is_root() ? make_dirs(cfg->output_dir) : 0;
+    if (dist_agree(setup) != 0 ||
         (cfg->resume_from_checkpoint && resume(cfg, &tr, &log_history, log, NULL, 0) != 0)) {
         json_decref(log_history);
         trainer_free(&tr);
@@ -214,8 +241,10 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                                .tokenizer_dir = cfg->tokenizer_config,
                                .save_total_limit = cfg->save_total_limit};
     int64_t window_index = 0; /* windows seen, counting the ones a resume skips */
-    MetricsFile metrics;
-    if (metrics_file_open(&metrics, cfg->output_dir, tr.step > 0) != 0) {
+    MetricsFile metrics = {0};
+    if (dist_agree(dist_is_root() ? metrics_file_open(&metrics, cfg->output_dir, tr.step > 0)
+                                  : 0) != 0) {
+        metrics_file_close(&metrics);
         json_decref(log_history);
         trainer_free(&tr);
         return -1;
@@ -226,6 +255,15 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
             n_examples, (long long)total, (long long)windows_per_epoch,
             (long long)cfg->micro_batch_size, gas, (long long)opt.warmup_steps, cfg->learning_rate,
             cfg->lr_scheduler);
+    if (world > 1)
+        fprintf(log, "%zu processes: global batch %lld x %zu x %zu = %lld examples per step; %s\n",
+                world, (long long)cfg->micro_batch_size, gas, world,
+                (long long)(cfg->micro_batch_size * (int64_t)window_micro),
+                tr.sharded ? "AdamW moments sharded over the ranks (zero_stage 1)"
+                           : "each rank keeps the whole optimizer state");
+    else if (cfg->zero_stage == 1)
+        fprintf(log, "note: zero_stage 1 shards the optimizer state over several processes; "
+                     "one process keeps it whole\n");
 
     size_t *order = xmalloc(n_examples * sizeof *order);
     MicroBatch *window = xmalloc(gas * sizeof *window);
@@ -244,25 +282,33 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
         else
             shuffle(order, n_examples, cfg->seed, epoch);
         for (size_t micro = 0; micro < micro_per_epoch && tr.step < total && rc == 0;
-             micro += gas) {
-            size_t n_micro = micro_per_epoch - micro < gas ? micro_per_epoch - micro : gas;
+             micro += window_micro) {
+            size_t n_window =
+                micro_per_epoch - micro < window_micro ? micro_per_epoch - micro : window_micro;
             if (window_index++ < tr.step) continue; /* done before the checkpoint we resumed */
+            /* this rank's micro-batches of the window: rank, rank + world, ... (a short last
+             * window leaves the last ranks fewer, or none) */
+            size_t n_micro = n_window > rank ? (n_window - rank + world - 1) / world : 0;
+            double step_tokens = 0;
             for (size_t k = 0; k < n_micro; k++) {
-                size_t first = (micro + k) * (size_t)cfg->micro_batch_size;
+                size_t first = (micro + k * world + rank) * (size_t)cfg->micro_batch_size;
                 int count = (int)(n_examples - first < (size_t)cfg->micro_batch_size
                                       ? n_examples - first
                                       : (size_t)cfg->micro_batch_size);
                 size_t mb_tokens = 0;
                 task->build(task->ctx, (int)k, order, first, count, &window[k], &mb_tokens);
-                tokens += (double)mb_tokens;
+                step_tokens += (double)mb_tokens;
             }
-            if (task->begin_step) task->begin_step(task->ctx, (int)n_micro);
+            if (task->begin_step) task->begin_step(task->ctx, (int)n_micro, (int)n_window);
             StepStats st;
             rc = trainer_step(&tr, window, (int)n_micro, &task->method, &st);
             for (size_t k = 0; k < n_micro; k++)
                 task->release(task->ctx, (int)k);
-            if (rc < 0 || bad_steps_record(&bad, rc, tr.step, &st, log) != 0) {
-                rc = -1;
+            dist_allreduce_sum_f64(&step_tokens, 1); /* tokens/s of the whole job */
+            tokens += step_tokens;
+            if (rc < 0) break; /* over several ranks, trainer_step agreed on it */
+            if (bad_steps_record(&bad, rc, tr.step, &st, log) != 0) {
+                rc = dist_agree(-1); /* every rank stops here: the skips are the same on all */
                 break;
             }
             if (rc == 0) { /* a skipped step has no loss */
@@ -321,8 +367,9 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                         json_number_value(json_object_get(entry, "eval_loss")), n_eval);
                 json_decref(entry);
             }
-            /* a signal: this step is done; save it (whatever save_steps says) and stop */
-            int sig = stop_signal_received();
+            /* a signal: this step is done; save it (whatever save_steps says) and stop. Over
+             * several ranks, one rank's signal stops them all at the same step. */
+            int sig = stop_signal_agree();
             if (sig || (cfg->save_steps > 0 && tr.step % cfg->save_steps == 0)) {
                 json_t *state = trainer_state(
                     cfg, tr.step, (double)tr.step / (double)windows_per_epoch, total, log_history);
@@ -331,7 +378,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
                 if (rc == 0 && (!tty || sig))
                     fprintf(log, "%ssaved checkpoint-%lld\n", tty ? "\n" : "", (long long)tr.step);
             }
-            if (rc == 0 && sig) rc = stop_signal_error(sig, tr.step);
+            if (rc == 0 && sig) rc = dist_agree(stop_signal_error(sig, tr.step)); /* all stop */
         }
     }
     if (out) {
@@ -457,10 +504,11 @@ static void pref_release(void *ctx, int slot) {
     pref_batch_free(&t->window[slot]);
 }
 
-static void pref_begin_step(void *ctx, int n_micro) {
+static void pref_begin_step(void *ctx, int n_micro, int n_window) {
     PrefTask *t = ctx;
+    (void)n_micro;
     t->pm->window = t->window;
-    t->pm->n_window = n_micro;
+    t->pm->n_window = n_window; /* each micro-batch's loss is 1/n_window of the window's */
 }
 
 static void pref_flush(void *ctx, json_t *entry, const char *prefix) {
@@ -624,10 +672,11 @@ static void kto_release(void *ctx, int slot) {
     kto_batch_free(&t->window[slot]);
 }
 
-static void kto_begin_step(void *ctx, int n_micro) {
+static void kto_begin_step(void *ctx, int n_micro, int n_window) {
     KtoTask *t = ctx;
+    (void)n_micro;
     t->km->window = t->window;
-    t->km->n_window = n_micro;
+    t->km->n_window = n_window; /* each micro-batch's loss is 1/n_window of the window's */
 }
 
 static void kto_flush(void *ctx, json_t *entry, const char *prefix) {
@@ -798,6 +847,10 @@ int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
     if (out) memset(out, 0, sizeof *out);
     LoraAdapter *trained = s->has_lora ? &s->lora : NULL;
     Model *m = &s->model;
+    if (dist_size() > 1 && (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO))
+        return err_set("%s: rl: %s does not run over several processes yet (SFT, DPO and the "
+                       "preference methods, and KTO do); run it as one process",
+                       cfg->source, rl_method_name(cfg->rl));
     return cfg->rl == RL_NONE  ? run_sft(cfg, m, trained, &s->tok, out, log)
            : cfg->rl == RL_KTO ? run_kto(cfg, m, trained, &s->tok, out, log)
            : cfg->rl == RL_GRPO || cfg->rl == RL_GDPO
@@ -806,9 +859,12 @@ int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
 }
 
 int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char *dir, FILE *log) {
-    int rc = s->has_lora ? adapter_dir_write(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
-                         : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
-                                           model_source_dtype(&s->model));
+    /* rank 0 writes the model; every rank learns whether it could */
+    int rc = dist_agree(
+        !dist_is_root() ? 0
+        : s->has_lora   ? adapter_dir_write(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
+                        : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
+                                          model_source_dtype(&s->model)));
     if (rc == 0) fprintf(log, "%s saved to %s\n", s->has_lora ? "adapter" : "model", dir);
     return rc;
 }

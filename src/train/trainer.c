@@ -8,6 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ZeRO-1: the moments of this rank's slice only, its spans being the trained spans cut to it. */
+static int init_sharded_adamw(Trainer *t) {
+    if (dist_shards_init(&t->shards, t->n_params) != 0) return -1;
+    size_t lo = t->shards.offset[t->rank], hi = t->shards.offset[t->rank + 1];
+    ParamSpan *own = xmalloc((size_t)(t->n_spans ? t->n_spans : 1) * sizeof *own);
+    int n_own = 0;
+    for (int p = 0; p < t->n_spans; p++) {
+        size_t a = t->spans[p].offset, b = a + t->spans[p].numel;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a < b) own[n_own++] = (ParamSpan){a, b - a, t->spans[p].decay};
+    }
+    int rc = adamw_init_slice(&t->adamw, &t->opt.adamw, own, n_own, lo, hi - lo);
+    free(own);
+    return rc;
+}
+
 int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *opt) {
     memset(t, 0, sizeof *t);
     t->model = m;
@@ -32,17 +49,26 @@ int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *
         t->spans[p] = (ParamSpan){offset, numel, param_gets_weight_decay(name)};
         t->param_names[p] = name;
     }
+    t->rank = dist_rank();
+    t->world = dist_size();
+    t->sharded = opt->zero1 && t->world > 1;
     t->grads = calloc(t->n_params, sizeof *t->grads);
-    if (!t->grads || adamw_init(&t->adamw, &opt->adamw, t->spans, t->n_spans) != 0) {
+    if (!t->grads) {
         trainer_free(t);
-        return err_set("out of memory for gradients and optimizer state (%zu parameters)",
-                       t->n_params);
+        return err_set("out of memory for the gradients (%zu parameters)", t->n_params);
+    }
+    int rc = t->sharded ? init_sharded_adamw(t)
+                        : adamw_init(&t->adamw, &opt->adamw, t->spans, t->n_spans);
+    if (rc != 0) {
+        trainer_free(t);
+        return err_prefix("the optimizer state (%zu parameters)", t->n_params);
     }
     return 0;
 }
 
 void trainer_free(Trainer *t) {
     adamw_free(&t->adamw);
+    dist_shards_free(&t->shards);
     free(t->spans);
     free((void *)t->param_names);
     free(t->grads);
@@ -73,6 +99,22 @@ static bool nan_injected(int64_t step) {
     return false;
 }
 
+/* Over several ranks, after each has run its micro-batches: whether any failed (an agreement
+ * point, so that none waits on a rank that stopped), then the window's loss and label tokens,
+ * and the gradients, summed over ranks (with zero1 each rank gets the sum of its slice only). */
+static int reduce_over_ranks(Trainer *t, int rc, StepStats *stats) {
+    if (dist_agree(rc) != 0) return rc != 0 ? -1 : err_prefix("step %lld", (long long)t->step + 1);
+    double sums[2] = {stats->loss, (double)stats->tokens};
+    dist_allreduce_sum_f64(sums, 2);
+    stats->loss = sums[0];
+    stats->tokens = (size_t)sums[1];
+    if (t->sharded)
+        dist_reduce_scatter_sum_f32(t->grads, &t->shards);
+    else
+        dist_allreduce_sum_f32(t->grads, t->n_params);
+    return 0;
+}
+
 int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
                  StepStats *stats) {
     Model *m = t->model;
@@ -80,12 +122,14 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     for (int i = 0; i < n; i++)
         stats->tokens +=
             sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
-    if (method->begin_window && method->begin_window(method->ctx, mbs, n) != 0) return -1;
+    /* a failure goes on to the agreement over ranks below rather than returning at once */
+    int rc = method->begin_window ? method->begin_window(method->ctx, mbs, n) : 0;
     memset(t->grads, 0, t->n_params * sizeof *t->grads);
     if (t->lora) t->lora->training = !t->opt.disable_dropout;
-    int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        if (t->lora) t->lora->dropout_key = dropout_key(t->opt.seed, t->step, i);
+        /* the micro-batch's number in the global window: the same masks on any rank count */
+        int global = i * t->world + t->rank;
+        if (t->lora) t->lora->dropout_key = dropout_key(t->opt.seed, t->step, global);
         size_t cells = (size_t)mbs[i].batch.batch * mbs[i].batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
         ForwardTape tape;
@@ -108,9 +152,17 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         if (rc != 0) rc = err_prefix("micro-batch %d", i);
     }
     if (t->lora) t->lora->training = false;
+    if (t->world > 1 && reduce_over_ranks(t, rc, stats) != 0) return -1;
     if (rc != 0) return -1;
     if (nan_injected(t->step + 1)) t->grads[0] = NAN;
-    stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
+    if (t->sharded) {
+        /* each rank holds the summed gradient of its slice only: the norm is summed in squares */
+        double ss = grad_sum_squares(t->grads, t->adamw.spans, t->adamw.n_spans);
+        dist_allreduce_sum_f64(&ss, 1);
+        stats->grad_norm = sqrt(ss);
+    } else {
+        stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
+    }
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);
     if (!isfinite(stats->loss) || !isfinite(stats->grad_norm)) {
@@ -122,20 +174,68 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         t->step++;
         return TRAINER_STEP_SKIPPED;
     }
+    /* the spans AdamW updates: all of them, or this rank's slice */
     if (t->opt.max_grad_norm > 0)
-        grad_clip(t->grads, t->spans, t->n_spans, t->opt.max_grad_norm, stats->grad_norm);
+        grad_clip(t->grads, t->adamw.spans, t->adamw.n_spans, t->opt.max_grad_norm,
+                  stats->grad_norm);
     adamw_step(&t->adamw, t->params, t->grads, stats->lr);
+    if (t->sharded) dist_allgather_f32(t->params, &t->shards);
     t->step++;
     return 0;
+}
+
+void trainer_gather_moments(const Trainer *t, float **m, float **v, bool *owned) {
+    *m = *v = NULL;
+    *owned = t->sharded;
+    if (!t->sharded) {
+        if (t->rank == 0) *m = t->adamw.m, *v = t->adamw.v;
+        return;
+    }
+    if (t->rank == 0) {
+        *m = xmalloc(t->n_params * sizeof **m);
+        *v = xmalloc(t->n_params * sizeof **v);
+    }
+    dist_gather_f32(t->adamw.m, *m, &t->shards);
+    dist_gather_f32(t->adamw.v, *v, &t->shards);
+}
+
+void trainer_moment_buffers(Trainer *t, float **m, float **v, bool *owned) {
+    *m = *v = NULL;
+    *owned = t->sharded && t->rank == 0;
+    if (t->rank != 0) return;
+    if (!t->sharded) {
+        *m = t->adamw.m, *v = t->adamw.v;
+        return;
+    }
+    *m = xcalloc(t->n_params, sizeof **m);
+    *v = xcalloc(t->n_params, sizeof **v);
+}
+
+void trainer_distribute(Trainer *t, const float *m, const float *v) {
+    if (t->world == 1) return;
+    dist_bcast(t->params, t->n_params * sizeof *t->params, 0);
+    if (t->sharded) {
+        dist_scatter_f32(m, t->adamw.m, &t->shards);
+        dist_scatter_f32(v, t->adamw.v, &t->shards);
+    } else {
+        dist_bcast(t->adamw.m, t->adamw.n * sizeof *t->adamw.m, 0);
+        dist_bcast(t->adamw.v, t->adamw.n * sizeof *t->adamw.v, 0);
+    }
+    int64_t steps[2] = {t->step, t->adamw.step};
+    dist_bcast(steps, sizeof steps, 0);
+    t->step = steps[0], t->adamw.step = steps[1];
 }
 
 /* SFT as a TrainMethod: the window's label-token count is the loss's denominator. */
 static int sft_begin_window(void *ctx, const MicroBatch *mbs, int n) {
     size_t *window_tokens = ctx;
-    *window_tokens = 0;
+    double count = 0;
     for (int i = 0; i < n; i++)
-        *window_tokens +=
-            sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+        count += (double)sft_count_labels(mbs[i].label_mask,
+                                          (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+    /* HF's num_items_in_batch over several processes: the label tokens of every rank's share */
+    dist_allreduce_sum_f64(&count, 1);
+    *window_tokens = (size_t)count;
     return 0;
 }
 

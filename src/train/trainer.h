@@ -2,7 +2,15 @@
  * forward and backward (gradients summed), then global-norm clipping, the learning-rate
  * schedule and AdamW, as HF's Trainer orders them. The method supplies dL/dlogp; this file knows
  * nothing of which method runs (SFT for now). The adapter's dropout is on only inside a step,
- * with masks drawn from (seed, step, micro-batch): a resumed run draws the same ones. */
+ * with masks drawn from (seed, step, micro-batch): a resumed run draws the same ones.
+ *
+ * Over several ranks (dist.h) a window is the global one: rank r runs its micro-batches
+ * r, r + world, r + 2 world, ... of it, and micro-batch numbers (the dropout masks) are the
+ * global ones. The gradients are summed over ranks before the norm is taken, so the norm, the
+ * skip decision, the clipping and the update are the same on every rank; the methods scale
+ * their losses by the global window (the label tokens of the whole window, or its micro-batch
+ * count). With zero1 each rank keeps the AdamW moments of one slice of the parameters
+ * (DistShards), updates that slice, and the ranks all-gather the updated weights. */
 #ifndef RLHF_TRAIN_TRAINER_H
 #define RLHF_TRAIN_TRAINER_H
 
@@ -10,6 +18,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "dist/dist.h"
 
 typedef struct {
     TokenBatch batch;
@@ -24,6 +33,7 @@ typedef struct {
     bool gradient_checkpointing; /* recompute each layer's activations in backward */
     bool disable_dropout;        /* the adapter's dropout stays off (TRL's preference trainers) */
     uint64_t seed;               /* of the adapter's dropout masks */
+    bool zero1;                  /* over several ranks: shard the AdamW moments (zero_stage: 1) */
 } TrainerOptions;
 
 /* What the optimizer updates is either every weight of the model or, when an adapter is trained,
@@ -37,9 +47,12 @@ typedef struct {
     const char **param_names; /* one per span: the tensor names checkpoints use */
     ParamSpan *spans;         /* one per trained tensor, with Trainer's decay rule */
     int n_spans;
-    AdamW adamw;
-    float *grads; /* n_params */
-    int64_t step; /* optimizer steps done */
+    AdamW adamw;       /* all the trained parameters, or this rank's slice of them when sharded */
+    float *grads;      /* n_params */
+    int64_t step;      /* optimizer steps done */
+    int rank, world;   /* dist_rank(), dist_size() when the trainer was made */
+    bool sharded;      /* zero1 over more than one rank */
+    DistShards shards; /* sharded: the slice of the parameters each rank updates */
 } Trainer;
 
 /* A training method for trainer_step: it turns each micro-batch's per-token log-probs into its
@@ -81,8 +94,23 @@ void trainer_free(Trainer *t);
 int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *method,
                  StepStats *stats);
 
+/* Checkpoints of a sharded trainer hold the whole moments (the format does not depend on the
+ * rank count). Collective: every rank calls it. On rank 0, *m and *v receive the full moments
+ * (n_params each, at the parameters' flat offsets): the trainer's own arrays when it is not
+ * sharded (*owned false), else arrays gathered from every rank's slice (*owned true: the caller
+ * frees them). Elsewhere they are NULL. */
+void trainer_gather_moments(const Trainer *t, float **m, float **v, bool *owned);
+
+/* Where rank 0 reads a checkpoint's moments into before trainer_distribute: the trainer's own
+ * arrays, or (sharded) new full-size ones (*owned true). Not collective; NULL elsewhere. */
+void trainer_moment_buffers(Trainer *t, float **m, float **v, bool *owned);
+
+/* After rank 0 has restored the parameters, t->step and the full moments m, v: copies them to
+ * every rank (each rank's slice of the moments when sharded). Collective. */
+void trainer_distribute(Trainer *t, const float *m, const float *v);
+
 /* SFT as a TrainMethod: the mean NLL over the window's label tokens (counted into
- * *window_tokens, which must outlive the method). */
+ * *window_tokens, which must outlive the method; over several ranks, the whole window's). */
 TrainMethod trainer_sft_method(size_t *window_tokens);
 
 /* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
