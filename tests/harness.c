@@ -136,3 +136,31 @@ int harness_wait_child(pid_t pid) {
         if (errno != EINTR) return -1;
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
+
+int harness_check_checkpoints(const char *out, int *temp_entries) {
+    DIR *d = opendir(out);
+    int found = 0, tmp = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        long long n;
+        char tail;
+        if (strstr(e->d_name, ".tmp")) tmp++;
+        if (sscanf(e->d_name, "checkpoint-%lld%c", &n, &tail) != 1) continue;
+        found++;
+        char path[8192];
+        const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json",
+                               "tokenizer.json"};
+        for (int f = 0; f < 4; f++) {
+            snprintf(path, sizeof path, "%s/%s/%s", out, e->d_name, files[f]);
+            CHECK(file_exists(path), "%s/%s present", e->d_name, files[f]);
+        }
+        snprintf(path, sizeof path, "%s/%s/trainer_state.json", out, e->d_name);
+        json_t *state = NULL;
+        CHECK(json_load_path(path, &state) == 0 &&
+                  json_integer_value(json_object_get(state, "global_step")) == n,
+              "%s: trainer_state.json whole, global_step %lld", e->d_name, n);
+        json_decref(state);
+    }
+    if (d) closedir(d);
+    if (temp_entries) *temp_entries = tmp;
+    return found;
+}

@@ -55,6 +55,12 @@ pid_t harness_spawn_train(const char *config, const char *out, const char *log_p
 /* Waits for a child: its exit status, or 128 + the signal that ended it. */
 int harness_wait_child(pid_t pid);
 
+/* Checks that every checkpoint-N in out is whole (checkpoint.h, invariant 1): its model,
+ * optimizer, config and tokenizer files are there and trainer_state.json says global_step N.
+ * Returns how many checkpoint-N there are; *temp_entries (may be NULL) gets how many
+ * unfinished (".tmp") entries lie beside them. */
+int harness_check_checkpoints(const char *out, int *temp_entries);
+
 /* Calls fn(name) for each directory under root (a source-relative path) that holds a file
  * named `marker`, in readdir order; returns how many. */
 int harness_foreach_case(const char *root, const char *marker, void (*fn)(const char *name));

@@ -21,34 +21,6 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Every checkpoint-N is whole: its files are there and trainer_state.json says step N. Returns
- * how many temporary (unfinished) checkpoint directories lie beside them. */
-static int check_checkpoints(const char *out) {
-    DIR *d = opendir(out);
-    int tmp = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        long long n;
-        char tail;
-        if (strstr(e->d_name, ".tmp")) tmp++;
-        if (sscanf(e->d_name, "checkpoint-%lld%c", &n, &tail) != 1) continue;
-        char path[8192];
-        const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json",
-                               "tokenizer.json"};
-        for (int f = 0; f < 4; f++) {
-            snprintf(path, sizeof path, "%s/%s/%s", out, e->d_name, files[f]);
-            CHECK(file_exists(path), "%s/%s present", e->d_name, files[f]);
-        }
-        snprintf(path, sizeof path, "%s/%s/trainer_state.json", out, e->d_name);
-        json_t *state = NULL;
-        CHECK(json_load_path(path, &state) == 0 &&
-                  json_integer_value(json_object_get(state, "global_step")) == n,
-              "%s: trainer_state.json whole, global_step %lld", e->d_name, n);
-        json_decref(state);
-    }
-    if (d) closedir(d);
-    return tmp;
-}
-
 static bool has_checkpoint(const char *out) {
     DIR *d = opendir(out);
     bool found = false;
@@ -107,7 +79,9 @@ int main(void) {
         } else {
             rc = harness_wait_child(pid);
         }
-        tmp_seen += check_checkpoints(crashed);
+        int tmp = 0;
+        harness_check_checkpoints(crashed, &tmp);
+        tmp_seen += tmp;
         if (rc == 0) {
             if (kills >= points) break;
             /* it finished before the kill: start over to place the remaining kills */

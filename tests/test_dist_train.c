@@ -209,32 +209,6 @@ static void test_parity(void) {
     one_vs_two("kto", "kto.yaml", "2", "1", zero0);
 }
 
-/* Every checkpoint-N in out is whole (checkpoint.h, invariant 1); how many there are. */
-static int whole_checkpoints(const char *out) {
-    DIR *d = opendir(out);
-    int n_found = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        long long n;
-        char tail;
-        if (sscanf(e->d_name, "checkpoint-%lld%c", &n, &tail) != 1) continue;
-        n_found++;
-        char path[8192];
-        const char *files[] = {"model.safetensors", "optimizer.safetensors", "config.json"};
-        for (int f = 0; f < 3; f++) {
-            snprintf(path, sizeof path, "%s/%s/%s", out, e->d_name, files[f]);
-            CHECK(file_exists(path), "%s/%s present", e->d_name, files[f]);
-        }
-        snprintf(path, sizeof path, "%s/%s/trainer_state.json", out, e->d_name);
-        json_t *state = NULL;
-        CHECK(json_load_path(path, &state) == 0 &&
-                  json_integer_value(json_object_get(state, "global_step")) == n,
-              "%s: trainer_state.json whole, global_step %lld", e->d_name, n);
-        json_decref(state);
-    }
-    if (d) closedir(d);
-    return n_found;
-}
-
 static void copy_tree(const char *from, const char *to) {
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
@@ -365,7 +339,7 @@ static void test_rank_dies(const char *straight) {
           "the log says rank 1 was killed (see %s)", log);
     snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", out);
     CHECK(!file_exists(ckpt), "no final model from the killed job");
-    CHECK(whole_checkpoints(out) >= 1, "checkpoints left whole");
+    CHECK(harness_check_checkpoints(out, NULL) >= 1, "checkpoints left whole");
     const char *again[] = {"--nproc", "2", "--resume_from_checkpoint", "true", NULL};
     CHECK(train("long.yaml", out, again) == 0, "resumed after the kill");
     char a[4300], b[4300];
@@ -400,7 +374,7 @@ static void test_signal_one_rank(const char *straight) {
     json_decref(rows);
     char ckpt[4200];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-%lld", out, last);
-    CHECK(whole_checkpoints(out) == 1 && dir_exists(ckpt),
+    CHECK(harness_check_checkpoints(out, NULL) == 1 && dir_exists(ckpt),
           "one whole checkpoint, of the last step logged (%lld)", last);
     const char *again[] = {"--nproc", "2", "--save_steps", "0", "--resume_from_checkpoint",
                            "true",    NULL};

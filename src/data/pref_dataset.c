@@ -226,13 +226,13 @@ int pref_dataset_load(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *
         rc = load_dataset(ds, cfg, d, &t, log);
     chat_template_source_free(&src);
     if (rc == 0) report_tokenize_notes(&t, cfg, log);
-    if (rc == 0 && ds->n_pairs == 0 && ds->n_rows == 0)
+    if (rc == 0 && ds->n_pairs == 0 && ds->n_rows == 0) {
+        const char *what = cfg->rl == RL_KTO ? "KTO row" : "preference pair";
         rc = ds->dropped ? err_set("%s: the datasets hold no usable %s (%zu dropped as longer "
                                    "than sequence_len %lld, see the warnings above)",
-                                   cfg->source, cfg->rl == RL_KTO ? "KTO row" : "preference pair",
-                                   ds->dropped, (long long)cfg->sequence_len)
-                         : err_set("%s: the datasets hold no usable %s", cfg->source,
-                                   cfg->rl == RL_KTO ? "KTO row" : "preference pair");
+                                   cfg->source, what, ds->dropped, (long long)cfg->sequence_len)
+                         : err_set("%s: the datasets hold no usable %s", cfg->source, what);
+    }
     if (rc != 0) pref_dataset_free(ds);
     return rc;
 }
