@@ -2,7 +2,8 @@
  * skipped (weights and optimizer state untouched, a warning naming it, skipped_steps counted), a
  * run that diverges stops after max_consecutive_bad_steps with its checkpoints intact, SIGTERM
  * stops a run with a checkpoint from which it resumes to the weights of an uninterrupted run,
- * and a save that cannot be written (disk full) fails clearly with the previous checkpoint intact.
+ * a save that cannot be written (disk full) fails clearly with the previous checkpoint intact, and
+ * a kill while an old checkpoint is being removed leaves no half-removed checkpoint behind.
  */
 #include "common/error.h"
 #include "common/fileio.h"
@@ -237,6 +238,37 @@ static void test_disk_full_keeps_checkpoint(void) {
     CHECK(harness_same_file(a, b), "resumed after the failed save = the uninterrupted weights");
 }
 
+/* save_total_limit 1: each save removes the previous checkpoint. A kill in the middle of that
+ * removal (RLHF_FAULT_KILL_IN_REMOVAL: right after its first file is unlinked) leaves only whole
+ * checkpoints, and the resumed run sweeps the leftovers and ends with the uninterrupted weights. */
+static void test_kill_during_rotation(void) {
+    char straight[4096], out[4096], log[4096], cfg[4096], a[4300], b[4300];
+    snprintf(straight, sizeof straight, "%s", harness_tmp_path("rotate-straight"));
+    snprintf(out, sizeof out, "%s", harness_tmp_path("rotate"));
+    snprintf(log, sizeof log, "%s", harness_tmp_path("rotate.log"));
+    write_config("rotate.yaml", fixture, "max_steps: 4\nsave_steps: 1\nsave_total_limit: 1\n");
+    snprintf(cfg, sizeof cfg, "%s", harness_tmp_path("rotate.yaml"));
+    const char *none[] = {NULL};
+    CHECK(harness_wait_child(harness_spawn_train(cfg, straight, log, none)) == 0, "straight run");
+
+    setenv("RLHF_FAULT_KILL_IN_REMOVAL", "1", 1);
+    int rc = harness_wait_child(harness_spawn_train(cfg, out, log, none));
+    unsetenv("RLHF_FAULT_KILL_IN_REMOVAL");
+    CHECK(rc == 128 + SIGKILL, "killed while removing checkpoint-1: exit %d", rc);
+    int temp = 0;
+    CHECK(harness_check_checkpoints(out, &temp) == 1, "one checkpoint left, and it is whole");
+    snprintf(a, sizeof a, "%s/checkpoint-2", out);
+    CHECK(dir_exists(a), "checkpoint-2 saved before the kill");
+    CHECK(temp == 1, "the half-removed checkpoint-1 is out of the way (%d hidden entries)", temp);
+
+    const char *resume[] = {"--resume_from_checkpoint", "true", NULL};
+    CHECK(harness_wait_child(harness_spawn_train(cfg, out, log, resume)) == 0, "resumed run");
+    CHECK(temp_files_in(out) == 0, "the next save swept the leftovers");
+    snprintf(a, sizeof a, "%s/model.safetensors", straight);
+    snprintf(b, sizeof b, "%s/model.safetensors", out);
+    CHECK(harness_same_file(a, b), "killed in a removal + resumed = the uninterrupted weights");
+}
+
 int main(void) {
     snprintf(fixture, sizeof fixture, "%s",
              harness_source_path("tests/fixtures/models/llama_text"));
@@ -245,5 +277,6 @@ int main(void) {
     test_divergence_stops();
     test_sigterm_resumes();
     test_disk_full_keeps_checkpoint();
+    test_kill_during_rotation();
     return harness_finish("test_train_faults");
 }

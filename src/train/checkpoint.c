@@ -10,11 +10,20 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Fault injection for tests: RLHF_FAULT_KILL_IN_REMOVAL=1 kills the process right after the first
+ * file a removal unlinks, where a real kill leaves a half-removed directory. */
+static void kill_if_injected(void) {
+    const char *v = getenv("RLHF_FAULT_KILL_IN_REMOVAL");
+    if (v && strcmp(v, "1") == 0) raise(SIGKILL);
+}
 
 static int remove_tree(const char *path) {
     DIR *d = opendir(path);
@@ -32,6 +41,7 @@ static int remove_tree(const char *path) {
             rc = err_set("%s: cannot remove: %s", child, strerror(errno));
             break;
         }
+        kill_if_injected();
     }
     closedir(d);
     if (rc == 0 && rmdir(path) != 0) rc = err_set("%s: cannot remove: %s", path, strerror(errno));
@@ -122,17 +132,50 @@ int checkpoint_find_latest(const char *output_dir, char *out, size_t cap) {
     return found;
 }
 
+/* Hidden names under output_dir for directories that are not checkpoints (yet, or any more). A
+ * kill can leave them behind; the next save sweeps them. */
+static bool is_unfinished_name(const char *name) {
+    size_t len = strlen(name);
+    return strncmp(name, ".checkpoint-", 12) == 0 && len > 16 &&
+           strcmp(name + len - 4, ".tmp") == 0;
+}
+
+static int sweep_unfinished(const char *output_dir) {
+    DIR *d = opendir(output_dir);
+    if (!d)
+        return errno == ENOENT ? 0 : err_set("%s: cannot open: %s", output_dir, strerror(errno));
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        char path[4096];
+        if (!is_unfinished_name(e->d_name)) continue;
+        rc = path_join(path, sizeof path, output_dir, e->d_name);
+        if (rc == 0) rc = remove_tree(path);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* A checkpoint leaves by an atomic rename first, so a kill while its files are being unlinked
+ * never leaves a half-deleted checkpoint-N that a resume could pick. */
+static int remove_checkpoint(const char *output_dir, const char *name) {
+    char path[4096], gone[4200];
+    if (path_join(path, sizeof path, output_dir, name) != 0) return -1;
+    snprintf(gone, sizeof gone, "%s/.%s.removing.tmp", output_dir, name);
+    if (remove_tree(gone) != 0) return -1;
+    if (rename(path, gone) != 0)
+        return err_set("%s: cannot move aside for removal: %s", path, strerror(errno));
+    fsync_dir(output_dir);
+    return remove_tree(gone);
+}
+
 static int rotate(const char *output_dir, int64_t keep) {
     if (keep <= 0) return 0;
     CheckpointEntry *list;
     size_t n;
     if (list_checkpoints(output_dir, &list, &n) != 0) return -1;
     int rc = 0;
-    for (size_t i = 0; rc == 0 && n > (size_t)keep && i < n - (size_t)keep; i++) {
-        char path[4096];
-        rc = path_join(path, sizeof path, output_dir, list[i].name);
-        if (rc == 0) rc = remove_tree(path);
-    }
+    for (size_t i = 0; rc == 0 && n > (size_t)keep && i < n - (size_t)keep; i++)
+        rc = remove_checkpoint(output_dir, list[i].name);
     free(list);
     return rc;
 }
@@ -146,7 +189,7 @@ static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const
              (long long)step);
     snprintf(temp_dir, sizeof temp_dir, "%s/.checkpoint-%lld.tmp", target->output_dir,
              (long long)step);
-    if (remove_tree(temp_dir) != 0) return -1;
+    if (sweep_unfinished(target->output_dir) != 0) return -1;
     int rc = tr->lora
                  ? adapter_dir_write(tr->lora, target->model_dir, target->tokenizer_dir, temp_dir)
                  : model_dir_write(tr->model, target->model_dir, target->tokenizer_dir, temp_dir,
@@ -160,7 +203,8 @@ static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const
         rc = write_json(path, state);
     }
     if (rc == 0 && target->write_extra) rc = target->write_extra(target->extra_ctx, temp_dir);
-    if (rc == 0 && dir_exists(final_dir)) rc = remove_tree(final_dir); /* a re-save of step N */
+    if (rc == 0 && dir_exists(final_dir)) /* a re-save of step N */
+        rc = remove_checkpoint(target->output_dir, strrchr(final_dir, '/') + 1);
     if (rc == 0 && rename(temp_dir, final_dir) != 0)
         rc = err_set("%s: cannot rename into place: %s", final_dir, strerror(errno));
     if (rc != 0) {
