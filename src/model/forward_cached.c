@@ -1,6 +1,7 @@
 #include "model/forward_cached.h"
 
 #include "common/error.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 #include "model/rope_tables.h"
 
@@ -66,6 +67,7 @@ static void cached_attention(float *out, const float *q, const KvCache *kv, int 
                 for (int t = first; t <= pos; t++) {
                     const float *kt = kv_cache_row(kv, kv->k, l, b->slot[r], t) + (size_t)kvh * hd;
                     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
                     for (int d = 0; d < hd; d++)
                         s += qh[d] * kt[d];
                     s *= scale;
@@ -73,8 +75,9 @@ static void cached_attention(float *out, const float *q, const KvCache *kv, int 
                     max = s > max ? s : max;
                 }
                 float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
                 for (int t = first; t <= pos; t++) {
-                    scores[t] = expf(scores[t] - max);
+                    scores[t] = fast_expf(scores[t] - max);
                     sum += scores[t];
                 }
                 float *oh = out + ((size_t)r * nh + h) * hd;
