@@ -107,9 +107,11 @@ static float dot_bf16(const float *x, const uint16_t *w, int n) {
  * to fp32 and BLAS multiplies them (the widening is then a small cost next to the GEMM). */
 #define FEW_ROWS 16
 
-/* Weight rows per widened panel: about 1 MB of fp32, so the panel stays in cache for the GEMM. */
+/* Weight rows per widened panel: about 8 MB of fp32. Wide panels keep each GEMM large (BLAS packs
+ * them in cache-sized blocks itself); the widening's extra traffic is small next to the GEMM's
+ * work once there are more than a few rows. */
 static int panel_rows(int in_dim) {
-    int rows = (1 << 18) / (in_dim > 0 ? in_dim : 1);
+    int rows = (1 << 21) / (in_dim > 0 ? in_dim : 1);
     return rows < 16 ? 16 : rows;
 }
 
