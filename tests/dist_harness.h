@@ -1,0 +1,53 @@
+/* What the multi-process tests (test_dist_train, test_dist_grpo) share: running `rlhf train`
+ * as one process and as 2 ranks (--nproc 2) and comparing the two, and finding, killing and
+ * waiting for the ranks mpirun started. */
+#ifndef RLHF_TESTS_DIST_HARNESS_H
+#define RLHF_TESTS_DIST_HARNESS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+double dist_now(void);
+
+/* Runs `rlhf train <tmp>/config --output_dir out extra...` (its stderr appended to
+ * <tmp>/train.log); its exit status. */
+int dist_train(const char *config, const char *out, const char *const *extra);
+
+/* The worst relative differences the comparisons below have measured so far. */
+typedef struct {
+    double metric, weight;
+} DistWorst;
+extern DistWorst dist_worst;
+
+/* The metrics of two runs line by line: the same keys, every number within 1e-5 relative (or
+ * 1e-6 absolute: a GRPO loss is ~0 by construction at some steps), num_tokens and step exactly.
+ * Prints the worst relative difference. */
+void dist_compare_metrics(const char *name, const char *one, const char *two);
+
+/* The final weights (model.safetensors) or adapter of two output directories: within 1e-5 of
+ * the largest weight (each tensor's largest, for an adapter). Prints the gap. */
+void dist_compare_outputs(const char *name, const char *one, const char *two);
+
+/* One process with gradient accumulation ga1 against 2 ranks with ga2 (the same global batch
+ * when ga1 = 2 x ga2), both with `extra` (NULL-terminated), compared as above. Output
+ * directories <tmp>/name and <tmp>/name-2ranks. */
+void dist_one_vs_two(const char *name, const char *config, const char *ga1, const char *ga2,
+                     const char *const *extra);
+
+/* `rm -rf to && cp -r from to`, checked. */
+void dist_copy_tree(const char *from, const char *to);
+
+/* The pid of the rank `rank` among mpirun's children, or -1. */
+pid_t dist_rank_pid(pid_t launcher, int rank);
+
+/* waitpid with a deadline: the exit status (128 + signal), or -1 after `seconds` (the child is
+ * then killed). */
+int dist_wait_at_most(pid_t pid, double seconds);
+
+/* Whether the file at path holds `what`. */
+bool dist_log_mentions(const char *path, const char *what);
+
+/* How many "rlhf: error:" lines the file at path holds. */
+int dist_error_lines(const char *path);
+
+#endif
