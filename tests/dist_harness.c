@@ -4,6 +4,8 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "trained_weights.h"
+#include "train/checkpoint.h"
+#include "train/model_dir.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -128,6 +130,96 @@ void dist_one_vs_two(const char *name, const char *config, const char *ga1, cons
           harness_tmp_path("train.log"));
     dist_compare_metrics(name, one, two);
     dist_compare_outputs(name, one, two);
+}
+
+/* CHECKs that a_dir/file and b_dir/file hold the same bytes. */
+static void same_file(const char *a_dir, const char *b_dir, const char *file, const char *what) {
+    char a[4400], b[4400];
+    snprintf(a, sizeof a, "%s/%s", a_dir, file);
+    snprintf(b, sizeof b, "%s/%s", b_dir, file);
+    CHECK(harness_same_file(a, b), "%s: %s and %s", what, a, b);
+}
+
+/* argv-style arguments: `head` then `tail` (both NULL-terminated) into out (room for 32). */
+static void join_args(const char **out, const char *const *head, const char *const *tail) {
+    int n = 0;
+    for (int i = 0; head[i] && n < 31; i++)
+        out[n++] = head[i];
+    for (int i = 0; tail && tail[i] && n < 31; i++)
+        out[n++] = tail[i];
+    out[n] = NULL;
+}
+
+void dist_check_resume(const char *config, const char *ga2, const char *ga1,
+                       const char *const *same) {
+    char straight[4096], resumed[4096], single[4096], from[4200], to[4200];
+    snprintf(straight, sizeof straight, "%s", harness_tmp_path("resume-straight"));
+    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("resume-2ranks"));
+    snprintf(single, sizeof single, "%s", harness_tmp_path("resume-1proc"));
+    const char *two[] = {
+        "--nproc", "2", "--gradient_accumulation_steps", ga2, "--zero_stage", "1", "--save_steps",
+        "2",       NULL};
+    const char *resume[] = {"--resume_from_checkpoint", "true", NULL};
+    const char *again[32], *one[] = {"--gradient_accumulation_steps",
+                                     ga1,
+                                     "--save_steps",
+                                     "2",
+                                     "--resume_from_checkpoint",
+                                     "true",
+                                     NULL};
+    join_args(again, two, resume);
+    CHECK(dist_train(config, straight, two) == 0, "%s: uninterrupted 2-rank run", config);
+    snprintf(from, sizeof from, "%s/checkpoint-2", straight);
+    CHECK(make_dirs(resumed) == 0 && make_dirs(single) == 0, "dirs");
+    snprintf(to, sizeof to, "%s/checkpoint-2", resumed);
+    dist_copy_tree(from, to);
+    snprintf(to, sizeof to, "%s/checkpoint-2", single);
+    dist_copy_tree(from, to);
+    CHECK(dist_train(config, resumed, again) == 0, "%s: resumed 2-rank run", config);
+    same_file(straight, resumed, "model.safetensors", "2 ranks resumed: the uninterrupted weights");
+    same_file(straight, resumed, "checkpoint-6/optimizer.safetensors", "the same AdamW moments");
+    for (int i = 0; same && same[i]; i++)
+        same_file(straight, resumed, same[i], "resumed on 2 ranks");
+    CHECK(dist_train(config, single, one) == 0, "%s: 2-rank checkpoint resumed in 1 process",
+          config);
+    dist_compare_outputs("resume-in-1-process", straight, single);
+}
+
+void dist_check_rank_dies(const char *config, const char *const *extra, const char *straight,
+                          const char *ckpt_file) {
+    char out[4096], log[4096], path[4400], latest[4200];
+    snprintf(out, sizeof out, "%s", harness_tmp_path("die"));
+    snprintf(log, sizeof log, "%s", harness_tmp_path("die.log"));
+    const char *nproc[] = {"--nproc", "2", NULL},
+               *resume[] = {"--resume_from_checkpoint", "true", NULL};
+    const char *run[32], *again[32];
+    join_args(run, nproc, extra);
+    join_args(again, run, resume);
+    pid_t pid = harness_spawn_train(harness_tmp_path(config), out, log, run);
+    snprintf(path, sizeof path, "%s/checkpoint-2", out);
+    double start = dist_now();
+    while (!dir_exists(path) && dist_now() - start < 60)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pid_t victim = dist_rank_pid(pid, 1);
+    CHECK(victim > 0, "rank 1 found among mpirun's children");
+    if (victim > 0) kill(victim, SIGKILL);
+    double killed = dist_now();
+    int rc = dist_wait_at_most(pid, 60);
+    printf("%s: rank 1 killed at %.2f s; mpirun exited %d after %.2f s\n", config, killed - start,
+           rc, dist_now() - killed);
+    CHECK(rc > 0, "the job ends with a failure status, not a hang (%d)", rc);
+    CHECK(dist_log_mentions(log, "rank 1") && dist_log_mentions(log, "signal 9"),
+          "the log says rank 1 was killed (see %s)", log);
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    CHECK(!file_exists(path), "no final model from the killed job");
+    CHECK(harness_check_checkpoints(out, NULL) >= 1, "checkpoints left whole");
+    if (ckpt_file) {
+        CHECK(checkpoint_find_latest(out, latest, sizeof latest) == 1, "a checkpoint left");
+        snprintf(path, sizeof path, "%s/%s", latest, ckpt_file);
+        CHECK(file_exists(path), "the latest checkpoint holds %s", ckpt_file);
+    }
+    CHECK(dist_train(config, out, again) == 0, "resumed after the kill");
+    same_file(straight, out, "model.safetensors", "resumed to the uninterrupted weights");
 }
 
 void dist_copy_tree(const char *from, const char *to) {

@@ -34,6 +34,22 @@ void dist_compare_outputs(const char *name, const char *one, const char *two);
 void dist_one_vs_two(const char *name, const char *config, const char *ga1, const char *ga2,
                      const char *const *extra);
 
+/* The resume check: `config` (6 steps) run on 2 ranks with accumulation ga2, ZeRO-1 and a
+ * checkpoint every 2 steps; its checkpoint-2 alone (what a run killed right after it leaves)
+ * resumed on 2 ranks ends bit for bit where the uninterrupted run does: model.safetensors,
+ * checkpoint-6/optimizer.safetensors and each of `same` (paths under the output directory,
+ * NULL-terminated); resumed in one process with ga1, its weights agree within 1e-5. */
+void dist_check_resume(const char *config, const char *ga2, const char *ga1,
+                       const char *const *same);
+
+/* The kill check: `config` run on 2 ranks (`--nproc 2` then `extra`, NULL-terminated) into
+ * <tmp>/die while rank 1 is SIGKILLed after checkpoint-2: the job ends in seconds with a
+ * failure status and mpirun's message naming the rank, leaves no final model and whole
+ * checkpoints (the latest holding `ckpt_file` too, when not NULL), and resumed it ends at the
+ * weights of the uninterrupted run in `straight`. */
+void dist_check_rank_dies(const char *config, const char *const *extra, const char *straight,
+                          const char *ckpt_file);
+
 /* `rm -rf to && cp -r from to`, checked. */
 void dist_copy_tree(const char *from, const char *to);
 

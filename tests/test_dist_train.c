@@ -93,85 +93,6 @@ static void test_parity(void) {
     dist_one_vs_two("kto", "kto.yaml", "2", "1", zero0);
 }
 
-/* A 2-rank run stopped after its checkpoint-2 and resumed (on 2 ranks, or on one with twice the
- * accumulation) continues as the uninterrupted run. */
-static void test_resume(void) {
-    char straight[4096], resumed[4096], single[4096];
-    snprintf(straight, sizeof straight, "%s", harness_tmp_path("resume-straight"));
-    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("resume-2ranks"));
-    snprintf(single, sizeof single, "%s", harness_tmp_path("resume-1proc"));
-    const char *run[] = {
-        "--nproc", "2", "--gradient_accumulation_steps", "2", "--zero_stage", "1", "--save_steps",
-        "2",       NULL};
-    CHECK(dist_train("sft.yaml", straight, run) == 0, "uninterrupted 2-rank run");
-    /* the state of a run killed right after checkpoint-2: that checkpoint alone */
-    char from[4200], to[4200];
-    snprintf(from, sizeof from, "%s/checkpoint-2", straight);
-    CHECK(make_dirs(resumed) == 0 && make_dirs(single) == 0, "dirs");
-    snprintf(to, sizeof to, "%s/checkpoint-2", resumed);
-    dist_copy_tree(from, to);
-    snprintf(to, sizeof to, "%s/checkpoint-2", single);
-    dist_copy_tree(from, to);
-    const char *again[] = {"--nproc",
-                           "2",
-                           "--gradient_accumulation_steps",
-                           "2",
-                           "--zero_stage",
-                           "1",
-                           "--save_steps",
-                           "2",
-                           "--resume_from_checkpoint",
-                           "true",
-                           NULL};
-    CHECK(dist_train("sft.yaml", resumed, again) == 0, "resumed 2-rank run");
-    char a[4300], b[4300];
-    snprintf(a, sizeof a, "%s/model.safetensors", straight);
-    snprintf(b, sizeof b, "%s/model.safetensors", resumed);
-    CHECK(harness_same_file(a, b), "2 ranks resumed from checkpoint-2: the uninterrupted weights");
-    snprintf(a, sizeof a, "%s/checkpoint-6/optimizer.safetensors", straight);
-    snprintf(b, sizeof b, "%s/checkpoint-6/optimizer.safetensors", resumed);
-    CHECK(harness_same_file(a, b), "and the same AdamW moments in checkpoint-6");
-    const char *one[] = {"--gradient_accumulation_steps", "4", "--resume_from_checkpoint", "true",
-                         NULL};
-    CHECK(dist_train("sft.yaml", single, one) == 0, "the 2-rank checkpoint resumed in one process");
-    dist_compare_outputs("resume-in-1-process", straight, single);
-}
-
-/* Rank 1 SIGKILLed mid-run (after checkpoint-2 is written): mpirun ends the job, with a message
- * naming the rank, in seconds; the checkpoints left are whole and resume to the uninterrupted
- * run's weights (in `straight`). */
-static void test_rank_dies(const char *straight) {
-    char out[4096], log[4096];
-    snprintf(out, sizeof out, "%s", harness_tmp_path("die"));
-    snprintf(log, sizeof log, "%s", harness_tmp_path("die.log"));
-    const char *run[] = {"--nproc", "2", NULL};
-    pid_t pid = harness_spawn_train(harness_tmp_path("long.yaml"), out, log, run);
-    char ckpt[4200];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-2", out);
-    double start = dist_now();
-    while (!dir_exists(ckpt) && dist_now() - start < 60)
-        nanosleep(&(struct timespec){0, 2000000}, NULL);
-    pid_t victim = dist_rank_pid(pid, 1);
-    CHECK(victim > 0, "rank 1 found among mpirun's children");
-    if (victim > 0) kill(victim, SIGKILL);
-    double killed = dist_now();
-    int rc = dist_wait_at_most(pid, 60);
-    printf("rank 1 killed at %.2f s; mpirun exited %d after %.2f s\n", killed - start, rc,
-           dist_now() - killed);
-    CHECK(rc > 0, "the job ends with a failure status, not a hang (%d)", rc);
-    CHECK(dist_log_mentions(log, "rank 1") && dist_log_mentions(log, "signal 9"),
-          "the log says rank 1 was killed (see %s)", log);
-    snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", out);
-    CHECK(!file_exists(ckpt), "no final model from the killed job");
-    CHECK(harness_check_checkpoints(out, NULL) >= 1, "checkpoints left whole");
-    const char *again[] = {"--nproc", "2", "--resume_from_checkpoint", "true", NULL};
-    CHECK(dist_train("long.yaml", out, again) == 0, "resumed after the kill");
-    char a[4300], b[4300];
-    snprintf(a, sizeof a, "%s/model.safetensors", straight);
-    snprintf(b, sizeof b, "%s/model.safetensors", out);
-    CHECK(harness_same_file(a, b), "resumed to the uninterrupted weights");
-}
-
 /* SIGTERM to rank 1 alone: every rank stops after the same step, rank 0 saves that step's
  * checkpoint, the job exits 143, and resuming ends at the uninterrupted weights. */
 static void test_signal_one_rank(const char *straight) {
@@ -235,7 +156,8 @@ int main(void) {
     setenv("OMP_NUM_THREADS", "1", 1);
     write_data();
     test_parity();
-    test_resume();
+    /* a 2-rank run stopped after its checkpoint-2 and resumed, on 2 ranks or in one process */
+    dist_check_resume("sft.yaml", "2", "4", NULL);
     write_config("long.yaml", "text.jsonl",
                  "    type: completion\nmicro_batch_size: 1\nmax_steps: 30\nlearning_rate: 1e-3\n"
                  "warmup_steps: 0\nsave_steps: 1\nsave_total_limit: 2\n");
@@ -243,7 +165,7 @@ int main(void) {
     snprintf(straight, sizeof straight, "%s", harness_tmp_path("long-straight"));
     const char *run[] = {"--nproc", "2", NULL};
     CHECK(dist_train("long.yaml", straight, run) == 0, "uninterrupted 2-rank run");
-    test_rank_dies(straight);
+    dist_check_rank_dies("long.yaml", NULL, straight, NULL);
     test_signal_one_rank(straight);
     test_failures();
     return harness_finish("test_dist_train");
