@@ -1,6 +1,7 @@
 #include "dist_harness.h"
 
 #include "common/fileio.h"
+#include "dist/dist.h"
 #include "harness.h"
 #include "io/safetensors.h"
 #include "trained_weights.h"
@@ -15,8 +16,21 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 DistWorst dist_worst;
+
+bool dist_tests_can_run(const char *test_name) {
+    const char *launcher = dist_launcher();
+    if (!dist_compiled() || !launcher || access(launcher, X_OK) != 0) {
+        printf("%s: skipped: this build has no MPI (install libopenmpi-dev openmpi-bin and "
+               "rebuild)\n",
+               test_name);
+        return false;
+    }
+    setenv("OMP_NUM_THREADS", "1", 1);
+    return true;
+}
 
 double dist_now(void) {
     struct timespec ts;

@@ -7,6 +7,13 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* Where a multi-process test starts: false (having said why; the test then exits 77, which
+ * ctest shows as skipped) in a build without MPI or its launcher. Else it sets OMP_NUM_THREADS
+ * to 1 for the runs it starts: two ranks of one thread against one process of one thread leave
+ * the order in which the ranks' gradients are summed as the only difference (with more threads,
+ * one process differs from itself on another thread count by as much). */
+bool dist_tests_can_run(const char *test_name);
+
 double dist_now(void);
 
 /* Runs `rlhf train <tmp>/config --output_dir out extra...` (its stderr appended to

@@ -11,13 +11,11 @@
  * message and no hang, leaving whole checkpoints that resume to the uninterrupted weights. A
  * reward function failing on every rank, or on one, and a generation batch that does not fit
  * the ranks end the job with one error line. Skipped (exit 77) in a build without MPI. */
-#include "dist/dist.h"
 #include "dist_harness.h"
 #include "harness.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* <tmp>/name: a GRPO config on the llama_text fixture, 12 prompts, G = 4, micro-batches of 4
  * completions, 6 tokens at most per completion. `trl` goes into the trl: block (reward_funcs
@@ -141,15 +139,7 @@ static void test_failures(void) {
 }
 
 int main(void) {
-    const char *launcher = dist_launcher();
-    if (!dist_compiled() || !launcher || access(launcher, X_OK) != 0) {
-        printf("test_dist_grpo: skipped: this build has no MPI (install libopenmpi-dev "
-               "openmpi-bin and rebuild)\n");
-        return 77;
-    }
-    /* one thread per process, as test_dist_train: the order in which the ranks' gradients are
-     * summed is then the only difference between the runs */
-    setenv("OMP_NUM_THREADS", "1", 1);
+    if (!dist_tests_can_run("test_dist_grpo")) return 77;
     setenv("RLHF_TEST_SCRIPTED_COMPLETIONS", "1", 1);
     harness_write_grpo_prompts();
     test_parity();

@@ -11,7 +11,6 @@
  * GRPO over several ranks is tested in test_dist_grpo. Skipped (exit 77) in a build without
  * MPI. */
 #include "common/fileio.h"
-#include "dist/dist.h"
 #include "dist_harness.h"
 #include "harness.h"
 #include "train/model_dir.h"
@@ -20,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* A config in the temporary directory: `body` after base_model and the data line. */
 static void write_config(const char *name, const char *data, const char *body) {
@@ -144,16 +142,7 @@ static void test_failures(void) {
 }
 
 int main(void) {
-    const char *launcher = dist_launcher();
-    if (!dist_compiled() || !launcher || access(launcher, X_OK) != 0) {
-        printf("test_dist_train: skipped: this build has no MPI (install libopenmpi-dev "
-               "openmpi-bin and rebuild)\n");
-        return 77;
-    }
-    /* One thread per process: two ranks of one thread against one process of one thread leaves
-     * the order in which the ranks' gradients are summed as the only difference (with more
-     * threads, one process differs from itself on another thread count by as much) */
-    setenv("OMP_NUM_THREADS", "1", 1);
+    if (!dist_tests_can_run("test_dist_train")) return 77;
     write_data();
     test_parity();
     /* a 2-rank run stopped after its checkpoint-2 and resumed, on 2 ranks or in one process */
