@@ -10,7 +10,8 @@
  * checkpoint resumes in one process. A rank killed with SIGKILL takes the job down with a
  * message and no hang, leaving whole checkpoints that resume to the uninterrupted weights. A
  * reward function failing on every rank, or on one, and a generation batch that does not fit
- * the ranks end the job with one error line. Skipped (exit 77) in a build without MPI. */
+ * the ranks end the job with one error line. A generation batch of one group leaves rank 1
+ * nothing to generate and still agrees. Skipped (exit 77) in a build without MPI. */
 #include "dist_harness.h"
 #include "harness.h"
 
@@ -91,6 +92,10 @@ static void test_parity(void) {
         snprintf(name, sizeof name, "%s-zero1", c->name);
         if (c->zero != ZERO0) dist_one_vs_two(name, config, c->ga1, c->ga2, zero1);
     }
+    /* a generation batch of one group: rank 1 generates and scores nothing, yet trains its
+     * half of the rows */
+    const char *const small[] = {"--micro_batch_size", "2", NULL};
+    dist_one_vs_two("grpo-one-group", "grpo.yaml", "2", "1", small);
     CHECK(metric_total("replay", "replay/num_replaced") > 0,
           "groups were replaced from the buffer (else the test shows nothing)");
     /* sampled from the model: each completion's draws are its own, whichever rank makes them,
@@ -132,8 +137,8 @@ static void test_failures(void) {
                  "while read l; do echo \"[0,1,0,1]\"; done', name: only_rank1}\n",
                  "");
     expect_failure("rank1", "rank1.yaml", "only_rank1", "rank 1 of 2");
-    /* a generation batch of 4 completions is one micro-batch, which 2 ranks cannot share: the
-     * one-process check --nproc makes passes, the ranks' own refuses it */
+    /* a generation batch of 4 completions is one micro-batch, which 2 ranks cannot share:
+     * --nproc 2 checks the config for 2 ranks (as one process it would pass) */
     write_config("gbs.yaml", "  generation_batch_size: 4\n  reward_funcs:\n" LENGTH_REWARD, "");
     expect_failure("gbs", "gbs.yaml", "must be divisible by the global batch size (8)", NULL);
 }
