@@ -7,12 +7,16 @@
  * Prints one JSON line.
  *
  * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
+ *                       [bf16_reference 0|1]
+ *   bf16_reference: the frozen reference kept in bf16 (bf16: true); the run then also reports
+ *   how far its summed completion log-probs are from the fp32 model's.
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
  *   OpenBLAS sgemm GFLOP/s on the model's GEMM shapes (ROWS tokens), best of reps: the
  *   ceiling the step's GFLOP/s are compared with. */
 #include "common/error.h"
+#include "model/forward.h"
 #include "train/pref_batch.h"
 #include "train/pref_method.h"
 #include "train/trainer.h"
@@ -174,6 +178,33 @@ static double peak_rss_mb(void) {
     return kb / 1024.0;
 }
 
+/* The largest relative difference, over the batch's rows, between the summed completion log-probs
+ * of the fp32 model and of its bf16-stored copy: what keeping the reference in bf16 changes. */
+static double bf16_logp_deviation(const Model *fp32, const Model *bf16, const PrefDataset *ds,
+                                  const size_t *order, int64_t max_len) {
+    PrefMicroBatch pmb;
+    pref_batch_build(&pmb, ds, order, 0, (int)ds->n_pairs, max_len, 0, false);
+    const TokenBatch *b = &pmb.mb.batch;
+    size_t cells = (size_t)b->batch * b->t_len;
+    float *a = xmalloc(cells * sizeof *a), *c = xmalloc(cells * sizeof *c);
+    double worst = -1;
+    if (model_token_logprobs(fp32, b, pmb.mb.label_mask, a) == 0 &&
+        model_token_logprobs(bf16, b, pmb.mb.label_mask, c) == 0) {
+        worst = 0;
+        for (int r = 0; r < b->batch; r++) {
+            double sa = 0, sc = 0;
+            for (int t = 0; t < b->t_len; t++) {
+                size_t i = (size_t)r * b->t_len + t;
+                if (pmb.mb.label_mask[i]) sa += a[i], sc += c[i];
+            }
+            if (fabs(sc - sa) / fabs(sa) > worst) worst = fabs(sc - sa) / fabs(sa);
+        }
+    }
+    free(a), free(c);
+    pref_batch_free(&pmb);
+    return worst;
+}
+
 static double metric(json_t *entry, const char *key) {
     json_t *v = json_object_get(entry, key);
     return json_is_number(v) ? json_number_value(v) : NAN;
@@ -192,6 +223,7 @@ int main(int argc, char **argv) {
     }
     int steps = argc > 3 ? atoi(argv[3]) : 3, lora_r = argc > 4 ? atoi(argv[4]) : 0;
     bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
+    bool bf16_reference = argc > 6 && atoi(argv[6]) != 0 && lora_r == 0;
     if (steps < 1) steps = 1;
     PrefDataset ds;
     if (load_pairs(argv[2], &ds) != 0) return fail();
@@ -221,6 +253,7 @@ int main(int argc, char **argv) {
         reference_policy_from_adapter(&ref, &m, &lora);
     } else {
         if (model_load(&frozen, argv[1]) != 0) return fail();
+        if (bf16_reference && model_store_bf16(&frozen) != 0) return fail();
         reference_policy_from_model(&ref, &frozen);
     }
     pm.ref = &ref;
@@ -244,8 +277,12 @@ int main(int argc, char **argv) {
         if (a > max_len) max_len = a;
         if (b > max_len) max_len = b;
     }
+    double bf16_rel = bf16_reference ? bf16_logp_deviation(&m, &frozen, &ds, order, max_len) : 0;
     TrainMethod method = pref_method_train_method(&pm);
     StepStats st;
+    /* Page faults and kernel time inside the timed steps: memory first touched in the step
+     * (buffers allocated and freed per step) shows up here, not in the GEMMs. */
+    double faults = 0, sys_s = 0;
     double best = 1e30, total = 0, loss0 = 0, logps_chosen0 = NAN, logps_rejected0 = NAN;
     size_t tokens = 0;
     for (int s = 0; s <= steps; s++) { /* s = 0: the warm-up step */
@@ -256,9 +293,12 @@ int main(int argc, char **argv) {
             tokens += pmb.attn[i];
         pm.window = &pmb;
         pm.n_window = 1;
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
         double t0 = now_seconds();
         int rc = trainer_step(&tr, &pmb.mb, 1, &method, &st);
         double dt = now_seconds() - t0;
+        getrusage(RUSAGE_SELF, &ru1);
         pref_batch_free(&pmb);
         if (rc != 0) return fail();
         json_t *entry = json_object();
@@ -270,22 +310,25 @@ int main(int argc, char **argv) {
         } else {
             total += dt;
             if (dt < best) best = dt;
+            faults += (double)(ru1.ru_minflt - ru0.ru_minflt);
+            sys_s += (double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                     1e-6 * (double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
         }
         json_decref(entry);
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     printf(
         "{\"impl\": \"rlhf.c\", \"pairs\": %zu, \"rows\": %zu, \"seq_len\": %lld, \"threads\": %d, "
         "\"steps\": %d, \"best_s\": %.4f, \"mean_s\": %.4f, \"tokens\": %zu, "
         "\"tokens_per_s\": %.3f, \"peak_rss_mb\": %.0f, \"gradient_checkpointing\": %s, "
         "\"lora_r\": %d, \"reference\": \"%s\", \"trained_params\": %zu, "
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
-        "\"loss_last\": %.9g}\n",
+        "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
+        "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
-        loss0, logps_chosen0, logps_rejected0, st.loss);
+        loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
+        bf16_reference ? "true" : "false", bf16_rel);
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

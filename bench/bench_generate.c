@@ -1,13 +1,16 @@
 /* Generation throughput: B random prompts of P tokens, greedy, N new tokens each (no eos).
  * Prefill is timed with one new token, decode as the rest. Also measures the machine's memory
  * read bandwidth, for the batch-1 decode floor (weight bytes read per token / bandwidth).
- * Usage: bench_generate MODEL_DIR batch prompt_len new_tokens. Prints one JSON line. */
+ * Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16]. Prints one JSON line.
+ * With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per token. */
 #include "common/error.h"
 #include "rollout/generate.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -61,12 +64,13 @@ static double run(const Model *m, int32_t **prompts, int *lens, int batch, int n
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s MODEL_DIR batch prompt_len new_tokens\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL_DIR batch prompt_len new_tokens [bf16]\n", argv[0]);
         return 2;
     }
     int batch = atoi(argv[2]), plen = atoi(argv[3]), new_tokens = atoi(argv[4]);
     Model m;
-    if (model_load(&m, argv[1]) != 0) {
+    bool bf16 = argc > 5 && strcmp(argv[5], "bf16") == 0;
+    if (model_load(&m, argv[1]) != 0 || (bf16 && model_store_bf16(&m) != 0)) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
@@ -86,11 +90,13 @@ int main(int argc, char **argv) {
     double t_total = run(&m, prompts, lens, batch, new_tokens);
     double decode_s = t_total - t_prefill;
     double bw = batch == 1 ? read_bandwidth_gbs() : 0;
-    double weight_bytes = (double)m.n_params * sizeof(float);
-    printf("{\"impl\": \"rlhf.c\", \"batch\": %d, \"prompt_len\": %d, \"new_tokens\": %d, "
+    double weight_bytes = (double)m.n_params * (bf16 ? 2 : 4);
+    printf("{\"impl\": \"rlhf.c\", \"weights\": \"%s\", \"batch\": %d, \"prompt_len\": %d, "
+           "\"new_tokens\": %d, "
            "\"threads\": %d, \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.2f, "
            "\"read_bandwidth_gb_s\": %.1f, \"decode_floor_tokens_per_s\": %.2f}\n",
-           batch, plen, new_tokens, omp_get_max_threads(), batch * plen / t_prefill,
-           batch * (new_tokens - 1) / decode_s, bw, bw > 0 ? bw * 1e9 / weight_bytes : 0);
+           bf16 ? "bf16" : "fp32", batch, plen, new_tokens, omp_get_max_threads(),
+           batch * plen / t_prefill, batch * (new_tokens - 1) / decode_s, bw,
+           bw > 0 ? bw * 1e9 / weight_bytes : 0);
     return 0;
 }

@@ -192,6 +192,10 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank")
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--bf16-reference", action="store_true",
+                    help="rlhf.c keeps the frozen reference in bf16 (bf16: true); TRL's stays fp32")
+    ap.add_argument("--reuse-trl", action="store_true",
+                    help="take the TRL row from the last result file of the same workload instead of running it")
     ap.add_argument("--smoke", action="store_true", help="tiny model and sequences: a correctness check only")
     ap.add_argument("--trl-side", nargs=2, metavar=("MODEL_DIR", "BATCH_JSON"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -227,18 +231,28 @@ def main():
                                        str(cfg["intermediate_size"])],
                                       check=True, capture_output=True, text=True, env=env).stdout)
     ours = json.loads(subprocess.run([exe, model_dir, batch_path, str(a.steps), str(a.lora_r),
-                                      "1" if a.gradient_checkpointing else "0"],
+                                      "1" if a.gradient_checkpointing else "0",
+                                      "1" if a.bf16_reference else "0"],
                                      check=True, capture_output=True, text=True, env=env).stdout)
+    name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
+            + ("_bf16ref" if a.bf16_reference else "") + ("_smoke" if a.smoke else "") + ".json")
+    out_path = os.path.join(OUT, name)
     cmd = [sys.executable, __file__, "--trl-side", model_dir, batch_path, "--steps", str(a.steps),
            "--threads", str(a.threads), "--lora-r", str(a.lora_r), "--seq", str(a.seq),
            "--prompt-len", str(a.prompt_len)]
     if a.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-6000:])
-        sys.exit(f"TRL side failed (exit {proc.returncode})")
-    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    if a.reuse_trl:
+        # the TRL side of the same workload from an earlier run (its file, or the fp32-reference one)
+        previous = out_path if os.path.exists(out_path) else out_path.replace("_bf16ref", "")
+        with open(previous) as f:
+            theirs = json.load(f)["trl"]
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-6000:])
+            sys.exit(f"TRL side failed (exit {proc.returncode})")
+        theirs = json.loads(proc.stdout.strip().splitlines()[-1])
 
     peak = sgemm["peak_gflops"]
     for r in (ours, theirs):
@@ -248,14 +262,16 @@ def main():
     # Sanity at the warm-up step: policy = reference, so loss = ln 2, and the same summed log-probs.
     ln2 = math.log(2.0)
     checks = {
-        "rlhf.c loss = ln 2": abs(ours["loss_step0"] - ln2) < 1e-4,
+        # a bf16 reference is not the fp32 policy: its summed log-probs may differ by up to 1e-2
+        "rlhf.c loss = ln 2": abs(ours["loss_step0"] - ln2) < 1e-4 if not a.bf16_reference
+        else ours["bf16_ref_logps_max_rel_diff"] < 1e-2,
         "TRL loss = ln 2": abs(theirs["loss_step0"] - ln2) < 1e-4,
         "logps/chosen agree": math.isclose(ours["logps_chosen_step0"], theirs["logps_chosen_step0"], rel_tol=1e-4),
         "logps/rejected agree": math.isclose(ours["logps_rejected_step0"], theirs["logps_rejected_step0"],
                                              rel_tol=1e-4),
     }
     what = f"LoRA r {a.lora_r} all-linear, reference = adapter off" if a.lora_r else \
-        "full fine-tuning, reference = frozen copy"
+        "full fine-tuning, reference = frozen copy" + (" (rlhf.c: kept in bf16)" if a.bf16_reference else "")
     result = {
         "workload": f"DPO step fp32 sigmoid beta {BETA} ({what}), {a.pairs} pair(s) = {rows} sequences x {a.seq} "
                     f"tokens (prompt {a.prompt_len} + response {a.seq - a.prompt_len}), {a.threads} threads"
@@ -266,14 +282,11 @@ def main():
                        f"full-square attention over the {rows * a.seq} tokens, x{2 if a.lora_r else 3} for the "
                        "policy + x1 for the reference; rlhf.c puts only the response positions through the "
                        "lm_head, so its executed FLOPs are lower than credited"),
-        "sgemm": sgemm, "rlhf.c": ours, "trl": theirs,
+        "sgemm": sgemm, "rlhf.c": ours, "trl": theirs, "trl_reused_from_earlier_run": a.reuse_trl,
         "speedup": ours["tokens_per_s"] / theirs["tokens_per_s"],
         "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
         "sanity_step0": {"ln2": ln2, **checks},
     }
-    name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
-            + ("_smoke" if a.smoke else "") + ".json")
-    out_path = os.path.join(OUT, name)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=2)
 

@@ -48,6 +48,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--bf16", action="store_true",
+                    help="rlhf.c keeps the weights in bf16 (generate --bf16); transformers stays fp32")
     a = ap.parse_args()
     make_model()
     model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32).eval()
@@ -55,7 +57,8 @@ def main():
     rows = []
     for batch in [int(b) for b in a.batches.split(",")]:
         ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_generate"), MODEL_DIR,
-                                          str(batch), str(a.prompt_len), str(a.new_tokens)],
+                                          str(batch), str(a.prompt_len), str(a.new_tokens)]
+                                         + (["bf16"] if a.bf16 else []),
                                          check=True, capture_output=True, text=True, env=env).stdout)
         theirs = torch_side(model, batch, a.prompt_len, a.new_tokens, a.threads)
         rows.append({"batch": batch, "rlhf.c": ours, "transformers": theirs,
@@ -68,8 +71,8 @@ def main():
               f"tok/s ({r['prefill_speedup']:.2f}x); decode {ours['decode_tokens_per_s']:7.2f} vs "
               f"{theirs['decode_tokens_per_s']:7.2f} tok/s ({r['decode_speedup']:.2f}x){floor}", flush=True)
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "out", "generate.json"), "w") as f:
-        json.dump({"prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "threads": a.threads, "rows": rows}, f, indent=2)
+    with open(os.path.join(ROOT, "bench", "out", "generate_bf16.json" if a.bf16 else "generate.json"), "w") as f:
+        json.dump({"rlhf.c weights": "bf16" if a.bf16 else "fp32", "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "threads": a.threads, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 /* Reading tests/fixtures/models/<name>/reference.json, written by
- * tools/reference/make_model_fixtures.py with transformers. */
+ * tools/reference/make_model_fixtures.py with transformers (and reference_bf16.json). */
 #ifndef RLHF_TESTS_REFERENCE_FIXTURE_H
 #define RLHF_TESTS_REFERENCE_FIXTURE_H
 
@@ -17,5 +17,10 @@ typedef struct {
 /* Loads DIR/reference.json; exits the test with a message when it cannot. */
 void reference_fixture_load(ReferenceFixture *f, const char *dir);
 void reference_fixture_free(ReferenceFixture *f);
+
+/* Replaces the expected token_logp and logits_check with those of DIR/reference_bf16.json
+ * (tools/reference/make_bf16_weight_fixtures.py: every weight rounded to bf16, fp32 arithmetic).
+ * Returns what the rounding alone changes: its max_rel_vs_fp32. */
+double reference_fixture_use_bf16(ReferenceFixture *f, const char *dir);
 
 #endif

@@ -1,5 +1,8 @@
 /* Forward parity with transformers: per-token log-probs of a padded batch and full logits
  * rows, against tests/fixtures/models/<name>/reference.json (fp32, relative error 1e-4).
+ * Then the same with the weights kept in bf16 (model_store_bf16, what bf16: true does to a
+ * reference model) against transformers with every weight rounded to bf16 and fp32 arithmetic
+ * (reference_bf16.json), at the same tolerance.
  * Usage: test_forward_parity FIXTURE_DIR */
 #include "common/error.h"
 #include "harness.h"
@@ -12,7 +15,7 @@
 
 #define REL_TOL 1e-4
 
-static void check_token_logp(const Model *m, const ReferenceFixture *f) {
+static void check_token_logp(const Model *m, const ReferenceFixture *f, double tol) {
     size_t n = (size_t)f->batch * f->t_len;
     float *logp = calloc(n, sizeof *logp);
     TokenBatch batch = {f->batch, f->t_len, f->tokens, f->mask, NULL};
@@ -24,18 +27,19 @@ static void check_token_logp(const Model *m, const ReferenceFixture *f) {
         double rel = fabs(logp[i] - f->token_logp[i]) / fabs(f->token_logp[i]);
         if (rel > worst) worst = rel;
         compared++;
-        CHECK(harness_close(logp[i], f->token_logp[i], REL_TOL, 1e-6),
+        CHECK(harness_close(logp[i], f->token_logp[i], tol, 1e-6),
               "token_logp[%zu][%zu]: got %.7f, transformers %.7f", i / f->t_len, i % f->t_len,
               logp[i], f->token_logp[i]);
     }
     CHECK(compared > 20, "compared %d positions", compared);
-    printf("token_logp: %d positions, worst relative error %.2e\n", compared, worst);
+    printf("token_logp%s: %d positions, worst relative error %.2e\n",
+           m->params16 ? " (weights in bf16)" : "", compared, worst);
     free(logp);
 }
 
 /* Logits are compared relative to the largest magnitude in their row: single logits near
  * zero have no meaningful relative error of their own. */
-static void check_logits(const Model *m, const ReferenceFixture *f) {
+static void check_logits(const Model *m, const ReferenceFixture *f, double tol) {
     json_t *lc = json_object_get(f->root, "logits_check");
     int seq = (int)json_integer_value(json_object_get(lc, "batch"));
     int t0 = (int)json_integer_value(json_object_get(lc, "t0"));
@@ -55,10 +59,10 @@ static void check_logits(const Model *m, const ReferenceFixture *f) {
         int bad = 0;
         for (int j = 0; j < V; j++) {
             double want = json_number_value(json_array_get(row, j));
-            if (fabs(out[(size_t)r * V + j] - want) > REL_TOL * scale) bad++;
+            if (fabs(out[(size_t)r * V + j] - want) > tol * scale) bad++;
         }
-        CHECK(bad == 0, "logits row %d: %d of %d values off by more than 1e-4 x row max", t0 + r,
-              bad, V);
+        CHECK(bad == 0, "logits row %d: %d of %d values off by more than %g x row max", t0 + r, bad,
+              V, tol);
     }
     free(out);
 }
@@ -75,8 +79,15 @@ int main(int argc, char **argv) {
     }
     ReferenceFixture f;
     reference_fixture_load(&f, argv[1]);
-    check_token_logp(&m, &f);
-    check_logits(&m, &f);
+    check_token_logp(&m, &f, REL_TOL);
+    check_logits(&m, &f, REL_TOL);
+
+    CHECK(model_store_bf16(&m) == 0, "model_store_bf16: %s", err_msg());
+    CHECK(m.params == NULL && m.params16 != NULL, "the weights are held in bf16 only");
+    double change = reference_fixture_use_bf16(&f, argv[1]);
+    printf("rounding the weights to bf16 moves a token log-prob by up to %.2e relative\n", change);
+    check_token_logp(&m, &f, REL_TOL);
+    check_logits(&m, &f, REL_TOL);
     reference_fixture_free(&f);
     model_free(&m);
     return harness_finish("test_forward_parity");

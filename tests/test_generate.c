@@ -1,6 +1,7 @@
 /* Greedy decoding against transformers' generate() (tests/fixtures/generate, made by
  * tools/reference/make_generate_fixtures.py): batched prompts of unequal length, per-sequence
- * stop on eos, token-for-token equal; the same at any batch size (continuous batching). */
+ * stop on eos, token-for-token equal; the same at any batch size (continuous batching), and with
+ * a bf16 checkpoint's weights kept in bf16. */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
@@ -15,7 +16,9 @@
 static const char *const models[] = {"llama_rope_llama3", "llama_tied",     "qwen2_bias",
                                      "qwen3_qknorm",      "mistral_window", "llama_bf16"};
 
-static void check_model(const char *name) {
+/* bf16_storage: the weights kept in bf16 (rlhf generate --bf16), for a checkpoint stored in bf16,
+ * where that rounds nothing: the same tokens as transformers. */
+static void check_model(const char *name, bool bf16_storage) {
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/generate/%s.json", name);
     json_t *fx;
@@ -23,6 +26,7 @@ static void check_model(const char *name) {
     snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
     Model m;
     CHECK(model_load(&m, harness_source_path(path)) == 0, "%s", err_msg());
+    if (bf16_storage) CHECK(model_store_bf16(&m) == 0, "%s", err_msg());
     json_t *prompts = json_object_get(fx, "prompts"), *want = json_object_get(fx, "completions");
     int n = (int)json_array_size(prompts);
     int32_t **ids = calloc((size_t)n, sizeof *ids);
@@ -51,8 +55,9 @@ static void check_model(const char *name) {
             bool same = out[i].len == (int)json_array_size(w);
             for (int t = 0; same && t < out[i].len; t++)
                 same = out[i].ids[t] == (int32_t)json_integer_value(json_array_get(w, (size_t)t));
-            CHECK(same, "%s, max_batch %d, prompt %d: %d tokens differ from transformers' generate",
-                  name, batches[bi], i, out[i].len);
+            CHECK(same,
+                  "%s%s, max_batch %d, prompt %d: %d tokens differ from transformers' generate",
+                  name, bf16_storage ? " (weights kept in bf16)" : "", batches[bi], i, out[i].len);
         }
         completions_free(out, n);
         free(out);
@@ -132,7 +137,8 @@ static void test_sampling_independence(void) {
 
 int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
-        check_model(models[i]);
+        check_model(models[i], false);
+    check_model("llama_bf16", true);
     test_sampling_independence();
 
     /* bad requests */

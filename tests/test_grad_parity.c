@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     TokenBatch batch = {f.batch, f.t_len, f.tokens, f.mask, NULL};
     size_t n = (size_t)f.batch * f.t_len;
 
-    ForwardTape tape;
+    ForwardTape tape = {0};
     CHECK(model_forward_tape(&m, &batch, false, &tape) == 0, "forward: %s", err_msg());
     float *logp = calloc(n, sizeof *logp), *dlogp = calloc(n, sizeof *dlogp);
     model_tape_logprobs(&m, &tape, NULL, logp);
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         free(want);
     }
     /* gradient checkpointing regenerates the same activations: bitwise the same gradients */
-    ForwardTape light;
+    ForwardTape light = {0};
     CHECK(model_forward_tape(&m, &batch, true, &light) == 0, "forward (recompute): %s", err_msg());
     float *grads2 = calloc(m.n_params, sizeof *grads2);
     CHECK(model_backward(&m, &light, NULL, dlogp, grads2, NULL) == 0, "backward (recompute): %s",

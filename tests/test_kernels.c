@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void test_fast_exp(void) {
     double worst = 0;
@@ -156,7 +157,49 @@ static void test_attention(void) {
     free(want);
 }
 
+/* Products with bf16-stored weights against a double-precision product with the same (widened)
+ * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
+ * vector width, a bias, and panels that do not divide out_dim. */
+static void test_matmul_bf16(void) {
+    const int shapes[][3] = {{1, 37, 19}, {3, 64, 300}, {16, 5, 7}, {17, 37, 19}, {40, 300, 1500}};
+    srand(11);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
+        uint16_t *w16 = malloc(sizeof *w16 * (size_t)out_dim * in_dim);
+        float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
+        float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
+        float *out = malloc(sizeof *out * (size_t)n * out_dim);
+        for (int i = 0; i < out_dim * in_dim; i++) {
+            float v = (float)rand() / RAND_MAX - 0.5f;
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            w16[i] = (uint16_t)(bits >> 16);
+        }
+        bf16_widen(w, w16, (size_t)out_dim * in_dim);
+        for (int i = 0; i < n * in_dim; i++)
+            x[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int j = 0; j < out_dim; j++)
+            bias[j] = (float)j / out_dim;
+        matmul_forward_bf16(out, x, w16, bias, n, in_dim, out_dim);
+        double worst = 0;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < out_dim; j++) {
+                double want = bias[j], scale = fabs(bias[j]);
+                for (int k = 0; k < in_dim; k++) {
+                    want += (double)x[r * in_dim + k] * w[j * in_dim + k];
+                    scale += fabs((double)x[r * in_dim + k] * w[j * in_dim + k]);
+                }
+                double err = fabs(out[r * out_dim + j] - want) / scale;
+                if (err > worst) worst = err;
+            }
+        CHECK(worst < 1e-6, "bf16 matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
+              in_dim, out_dim, worst);
+        free(w16), free(w), free(x), free(bias), free(out);
+    }
+}
+
 int main(void) {
+    test_matmul_bf16();
     test_attention();
     test_fast_exp();
     test_fused_logprob();

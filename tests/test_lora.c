@@ -106,7 +106,7 @@ static void check_case(const char *name) {
     model_free(&frozen);
 
     /* gradients of lora_A / lora_B for the SFT loss, base frozen */
-    ForwardTape tape;
+    ForwardTape tape = {0};
     CHECK(model_forward_tape(&m, &batch, false, &tape) == 0, "%s", err_msg());
     model_tape_logprobs(&m, &tape, NULL, logp);
     int count = 0;

@@ -3,13 +3,14 @@
  * (1/(2β))²), the loss falls, TRL's metric keys are logged, precomputed reference log-probs
  * train as the live reference does, and the reference follows TRL's rules with an adapter
  * (switched off; the loaded adapter when continuing from lora_model_dir; a frozen copy with
- * rl_adapter_ref_model). Bad rows are clear errors. */
+ * rl_adapter_ref_model). bf16: true keeps the reference in bf16. Bad rows are clear errors. */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
 #include "model/model.h"
+#include "train/model_dir.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -101,6 +102,38 @@ static void test_full_and_precomputed(void) {
     CHECK(fabs(harness_metric(m, 0, "loss") - 25.0) < 1e-3, "ipo step 1: loss %.6f, expected 25",
           harness_metric(m, 0, "loss"));
     json_decref(m);
+}
+
+/* bf16: true keeps the frozen reference's weights in bf16. On a checkpoint stored in bf16 that
+ * rounds nothing: step 1 sits at ln 2 and the run trains to the weights of the fp32 reference. */
+static void test_bf16_reference(void) {
+    Model m;
+    char text_bf16[4096];
+    snprintf(text_bf16, sizeof text_bf16, "%s", harness_tmp_path("text_bf16"));
+    const char *src = harness_source_path("tests/fixtures/models/llama_text");
+    CHECK(model_load(&m, src) == 0 && model_dir_write(&m, src, src, text_bf16, ST_BF16) == 0,
+          "a bf16 copy of llama_text: %s", err_msg());
+    model_free(&m);
+    char fp32_out[4096], bf16_out[4096];
+    snprintf(fp32_out, sizeof fp32_out, "%s", harness_tmp_path("ref_fp32"));
+    snprintf(bf16_out, sizeof bf16_out, "%s", harness_tmp_path("ref_bf16"));
+    const char *a[] = {"--base_model", text_bf16, "--max_steps", "3", "--output_dir", fp32_out};
+    const char *b[] = {"--base_model", text_bf16, "--max_steps", "3",
+                       "--output_dir", bf16_out,  "--bf16",      "true"};
+    CHECK(train(a, 3) == CLI_EXIT_OK, "fp32 reference: %s", err_msg());
+    CHECK(train(b, 4) == CLI_EXIT_OK, "bf16 reference: %s", err_msg());
+    json_t *metrics = harness_read_metrics(bf16_out);
+    CHECK(fabs(harness_metric(metrics, 0, "loss") - log(2.0)) < 1e-5,
+          "bf16 reference, step 1: loss %.7f (ln 2)", harness_metric(metrics, 0, "loss"));
+    json_decref(metrics);
+    Model x, y;
+    CHECK(model_load(&x, fp32_out) == 0 && model_load(&y, bf16_out) == 0, "%s", err_msg());
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < x.n_params; i++)
+        err = fmax(err, fabs(x.params[i] - y.params[i])), scale = fmax(scale, fabs(x.params[i]));
+    CHECK(err <= 1e-5 * scale, "bf16 reference: weights off by %.3g (scale %.3g)", err, scale);
+    model_free(&x);
+    model_free(&y);
 }
 
 static void test_adapter_references(void) {
@@ -304,6 +337,7 @@ int main(void) {
     write_config();
     test_full_and_precomputed();
     test_adapter_references();
+    test_bf16_reference();
     test_reference_free_methods();
     test_evaluation();
     test_errors();

@@ -71,7 +71,7 @@ typedef struct {
     int64_t eval_steps;           /* 0: no evaluation */
     char *resume_from_checkpoint; /* NULL, "true" (latest in output_dir) or a path */
     int64_t seed;                 /* 42 */
-    bool bf16;                    /* accepted; the CPU computes in fp32 */
+    bool bf16; /* frozen weights (a reference model) kept in bf16; the arithmetic stays fp32 */
     bool gradient_checkpointing;
     /* Over several processes (mpirun): 1 shards the AdamW moments over the ranks (DeepSpeed's
      * ZeRO stage 1: zero_optimization.stage); 0 (default) keeps them whole on every rank */

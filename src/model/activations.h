@@ -24,7 +24,7 @@ typedef struct {
     float *att;           /* (N, nh*hd) attention output before o_proj */
     float *gate;          /* (N, I) gate_proj output (before SiLU) */
     float *up;            /* (N, I) up_proj output */
-    float *act;           /* (N, I) silu(gate) * up */
+    float *act;           /* (N, I) silu(gate) * up (on a training tape: shared, regenerated) */
     float *proj;          /* (N, H) block output before the residual add (scratch) */
     float *block;         /* the allocation behind the buffers this LayerActs owns */
 } LayerActs;
@@ -34,6 +34,7 @@ typedef struct {
  * layer's activations, one layer at a time, into `scratch`: one layer's worth of memory instead
  * of L, for one extra forward pass. The regenerated values are bitwise those of the first pass. */
 typedef struct {
+    size_t capacity; /* tokens the buffers hold; a later call with at most as many reuses them */
     bool recompute;
     LayerActs scratch; /* recompute: one layer's full buffers, reused by every layer */
     float *discard;    /* recompute: (N, H) for the layer output a recomputation rewrites */
@@ -47,8 +48,10 @@ typedef struct {
     float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2) */
 } ForwardTape;
 
-/* Runs the forward keeping what backward needs (see ForwardTape). Returns 0, or -1 with an
- * error (bad token ids, out of memory); on failure nothing needs freeing. */
+/* Runs the forward keeping what backward needs (see ForwardTape). `tape` is either zeroed
+ * ({0}) or a tape of an earlier call, whose buffers are reused when they are large enough (so a
+ * training loop allocates once); forward_tape_free releases it. Returns 0, or -1 with an error
+ * (bad token ids, out of memory); the tape may then still hold buffers to free. */
 int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape);
 
 /* The activations of layer l for its backward: those kept on the tape, or, with recompute, the

@@ -38,8 +38,8 @@ void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const ui
     }
     LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
     model_scale_logit_rows(m, rows, n_sel, H);
-    fused_logprob_forward_stats(sel, sel_stats, rows, targets, m->lm_head, (int)n_sel, (int)H,
-                                m->cfg.vocab_size);
+    fused_logprob_forward_weights(sel, sel_stats, rows, targets, model_lm_head(m), (int)n_sel,
+                                  (int)H, m->cfg.vocab_size);
     memset(logp, 0, n * sizeof *logp);
     if (stats) memset(stats, 0, n * sizeof *stats);
     for (size_t j = 0; j < n_sel; j++) {
@@ -162,6 +162,7 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     const ModelConfig *c = &m->cfg;
     const TokenBatch *b = &tape->batch;
     size_t n = tape->n, H = (size_t)c->hidden_size;
+    if (m->params16) return err_set("a model kept in bf16 is frozen: it has no backward pass");
     float *dx = xmalloc_checked(n * H * sizeof(float), "backward residual gradient");
     LayerGrads g;
     if (!dx || layer_grads_alloc(&g, c, n) != 0) {

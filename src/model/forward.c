@@ -27,35 +27,60 @@ static int check_batch(const Model *m, const TokenBatch *b, int *max_position) {
     return 0;
 }
 
-/* Allocates a LayerActs' own buffers. With `keep` (training) x_in/x_mid and, for q/k norm
- * models, q_pre/k_pre get buffers too; otherwise they alias the running residual and q/k. */
-static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n, bool keep) {
+/* How a LayerActs' buffers are laid out in its block:
+ *  ACTS_INFERENCE: one LayerActs for every layer, the residual updated in place (x_in == x_mid);
+ *  ACTS_FULL: every buffer its own (the recompute scratch of a gradient-checkpointed tape);
+ *  ACTS_KEPT: a layer of a training tape, with only what backward reads back: xn, proj and act
+ *    are the tape's, shared by all layers (xn and proj are scratch; act is recomputed from gate
+ *    and up when backward reaches the layer, see forward_tape_layer). */
+typedef enum { ACTS_INFERENCE, ACTS_FULL, ACTS_KEPT } ActsRole;
+
+static size_t acts_floats(const ModelConfig *c, size_t n, ActsRole role) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    bool pre = keep && c->qk_norm;
-    size_t total =
-        n * (3 * H + 2 * qd + 2 * kvd + 3 * I) + (keep ? n * H : 0) + (pre ? n * (qd + kvd) : 0);
+    size_t pre = role != ACTS_INFERENCE && c->qk_norm ? qd + kvd : 0;
+    size_t kept = 2 * H + 2 * qd + 2 * kvd + 2 * I + pre; /* x_in, x_mid, q, att, k, v, gate, up */
+    size_t shared = 2 * H + I;                            /* xn, proj, act */
+    return n * (role == ACTS_KEPT ? kept : role == ACTS_FULL ? kept + shared : kept + shared - H);
+}
+
+/* Points a's buffers into p (acts_floats(c, n, role) floats); ACTS_KEPT takes xn, proj and act
+ * from `shared`. */
+static void acts_layout(LayerActs *a, float *p, const ModelConfig *c, size_t n, ActsRole role,
+                        const LayerActs *shared) {
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    float *block = a->block;
     memset(a, 0, sizeof *a);
-    a->block = xmalloc_checked(total * sizeof(float), "forward activations");
-    if (!a->block) return -1;
-    float *p = a->block;
+    a->block = block;
     a->x_in = p, p += n * H;
     a->x_mid = a->x_in;
-    if (keep) a->x_mid = p, p += n * H;
-    a->xn = p, p += n * H;
-    a->proj = p, p += n * H;
+    if (role != ACTS_INFERENCE) a->x_mid = p, p += n * H;
     a->q = p, p += n * qd;
     a->att = p, p += n * qd;
     a->k = p, p += n * kvd;
     a->v = p, p += n * kvd;
     a->gate = p, p += n * I;
     a->up = p, p += n * I;
-    a->act = p, p += n * I;
+    if (role == ACTS_KEPT) {
+        a->xn = shared->xn, a->proj = shared->proj, a->act = shared->act;
+    } else {
+        a->xn = p, p += n * H;
+        a->proj = p, p += n * H;
+        a->act = p, p += n * I;
+    }
     a->q_pre = a->q, a->k_pre = a->k;
-    if (pre) {
+    if (role != ACTS_INFERENCE && c->qk_norm) {
         a->q_pre = p, p += n * qd;
         a->k_pre = p;
     }
+}
+
+/* Allocates a LayerActs with its own block (ACTS_INFERENCE or ACTS_FULL). */
+static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n, ActsRole role) {
+    a->block = xmalloc_checked(acts_floats(c, n, role) * sizeof(float), "forward activations");
+    if (!a->block) return -1;
+    acts_layout(a, a->block, c, n, role, NULL);
     return 0;
 }
 
@@ -85,11 +110,11 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
     float eps = (float)c->rms_norm_eps;
 
     rmsnorm_forward(a->xn, a->x_in, w->input_norm, n, H, eps);
-    matmul_forward(a->q_pre, a->xn, w->wq, w->bq, n, H, qd);
+    linear_forward(a->q_pre, a->xn, LAYER_WEIGHT(w, wq), w->bq, n, H, qd);
     apply_lora(m, l, LORA_Q, a->q_pre, a->xn, n);
-    matmul_forward(a->k_pre, a->xn, w->wk, w->bk, n, H, kvd);
+    linear_forward(a->k_pre, a->xn, LAYER_WEIGHT(w, wk), w->bk, n, H, kvd);
     apply_lora(m, l, LORA_K, a->k_pre, a->xn, n);
-    matmul_forward(a->v, a->xn, w->wv, w->bv, n, H, kvd);
+    linear_forward(a->v, a->xn, LAYER_WEIGHT(w, wv), w->bv, n, H, kvd);
     apply_lora(m, l, LORA_V, a->v, a->xn, n);
     if (c->qk_norm) {
         rmsnorm_forward(a->q, a->q_pre, w->q_norm, n * c->n_heads, c->head_dim, eps);
@@ -100,17 +125,17 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
     attention_forward(a->att, a->q, a->k, a->v, b->attn_mask, b->batch, b->t_len, c->n_heads,
                       c->n_kv_heads, c->head_dim, window);
-    matmul_forward(a->proj, a->att, w->wo, w->bo, n, qd, H);
+    linear_forward(a->proj, a->att, LAYER_WEIGHT(w, wo), w->bo, n, qd, H);
     apply_lora(m, l, LORA_O, a->proj, a->att, n);
     residual_add(a->x_mid, a->x_in, a->proj, (size_t)n * H);
 
     rmsnorm_forward(a->xn, a->x_mid, w->post_norm, n, H, eps);
-    matmul_forward(a->gate, a->xn, w->w_gate, w->b_gate, n, H, I);
+    linear_forward(a->gate, a->xn, LAYER_WEIGHT(w, w_gate), w->b_gate, n, H, I);
     apply_lora(m, l, LORA_GATE, a->gate, a->xn, n);
-    matmul_forward(a->up, a->xn, w->w_up, w->b_up, n, H, I);
+    linear_forward(a->up, a->xn, LAYER_WEIGHT(w, w_up), w->b_up, n, H, I);
     apply_lora(m, l, LORA_UP, a->up, a->xn, n);
     swiglu_forward(a->act, a->gate, a->up, (size_t)n * I);
-    matmul_forward(a->proj, a->act, w->w_down, w->b_down, n, I, H);
+    linear_forward(a->proj, a->act, LAYER_WEIGHT(w, w_down), w->b_down, n, I, H);
     apply_lora(m, l, LORA_DOWN, a->proj, a->act, n);
     residual_add(x_out, a->x_mid, a->proj, (size_t)n * H);
 }
@@ -149,7 +174,7 @@ static void embed_tokens(const Model *m, const TokenBatch *b, float *x) {
     for (size_t i = 0; i < n; i++) {
         /* padding may carry any id; its row is never used, so embed it as token 0 */
         int32_t id = (b->attn_mask && !b->attn_mask[i]) ? 0 : b->tokens[i];
-        memcpy(x + i * H, m->embed + (size_t)id * H, H * sizeof(float));
+        model_embed_row(m, id, x + i * H);
     }
 }
 
@@ -159,7 +184,7 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
     if (forward_setup(m, b, &fs) != 0) return -1;
     size_t n = (size_t)b->batch * b->t_len, H = (size_t)c->hidden_size;
     LayerActs a;
-    int rc = acts_alloc(&a, c, n, false);
+    int rc = acts_alloc(&a, c, n, ACTS_INFERENCE);
     if (rc == 0) {
         embed_tokens(m, b, a.x_in);
         for (int l = 0; l < c->n_layers; l++)
@@ -171,36 +196,72 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
     return rc;
 }
 
-int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape) {
-    const ModelConfig *c = &m->cfg;
-    memset(tape, 0, sizeof *tape);
-    ForwardSetup fs;
-    if (forward_setup(m, b, &fs) != 0) return -1;
-    tape->batch = *b;
-    tape->recompute = recompute;
-    tape->n = (size_t)b->batch * b->t_len;
-    tape->positions = fs.positions, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
-    size_t n = tape->n, H = (size_t)c->hidden_size;
-    tape->layers = xcalloc((size_t)c->n_layers, sizeof *tape->layers);
-    tape->n_layers = c->n_layers;
-    tape->x_final = xmalloc_checked(3 * n * H * sizeof(float), "final activations");
-    bool ok = tape->x_final != NULL;
-    if (ok && recompute) ok = acts_alloc(&tape->scratch, c, n, true) == 0;
-    for (int l = 0; ok && l < c->n_layers; l++) {
-        if (!recompute) {
-            ok = acts_alloc(&tape->layers[l], c, n, true) == 0;
-        } else {
-            tape->layers[l].block = xmalloc_checked(n * H * sizeof(float), "layer inputs");
-            tape->layers[l].x_in = tape->layers[l].block;
+/* The tape's buffers for n tokens: kept from the previous call when they are large enough (a
+ * training loop then allocates, and the kernel zero-fills pages, only once), else made anew. */
+static int tape_buffers(const ModelConfig *c, size_t n, bool recompute, ForwardTape *tape) {
+    size_t H = (size_t)c->hidden_size;
+    bool fits = tape->layers && tape->capacity >= n && tape->recompute == recompute &&
+                tape->n_layers == c->n_layers;
+    if (!fits) {
+        forward_tape_free(tape);
+        tape->capacity = n;
+        tape->recompute = recompute;
+        tape->n_layers = c->n_layers;
+        tape->layers = xcalloc((size_t)c->n_layers, sizeof *tape->layers);
+        /* x_final, hidden, discard; and the layers' shared xn, proj, act when kept */
+        size_t extra = 3 * n * H + (recompute ? 0 : n * (2 * H + (size_t)c->intermediate_size));
+        tape->x_final = xmalloc_checked(extra * sizeof(float), "final activations");
+        bool ok = tape->x_final != NULL;
+        if (ok && recompute) {
+            size_t full = acts_floats(c, n, ACTS_FULL);
+            tape->scratch.block = xmalloc_checked(full * sizeof(float), "forward activations");
+            ok = tape->scratch.block != NULL;
+        }
+        size_t per_layer = recompute ? n * H : acts_floats(c, n, ACTS_KEPT);
+        for (int l = 0; ok && l < c->n_layers; l++) {
+            tape->layers[l].block = xmalloc_checked(per_layer * sizeof(float), "layer activations");
             ok = tape->layers[l].block != NULL;
         }
+        if (!ok) {
+            forward_tape_free(tape);
+            return -1;
+        }
     }
-    if (!ok) {
-        forward_tape_free(tape);
-        return -1;
-    }
+    tape->n = n;
     tape->hidden = tape->x_final + n * H;
     tape->discard = tape->hidden + n * H;
+    LayerActs shared = {0};
+    if (recompute) {
+        acts_layout(&tape->scratch, tape->scratch.block, c, n, ACTS_FULL, NULL);
+    } else {
+        shared.xn = tape->discard + n * H;
+        shared.proj = shared.xn + n * H;
+        shared.act = shared.proj + n * H;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerActs *a = &tape->layers[l];
+        if (recompute)
+            a->x_in = a->block;
+        else
+            acts_layout(a, a->block, c, n, ACTS_KEPT, &shared);
+    }
+    return 0;
+}
+
+int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape) {
+    const ModelConfig *c = &m->cfg;
+    ForwardSetup fs;
+    if (forward_setup(m, b, &fs) != 0) return -1;
+    size_t n = (size_t)b->batch * b->t_len, H = (size_t)c->hidden_size;
+    if (tape_buffers(c, n, recompute, tape) != 0) {
+        forward_setup_free(&fs);
+        return -1;
+    }
+    free(tape->positions);
+    free(tape->cos_t);
+    free(tape->sin_t);
+    tape->batch = *b;
+    tape->positions = fs.positions, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
     embed_tokens(m, b, tape->layers[0].x_in);
     for (int l = 0; l < c->n_layers; l++) {
         float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
@@ -214,7 +275,12 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
 }
 
 LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
-    if (!tape->recompute) return tape->layers[l];
+    if (!tape->recompute) {
+        /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it */
+        LayerActs a = tape->layers[l];
+        swiglu_forward(a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
+        return a;
+    }
     LayerActs a = tape->scratch;
     a.x_in = tape->layers[l].x_in;
     layer_forward(m, l, &tape->batch, tape->positions, tape->cos_t, tape->sin_t, &a, tape->discard);
@@ -256,8 +322,8 @@ int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *tar
     }
     float *sel_logp = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
     model_scale_logit_rows(m, hidden, n_sel, H);
-    fused_logprob_forward(sel_logp, hidden, targets, m->lm_head, (int)n_sel, (int)H,
-                          m->cfg.vocab_size);
+    fused_logprob_forward_weights(sel_logp, NULL, hidden, targets, model_lm_head(m), (int)n_sel,
+                                  (int)H, m->cfg.vocab_size);
     for (size_t j = 0; j < n_sel; j++)
         logp[where[j]] = sel_logp[j];
     free(sel_logp);
@@ -276,8 +342,8 @@ int model_logits(const Model *m, const TokenBatch *b, int seq, int t0, int t1, f
     if (!hidden) return -1;
     int rc = model_forward_hidden(m, b, hidden);
     if (rc == 0)
-        matmul_forward(out, hidden + ((size_t)seq * b->t_len + t0) * H, m->lm_head, NULL, t1 - t0,
-                       (int)H, m->cfg.vocab_size);
+        linear_forward(out, hidden + ((size_t)seq * b->t_len + t0) * H, model_lm_head(m), NULL,
+                       t1 - t0, (int)H, m->cfg.vocab_size);
     free(hidden);
     return rc;
 }

@@ -1,6 +1,7 @@
 #include "model/forward_cached.h"
 
 #include "common/error.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 #include "model/rope_tables.h"
 
@@ -66,6 +67,7 @@ static void cached_attention(float *out, const float *q, const KvCache *kv, int 
                 for (int t = first; t <= pos; t++) {
                     const float *kt = kv_cache_row(kv, kv->k, l, b->slot[r], t) + (size_t)kvh * hd;
                     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
                     for (int d = 0; d < hd; d++)
                         s += qh[d] * kt[d];
                     s *= scale;
@@ -73,8 +75,9 @@ static void cached_attention(float *out, const float *q, const KvCache *kv, int 
                     max = s > max ? s : max;
                 }
                 float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
                 for (int t = first; t <= pos; t++) {
-                    scores[t] = expf(scores[t] - max);
+                    scores[t] = fast_expf(scores[t] - max);
                     sum += scores[t];
                 }
                 float *oh = out + ((size_t)r * nh + h) * hd;
@@ -114,11 +117,11 @@ static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, c
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     float eps = (float)c->rms_norm_eps;
     rmsnorm_forward(b->xn, b->x, w->input_norm, n, H, eps);
-    matmul_forward(b->q, b->xn, w->wq, w->bq, n, H, qd);
+    linear_forward(b->q, b->xn, LAYER_WEIGHT(w, wq), w->bq, n, H, qd);
     apply_lora(m, l, LORA_Q, b->q, b->xn, n);
-    matmul_forward(b->k, b->xn, w->wk, w->bk, n, H, kvd);
+    linear_forward(b->k, b->xn, LAYER_WEIGHT(w, wk), w->bk, n, H, kvd);
     apply_lora(m, l, LORA_K, b->k, b->xn, n);
-    matmul_forward(b->v, b->xn, w->wv, w->bv, n, H, kvd);
+    linear_forward(b->v, b->xn, LAYER_WEIGHT(w, wv), w->bv, n, H, kvd);
     apply_lora(m, l, LORA_V, b->v, b->xn, n);
     if (c->qk_norm) {
         rmsnorm_forward(b->q, b->q, w->q_norm, n * c->n_heads, hd, eps);
@@ -133,16 +136,16 @@ static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, c
                (size_t)kvd * sizeof(float));
     }
     cached_attention(b->att, b->q, kv, l, b, c, c->layer_sliding[l] ? c->sliding_window : 0);
-    matmul_forward(b->proj, b->att, w->wo, w->bo, n, qd, H);
+    linear_forward(b->proj, b->att, LAYER_WEIGHT(w, wo), w->bo, n, qd, H);
     apply_lora(m, l, LORA_O, b->proj, b->att, n);
     residual_add(b->x, b->proj, (size_t)n * H);
     rmsnorm_forward(b->xn, b->x, w->post_norm, n, H, eps);
-    matmul_forward(b->gate, b->xn, w->w_gate, w->b_gate, n, H, I);
+    linear_forward(b->gate, b->xn, LAYER_WEIGHT(w, w_gate), w->b_gate, n, H, I);
     apply_lora(m, l, LORA_GATE, b->gate, b->xn, n);
-    matmul_forward(b->up, b->xn, w->w_up, w->b_up, n, H, I);
+    linear_forward(b->up, b->xn, LAYER_WEIGHT(w, w_up), w->b_up, n, H, I);
     apply_lora(m, l, LORA_UP, b->up, b->xn, n);
     swiglu_forward(b->gate, b->gate, b->up, (size_t)n * I);
-    matmul_forward(b->proj, b->gate, w->w_down, w->b_down, n, I, H);
+    linear_forward(b->proj, b->gate, LAYER_WEIGHT(w, w_down), w->b_down, n, I, H);
     apply_lora(m, l, LORA_DOWN, b->proj, b->gate, n); /* b->gate holds silu(gate) * up */
     residual_add(b->x, b->proj, (size_t)n * H);
 }
@@ -175,8 +178,7 @@ int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks,
         for (int i = 0; i < chunks[j].n_tokens; i++, r++) {
             b.slot[r] = chunks[j].slot;
             b.pos[r] = kv->len[chunks[j].slot] + i;
-            memcpy(b.x + (size_t)r * H, m->embed + (size_t)chunks[j].tokens[i] * H,
-                   H * sizeof(float));
+            model_embed_row(m, chunks[j].tokens[i], b.x + (size_t)r * H);
         }
     }
     size_t table = (size_t)max_pos * (c->head_dim / 2);
@@ -191,7 +193,7 @@ int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks,
         memcpy(last + (size_t)j * H, b.x + (size_t)(end - 1) * H, H * sizeof(float));
     }
     rmsnorm_forward(last, last, m->final_norm, n_chunks, (int)H, (float)c->rms_norm_eps);
-    matmul_forward(logits, last, m->lm_head, NULL, n_chunks, (int)H, c->vocab_size);
+    linear_forward(logits, last, model_lm_head(m), NULL, n_chunks, (int)H, c->vocab_size);
     for (int j = 0; j < n_chunks; j++)
         kv->len[chunks[j].slot] += chunks[j].n_tokens;
     free(last);

@@ -6,6 +6,7 @@
 /* W += scaling * B A for every adapted module (PEFT's merge_and_unload), in fp32. */
 int lora_merge(Model *m, const LoraAdapter *a) {
     if (a->n_layers != m->cfg.n_layers) return err_set("the adapter does not fit this model");
+    if (m->params16) return err_set("an adapter cannot be merged into a model kept in bf16");
     for (int l = 0; l < a->n_layers; l++) {
         LayerWeights *w = &m->layers[l];
         float *weights[LORA_N_MODULES] = {w->wq,     w->wk,   w->wv,    w->wo,

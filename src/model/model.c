@@ -98,6 +98,8 @@ void model_init_empty(Model *m, ModelConfig *cfg) {
 
 void model_free(Model *m) {
     free(m->params);
+    free(m->params16);
+    free(m->params_small);
     free(m->param_info);
     free(m->layers);
     model_config_free(&m->cfg);

@@ -1,10 +1,12 @@
-/* A Llama-family causal LM held in fp32: one contiguous parameter block in state-dict order
- * (hf-formats.md §3.4) with named pointers into it, llm.c style. The same table of
- * (name, shape, offset) drives loading, saving and, later, gradients and optimizer state. */
+/* A Llama-family causal LM held in fp32 (or, frozen, in bf16: model_store_bf16): one contiguous
+ * parameter block in state-dict order (hf-formats.md §3.4) with named pointers into it, llm.c
+ * style. The same table of (name, shape, offset) drives loading, saving and, later, gradients and
+ * optimizer state. */
 #ifndef RLHF_MODEL_MODEL_H
 #define RLHF_MODEL_MODEL_H
 
 #include "io/safetensors.h"
+#include "kernels/cpu/kernels.h"
 #include "model/config.h"
 #include "model/lora.h"
 
@@ -22,6 +24,9 @@ typedef struct {
     float *w_gate, *b_gate; /* (I, H), (I) or NULL */
     float *w_up, *b_up;     /* (I, H), (I) or NULL */
     float *w_down, *b_down; /* (H, I), (H) or NULL */
+    /* A model kept in bf16 (model_store_bf16): its matrices, and the fp32 pointers above of the
+     * matrices are NULL (norms and biases stay fp32 pointers). NULL otherwise. */
+    const uint16_t *wq16, *wk16, *wv16, *wo16, *w_gate16, *w_up16, *w_down16;
 } LayerWeights;
 
 typedef struct {
@@ -38,9 +43,16 @@ typedef struct {
     size_t n_params;
     ParamInfo *param_info; /* one entry per tensor, state-dict order */
     int n_param_tensors;
-    float *embed;            /* (V, H) */
-    float *final_norm;       /* (H) */
-    float *lm_head;          /* (V, H); the same memory as embed when tied */
+    float *embed;      /* (V, H) */
+    float *final_norm; /* (H) */
+    float *lm_head;    /* (V, H); the same memory as embed when tied */
+    /* Kept in bf16 (model_store_bf16): every weight in params16 (laid out as params was, which
+     * is then NULL), the embedding and lm_head read from there (embed/lm_head NULL) and the
+     * norms and biases widened back into params_small. A frozen model only: nothing trains,
+     * saves or merges it. */
+    uint16_t *params16;
+    float *params_small;
+    const uint16_t *embed16, *lm_head16;
     LayerWeights *layers;    /* [L] */
     const LoraAdapter *lora; /* an adapter applied on top of the weights; NULL: none */
     /* The log-probs read off the model (model_token_logprobs, the training tape) are those of
@@ -48,6 +60,24 @@ typedef struct {
      * sampled with, as TRL does. 0 or 1: the logits as they are. Sampling ignores it. */
     float logit_temperature;
 } Model;
+
+/* Keeps the weights of a loaded model in bf16 (rounded to nearest even, as torch's
+ * .to(torch.bfloat16)); computations stay fp32. Halves the model's memory; for a model that is
+ * only read (a DPO reference with bf16: true, `rlhf generate --bf16`). An attached adapter stays
+ * fp32. Returns 0, or -1 with an error (out of memory, already bf16); the model is unchanged
+ * then. */
+int model_store_bf16(Model *m);
+
+/* A layer's matrix `name` (wq, ..., w_down) as it is stored (fp32 or bf16). */
+#define LAYER_WEIGHT(w, name) ((WeightRef){(w)->name, (w)->name##16})
+
+/* out (H) = the embedding of token id, from fp32 or bf16 storage. */
+void model_embed_row(const Model *m, int32_t id, float *out);
+
+/* The lm_head as it is stored (fp32 or bf16). */
+static inline WeightRef model_lm_head(const Model *m) {
+    return (WeightRef){m->lm_head, m->lm_head16};
+}
 
 /* The factor the lm_head's input rows are multiplied by: logits / T = (row / T) · W^T. */
 static inline float model_logit_scale(const Model *m) {

@@ -15,6 +15,7 @@
 /* Writes the tensors param_info[idx[0..n)] to one file. */
 static int save_tensors(const Model *m, const char *path, SafetensorsDtype dtype, const int *idx,
                         int n) {
+    if (m->params16) return err_set("%s: a model kept in bf16 in memory is not saved", path);
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return err_set("%s: weights can be saved as F32, BF16 or F16, not %s", path,
                        safetensors_dtype_name(dtype));

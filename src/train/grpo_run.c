@@ -126,6 +126,7 @@ static int add_generation(GrpoRun *r, int64_t index) {
     GrpoBatch b;
     float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
     json_t *state = state_for_rewards(r);
+    trainer_release_activations(&r->tr); /* generation's KV cache takes their place */
     int rc = grpo_rollout(&r->rollout, &r->train, idx, r->prompts_per_generation,
                           r->g->num_generations, (uint64_t)index, state, true,
                           dist_is_root() ? &r->gt.metrics : NULL, true, &b, group_std, &r->times);

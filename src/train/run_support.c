@@ -164,8 +164,13 @@ int make_reference(const TrainConfig *cfg, Model *m, LoraAdapter *lora, Model *f
     *has_frozen = !lora || cfg->rl_adapter_ref_model;
     if (*has_frozen) {
         if (model_load(frozen, cfg->base_model) != 0) return -1;
+        if (cfg->bf16 && model_store_bf16(frozen) != 0) {
+            model_free(frozen);
+            return err_prefix("bf16: true: the reference model");
+        }
         reference_policy_from_model(ref, frozen);
-        fprintf(log, "reference: a frozen copy of %s\n", cfg->base_model);
+        fprintf(log, "reference: a frozen copy of %s%s\n", cfg->base_model,
+                cfg->bf16 ? ", its weights kept in bf16 (bf16: true)" : "");
     } else if (cfg->lora_model_dir) {
         if (lora_load(initial, &m->cfg, cfg->lora_model_dir) != 0) return -1;
         m->lora = lora;

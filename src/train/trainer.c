@@ -66,7 +66,12 @@ int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *
     return 0;
 }
 
+void trainer_release_activations(Trainer *t) {
+    forward_tape_free(&t->tape);
+}
+
 void trainer_free(Trainer *t) {
+    forward_tape_free(&t->tape);
     adamw_free(&t->adamw);
     dist_shards_free(&t->shards);
     free(t->spans);
@@ -132,20 +137,19 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         if (t->lora) t->lora->dropout_key = dropout_key(t->opt.seed, t->step, global);
         size_t cells = (size_t)mbs[i].batch.batch * mbs[i].batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp), *dlogp = xmalloc(cells * sizeof *dlogp);
-        ForwardTape tape;
-        rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, &tape);
+        ForwardTape *tape = &t->tape;
+        rc = model_forward_tape(m, &mbs[i].batch, t->opt.gradient_checkpointing, tape);
         if (rc == 0) {
             double loss = 0;
             LogitStats *logit_stats =
                 method->wants_stats ? xmalloc(cells * sizeof *logit_stats) : NULL;
-            model_tape_logprobs_stats(m, &tape, mbs[i].label_mask, logp, logit_stats);
+            model_tape_logprobs_stats(m, tape, mbs[i].label_mask, logp, logit_stats);
             rc = method->micro_loss(method->ctx, i, &mbs[i], logp, logit_stats, dlogp, &loss);
             free(logit_stats);
             stats->loss += loss;
             if (rc == 0)
-                rc = model_backward(m, &tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
+                rc = model_backward(m, tape, mbs[i].label_mask, dlogp, t->lora ? NULL : t->grads,
                                     t->lora ? t->grads : NULL);
-            forward_tape_free(&tape);
         }
         free(logp);
         free(dlogp);
@@ -265,7 +269,7 @@ void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, 
 }
 
 int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats) {
-    ForwardTape tape;
+    ForwardTape tape = {0};
     if (model_forward_tape(m, &mb->batch, true, &tape) != 0) return -1;
     model_tape_logprobs_stats(m, &tape, mb->label_mask, logp, stats);
     forward_tape_free(&tape);

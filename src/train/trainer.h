@@ -15,6 +15,7 @@
 #define RLHF_TRAIN_TRAINER_H
 
 #include "kernels/cpu/kernels.h"
+#include "model/activations.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "train/optimizer.h"
@@ -53,6 +54,7 @@ typedef struct {
     int rank, world;   /* dist_rank(), dist_size() when the trainer was made */
     bool sharded;      /* zero1 over more than one rank */
     DistShards shards; /* sharded: the slice of the parameters each rank updates */
+    ForwardTape tape;  /* the activations of a micro-batch, kept allocated from step to step */
 } Trainer;
 
 /* A training method for trainer_step: it turns each micro-batch's per-token log-probs into its
@@ -82,6 +84,9 @@ typedef struct {
 /* With `lora` given, the adapter is attached to the model (m->lora) and trained alone. */
 int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *opt);
 void trainer_free(Trainer *t);
+/* Frees the activation buffers trainer_step keeps between steps (the next step makes them
+ * again): for a phase that needs the memory for something else, as GRPO's generation does. */
+void trainer_release_activations(Trainer *t);
 
 /* trainer_step's result when the window's loss or gradient norm is NaN or infinite. */
 #define TRAINER_STEP_SKIPPED 1

@@ -83,14 +83,17 @@ static void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
 /* One block of rows against the whole vocabulary, tile by tile: each row's running
  * log-sum-exp in acc[] and its target's logit in target_logit[]. */
 static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, const float *hidden,
-                            const int32_t *target, const float *lm_head, int rows, int h, int vocab,
+                            const int32_t *target, WeightRef lm_head, int rows, int h, int vocab,
                             bool stats) {
     for (int r = 0; r < rows; r++)
         acc[r] = (RunningLse){-INFINITY, 0.0, 0.0, 0.0, 0};
     for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
         int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hidden, h,
-                    lm_head + (size_t)c0 * h, h, 0.0f, tile, cols);
+        if (lm_head.bf16)
+            matmul_forward_bf16(tile, hidden, lm_head.bf16 + (size_t)c0 * h, NULL, rows, h, cols);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hidden, h,
+                        lm_head.f32 + (size_t)c0 * h, h, 0.0f, tile, cols);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++) {
             const float *z = tile + (size_t)r * cols;
@@ -128,6 +131,13 @@ static void scratch_free(LogprobScratch *s) {
 void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
                                  const int32_t *target, const float *lm_head, int n_rows, int h,
                                  int vocab) {
+    fused_logprob_forward_weights(logp, stats, hidden, target, (WeightRef){lm_head, NULL}, n_rows,
+                                  h, vocab);
+}
+
+void fused_logprob_forward_weights(float *logp, LogitStats *stats, const float *hidden,
+                                   const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                   int vocab) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
@@ -162,8 +172,8 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         const float *hb = hidden + (size_t)r0 * h;
         float *dhb = dhidden + (size_t)r0 * h;
-        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
-                        false);
+        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, (WeightRef){lm_head, NULL},
+                        rows, h, vocab, false);
         memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;

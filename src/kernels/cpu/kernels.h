@@ -13,6 +13,25 @@
 void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
                     int in_dim, int out_dim);
 
+/* A weight matrix (out_dim, in_dim), row-major: fp32, or bf16 for a frozen model kept in bf16
+ * (model_store_bf16). Exactly one of the two is set. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} WeightRef;
+
+/* matmul_forward with the weights stored in bf16: widened to fp32 as they are read, the
+ * arithmetic fp32. */
+void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const float *bias, int n,
+                         int in_dim, int out_dim);
+
+/* matmul_forward or matmul_forward_bf16, as w is stored. */
+void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
+                    int out_dim);
+
+/* dst[i] = the fp32 value of the bf16 src[i] (exact). */
+void bf16_widen(float *dst, const uint16_t *src, size_t n);
+
 /* out (N, C) = w ⊙ (in / sqrt(mean(in²) + eps)), per row; in == out is allowed. */
 void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps);
 
@@ -54,6 +73,11 @@ typedef struct {
 void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
                                  const int32_t *target, const float *lm_head, int n_rows, int h,
                                  int vocab);
+
+/* fused_logprob_forward_stats with an lm_head stored in fp32 or bf16. */
+void fused_logprob_forward_weights(float *logp, LogitStats *stats, const float *hidden,
+                                   const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                   int vocab);
 
 /* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);

@@ -1,6 +1,20 @@
 #include "kernels/cpu/kernels.h"
 
+#include "common/error.h"
+
 #include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add_bias(float *out, const float *bias, int n, int out_dim) {
+    if (!bias) return;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        float *row = out + (size_t)r * out_dim;
+        for (int j = 0; j < out_dim; j++)
+            row[j] += bias[j];
+    }
+}
 
 void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
                     int in_dim, int out_dim) {
@@ -11,13 +25,7 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
                     w, in_dim, 0.0f, out, out_dim);
-    if (!bias) return;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        float *row = out + (size_t)r * out_dim;
-        for (int j = 0; j < out_dim; j++)
-            row[j] += bias[j];
-    }
+    add_bias(out, bias, n, out_dim);
 }
 
 void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
@@ -39,4 +47,112 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
             s += dout[(size_t)r * out_dim + j];
         dbias[j] += s;
     }
+}
+
+/* ---- weights stored in bf16 (a frozen model kept with bf16: true). A bf16 is the upper half of
+ * an fp32, so widening is a shift and the arithmetic stays fp32. What bf16 saves is memory and
+ * bytes read: half the weight RAM, and half the traffic where reading the weights is the cost
+ * (decoding a few rows). ---- */
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#endif
+
+void bf16_widen(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+#if HAVE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; i++) {
+        uint32_t bits = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &bits, sizeof bits);
+    }
+}
+
+/* x · w over n floats, w widened from bf16 on the fly. */
+static float dot_bf16(const float *x, const uint16_t *w, int n) {
+    int i = 0;
+    float sum = 0.0f;
+#if HAVE_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m256i w0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+        __m256i w1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), _mm256_loadu_ps(x + i),
+                             a0);
+        a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)),
+                             _mm256_loadu_ps(x + i + 8), a1);
+    }
+    __m256 a = _mm256_add_ps(a0, a1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    sum = _mm_cvtss_f32(s);
+#endif
+    for (; i < n; i++) {
+        uint32_t bits = (uint32_t)w[i] << 16;
+        float wf;
+        memcpy(&wf, &bits, sizeof wf);
+        sum += x[i] * wf;
+    }
+    return sum;
+}
+
+/* Up to this many rows, each weight row is read once and dotted with every input row: the
+ * weights stream through at memory speed (decoding). Beyond, panels of the weights are widened
+ * to fp32 and BLAS multiplies them (the widening is then a small cost next to the GEMM). */
+#define FEW_ROWS 16
+
+/* Weight rows per widened panel: about 1 MB of fp32, so the panel stays in cache for the GEMM. */
+static int panel_rows(int in_dim) {
+    int rows = (1 << 18) / (in_dim > 0 ? in_dim : 1);
+    return rows < 16 ? 16 : rows;
+}
+
+static void forward_few_rows(float *out, const float *in, const uint16_t *w, int n, int in_dim,
+                             int out_dim) {
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < out_dim; j++) {
+        const uint16_t *wj = w + (size_t)j * in_dim;
+        for (int r = 0; r < n; r++)
+            out[(size_t)r * out_dim + j] = dot_bf16(in + (size_t)r * in_dim, wj, in_dim);
+    }
+}
+
+static void forward_panels(float *out, const float *in, const uint16_t *w, int n, int in_dim,
+                           int out_dim) {
+    int rows = panel_rows(in_dim);
+    if (rows > out_dim) rows = out_dim;
+    float *panel = xmalloc((size_t)rows * in_dim * sizeof(float));
+    for (int j0 = 0; j0 < out_dim; j0 += rows) {
+        int m = out_dim - j0 < rows ? out_dim - j0 : rows;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < m; r++)
+            bf16_widen(panel + (size_t)r * in_dim, w + (size_t)(j0 + r) * in_dim, (size_t)in_dim);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, in_dim, 1.0f, in, in_dim, panel,
+                    in_dim, 0.0f, out + j0, out_dim);
+    }
+    free(panel);
+}
+
+void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const float *bias, int n,
+                         int in_dim, int out_dim) {
+    if (n == 0) return;
+    if (n <= FEW_ROWS)
+        forward_few_rows(out, in, w, n, in_dim, out_dim);
+    else
+        forward_panels(out, in, w, n, in_dim, out_dim);
+    add_bias(out, bias, n, out_dim);
+}
+
+void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
+                    int out_dim) {
+    if (w.bf16)
+        matmul_forward_bf16(out, in, w.bf16, bias, n, in_dim, out_dim);
+    else
+        matmul_forward(out, in, w.f32, bias, n, in_dim, out_dim);
 }

@@ -1,0 +1,80 @@
+/* A loaded model's weights moved to bf16 storage (model.h: model_store_bf16), and reading
+ * the embedding from either storage. */
+#include "common/error.h"
+#include "common/float16.h"
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Where each 1-D tensor (a norm or a bias) lands in params_small; SIZE_MAX for matrices. */
+static size_t *small_offsets(const Model *m, size_t *total) {
+    size_t *at = xmalloc((size_t)m->n_param_tensors * sizeof *at);
+    *total = 0;
+    for (int i = 0; i < m->n_param_tensors; i++) {
+        at[i] = m->param_info[i].ndim == 1 ? *total : SIZE_MAX;
+        if (at[i] != SIZE_MAX) *total += m->param_info[i].numel;
+    }
+    return at;
+}
+
+/* The params_small copy of the 1-D tensor p points at (NULL stays NULL). */
+static float *small_copy(const Model *m, const float *p, float *small, const size_t *at) {
+    if (!p) return NULL;
+    for (int i = 0; i < m->n_param_tensors; i++)
+        if (m->params + m->param_info[i].offset == p) return small + at[i];
+    return NULL; /* not a tensor start: cannot happen for the pointers model.c sets */
+}
+
+static const uint16_t *half_of(const Model *m, const float *p, const uint16_t *half) {
+    return p ? half + (p - m->params) : NULL;
+}
+
+int model_store_bf16(Model *m) {
+    if (!m->params) return err_set("the model's weights are already stored in bf16");
+    uint16_t *half = xmalloc_checked(m->n_params * sizeof *half, "bf16 weights");
+    if (!half) return -1;
+    size_t n_small;
+    size_t *at = small_offsets(m, &n_small);
+    float *small = xmalloc((n_small ? n_small : 1) * sizeof *small);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < m->n_params; i++)
+        half[i] = f32_to_bf16(m->params[i]);
+    for (int i = 0; i < m->n_param_tensors; i++)
+        if (at[i] != SIZE_MAX)
+            bf16_widen(small + at[i], half + m->param_info[i].offset, m->param_info[i].numel);
+
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        float **matrices[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        const uint16_t **halves[] = {&w->wq16,     &w->wk16,   &w->wv16,    &w->wo16,
+                                     &w->w_gate16, &w->w_up16, &w->w_down16};
+        for (int k = 0; k < 7; k++) {
+            *halves[k] = half_of(m, *matrices[k], half);
+            *matrices[k] = NULL;
+        }
+        float **vectors[] = {&w->input_norm, &w->bq,     &w->bk,     &w->bv,
+                             &w->bo,         &w->q_norm, &w->k_norm, &w->post_norm,
+                             &w->b_gate,     &w->b_up,   &w->b_down};
+        for (size_t k = 0; k < sizeof vectors / sizeof *vectors; k++)
+            *vectors[k] = small_copy(m, *vectors[k], small, at);
+    }
+    m->final_norm = small_copy(m, m->final_norm, small, at);
+    m->embed16 = half_of(m, m->embed, half);
+    m->lm_head16 = half_of(m, m->lm_head, half);
+    m->embed = m->lm_head = NULL;
+    free(at);
+    free(m->params);
+    m->params = NULL;
+    m->params16 = half;
+    m->params_small = small;
+    return 0;
+}
+
+void model_embed_row(const Model *m, int32_t id, float *out) {
+    size_t H = (size_t)m->cfg.hidden_size;
+    if (m->embed16)
+        bf16_widen(out, m->embed16 + (size_t)id * H, H);
+    else
+        memcpy(out, m->embed + (size_t)id * H, H * sizeof *out);
+}
