@@ -1,12 +1,12 @@
 /* GRPO over MPI (issue 11): `rlhf train --nproc 2` against one process on the same global batch
  * (twice the gradient accumulation, so the same generation batches): the per-step losses, grad
  * norms and every logged metric (rewards, completions, KL, clip ratios, the replay buffer's,
- * eval_), and the final weights, agree to 1e-5 relative for the loss types grpo, dapo, bnpo and
- * dr_grpo, GDPO, and GRPO with the replay buffer, each with and without ZeRO-1, an adapter
- * among them. Completions come from the RLHF_TEST_SCRIPTED_COMPLETIONS hook (each completion
- * drawn from its own stream alone), so they cannot differ between the runs; one pair of runs
- * samples from the model as usual and agrees as well. A 2-rank run resumed from its checkpoint
- * (replay buffer included) ends bit for bit where the uninterrupted one does, and its
+ * eval_), and the final weights, agree to 1e-5 relative for the loss types grpo and dapo, GDPO
+ * and GRPO with the replay buffer, each with and without ZeRO-1, and for bnpo (without) and
+ * dr_grpo on a LoRA adapter (with). Completions come from the RLHF_TEST_SCRIPTED_COMPLETIONS hook
+ * (each completion drawn from its own stream alone), so they cannot differ between the runs; one
+ * pair of runs samples from the model as usual and agrees as well. A 2-rank run resumed from its
+ * checkpoint (replay buffer included) ends bit for bit where the uninterrupted one does, and its
  * checkpoint resumes in one process. A rank killed with SIGKILL takes the job down with a
  * message and no hang, leaving whole checkpoints that resume to the uninterrupted weights. A
  * reward function failing on every rank, or on one, and a generation batch that does not fit
