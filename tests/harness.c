@@ -46,6 +46,18 @@ int harness_write_file(const char *path, const void *data, size_t len) {
     return (fclose(fp) == 0 && n == len) ? 0 : -1;
 }
 
+const char *harness_write_grpo_prompts(void) {
+    char rows[4096];
+    size_t n = 0;
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              "{\"prompt\": \"Q%d: add %d and %d\", \"answer\": \"%d\"}\n", i, i,
+                              i + 2, 2 * i + 2);
+    const char *path = harness_tmp_path("prompts.jsonl");
+    harness_write_file(path, rows, n);
+    return path;
+}
+
 int harness_finish(const char *name) {
     if (tmpdir[0] && harness_failures) {
         fprintf(stderr, "%s: kept %s for a look at what failed\n", name, tmpdir);

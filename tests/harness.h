@@ -41,6 +41,10 @@ const char *harness_source_path(const char *rel);
 /* Writes `len` bytes to `path` (plain write; test set-up only). Returns 0 or -1. */
 int harness_write_file(const char *path, const void *data, size_t len);
 
+/* <tmp>/prompts.jsonl: the GRPO tests' 12 arithmetic prompts, {"prompt": "Qi: add i and i+2",
+ * "answer": "2i+2"}. Returns its path (harness_tmp_path's buffer). */
+const char *harness_write_grpo_prompts(void);
+
 /* The rows of out_dir/metrics.jsonl, a JSON array (empty when the file is missing; caller
  * decrefs), and one row's number for key (0 when absent). */
 json_t *harness_read_metrics(const char *out_dir);

@@ -21,13 +21,8 @@
 
 static const char *write_config(const char *name, const char *extra_trl, const char *extra) {
     static char path[4096];
-    char rows[8192], text[16384], model[2048];
-    size_t n = 0;
-    for (int i = 0; i < 12; i++)
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: add %d and %d\", \"answer\": \"%d\"}\n", i, i,
-                              i + 2, 2 * i + 2);
-    harness_write_file(harness_tmp_path("prompts.jsonl"), rows, n);
+    char text[16384], model[2048], prompts[4096];
+    snprintf(prompts, sizeof prompts, "%s", harness_write_grpo_prompts());
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     snprintf(text, sizeof text,
              "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
@@ -35,7 +30,7 @@ static const char *write_config(const char *name, const char *extra_trl, const c
              "  reward_funcs:\n    - {function: builtin.length, target: 3}\n%s"
              "micro_batch_size: 8\ngradient_accumulation_steps: 1\nmax_steps: 4\n"
              "learning_rate: 5e-3\nlr_scheduler: constant\nwarmup_steps: 0\nseed: 5\n%s",
-             model, harness_tmp_path("prompts.jsonl"), extra_trl, extra);
+             model, prompts, extra_trl, extra);
     snprintf(path, sizeof path, "%s", harness_tmp_path(name));
     harness_write_file(path, text, strlen(text));
     return path;

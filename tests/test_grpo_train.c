@@ -157,7 +157,7 @@ static void check_case(const char *name) {
     int max_steps = (int)json_integer_value(json_object_get(c, "max_steps"));
     json_t *trl = trl_block(c);
     GrpoConfig g;
-    GrpoBatchShape shape = {mb, ga, false};
+    GrpoBatchShape shape = {mb, ga, false, 1};
     CHECK(grpo_config_read(&g, trl, false, json_number_value(json_object_get(c, "beta")), &shape,
                            name, 1, NULL, NULL) == 0,
           "%s: %s", name, err_msg());

@@ -75,6 +75,7 @@ static int launch(int nproc, int argc, char **argv) {
         return cli_fail("--nproc: this process is already one rank of an MPI job; start it "
                         "either with mpirun or with --nproc, not both");
     TrainConfig cfg;
+    dist_launch_plan(nproc); /* the config is checked for the ranks it will run on */
     int rc = cli_read_config_quiet(argc, argv, "train", train_usage, &cfg);
     if (rc != 0) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : rc;
     train_config_free(&cfg);

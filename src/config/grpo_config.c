@@ -160,40 +160,46 @@ static long gcd(long a, long b) {
     return b ? gcd(b, a % b) : a;
 }
 
-/* TRL's GRPOConfig.__post_init__ geometry (one process), with Axolotl's message for a generation
- * batch that does not hold whole groups. */
+/* TRL's GRPOConfig.__post_init__ geometry, with Axolotl's message for a generation batch that
+ * does not hold whole groups. micro_batch_size is per process, so a generation batch is
+ * micro_batch_size x world x steps_per_generation completions. */
 static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *s, bool gbs_set,
                            bool spg_set) {
+    int world = s->world_size > 0 ? s->world_size : 1;
     int mb = s->micro_batch_size, ga = s->gradient_accumulation_steps, G = g->num_generations;
+    int global = mb * world;
     if (gbs_set && spg_set)
         return err_set("%s: 'generation_batch_size' and 'steps_per_generation' can not be both "
                        "configured at the same time",
                        b->at);
     if (gbs_set) {
-        if (g->generation_batch_size % mb != 0)
+        if (g->generation_batch_size % global != 0)
             return err_set("%s: generation_batch_size (%d) must be divisible by the global batch "
                            "size (%d).",
-                           b->at, g->generation_batch_size, mb);
-        g->steps_per_generation = g->generation_batch_size / mb;
+                           b->at, g->generation_batch_size, global);
+        g->steps_per_generation = g->generation_batch_size / global;
     } else {
         if (!spg_set) g->steps_per_generation = ga;
-        g->generation_batch_size = mb * g->steps_per_generation;
+        g->generation_batch_size = global * g->steps_per_generation;
     }
     if (g->generation_batch_size % G != 0) {
-        char source[128], hint[256] = "";
+        char source[160], hint[256] = "", processes[48] = "";
+        if (world > 1) snprintf(processes, sizeof processes, " * processes (%d)", world);
         if (gbs_set)
             snprintf(source, sizeof source, "trl.generation_batch_size");
         else if (spg_set)
-            snprintf(source, sizeof source, "micro_batch_size (%d) * trl.steps_per_generation (%d)",
-                     mb, g->steps_per_generation);
+            snprintf(source, sizeof source,
+                     "micro_batch_size (%d)%s * trl.steps_per_generation (%d)", mb, processes,
+                     g->steps_per_generation);
         else {
             snprintf(source, sizeof source,
-                     "micro_batch_size (%d) * gradient_accumulation_steps (%d)", mb, ga);
-            long need = (long)G / gcd(G, mb); /* lcm(G, mb) / mb */
+                     "micro_batch_size (%d)%s * gradient_accumulation_steps (%d)", mb, processes,
+                     ga);
+            long need = (long)G / gcd(G, global); /* lcm(G, global) / global */
             snprintf(hint, sizeof hint,
                      " Smallest fix: set `gradient_accumulation_steps: %ld` (so micro_batch_size * "
-                     "GA = %ld is a multiple of %d).",
-                     need, need * mb, G);
+                     "%sGA = %ld is a multiple of %d).",
+                     need, world > 1 ? "processes * " : "", need * global, G);
         }
         return err_set("%s: GRPO: generation batch size must be divisible by "
                        "`trl.num_generations`. Got effective_gbs=%d (from %s) and "

@@ -13,8 +13,8 @@ typedef enum { REWARD_SCALE_GROUP, REWARD_SCALE_BATCH, REWARD_SCALE_NONE } Rewar
 typedef struct {
     int num_generations;       /* G: completions per prompt (8) */
     int num_generations_eval;  /* G for evaluation (num_generations) */
-    int steps_per_generation;  /* micro-batches per generation batch (derived) */
-    int generation_batch_size; /* completions per generation batch (derived) */
+    int steps_per_generation;  /* micro-batches per generation batch and rank (derived) */
+    int generation_batch_size; /* completions per generation batch, all ranks (derived) */
     int max_completion_length; /* 256 (TRL 1.9.0) */
     double temperature, top_p, min_p, repetition_penalty; /* 1, 1, 0 (none), 1 */
     int top_k;                                            /* 0: none */
@@ -42,6 +42,7 @@ typedef struct {
 typedef struct {
     int micro_batch_size, gradient_accumulation_steps;
     bool evaluating; /* a held-out set exists */
+    int world_size;  /* processes training together (TRL's num_processes); 0 means 1 */
 } GrpoBatchShape;
 
 /* Reads trl (may be NULL) for rl: grpo (gdpo false) or rl: gdpo. beta is the resolved

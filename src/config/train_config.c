@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "config/yaml_doc.h"
+#include "dist/dist_launch.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -602,8 +603,10 @@ static void warn_from_grpo(void *ctx, const char *message) {
 
 /* rl: grpo / gdpo: beta defaults to 0 (TRL's GRPOConfig), and the trl: block is GRPOConfig. */
 static int validate_grpo(TrainConfig *cfg, double beta) {
+    /* generation batches span the ranks, so the geometry is checked for the job's rank count
+     * (in the --nproc launcher, the count it is about to start) */
     GrpoBatchShape shape = {(int)cfg->micro_batch_size, (int)cfg->gradient_accumulation_steps,
-                            cfg->val_set_size > 0 || cfg->n_test_datasets > 0};
+                            cfg->val_set_size > 0 || cfg->n_test_datasets > 0, dist_planned_size()};
     if (grpo_config_read(&cfg->grpo, cfg->trl, cfg->rl == RL_GDPO, beta, &shape, cfg->source,
                          cfg->trl_line, warn_from_grpo, cfg) != 0)
         return -1;

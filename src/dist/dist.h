@@ -61,6 +61,12 @@ void dist_bcast(void *buf, size_t bytes, int root);
  * recv is not read elsewhere (may be NULL there). */
 void dist_gather_bytes(const void *send, size_t len, void *recv);
 
+/* Every rank's `len` bytes (the lengths may differ between ranks), concatenated in rank order,
+ * on every rank: *out is malloc'd (never NULL; the caller frees it) and *out_len is the total.
+ * lens, when not NULL, receives each rank's length (dist_size() entries). More than 2^31-1 bytes
+ * in all ends the job (MPI's int displacements). */
+void dist_allgatherv_bytes(const void *send, size_t len, void **out, size_t *out_len, size_t *lens);
+
 /* A flat array of n elements cut into dist_size() contiguous slices, slice r being
  * [offset[r], offset[r+1]) (sizes differ by at most one). */
 typedef struct {

@@ -9,6 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+static int planned;
+
+void dist_launch_plan(int nproc) {
+    planned = nproc;
+}
+
+int dist_planned_size(void) {
+    return planned > 0 ? planned : dist_size();
+}
+
 int dist_launch(int nproc, int argc, char **argv) {
     const char *launcher = dist_launcher();
     if (!launcher)

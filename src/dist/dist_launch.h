@@ -12,4 +12,10 @@
  * an error (no MPI in this build, or the launcher could not be run). */
 int dist_launch(int nproc, int argc, char **argv);
 
+/* How many ranks the job being configured has: dist_size(), or in the process that runs
+ * --nproc N, once it has said so (dist_launch_plan), N. GRPO's batch geometry depends on it, so
+ * the launcher checks a config as its ranks will read it. */
+void dist_launch_plan(int nproc);
+int dist_planned_size(void);
+
 #endif

@@ -115,6 +115,39 @@ void dist_gather_bytes(const void *send, size_t len, void *recv) {
     MPI_Gather(send, (int)len, MPI_BYTE, recv, (int)len, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+void dist_allgatherv_bytes(const void *send, size_t len, void **out, size_t *out_len,
+                           size_t *lens) {
+    if (world_size == 1) {
+        *out = xmalloc(len ? len : 1);
+        if (len) memcpy(*out, send, len);
+        *out_len = len;
+        if (lens) lens[0] = len;
+        return;
+    }
+    uint64_t mine = len, *all = xmalloc((size_t)world_size * sizeof *all);
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    int *counts = xmalloc(2 * (size_t)world_size * sizeof *counts), *displs = counts + world_size;
+    uint64_t total = 0;
+    for (int r = 0; r < world_size; r++) {
+        /* every rank sees the same lengths, so all of them take this exit together */
+        if (total + all[r] > INT_MAX) {
+            fprintf(stderr,
+                    "rlhf: error: rank %d: an all-gather of more than %d bytes exceeds "
+                    "MPI's counts\n",
+                    world_rank, INT_MAX);
+            dist_abort(1);
+        }
+        counts[r] = (int)all[r], displs[r] = (int)total;
+        total += all[r];
+        if (lens) lens[r] = (size_t)all[r];
+    }
+    *out = xmalloc(total ? (size_t)total : 1);
+    MPI_Allgatherv(send, (int)len, MPI_BYTE, *out, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
+    *out_len = (size_t)total;
+    free(counts);
+    free(all);
+}
+
 int dist_shards_init(DistShards *s, size_t n) {
     s->n = n;
     s->world = world_size;

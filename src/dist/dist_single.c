@@ -64,6 +64,14 @@ void dist_gather_bytes(const void *send, size_t len, void *recv) {
     memcpy(recv, send, len);
 }
 
+void dist_allgatherv_bytes(const void *send, size_t len, void **out, size_t *out_len,
+                           size_t *lens) {
+    *out = xmalloc(len ? len : 1);
+    if (len) memcpy(*out, send, len);
+    *out_len = len;
+    if (lens) lens[0] = len;
+}
+
 int dist_shards_init(DistShards *s, size_t n) {
     s->n = n;
     s->world = 1;

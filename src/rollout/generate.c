@@ -118,7 +118,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     for (int j = 0; j < r.n_jobs; j++) {
         out[j].ids = xmalloc((size_t)opt->max_new_tokens * sizeof(int32_t));
         out[j].logprobs = xmalloc((size_t)opt->max_new_tokens * sizeof(float));
-        sampler_rng_seed(&r.rngs[j], opt->seed, (uint64_t)j);
+        sampler_rng_seed(&r.rngs[j], opt->seed, opt->first_stream + (uint64_t)j);
     }
     r.slots = xmalloc((size_t)r.n_slots * sizeof *r.slots);
     CachedChunk *chunks = xmalloc((size_t)r.n_slots * sizeof *chunks);

@@ -18,7 +18,12 @@ typedef struct {
     int max_batch;    /* sequences decoding at once; <= 0: all of them */
     int n_per_prompt; /* completions per prompt (>= 1; 0 means 1) */
     SamplingParams sampling;
-    uint64_t seed; /* completion k of prompt i draws from stream i * n_per_prompt + k */
+    uint64_t seed; /* completion k of prompt i draws from stream first_stream + i * n_per_prompt
+                      + k */
+    /* Where this call's completions sit in a larger list: a rank generating its share of a batch
+     * numbers its completions as the whole batch does, so a completion's draws do not depend on
+     * which rank (or how many) generated it. 0 for a call on its own. */
+    uint64_t first_stream;
     /* called after each token a completion receives (streaming); may be NULL */
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
     void *on_token_ctx;
@@ -46,5 +51,13 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
              const GenerateOptions *opt, Completion *out);
 
 void completions_free(Completion *c, int n);
+
+/* A test hook in generate()'s place (GRPO under RLHF_TEST_SCRIPTED_COMPLETIONS=1): completions
+ * drawn from each completion's random stream alone (seed, first_stream + its number), without
+ * the model. A completion has 1 to max_new_tokens ids in [0, vocab); one shorter than
+ * max_new_tokens ends with eos_ids[0], as a sampled one stops there; log-probs are 0. Tests that
+ * compare runs whose policies differ in their last bits (one process against several ranks) use
+ * it, so that the completions cannot differ: sampling from two such policies may, rarely. */
+void generate_scripted(int vocab, int n_prompts, const GenerateOptions *opt, Completion *out);
 
 #endif

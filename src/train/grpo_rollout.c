@@ -1,8 +1,10 @@
 #include "train/grpo_rollout.h"
 
 #include "common/error.h"
+#include "dist/dist.h"
 #include "methods/grpo_advantages.h"
 #include "rollout/generate.h"
+#include "train/grpo_share.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -117,66 +119,93 @@ static int score(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int r
     return rc;
 }
 
-int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts, int G,
-                 uint64_t stream, const json_t *trainer_state, StepMetrics *metrics, bool training,
-                 GrpoBatch *out, float *group_std, RolloutTimes *times) {
-    int rows = n_prompts * G, K = r->cfg->n_reward_funcs;
+/* Generates and scores the n_prompts x G completions of prompts idx[], the first of them
+ * completion `first` of the generation batch (its stream numbers the batch's), into comp and
+ * rewards (n_prompts x G rows of K). Nothing to do for a rank whose share is empty. */
+static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx,
+                              int n_prompts, int G, uint64_t stream, uint64_t first,
+                              const json_t *trainer_state, Completion *comp, double *rewards,
+                              RolloutTimes *times) {
+    int rows = n_prompts * G;
+    if (rows == 0) return 0;
     const int32_t **prompts = xmalloc((size_t)n_prompts * sizeof *prompts);
     int *lens = xmalloc((size_t)n_prompts * sizeof *lens);
     for (int i = 0; i < n_prompts; i++)
         prompts[i] = ds->prompt_ids[idx[i]], lens[i] = ds->prompt_lens[idx[i]];
-    GenerateStats gs = {0};
     GenerateOptions opt = {.max_new_tokens = r->cfg->max_completion_length,
                            .eos_ids = &r->eos_id,
                            .n_eos = r->eos_id >= 0,
                            .n_per_prompt = G,
                            .sampling = sampling_of(r->cfg),
                            .seed = r->seed * 0x9E3779B97F4A7C15ull + stream,
-                           .stats = &gs};
-    Completion *comp = xcalloc((size_t)rows, sizeof *comp);
+                           .first_stream = first};
     double t0 = seconds();
-    int rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
+    int rc = 0;
+    if (r->scripted)
+        generate_scripted(r->model->cfg.vocab_size, n_prompts, &opt, comp);
+    else
+        rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
     double t1 = seconds();
     free(prompts), free(lens);
-    if (rc != 0) {
-        free(comp);
-        return err_prefix("GRPO generation");
-    }
-    bool *truncated = xmalloc((size_t)rows * sizeof *truncated);
-    fill_batch(r, ds, idx, n_prompts, G, comp, out, truncated);
-    double *rewards = xmalloc((size_t)rows * K * sizeof *rewards);
+    if (rc != 0) return err_prefix("GRPO generation");
     rc = score(r, ds, idx, rows, G, comp, trainer_state, rewards);
-    double t2 = seconds();
-    if (rc == 0) {
-        RewardTable t = {rows,
-                         K,
-                         G,
-                         rewards,
-                         r->cfg->reward_weights,
-                         r->cfg->scale_rewards,
-                         r->cfg->normalize_then_sum};
-        double *fm = xmalloc((size_t)K * sizeof *fm), *fs = xmalloc((size_t)K * sizeof *fs);
-        RewardStats rs = {.func_mean = fm, .func_std = fs};
-        grpo_advantages(&t, out->advantages, group_std, &rs);
-        if (rs.n_unscorable && !r->warned_unscorable) {
-            fprintf(r->log,
-                    "warning: every reward function returned None for %d of %d completions; they "
-                    "get advantage 0\n",
-                    rs.n_unscorable, rows);
-            r->warned_unscorable = true;
-        }
-        grpo_metrics_generation(metrics, out, truncated, &rs, &r->keys, training);
-        free(fm), free(fs);
-    } else {
-        grpo_batch_free(out);
+    if (times) times->generate_s += t1 - t0, times->reward_s += seconds() - t1;
+    return rc;
+}
+
+/* The whole batch's advantages and metrics from its completions and rewards. */
+static void finish_batch(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts,
+                         int G, const Completion *comp, const double *rewards, StepMetrics *metrics,
+                         bool training, GrpoBatch *out, float *group_std) {
+    int rows = n_prompts * G, K = r->cfg->n_reward_funcs;
+    bool *truncated = xmalloc((size_t)(rows ? rows : 1) * sizeof *truncated);
+    fill_batch(r, ds, idx, n_prompts, G, comp, out, truncated);
+    RewardTable t = {rows,
+                     K,
+                     G,
+                     rewards,
+                     r->cfg->reward_weights,
+                     r->cfg->scale_rewards,
+                     r->cfg->normalize_then_sum};
+    double *fm = xmalloc((size_t)K * sizeof *fm), *fs = xmalloc((size_t)K * sizeof *fs);
+    RewardStats rs = {.func_mean = fm, .func_std = fs};
+    grpo_advantages(&t, out->advantages, group_std, &rs);
+    if (rs.n_unscorable && !r->warned_unscorable) {
+        fprintf(r->log,
+                "warning: every reward function returned None for %d of %d completions; they "
+                "get advantage 0\n",
+                rs.n_unscorable, rows);
+        r->warned_unscorable = true;
     }
-    if (times) {
-        times->generate_s += t1 - t0;
-        times->reward_s += t2 - t1;
-        times->generated_tokens += gs.decode_tokens;
-    }
-    free(rewards);
+    if (metrics) grpo_metrics_generation(metrics, out, truncated, &rs, &r->keys, training);
+    free(fm), free(fs);
     free(truncated);
+}
+
+int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts, int G,
+                 uint64_t stream, const json_t *trainer_state, bool shared, StepMetrics *metrics,
+                 bool training, GrpoBatch *out, float *group_std, RolloutTimes *times) {
+    int rows = n_prompts * G, K = r->cfg->n_reward_funcs, lo = 0, hi = n_prompts;
+    if (shared) { /* this rank's run of whole groups */
+        DistShards part;
+        if (dist_shards_init(&part, (size_t)n_prompts) != 0) return -1;
+        lo = (int)part.offset[dist_rank()], hi = (int)part.offset[dist_rank() + 1];
+        dist_shards_free(&part);
+    }
+    Completion *comp = xcalloc((size_t)(rows ? rows : 1), sizeof *comp);
+    size_t cells = (size_t)rows * (size_t)K;
+    double *rewards = xmalloc((cells ? cells : 1) * sizeof *rewards);
+    int rc =
+        generate_and_score(r, ds, idx + lo, hi - lo, G, stream, (uint64_t)lo * G, trainer_state,
+                           comp + (size_t)lo * G, rewards + (size_t)lo * G * K, times);
+    /* a rank whose reward function failed must not leave the others in the gather */
+    if (shared && dist_agree(rc) != 0) rc = -1;
+    if (shared && rc == 0) grpo_share_completions(comp, rewards, rows, K, lo * G, hi * G);
+    if (rc == 0)
+        finish_batch(r, ds, idx, n_prompts, G, comp, rewards, metrics, training, out, group_std);
+    for (int i = 0; times && rc == 0 && i < rows; i++) /* the whole job's, for tokens/s */
+        times->generated_tokens += comp[i].len;
+    free(rewards);
     completions_free(comp, rows);
     free(comp);
     return rc;

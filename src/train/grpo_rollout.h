@@ -28,19 +28,33 @@ typedef struct {
     uint64_t seed;
     FILE *log;
     bool warned_unscorable;
+    bool scripted; /* RLHF_TEST_SCRIPTED_COMPLETIONS=1: generate_scripted in place of sampling */
 } GrpoRollout;
 
 typedef struct {
     double generate_s, reward_s; /* wall time of the two halves */
-    long generated_tokens;
+    long generated_tokens;       /* completion tokens of the whole batch, every rank's */
 } RolloutTimes;
 
-/* Generates and scores G completions for each of the n_prompts dataset rows idx[]; `stream`
- * picks the random draws (the same stream gives the same completions). *out is allocated;
- * group_std (n_prompts) receives each group's reward std. training: whether the token count
- * grows. Returns 0, or -1 with an error naming the reward function or prompt that failed. */
+/* Generates and scores G completions for each of the n_prompts dataset rows idx[]. `stream`
+ * picks the random draws: completion j of the batch (completion j % G of prompt j / G) draws
+ * from its own stream (seed, stream, j), whichever rank generates it, so the same stream gives
+ * the same completions on any number of ranks (up to the last bits of the logits, which the
+ * batch's row count moves: a token can flip where a draw falls that close to a boundary).
+ *
+ * shared (collective: every rank calls it with the same arguments): the ranks cut the prompts
+ * into contiguous runs of whole groups, each generates and scores its own run (reward
+ * functions see that rank's completions, as TRL's processes call them on theirs), and the
+ * completions and rewards are gathered so that every rank holds the whole batch; the
+ * advantages, group statistics and metrics are then computed on the whole batch, the same bytes
+ * on every rank. Not shared: this rank does the whole batch alone.
+ *
+ * *out is allocated; group_std (n_prompts) receives each group's reward std. metrics (may be
+ * NULL: none added) receives the generation metrics; training: whether the token count grows.
+ * Returns 0, or -1 with an error naming the reward function or prompt that failed (shared: on
+ * every rank, agreed). */
 int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts, int G,
-                 uint64_t stream, const json_t *trainer_state, StepMetrics *metrics, bool training,
-                 GrpoBatch *out, float *group_std, RolloutTimes *times);
+                 uint64_t stream, const json_t *trainer_state, bool shared, StepMetrics *metrics,
+                 bool training, GrpoBatch *out, float *group_std, RolloutTimes *times);
 
 #endif

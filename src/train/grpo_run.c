@@ -4,6 +4,7 @@
 #include "common/fileio.h"
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
+#include "dist/dist.h"
 #include "python/py_embed.h"
 #include "rewards/reward_registry.h"
 #include "train/bad_steps.h"
@@ -86,12 +87,15 @@ static json_t *state_for_rewards(const GrpoRun *r) {
 
 /* The replay buffer's turn (trl-methods.md §6.4): groups with reward spread go in, groups
  * without it are swapped for stored ones. The logged reward metrics still describe the fresh
- * batch, as in TRL. */
+ * batch, as in TRL. Over several ranks every rank holds the whole batch and its own copy of the
+ * buffer, and makes the same decisions from the same bytes (the draws are seeded by the batch
+ * number), so the copies stay alike; rank 0 alone logs. */
 static int replay(GrpoRun *r, GrpoBatch *b, const float *group_std, int64_t index) {
     ReplayStats st;
-    if (replay_buffer_update(&r->replay, b, group_std, (uint64_t)r->cfg->seed, (uint64_t)index,
-                             &st) != 0)
-        return err_prefix("replay buffer");
+    int rc = replay_buffer_update(&r->replay, b, group_std, (uint64_t)r->cfg->seed, (uint64_t)index,
+                                  &st);
+    if (dist_agree(rc) != 0) return rc != 0 ? err_prefix("replay buffer") : -1;
+    if (!dist_is_root()) return 0;
     step_metrics_add(&r->gt.metrics, "replay/num_replaced", st.num_replaced);
     step_metrics_add(&r->gt.metrics, "replay/buffer_size", st.buffer_size);
     step_metrics_add(&r->gt.metrics, "replay/mean_score", st.mean_score);
@@ -105,7 +109,9 @@ static int save_replay(void *ctx, const char *dir) {
 }
 
 /* Generation batch number `index` (counted over the whole run): its prompts, generated,
- * scored and queued. */
+ * scored and queued. Collective: the ranks share the generation (grpo_rollout), and every rank
+ * queues the whole batch; rank 0 alone adds the generation metrics, which describe the whole
+ * batch. */
 static int add_generation(GrpoRun *r, int64_t index) {
     int64_t epoch = index / r->generations_per_epoch, pos = index % r->generations_per_epoch;
     if (epoch != r->order_epoch) {
@@ -121,9 +127,9 @@ static int add_generation(GrpoRun *r, int64_t index) {
     float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
     json_t *state = state_for_rewards(r);
     trainer_release_activations(&r->tr); /* generation's KV cache takes their place */
-    int rc =
-        grpo_rollout(&r->rollout, &r->train, idx, r->prompts_per_generation, r->g->num_generations,
-                     (uint64_t)index, state, &r->gt.metrics, true, &b, group_std, &r->times);
+    int rc = grpo_rollout(&r->rollout, &r->train, idx, r->prompts_per_generation,
+                          r->g->num_generations, (uint64_t)index, state, true,
+                          dist_is_root() ? &r->gt.metrics : NULL, true, &b, group_std, &r->times);
     json_decref(state);
     if (rc == 0) {
         double t0 = now_seconds();
@@ -140,7 +146,9 @@ static int add_generation(GrpoRun *r, int64_t index) {
 }
 
 /* Evaluation: G_eval completions for every held-out prompt, scored, their metrics logged with
- * the eval_ prefix. */
+ * the eval_ prefix. Over several ranks, evaluation batch k is rank k % world's alone (whole
+ * batches: its draws are the batch's own, whoever makes them), and rank 0 logs the mean over
+ * every rank's batches, as one process would over all of them. */
 static int evaluate(GrpoRun *r, json_t *entry) {
     int G = r->g->num_generations_eval, per = r->cfg->micro_batch_size / G;
     if (per < 1) per = 1;
@@ -148,21 +156,24 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     json_t *state = state_for_rewards(r);
     size_t *idx = xmalloc((size_t)per * sizeof *idx);
     int rc = 0;
-    for (size_t first = 0; first < r->held_out.n && rc == 0; first += (size_t)per) {
+    size_t stride = (size_t)per * (size_t)dist_size();
+    for (size_t first = (size_t)per * (size_t)dist_rank(); first < r->held_out.n && rc == 0;
+         first += stride) {
         int n = (int)(r->held_out.n - first < (size_t)per ? r->held_out.n - first : (size_t)per);
         for (int i = 0; i < n; i++)
             idx[i] = first + (size_t)i;
         GrpoBatch b;
         float *group_std = xmalloc((size_t)n * sizeof *group_std);
-        rc = grpo_rollout(&r->rollout, &r->held_out, idx, n, G, (uint64_t)-1 - first, state,
+        rc = grpo_rollout(&r->rollout, &r->held_out, idx, n, G, (uint64_t)-1 - first, state, false,
                           &metrics, false, &b, group_std, NULL);
         free(group_std);
         if (rc == 0) grpo_batch_free(&b);
     }
     free(idx);
     json_decref(state);
-    if (rc == 0) step_metrics_flush(&metrics, entry, "eval_");
-    return rc;
+    if (dist_agree(rc) != 0) return -1;
+    step_metrics_flush_ranks(&metrics, entry, "eval_");
+    return 0;
 }
 
 static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
@@ -182,12 +193,14 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
     BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
     while (r->tr.step < r->total) {
         double step_start = now_seconds();
-        while (grpo_trainer_queued(&r->gt) < cfg->gradient_accumulation_steps)
+        while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
             if (add_generation(r, next_generation++) != 0) return -1;
         StepStats st;
         double t0 = now_seconds();
         int step_rc = grpo_trainer_step(&r->gt, &st);
-        if (step_rc < 0 || bad_steps_record(&bad, step_rc, r->tr.step, &st, r->log) != 0) return -1;
+        if (step_rc < 0) return -1; /* over several ranks, trainer_step agreed on it */
+        /* every rank sees the same step results, so all stop here together */
+        if (bad_steps_record(&bad, step_rc, r->tr.step, &st, r->log) != 0) return dist_agree(-1);
         r->train_s += now_seconds() - t0;
         if (step_rc == 0) { /* a skipped step has no loss */
             loss_sum += st.loss, loss_count++;
@@ -201,7 +214,7 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
             json_object_set_new(entry, "loss", json_real_or_null(mean_loss));
             json_object_set_new(entry, "grad_norm", json_real_or_null(st.grad_norm));
             json_object_set_new(entry, "learning_rate", json_real(st.lr));
-            step_metrics_flush(&r->gt.metrics, entry, "");
+            step_metrics_flush_ranks(&r->gt.metrics, entry, "");
             bad_steps_log(&bad, entry);
             json_object_set_new(entry, "step_time", json_real(now_seconds() - step_start));
             json_object_set_new(entry, "epoch", json_real(ep));
@@ -237,8 +250,9 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
             json_decref(entry);
             if (rc != 0) return -1;
         }
-        /* a signal: this step is done; save it (whatever save_steps says) and stop */
-        int sig = stop_signal_received();
+        /* a signal: this step is done; save it (whatever save_steps says) and stop. Over
+         * several ranks, one rank's signal stops them all after the same step. */
+        int sig = stop_signal_agree();
         if (sig || (cfg->save_steps > 0 && r->tr.step % cfg->save_steps == 0)) {
             json_t *state = trainer_state(cfg, r->tr.step, ep, r->total, log_history);
             int rc = checkpoint_save(target, &r->tr, state);
@@ -248,9 +262,27 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
                 fprintf(r->log, "%ssaved checkpoint-%lld\n", tty ? "\n" : "",
                         (long long)r->tr.step);
         }
-        if (sig) return stop_signal_error(sig, r->tr.step);
+        if (sig) return dist_agree(stop_signal_error(sig, r->tr.step));
     }
     if (tty) fputc('\n', r->log);
+    return 0;
+}
+
+/* On resume: rank 0 reads the replay buffer the checkpoint `dir` holds, and every rank gets a
+ * copy of it (the others never read output_dir). Collective. */
+static int restore_replay(GrpoRun *r, const char *dir) {
+    int rc = 0;
+    if (dist_is_root()) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/replay_buffer.safetensors", dir);
+        if (file_exists(path))
+            rc = replay_buffer_load(&r->replay, path);
+        else
+            fprintf(r->log, "warning: %s has no replay buffer; it starts empty\n", dir);
+    }
+    if (dist_agree(rc) != 0) return -1;
+    replay_buffer_bcast(&r->replay);
+    if (r->replay.size) fprintf(r->log, "replay buffer: %d groups restored\n", r->replay.size);
     return 0;
 }
 
@@ -263,7 +295,8 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
         .total_steps = r->total,
         .gradient_checkpointing = cfg->gradient_checkpointing,
         .disable_dropout = true,
-        .seed = (uint64_t)cfg->seed};
+        .seed = (uint64_t)cfg->seed,
+        .zero1 = cfg->zero_stage == 1};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0
@@ -271,22 +304,17 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
                            : default_warmup(r->total);
     if (trainer_init(&r->tr, m, lora, &opt) != 0) return -1;
     json_t *log_history = json_array();
-    int rc = make_dirs(cfg->output_dir);
+    /* the first agreement point: every rank got through its set-up (data, rewards, reference) */
+    int rc = dist_agree(dist_is_root() ? make_dirs(cfg->output_dir) : 0);
     char resumed_from[4096] = "";
     if (rc == 0 && cfg->resume_from_checkpoint)
         rc = resume(cfg, &r->tr, &log_history, r->log, resumed_from, sizeof resumed_from);
-    if (rc == 0 && *resumed_from && r->replay.capacity > 0) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/replay_buffer.safetensors", resumed_from);
-        if (file_exists(path))
-            rc = replay_buffer_load(&r->replay, path);
-        else
-            fprintf(r->log, "warning: %s has no replay buffer; it starts empty\n", resumed_from);
-        if (rc == 0 && r->replay.size)
-            fprintf(r->log, "replay buffer: %d groups restored\n", r->replay.size);
-    }
+    if (rc == 0 && cfg->resume_from_checkpoint && r->replay.capacity > 0)
+        rc = restore_replay(r, resumed_from);
     MetricsFile metrics = {0};
-    if (rc == 0) rc = metrics_file_open(&metrics, cfg->output_dir, r->tr.step > 0);
+    if (rc == 0)
+        rc = dist_agree(
+            dist_is_root() ? metrics_file_open(&metrics, cfg->output_dir, r->tr.step > 0) : 0);
     if (rc == 0) {
         fprintf(r->log,
                 "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
@@ -297,6 +325,13 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
                 grpo_loss_type_name(r->g->loss_type), r->g->beta);
         if (r->replay.capacity > 0)
             fprintf(r->log, "replay buffer: up to %d groups\n", r->replay.capacity);
+        if (r->tr.world > 1)
+            fprintf(r->log,
+                    "%d processes: each generates and scores its share of the %d groups of a "
+                    "generation batch and trains micro-batches of %lld; %s\n",
+                    r->tr.world, r->prompts_per_generation, (long long)cfg->micro_batch_size,
+                    r->tr.sharded ? "AdamW moments sharded over the ranks (zero_stage 1)"
+                                  : "each rank keeps the whole optimizer state");
         grpo_trainer_init(&r->gt, r->g, &r->tr, r->ref, (int)cfg->micro_batch_size,
                           (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
         r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
@@ -352,6 +387,13 @@ static int python_search_path(const TrainConfig *cfg) {
     return py_embed_add_path(*dir ? dir : "/");
 }
 
+/* The test hook RLHF_TEST_SCRIPTED_COMPLETIONS=1 (generate_scripted): completions that cannot
+ * depend on the policy's last bits, for the tests that compare one process with several. */
+static bool scripted_completions(void) {
+    const char *v = getenv("RLHF_TEST_SCRIPTED_COMPLETIONS");
+    return v && strcmp(v, "1") == 0;
+}
+
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
              const TrainHooks *hooks, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
@@ -388,7 +430,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .pad_id = pad,
                                   .funcs = r.funcs,
                                   .seed = (uint64_t)cfg->seed,
-                                  .log = log};
+                                  .log = log,
+                                  .scripted = scripted_completions()};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);

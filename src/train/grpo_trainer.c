@@ -1,8 +1,10 @@
 #include "train/grpo_trainer.h"
 
 #include "common/error.h"
+#include "dist/dist.h"
 #include "model/forward.h"
 #include "rollout/sampler.h"
+#include "train/grpo_share.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -52,6 +54,10 @@ int grpo_trainer_queued(const GrpoTrainer *g) {
     return g->n_queued;
 }
 
+int grpo_trainer_window(const GrpoTrainer *g) {
+    return g->accumulation_steps * g->trainer->world;
+}
+
 /* rows of b as a token batch [prompt | completion], each part as wide as its longest row among
  * them: RoPE sees only position differences, so dropping common left padding changes nothing.
  * mark selects the completion tokens that count (the loss mask). */
@@ -96,13 +102,13 @@ static void rows_batch_free(RowsBatch *rb) {
     free(rb->tokens), free(rb->attn), free(rb->mark);
 }
 
-int grpo_batch_logprobs(Model *model, const ReferencePolicy *ref, const GrpoBatch *b,
-                        int micro_batch_size, float *out) {
-    memset(out, 0, (size_t)b->n_rows * b->completion_w * sizeof *out);
+/* Log-probs of rows [lo, hi) of b into out, micro_batch_size rows at a time from lo. */
+static int logprobs_rows(Model *model, const ReferencePolicy *ref, const GrpoBatch *b,
+                         int micro_batch_size, int lo, int hi, float *out) {
     int *rows = xmalloc((size_t)micro_batch_size * sizeof *rows);
     int rc = 0;
-    for (int first = 0; first < b->n_rows && rc == 0; first += micro_batch_size) {
-        int n = b->n_rows - first < micro_batch_size ? b->n_rows - first : micro_batch_size;
+    for (int first = lo; first < hi && rc == 0; first += micro_batch_size) {
+        int n = hi - first < micro_batch_size ? hi - first : micro_batch_size;
         for (int i = 0; i < n; i++)
             rows[i] = first + i;
         RowsBatch rb;
@@ -121,16 +127,41 @@ int grpo_batch_logprobs(Model *model, const ReferencePolicy *ref, const GrpoBatc
     return rc;
 }
 
+int grpo_batch_logprobs(Model *model, const ReferencePolicy *ref, const GrpoBatch *b,
+                        int micro_batch_size, float *out) {
+    memset(out, 0, (size_t)b->n_rows * b->completion_w * sizeof *out);
+    return logprobs_rows(model, ref, b, micro_batch_size, 0, b->n_rows, out);
+}
+
+/* grpo_batch_logprobs over the ranks: each computes a contiguous run of the micro-batches one
+ * process would run (so each row sees the same padding and the same arithmetic as there), then
+ * every rank gets every row. */
+static int shared_logprobs(GrpoTrainer *g, const ReferencePolicy *ref, const GrpoBatch *b,
+                           float *out) {
+    int mb = g->micro_batch_size, chunks = (b->n_rows + mb - 1) / mb;
+    DistShards part;
+    if (dist_shards_init(&part, (size_t)chunks) != 0) return -1;
+    int lo = (int)part.offset[g->trainer->rank] * mb,
+        hi = (int)part.offset[g->trainer->rank + 1] * mb;
+    dist_shards_free(&part);
+    if (hi > b->n_rows) hi = b->n_rows;
+    if (lo > hi) lo = hi;
+    memset(out, 0, (size_t)b->n_rows * b->completion_w * sizeof *out);
+    int rc = logprobs_rows(g->trainer->model, ref, b, mb, lo, hi, out);
+    if (dist_agree(rc) != 0) return -1;
+    grpo_share_rows_f32(out, b->n_rows, b->completion_w, lo, hi);
+    return 0;
+}
+
 int grpo_trainer_logprobs(GrpoTrainer *g, GrpoBatch *b) {
     size_t cells = (size_t)b->n_rows * b->completion_w;
     if (grpo_trainer_needs_old_logps(g) && !b->old_logps) {
         b->old_logps = xmalloc((cells ? cells : 1) * sizeof(float));
-        if (grpo_batch_logprobs(g->trainer->model, NULL, b, g->micro_batch_size, b->old_logps))
-            return err_prefix("old log-probs");
+        if (shared_logprobs(g, NULL, b, b->old_logps) != 0) return err_prefix("old log-probs");
     }
     if (g->cfg->beta != 0 && !b->ref_logps) {
         b->ref_logps = xmalloc((cells ? cells : 1) * sizeof(float));
-        if (grpo_batch_logprobs(g->trainer->model, g->ref, b, g->micro_batch_size, b->ref_logps))
+        if (shared_logprobs(g, g->ref, b, b->ref_logps) != 0)
             return err_prefix("reference log-probs");
     }
     return 0;
@@ -196,7 +227,8 @@ static int grpo_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
                            const LogitStats *stats, float *dlogp, double *loss) {
     const WindowView *w = ctx;
     GrpoTrainer *g = w->g;
-    const GrpoMicroStep *s = &g->queue[index];
+    /* this rank's micro-step `index` is the window's index x world + rank (trainer.h) */
+    const GrpoMicroStep *s = &g->queue[index * g->trainer->world + g->trainer->rank];
     const RowsBatch *rb = &w->rbs[index];
     const GrpoBatch *b = &s->batch->b;
     int n = mb->batch.batch, T = mb->batch.t_len, C = rb->completion_w, pw = rb->prompt_w;
@@ -220,8 +252,9 @@ static int grpo_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
             if (ref) ref[at] = b->ref_logps[src];
         }
     }
+    /* the global window's micro-batch count: summed over ranks, the one-process normalisation */
     GrpoMicroBatch gm = {
-        n, C, lp, old, ref, ent, adv, mask, g->accumulation_steps, s->batch->loss_tokens};
+        n, C, lp, old, ref, ent, adv, mask, grpo_trainer_window(g), s->batch->loss_tokens};
     GrpoLossMetrics m;
     *loss = grpo_loss(g->cfg, &gm, d, &m);
     memset(dlogp, 0, (size_t)n * T * sizeof *dlogp);
@@ -240,24 +273,26 @@ static int grpo_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
 }
 
 int grpo_trainer_step(GrpoTrainer *g, StepStats *stats) {
-    int n = g->accumulation_steps;
-    if (g->n_queued < n)
-        return err_set("GRPO: %d micro-steps queued, %d needed for a step", g->n_queued, n);
+    int window = grpo_trainer_window(g), n = g->accumulation_steps;
+    int world = g->trainer->world, rank = g->trainer->rank;
+    if (g->n_queued < window)
+        return err_set("GRPO: %d micro-steps queued, %d needed for a step", g->n_queued, window);
     RowsBatch *rbs = xmalloc((size_t)n * sizeof *rbs);
     MicroBatch *mbs = xmalloc((size_t)n * sizeof *mbs);
     for (int i = 0; i < n; i++) {
-        rows_batch(&rbs[i], &g->queue[i].batch->b, g->queue[i].rows, g->micro_batch_size);
+        const GrpoMicroStep *s = &g->queue[i * world + rank];
+        rows_batch(&rbs[i], &s->batch->b, s->rows, g->micro_batch_size);
         mbs[i] = (MicroBatch){rbs[i].batch, rbs[i].mark};
     }
     WindowView view = {g, rbs};
     TrainMethod method = {&view, NULL, grpo_micro_loss, true};
     int rc = trainer_step(g->trainer, mbs, n, &method, stats);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         rows_batch_free(&rbs[i]);
+    for (int i = 0; i < window; i++)
         release(&g->queue[i]);
-    }
-    memmove(g->queue, g->queue + n, (size_t)(g->n_queued - n) * sizeof *g->queue);
-    g->n_queued -= n;
+    memmove(g->queue, g->queue + window, (size_t)(g->n_queued - window) * sizeof *g->queue);
+    g->n_queued -= window;
     free(rbs);
     free(mbs);
     return rc;

@@ -7,7 +7,16 @@
  * row-wise and cut into steps_per_generation micro-batches, queued num_iterations times over.
  * Each step takes the next gradient_accumulation_steps queued micro-batches. The policy does not
  * change between two optimizer steps, so generating every batch a step needs before the step
- * is the same as TRL generating at the micro-step where the previous batch runs out. */
+ * is the same as TRL generating at the micro-step where the previous batch runs out.
+ *
+ * Over several ranks (dist.h) every rank holds every generation batch whole and the same queue
+ * (the same row shuffles), and a step's window is the global one: accumulation_steps x world
+ * queued micro-steps, rank r running micro-steps r, r + world, ... of it (trainer.h), each loss
+ * normalised by the global window (bnpo, grpo, dr_grpo: 1 / (accumulation_steps x world); dapo:
+ * the loss tokens of the whole generation batch, which every rank counts alike). Summed over
+ * ranks, the gradient is the one of one process with world times the accumulation. The old and
+ * reference log-probs of a batch are computed a contiguous run of micro-batches per rank and
+ * gathered. */
 #ifndef RLHF_TRAIN_GRPO_TRAINER_H
 #define RLHF_TRAIN_GRPO_TRAINER_H
 
@@ -54,17 +63,22 @@ void grpo_trainer_free(GrpoTrainer *g);
 bool grpo_trainer_needs_old_logps(const GrpoTrainer *g);
 
 /* Gives a scored batch the old and reference log-probs it needs (allocating b->old_logps /
- * b->ref_logps), under the policy as it stands. Returns 0, or -1 with an error. */
+ * b->ref_logps), under the policy as it stands. Collective over ranks (each computes its run of
+ * micro-batches; all get every row). Returns 0, or -1 with an error (agreed by every rank). */
 int grpo_trainer_logprobs(GrpoTrainer *g, GrpoBatch *b);
 
 /* Queues a batch's micro-steps (its arrays move into the trainer; *b is zeroed). */
 void grpo_trainer_add(GrpoTrainer *g, GrpoBatch *b);
 
-/* Micro-steps queued. An optimizer step needs accumulation_steps of them. */
+/* Micro-steps queued. An optimizer step needs grpo_trainer_window of them. */
 int grpo_trainer_queued(const GrpoTrainer *g);
 
-/* One optimizer step over the next accumulation_steps queued micro-steps: trainer_step's result
- * (TRAINER_STEP_SKIPPED when the loss or gradient norm is not finite). */
+/* The micro-steps of one optimizer step over all ranks: accumulation_steps x world. */
+int grpo_trainer_window(const GrpoTrainer *g);
+
+/* One optimizer step over the next grpo_trainer_window queued micro-steps (this rank running
+ * its accumulation_steps of them): trainer_step's result (TRAINER_STEP_SKIPPED when the loss or
+ * gradient norm is not finite). Collective over ranks. */
 int grpo_trainer_step(GrpoTrainer *g, StepStats *stats);
 
 /* Log-probs of a batch's completions (rows x completion_w, 0 off the completion) under `model`

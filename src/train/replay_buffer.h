@@ -103,6 +103,12 @@ int replay_buffer_sample(const ReplayBuffer *rb, int n, uint64_t seed, uint64_t 
 void replay_entry_copy(ReplayEntry *dst, const ReplayEntry *src);
 void replay_entry_free(ReplayEntry *e);
 
+/* Over several ranks (dist.h): rank 0's buffer, entries, heap layout and counter, copied into
+ * every other rank's (whose entries it replaces), so that the ranks' buffers are the same bytes
+ * from there on (each rank then updates its own copy with the same batches, by the same rule).
+ * Collective; the capacities must be equal. A no-op in one process. */
+void replay_buffer_bcast(ReplayBuffer *rb);
+
 /* Writes the buffer atomically (safetensors; layout in replay_buffer_io.c). Returns 0, or -1
  * with an error naming the path. */
 int replay_buffer_save(const ReplayBuffer *rb, const char *path);

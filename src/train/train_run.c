@@ -847,10 +847,6 @@ int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
     if (out) memset(out, 0, sizeof *out);
     LoraAdapter *trained = s->has_lora ? &s->lora : NULL;
     Model *m = &s->model;
-    if (dist_size() > 1 && (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO))
-        return err_set("%s: rl: %s does not run over several processes yet (SFT, DPO and the "
-                       "preference methods, and KTO do); run it as one process",
-                       cfg->source, rl_method_name(cfg->rl));
     return cfg->rl == RL_NONE  ? run_sft(cfg, m, trained, &s->tok, out, log)
            : cfg->rl == RL_KTO ? run_kto(cfg, m, trained, &s->tok, out, log)
            : cfg->rl == RL_GRPO || cfg->rl == RL_GDPO
