@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#endif
+
 static void add_bias(float *out, const float *bias, int n, int out_dim) {
     if (!bias) return;
 #pragma omp parallel for schedule(static)
@@ -16,12 +21,94 @@ static void add_bias(float *out, const float *bias, int n, int out_dim) {
     }
 }
 
+#if HAVE_AVX2
+static float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* x · w over n floats: one 8-lane accumulator, then the lanes, then the tail. dot4_f32 sums each
+ * of its rows in exactly this order, so a sequence's result does not depend on how many others
+ * share its batch. */
+static float dot_f32(const float *x, const float *w, int n) {
+    int i = 0;
+    float sum = 0.0f;
+#if HAVE_AVX2
+    __m256 a = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
+    sum = hsum8(a);
+#endif
+    for (; i < n; i++)
+        sum += x[i] * w[i];
+    return sum;
+}
+
+/* Four rows against one w, sharing each load of w. */
+static void dot4_f32(float *out, const float *x0, const float *x1, const float *x2, const float *x3,
+                     const float *w, int n) {
+    int i = 0;
+    float s[4] = {0, 0, 0, 0};
+#if HAVE_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = _mm256_loadu_ps(w + i);
+        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);
+        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), a1);
+        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i), a2);
+        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x3 + i), a3);
+    }
+    s[0] = hsum8(a0), s[1] = hsum8(a1), s[2] = hsum8(a2), s[3] = hsum8(a3);
+#endif
+    for (; i < n; i++) {
+        s[0] += x0[i] * w[i], s[1] += x1[i] * w[i];
+        s[2] += x2[i] * w[i], s[3] += x3[i] * w[i];
+    }
+    memcpy(out, s, sizeof s);
+}
+
+static float dot_bf16(const float *x, const uint16_t *w, int n);
+
+/* Up to this many rows (decoding a few sequences), each weight row is read once and dotted with
+ * every input row, so the weights stream through at memory speed; BLAS would first copy all of W
+ * into its packed layout, which costs more than the few products. Beyond, BLAS multiplies (bf16
+ * weights: widened to fp32 panel by panel first). */
+#define FEW_ROWS 16
+
+static void forward_few_rows(float *out, const float *in, WeightRef w, int n, int in_dim,
+                             int out_dim) {
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < out_dim; j++) {
+        size_t at = (size_t)j * in_dim;
+        int r = 0;
+        if (w.f32)
+            for (; r + 4 <= n; r += 4) {
+                float got[4];
+                const float *x = in + (size_t)r * in_dim;
+                dot4_f32(got, x, x + in_dim, x + 2 * (size_t)in_dim, x + 3 * (size_t)in_dim,
+                         w.f32 + at, in_dim);
+                for (int k = 0; k < 4; k++)
+                    out[(size_t)(r + k) * out_dim + j] = got[k];
+            }
+        for (; r < n; r++) {
+            const float *x = in + (size_t)r * in_dim;
+            out[(size_t)r * out_dim + j] =
+                w.f32 ? dot_f32(x, w.f32 + at, in_dim) : dot_bf16(x, w.bf16 + at, in_dim);
+        }
+    }
+}
+
 void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
                     int in_dim, int out_dim) {
     if (n == 0) return;
     if (n == 1) /* one row (decoding one sequence): a matrix-vector product streams W once */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, out_dim, in_dim, 1.0f, w, in_dim, in, 1, 0.0f, out,
                     1);
+    else if (n <= FEW_ROWS) /* BLAS would pack all of W for a handful of rows */
+        forward_few_rows(out, in, (WeightRef){w, NULL}, n, in_dim, out_dim);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
                     w, in_dim, 0.0f, out, out_dim);
@@ -53,11 +140,6 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
  * an fp32, so widening is a shift and the arithmetic stays fp32. What bf16 saves is memory and
  * bytes read: half the weight RAM, and half the traffic where reading the weights is the cost
  * (decoding a few rows). ---- */
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define HAVE_AVX2 1
-#endif
 
 void bf16_widen(float *dst, const uint16_t *src, size_t n) {
     size_t i = 0;
@@ -102,27 +184,12 @@ static float dot_bf16(const float *x, const uint16_t *w, int n) {
     return sum;
 }
 
-/* Up to this many rows, each weight row is read once and dotted with every input row: the
- * weights stream through at memory speed (decoding). Beyond, panels of the weights are widened
- * to fp32 and BLAS multiplies them (the widening is then a small cost next to the GEMM). */
-#define FEW_ROWS 16
-
 /* Weight rows per widened panel: about 8 MB of fp32. Wide panels keep each GEMM large (BLAS packs
  * them in cache-sized blocks itself); the widening's extra traffic is small next to the GEMM's
  * work once there are more than a few rows. */
 static int panel_rows(int in_dim) {
     int rows = (1 << 21) / (in_dim > 0 ? in_dim : 1);
     return rows < 16 ? 16 : rows;
-}
-
-static void forward_few_rows(float *out, const float *in, const uint16_t *w, int n, int in_dim,
-                             int out_dim) {
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < out_dim; j++) {
-        const uint16_t *wj = w + (size_t)j * in_dim;
-        for (int r = 0; r < n; r++)
-            out[(size_t)r * out_dim + j] = dot_bf16(in + (size_t)r * in_dim, wj, in_dim);
-    }
 }
 
 static void forward_panels(float *out, const float *in, const uint16_t *w, int n, int in_dim,
@@ -145,7 +212,7 @@ void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const f
                          int in_dim, int out_dim) {
     if (n == 0) return;
     if (n <= FEW_ROWS)
-        forward_few_rows(out, in, w, n, in_dim, out_dim);
+        forward_few_rows(out, in, (WeightRef){NULL, w}, n, in_dim, out_dim);
     else
         forward_panels(out, in, w, n, in_dim, out_dim);
     add_bias(out, bias, n, out_dim);
