@@ -58,6 +58,31 @@ const char *harness_write_grpo_prompts(void) {
     return path;
 }
 
+void harness_write_arith_pairs(const char *name, int n) {
+    char rows[16384];
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(rows + len, sizeof rows - len,
+                                "{\"prompt\": \"Q%d: %d plus %d is\", \"chosen\": \" %d.\", "
+                                "\"rejected\": \" %d or so, I guess.\"}\n",
+                                i, i, i + 2, 2 * i + 2, 5 * i + 1);
+    harness_write_file(harness_tmp_path(name), rows, len);
+}
+
+void harness_write_arith_kto_rows(const char *name, int n) {
+    char rows[16384];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        bool good = i % 3 != 1;
+        len += (size_t)snprintf(rows + len, sizeof rows - len,
+                                "{\"prompt\": \"Q%d: %d plus %d is\", \"completion\": \" %d%s\", "
+                                "\"label\": %s}\n",
+                                i, i, i + 2, good ? 2 * i + 2 : 5 * i + 1,
+                                good ? "." : " or so, I guess.", good ? "true" : "false");
+    }
+    harness_write_file(harness_tmp_path(name), rows, len);
+}
+
 int harness_finish(const char *name) {
     if (tmpdir[0] && harness_failures) {
         fprintf(stderr, "%s: kept %s for a look at what failed\n", name, tmpdir);

@@ -45,6 +45,14 @@ int harness_write_file(const char *path, const void *data, size_t len);
  * "answer": "2i+2"}. Returns its path (harness_tmp_path's buffer). */
 const char *harness_write_grpo_prompts(void);
 
+/* <tmp>/NAME: n arithmetic preference pairs, {"prompt": "Qi: i plus i+2 is", "chosen": " 2i+2.",
+ * "rejected": " 5i+1 or so, I guess."}. */
+void harness_write_arith_pairs(const char *name, int n);
+
+/* <tmp>/NAME: n KTO rows of the same questions, {"prompt", "completion", "label"}: row i is the
+ * right answer (label true) unless i % 3 == 1, then the near miss (label false). */
+void harness_write_arith_kto_rows(const char *name, int n);
+
 /* The rows of out_dir/metrics.jsonl, a JSON array (empty when the file is missing; caller
  * decrefs), and one row's number for key (0 when absent). */
 json_t *harness_read_metrics(const char *out_dir);

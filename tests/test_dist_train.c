@@ -41,23 +41,8 @@ static void write_data(void) {
                               "{\"text\": \"The number %d comes after %d.%.*s\"}\n", i + 1, i,
                               i % 4, " and so on");
     harness_write_file(harness_tmp_path("text.jsonl"), rows, n);
-    n = 0;
-    for (int i = 0; i < 18; i++)
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: %d plus %d is\", \"chosen\": \" %d.\", "
-                              "\"rejected\": \" %d or so, I guess.\"}\n",
-                              i, i, i + 2, 2 * i + 2, 5 * i + 1);
-    harness_write_file(harness_tmp_path("pairs.jsonl"), rows, n);
-    n = 0;
-    for (int i = 0; i < 18; i++) {
-        int good = i % 3 != 1;
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: %d plus %d is\", \"completion\": \" %d%s\", "
-                              "\"label\": %s}\n",
-                              i, i, i + 2, good ? 2 * i + 2 : 5 * i + 1,
-                              good ? "." : " or so, I guess.", good ? "true" : "false");
-    }
-    harness_write_file(harness_tmp_path("rows.jsonl"), rows, n);
+    harness_write_arith_pairs("pairs.jsonl", 18);
+    harness_write_arith_kto_rows("rows.jsonl", 18);
 }
 
 static void test_parity(void) {

@@ -1,5 +1,6 @@
 /* CPU kernels against direct double-precision definitions (the model-level parity tests
  * check them against transformers; these pin down the edge cases). */
+#include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
@@ -8,7 +9,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void test_fast_exp(void) {
     double worst = 0;
@@ -169,12 +169,8 @@ static void test_matmul_bf16(void) {
         float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
         float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
         float *out = malloc(sizeof *out * (size_t)n * out_dim);
-        for (int i = 0; i < out_dim * in_dim; i++) {
-            float v = (float)rand() / RAND_MAX - 0.5f;
-            uint32_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            w16[i] = (uint16_t)(bits >> 16);
-        }
+        for (int i = 0; i < out_dim * in_dim; i++)
+            w16[i] = f32_to_bf16((float)rand() / RAND_MAX - 0.5f);
         bf16_widen(w, w16, (size_t)out_dim * in_dim);
         for (int i = 0; i < n * in_dim; i++)
             x[i] = (float)rand() / RAND_MAX - 0.5f;

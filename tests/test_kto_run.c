@@ -19,17 +19,8 @@
 static char config[4096];
 
 static void write_config(void) {
-    char rows[8192], text[8192], model[2048];
-    size_t n = 0;
-    for (int i = 0; i < 16; i++) {
-        bool good = i % 3 != 1;
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: %d plus %d is\", \"completion\": \" %d%s\", "
-                              "\"label\": %s}\n",
-                              i, i, i + 2, good ? 2 * i + 2 : 5 * i + 1,
-                              good ? "." : " or so, I guess.", good ? "true" : "false");
-    }
-    harness_write_file(harness_tmp_path("rows.jsonl"), rows, n);
+    char text[8192], model[2048];
+    harness_write_arith_kto_rows("rows.jsonl", 16);
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     snprintf(text, sizeof text,
              "base_model: %s\nrl: kto\nrl_beta: 0.1\ndatasets:\n  - path: %s\n"

@@ -10,6 +10,7 @@
 #include "common/json_util.h"
 #include "harness.h"
 #include "model/model.h"
+#include "trained_weights.h"
 #include "train/model_dir.h"
 
 #include <math.h>
@@ -19,14 +20,8 @@
 static char config[4096];
 
 static void write_config(void) {
-    char rows[8192], text[8192], model[2048];
-    size_t n = 0;
-    for (int i = 0; i < 16; i++)
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: %d plus %d is\", \"chosen\": \" %d.\", "
-                              "\"rejected\": \" %d or so, I guess.\"}\n",
-                              i, i, i + 2, 2 * i + 2, 5 * i + 1);
-    harness_write_file(harness_tmp_path("pairs.jsonl"), rows, n);
+    char text[8192], model[2048];
+    harness_write_arith_pairs("pairs.jsonl", 16);
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     snprintf(text, sizeof text,
              "base_model: %s\nrl: dpo\nrl_beta: 0.1\ndatasets:\n  - path: %s\n"
@@ -84,15 +79,9 @@ static void test_full_and_precomputed(void) {
     const char *pre_out = harness_tmp_path("precomputed");
     const char *pre[] = {"--output_dir", pre_out, "--precompute_ref_log_probs", "true"};
     CHECK(train(pre, 2) == CLI_EXIT_OK, "precomputed: %s", err_msg());
-    Model a, b;
-    CHECK(model_load(&a, out) == 0 && model_load(&b, pre_out) == 0, "%s", err_msg());
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < a.n_params; i++)
-        err = fmax(err, fabs(a.params[i] - b.params[i])), scale = fmax(scale, fabs(a.params[i]));
+    double scale, err = saved_weights_gap(out, pre_out, &scale);
     CHECK(err <= 1e-4 * scale, "precomputed reference: weights off by %.3g (scale %.3g)", err,
           scale);
-    model_free(&a);
-    model_free(&b);
 
     /* rl: ipo starts at (1/(2β))² */
     const char *ipo[] = {"--output_dir", harness_tmp_path("ipo"), "--rl",
@@ -126,14 +115,8 @@ static void test_bf16_reference(void) {
     CHECK(fabs(harness_metric(metrics, 0, "loss") - log(2.0)) < 1e-5,
           "bf16 reference, step 1: loss %.7f (ln 2)", harness_metric(metrics, 0, "loss"));
     json_decref(metrics);
-    Model x, y;
-    CHECK(model_load(&x, fp32_out) == 0 && model_load(&y, bf16_out) == 0, "%s", err_msg());
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < x.n_params; i++)
-        err = fmax(err, fabs(x.params[i] - y.params[i])), scale = fmax(scale, fabs(x.params[i]));
+    double scale, err = saved_weights_gap(fp32_out, bf16_out, &scale);
     CHECK(err <= 1e-5 * scale, "bf16 reference: weights off by %.3g (scale %.3g)", err, scale);
-    model_free(&x);
-    model_free(&y);
 }
 
 static void test_adapter_references(void) {

@@ -41,7 +41,9 @@ static size_t acts_floats(const ModelConfig *c, size_t n, ActsRole role) {
     size_t pre = role != ACTS_INFERENCE && c->qk_norm ? qd + kvd : 0;
     size_t kept = 2 * H + 2 * qd + 2 * kvd + 2 * I + pre; /* x_in, x_mid, q, att, k, v, gate, up */
     size_t shared = 2 * H + I;                            /* xn, proj, act */
-    return n * (role == ACTS_KEPT ? kept : role == ACTS_FULL ? kept + shared : kept + shared - H);
+    if (role == ACTS_KEPT) return n * kept;
+    if (role == ACTS_FULL) return n * (kept + shared);
+    return n * (kept + shared - H); /* inference: x_mid is x_in */
 }
 
 /* Points a's buffers into p (acts_floats(c, n, role) floats); ACTS_KEPT takes xn, proj and act

@@ -1,6 +1,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include "common/error.h"
+#include "common/float16.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -70,7 +71,43 @@ static void dot4_f32(float *out, const float *x0, const float *x1, const float *
     memcpy(out, s, sizeof s);
 }
 
-static float dot_bf16(const float *x, const uint16_t *w, int n);
+/* ---- weights stored in bf16 (a frozen model kept with bf16: true). A bf16 is the upper half of
+ * an fp32, so widening is a shift and the arithmetic stays fp32. What bf16 saves is memory and
+ * bytes read: half the weight RAM, and half the traffic where reading the weights is the cost
+ * (decoding a few rows). ---- */
+
+void bf16_widen(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+#if HAVE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; i++)
+        dst[i] = bf16_to_f32(src[i]);
+}
+
+/* x · w over n floats, w widened from bf16 on the fly. */
+static float dot_bf16(const float *x, const uint16_t *w, int n) {
+    int i = 0;
+    float sum = 0.0f;
+#if HAVE_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m256i w0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+        __m256i w1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), _mm256_loadu_ps(x + i),
+                             a0);
+        a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)),
+                             _mm256_loadu_ps(x + i + 8), a1);
+    }
+    sum = hsum8(_mm256_add_ps(a0, a1));
+#endif
+    for (; i < n; i++)
+        sum += x[i] * bf16_to_f32(w[i]);
+    return sum;
+}
 
 /* Up to this many rows (decoding a few sequences), each weight row is read once and dotted with
  * every input row, so the weights stream through at memory speed; BLAS would first copy all of W
@@ -136,53 +173,7 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
     }
 }
 
-/* ---- weights stored in bf16 (a frozen model kept with bf16: true). A bf16 is the upper half of
- * an fp32, so widening is a shift and the arithmetic stays fp32. What bf16 saves is memory and
- * bytes read: half the weight RAM, and half the traffic where reading the weights is the cost
- * (decoding a few rows). ---- */
-
-void bf16_widen(float *dst, const uint16_t *src, size_t n) {
-    size_t i = 0;
-#if HAVE_AVX2
-    for (; i + 8 <= n; i += 8) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
-        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-#endif
-    for (; i < n; i++) {
-        uint32_t bits = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &bits, sizeof bits);
-    }
-}
-
-/* x · w over n floats, w widened from bf16 on the fly. */
-static float dot_bf16(const float *x, const uint16_t *w, int n) {
-    int i = 0;
-    float sum = 0.0f;
-#if HAVE_AVX2
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        __m256i w0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
-        __m256i w1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i + 8)));
-        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), _mm256_loadu_ps(x + i),
-                             a0);
-        a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)),
-                             _mm256_loadu_ps(x + i + 8), a1);
-    }
-    __m256 a = _mm256_add_ps(a0, a1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    sum = _mm_cvtss_f32(s);
-#endif
-    for (; i < n; i++) {
-        uint32_t bits = (uint32_t)w[i] << 16;
-        float wf;
-        memcpy(&wf, &bits, sizeof wf);
-        sum += x[i] * wf;
-    }
-    return sum;
-}
+/* ---- products with bf16 weights ---- */
 
 /* Weight rows per widened panel: about 8 MB of fp32. Wide panels keep each GEMM large (BLAS packs
  * them in cache-sized blocks itself); the widening's extra traffic is small next to the GEMM's
