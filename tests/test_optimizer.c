@@ -42,6 +42,14 @@ static void test_schedules(void) {
     json_decref(j);
 }
 
+/* The synthetic gradient of make_optimizer_fixtures.py at step k. */
+static void synthetic_grads(const Model *m, int64_t k, float scale, float *grads) {
+    for (int p = 0; p < m->n_param_tensors; p++)
+        for (size_t i = 0; i < m->param_info[p].numel; i++)
+            grads[m->param_info[p].offset + i] =
+                (float)sin(0.37 * (double)(i + 1) + 1.3 * (double)k + 0.11 * p) * scale;
+}
+
 static void run_case(const char *case_name) {
     char rel[512];
     snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.json", case_name);
@@ -65,14 +73,14 @@ static void run_case(const char *case_name) {
             if (strcmp(name, json_string_value(json_array_get(decay, d))) == 0) want = true;
         CHECK(param_gets_weight_decay(name) == want, "%s: weight decay %d, Trainer says %d", name,
               !want, want);
-        spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel, want};
+        spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel, want, false};
     }
 
     json_t *betas = json_object_get(j, "betas");
     AdamWConfig cfg = {json_number_value(json_array_get(betas, 0)),
                        json_number_value(json_array_get(betas, 1)),
                        json_number_value(json_object_get(j, "eps")),
-                       json_number_value(json_object_get(j, "weight_decay"))};
+                       json_number_value(json_object_get(j, "weight_decay")), false};
     AdamW opt;
     CHECK(adamw_init(&opt, &cfg, spans, m.n_param_tensors) == 0, "%s", err_msg());
     LrScheduleType type;
@@ -90,10 +98,7 @@ static void run_case(const char *case_name) {
     float *grads = malloc(m.n_params * sizeof *grads);
     for (int64_t k = 0; k < steps; k++) {
         float scale = (float)json_number_value(json_array_get(scales, (size_t)k));
-        for (int p = 0; p < m.n_param_tensors; p++)
-            for (size_t i = 0; i < m.param_info[p].numel; i++)
-                grads[m.param_info[p].offset + i] =
-                    (float)sin(0.37 * (double)(i + 1) + 1.3 * (double)k + 0.11 * p) * scale;
+        synthetic_grads(&m, k, scale, grads);
         double norm = grad_global_norm(grads, spans, m.n_param_tensors);
         double want_norm =
             json_number_value(json_array_get(json_object_get(j, "grad_norm_per_step"), (size_t)k));
@@ -137,9 +142,142 @@ static void run_case(const char *case_name) {
     json_decref(j);
 }
 
+static bool name_listed(json_t *list, const char *name) {
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (strcmp(name, json_string_value(json_array_get(list, i))) == 0) return true;
+    return false;
+}
+
+/* bitsandbytes' maps as our code makes them against the ones its optimizer used. */
+static void check_maps(const SafetensorsFile *f, const AdamW *opt) {
+    const char *keys[2] = {"qmap1", "qmap2"};
+    for (int k = 0; k < 2; k++) {
+        const SafetensorsTensor *t = safetensors_find(f, keys[k]);
+        CHECK(t && t->numel == 256, "%s in the fixture", keys[k]);
+        if (!t) continue;
+        float want[256];
+        safetensors_to_f32(t, want);
+        int differ = 0;
+        for (int i = 0; i < 256; i++)
+            differ += opt->maps[k].value[i] != want[i];
+        CHECK(differ == 0, "%s: %d of 256 values differ from bitsandbytes'", keys[k], differ);
+    }
+}
+
+/* The 8-bit moments of span p against bitsandbytes' state1/state2 codes and absmax1/absmax2. */
+static int compare_codes(const SafetensorsFile *f, const AdamW *opt, int p, const char *name,
+                         size_t *n_codes) {
+    MomentTensor mt[4];
+    int n = adamw_span_moments(opt, p, mt), bad = 0;
+    for (int k = 0; k < n; k++) {
+        char key[256];
+        snprintf(key, sizeof key, "%s.%s", mt[k].key, name);
+        const SafetensorsTensor *t = safetensors_find(f, key);
+        if (!t || (size_t)t->numel != mt[k].numel) {
+            CHECK(0, "%s: missing or of another size in the fixture", key);
+            continue;
+        }
+        if (mt[k].codes) {
+            const uint8_t *want = t->data, *got = mt[k].data;
+            for (size_t i = 0; i < mt[k].numel; i++)
+                bad += got[i] != want[i];
+            *n_codes += mt[k].numel;
+        } else {
+            float *want = malloc(mt[k].numel * sizeof *want);
+            safetensors_to_f32(t, want);
+            for (size_t i = 0; i < mt[k].numel; i++)
+                bad += !harness_close(((float *)mt[k].data)[i], want[i], 1e-5, 0);
+            free(want);
+        }
+    }
+    return bad;
+}
+
+/* bitsandbytes' 8-bit AdamW as Trainer builds it for optim="adamw_bnb_8bit"
+ * (tests/fixtures/optimizer/adamw8bit, make_adamw8bit_fixtures.py): which tensors get 8-bit
+ * moments, the quantisation maps, the codes and scales after 5 steps, and the parameters. */
+static void run_8bit_case(void) {
+    json_t *j = load_json("tests/fixtures/optimizer/adamw8bit/case.json");
+    Model m;
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/optimizer/adamw8bit/model")) == 0,
+          "%s", err_msg());
+    json_t *decay = json_object_get(j, "decay_names"),
+           *eight_bit = json_object_get(j, "eight_bit_names");
+    ParamSpan *spans = calloc((size_t)m.n_param_tensors, sizeof *spans);
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const char *name = m.param_info[p].name;
+        CHECK(param_gets_weight_decay(name) == name_listed(decay, name), "%s: decay", name);
+        spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel,
+                               param_gets_weight_decay(name), param_is_embedding(name)};
+    }
+    json_t *betas = json_object_get(j, "betas");
+    AdamWConfig cfg = {json_number_value(json_array_get(betas, 0)),
+                       json_number_value(json_array_get(betas, 1)),
+                       json_number_value(json_object_get(j, "eps")),
+                       json_number_value(json_object_get(j, "weight_decay")), true};
+    AdamW opt;
+    CHECK(adamw_init(&opt, &cfg, spans, m.n_param_tensors) == 0, "%s", err_msg());
+    for (int p = 0; p < m.n_param_tensors; p++)
+        CHECK((opt.moments[p].m == NULL) == name_listed(eight_bit, m.param_info[p].name),
+              "%s: 8-bit moments %d, bitsandbytes says %d", m.param_info[p].name,
+              opt.moments[p].m == NULL, !(opt.moments[p].m == NULL));
+
+    int64_t steps = json_integer_value(json_object_get(j, "steps"));
+    int64_t warmup = json_integer_value(json_object_get(j, "warmup_steps"));
+    double base_lr = json_number_value(json_object_get(j, "lr"));
+    double max_norm = json_number_value(json_object_get(j, "max_grad_norm"));
+    float *grads = malloc(m.n_params * sizeof *grads);
+    for (int64_t k = 0; k < steps; k++) {
+        float scale =
+            (float)json_number_value(json_array_get(json_object_get(j, "scales"), (size_t)k));
+        synthetic_grads(&m, k, scale, grads);
+        double norm = grad_global_norm(grads, spans, m.n_param_tensors);
+        grad_clip(grads, spans, m.n_param_tensors, max_norm, norm);
+        double lr = base_lr * lr_schedule_factor(LR_COSINE, k, warmup, steps);
+        double want_lr =
+            json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
+        CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
+              want_lr);
+        adamw_step(&opt, m.params, grads, lr);
+    }
+
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, harness_source_path("tests/fixtures/optimizer/adamw8bit/"
+                                                   "after.safetensors")) == 0,
+          "%s", err_msg());
+    check_maps(&f, &opt);
+    int bad = 0, bad_codes = 0;
+    size_t compared = 0, n_codes = 0;
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        const char *name = m.param_info[p].name;
+        const SafetensorsTensor *t = safetensors_find(&f, name);
+        CHECK(t != NULL, "%s: not in the fixture", name);
+        if (!t) continue;
+        float *want = malloc((size_t)t->numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        for (size_t i = 0; i < m.param_info[p].numel; i++, compared++)
+            bad += !harness_close(m.params[m.param_info[p].offset + i], want[i], 1e-4, 1e-6);
+        free(want);
+        if (!opt.moments[p].m) bad_codes += compare_codes(&f, &opt, p, name, &n_codes);
+    }
+    CHECK(bad == 0 && compared == m.n_params, "%d of %zu parameters differ from bitsandbytes'", bad,
+          compared);
+    CHECK(bad_codes == 0 && n_codes > 0, "%d of %zu moment codes or scales differ", bad_codes,
+          n_codes);
+    printf("adamw8bit: %zu parameters and %zu 8-bit codes match bitsandbytes after %lld steps\n",
+           compared, n_codes, (long long)steps);
+    safetensors_close(&f);
+    free(grads);
+    free(spans);
+    adamw_free(&opt);
+    model_free(&m);
+    json_decref(j);
+}
+
 int main(void) {
     test_schedules();
     run_case("adamw_cosine_clip");
     run_case("adamw_linear_qknorm");
+    run_8bit_case();
     return harness_finish("test_optimizer");
 }

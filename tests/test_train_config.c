@@ -223,9 +223,22 @@ static void test_errors(void) {
                  "tlist.yaml:7", "lora_target_modules[1]: expected a name");
     expect_error("sched.yaml", BASE "learning_rate: 1\nlr_scheduler: rex\n", "sched.yaml",
                  "'lr_scheduler': \"rex\" is not supported");
-    expect_error("optim.yaml", BASE "learning_rate: 1\noptimizer: adamw_8bit\n", "optim.yaml",
+    expect_error("optim.yaml", BASE "learning_rate: 1\noptimizer: lion_8bit\n", "optim.yaml",
                  "'optimizer'");
+    expect_error("optim8z.yaml",
+                 BASE "learning_rate: 1\noptimizer: paged_adamw_8bit\nzero_stage: 1\n",
+                 "optim8z.yaml", "'zero_stage': 1 shards the fp32 AdamW moments");
     TrainConfig c;
+    const char *names8[] = {"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"};
+    for (int i = 0; i < 3; i++) {
+        char text[512];
+        snprintf(text, sizeof text, BASE "learning_rate: 1\noptimizer: %s\n", names8[i]);
+        CHECK(train_config_load(&c, write_yaml("optim8.yaml", text), NULL, 0) == 0,
+              "optimizer %s: %s", names8[i], err_msg());
+        CHECK(optimizer_is_8bit(c.optimizer), "%s is 8-bit", names8[i]);
+        train_config_free(&c);
+    }
+    CHECK(!optimizer_is_8bit("adamw_torch"), "adamw_torch is not 8-bit");
     CHECK(train_config_load(&c, harness_source_path("no/such.yaml"), NULL, 0) != 0 &&
               strstr(err_msg(), "cannot open"),
           "missing file: %s", err_msg());

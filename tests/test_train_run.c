@@ -7,6 +7,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "io/safetensors.h"
 #include "model/model.h"
 
 #include <stdbool.h>
@@ -175,6 +176,100 @@ static void test_resume(void) {
           "resume with no checkpoint: %s", err_msg());
 }
 
+/* llama_text with its lm_head untied (a copy of the embedding) in tmp/untied: the one tensor
+ * large enough for 8-bit moments (the embedding keeps fp32 ones, as under Trainer). */
+static const char *write_untied_model(void) {
+    static char dir[4096];
+    snprintf(dir, sizeof dir, "%s", harness_tmp_path("untied"));
+    char cmd[16384], path[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, base, dir);
+    CHECK(system(cmd) == 0, "copy llama_text");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = NULL;
+    CHECK(json_load_path(path, &cfg) == 0, "%s", err_msg());
+    json_object_set_new(cfg, "tie_word_embeddings", json_false());
+    CHECK(json_dump_file(cfg, path, JSON_INDENT(2)) == 0, "write config.json");
+    json_decref(cfg);
+
+    snprintf(path, sizeof path, "%s/model.safetensors", base);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    SafetensorsWriteTensor *t = calloc(f.n_tensors + 1, sizeof *t);
+    for (size_t i = 0; i < f.n_tensors; i++) {
+        const SafetensorsTensor *src = &f.tensors[i];
+        t[i] = (SafetensorsWriteTensor){src->name, src->dtype, src->ndim, {0}, src->data};
+        memcpy(t[i].shape, src->shape, sizeof t[i].shape);
+        if (strcmp(src->name, "model.embed_tokens.weight") == 0) {
+            t[f.n_tensors] = t[i];
+            t[f.n_tensors].name = "lm_head.weight";
+        }
+    }
+    CHECK(t[f.n_tensors].name != NULL, "llama_text has an embedding");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(safetensors_write(path, t, f.n_tensors + 1) == 0, "%s", err_msg());
+    free(t);
+    safetensors_close(&f);
+    return dir;
+}
+
+/* optimizer: adamw_8bit: the checkpoint keeps the lm_head's moments as bitsandbytes' codes and
+ * the embedding's in fp32; 3 steps + resume give the weights of 6 straight steps; the run differs
+ * from one with fp32 moments; a checkpoint of the other optimizer is refused by name. */
+static void test_eight_bit(void) {
+    char saved_base[sizeof base];
+    snprintf(saved_base, sizeof saved_base, "%s", base);
+    snprintf(base, sizeof base, "%s", write_untied_model());
+    write_config("adam8.yaml", "optimizer: adamw_8bit\n");
+    write_config("adam32.yaml", "");
+    snprintf(base, sizeof base, "%s", saved_base);
+    char c8[4096], c32[4096], a[4096], b[4096], f32[4096], ckpt[4200], path[4300], other[4300];
+    snprintf(c8, sizeof c8, "%s", harness_tmp_path("adam8.yaml"));
+    snprintf(c32, sizeof c32, "%s", harness_tmp_path("adam32.yaml"));
+    snprintf(a, sizeof a, "%s", harness_tmp_path("adam8-straight"));
+    snprintf(b, sizeof b, "%s", harness_tmp_path("adam8-resumed"));
+    snprintf(f32, sizeof f32, "%s", harness_tmp_path("adam32"));
+    const char *straight[] = {"--max_steps", "6", "--save_steps", "3", "--output_dir", a};
+    CHECK(train_with(c8, straight, 3) == CLI_EXIT_OK, "8-bit run: %s", err_msg());
+
+    snprintf(path, sizeof path, "%s/checkpoint-3/optimizer.safetensors", a);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    const SafetensorsTensor *codes = safetensors_find(&f, "state1.lm_head.weight"),
+                            *scales = safetensors_find(&f, "absmax2.lm_head.weight"),
+                            *embed = safetensors_find(&f, "exp_avg_sq.model.embed_tokens.weight");
+    CHECK(codes && codes->dtype == ST_U8 && scales && scales->dtype == ST_F32 &&
+              scales->numel == (codes->numel + 255) / 256,
+          "lm_head: uint8 codes and one scale per 256 values");
+    CHECK(embed && embed->dtype == ST_F32, "embedding: fp32 moments");
+    CHECK(!safetensors_find(&f, "exp_avg.lm_head.weight"), "lm_head: no fp32 moments");
+    safetensors_close(&f);
+
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", a);
+    const char *resumed[] = {
+        "--max_steps", "6", "--save_steps", "3", "--output_dir", b, "--resume_from_checkpoint",
+        ckpt};
+    CHECK(train_with(c8, resumed, 4) == CLI_EXIT_OK, "8-bit resumed run: %s", err_msg());
+    snprintf(path, sizeof path, "%s/model.safetensors", a);
+    snprintf(other, sizeof other, "%s/model.safetensors", b);
+    CHECK(harness_same_file(path, other), "8-bit: 3 steps + resume gives the weights of 6 steps");
+
+    const char *plain[] = {"--max_steps", "6", "--save_steps", "3", "--output_dir", f32};
+    CHECK(train_with(c32, plain, 3) == CLI_EXIT_OK, "fp32 run: %s", err_msg());
+    snprintf(other, sizeof other, "%s/model.safetensors", f32);
+    CHECK(!harness_same_file(path, other), "8-bit moments change the trained weights");
+
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", f32);
+    const char *mixed[] = {"--max_steps",
+                           "6",
+                           "--output_dir",
+                           harness_tmp_path("adam-mixed"),
+                           "--resume_from_checkpoint",
+                           ckpt};
+    CHECK(train_with(c8, mixed, 3) == CLI_EXIT_FAILURE &&
+              strstr(err_msg(), "state1.lm_head.weight") && strstr(err_msg(), "another optimizer"),
+          "an fp32 checkpoint resumed with 8-bit moments: %s", err_msg());
+}
+
 /* val_set_size holds examples out; eval_loss is logged every eval_steps with HF's eval_ prefix. */
 static void test_evaluation(void) {
     char config[4096], out[4096], path[4300];
@@ -320,6 +415,7 @@ int main(void) {
     write_datasets();
     test_training();
     test_resume();
+    test_eight_bit();
     test_evaluation();
     test_preprocess_cache();
     test_errors();

@@ -733,8 +733,13 @@ static int validate(TrainConfig *cfg) {
         return err_set("keys 'adam_beta1', 'adam_beta2': must be in [0, 1)");
     if (!cfg->optimizer) cfg->optimizer = xstrdup("adamw_torch");
     if (strcmp(cfg->optimizer, "adamw_torch") != 0 &&
-        strcmp(cfg->optimizer, "adamw_torch_fused") != 0)
-        return err_set("key 'optimizer': \"%s\" is not supported (adamw_torch, adamw_torch_fused)",
+        strcmp(cfg->optimizer, "adamw_torch_fused") != 0 && !optimizer_is_8bit(cfg->optimizer))
+        return err_set("key 'optimizer': \"%s\" is not supported (adamw_torch, adamw_torch_fused; "
+                       "8-bit moments: adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit)",
+                       cfg->optimizer);
+    if (optimizer_is_8bit(cfg->optimizer) && cfg->zero_stage == 1)
+        return err_set("key 'zero_stage': 1 shards the fp32 AdamW moments; it cannot be combined "
+                       "with optimizer \"%s\" (use zero_stage: 0)",
                        cfg->optimizer);
     if (!cfg->lr_scheduler) cfg->lr_scheduler = xstrdup("cosine");
     static const char *const schedules[] = {"constant", "constant_with_warmup", "linear", "cosine"};
@@ -918,4 +923,9 @@ void train_config_free(TrainConfig *cfg) {
         free(cfg->warnings[i]);
     free(cfg->warnings);
     memset(cfg, 0, sizeof *cfg);
+}
+
+bool optimizer_is_8bit(const char *name) {
+    return strcmp(name, "adamw_bnb_8bit") == 0 || strcmp(name, "adamw_8bit") == 0 ||
+           strcmp(name, "paged_adamw_8bit") == 0;
 }

@@ -132,4 +132,8 @@ void train_config_free(TrainConfig *cfg);
 
 const char *rl_method_name(RlMethod rl);
 
+/* bitsandbytes' 8-bit AdamW under one of Trainer's names for it ("adamw_bnb_8bit", its alias
+ * "adamw_8bit", and "paged_adamw_8bit": paging only matters to CUDA memory). */
+bool optimizer_is_8bit(const char *name);
+
 #endif

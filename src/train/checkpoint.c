@@ -56,24 +56,25 @@ static void fsync_dir(const char *path) {
     }
 }
 
-/* m and v: the full moments (trainer_gather_moments). */
-static int write_optimizer(const char *path, const Trainer *tr, const float *m, const float *v) {
-    int n = tr->n_spans;
-    SafetensorsWriteTensor *t = xcalloc(2 * (size_t)n, sizeof *t);
-    char **names = xcalloc(2 * (size_t)n, sizeof *names);
-    for (int p = 0; p < n; p++) {
-        const ParamSpan *span = &tr->spans[p];
-        for (int k = 0; k < 2; k++) {
+/* m and v: the full moments when sharded (trainer_gather_moments). Each span's moment tensors are
+ * named "<key>.<parameter name>". */
+static int write_optimizer(const char *path, const Trainer *tr, float *m, float *v) {
+    size_t cap = 4 * (size_t)tr->n_spans, n = 0;
+    SafetensorsWriteTensor *t = xcalloc(cap ? cap : 1, sizeof *t);
+    char **names = xcalloc(cap ? cap : 1, sizeof *names);
+    for (int p = 0; p < tr->n_spans; p++) {
+        MomentTensor mt[4];
+        int k = trainer_span_moments(tr, m, v, p, mt);
+        for (int i = 0; i < k; i++, n++) {
             size_t len = strlen(tr->param_names[p]) + 16;
-            names[2 * p + k] = xmalloc(len);
-            snprintf(names[2 * p + k], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg",
-                     tr->param_names[p]);
-            t[2 * p + k] = (SafetensorsWriteTensor){
-                names[2 * p + k], ST_F32, 1, {(int64_t)span->numel}, (k ? v : m) + span->offset};
+            names[n] = xmalloc(len);
+            snprintf(names[n], len, "%s.%s", mt[i].key, tr->param_names[p]);
+            t[n] = (SafetensorsWriteTensor){
+                names[n], mt[i].codes ? ST_U8 : ST_F32, 1, {(int64_t)mt[i].numel}, mt[i].data};
         }
     }
-    int rc = safetensors_write(path, t, 2 * (size_t)n);
-    for (int i = 0; i < 2 * n; i++)
+    int rc = safetensors_write(path, t, n);
+    for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
     free(t);
@@ -182,7 +183,7 @@ static int rotate(const char *output_dir, int64_t keep) {
 
 /* What rank 0 does of a save: the directory, written and renamed into place. */
 static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const json_t *state,
-                        const float *m, const float *v) {
+                        float *m, float *v) {
     int64_t step = tr->step;
     char final_dir[4096], temp_dir[4096], path[4200];
     snprintf(final_dir, sizeof final_dir, "%s/checkpoint-%lld", target->output_dir,
@@ -224,21 +225,24 @@ int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const jso
     return dist_agree(rc);
 }
 
-/* Into m and v: the full moments (trainer_moment_buffers). */
+/* Into m and v when sharded (trainer_moment_buffers), else into the trainer's own moments. */
 static int read_moments(const char *path, const Trainer *tr, float *m, float *v) {
     SafetensorsFile f;
     if (safetensors_open(&f, path) != 0) return -1;
     int rc = 0;
     for (int p = 0; rc == 0 && p < tr->n_spans; p++) {
-        const ParamSpan *span = &tr->spans[p];
-        for (int k = 0; rc == 0 && k < 2; k++) {
+        MomentTensor mt[4];
+        int k = trainer_span_moments(tr, m, v, p, mt);
+        for (int i = 0; rc == 0 && i < k; i++) {
             char name[200];
-            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", tr->param_names[p]);
+            snprintf(name, sizeof name, "%s.%s", mt[i].key, tr->param_names[p]);
             const SafetensorsTensor *t = safetensors_find(&f, name);
-            if (!t || t->dtype != ST_F32 || (size_t)t->numel != span->numel)
-                rc = err_set("%s: tensor \"%s\" is missing or has the wrong size", path, name);
+            if (!t || t->dtype != (mt[i].codes ? ST_U8 : ST_F32) || (size_t)t->numel != mt[i].numel)
+                rc = err_set("%s: tensor \"%s\" is missing or has the wrong type or size (was the "
+                             "checkpoint made with another optimizer?)",
+                             path, name);
             else
-                memcpy((k ? v : m) + span->offset, t->data, span->numel * sizeof(float));
+                memcpy(mt[i].data, t->data, mt[i].numel * (mt[i].codes ? 1 : sizeof(float)));
         }
     }
     safetensors_close(&f);

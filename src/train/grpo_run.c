@@ -288,15 +288,15 @@ static int restore_replay(GrpoRun *r, const char *dir) {
 
 static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
     const TrainConfig *cfg = r->cfg;
-    TrainerOptions opt = {
-        .learning_rate = cfg->learning_rate,
-        .max_grad_norm = cfg->max_grad_norm,
-        .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
-        .total_steps = r->total,
-        .gradient_checkpointing = cfg->gradient_checkpointing,
-        .disable_dropout = true,
-        .seed = (uint64_t)cfg->seed,
-        .zero1 = cfg->zero_stage == 1};
+    TrainerOptions opt = {.learning_rate = cfg->learning_rate,
+                          .max_grad_norm = cfg->max_grad_norm,
+                          .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon,
+                                    cfg->weight_decay, optimizer_is_8bit(cfg->optimizer)},
+                          .total_steps = r->total,
+                          .gradient_checkpointing = cfg->gradient_checkpointing,
+                          .disable_dropout = true,
+                          .seed = (uint64_t)cfg->seed,
+                          .zero1 = cfg->zero_stage == 1};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0
@@ -323,6 +323,7 @@ static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
                 (long long)r->steps_per_epoch, (long long)cfg->micro_batch_size,
                 (long long)cfg->gradient_accumulation_steps, r->g->num_iterations,
                 grpo_loss_type_name(r->g->loss_type), r->g->beta);
+        log_optimizer_state(r->log, &r->tr);
         if (r->replay.capacity > 0)
             fprintf(r->log, "replay buffer: up to %d groups\n", r->replay.capacity);
         if (r->tr.world > 1)

@@ -30,6 +30,47 @@ bool param_gets_weight_decay(const char *name) {
     return true;
 }
 
+bool param_is_embedding(const char *name) {
+    const char *suffix = "embed_tokens.weight";
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+static bool keeps_8bit_moments(const AdamWConfig *cfg, const ParamSpan *span) {
+    return cfg->eight_bit && !span->fp32_moments && span->numel >= Q8_MIN_NUMEL;
+}
+
+/* Allocates m, v (fp32) and the 8-bit moments, and points each span at its own. */
+static int alloc_moments(AdamW *opt) {
+    size_t n_f32 = opt->n;
+    if (opt->cfg.eight_bit) {
+        n_f32 = 0;
+        for (int s = 0; s < opt->n_spans; s++)
+            if (!keeps_8bit_moments(&opt->cfg, &opt->spans[s])) n_f32 += opt->spans[s].numel;
+        opt->maps = xmalloc(2 * sizeof *opt->maps);
+        q8_map_dynamic(&opt->maps[0], true);
+        q8_map_dynamic(&opt->maps[1], false);
+    }
+    opt->moments = xcalloc((size_t)(opt->n_spans ? opt->n_spans : 1), sizeof *opt->moments);
+    opt->m = calloc(n_f32 ? n_f32 : 1, sizeof(float));
+    opt->v = calloc(n_f32 ? n_f32 : 1, sizeof(float));
+    if (!opt->m || !opt->v) return -1;
+    size_t packed = 0;
+    for (int s = 0; s < opt->n_spans; s++) {
+        const ParamSpan *span = &opt->spans[s];
+        SpanMoments *mom = &opt->moments[s];
+        if (keeps_8bit_moments(&opt->cfg, span)) {
+            if (q8_moments_init(&mom->q8, span->numel) != 0) return -1;
+            continue;
+        }
+        size_t at = opt->cfg.eight_bit ? packed : span->offset - opt->base;
+        mom->m = opt->m + at;
+        mom->v = opt->v + at;
+        packed += span->numel;
+    }
+    return 0;
+}
+
 int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans,
                      size_t base, size_t n) {
     memset(opt, 0, sizeof *opt);
@@ -39,11 +80,9 @@ int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans,
     opt->n_spans = n_spans;
     opt->base = base;
     opt->n = n;
-    opt->m = calloc(n ? n : 1, sizeof(float));
-    opt->v = calloc(n ? n : 1, sizeof(float));
-    if (!opt->m || !opt->v) {
+    if (alloc_moments(opt) != 0) {
         adamw_free(opt);
-        return err_set("out of memory: the AdamW moments need %zu bytes", 2 * n * sizeof(float));
+        return err_set("out of memory: the AdamW moments of %zu parameters do not fit", n);
     }
     return 0;
 }
@@ -58,32 +97,65 @@ int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n
 }
 
 void adamw_free(AdamW *opt) {
+    for (int s = 0; opt->moments && s < opt->n_spans; s++)
+        q8_moments_free(&opt->moments[s].q8);
+    free(opt->moments);
+    free(opt->maps);
     free(opt->spans);
     free(opt->m);
     free(opt->v);
     memset(opt, 0, sizeof *opt);
 }
 
+int adamw_span_moments(const AdamW *opt, int s, MomentTensor out[4]) {
+    const SpanMoments *mom = &opt->moments[s];
+    size_t numel = opt->spans[s].numel;
+    if (mom->m) {
+        out[0] = (MomentTensor){"exp_avg", false, mom->m, numel};
+        out[1] = (MomentTensor){"exp_avg_sq", false, mom->v, numel};
+        return 2;
+    }
+    size_t blocks = q8_blocks(numel);
+    out[0] = (MomentTensor){"state1", true, mom->q8.code_m, numel};
+    out[1] = (MomentTensor){"state2", true, mom->q8.code_v, numel};
+    out[2] = (MomentTensor){"absmax1", false, mom->q8.absmax_m, blocks};
+    out[3] = (MomentTensor){"absmax2", false, mom->q8.absmax_v, blocks};
+    return 4;
+}
+
+static void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
+                             const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < numel; i++) {
+        p[i] *= c->shrink;
+        m[i] += (1.0f - c->beta1) * (g[i] - m[i]);
+        v[i] = c->beta2 * v[i] + (1.0f - c->beta2) * g[i] * g[i];
+        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + c->eps);
+    }
+}
+
 void adamw_step(AdamW *opt, float *params, const float *grads, double lr) {
-    const AdamWConfig *c = &opt->cfg;
+    const AdamWConfig *cfg = &opt->cfg;
     opt->step++;
-    double bc1 = 1.0 - pow(c->beta1, (double)opt->step);
-    double bc2_sqrt = sqrt(1.0 - pow(c->beta2, (double)opt->step));
-    float step_size = (float)(lr / bc1), b1 = (float)c->beta1, b2 = (float)c->beta2;
-    float eps = (float)c->eps, inv_bc2_sqrt = (float)(1.0 / bc2_sqrt);
+    double bc1 = 1.0 - pow(cfg->beta1, (double)opt->step);
+    double bc2_sqrt = sqrt(1.0 - pow(cfg->beta2, (double)opt->step));
+    AdamWStepCoefs c = {.beta1 = (float)cfg->beta1,
+                        .beta2 = (float)cfg->beta2,
+                        .one_minus_beta1 = (float)(1.0 - cfg->beta1),
+                        .one_minus_beta2 = (float)(1.0 - cfg->beta2),
+                        .eps = (float)cfg->eps,
+                        .neg_step = (float)(-lr / bc1),
+                        .bc2_sqrt = (float)bc2_sqrt};
     for (int s = 0; s < opt->n_spans; s++) {
         const ParamSpan *span = &opt->spans[s];
-        float shrink = span->decay ? (float)(1.0 - lr * c->weight_decay) : 1.0f;
-        float *p = params + span->offset, *m = opt->m + (span->offset - opt->base),
-              *v = opt->v + (span->offset - opt->base);
-        const float *g = grads + span->offset;
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < span->numel; i++) {
-            p[i] *= shrink;
-            m[i] += (1.0f - b1) * (g[i] - m[i]);
-            v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-            p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + eps);
-        }
+        SpanMoments *mom = &opt->moments[s];
+        c.shrink = span->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f;
+        if (mom->m)
+            adamw_f32_update(params + span->offset, mom->m, mom->v, grads + span->offset,
+                             span->numel, &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
+        else
+            adamw8bit_update(&mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
+                             grads + span->offset, &c);
     }
 }
 

@@ -8,10 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "train/adamw8bit.h"
+
 /* A run of parameters that share a weight-decay setting (one tensor, usually). */
 typedef struct {
     size_t offset, numel; /* into the flat parameter and gradient arrays */
     bool decay;
+    bool fp32_moments; /* 8-bit AdamW keeps this span's moments in fp32 anyway (embeddings) */
 } ParamSpan;
 
 /* Whether HF's Trainer applies weight decay to the parameter called `name`: not to biases nor
@@ -19,9 +22,22 @@ typedef struct {
  * _norm($|.), case-insensitively). */
 bool param_gets_weight_decay(const char *name);
 
+/* Whether `name` is an embedding matrix (an nn.Embedding's weight: "...embed_tokens.weight"),
+ * whose moments Trainer keeps in fp32 under an 8-bit optimizer. */
+bool param_is_embedding(const char *name);
+
 typedef struct {
     double beta1, beta2, eps, weight_decay; /* adamw_torch defaults: 0.9, 0.999, 1e-8, 0 */
+    /* bitsandbytes' 8-bit AdamW: spans of at least Q8_MIN_NUMEL values that are not marked
+     * fp32_moments keep 8-bit moments (adamw8bit.h) */
+    bool eight_bit;
 } AdamWConfig;
+
+/* Where one span's moments live: fp32 (m and v) or, with eight_bit, 8-bit codes (q8). */
+typedef struct {
+    float *m, *v; /* numel each, or NULL when the moments are 8-bit */
+    Q8Moments q8;
+} SpanMoments;
 
 /* The moments cover the parameters [base, base + n) of the flat array: all of them, or, with
  * ZeRO-1 sharding over several ranks, the one slice this rank updates (its spans then are the
@@ -30,10 +46,13 @@ typedef struct {
     AdamWConfig cfg;
     ParamSpan *spans;
     int n_spans;
-    size_t base;  /* the flat index of m[0] and v[0] */
+    size_t base;  /* the flat index of m[0] and v[0] (fp32 moments) */
     size_t n;     /* parameters covered */
-    float *m, *v; /* first and second moments, n each, zero at start */
-    int64_t step; /* optimizer steps taken */
+    float *m, *v; /* fp32 moments, zero at start: n each; with eight_bit, only those of the spans
+                     that keep fp32 moments, one after another */
+    SpanMoments *moments; /* one per span, pointing into m and v or holding 8-bit codes */
+    Q8Map *maps;          /* eight_bit: bitsandbytes' signed (m) and unsigned (v) maps */
+    int64_t step;         /* optimizer steps taken */
 } AdamW;
 
 /* Takes a copy of the spans; the moments cover 0 .. the end of the last span. Returns 0, or -1
@@ -43,6 +62,18 @@ int adamw_init(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n
 int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans, int n_spans,
                      size_t base, size_t n);
 void adamw_free(AdamW *opt);
+
+/* One tensor of a span's moments, as checkpoints store it. */
+typedef struct {
+    const char *key; /* "exp_avg", "exp_avg_sq"; 8-bit: "state1", "state2", "absmax1", "absmax2" */
+    bool codes;      /* uint8 codes, else float32 */
+    void *data;
+    size_t numel;
+} MomentTensor;
+
+/* The tensors that hold span s's moments: 2 for fp32 moments, 4 for 8-bit ones (bitsandbytes'
+ * names). Returns their count. */
+int adamw_span_moments(const AdamW *opt, int s, MomentTensor out[4]);
 
 /* One step at learning rate lr, as torch.optim.AdamW does it:
  * p *= 1 - lr*wd (decaying spans only); m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g²;

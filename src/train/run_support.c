@@ -221,3 +221,23 @@ int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_
     shuffle(*order, n, cfg->seed, -1);
     return 0;
 }
+
+void log_optimizer_state(FILE *log, const Trainer *tr) {
+    const AdamW *opt = &tr->adamw;
+    if (!opt->cfg.eight_bit) return;
+    size_t quantised = 0, total = 0, bytes = 0;
+    for (int s = 0; s < opt->n_spans; s++) {
+        size_t numel = opt->spans[s].numel;
+        total += numel;
+        if (opt->moments[s].m) {
+            bytes += 2 * numel * sizeof(float);
+        } else {
+            quantised += numel;
+            bytes += 2 * (numel + q8_blocks(numel) * sizeof(float));
+        }
+    }
+    fprintf(log,
+            "8-bit AdamW: %zu of %zu parameters keep 8-bit moments; optimizer state %.1f MB "
+            "(fp32 moments: %.1f MB)\n",
+            quantised, total, (double)bytes / 1e6, (double)(2 * total * sizeof(float)) / 1e6);
+}

@@ -27,6 +27,10 @@ int validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_
 /* Axolotl's warm-up when neither warmup_steps nor warmup_ratio is set. */
 int64_t default_warmup(int64_t total);
 
+/* With 8-bit AdamW: one line saying how many parameters have 8-bit moments and what the
+ * optimizer state weighs against fp32 moments. Nothing otherwise. */
+void log_optimizer_state(FILE *log, const Trainer *tr);
+
 /* The figures worth a glance on the progress line, from a log entry, into buf. */
 void metric_note(const json_t *entry, char *buf, size_t size);
 

@@ -211,15 +211,15 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
     int64_t windows_per_epoch = (int64_t)((micro_per_epoch + window_micro - 1) / window_micro);
     int64_t total = cfg->max_steps > 0 ? cfg->max_steps
                                        : (int64_t)ceil(cfg->num_epochs * (double)windows_per_epoch);
-    TrainerOptions opt = {
-        .learning_rate = cfg->learning_rate,
-        .max_grad_norm = cfg->max_grad_norm,
-        .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay},
-        .total_steps = total,
-        .gradient_checkpointing = cfg->gradient_checkpointing,
-        .disable_dropout = cfg->rl != RL_NONE, /* TRL's disable_dropout=True */
-        .seed = (uint64_t)cfg->seed,
-        .zero1 = cfg->zero_stage == 1};
+    TrainerOptions opt = {.learning_rate = cfg->learning_rate,
+                          .max_grad_norm = cfg->max_grad_norm,
+                          .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon,
+                                    cfg->weight_decay, optimizer_is_8bit(cfg->optimizer)},
+                          .total_steps = total,
+                          .gradient_checkpointing = cfg->gradient_checkpointing,
+                          .disable_dropout = cfg->rl != RL_NONE, /* TRL's disable_dropout=True */
+                          .seed = (uint64_t)cfg->seed,
+                          .zero1 = cfg->zero_stage == 1};
     lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
     opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
                        : cfg->warmup_ratio >= 0
@@ -255,6 +255,7 @@ static int run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainT
             n_examples, (long long)total, (long long)windows_per_epoch,
             (long long)cfg->micro_batch_size, gas, (long long)opt.warmup_steps, cfg->learning_rate,
             cfg->lr_scheduler);
+    log_optimizer_state(log, &tr);
     if (world > 1)
         fprintf(log, "%zu processes: global batch %lld x %zu x %zu = %lld examples per step; %s\n",
                 world, (long long)cfg->micro_batch_size, gas, world,

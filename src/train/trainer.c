@@ -18,7 +18,11 @@ static int init_sharded_adamw(Trainer *t) {
         size_t a = t->spans[p].offset, b = a + t->spans[p].numel;
         if (a < lo) a = lo;
         if (b > hi) b = hi;
-        if (a < b) own[n_own++] = (ParamSpan){a, b - a, t->spans[p].decay};
+        if (a < b) {
+            own[n_own] = t->spans[p];
+            own[n_own].offset = a;
+            own[n_own++].numel = b - a;
+        }
     }
     int rc = adamw_init_slice(&t->adamw, &t->opt.adamw, own, n_own, lo, hi - lo);
     free(own);
@@ -46,7 +50,8 @@ int trainer_init(Trainer *t, Model *m, LoraAdapter *lora, const TrainerOptions *
         const char *name = lora ? lora->info[p].name : m->param_info[p].name;
         size_t offset = lora ? lora->info[p].offset : m->param_info[p].offset;
         size_t numel = lora ? lora->info[p].numel : m->param_info[p].numel;
-        t->spans[p] = (ParamSpan){offset, numel, param_gets_weight_decay(name)};
+        t->spans[p] =
+            (ParamSpan){offset, numel, param_gets_weight_decay(name), param_is_embedding(name)};
         t->param_names[p] = name;
     }
     t->rank = dist_rank();
@@ -191,10 +196,7 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
 void trainer_gather_moments(const Trainer *t, float **m, float **v, bool *owned) {
     *m = *v = NULL;
     *owned = t->sharded;
-    if (!t->sharded) {
-        if (t->rank == 0) *m = t->adamw.m, *v = t->adamw.v;
-        return;
-    }
+    if (!t->sharded) return;
     if (t->rank == 0) {
         *m = xmalloc(t->n_params * sizeof **m);
         *v = xmalloc(t->n_params * sizeof **v);
@@ -206,13 +208,17 @@ void trainer_gather_moments(const Trainer *t, float **m, float **v, bool *owned)
 void trainer_moment_buffers(Trainer *t, float **m, float **v, bool *owned) {
     *m = *v = NULL;
     *owned = t->sharded && t->rank == 0;
-    if (t->rank != 0) return;
-    if (!t->sharded) {
-        *m = t->adamw.m, *v = t->adamw.v;
-        return;
-    }
+    if (!*owned) return;
     *m = xcalloc(t->n_params, sizeof **m);
     *v = xcalloc(t->n_params, sizeof **v);
+}
+
+int trainer_span_moments(const Trainer *t, float *m, float *v, int p, MomentTensor out[4]) {
+    if (!t->sharded) return adamw_span_moments(&t->adamw, p, out);
+    size_t offset = t->spans[p].offset, numel = t->spans[p].numel;
+    out[0] = (MomentTensor){"exp_avg", false, m + offset, numel};
+    out[1] = (MomentTensor){"exp_avg_sq", false, v + offset, numel};
+    return 2;
 }
 
 void trainer_distribute(Trainer *t, const float *m, const float *v) {
@@ -222,8 +228,12 @@ void trainer_distribute(Trainer *t, const float *m, const float *v) {
         dist_scatter_f32(m, t->adamw.m, &t->shards);
         dist_scatter_f32(v, t->adamw.v, &t->shards);
     } else {
-        dist_bcast(t->adamw.m, t->adamw.n * sizeof *t->adamw.m, 0);
-        dist_bcast(t->adamw.v, t->adamw.n * sizeof *t->adamw.v, 0);
+        for (int p = 0; p < t->n_spans; p++) {
+            MomentTensor mt[4];
+            int n = adamw_span_moments(&t->adamw, p, mt);
+            for (int k = 0; k < n; k++)
+                dist_bcast(mt[k].data, mt[k].numel * (mt[k].codes ? 1 : sizeof(float)), 0);
+        }
     }
     int64_t steps[2] = {t->step, t->adamw.step};
     dist_bcast(steps, sizeof steps, 0);

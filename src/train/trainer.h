@@ -100,15 +100,20 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
                  StepStats *stats);
 
 /* Checkpoints of a sharded trainer hold the whole moments (the format does not depend on the
- * rank count). Collective: every rank calls it. On rank 0, *m and *v receive the full moments
- * (n_params each, at the parameters' flat offsets): the trainer's own arrays when it is not
- * sharded (*owned false), else arrays gathered from every rank's slice (*owned true: the caller
- * frees them). Elsewhere they are NULL. */
+ * rank count). Collective: every rank calls it. When sharded, on rank 0, *m and *v receive the
+ * full moments (n_params each, at the parameters' flat offsets) gathered from every rank's slice
+ * (*owned true: the caller frees them); otherwise they are NULL (the trainer's own are read
+ * through trainer_span_moments). */
 void trainer_gather_moments(const Trainer *t, float **m, float **v, bool *owned);
 
-/* Where rank 0 reads a checkpoint's moments into before trainer_distribute: the trainer's own
- * arrays, or (sharded) new full-size ones (*owned true). Not collective; NULL elsewhere. */
+/* Where rank 0 reads a checkpoint's moments into before trainer_distribute: when sharded, new
+ * full-size arrays (*owned true); otherwise NULL (the trainer's own). Not collective. */
 void trainer_moment_buffers(Trainer *t, float **m, float **v, bool *owned);
+
+/* The tensors of span p's moments, for a checkpoint: in the full arrays m, v when sharded (from
+ * trainer_gather_moments or trainer_moment_buffers), else the optimizer's own. Returns their
+ * count (adamw_span_moments). */
+int trainer_span_moments(const Trainer *t, float *m, float *v, int p, MomentTensor out[4]);
 
 /* After rank 0 has restored the parameters, t->step and the full moments m, v: copies them to
  * every rank (each rank's slice of the moments when sharded). Collective. */

@@ -1,0 +1,57 @@
+/* bitsandbytes' 8-bit AdamW (what Trainer builds for optim "adamw_bnb_8bit", "adamw_8bit" and
+ * "paged_adamw_8bit"): the two moments of a large tensor are kept as one byte per value, in blocks
+ * of 256 values that share a scale, the block's largest magnitude (absmax). A step widens each
+ * block to fp32, does the AdamW update there, and rounds the new moments back to the nearest of
+ * the 256 values of bitsandbytes' dynamic map (signed for m, unsigned for v) times the block's new
+ * absmax. A quarter of the memory of fp32 moments. */
+#ifndef RLHF_TRAIN_ADAMW8BIT_H
+#define RLHF_TRAIN_ADAMW8BIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define Q8_BLOCK 256
+/* bitsandbytes' min_8bit_size: tensors with fewer values keep fp32 moments. */
+#define Q8_MIN_NUMEL 4096
+
+/* A quantisation map: 256 sorted values in [-1, 1] (signed) or [0, 1]. */
+typedef struct {
+    float value[256];
+    float bound[255]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i] */
+} Q8Map;
+
+/* bitsandbytes' create_dynamic_map(signed): 7 decades of values, 10^-6 .. 1, with more
+ * fraction steps in the larger decades, plus 0 and 1. */
+void q8_map_dynamic(Q8Map *map, bool is_signed);
+
+/* The nearest value's index (the lower one on a tie), for x in [-1, 1]. */
+uint8_t q8_map_code(const Q8Map *map, float x);
+
+/* The 8-bit moments of one tensor, zero at start (every absmax 0). */
+typedef struct {
+    size_t numel;
+    uint8_t *code_m, *code_v;
+    float *absmax_m, *absmax_v; /* q8_blocks(numel) each */
+} Q8Moments;
+
+size_t q8_blocks(size_t numel);
+/* Returns 0, or -1 when they do not fit in memory. */
+int q8_moments_init(Q8Moments *q, size_t numel);
+void q8_moments_free(Q8Moments *q);
+
+/* One AdamW step's constants, as bitsandbytes' CPU kernel uses them. */
+typedef struct {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float shrink;   /* 1 - lr * weight_decay, or 1 for a span without decay */
+    float neg_step; /* -lr / (1 - beta1^t) */
+    float bc2_sqrt; /* sqrt(1 - beta2^t) */
+} AdamWStepCoefs;
+
+/* p (numel values) takes one AdamW step with gradient g: m = b1 m + (1-b1) g, v = b2 v + (1-b2)
+ * g², p = p * shrink + neg_step * m / (sqrt(v) / bc2_sqrt + eps); then m and v are quantised
+ * again. The maps are those of m (signed) and v (unsigned). */
+void adamw8bit_update(Q8Moments *q, const Q8Map *m_map, const Q8Map *v_map, float *p,
+                      const float *g, const AdamWStepCoefs *c);
+
+#endif
