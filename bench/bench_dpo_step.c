@@ -7,9 +7,10 @@
  * Prints one JSON line.
  *
  * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
- *                       [bf16_reference 0|1]
+ *                       [bf16_reference 0|1] [adamw_8bit 0|1]
  *   bf16_reference: the frozen reference kept in bf16 (bf16: true); the run then also reports
  *   how far its summed completion log-probs are from the fp32 model's.
+ *   adamw_8bit: bitsandbytes' 8-bit AdamW (optimizer: adamw_bnb_8bit).
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
@@ -224,6 +225,7 @@ int main(int argc, char **argv) {
     int steps = argc > 3 ? atoi(argv[3]) : 3, lora_r = argc > 4 ? atoi(argv[4]) : 0;
     bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
     bool bf16_reference = argc > 6 && atoi(argv[6]) != 0 && lora_r == 0;
+    bool adamw_8bit = argc > 7 && atoi(argv[7]) != 0;
     if (steps < 1) steps = 1;
     PrefDataset ds;
     if (load_pairs(argv[2], &ds) != 0) return fail();
@@ -259,7 +261,7 @@ int main(int argc, char **argv) {
     pm.ref = &ref;
     TrainerOptions opt = {.learning_rate = 1e-6,
                           .max_grad_norm = 1.0,
-                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .adamw = {0.9, 0.999, 1e-8, 0.0, adamw_8bit},
                           .schedule = LR_CONSTANT,
                           .total_steps = steps + 1,
                           .gradient_checkpointing = checkpointing,
@@ -323,12 +325,12 @@ int main(int argc, char **argv) {
         "\"lora_r\": %d, \"reference\": \"%s\", \"trained_params\": %zu, "
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
         "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
-        "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g}\n",
+        "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\"}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
         loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
-        bf16_reference ? "true" : "false", bf16_rel);
+        bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch");
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

@@ -99,7 +99,7 @@ def write_batch(path, pairs, seq, prompt_len, vocab, seed):
         json.dump(batch, f)
 
 
-def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing):
+def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing, adamw_8bit=False):
     import torch
     torch.set_num_threads(threads)
     import transformers
@@ -150,7 +150,8 @@ def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing):
                          per_device_train_batch_size=pairs, gradient_accumulation_steps=1, max_steps=steps + 1,
                          learning_rate=1e-6, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                          max_grad_norm=1.0, logging_steps=1, max_length=seq, beta=BETA, loss_type=["sigmoid"],
-                         model_init_kwargs={"dtype": "float32"}, disable_tqdm=True, seed=42)
+                         model_init_kwargs={"dtype": "float32"}, disable_tqdm=True, seed=42,
+                         **({"optim": "adamw_bnb_8bit"} if adamw_8bit else {}))
         trainer = PretokenizedDPOTrainer(model=model_dir, args=args, train_dataset=Dataset.from_list(rows),
                                          processing_class=tok, peft_config=peft_config, callbacks=[timer])
         trainer.train()
@@ -162,7 +163,7 @@ def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing):
                       "torch": torch.__version__, "threads": timer.threads, "pairs": pairs, "rows": 2 * pairs,
                       "seq_len": seq, "steps": len(timed), "best_s": min(timed), "mean_s": sum(timed) / len(timed),
                       "tokens": 2 * pairs * seq, "tokens_per_s": 2 * pairs * seq / min(timed), "peak_rss_mb": rss,
-                      "gradient_checkpointing": checkpointing, "lora_r": lora_r,
+                      "gradient_checkpointing": checkpointing, "lora_r": lora_r, "optimizer": args.optim,
                       "reference": "adapter disabled" if lora_r else "frozen copy of the model (ref_model)",
                       "trained_params": trained, "loss_step0": history[0]["loss"],
                       "logps_chosen_step0": history[0]["logps/chosen"],
@@ -194,6 +195,8 @@ def main():
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--bf16-reference", action="store_true",
                     help="rlhf.c keeps the frozen reference in bf16 (bf16: true); TRL's stays fp32")
+    ap.add_argument("--adamw-8bit", action="store_true",
+                    help="optim adamw_bnb_8bit on both sides (bitsandbytes' 8-bit AdamW; pip install bitsandbytes)")
     ap.add_argument("--reuse-trl", action="store_true",
                     help="take the TRL row from the last result file of the same workload instead of running it")
     ap.add_argument("--smoke", action="store_true", help="tiny model and sequences: a correctness check only")
@@ -208,7 +211,8 @@ def main():
     if not 0 < a.prompt_len < a.seq:
         ap.error("--prompt-len must be between 1 and --seq - 1")
     if a.trl_side:
-        trl_side(a.trl_side[0], a.trl_side[1], a.steps, a.threads, a.lora_r, a.gradient_checkpointing)
+        trl_side(a.trl_side[0], a.trl_side[1], a.steps, a.threads, a.lora_r, a.gradient_checkpointing,
+                 a.adamw_8bit)
         return
 
     sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -232,16 +236,19 @@ def main():
                                       check=True, capture_output=True, text=True, env=env).stdout)
     ours = json.loads(subprocess.run([exe, model_dir, batch_path, str(a.steps), str(a.lora_r),
                                       "1" if a.gradient_checkpointing else "0",
-                                      "1" if a.bf16_reference else "0"],
+                                      "1" if a.bf16_reference else "0", "1" if a.adamw_8bit else "0"],
                                      check=True, capture_output=True, text=True, env=env).stdout)
     name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
-            + ("_bf16ref" if a.bf16_reference else "") + ("_smoke" if a.smoke else "") + ".json")
+            + ("_bf16ref" if a.bf16_reference else "") + ("_adamw8bit" if a.adamw_8bit else "")
+            + ("_smoke" if a.smoke else "") + ".json")
     out_path = os.path.join(OUT, name)
     cmd = [sys.executable, __file__, "--trl-side", model_dir, batch_path, "--steps", str(a.steps),
            "--threads", str(a.threads), "--lora-r", str(a.lora_r), "--seq", str(a.seq),
            "--prompt-len", str(a.prompt_len)]
     if a.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
+    if a.adamw_8bit:
+        cmd.append("--adamw-8bit")
     if a.reuse_trl:
         # the TRL side of the same workload from an earlier run (its file, or the fp32-reference one)
         previous = out_path if os.path.exists(out_path) else out_path.replace("_bf16ref", "")
@@ -272,6 +279,7 @@ def main():
     }
     what = f"LoRA r {a.lora_r} all-linear, reference = adapter off" if a.lora_r else \
         "full fine-tuning, reference = frozen copy" + (" (rlhf.c: kept in bf16)" if a.bf16_reference else "")
+    what += ", optim adamw_bnb_8bit" if a.adamw_8bit else ", optim adamw_torch"
     result = {
         "workload": f"DPO step fp32 sigmoid beta {BETA} ({what}), {a.pairs} pair(s) = {rows} sequences x {a.seq} "
                     f"tokens (prompt {a.prompt_len} + response {a.seq - a.prompt_len}), {a.threads} threads"

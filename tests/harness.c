@@ -1,7 +1,9 @@
 #include "harness.h"
 
+#include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "io/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -200,4 +202,39 @@ int harness_check_checkpoints(const char *out, int *temp_entries) {
     if (d) closedir(d);
     if (temp_entries) *temp_entries = tmp;
     return found;
+}
+
+const char *harness_write_untied_llama_text(void) {
+    static char dir[4096];
+    snprintf(dir, sizeof dir, "%s", harness_tmp_path("untied"));
+    char cmd[16384], path[4200];
+    const char *base = harness_source_path("tests/fixtures/models/llama_text");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, base, dir);
+    CHECK(system(cmd) == 0, "copy llama_text");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = NULL;
+    CHECK(json_load_path(path, &cfg) == 0, "%s", err_msg());
+    json_object_set_new(cfg, "tie_word_embeddings", json_false());
+    CHECK(json_dump_file(cfg, path, JSON_INDENT(2)) == 0, "write config.json");
+    json_decref(cfg);
+
+    snprintf(path, sizeof path, "%s/model.safetensors", base);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    SafetensorsWriteTensor *t = calloc(f.n_tensors + 1, sizeof *t);
+    for (size_t i = 0; i < f.n_tensors; i++) {
+        const SafetensorsTensor *src = &f.tensors[i];
+        t[i] = (SafetensorsWriteTensor){src->name, src->dtype, src->ndim, {0}, src->data};
+        memcpy(t[i].shape, src->shape, sizeof t[i].shape);
+        if (strcmp(src->name, "model.embed_tokens.weight") == 0) {
+            t[f.n_tensors] = t[i];
+            t[f.n_tensors].name = "lm_head.weight";
+        }
+    }
+    CHECK(t[f.n_tensors].name != NULL, "llama_text has an embedding");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(safetensors_write(path, t, f.n_tensors + 1) == 0, "%s", err_msg());
+    free(t);
+    safetensors_close(&f);
+    return dir;
 }

@@ -53,6 +53,11 @@ void harness_write_arith_pairs(const char *name, int n);
  * right answer (label true) unless i % 3 == 1, then the near miss (label false). */
 void harness_write_arith_kto_rows(const char *name, int n);
 
+/* <tmp>/untied: the llama_text fixture with its lm_head untied (a copy of the embedding), the one
+ * tensor large enough for 8-bit AdamW moments (the embedding keeps fp32 ones, as under Trainer).
+ * Returns the directory. */
+const char *harness_write_untied_llama_text(void);
+
 /* The rows of out_dir/metrics.jsonl, a JSON array (empty when the file is missing; caller
  * decrefs), and one row's number for key (0 when absent). */
 json_t *harness_read_metrics(const char *out_dir);

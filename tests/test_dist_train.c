@@ -126,12 +126,45 @@ static void test_failures(void) {
           "zero_stage 3: refused before launching, naming the key (%d)", rc);
 }
 
+/* 8-bit AdamW on 2 ranks (every rank keeps the whole 8-bit state): a run resumed from its
+ * checkpoint-2 on 2 ranks ends bit for bit where the uninterrupted one does, which needs rank 0's
+ * codes and scales handed to rank 1. */
+static void test_eight_bit_resume(void) {
+    char text[8192];
+    snprintf(text, sizeof text,
+             "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\nsequence_len: 64\n"
+             "seed: 3\ndataset_prepared_path: %s\nlogging_steps: 1\nmicro_batch_size: 2\n"
+             "gradient_accumulation_steps: 2\nmax_steps: 4\nlearning_rate: 3e-3\n"
+             "warmup_steps: 1\noptimizer: adamw_8bit\nsave_steps: 2\n",
+             harness_write_untied_llama_text(), harness_tmp_path("text.jsonl"),
+             harness_tmp_path("prepared"));
+    harness_write_file(harness_tmp_path("adam8.yaml"), text, strlen(text));
+    char straight[4096], resumed[4096], from[4200], to[4200], a[4300], b[4300];
+    snprintf(straight, sizeof straight, "%s", harness_tmp_path("adam8-straight"));
+    snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("adam8-resumed"));
+    const char *two[] = {"--nproc", "2", NULL},
+               *again[] = {"--nproc", "2", "--resume_from_checkpoint", "true", NULL};
+    CHECK(dist_train("adam8.yaml", straight, two) == 0, "8-bit AdamW on 2 ranks");
+    snprintf(from, sizeof from, "%s/checkpoint-2", straight);
+    snprintf(to, sizeof to, "%s/checkpoint-2", resumed);
+    CHECK(make_dirs(resumed) == 0, "dir");
+    dist_copy_tree(from, to);
+    CHECK(dist_train("adam8.yaml", resumed, again) == 0, "8-bit AdamW resumed on 2 ranks");
+    const char *files[] = {"model.safetensors", "checkpoint-4/optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/%s", straight, files[i]);
+        snprintf(b, sizeof b, "%s/%s", resumed, files[i]);
+        CHECK(harness_same_file(a, b), "8-bit AdamW, 2 ranks resumed: the same %s", files[i]);
+    }
+}
+
 int main(void) {
     if (!dist_tests_can_run("test_dist_train")) return 77;
     write_data();
     test_parity();
     /* a 2-rank run stopped after its checkpoint-2 and resumed, on 2 ranks or in one process */
     dist_check_resume("sft.yaml", "2", "4", NULL);
+    test_eight_bit_resume();
     write_config("long.yaml", "text.jsonl",
                  "    type: completion\nmicro_batch_size: 1\nmax_steps: 30\nlearning_rate: 1e-3\n"
                  "warmup_steps: 0\nsave_steps: 1\nsave_total_limit: 2\n");

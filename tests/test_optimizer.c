@@ -148,6 +148,54 @@ static bool name_listed(json_t *list, const char *name) {
     return false;
 }
 
+/* q8_map_code starts from a per-bucket count and scans: it must equal the plain count of bounds
+ * below x, at every bound, one ulp either side, and at random values of every magnitude. */
+static void test_map_codes(void) {
+    for (int sign = 0; sign < 2; sign++) {
+        Q8Map map;
+        q8_map_dynamic(&map, sign == 0);
+        int bad = 0, tried = 0;
+        uint64_t state = 12345;
+        for (int i = 0; i < 255 + 200000; i++) {
+            float x;
+            if (i < 255) {
+                x = map.bound[i];
+            } else {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(state >> 11) / 9007199254740992.0;
+                double mag = pow(10.0, -12.0 * u); /* 1e-12 .. 1 */
+                x = (float)((state >> 3) & 1 ? -mag : mag);
+            }
+            float probes[3] = {x, nextafterf(x, -2.0f), nextafterf(x, 2.0f)};
+            for (int k = 0; k < 3; k++) {
+                float p = fminf(fmaxf(probes[k], -1.0f), 1.0f);
+                unsigned want = 0;
+                while (want < 255 && map.bound[want] < p)
+                    want++;
+                bad += q8_map_code(&map, p) != want;
+                tried++;
+            }
+        }
+        /* a scaled value may round one ulp past +-1: it gets the code of +-1 */
+        const float edges[] = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -1.0f,
+                               1e-30f,
+                               -1e-30f,
+                               nextafterf(1.0f, 2.0f),
+                               nextafterf(-1.0f, -2.0f)};
+        for (int k = 0; k < 8; k++, tried++) {
+            unsigned want = 0;
+            while (want < 255 && map.bound[want] < edges[k])
+                want++;
+            bad += q8_map_code(&map, edges[k]) != want;
+        }
+        CHECK(bad == 0, "%s map: %d of %d codes differ from counting the bounds below",
+              sign == 0 ? "signed" : "unsigned", bad, tried);
+    }
+}
+
 /* bitsandbytes' maps as our code makes them against the ones its optimizer used. */
 static void check_maps(const SafetensorsFile *f, const AdamW *opt) {
     const char *keys[2] = {"qmap1", "qmap2"};
@@ -278,6 +326,7 @@ int main(void) {
     test_schedules();
     run_case("adamw_cosine_clip");
     run_case("adamw_linear_qknorm");
+    test_map_codes();
     run_8bit_case();
     return harness_finish("test_optimizer");
 }

@@ -176,49 +176,13 @@ static void test_resume(void) {
           "resume with no checkpoint: %s", err_msg());
 }
 
-/* llama_text with its lm_head untied (a copy of the embedding) in tmp/untied: the one tensor
- * large enough for 8-bit moments (the embedding keeps fp32 ones, as under Trainer). */
-static const char *write_untied_model(void) {
-    static char dir[4096];
-    snprintf(dir, sizeof dir, "%s", harness_tmp_path("untied"));
-    char cmd[16384], path[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, base, dir);
-    CHECK(system(cmd) == 0, "copy llama_text");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *cfg = NULL;
-    CHECK(json_load_path(path, &cfg) == 0, "%s", err_msg());
-    json_object_set_new(cfg, "tie_word_embeddings", json_false());
-    CHECK(json_dump_file(cfg, path, JSON_INDENT(2)) == 0, "write config.json");
-    json_decref(cfg);
-
-    snprintf(path, sizeof path, "%s/model.safetensors", base);
-    SafetensorsFile f;
-    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
-    SafetensorsWriteTensor *t = calloc(f.n_tensors + 1, sizeof *t);
-    for (size_t i = 0; i < f.n_tensors; i++) {
-        const SafetensorsTensor *src = &f.tensors[i];
-        t[i] = (SafetensorsWriteTensor){src->name, src->dtype, src->ndim, {0}, src->data};
-        memcpy(t[i].shape, src->shape, sizeof t[i].shape);
-        if (strcmp(src->name, "model.embed_tokens.weight") == 0) {
-            t[f.n_tensors] = t[i];
-            t[f.n_tensors].name = "lm_head.weight";
-        }
-    }
-    CHECK(t[f.n_tensors].name != NULL, "llama_text has an embedding");
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    CHECK(safetensors_write(path, t, f.n_tensors + 1) == 0, "%s", err_msg());
-    free(t);
-    safetensors_close(&f);
-    return dir;
-}
-
 /* optimizer: adamw_8bit: the checkpoint keeps the lm_head's moments as bitsandbytes' codes and
  * the embedding's in fp32; 3 steps + resume give the weights of 6 straight steps; the run differs
  * from one with fp32 moments; a checkpoint of the other optimizer is refused by name. */
 static void test_eight_bit(void) {
     char saved_base[sizeof base];
     snprintf(saved_base, sizeof saved_base, "%s", base);
-    snprintf(base, sizeof base, "%s", write_untied_model());
+    snprintf(base, sizeof base, "%s", harness_write_untied_llama_text());
     write_config("adam8.yaml", "optimizer: adamw_8bit\n");
     write_config("adam32.yaml", "");
     snprintf(base, sizeof base, "%s", saved_base);

@@ -17,6 +17,58 @@ static int float_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* The first biased exponent with buckets of its own; |x| < 2^-31 falls in bucket 0. */
+#define Q8_FIRST_EXPONENT 96u
+
+/* The bucket of |x| for |x| <= 1 (or a rounding above it): exponent and top mantissa bits,
+ * counted from the first exponent with buckets of its own. Branch-free (a conditional move):
+ * the quantiser calls it for every value. */
+static inline unsigned bucket_of(uint32_t magnitude_bits) {
+    uint32_t key = magnitude_bits >> (23 - Q8_SUB_BITS);
+    return key >= (Q8_FIRST_EXPONENT << Q8_SUB_BITS)
+               ? key - ((Q8_FIRST_EXPONENT - 1) << Q8_SUB_BITS)
+               : 0;
+}
+
+/* Bucket b holds the magnitudes [lo, hi). */
+static void bucket_range(unsigned b, float *lo, float *hi) {
+    if (b == 0) {
+        *lo = 0.0f;
+        *hi = bits_float(Q8_FIRST_EXPONENT << 23);
+        return;
+    }
+    uint32_t lo_bits = (((b >> Q8_SUB_BITS) + Q8_FIRST_EXPONENT - 1) << 23) |
+                       ((b & ((1u << Q8_SUB_BITS) - 1)) << (23 - Q8_SUB_BITS));
+    *lo = bits_float(lo_bits);
+    *hi = bits_float(lo_bits + (1u << (23 - Q8_SUB_BITS)));
+}
+
+static void fill_buckets(Q8Map *map) {
+    for (unsigned b = 0; b < Q8_BUCKETS; b++) {
+        float lo, hi;
+        bucket_range(b, &lo, &hi);
+        unsigned pos = 0, neg = 0;
+        while (pos < 255 && map->bound[pos] < lo) /* positive x >= lo */
+            pos++;
+        while (neg < 255 && map->bound[neg] <= -hi) /* negative x > -hi */
+            neg++;
+        map->below[0][b] = (uint8_t)pos;
+        map->below[1][b] = (uint8_t)neg;
+    }
+}
+
 void q8_map_dynamic(Q8Map *map, bool is_signed) {
     int n = 0; /* 7 exponent bits; unsigned, the sign bit doubles the fraction steps */
     for (int i = 0; i < 7; i++) {
@@ -33,14 +85,23 @@ void q8_map_dynamic(Q8Map *map, bool is_signed) {
     qsort(map->value, 256, sizeof *map->value, float_cmp);
     for (int i = 0; i < 255; i++)
         map->bound[i] = (map->value[i] + map->value[i + 1]) / 2.0f;
+    map->bound[255] = map->bound[256] = INFINITY;
+    fill_buckets(map);
+}
+
+/* No bucket holds more than two bounds (test_optimizer checks every code against the plain
+ * count), so two branch-free steps finish the count; bound[255] and bound[256] are +inf. */
+static inline unsigned map_code(const Q8Map *map, float x) {
+    uint32_t bits = float_bits(x);
+    unsigned b = bucket_of(bits & 0x7fffffffu);
+    unsigned below = map->below[bits >> 31][b];
+    below += map->bound[below] < x;
+    below += map->bound[below] < x;
+    return below;
 }
 
 uint8_t q8_map_code(const Q8Map *map, float x) {
-    /* how many bounds lie below x: a branch-free binary search over the 255 sorted bounds */
-    unsigned lo = 0;
-    for (unsigned half = 128; half; half >>= 1)
-        lo += map->bound[lo + half - 1] < x ? half : 0;
-    return (uint8_t)lo;
+    return (uint8_t)map_code(map, x);
 }
 
 size_t q8_blocks(size_t numel) {
@@ -71,17 +132,23 @@ void q8_moments_free(Q8Moments *q) {
 /* x (n values) as codes of `map` scaled by its largest magnitude, which is returned. */
 static float quantise_block(const Q8Map *map, const float *x, size_t n, uint8_t *code) {
     float absmax = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        absmax = fmaxf(absmax, fabsf(x[i]));
+#pragma omp simd reduction(max : absmax)
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        absmax = a > absmax ? a : absmax;
+    }
     /* bitsandbytes scales by the reciprocal, guarding an all-zero block */
-    float inv = 1.0f / fmaxf(absmax, 1e-38f);
+    float inv = 1.0f / (absmax > 1e-38f ? absmax : 1e-38f);
+    /* |x * inv| may round a little above 1: its bucket exists and every bound lies below 1,
+     * so it gets the code of 1 (or of -1), as bitsandbytes' clamp to [-1, 1] gives */
     for (size_t i = 0; i < n; i++)
-        code[i] = q8_map_code(map, fminf(fmaxf(x[i] * inv, -1.0f), 1.0f));
+        code[i] = (uint8_t)map_code(map, x[i] * inv);
     return absmax;
 }
 
 void adamw8bit_update(Q8Moments *q, const Q8Map *m_map, const Q8Map *v_map, float *p,
-                      const float *g, const AdamWStepCoefs *c) {
+                      const float *g, const AdamWStepCoefs *coefs) {
+    const AdamWStepCoefs c = *coefs; /* locals: the stores to p cannot alias them */
     size_t blocks = q8_blocks(q->numel);
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < blocks; b++) {
@@ -89,11 +156,17 @@ void adamw8bit_update(Q8Moments *q, const Q8Map *m_map, const Q8Map *v_map, floa
         float m[Q8_BLOCK], v[Q8_BLOCK];
         float am = q->absmax_m[b], av = q->absmax_v[b];
         for (size_t i = 0; i < n; i++) {
-            float gi = g[at + i];
-            m[i] = m_map->value[q->code_m[at + i]] * am * c->beta1 + c->one_minus_beta1 * gi;
-            v[i] = v_map->value[q->code_v[at + i]] * av * c->beta2 + c->one_minus_beta2 * gi * gi;
-            float denom = sqrtf(v[i]) / c->bc2_sqrt + c->eps;
-            p[at + i] = p[at + i] * c->shrink + c->neg_step * m[i] / denom;
+            m[i] = m_map->value[q->code_m[at + i]] * am;
+            v[i] = v_map->value[q->code_v[at + i]] * av;
+        }
+        float *pb = p + at;
+        const float *gb = g + at;
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gb[i];
+            v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gb[i] * gb[i];
+            float denom = sqrtf(v[i]) / c.bc2_sqrt + c.eps;
+            pb[i] = pb[i] * c.shrink + c.neg_step * m[i] / denom;
         }
         q->absmax_m[b] = quantise_block(m_map, m, n, q->code_m + at);
         q->absmax_v[b] = quantise_block(v_map, v, n, q->code_v + at);

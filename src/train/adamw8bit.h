@@ -15,17 +15,27 @@
 /* bitsandbytes' min_8bit_size: tensors with fewer values keep fp32 moments. */
 #define Q8_MIN_NUMEL 4096
 
+/* Where q8_map_code starts looking: magnitudes are cut into buckets by their float exponent
+ * (2^-31 .. 1, smaller ones share bucket 0) and the top Q8_SUB_BITS bits of the mantissa; few
+ * bounds fall inside one bucket. */
+#define Q8_SUB_BITS 7
+#define Q8_BUCKETS  (33 << Q8_SUB_BITS)
+
 /* A quantisation map: 256 sorted values in [-1, 1] (signed) or [0, 1]. */
 typedef struct {
     float value[256];
-    float bound[255]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i] */
+    float bound[257]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i]; then 2 x inf */
+    /* per bucket of |x|: how many bounds lie below every positive x in it ([0]), and how many
+     * below every negative one ([1]) */
+    uint8_t below[2][Q8_BUCKETS];
 } Q8Map;
 
 /* bitsandbytes' create_dynamic_map(signed): 7 decades of values, 10^-6 .. 1, with more
  * fraction steps in the larger decades, plus 0 and 1. */
 void q8_map_dynamic(Q8Map *map, bool is_signed);
 
-/* The nearest value's index (the lower one on a tie), for x in [-1, 1]. */
+/* The nearest value's index (the lower one on a tie), for x in [-1, 1]: how many bounds lie
+ * below x. */
 uint8_t q8_map_code(const Q8Map *map, float x);
 
 /* The 8-bit moments of one tensor, zero at start (every absmax 0). */
