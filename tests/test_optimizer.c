@@ -148,35 +148,33 @@ static bool name_listed(json_t *list, const char *name) {
     return false;
 }
 
-/* q8_map_code starts from a per-bucket count and scans: it must equal the plain count of bounds
- * below x, at every bound, one ulp either side, and at random values of every magnitude. */
+/* q8_map_code starts from a per-bucket count and two compares, q8_map_codes does the same eight
+ * at a time: both must equal the plain count of bounds below x, at every bound, one ulp either
+ * side, at random values of every magnitude, and one ulp past +-1 (a scaled value may land
+ * there: it gets the code of +-1). */
 static void test_map_codes(void) {
+    enum { N_RANDOM = 200000, N = 3 * (255 + N_RANDOM) + 8 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *codes = malloc(N);
     for (int sign = 0; sign < 2; sign++) {
         Q8Map map;
         q8_map_dynamic(&map, sign == 0);
-        int bad = 0, tried = 0;
+        size_t n = 0;
         uint64_t state = 12345;
-        for (int i = 0; i < 255 + 200000; i++) {
-            float x;
+        for (int i = 0; i < 255 + N_RANDOM; i++) {
+            float v;
             if (i < 255) {
-                x = map.bound[i];
+                v = map.bound[i];
             } else {
                 state = state * 6364136223846793005ull + 1442695040888963407ull;
                 double u = (double)(state >> 11) / 9007199254740992.0;
                 double mag = pow(10.0, -12.0 * u); /* 1e-12 .. 1 */
-                x = (float)((state >> 3) & 1 ? -mag : mag);
+                v = (float)((state >> 3) & 1 ? -mag : mag);
             }
-            float probes[3] = {x, nextafterf(x, -2.0f), nextafterf(x, 2.0f)};
-            for (int k = 0; k < 3; k++) {
-                float p = fminf(fmaxf(probes[k], -1.0f), 1.0f);
-                unsigned want = 0;
-                while (want < 255 && map.bound[want] < p)
-                    want++;
-                bad += q8_map_code(&map, p) != want;
-                tried++;
-            }
+            x[n++] = v;
+            x[n++] = fmaxf(nextafterf(v, -2.0f), -1.0f);
+            x[n++] = fminf(nextafterf(v, 2.0f), 1.0f);
         }
-        /* a scaled value may round one ulp past +-1: it gets the code of +-1 */
         const float edges[] = {0.0f,
                                -0.0f,
                                1.0f,
@@ -185,15 +183,24 @@ static void test_map_codes(void) {
                                -1e-30f,
                                nextafterf(1.0f, 2.0f),
                                nextafterf(-1.0f, -2.0f)};
-        for (int k = 0; k < 8; k++, tried++) {
+        for (int k = 0; k < 8; k++)
+            x[n++] = edges[k];
+        q8_map_codes(&map, x, 1.0f, n, codes);
+        int bad_one = 0, bad_many = 0;
+        for (size_t i = 0; i < n; i++) {
             unsigned want = 0;
-            while (want < 255 && map.bound[want] < edges[k])
+            while (want < 255 && map.bound[want] < x[i])
                 want++;
-            bad += q8_map_code(&map, edges[k]) != want;
+            bad_one += q8_map_code(&map, x[i]) != want;
+            bad_many += codes[i] != want;
         }
-        CHECK(bad == 0, "%s map: %d of %d codes differ from counting the bounds below",
-              sign == 0 ? "signed" : "unsigned", bad, tried);
+        CHECK(bad_one == 0 && bad_many == 0,
+              "%s map: %d (one at a time) and %d (eight at a time) of %zu codes differ from "
+              "counting the bounds below",
+              sign == 0 ? "signed" : "unsigned", bad_one, bad_many, n);
     }
+    free(x);
+    free(codes);
 }
 
 /* bitsandbytes' maps as our code makes them against the ones its optimizer used. */

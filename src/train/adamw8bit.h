@@ -28,6 +28,7 @@ typedef struct {
     /* per bucket of |x|: how many bounds lie below every positive x in it ([0]), and how many
      * below every negative one ([1]) */
     uint8_t below[2][Q8_BUCKETS];
+    int32_t below32[2][Q8_BUCKETS]; /* the same as 32-bit lanes for gathers */
 } Q8Map;
 
 /* bitsandbytes' create_dynamic_map(signed): 7 decades of values, 10^-6 .. 1, with more
@@ -37,6 +38,10 @@ void q8_map_dynamic(Q8Map *map, bool is_signed);
 /* The nearest value's index (the lower one on a tie), for x in [-1, 1]: how many bounds lie
  * below x. */
 uint8_t q8_map_code(const Q8Map *map, float x);
+
+/* code[i] = q8_map_code(map, x[i] * scale) for n values (eight at a time with AVX2). x[i] * scale
+ * may round a little past +-1: it gets the code of +-1. */
+void q8_map_codes(const Q8Map *map, const float *x, float scale, size_t n, uint8_t *code);
 
 /* The 8-bit moments of one tensor, zero at start (every absmax 0). */
 typedef struct {
