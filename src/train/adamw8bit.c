@@ -91,19 +91,18 @@ void q8_map_dynamic(Q8Map *map, bool is_signed) {
     qsort(map->value, 256, sizeof *map->value, float_cmp);
     for (int i = 0; i < 255; i++)
         map->bound[i] = (map->value[i] + map->value[i + 1]) / 2.0f;
-    map->bound[255] = map->bound[256] = INFINITY;
+    map->bound[255] = INFINITY;
     fill_buckets(map);
 }
 
-/* No bucket holds more than two bounds (test_optimizer checks every code against the plain
- * count), so two branch-free steps finish the count; bound[255] and bound[256] are +inf. */
+/* With 7 mantissa bits no bucket of either map holds more than one bound (test_optimizer
+ * checks every code against the plain count, one ulp either side of every bound), so one
+ * branch-free compare finishes the count; bound[255] is +inf. */
 static inline unsigned map_code(const Q8Map *map, float x) {
     uint32_t bits = float_bits(x);
     unsigned b = bucket_of(bits & 0x7fffffffu);
     unsigned below = map->below[bits >> 31][b];
-    below += map->bound[below] < x;
-    below += map->bound[below] < x;
-    return below;
+    return below + (map->bound[below] < x);
 }
 
 uint8_t q8_map_code(const Q8Map *map, float x) {
@@ -111,7 +110,7 @@ uint8_t q8_map_code(const Q8Map *map, float x) {
 }
 
 #if defined(__AVX2__)
-/* map_code on eight values: the same bucket, start count and two compares, as gathers. */
+/* map_code on eight values: the same bucket, start count and compare, as gathers. */
 static void map_codes8(const Q8Map *map, __m256 y, uint8_t *code) {
     const __m256i bits = _mm256_castps_si256(y);
     const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
@@ -123,11 +122,9 @@ static void map_codes8(const Q8Map *map, __m256 y, uint8_t *code) {
     const __m256i row =
         _mm256_mullo_epi32(_mm256_srli_epi32(bits, 31), _mm256_set1_epi32(Q8_BUCKETS));
     __m256i below = _mm256_i32gather_epi32(&map->below32[0][0], _mm256_add_epi32(row, bucket), 4);
-    for (int k = 0; k < 2; k++) {
-        __m256 bound = _mm256_i32gather_ps(map->bound, below, 4);
-        /* the compare's all-ones lanes are -1: subtracting them counts the bound */
-        below = _mm256_sub_epi32(below, _mm256_castps_si256(_mm256_cmp_ps(bound, y, _CMP_LT_OQ)));
-    }
+    __m256 bound = _mm256_i32gather_ps(map->bound, below, 4);
+    /* the compare's all-ones lanes are -1: subtracting them counts the bound */
+    below = _mm256_sub_epi32(below, _mm256_castps_si256(_mm256_cmp_ps(bound, y, _CMP_LT_OQ)));
     __m128i lo = _mm256_castsi256_si128(below), hi = _mm256_extracti128_si256(below, 1);
     __m128i words = _mm_packus_epi32(lo, hi);
     _mm_storel_epi64((__m128i *)code, _mm_packus_epi16(words, words));

@@ -24,7 +24,7 @@
 /* A quantisation map: 256 sorted values in [-1, 1] (signed) or [0, 1]. */
 typedef struct {
     float value[256];
-    float bound[257]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i]; then 2 x inf */
+    float bound[256]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i]; then +inf */
     /* per bucket of |x|: how many bounds lie below every positive x in it ([0]), and how many
      * below every negative one ([1]) */
     uint8_t below[2][Q8_BUCKETS];
