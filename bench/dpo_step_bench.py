@@ -201,6 +201,9 @@ def main():
                     help="take the TRL row from the last result file of the same workload instead of running it")
     ap.add_argument("--smoke", action="store_true", help="tiny model and sequences: a correctness check only")
     ap.add_argument("--trl-side", nargs=2, metavar=("MODEL_DIR", "BATCH_JSON"), help=argparse.SUPPRESS)
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from forward_bench import MODELS, add_model_argument, make_model
+    add_model_argument(ap)
     a = ap.parse_args()
     if a.seq is None:
         a.seq = 64 if a.smoke else 512
@@ -221,9 +224,7 @@ def main():
         make_smoke_model()
         model_dir = SMOKE_MODEL_DIR
     else:
-        from forward_bench import MODEL_DIR, make_model
-        make_model()
-        model_dir = MODEL_DIR
+        model_dir = make_model(a.model)
     rows = 2 * a.pairs
     credited, cfg = flops_per_step(model_dir, a.seq, rows, a.lora_r)
     batch_path = os.path.join(OUT, "dpo_step_batch.json")
@@ -240,7 +241,7 @@ def main():
                                      check=True, capture_output=True, text=True, env=env).stdout)
     name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
             + ("_bf16ref" if a.bf16_reference else "") + ("_adamw8bit" if a.adamw_8bit else "")
-            + ("_smoke" if a.smoke else "") + ".json")
+            + ("_smoke" if a.smoke else "") + MODELS[a.model]["suffix"] + ".json")
     out_path = os.path.join(OUT, name)
     cmd = [sys.executable, __file__, "--trl-side", model_dir, batch_path, "--steps", str(a.steps),
            "--threads", str(a.threads), "--lora-r", str(a.lora_r), "--seq", str(a.seq),

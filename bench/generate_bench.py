@@ -19,7 +19,7 @@ import transformers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from forward_bench import MODEL_DIR, make_model  # noqa: E402
+from forward_bench import MODELS, add_model_argument, make_model  # noqa: E402
 
 
 def torch_side(model, batch, plen, new, threads):
@@ -50,13 +50,14 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--bf16", action="store_true",
                     help="rlhf.c keeps the weights in bf16 (generate --bf16); transformers stays fp32")
+    add_model_argument(ap)
     a = ap.parse_args()
-    make_model()
-    model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32).eval()
+    model_dir = make_model(a.model)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     rows = []
     for batch in [int(b) for b in a.batches.split(",")]:
-        ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_generate"), MODEL_DIR,
+        ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_generate"), model_dir,
                                           str(batch), str(a.prompt_len), str(a.new_tokens)]
                                          + (["bf16"] if a.bf16 else []),
                                          check=True, capture_output=True, text=True, env=env).stdout)
@@ -71,8 +72,9 @@ def main():
               f"tok/s ({r['prefill_speedup']:.2f}x); decode {ours['decode_tokens_per_s']:7.2f} vs "
               f"{theirs['decode_tokens_per_s']:7.2f} tok/s ({r['decode_speedup']:.2f}x){floor}", flush=True)
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "out", "generate_bf16.json" if a.bf16 else "generate.json"), "w") as f:
-        json.dump({"rlhf.c weights": "bf16" if a.bf16 else "fp32", "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "threads": a.threads, "rows": rows}, f, indent=2)
+    name = ("generate_bf16" if a.bf16 else "generate") + MODELS[a.model]["suffix"] + ".json"
+    with open(os.path.join(ROOT, "bench", "out", name), "w") as f:
+        json.dump({"model": MODELS[a.model]["desc"], "rlhf.c weights": "bf16" if a.bf16 else "fp32", "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "threads": a.threads, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ def main():
     ap.add_argument("--completion-len", type=int, default=64)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--lora-r", type=int, default=0)
+    forward_bench.add_model_argument(ap)
     a = ap.parse_args()
-    forward_bench.make_model()
+    model_dir = forward_bench.make_model(a.model)
     work = os.path.join(OUT, "grpo_step")
     os.makedirs(work, exist_ok=True)
     rng = random.Random(0)
@@ -55,7 +56,7 @@ def main():
             if a.lora_r else "")
     config = os.path.join(work, "grpo.yaml")
     with open(config, "w") as f:
-        f.write(f"""base_model: {forward_bench.MODEL_DIR}
+        f.write(f"""base_model: {model_dir}
 tokenizer_config: {os.path.join(ROOT, 'tests/fixtures/tokenizers/qwen2_bytelevel')}
 rl: grpo
 trl:
@@ -82,7 +83,7 @@ seed: 0
                      r"peak memory (\d+) MB", run.stdout + run.stderr)
     steps = [json.loads(line) for line in open(os.path.join(work, "out", "metrics.jsonl"))]
     result = {
-        "model": "Qwen2.5-0.5B-shaped, random, fp32 compute",
+        "model": forward_bench.MODELS[a.model]["desc"] + ", random, fp32 compute",
         "threads": os.cpu_count(),
         "steps": a.steps, "generations_per_step": a.generations, "num_generations": a.num_generations,
         "prompt_tokens": steps[0]["num_tokens"] / a.generations - steps[0]["completions/mean_length"],
@@ -93,7 +94,7 @@ seed: 0
         "step_time_s": [s["step_time"] for s in steps],
         "peak_rss_mb": int(done.group(4)),
     }
-    name = f"grpo_step_lora{a.lora_r}.json" if a.lora_r else "grpo_step.json"
+    name = (f"grpo_step_lora{a.lora_r}" if a.lora_r else "grpo_step") + forward_bench.MODELS[a.model]["suffix"] + ".json"
     with open(os.path.join(OUT, name), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result, indent=1))

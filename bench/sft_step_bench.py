@@ -24,12 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
-def torch_side(batch, seq, steps, threads, lora_r):
+def torch_side(model_dir, batch, seq, steps, threads, lora_r):
     import torch
     import transformers
-    from forward_bench import MODEL_DIR
     torch.set_num_threads(threads)
-    model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if lora_r:
         from peft import LoraConfig, get_peft_model
         model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
@@ -68,28 +67,31 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--lora-r", type=int, default=0, help="train a LoRA adapter of this rank")
-    ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-side", metavar="MODEL_DIR", help=argparse.SUPPRESS)
+    from forward_bench import MODELS, add_model_argument, make_model
+    add_model_argument(ap)
     a = ap.parse_args()
     if a.torch_side:
-        torch_side(a.batch, a.seq, a.steps, a.threads, a.lora_r)
+        torch_side(a.torch_side, a.batch, a.seq, a.steps, a.threads, a.lora_r)
         return
-    from forward_bench import MODEL_DIR, make_model
-    make_model()
+    model_dir = make_model(a.model)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_sft_step"), MODEL_DIR,
+    ours = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_sft_step"), model_dir,
                                       str(a.batch), str(a.seq), str(a.steps), "0", str(a.lora_r)],
                                      check=True, capture_output=True, text=True, env=env).stdout)
-    out = subprocess.run([sys.executable, __file__, "--torch-side", "--batch", str(a.batch), "--seq", str(a.seq),
+    out = subprocess.run([sys.executable, __file__, "--torch-side", model_dir, "--batch", str(a.batch),
+                          "--seq", str(a.seq),
                           "--steps", str(a.steps), "--threads", str(a.threads), "--lora-r", str(a.lora_r)],
                          check=True, capture_output=True, text=True).stdout
     theirs = json.loads(out.strip().splitlines()[-1])
     what = f"LoRA r {a.lora_r} all-linear" if a.lora_r else "full fine-tuning"
     result = {"workload": f"SFT step fp32 ({what}), batch {a.batch} x {a.seq}, {a.threads} threads",
+              "model": MODELS[a.model]["desc"] + ", random weights",
               "rlhf.c": ours, "pytorch": theirs,
               "speedup": ours["tokens_per_s"] / theirs["tokens_per_s"],
               "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"]}
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
-    name = f"sft_step_lora{a.lora_r}.json" if a.lora_r else "sft_step.json"
+    name = (f"sft_step_lora{a.lora_r}" if a.lora_r else "sft_step") + MODELS[a.model]["suffix"] + ".json"
     with open(os.path.join(ROOT, "bench", "out", name), "w") as f:
         json.dump(result, f, indent=2)
     for name, r in (("rlhf.c", ours), ("pytorch", theirs)):
