@@ -50,6 +50,21 @@ static void synthetic_grads(const Model *m, int64_t k, float scale, float *grads
                 (float)sin(0.37 * (double)(i + 1) + 1.3 * (double)k + 0.11 * p) * scale;
 }
 
+static bool name_listed(json_t *list, const char *name) {
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (strcmp(name, json_string_value(json_array_get(list, i))) == 0) return true;
+    return false;
+}
+
+/* The fixture's AdamW hyper-parameters. */
+static AdamWConfig case_config(json_t *j, bool eight_bit) {
+    json_t *betas = json_object_get(j, "betas");
+    return (AdamWConfig){json_number_value(json_array_get(betas, 0)),
+                         json_number_value(json_array_get(betas, 1)),
+                         json_number_value(json_object_get(j, "eps")),
+                         json_number_value(json_object_get(j, "weight_decay")), eight_bit};
+}
+
 static void run_case(const char *case_name) {
     char rel[512];
     snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.json", case_name);
@@ -68,19 +83,13 @@ static void run_case(const char *case_name) {
         const char *name = m.param_info[p].name;
         CHECK(strcmp(name, json_string_value(json_array_get(names, (size_t)p))) == 0,
               "parameter %d: %s", p, name);
-        bool want = false;
-        for (size_t d = 0; d < json_array_size(decay); d++)
-            if (strcmp(name, json_string_value(json_array_get(decay, d))) == 0) want = true;
+        bool want = name_listed(decay, name);
         CHECK(param_gets_weight_decay(name) == want, "%s: weight decay %d, Trainer says %d", name,
               !want, want);
         spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel, want, false};
     }
 
-    json_t *betas = json_object_get(j, "betas");
-    AdamWConfig cfg = {json_number_value(json_array_get(betas, 0)),
-                       json_number_value(json_array_get(betas, 1)),
-                       json_number_value(json_object_get(j, "eps")),
-                       json_number_value(json_object_get(j, "weight_decay")), false};
+    AdamWConfig cfg = case_config(j, false);
     AdamW opt;
     CHECK(adamw_init(&opt, &cfg, spans, m.n_param_tensors) == 0, "%s", err_msg());
     LrScheduleType type;
@@ -140,12 +149,6 @@ static void run_case(const char *case_name) {
     adamw_free(&opt);
     model_free(&m);
     json_decref(j);
-}
-
-static bool name_listed(json_t *list, const char *name) {
-    for (size_t i = 0; i < json_array_size(list); i++)
-        if (strcmp(name, json_string_value(json_array_get(list, i))) == 0) return true;
-    return false;
 }
 
 /* q8_map_code starts from a per-bucket count and two compares, q8_map_codes does the same eight
@@ -265,17 +268,14 @@ static void run_8bit_case(void) {
         spans[p] = (ParamSpan){m.param_info[p].offset, m.param_info[p].numel,
                                param_gets_weight_decay(name), param_is_embedding(name)};
     }
-    json_t *betas = json_object_get(j, "betas");
-    AdamWConfig cfg = {json_number_value(json_array_get(betas, 0)),
-                       json_number_value(json_array_get(betas, 1)),
-                       json_number_value(json_object_get(j, "eps")),
-                       json_number_value(json_object_get(j, "weight_decay")), true};
+    AdamWConfig cfg = case_config(j, true);
     AdamW opt;
     CHECK(adamw_init(&opt, &cfg, spans, m.n_param_tensors) == 0, "%s", err_msg());
-    for (int p = 0; p < m.n_param_tensors; p++)
-        CHECK((opt.moments[p].m == NULL) == name_listed(eight_bit, m.param_info[p].name),
-              "%s: 8-bit moments %d, bitsandbytes says %d", m.param_info[p].name,
-              opt.moments[p].m == NULL, !(opt.moments[p].m == NULL));
+    for (int p = 0; p < m.n_param_tensors; p++) {
+        bool ours = opt.moments[p].m == NULL, theirs = name_listed(eight_bit, m.param_info[p].name);
+        CHECK(ours == theirs, "%s: 8-bit moments %d, bitsandbytes says %d", m.param_info[p].name,
+              ours, theirs);
+    }
 
     int64_t steps = json_integer_value(json_object_get(j, "steps"));
     int64_t warmup = json_integer_value(json_object_get(j, "warmup_steps"));

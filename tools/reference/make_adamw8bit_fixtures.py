@@ -43,7 +43,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_model_fixtures as mf  # noqa: E402
-from make_optimizer_fixtures import SCALES, synthetic_grad  # noqa: E402
+from make_optimizer_fixtures import SCALES, train_synthetic  # noqa: E402
 
 OUT = os.path.join(mf.REPO, "tests", "fixtures", "optimizer", "adamw8bit")
 CASE = dict(lr=2e-2, weight_decay=0.1, schedule="cosine", warmup_steps=1, max_grad_norm=1.0,
@@ -108,14 +108,7 @@ def main():
     total = CASE["steps"]
     sched = transformers.get_scheduler(CASE["schedule"], opt, num_warmup_steps=CASE["warmup_steps"],
                                        num_training_steps=total)
-    lrs, norms = [], []
-    for k in range(total):
-        for j, p in enumerate(params):
-            p.grad = synthetic_grad(p.shape, k, j)
-        norms.append(float(torch.nn.utils.clip_grad_norm_(params, CASE["max_grad_norm"])))
-        lrs.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
+    lrs, norms = train_synthetic(params, opt, sched, total, CASE["max_grad_norm"])
 
     tensors = {n: p.detach().contiguous() for n, p in zip(names, params)}
     eight_bit = []

@@ -43,6 +43,19 @@ def synthetic_grad(shape, k, j):
     return (torch.sin(0.37 * (i + 1) + 1.3 * k + 0.11 * j).float() * SCALES[k]).reshape(shape)
 
 
+def train_synthetic(params, opt, sched, total, max_grad_norm):
+    """`total` steps of synthetic gradients with clip_grad_norm_; the lr and pre-clip norm of each."""
+    lrs, norms = [], []
+    for k in range(total):
+        for j, p in enumerate(params):
+            p.grad = synthetic_grad(p.shape, k, j)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm)))
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    return lrs, norms
+
+
 def run_case(case, total=5):
     model = mf.load_fp32(os.path.join(mf.FIXTURES, case["model"]))
     names = [n for n, _ in model.named_parameters()]
@@ -54,14 +67,7 @@ def run_case(case, total=5):
     ws = case["warmup_steps"]
     warmup = int(ws) if ws >= 1 else math.ceil(total * ws)
     sched = transformers.get_scheduler(case["schedule"], opt, num_warmup_steps=warmup, num_training_steps=total)
-    lrs, norms = [], []
-    for k in range(total):
-        for j, p in enumerate(params):
-            p.grad = synthetic_grad(p.shape, k, j)
-        norms.append(float(torch.nn.utils.clip_grad_norm_(params, case["max_grad_norm"])))
-        lrs.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
+    lrs, norms = train_synthetic(params, opt, sched, total, case["max_grad_norm"])
     save_file({n: p.detach().contiguous() for n, p in zip(names, params)},
               os.path.join(OUT, case["name"] + ".safetensors"), metadata={"format": "pt"})
     meta = dict(case, betas=list(case["betas"]), steps=total, warmup=warmup, scales=SCALES,
