@@ -20,15 +20,21 @@
 #include <string.h>
 #include <time.h>
 
-/* A config in the temporary directory: `body` after base_model and the data line. */
-static void write_config(const char *name, const char *data, const char *body) {
+/* A config in the temporary directory for the model in `base`: `body` after base_model and the
+ * data line. */
+static void write_model_config(const char *base, const char *name, const char *data,
+                               const char *body) {
     char text[8192];
     snprintf(text, sizeof text,
              "base_model: %s\ndatasets:\n  - path: %s\n%ssequence_len: 64\nseed: 3\n"
              "dataset_prepared_path: %s\nlogging_steps: 1\n",
-             harness_source_path("tests/fixtures/models/llama_text"), harness_tmp_path(data), body,
-             harness_tmp_path("prepared"));
+             base, harness_tmp_path(data), body, harness_tmp_path("prepared"));
     harness_write_file(harness_tmp_path(name), text, strlen(text));
+}
+
+/* The same for the llama_text fixture. */
+static void write_config(const char *name, const char *data, const char *body) {
+    write_model_config(harness_source_path("tests/fixtures/models/llama_text"), name, data, body);
 }
 
 static void write_data(void) {
@@ -130,15 +136,10 @@ static void test_failures(void) {
  * checkpoint-2 on 2 ranks ends bit for bit where the uninterrupted one does, which needs rank 0's
  * codes and scales handed to rank 1. */
 static void test_eight_bit_resume(void) {
-    char text[8192];
-    snprintf(text, sizeof text,
-             "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\nsequence_len: 64\n"
-             "seed: 3\ndataset_prepared_path: %s\nlogging_steps: 1\nmicro_batch_size: 2\n"
-             "gradient_accumulation_steps: 2\nmax_steps: 4\nlearning_rate: 3e-3\n"
-             "warmup_steps: 1\noptimizer: adamw_8bit\nsave_steps: 2\n",
-             harness_write_untied_llama_text(), harness_tmp_path("text.jsonl"),
-             harness_tmp_path("prepared"));
-    harness_write_file(harness_tmp_path("adam8.yaml"), text, strlen(text));
+    write_model_config(harness_write_untied_llama_text(), "adam8.yaml", "text.jsonl",
+                       "    type: completion\nmicro_batch_size: 2\ngradient_accumulation_steps: 2\n"
+                       "max_steps: 4\nlearning_rate: 3e-3\nwarmup_steps: 1\n"
+                       "optimizer: adamw_8bit\nsave_steps: 2\n");
     char straight[4096], resumed[4096], from[4200], to[4200], a[4300], b[4300];
     snprintf(straight, sizeof straight, "%s", harness_tmp_path("adam8-straight"));
     snprintf(resumed, sizeof resumed, "%s", harness_tmp_path("adam8-resumed"));

@@ -65,6 +65,54 @@ static AdamWConfig case_config(json_t *j, bool eight_bit) {
                          json_number_value(json_object_get(j, "weight_decay")), eight_bit};
 }
 
+/* The fixture's steps: synthetic gradients, the pre-clip norm and the lr checked against the
+ * fixture's at every step, clipping, then one AdamW step. */
+static void run_steps(json_t *j, Model *m, const ParamSpan *spans, AdamW *opt, LrScheduleType type,
+                      int64_t warmup) {
+    int64_t steps = json_integer_value(json_object_get(j, "steps"));
+    double base_lr = json_number_value(json_object_get(j, "lr"));
+    double max_norm = json_number_value(json_object_get(j, "max_grad_norm"));
+    float *grads = malloc(m->n_params * sizeof *grads);
+    for (int64_t k = 0; k < steps; k++) {
+        float scale =
+            (float)json_number_value(json_array_get(json_object_get(j, "scales"), (size_t)k));
+        synthetic_grads(m, k, scale, grads);
+        double norm = grad_global_norm(grads, spans, m->n_param_tensors);
+        double want_norm =
+            json_number_value(json_array_get(json_object_get(j, "grad_norm_per_step"), (size_t)k));
+        CHECK(harness_close(norm, want_norm, 1e-5, 0), "step %lld grad_norm %.8g vs %.8g",
+              (long long)k, norm, want_norm);
+        grad_clip(grads, spans, m->n_param_tensors, max_norm, norm);
+        double lr = base_lr * lr_schedule_factor(type, k, warmup, steps);
+        double want_lr =
+            json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
+        CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
+              want_lr);
+        adamw_step(opt, m->params, grads, lr);
+    }
+    free(grads);
+}
+
+/* How many of the model's parameters differ from the fixture's (1e-4 relative, 1e-6 absolute;
+ * a tensor missing from the fixture counts once); *compared gets how many were compared. */
+static int params_differ(const SafetensorsFile *f, const Model *m, size_t *compared) {
+    int bad = 0;
+    *compared = 0;
+    for (int p = 0; p < m->n_param_tensors; p++) {
+        const SafetensorsTensor *t = safetensors_find(f, m->param_info[p].name);
+        if (!t) {
+            bad++;
+            continue;
+        }
+        float *want = malloc((size_t)t->numel * sizeof *want);
+        safetensors_to_f32(t, want);
+        for (size_t i = 0; i < m->param_info[p].numel; i++, (*compared)++)
+            bad += !harness_close(m->params[m->param_info[p].offset + i], want[i], 1e-4, 1e-6);
+        free(want);
+    }
+    return bad;
+}
+
 static void run_case(const char *case_name) {
     char rel[512];
     snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.json", case_name);
@@ -100,51 +148,18 @@ static void run_case(const char *case_name) {
     int64_t warmup = ws >= 1 ? (int64_t)ws : lr_warmup_steps_from_ratio(ws, steps);
     CHECK(warmup == json_integer_value(json_object_get(j, "warmup")), "warmup steps %lld",
           (long long)warmup);
-    double base_lr = json_number_value(json_object_get(j, "lr"));
-    double max_norm = json_number_value(json_object_get(j, "max_grad_norm"));
-    json_t *scales = json_object_get(j, "scales");
-
-    float *grads = malloc(m.n_params * sizeof *grads);
-    for (int64_t k = 0; k < steps; k++) {
-        float scale = (float)json_number_value(json_array_get(scales, (size_t)k));
-        synthetic_grads(&m, k, scale, grads);
-        double norm = grad_global_norm(grads, spans, m.n_param_tensors);
-        double want_norm =
-            json_number_value(json_array_get(json_object_get(j, "grad_norm_per_step"), (size_t)k));
-        CHECK(harness_close(norm, want_norm, 1e-5, 0), "step %lld grad_norm %.8g vs %.8g",
-              (long long)k, norm, want_norm);
-        grad_clip(grads, spans, m.n_param_tensors, max_norm, norm);
-        double lr = base_lr * lr_schedule_factor(type, k, warmup, steps);
-        double want_lr =
-            json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
-        CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
-              want_lr);
-        adamw_step(&opt, m.params, grads, lr);
-    }
+    run_steps(j, &m, spans, &opt, type, warmup);
 
     snprintf(rel, sizeof rel, "tests/fixtures/optimizer/%s.safetensors", case_name);
     SafetensorsFile f;
     CHECK(safetensors_open(&f, harness_source_path(rel)) == 0, "%s", err_msg());
-    int bad = 0;
-    size_t compared = 0;
-    for (int p = 0; p < m.n_param_tensors; p++) {
-        const SafetensorsTensor *t = safetensors_find(&f, m.param_info[p].name);
-        if (!t) {
-            bad++;
-            continue;
-        }
-        float *want = malloc((size_t)t->numel * sizeof *want);
-        safetensors_to_f32(t, want);
-        for (size_t i = 0; i < m.param_info[p].numel; i++, compared++)
-            bad += !harness_close(m.params[m.param_info[p].offset + i], want[i], 1e-4, 1e-6);
-        free(want);
-    }
+    size_t compared;
+    int bad = params_differ(&f, &m, &compared);
     CHECK(bad == 0 && compared == m.n_params, "%s: %d of %zu parameters differ from torch",
           case_name, bad, compared);
     printf("%s: %zu parameters match torch after %lld steps\n", case_name, compared,
            (long long)steps);
     safetensors_close(&f);
-    free(grads);
     free(spans);
     adamw_free(&opt);
     model_free(&m);
@@ -278,43 +293,19 @@ static void run_8bit_case(void) {
     }
 
     int64_t steps = json_integer_value(json_object_get(j, "steps"));
-    int64_t warmup = json_integer_value(json_object_get(j, "warmup_steps"));
-    double base_lr = json_number_value(json_object_get(j, "lr"));
-    double max_norm = json_number_value(json_object_get(j, "max_grad_norm"));
-    float *grads = malloc(m.n_params * sizeof *grads);
-    for (int64_t k = 0; k < steps; k++) {
-        float scale =
-            (float)json_number_value(json_array_get(json_object_get(j, "scales"), (size_t)k));
-        synthetic_grads(&m, k, scale, grads);
-        double norm = grad_global_norm(grads, spans, m.n_param_tensors);
-        grad_clip(grads, spans, m.n_param_tensors, max_norm, norm);
-        double lr = base_lr * lr_schedule_factor(LR_COSINE, k, warmup, steps);
-        double want_lr =
-            json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
-        CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
-              want_lr);
-        adamw_step(&opt, m.params, grads, lr);
-    }
+    run_steps(j, &m, spans, &opt, LR_COSINE,
+              json_integer_value(json_object_get(j, "warmup_steps")));
 
     SafetensorsFile f;
     CHECK(safetensors_open(&f, harness_source_path("tests/fixtures/optimizer/adamw8bit/"
                                                    "after.safetensors")) == 0,
           "%s", err_msg());
     check_maps(&f, &opt);
-    int bad = 0, bad_codes = 0;
-    size_t compared = 0, n_codes = 0;
-    for (int p = 0; p < m.n_param_tensors; p++) {
-        const char *name = m.param_info[p].name;
-        const SafetensorsTensor *t = safetensors_find(&f, name);
-        CHECK(t != NULL, "%s: not in the fixture", name);
-        if (!t) continue;
-        float *want = malloc((size_t)t->numel * sizeof *want);
-        safetensors_to_f32(t, want);
-        for (size_t i = 0; i < m.param_info[p].numel; i++, compared++)
-            bad += !harness_close(m.params[m.param_info[p].offset + i], want[i], 1e-4, 1e-6);
-        free(want);
-        if (!opt.moments[p].m) bad_codes += compare_codes(&f, &opt, p, name, &n_codes);
-    }
+    size_t compared, n_codes = 0;
+    int bad = params_differ(&f, &m, &compared), bad_codes = 0;
+    for (int p = 0; p < m.n_param_tensors; p++)
+        if (!opt.moments[p].m)
+            bad_codes += compare_codes(&f, &opt, p, m.param_info[p].name, &n_codes);
     CHECK(bad == 0 && compared == m.n_params, "%d of %zu parameters differ from bitsandbytes'", bad,
           compared);
     CHECK(bad_codes == 0 && n_codes > 0, "%d of %zu moment codes or scales differ", bad_codes,
@@ -322,7 +313,6 @@ static void run_8bit_case(void) {
     printf("adamw8bit: %zu parameters and %zu 8-bit codes match bitsandbytes after %lld steps\n",
            compared, n_codes, (long long)steps);
     safetensors_close(&f);
-    free(grads);
     free(spans);
     adamw_free(&opt);
     model_free(&m);

@@ -68,10 +68,8 @@ static void fill_buckets(Q8Map *map) {
             pos++;
         while (neg < 255 && map->bound[neg] <= -hi) /* negative x > -hi */
             neg++;
-        map->below[0][b] = (uint8_t)pos;
-        map->below[1][b] = (uint8_t)neg;
-        map->below32[0][b] = (int32_t)pos;
-        map->below32[1][b] = (int32_t)neg;
+        map->below[0][b] = (int32_t)pos;
+        map->below[1][b] = (int32_t)neg;
     }
 }
 
@@ -101,7 +99,7 @@ void q8_map_dynamic(Q8Map *map, bool is_signed) {
 static inline unsigned map_code(const Q8Map *map, float x) {
     uint32_t bits = float_bits(x);
     unsigned b = bucket_of(bits & 0x7fffffffu);
-    unsigned below = map->below[bits >> 31][b];
+    unsigned below = (unsigned)map->below[bits >> 31][b];
     return below + (map->bound[below] < x);
 }
 
@@ -121,7 +119,7 @@ static void map_codes8(const Q8Map *map, __m256 y, uint8_t *code) {
     bucket = _mm256_and_si256(bucket, _mm256_cmpgt_epi32(key, first)); /* below: bucket 0 */
     const __m256i row =
         _mm256_mullo_epi32(_mm256_srli_epi32(bits, 31), _mm256_set1_epi32(Q8_BUCKETS));
-    __m256i below = _mm256_i32gather_epi32(&map->below32[0][0], _mm256_add_epi32(row, bucket), 4);
+    __m256i below = _mm256_i32gather_epi32(&map->below[0][0], _mm256_add_epi32(row, bucket), 4);
     __m256 bound = _mm256_i32gather_ps(map->bound, below, 4);
     /* the compare's all-ones lanes are -1: subtracting them counts the bound */
     below = _mm256_sub_epi32(below, _mm256_castps_si256(_mm256_cmp_ps(bound, y, _CMP_LT_OQ)));

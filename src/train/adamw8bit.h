@@ -27,8 +27,7 @@ typedef struct {
     float bound[256]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i]; then +inf */
     /* per bucket of |x|: how many bounds lie below every positive x in it ([0]), and how many
      * below every negative one ([1]) */
-    uint8_t below[2][Q8_BUCKETS];
-    int32_t below32[2][Q8_BUCKETS]; /* the same as 32-bit lanes for gathers */
+    int32_t below[2][Q8_BUCKETS]; /* 32-bit: the AVX2 path gathers them */
 } Q8Map;
 
 /* bitsandbytes' create_dynamic_map(signed): 7 decades of values, 10^-6 .. 1, with more
