@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     }
     TrainerOptions opt = {.learning_rate = 1e-5,
                           .max_grad_norm = 1.0,
-                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .adamw = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0},
                           .schedule = LR_CONSTANT,
                           .total_steps = steps + 1,
                           .gradient_checkpointing = checkpointing};

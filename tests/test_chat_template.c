@@ -8,6 +8,7 @@
  *    family templates is compiled and, when it compiles, rendered.
  * 3. Generation spans, the render API variants, and API misuse. */
 #include "chat/chat_template.h"
+#include "chat/jinja.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -15,6 +16,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -520,6 +522,97 @@ static void expect_error(const char *src, const json_t *vars, const char *needle
               err_msg(), needle);
 }
 
+/* A conversation of `turns` user/assistant pairs whose contents are ~1 KB of varied text. */
+static json_t *long_conversation(int turns) {
+    json_t *msgs = json_array();
+    char content[1100];
+    for (int i = 0; i < 2 * turns; i++) {
+        size_t len = 0;
+        for (int w = 0; len < 1000; w++)
+            len += (size_t)snprintf(content + len, sizeof content - len, "word%d-%d ", i, w);
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", i % 2 ? "assistant" : "user",
+                                              "content", content));
+    }
+    return msgs;
+}
+
+/* The render's work and memory limits (jinja.h): real templates render a conversation of
+ * 1000 messages of 1 KB (about 250k tokens, more than most context windows) within an eighth
+ * of them, and templates that run away stop with the limit's message instead of
+ * hanging (each of these ran for minutes, or took gigabytes, before the limits). */
+static void test_render_limits(void) {
+    static const char *const real[] = {
+        "llama2", "llama3",  "llama31", "mistral_v02",   "mistral_v3_tools", "qwen25",
+        "qwen3",  "smollm2", "zephyr",  "builtin_gemma", "builtin_qwen3",    "builtin_llama3"};
+    json_t *vars = json_pack("{s:o, s:s, s:s, s:b}", "messages", long_conversation(500),
+                             "bos_token", "<s>", "eos_token", "</s>", "add_generation_prompt", 1);
+    uint64_t most = 0;
+    for (size_t i = 0; i < sizeof real / sizeof *real; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s.json",
+                 harness_source_path("tests/fixtures/chat_templates"), real[i]);
+        json_t *fx;
+        if (json_load_path(path, &fx) != 0) {
+            CHECK(0, "%s", err_msg());
+            continue;
+        }
+        const char *src = json_string_value(json_object_get(fx, "template"));
+        ChatTemplate *tpl;
+        ChatRenderResult res;
+        int rc = chat_template_compile(src, strlen(src), &tpl);
+        if (rc == 0) {
+            rc = chat_template_render_vars(tpl, vars, NULL, &res);
+            chat_template_free(tpl);
+        }
+        CHECK(rc == 0, "%s on 1000 messages: %s", real[i], err_msg());
+        if (rc == 0) {
+            printf("  %s: 1000 messages, %zu bytes, %" PRIu64 " steps\n", real[i], res.len,
+                   res.work);
+            CHECK(res.len > 1000 * 1000, "%s rendered only %zu bytes", real[i], res.len);
+            if (res.work > most) most = res.work;
+            chat_render_result_free(&res);
+        }
+        json_decref(fx);
+    }
+    json_decref(vars);
+    CHECK(most > 0 && most < JINJA_WORK_LIMIT / 8,
+          "the most work a real template took, %" PRIu64 " steps, is not far below the limit",
+          most);
+
+    static const char *const runaway[] = {
+        "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+        "{% for i in range(99999) %}{{ 'a' * 600000 }}{% endfor %}",
+        "{% set s = 'a' * 8000000 %}{{ [s, s, s, s, s, s, s, s, s, s] | join }}",
+        "{% set s = 'ab' * 4000000 %}{% for i in range(99999) %}{{ s | replace('a', 'bbbbbbbb') "
+        "| length }}{% endfor %}",
+        "{% set s = 'a' * 8000000 %}{% for i in range(99999) %}{% if 'b' in s %}{% endif %}"
+        "{% endfor %}",
+        "{% set s = 'a' * 8000000 %}{{ s.split('a') | length }}",
+        "{% set s = '\n' * 8000000 %}{{ s.splitlines() | length }}",
+        "{% set s = 'a' * 8000000 %}{{ s | list | length }}",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}"
+        "{% endfor %}{{ ns.l | length }}",
+        "{% set l = [1] * 2000000 %}{% for i in range(99) %}{{ l | map('string') | join | "
+        "length }}{% endfor %}",
+        "{% set l = range(99999) | list %}{% for i in range(99) %}{{ l | unique | list | "
+        "length }}{% endfor %}",
+        /* one big list shared a million times: small in memory, huge to print or compare */
+        "{% set a = [1] * 1000000 %}{% set l = [a] * 2000000 %}{{ l == l }}",
+        "{% set a = [1] * 1000000 %}{% set l = [a] * 2000000 %}{{ l | tojson | length }}",
+        "{% set a = [1] * 1000000 %}{% set l = [a] * 2000000 %}{{ l }}",
+        "{% set a = [1] * 1000000 %}{% set l = [a] * 2000000 %}{{ l | sum(start=[]) | length }}",
+        "{% set a = [1] * 1000000 %}{% set l = [a] * 200 %}{{ (l + [a]) | sort | length }}",
+        /* nesting deeper than anything can print or compare without overflowing the stack */
+        "{% set ns = namespace(l=[]) %}{% for i in range(99999) %}{% set ns.l = [ns.l] %}"
+        "{% endfor %}{{ ns.l == ns.l }}",
+        "{% set ns = namespace(a=[], b=[]) %}{% for i in range(99999) %}{% set ns.a = [ns.a] %}"
+        "{% set ns.b = [ns.b] %}{% endfor %}{{ [ns.a] < [ns.b] }}",
+    };
+    for (size_t i = 0; i < sizeof runaway / sizeof *runaway; i++)
+        expect_error(runaway[i], NULL, "template rendering stopped");
+}
+
 static void test_unsupported_constructs(void) {
     expect_error("a\n{% include 'x.jinja' %}", NULL,
                  "line 2: the '{% include %}' tag is not supported");
@@ -589,6 +682,7 @@ int main(void) {
     test_generation_spans();
     test_render_shorthand();
     test_unsupported_constructs();
+    test_render_limits();
     test_apply_errors();
     test_loader_edge_cases();
     test_cli_usage();

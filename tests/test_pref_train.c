@@ -159,7 +159,7 @@ static void check_case(const char *name) {
     pm.ref = with_ref ? &refp : NULL;
     TrainerOptions opt = {.learning_rate = cfg.learning_rate,
                           .max_grad_norm = cfg.max_grad_norm,
-                          .adamw = {0.9, 0.999, 1e-8, 0.0},
+                          .adamw = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0},
                           .schedule = LR_LINEAR,
                           .warmup_steps = 0,
                           .total_steps = cfg.max_steps,

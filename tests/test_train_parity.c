@@ -50,12 +50,14 @@ int main(void) {
 #define HP(k) json_number_value(json_object_get(hp, k))
     int64_t steps = json_integer_value(json_object_get(j, "steps"));
     int accum = (int)json_integer_value(json_object_get(j, "accumulation"));
-    TrainerOptions opt = {
-        .learning_rate = HP("learning_rate"),
-        .max_grad_norm = HP("max_grad_norm"),
-        .adamw = {HP("adam_beta1"), HP("adam_beta2"), HP("adam_epsilon"), HP("weight_decay")},
-        .warmup_steps = (int64_t)HP("warmup_steps"),
-        .total_steps = steps};
+    TrainerOptions opt = {.learning_rate = HP("learning_rate"),
+                          .max_grad_norm = HP("max_grad_norm"),
+                          .adamw = {.beta1 = HP("adam_beta1"),
+                                    .beta2 = HP("adam_beta2"),
+                                    .eps = HP("adam_epsilon"),
+                                    .weight_decay = HP("weight_decay")},
+                          .warmup_steps = (int64_t)HP("warmup_steps"),
+                          .total_steps = steps};
     CHECK(lr_schedule_parse(json_string_value(json_object_get(hp, "lr_scheduler")),
                             &opt.schedule) == 0,
           "schedule");

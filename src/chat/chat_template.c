@@ -54,11 +54,23 @@ static int render_values(const ChatTemplate *tpl, JArena *arena, JDict *globals,
     JBuf out;
     jb_init(&out, arena);
     JFrame *root = ja_alloc(arena, sizeof *root);
-    JCtx ctx = {.arena = arena, .globals = globals, .root = root, .out = &out, .now = now};
-    if (jinja_exec(&ctx, root, &tpl->body) != 0) {
+    JCtx ctx = {.arena = arena,
+                .globals = globals,
+                .root = root,
+                .out = &out,
+                .now = now,
+                .work_left = JINJA_WORK_LIMIT};
+    arena->limit = arena->used + JINJA_MEMORY_LIMIT; /* the variables already in it are free */
+    int rc = jinja_exec(&ctx, root, &tpl->body);
+    /* The last step may have passed the memory cap with no step after it to notice. */
+    if (rc == 0 && arena->over_limit)
+        rc = err_set("template rendering stopped: it needed more than %zu MiB",
+                     (size_t)(JINJA_MEMORY_LIMIT >> 20));
+    if (rc != 0) {
         err_prefix("chat template");
         return -1;
     }
+    res->work = JINJA_WORK_LIMIT - ctx.work_left;
     res->len = out.len;
     res->text = xmalloc(out.len + 1);
     if (out.len) memcpy(res->text, out.data, out.len);

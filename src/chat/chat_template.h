@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 typedef struct ChatTemplate ChatTemplate;
@@ -39,6 +40,9 @@ typedef struct {
     size_t len;
     ChatTemplateSpan *spans; /* generation spans, in output order */
     size_t nspans;
+    /* What the render spent of its allowance (JINJA_WORK_LIMIT steps, jinja.h): shows how far
+     * real templates are from the limit that stops runaway ones. */
+    uint64_t work;
 } ChatRenderResult;
 
 void chat_render_result_free(ChatRenderResult *res);

@@ -27,6 +27,12 @@
 typedef struct JArenaBlock JArenaBlock;
 typedef struct {
     JArenaBlock *head;
+    /* Bytes handed out so far, and an optional cap (0: none). A render sets one so that a
+     * template growing its output without end fails instead of taking all memory: past the
+     * cap, buffers stop growing (their writes are dropped) and `over_limit` is set, which the
+     * renderer checks at its next step (jinja_charge). */
+    size_t used, limit;
+    bool over_limit;
 } JArena;
 
 void *ja_alloc(JArena *a, size_t n);                 /* zeroed; aborts when memory runs out */
@@ -132,6 +138,7 @@ struct JValue {
     const char *iter_name;  /* JV_ITER: the Python type ("generator", "list_reverseiterator") */
     const char *iter_error; /* JV_ITER: fails with this when consumed (a lazy jinja2 error) */
     int64_t range[3];       /* JVIEW_RANGE: start, stop, step */
+    uint64_t work;          /* JV_LIST, JV_DICT: jinja_value_work once known, else 0 */
     union {
         bool b;
         int64_t i;
@@ -349,8 +356,28 @@ typedef struct JCtx {
     int depth;            /* macro call depth, to refuse runaway recursion */
     JSpan *spans;
     size_t nspans, capspans;
-    bool capturing; /* inside a macro or a block set: no generation spans */
+    bool capturing;     /* inside a macro or a block set: no generation spans */
+    uint64_t work_left; /* what the render may still spend (jinja_charge) */
 } JCtx;
+
+/* Every render gets a fixed allowance of work and memory. Real chat templates spend a few
+ * thousand steps per message; these limits stop a template that loops or recurses without
+ * end, or that scans or grows huge strings in a long loop, with an error in well under a
+ * second instead of hanging a training run. */
+#define JINJA_WORK_LIMIT   ((uint64_t)1 << 22)
+#define JINJA_MEMORY_LIMIT ((size_t)64 << 20)
+
+/* Spends `units` of the render's work (1 per node and per loop turn, plus the size of every
+ * value a builtin or operator works through, see jinja_value_work) and checks the memory cap.
+ * Returns 0, or -1 with "line N: ..." set once either limit is passed. */
+int jinja_charge(JCtx *ctx, uint64_t units, int line);
+/* What working through all of `v` costs: 1, plus a string's bytes / 32, plus for a list or
+ * dict its length and the work of every item, so that a list holding the same big list a
+ * million times costs what printing or comparing it would. Values nested deeper than
+ * JINJA_MAX_NESTING cost more than any allowance. Lists and dicts, which do not change once
+ * built, remember theirs. */
+uint64_t jinja_value_work(JValue *v);
+#define JINJA_MAX_NESTING 1000
 
 /* Renders a statement list into ctx->out. Returns 0, or -1 with "line N: ..." set. */
 int jinja_exec(JCtx *ctx, JFrame *frame, const JNodeList *body);
@@ -360,6 +387,10 @@ JValue *jinja_eval(JCtx *ctx, JFrame *frame, const JNode *n);
  * a compile-time error, as in jinja2. */
 int jinja_filter_id(const char *name); /* -1 unknown; -2 a jinja2 filter not supported */
 int jinja_test_id(const char *name);   /* same convention */
+/* Whether a filter or test goes through the items of a list or dict it is applied to (not
+ * so for length, first, defined, ...): what its subject costs in work (jinja_charge). */
+bool jinja_filter_walks_items(int id);
+bool jinja_test_walks_items(int id);
 const char *jinja_filter_name(int id);
 const char *jinja_test_name(int id);
 

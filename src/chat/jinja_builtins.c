@@ -145,6 +145,15 @@ int jinja_test_id(const char *name) {
     return -1;
 }
 
+bool jinja_filter_walks_items(int id) {
+    return id != F_COUNT && id != F_LENGTH && id != F_FIRST && id != F_LAST && id != F_D &&
+           id != F_DEFAULT;
+}
+
+bool jinja_test_walks_items(int id) {
+    return id == T_IN || id >= T_EQ_SYM; /* the comparisons compare item by item */
+}
+
 const char *jinja_filter_name(int id) {
     return id >= 0 && id < F_COUNT_ ? filter_names[id] : "?";
 }
@@ -226,6 +235,7 @@ int jinja_iterate(JCtx *c, JValue *v, JValue ***items, size_t *n, int line) {
     }
     case JV_STRING: {
         size_t count = ju_length(v->u.s.s, v->u.s.n), k = 0;
+        if (jinja_charge(c, count, line) != 0) return -1; /* a value per character */
         *items = ja_alloc(c->arena, (count ? count : 1) * sizeof(JValue *));
         for (size_t i = 0; i < v->u.s.n;) {
             size_t start = i;
@@ -444,6 +454,8 @@ static JValue *py_replace(JCtx *c, JStr s, JStr old, JStr new_, int64_t count) {
 static JValue *py_split(JCtx *c, JStr s, const JStr *sep, int64_t maxsplit, bool from_right,
                         int line) {
     if (sep && sep->n == 0) return jinja_fail(line, "empty separator");
+    /* Every piece is a value made: charge the most there can be before making them. */
+    if (jinja_charge(c, sep ? s.n / sep->n + 1 : s.n / 2 + 1, line) != 0) return NULL;
     JValue **parts = ja_alloc(c->arena, (s.n + 2) * sizeof *parts);
     size_t np = 0;
     if (maxsplit < 0) maxsplit = INT64_MAX;
@@ -538,8 +550,12 @@ static bool is_line_break(int32_t cp) {
            cp == 0x1e || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
 }
 
-static size_t py_splitlines(JCtx *c, JStr s, JStr **out) {
-    JStr *lines = ja_alloc(c->arena, (s.n + 1) * sizeof *lines);
+static int py_splitlines(JCtx *c, JStr s, JStr **out, size_t *count, int line) {
+    size_t most = 1; /* counted first, to charge every line before making them */
+    for (size_t i = 0; i < s.n;)
+        most += is_line_break(ju_decode(s.s, s.n, &i));
+    if (jinja_charge(c, most, line) != 0) return -1;
+    JStr *lines = ja_alloc(c->arena, most * sizeof *lines);
     size_t n = 0, start = 0, i = 0;
     while (i < s.n) {
         size_t at = i;
@@ -551,7 +567,8 @@ static size_t py_splitlines(JCtx *c, JStr s, JStr **out) {
     }
     if (start < s.n) lines[n++] = (JStr){s.s + start, s.n - start};
     *out = lines;
-    return n;
+    *count = n;
+    return 0;
 }
 
 static bool str_starts(JStr s, JStr p) {
@@ -1145,7 +1162,8 @@ static JValue *call_str_method(JCtx *c, JValue *self, const char *name, const JA
         }
         if (!strcmp(name, "splitlines")) {
             JStr *lines;
-            size_t n = py_splitlines(c, s, &lines);
+            size_t n;
+            if (py_splitlines(c, s, &lines, &n, line) != 0) return NULL;
             JValue *l = jv_list(c->arena, n, false);
             for (size_t i = 0; i < n; i++)
                 l->u.list.items[i] = jv_str_ref(c->arena, lines[i]);
@@ -1666,6 +1684,14 @@ typedef struct {
     JValue *item;
 } SortEntry;
 
+/* A merge sort's comparisons, n log2 n: charged before sorting (jinja_charge). */
+static uint64_t sort_work(size_t n) {
+    uint64_t work = 1;
+    for (size_t k = n; k > 1; k >>= 1)
+        work += n;
+    return work;
+}
+
 static int sort_entries(SortEntry *e, size_t n, bool reverse, SortEntry *tmp) {
     if (n < 2) return 0;
     size_t h = n / 2;
@@ -1951,6 +1977,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
             e[i].key = pair->u.list.items[pos];
             if (!arg_bool(p[0], false)) e[i].key = lower_if_string(c, e[i].key);
         }
+        if (jinja_charge(c, sort_work(d->n), line) != 0) return NULL;
         if (sort_entries(e, d->n, arg_bool(p[2], false), tmp) != 0)
             return jinja_fail(line, "%s", err_msg());
         JValue *l = jv_list(c->arena, d->n, false);
@@ -2035,7 +2062,8 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
         jb_put(&tmp, s.s, s.n);
         jb_putc(&tmp, '\n');
         JStr *lines;
-        size_t n = py_splitlines(c, jb_str(&tmp), &lines);
+        size_t n;
+        if (py_splitlines(c, jb_str(&tmp), &lines, &n, line) != 0) return NULL;
         JBuf b;
         jb_init(&b, c->arena);
         if (arg_bool(p[1], false)) jb_put(&b, ind.s, ind.n);
@@ -2252,6 +2280,7 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
             }
             if (!arg_bool(p[1], false)) e[i].key = lower_if_string(c, e[i].key);
         }
+        if (jinja_charge(c, sort_work(n), line) != 0) return NULL;
         if (sort_entries(e, n, arg_bool(p[0], false), tmp) != 0)
             return jinja_fail(line, "%s", err_msg());
         JValue *l = jv_list(c->arena, n, false);
@@ -2345,7 +2374,8 @@ JValue *jinja_apply_filter(JCtx *c, JFrame *f, int id, JValue *v, const JArgs *a
             if (k->kind == JV_LIST && !k->is_tuple)
                 return jinja_fail(line, "unhashable type: 'list'");
             if (k->kind == JV_DICT) return jinja_fail(line, "unhashable type: 'dict'");
-            bool seen = false;
+            bool seen = false; /* against every kept key: charged, as it is quadratic */
+            if (jinja_charge(c, nout, line) != 0) return NULL;
             for (size_t j = 0; j < nout && !seen; j++)
                 seen = jv_equal(keys[j], k);
             if (!seen) {

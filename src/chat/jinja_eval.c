@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +36,82 @@ JValue *jinja_fail(int line, const char *fmt, ...) {
 
 JValue *jinja_fail_undefined(int line, const JValue *undef) {
     return jinja_fail(line, "%s", undef->u.undef_msg);
+}
+
+/* ---------------------------------------------------------------- limits */
+
+#define WORK_UNBOUNDED (UINT64_MAX / 4) /* more than any allowance; sums of two can't wrap */
+
+static uint64_t value_work(JValue *v, int depth) {
+    JValue **items = NULL;
+    size_t n = 0;
+    const JDict *d = NULL;
+    switch (v->kind) {
+    case JV_STRING:
+        return 1 + v->u.s.n / 32;
+    case JV_LIST:
+    case JV_ITER:
+        items = v->u.list.items;
+        n = v->u.list.n;
+        break;
+    case JV_DICT:
+    case JV_NAMESPACE:
+        d = v->u.dict;
+        n = d->n;
+        break;
+    default:
+        return 1;
+    }
+    /* Iterators are used up and namespaces assigned to: only lists and dicts keep a sum. */
+    bool fixed = v->kind == JV_LIST || v->kind == JV_DICT;
+    if (fixed && v->work) return v->work;
+    if (depth >= JINJA_MAX_NESTING) return WORK_UNBOUNDED;
+    uint64_t work = 1 + n;
+    for (size_t i = 0; i < n && work < WORK_UNBOUNDED; i++)
+        work += value_work(d ? d->items[i].val : items[i], depth + 1);
+    if (work > WORK_UNBOUNDED) work = WORK_UNBOUNDED;
+    /* An unbounded sum found below the top may only be the cut above: don't remember it. */
+    if (fixed && (work < WORK_UNBOUNDED || depth == 0)) v->work = work;
+    return work;
+}
+
+uint64_t jinja_value_work(JValue *v) {
+    return value_work(v, 0);
+}
+
+int jinja_charge(JCtx *c, uint64_t units, int line) {
+    if (c->arena->over_limit) {
+        jinja_fail(line, "template rendering stopped: it needed more than %zu MiB",
+                   (size_t)(JINJA_MEMORY_LIMIT >> 20));
+        return -1;
+    }
+    if (units > c->work_left) {
+        c->work_left = 0;
+        jinja_fail(line,
+                   "template rendering stopped after %" PRIu64
+                   " steps, the limit for one render: the template loops or recurses without "
+                   "end, or the conversation is far longer than any context",
+                   JINJA_WORK_LIMIT);
+        return -1;
+    }
+    c->work_left -= units;
+    return 0;
+}
+
+/* Charges the work of the values an operator or builtin is about to go through. */
+static int charge_values(JCtx *c, JValue *const *values, size_t n, int line) {
+    uint64_t units = 0;
+    for (size_t i = 0; i < n; i++)
+        units += jinja_value_work(values[i]);
+    return jinja_charge(c, units, line);
+}
+
+/* Charges the value a filter or test is applied to: a string is always read through, a list
+ * or dict only by builtins that walk its items (a template may ask `messages|length` once per
+ * message; that must not cost the square of the conversation). */
+static int charge_subject(JCtx *c, JValue *v, bool walks_items, int line) {
+    if (v->kind == JV_STRING || walks_items) return charge_values(c, &v, 1, line);
+    return jinja_charge(c, 1, line);
 }
 
 static JFrame *new_frame(JCtx *c, JFrame *parent) {
@@ -77,8 +154,8 @@ static JValue *concat_seq(JCtx *c, const JValue *a, const JValue *b) {
 
 static JValue *repeat(JCtx *c, const JValue *seq, int64_t times, int line) {
     if (times < 0) times = 0;
-    size_t unit = seq->kind == JV_STRING ? seq->u.s.n : seq->u.list.n;
-    if (unit && (uint64_t)times > ((size_t)64 << 20) / unit)
+    size_t unit = seq->kind == JV_STRING ? seq->u.s.n : seq->u.list.n * sizeof(JValue *);
+    if (unit && (uint64_t)times > JINJA_MEMORY_LIMIT / 4 / unit)
         return jinja_fail(line, "repetition result too large");
     if (seq->kind == JV_STRING) {
         JBuf b;
@@ -87,9 +164,10 @@ static JValue *repeat(JCtx *c, const JValue *seq, int64_t times, int line) {
             jb_put(&b, seq->u.s.s, seq->u.s.n);
         return jv_str_ref(c->arena, jb_str(&b));
     }
-    JValue *r = jv_list(c->arena, unit * (size_t)times, seq->is_tuple);
+    size_t n = seq->u.list.n;
+    JValue *r = jv_list(c->arena, n * (size_t)times, seq->is_tuple);
     for (size_t i = 0; i < r->u.list.n; i++)
-        r->u.list.items[i] = seq->u.list.items[i % unit];
+        r->u.list.items[i] = seq->u.list.items[i % n];
     return r;
 }
 
@@ -406,7 +484,8 @@ static int eval_args(JCtx *c, JFrame *f, const JNode *n, JArgs *args) {
     args->kwvals = args->nkw ? ja_alloc(c->arena, args->nkw * sizeof(JValue *)) : NULL;
     for (size_t i = 0; i < n->kwvals.n; i++)
         if (!(args->kwvals[i] = jinja_eval(c, f, n->kwvals.v[i]))) return -1;
-    return 0;
+    if (charge_values(c, args->args, args->nargs, n->line) != 0) return -1;
+    return charge_values(c, args->kwvals, args->nkw, n->line);
 }
 
 /* Applies a filter chain whose innermost input is NULL (a filter block) to v. */
@@ -417,11 +496,14 @@ static JValue *apply_filter_chain(JCtx *c, JFrame *f, const JNode *n, JValue *v)
         if (!v) return NULL;
     }
     JArgs args;
-    if (eval_args(c, f, n, &args) != 0) return NULL;
+    if (eval_args(c, f, n, &args) != 0 ||
+        charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
+        return NULL;
     return jinja_apply_filter(c, f, n->op, v, &args, n->line);
 }
 
 JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
+    if (jinja_charge(c, 1, n->line) != 0) return NULL;
     switch (n->kind) {
     case N_CONST:
         return n->value;
@@ -436,6 +518,8 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
     case N_GETITEM: {
         JValue *obj = jinja_eval(c, f, n->a);
         if (!obj) return NULL;
+        /* Indexing a list or dict is one step; a string is walked code point by code point. */
+        if (obj->kind == JV_STRING && charge_values(c, &obj, 1, n->line) != 0) return NULL;
         if (n->b->kind == N_SLICE) return eval_slice(c, f, obj, n->b);
         JValue *key = jinja_eval(c, f, n->b);
         if (!key) return NULL;
@@ -447,20 +531,27 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
         if (!fn) return NULL;
         JArgs args;
         if (eval_args(c, f, n, &args) != 0) return NULL;
+        if (fn->kind == JV_FUNC && fn->u.fn->kind == JF_METHOD &&
+            charge_values(c, &fn->u.fn->self, 1, n->line) != 0)
+            return NULL;
         return jinja_call(c, f, fn, &args, n->line);
     }
     case N_FILTER: {
         JValue *v = jinja_eval(c, f, n->a);
         if (!v) return NULL;
         JArgs args;
-        if (eval_args(c, f, n, &args) != 0) return NULL;
+        if (eval_args(c, f, n, &args) != 0 ||
+            charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
+            return NULL;
         return jinja_apply_filter(c, f, n->op, v, &args, n->line);
     }
     case N_TEST: {
         JValue *v = jinja_eval(c, f, n->a);
         if (!v) return NULL;
         JArgs args;
-        if (eval_args(c, f, n, &args) != 0) return NULL;
+        if (eval_args(c, f, n, &args) != 0 ||
+            charge_subject(c, v, jinja_test_walks_items(n->op), n->line) != 0)
+            return NULL;
         bool res;
         if (jinja_apply_test(c, n->op, v, &args, n->line, &res) != 0) return NULL;
         return jv_bool(res);
@@ -487,6 +578,8 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
         if (!a) return NULL;
         JValue *b = jinja_eval(c, f, n->b);
         if (!b) return NULL;
+        JValue *operands[2] = {a, b};
+        if (charge_values(c, operands, 2, n->line) != 0) return NULL;
         return jinja_binop(c, n->op, a, b, n->line);
     }
     case N_AND: {
@@ -504,7 +597,7 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
         jb_init(&b, c->arena);
         for (size_t i = 0; i < n->items.n; i++) {
             JValue *v = jinja_eval(c, f, n->items.v[i]);
-            if (!v) return NULL;
+            if (!v || charge_values(c, &v, 1, n->line) != 0) return NULL;
             if (jv_to_str(&b, v) != 0) return jinja_fail(n->line, "%s", err_msg());
         }
         return jv_str_ref(c->arena, jb_str(&b));
@@ -514,7 +607,8 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
         if (!left) return NULL;
         for (size_t i = 0; i < n->items.n; i++) {
             JValue *right = jinja_eval(c, f, n->items.v[i]);
-            if (!right) return NULL;
+            JValue *operands[2] = {left, right};
+            if (!right || charge_values(c, operands, 2, n->line) != 0) return NULL;
             bool res;
             if (compare(c, n->cmp_ops[i], left, right, n->line, &res) != 0) return NULL;
             if (!res) return &jv_false_value;
@@ -623,7 +717,7 @@ static int exec_capture(JCtx *c, JFrame *f, const JNodeList *body, JStr *out) {
 
 static int exec_for(JCtx *c, JFrame *f, const JNode *n) {
     JValue *seq = jinja_eval(c, f, n->b);
-    if (!seq) return EXEC_ERROR;
+    if (!seq || charge_values(c, &seq, 1, n->line) != 0) return EXEC_ERROR;
     JValue **items;
     size_t count;
     if (jinja_iterate(c, seq, &items, &count, n->line) != 0) return EXEC_ERROR;
@@ -652,6 +746,7 @@ static int exec_for(JCtx *c, JFrame *f, const JNode *n) {
     static const JStr loop_name = {"loop", 4};
     int rc = EXEC_OK;
     for (size_t i = 0; i < count; i++) {
+        if (jinja_charge(c, 1, n->line) != 0) return EXEC_ERROR;
         loop->index0 = (int64_t)i;
         JFrame *it = new_frame(c, f);
         if (assign(c, it, n->a, items[i], n->line) != 0) {
@@ -671,6 +766,7 @@ static int exec_for(JCtx *c, JFrame *f, const JNode *n) {
 }
 
 static int exec_node(JCtx *c, JFrame *f, const JNode *n) {
+    if (jinja_charge(c, 1, n->line) != 0) return EXEC_ERROR;
     switch (n->kind) {
     case N_DATA:
         jb_put(c->out, n->name.s, n->name.n);
@@ -680,7 +776,7 @@ static int exec_node(JCtx *c, JFrame *f, const JNode *n) {
         size_t count = n->a ? 1 : n->items.n;
         for (size_t i = 0; i < count; i++) {
             JValue *v = jinja_eval(c, f, n->a ? n->a : n->items.v[i]);
-            if (!v) return EXEC_ERROR;
+            if (!v || charge_values(c, &v, 1, n->line) != 0) return EXEC_ERROR;
             if (jv_to_str(c->out, v) != 0) {
                 jinja_fail(n->line, "%s", err_msg());
                 return EXEC_ERROR;

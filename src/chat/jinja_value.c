@@ -35,6 +35,8 @@ void *ja_alloc(JArena *a, size_t n) {
     }
     void *p = b->data + b->used;
     b->used += n;
+    a->used += n;
+    if (a->limit && a->used > a->limit) a->over_limit = true;
     memset(p, 0, n);
     return p;
 }
@@ -64,20 +66,31 @@ void jb_init(JBuf *b, JArena *a) {
     b->len = b->cap = 0;
 }
 
-static void jb_reserve(JBuf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return;
+/* Makes room for `extra` more bytes and the NUL; false (and the arena marked over its limit)
+ * when that would pass the arena's cap: the caller then drops the write. */
+static bool jb_reserve(JBuf *b, size_t extra) {
+    if (b->len + extra + 1 <= b->cap) return true;
+    JArena *a = b->arena;
+    if (a->limit && extra >= a->limit) { /* checked first: the doubling below can't overflow */
+        a->over_limit = true;
+        return false;
+    }
     size_t cap = b->cap ? b->cap * 2 : 64;
     while (cap < b->len + extra + 1)
         cap *= 2;
-    char *d = ja_alloc(b->arena, cap);
+    if (a->limit && a->used + cap > a->limit) {
+        a->over_limit = true;
+        return false;
+    }
+    char *d = ja_alloc(a, cap);
     if (b->len) memcpy(d, b->data, b->len);
     b->data = d;
     b->cap = cap;
+    return true;
 }
 
 void jb_put(JBuf *b, const char *s, size_t n) {
-    if (!n) return;
-    jb_reserve(b, n);
+    if (!n || !jb_reserve(b, n)) return;
     memcpy(b->data + b->len, s, n);
     b->len += n;
 }
@@ -87,7 +100,7 @@ void jb_puts(JBuf *b, const char *s) {
 }
 
 void jb_putc(JBuf *b, char c) {
-    jb_reserve(b, 1);
+    if (!jb_reserve(b, 1)) return;
     b->data[b->len++] = c;
 }
 
@@ -102,7 +115,7 @@ void jb_printf(JBuf *b, const char *fmt, ...) {
         jb_put(b, small, (size_t)n);
         return;
     }
-    jb_reserve(b, (size_t)n);
+    if (!jb_reserve(b, (size_t)n)) return;
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -110,7 +123,7 @@ void jb_printf(JBuf *b, const char *fmt, ...) {
 }
 
 JStr jb_str(JBuf *b) {
-    jb_reserve(b, 0);
+    if (!jb_reserve(b, 0)) return (JStr){"", 0}; /* nothing written yet, none may be */
     b->data[b->len] = '\0';
     return (JStr){b->data, b->len};
 }
@@ -727,35 +740,58 @@ bool jv_equal(const JValue *a, const JValue *b) {
     }
 }
 
-int jv_less(const JValue *a, const JValue *b, bool *lt) {
+/* How a compares with b: LESS, EQUAL, or neither (greater, or unordered like NaN). */
+typedef enum { ORDER_LESS, ORDER_EQUAL, ORDER_OTHER } JOrder;
+
+/* Python's a < b in one pass: lists compare at their first items that are not ==, and those
+ * items by <. Inside a list (`in_list`), items that are == but not orderable (None, dicts)
+ * are passed over, as Python does; at the top they are an error. One pass matters: finding
+ * the first unequal items with == and then comparing them with < again costs the square of
+ * the nesting. */
+static int order_of(const JValue *a, const JValue *b, bool in_list, JOrder *o) {
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a->kind != JV_FLOAT && b->kind != JV_FLOAT) {
             int64_t x = a->kind == JV_INT ? a->u.i : a->u.b,
                     y = b->kind == JV_INT ? b->u.i : b->u.b;
-            *lt = x < y;
+            *o = x < y ? ORDER_LESS : x == y ? ORDER_EQUAL : ORDER_OTHER;
         } else {
-            *lt = jv_as_double(a) < jv_as_double(b);
+            double x = jv_as_double(a), y = jv_as_double(b);
+            *o = x < y ? ORDER_LESS : x == y ? ORDER_EQUAL : ORDER_OTHER;
         }
         return 0;
     }
     if (a->kind == JV_STRING && b->kind == JV_STRING) {
         size_t n = a->u.s.n < b->u.s.n ? a->u.s.n : b->u.s.n;
         int c = memcmp(a->u.s.s, b->u.s.s, n);
-        *lt = c < 0 || (c == 0 && a->u.s.n < b->u.s.n);
+        if (c == 0) c = a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n;
+        *o = c < 0 ? ORDER_LESS : c == 0 ? ORDER_EQUAL : ORDER_OTHER;
         return 0;
     }
     if (a->kind == JV_LIST && b->kind == JV_LIST && a->is_tuple == b->is_tuple &&
         a->view == JVIEW_NONE && b->view == JVIEW_NONE) {
         size_t n = a->u.list.n < b->u.list.n ? a->u.list.n : b->u.list.n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_equal(a->u.list.items[i], b->u.list.items[i])) continue;
-            return jv_less(a->u.list.items[i], b->u.list.items[i], lt);
+            if (order_of(a->u.list.items[i], b->u.list.items[i], true, o) != 0) return -1;
+            if (*o != ORDER_EQUAL) return 0;
         }
-        *lt = a->u.list.n < b->u.list.n;
+        *o = a->u.list.n < b->u.list.n    ? ORDER_LESS
+             : a->u.list.n == b->u.list.n ? ORDER_EQUAL
+                                          : ORDER_OTHER;
+        return 0;
+    }
+    if (in_list && jv_equal(a, b)) {
+        *o = ORDER_EQUAL;
         return 0;
     }
     return err_set("'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
                    jv_type_name(b));
+}
+
+int jv_less(const JValue *a, const JValue *b, bool *lt) {
+    JOrder o;
+    if (order_of(a, b, false, &o) != 0) return -1;
+    *lt = o == ORDER_LESS;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- json.dumps */
