@@ -101,8 +101,8 @@ int jinja_charge(JCtx *c, uint64_t units, int line) {
 /* Charges the work of the values an operator or builtin is about to go through. */
 static int charge_values(JCtx *c, JValue *const *values, size_t n, int line) {
     uint64_t units = 0;
-    for (size_t i = 0; i < n; i++)
-        units += jinja_value_work(values[i]);
+    for (size_t i = 0; i < n && units < WORK_UNBOUNDED; i++)
+        units += jinja_value_work(values[i]); /* at most 2 x WORK_UNBOUNDED: no wrap */
     return jinja_charge(c, units, line);
 }
 
