@@ -584,8 +584,8 @@ static void test_render_limits(void) {
         "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}",
         "{% for i in range(99999) %}{{ 'a' * 600000 }}{% endfor %}",
         "{% set s = 'a' * 8000000 %}{{ [s, s, s, s, s, s, s, s, s, s] | join }}",
-        "{% set s = 'ab' * 4000000 %}{% for i in range(99999) %}{{ s | replace('a', 'bbbbbbbb') "
-        "| length }}{% endfor %}",
+        "{% set s = ('x' * 1000) * 1000 %}{% for i in range(99999) %}{{ s | replace('x' * 1000, "
+        "'y' * 100000) | length }}{% endfor %}",
         "{% set s = 'a' * 8000000 %}{% for i in range(99999) %}{% if 'b' in s %}{% endif %}"
         "{% endfor %}",
         "{% set s = 'a' * 8000000 %}{{ s.split('a') | length }}",

@@ -437,7 +437,7 @@ static JValue *py_replace(JCtx *c, JStr s, JStr old, JStr new_, int64_t count) {
     }
     size_t i = 0;
     int64_t done = 0;
-    while (i < s.n) {
+    while (i < s.n && !c->arena->over_limit) { /* past the cap the rest is dropped anyway */
         const char *hit = done < count ? memmem(s.s + i, s.n - i, old.s, old.n) : NULL;
         if (!hit) break;
         size_t at = (size_t)(hit - s.s);
