@@ -157,6 +157,51 @@ static void test_attention(void) {
     free(want);
 }
 
+/* attention_over_cache against the definition in double precision: head sizes that take the
+ * vector paths (64, 128) and one that does not (12), lengths around the 8-key blocks, rows
+ * spaced wider than a head as in the cache (several kv heads per row). */
+static void test_attention_over_cache(void) {
+    const int hds[] = {64, 128, 12}, lens[] = {1, 7, 8, 9, 150};
+    const size_t stride = 3 * 128 + 4;
+    float *k = malloc(150 * stride * sizeof *k), *v = malloc(150 * stride * sizeof *v);
+    float q[128], out[128], scores[150];
+    srand(5);
+    for (size_t i = 0; i < 150 * stride; i++) {
+        k[i] = (float)rand() / RAND_MAX * 4 - 2;
+        v[i] = (float)rand() / RAND_MAX * 2 - 1;
+    }
+    for (int i = 0; i < 128; i++)
+        q[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int a = 0; a < 3; a++) {
+        for (int b = 0; b < 5; b++) {
+            int hd = hds[a], len = lens[b];
+            const float *kh = k + 128, *vh = v + 128; /* the second kv head of each row */
+            attention_over_cache(out, q, kh, vh, len, stride, hd, scores);
+            double w[150], max = -1e300, sum = 0;
+            for (int t = 0; t < len; t++) {
+                double s = 0;
+                for (int d = 0; d < hd; d++)
+                    s += (double)q[d] * kh[t * stride + d];
+                w[t] = s / sqrt((double)hd);
+                max = w[t] > max ? w[t] : max;
+            }
+            for (int t = 0; t < len; t++)
+                sum += (w[t] = exp(w[t] - max));
+            int bad = 0;
+            for (int d = 0; d < hd; d++) {
+                double want = 0;
+                for (int t = 0; t < len; t++)
+                    want += w[t] / sum * vh[t * stride + d];
+                bad += !harness_close(out[d], want, 1e-4, 1e-5);
+            }
+            CHECK(bad == 0, "hd %d, %d keys: %d of %d outputs differ from the definition", hd, len,
+                  bad, hd);
+        }
+    }
+    free(k);
+    free(v);
+}
+
 /* Products with bf16-stored weights against a double-precision product with the same (widened)
  * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
  * vector width, a bias, and panels that do not divide out_dim. */
@@ -197,6 +242,7 @@ static void test_matmul_bf16(void) {
 int main(void) {
     test_matmul_bf16();
     test_attention();
+    test_attention_over_cache();
     test_fast_exp();
     test_fused_logprob();
     return harness_finish("test_kernels");

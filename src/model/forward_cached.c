@@ -1,7 +1,6 @@
 #include "model/forward_cached.h"
 
 #include "common/error.h"
-#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 #include "model/rope_tables.h"
 
@@ -51,7 +50,6 @@ static void buffers_free(CachedBuffers *b) {
 static void cached_attention(float *out, const float *q, const KvCache *kv, int l,
                              const CachedBuffers *b, const ModelConfig *c, int window) {
     int nh = c->n_heads, hd = c->head_dim, n_rep = c->n_heads / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
     int max_len = kv->max_len;
 #pragma omp parallel
     {
@@ -61,34 +59,11 @@ static void cached_attention(float *out, const float *q, const KvCache *kv, int 
             for (int h = 0; h < nh; h++) {
                 int pos = b->pos[r], first = 0;
                 if (window > 0 && pos - window + 1 > first) first = pos - window + 1;
-                const float *qh = q + ((size_t)r * nh + h) * hd;
-                int kvh = h / n_rep;
-                float max = -INFINITY;
-                for (int t = first; t <= pos; t++) {
-                    const float *kt = kv_cache_row(kv, kv->k, l, b->slot[r], t) + (size_t)kvh * hd;
-                    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                    for (int d = 0; d < hd; d++)
-                        s += qh[d] * kt[d];
-                    s *= scale;
-                    scores[t] = s;
-                    max = s > max ? s : max;
-                }
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int t = first; t <= pos; t++) {
-                    scores[t] = fast_expf(scores[t] - max);
-                    sum += scores[t];
-                }
-                float *oh = out + ((size_t)r * nh + h) * hd;
-                for (int d = 0; d < hd; d++)
-                    oh[d] = 0.0f;
-                for (int t = first; t <= pos; t++) {
-                    const float *vt = kv_cache_row(kv, kv->v, l, b->slot[r], t) + (size_t)kvh * hd;
-                    float w = scores[t] / sum;
-                    for (int d = 0; d < hd; d++)
-                        oh[d] += w * vt[d];
-                }
+                size_t head = (size_t)(h / n_rep) * hd;
+                attention_over_cache(out + ((size_t)r * nh + h) * hd, q + ((size_t)r * nh + h) * hd,
+                                     kv_cache_row(kv, kv->k, l, b->slot[r], first) + head,
+                                     kv_cache_row(kv, kv->v, l, b->slot[r], first) + head,
+                                     pos - first + 1, (size_t)kv->kv_dim, hd, scores);
             }
         }
         free(scores);

@@ -53,6 +53,12 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                        const uint8_t *key_mask, int batch, int t_len, int n_heads, int n_kv_heads,
                        int hd, int window);
 
+/* One query head over `len` >= 1 cached positions (decoding): k and v point at the first
+ * position's row of the query's kv head, consecutive positions `stride` floats apart.
+ * out (hd) = softmax(q · k_t / sqrt(hd)) · v_t, in fp32. scores: scratch of len floats. */
+void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
+                          size_t stride, int hd, float *scores);
+
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
  * logp[i] = logits[target[i]] - logsumexp(logits). Works in tiles of rows x vocabulary with a
