@@ -81,8 +81,11 @@ uint64_t jinja_value_work(JValue *v) {
 
 int jinja_charge(JCtx *c, uint64_t units, int line) {
     if (c->arena->over_limit) {
-        jinja_fail(line, "template rendering stopped: it needed more than %zu MiB",
-                   (size_t)(JINJA_MEMORY_LIMIT >> 20));
+        jinja_fail(
+            line,
+            "template rendering stopped: it needed more than %zu MiB, the limit for one render: "
+            "the template loops or grows its output without end",
+            (size_t)(JINJA_MEMORY_LIMIT >> 20));
         return -1;
     }
     if (units > c->work_left) {
