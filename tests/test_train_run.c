@@ -116,6 +116,27 @@ static int train_with(const char *config, const char *const *kv, int n) {
     return cli_train(1 + 2 * n, args);
 }
 
+/* Resumes `config` from `straight`'s checkpoint-3 to step 6 in `resumed` and checks that the
+ * final weights are those of the straight 6-step run, bit for bit. */
+static void check_resume_matches(const char *config, const char *straight, const char *resumed,
+                                 const char *what) {
+    char ckpt[4200], path_a[4300], path_b[4300];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", straight);
+    const char *args[] = {"--max_steps",
+                          "6",
+                          "--save_steps",
+                          "3",
+                          "--output_dir",
+                          resumed,
+                          "--resume_from_checkpoint",
+                          ckpt};
+    CHECK(train_with(config, args, 4) == CLI_EXIT_OK, "%s, resumed run: %s", what, err_msg());
+    snprintf(path_a, sizeof path_a, "%s/model.safetensors", straight);
+    snprintf(path_b, sizeof path_b, "%s/model.safetensors", resumed);
+    CHECK(harness_same_file(path_a, path_b), "%s: 3 steps + resume gives the weights of 6 steps",
+          what);
+}
+
 /* 6 steps straight vs 3 steps + resume for 3 (the run crosses an epoch boundary at step 4):
  * identical final weights, bit for bit. */
 static void test_resume(void) {
@@ -136,14 +157,8 @@ static void test_resume(void) {
           "trainer_state.json: global_step and log_history");
     json_decref(state);
 
-    const char *resumed[] = {
-        "--max_steps", "6", "--save_steps", "3", "--output_dir", b, "--resume_from_checkpoint",
-        ckpt};
-    CHECK(train_with(config, resumed, 4) == CLI_EXIT_OK, "resumed run: %s", err_msg());
+    check_resume_matches(config, a, b, "fp32 AdamW");
     snprintf(path_a, sizeof path_a, "%s/model.safetensors", a);
-    snprintf(path_b, sizeof path_b, "%s/model.safetensors", b);
-    CHECK(harness_same_file(path_a, path_b),
-          "3 steps + resume gives the weights of 6 straight steps");
 
     /* resume_from_checkpoint: true takes the latest checkpoint-N; a half-written temporary
      * directory from an interrupted save is not a checkpoint */
@@ -208,14 +223,8 @@ static void test_eight_bit(void) {
     CHECK(!safetensors_find(&f, "exp_avg.lm_head.weight"), "lm_head: no fp32 moments");
     safetensors_close(&f);
 
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", a);
-    const char *resumed[] = {
-        "--max_steps", "6", "--save_steps", "3", "--output_dir", b, "--resume_from_checkpoint",
-        ckpt};
-    CHECK(train_with(c8, resumed, 4) == CLI_EXIT_OK, "8-bit resumed run: %s", err_msg());
+    check_resume_matches(c8, a, b, "8-bit AdamW");
     snprintf(path, sizeof path, "%s/model.safetensors", a);
-    snprintf(other, sizeof other, "%s/model.safetensors", b);
-    CHECK(harness_same_file(path, other), "8-bit: 3 steps + resume gives the weights of 6 steps");
 
     const char *plain[] = {"--max_steps", "6", "--save_steps", "3", "--output_dir", f32};
     CHECK(train_with(c32, plain, 3) == CLI_EXIT_OK, "fp32 run: %s", err_msg());

@@ -63,11 +63,7 @@ static int render_values(const ChatTemplate *tpl, JArena *arena, JDict *globals,
     arena->limit = arena->used + JINJA_MEMORY_LIMIT; /* the variables already in it are free */
     int rc = jinja_exec(&ctx, root, &tpl->body);
     /* The last step may have passed the memory cap with no step after it to notice. */
-    if (rc == 0 && arena->over_limit)
-        rc = err_set(
-            "template rendering stopped: it needed more than %zu MiB, the limit for one render: "
-            "the template loops or grows its output without end",
-            (size_t)(JINJA_MEMORY_LIMIT >> 20));
+    if (rc == 0 && arena->over_limit) rc = jinja_fail_memory(0);
     if (rc != 0) {
         err_prefix("chat template");
         return -1;

@@ -371,6 +371,8 @@ typedef struct JCtx {
  * value a builtin or operator works through, see jinja_value_work) and checks the memory cap.
  * Returns 0, or -1 with "line N: ..." set once either limit is passed. */
 int jinja_charge(JCtx *ctx, uint64_t units, int line);
+/* Sets the memory cap's error ("line N: " first when line > 0) and returns -1. */
+int jinja_fail_memory(int line);
 /* What working through all of `v` costs: 1, plus a string's bytes / 32, plus for a list or
  * dict its length and the work of every item, so that a list holding the same big list a
  * million times costs what printing or comparing it would. Values nested deeper than

@@ -79,15 +79,19 @@ uint64_t jinja_value_work(JValue *v) {
     return value_work(v, 0);
 }
 
+int jinja_fail_memory(int line) {
+    static const char what[] = "template rendering stopped: it needed more than %zu MiB, the "
+                               "limit for one render: the template loops or grows its output "
+                               "without end";
+    if (line > 0)
+        jinja_fail(line, what, (size_t)(JINJA_MEMORY_LIMIT >> 20));
+    else
+        err_set(what, (size_t)(JINJA_MEMORY_LIMIT >> 20));
+    return -1;
+}
+
 int jinja_charge(JCtx *c, uint64_t units, int line) {
-    if (c->arena->over_limit) {
-        jinja_fail(
-            line,
-            "template rendering stopped: it needed more than %zu MiB, the limit for one render: "
-            "the template loops or grows its output without end",
-            (size_t)(JINJA_MEMORY_LIMIT >> 20));
-        return -1;
-    }
+    if (c->arena->over_limit) return jinja_fail_memory(line);
     if (units > c->work_left) {
         c->work_left = 0;
         jinja_fail(line,

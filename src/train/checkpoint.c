@@ -242,7 +242,7 @@ static int read_moments(const char *path, const Trainer *tr, float *m, float *v)
                              "checkpoint made with another optimizer?)",
                              path, name);
             else
-                memcpy(mt[i].data, t->data, mt[i].numel * (mt[i].codes ? 1 : sizeof(float)));
+                memcpy(mt[i].data, t->data, moment_tensor_bytes(&mt[i]));
         }
     }
     safetensors_close(&f);

@@ -123,6 +123,10 @@ int adamw_span_moments(const AdamW *opt, int s, MomentTensor out[4]) {
     return 4;
 }
 
+size_t moment_tensor_bytes(const MomentTensor *t) {
+    return t->numel * (t->codes ? 1 : sizeof(float));
+}
+
 static void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
                              const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
 #pragma omp parallel for simd schedule(static)

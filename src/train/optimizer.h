@@ -74,6 +74,8 @@ typedef struct {
 /* The tensors that hold span s's moments: 2 for fp32 moments, 4 for 8-bit ones (bitsandbytes'
  * names). Returns their count. */
 int adamw_span_moments(const AdamW *opt, int s, MomentTensor out[4]);
+/* The bytes behind a moment tensor: one per code, four per float. */
+size_t moment_tensor_bytes(const MomentTensor *t);
 
 /* One step at learning rate lr, as torch.optim.AdamW does it:
  * p *= 1 - lr*wd (decaying spans only); m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g²;

@@ -227,14 +227,12 @@ void log_optimizer_state(FILE *log, const Trainer *tr) {
     if (!opt->cfg.eight_bit) return;
     size_t quantised = 0, total = 0, bytes = 0;
     for (int s = 0; s < opt->n_spans; s++) {
-        size_t numel = opt->spans[s].numel;
-        total += numel;
-        if (opt->moments[s].m) {
-            bytes += 2 * numel * sizeof(float);
-        } else {
-            quantised += numel;
-            bytes += 2 * (numel + q8_blocks(numel) * sizeof(float));
-        }
+        total += opt->spans[s].numel;
+        if (!opt->moments[s].m) quantised += opt->spans[s].numel;
+        MomentTensor mt[4];
+        int n = adamw_span_moments(opt, s, mt);
+        for (int k = 0; k < n; k++)
+            bytes += moment_tensor_bytes(&mt[k]);
     }
     fprintf(log,
             "8-bit AdamW: %zu of %zu parameters keep 8-bit moments; optimizer state %.1f MB "

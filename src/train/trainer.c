@@ -232,7 +232,7 @@ void trainer_distribute(Trainer *t, const float *m, const float *v) {
             MomentTensor mt[4];
             int n = adamw_span_moments(&t->adamw, p, mt);
             for (int k = 0; k < n; k++)
-                dist_bcast(mt[k].data, mt[k].numel * (mt[k].codes ? 1 : sizeof(float)), 0);
+                dist_bcast(mt[k].data, moment_tensor_bytes(&mt[k]), 0);
         }
     }
     int64_t steps[2] = {t->step, t->adamw.step};
