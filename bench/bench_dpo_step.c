@@ -7,10 +7,12 @@
  * Prints one JSON line.
  *
  * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
- *                       [bf16_reference 0|1] [adamw_8bit 0|1]
+ *                       [bf16_reference 0|1] [adamw_8bit 0|1] [unshared 0|1]
  *   bf16_reference: the frozen reference kept in bf16 (bf16: true); the run then also reports
  *   how far its summed completion log-probs are from the fp32 model's.
  *   adamw_8bit: bitsandbytes' 8-bit AdamW (optimizer: adamw_bnb_8bit).
+ *   unshared: both rows of a pair compute the prompt (as TRL does); by default the prompt is
+ *   computed once (model/token_layout.h).
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
@@ -217,7 +219,8 @@ int main(int argc, char **argv) {
                           argc > 5 ? atoi(argv[5]) : 5);
     if (argc < 3) {
         fprintf(stderr,
-                "usage: %s MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing]\n"
+                "usage: %s MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing] "
+                "[bf16_reference] [adamw_8bit] [unshared]\n"
                 "       %s --sgemm ROWS HIDDEN INTERMEDIATE [reps]\n",
                 argv[0], argv[0]);
         return 2;
@@ -226,6 +229,7 @@ int main(int argc, char **argv) {
     bool checkpointing = argc > 5 && atoi(argv[5]) != 0;
     bool bf16_reference = argc > 6 && atoi(argv[6]) != 0 && lora_r == 0;
     bool adamw_8bit = argc > 7 && atoi(argv[7]) != 0;
+    bool unshared = argc > 8 && atoi(argv[8]) != 0; /* each row computes its whole prompt */
     if (steps < 1) steps = 1;
     PrefDataset ds;
     if (load_pairs(argv[2], &ds) != 0) return fail();
@@ -290,6 +294,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s <= steps; s++) { /* s = 0: the warm-up step */
         PrefMicroBatch pmb; /* collated outside the timed step, as the trainer's loop does */
         pref_batch_build(&pmb, &ds, order, 0, (int)ds.n_pairs, max_len, 0, false);
+        pmb.mb.batch.unshared = unshared;
         tokens = 0;
         for (size_t i = 0; i < (size_t)pmb.mb.batch.batch * pmb.mb.batch.t_len; i++)
             tokens += pmb.attn[i];
@@ -325,12 +330,14 @@ int main(int argc, char **argv) {
         "\"lora_r\": %d, \"reference\": \"%s\", \"trained_params\": %zu, "
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
         "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
-        "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\"}\n",
+        "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\", "
+        "\"shared_prompt\": %s}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
         loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
-        bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch");
+        bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch",
+        unshared ? "false" : "true");
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

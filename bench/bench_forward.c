@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
         seed = seed * 1103515245u + 12345u;
         tokens[i] = (int32_t)((seed >> 8) % (unsigned)m.cfg.vocab_size);
     }
-    TokenBatch b = {batch, t_len, tokens, NULL, NULL};
+    TokenBatch b = {.batch = batch, .t_len = t_len, .tokens = tokens};
     if (model_token_logprobs(&m, &b, NULL, logp) != 0) { /* warm-up */
         fprintf(stderr, "%s\n", err_msg());
         return 1;

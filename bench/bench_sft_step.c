@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
-    MicroBatch mb = {{batch, t_len, tokens, NULL, NULL}, labels};
+    MicroBatch mb = {{.batch = batch, .t_len = t_len, .tokens = tokens}, labels};
     StepStats st;
     if (trainer_sft_step(&tr, &mb, 1, &st) != 0) { /* warm-up */
         fprintf(stderr, "%s\n", err_msg());

@@ -18,7 +18,8 @@
 static void check_token_logp(const Model *m, const ReferenceFixture *f, double tol) {
     size_t n = (size_t)f->batch * f->t_len;
     float *logp = calloc(n, sizeof *logp);
-    TokenBatch batch = {f->batch, f->t_len, f->tokens, f->mask, NULL};
+    TokenBatch batch = {
+        .batch = f->batch, .t_len = f->t_len, .tokens = f->tokens, .attn_mask = f->mask};
     CHECK(model_token_logprobs(m, &batch, NULL, logp) == 0, "forward: %s", err_msg());
     double worst = 0.0;
     int compared = 0;
@@ -48,7 +49,8 @@ static void check_logits(const Model *m, const ReferenceFixture *f, double tol) 
     int V = m->cfg.vocab_size;
     CHECK((int)json_array_size(rows) == t1 - t0, "logits_check rows");
     float *out = calloc((size_t)(t1 - t0) * V, sizeof *out);
-    TokenBatch batch = {f->batch, f->t_len, f->tokens, f->mask, NULL};
+    TokenBatch batch = {
+        .batch = f->batch, .t_len = f->t_len, .tokens = f->tokens, .attn_mask = f->mask};
     CHECK(model_logits(m, &batch, seq, t0, t1, out) == 0, "logits: %s", err_msg());
     for (int r = 0; r < t1 - t0; r++) {
         json_t *row = json_array_get(rows, (size_t)r);

@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
     }
     ReferenceFixture f;
     reference_fixture_load(&f, argv[1]);
-    TokenBatch batch = {f.batch, f.t_len, f.tokens, f.mask, NULL};
+    TokenBatch batch = {
+        .batch = f.batch, .t_len = f.t_len, .tokens = f.tokens, .attn_mask = f.mask};
     size_t n = (size_t)f.batch * f.t_len;
 
     ForwardTape tape = {0};

@@ -184,31 +184,39 @@ static void test_fused_logprob(void) {
     free(m.hidden), free(m.w), free(m.g), free(m.logp), free(dw);
 }
 
-/* ---- attention: two query blocks, GQA, padding holes, with and without a window ---- */
+/* ---- attention: two query blocks, GQA, a prefix shared by two segments (one of which skips
+ * seq_index values, as a dropped padding hole does), with and without a window ---- */
 typedef struct {
     int window;
     float *q, *k, *v, *c, *out;
-    uint8_t mask[2 * 70];
 } AttentionCase;
 
-enum { AB = 2, AT = 70, ANH = 4, ANKV = 2, AHD = 4 };
+enum { AN = 150, ANH = 4, ANKV = 2, AHD = 4 };
+static const AttnSegment attention_segs[] = {{0, 70, 0, 0}, {70, 50, 0, 30}, {120, 30, 0, 30}};
+static int32_t attention_seq_index[AN];
 
 static double attention_loss(void *p) {
     AttentionCase *m = p;
-    attention_forward(m->out, m->q, m->k, m->v, m->mask, AB, AT, ANH, ANKV, AHD, m->window);
-    return dot(m->out, m->c, (size_t)AB * AT * ANH * AHD);
+    attention_forward(m->out, m->q, m->k, m->v, attention_segs, 3, attention_seq_index, ANH, ANKV,
+                      AHD, m->window);
+    return dot(m->out, m->c, (size_t)AN * ANH * AHD);
 }
 
 static void test_attention(int window) {
-    size_t nq = (size_t)AB * AT * ANH * AHD, nk = (size_t)AB * AT * ANKV * AHD;
+    size_t nq = (size_t)AN * ANH * AHD, nk = (size_t)AN * ANKV * AHD;
+    for (int r = 0; r < 70; r++)
+        attention_seq_index[r] = r;
+    for (int r = 70; r < 120; r++)
+        attention_seq_index[r] = 30 + (r - 70) + (r >= 90 ? 4 : 0);
+    for (int r = 120; r < AN; r++)
+        attention_seq_index[r] = 30 + (r - 120);
     AttentionCase m = {.window = window};
     m.q = rand_array(nq), m.k = rand_array(nk), m.v = rand_array(nk), m.c = rand_array(nq);
     m.out = rand_array(nq);
-    for (int i = 0; i < AB * AT; i++)
-        m.mask[i] = !(i % 23 == 4 || i >= AT + 60);
     float *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk),
           *dv = malloc(nk * sizeof *dv);
-    attention_backward(dq, dk, dv, m.c, m.q, m.k, m.v, m.mask, AB, AT, ANH, ANKV, AHD, window);
+    attention_backward(dq, dk, dv, m.c, m.q, m.k, m.v, attention_segs, 3, attention_seq_index, AN,
+                       ANH, ANKV, AHD, window);
     char what[64];
     snprintf(what, sizeof what, "attention (window %d) d_q", window);
     check_grad(what, m.q, dq, nq, 3, attention_loss, &m);

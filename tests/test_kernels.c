@@ -86,51 +86,63 @@ static void test_fused_logprob(void) {
     free(target);
 }
 
-/* Attention straight from the definition (hf-formats.md §3.2), in double. */
+/* Attention straight from the definition (hf-formats.md §3.2), in double, over one segment:
+ * the keys its query row i sees are the prefix rows, then its own rows up to i, those within the
+ * window by seq_index. */
 static void attention_reference(double *out, const float *q, const float *k, const float *v,
-                                const uint8_t *mask, int B, int T, int nh, int nkv, int hd,
-                                int window) {
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < nh; h++)
-            for (int i = 0; i < T; i++) {
-                double *o = out + ((size_t)(b * T + i) * nh + h) * hd;
-                double *w = calloc((size_t)T, sizeof *w), max = -INFINITY, sum = 0;
-                int kvh = h / (nh / nkv);
-                for (int l = 0; l <= i; l++) {
-                    if (!mask[b * T + l] || (window > 0 && l <= i - window)) continue;
-                    double s = 0;
-                    for (int d = 0; d < hd; d++)
-                        s += (double)q[((size_t)(b * T + i) * nh + h) * hd + d] *
-                             k[((size_t)(b * T + l) * nkv + kvh) * hd + d];
-                    w[l] = s / sqrt((double)hd);
-                    max = fmax(max, w[l]);
-                }
+                                const AttnSegment *s, const int32_t *seq_index, int nh, int nkv,
+                                int hd, int window) {
+    int n_keys = s->prefix_len + s->len;
+    int *key_rows = malloc((size_t)n_keys * sizeof *key_rows);
+    for (int c = 0; c < n_keys; c++)
+        key_rows[c] = c < s->prefix_len ? s->prefix_start + c : s->start + c - s->prefix_len;
+    double *w = malloc((size_t)n_keys * sizeof *w);
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < s->len; i++) {
+            int row = s->start + i, kvh = h / (nh / nkv), last = s->prefix_len + i;
+            double *o = out + ((size_t)row * nh + h) * hd, max = -INFINITY, sum = 0;
+            for (int c = 0; c <= last; c++) {
+                bool vis = window <= 0 || seq_index[key_rows[c]] > seq_index[row] - window;
+                double sc = 0;
                 for (int d = 0; d < hd; d++)
-                    o[d] = 0;
-                if (max == -INFINITY) {
-                    free(w);
-                    continue;
-                }
-                for (int l = 0; l <= i; l++) {
-                    bool vis = mask[b * T + l] && !(window > 0 && l <= i - window);
-                    w[l] = vis ? exp(w[l] - max) : 0;
-                    sum += w[l];
-                }
-                for (int l = 0; l <= i; l++)
-                    for (int d = 0; d < hd; d++)
-                        o[d] += w[l] / sum * v[((size_t)(b * T + l) * nkv + kvh) * hd + d];
-                free(w);
+                    sc += (double)q[((size_t)row * nh + h) * hd + d] *
+                          k[((size_t)key_rows[c] * nkv + kvh) * hd + d];
+                w[c] = vis ? sc / sqrt((double)hd) : -INFINITY;
+                max = fmax(max, w[c]);
             }
+            for (int c = 0; c <= last; c++)
+                sum += (w[c] = exp(w[c] - max));
+            for (int d = 0; d < hd; d++) {
+                o[d] = 0;
+                for (int c = 0; c <= last; c++)
+                    o[d] += w[c] / sum * v[((size_t)key_rows[c] * nkv + kvh) * hd + d];
+            }
+        }
+    free(w);
+    free(key_rows);
 }
 
-/* Several query blocks, GQA, padding inside and at the end, with and without a window. */
+/* Segments as a packed batch lays them out: a 150-row sequence; a second one that continues the
+ * first 70 rows of the first (a shared prompt) with 90 rows of its own, its seq_index skipping 5
+ * (padding dropped); a third continuing the same prefix with 3 rows; a lone short one. Several
+ * query blocks, GQA, with and without a window. */
 static void test_attention(void) {
-    const int B = 2, T = 150, nh = 4, nkv = 2, hd = 16;
-    size_t nq = (size_t)B * T * nh * hd, nk = (size_t)B * T * nkv * hd;
+    const int nh = 4, nkv = 2, hd = 16;
+    const AttnSegment segs[] = {{0, 150, 0, 0}, {150, 90, 0, 70}, {240, 3, 0, 70}, {243, 20, 0, 0}};
+    const int n_segs = 4, N = 263;
+    int32_t seq_index[263];
+    for (int r = 0; r < 150; r++)
+        seq_index[r] = r;
+    for (int r = 150; r < 240; r++)
+        seq_index[r] = 70 + (r - 150) + (r >= 170 ? 5 : 0);
+    for (int r = 240; r < 243; r++)
+        seq_index[r] = 70 + (r - 240);
+    for (int r = 243; r < N; r++)
+        seq_index[r] = r - 243;
+    size_t nq = (size_t)N * nh * hd, nk = (size_t)N * nkv * hd;
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *out = malloc(nq * sizeof *out);
     double *want = malloc(nq * sizeof *want);
-    uint8_t mask[2 * 150];
     srand(11);
     for (size_t i = 0; i < nq; i++)
         q[i] = (float)rand() / RAND_MAX * 2 - 1;
@@ -138,12 +150,11 @@ static void test_attention(void) {
         k[i] = (float)rand() / RAND_MAX * 2 - 1;
     for (size_t i = 0; i < nk; i++)
         v[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (int i = 0; i < B * T; i++)
-        mask[i] = !(i >= T + 120 || i % 37 == 5); /* holes + right pad */
-    int windows[] = {0, 40, 1};
-    for (int w = 0; w < 3; w++) {
-        attention_forward(out, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
-        attention_reference(want, q, k, v, mask, B, T, nh, nkv, hd, windows[w]);
+    int windows[] = {0, 40, 73, 1};
+    for (int w = 0; w < 4; w++) {
+        attention_forward(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, windows[w]);
+        for (int s = 0; s < n_segs; s++)
+            attention_reference(want, q, k, v, &segs[s], seq_index, nh, nkv, hd, windows[w]);
         int bad = 0;
         for (size_t i = 0; i < nq; i++)
             bad += !harness_close(out[i], want[i], 1e-4, 1e-5);

@@ -77,7 +77,7 @@ static void check_case(const char *name) {
     int B, T;
     load_batch(base, &tokens, &mask, &B, &T);
     float *logp = calloc((size_t)B * T, sizeof *logp);
-    TokenBatch batch = {B, T, tokens, mask, NULL};
+    TokenBatch batch = {.batch = B, .t_len = T, .tokens = tokens, .attn_mask = mask};
     CHECK(model_token_logprobs(&m, &batch, NULL, logp) == 0, "%s", err_msg());
     int bad = compare(logp, json_object_get(ref, "token_logp_adapter"), mask, B, T);
     CHECK(bad == 0, "%s: %d log-probs with the adapter differ from peft's", name, bad);

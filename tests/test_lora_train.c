@@ -119,7 +119,7 @@ static float *batch_logprobs(Model *m, int *cells) {
         }
     json_decref(ref);
     float *logp = calloc((size_t)B * T, sizeof *logp);
-    TokenBatch batch = {B, T, tokens, attn, NULL};
+    TokenBatch batch = {.batch = B, .t_len = T, .tokens = tokens, .attn_mask = attn};
     if (model_token_logprobs(m, &batch, attn, logp) != 0) {
         free(logp);
         logp = NULL;

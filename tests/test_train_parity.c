@@ -32,7 +32,8 @@ static MicroBatch read_micro_batch(json_t *mb, MicroBatchData *data) {
             data->labels[i] =
                 (uint8_t)json_integer_value(json_array_get(json_array_get(lab, b), t));
         }
-    return (MicroBatch){{B, T, data->tokens, data->attn, NULL}, data->labels};
+    return (MicroBatch){{.batch = B, .t_len = T, .tokens = data->tokens, .attn_mask = data->attn},
+                        data->labels};
 }
 
 int main(void) {

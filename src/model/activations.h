@@ -10,6 +10,7 @@
 #define RLHF_MODEL_ACTIVATIONS_H
 
 #include "model/forward.h"
+#include "model/token_layout.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,15 +37,15 @@ typedef struct {
 typedef struct {
     size_t capacity; /* tokens the buffers hold; a later call with at most as many reuses them */
     bool recompute;
-    LayerActs scratch; /* recompute: one layer's full buffers, reused by every layer */
-    float *discard;    /* recompute: (N, H) for the layer output a recomputation rewrites */
-    TokenBatch batch;  /* the caller's batch (pointers borrowed; must outlive the tape) */
-    size_t n;          /* B*T */
-    LayerActs *layers; /* [n_layers] */
+    LayerActs scratch;  /* recompute: one layer's full buffers, reused by every layer */
+    float *discard;     /* recompute: (N, H) for the layer output a recomputation rewrites */
+    TokenBatch batch;   /* the caller's batch (pointers borrowed; must outlive the tape) */
+    TokenLayout layout; /* where its cells are computed */
+    size_t n;           /* rows computed: layout.n */
+    LayerActs *layers;  /* [n_layers] */
     int n_layers;
     float *x_final;       /* (N, H) residual leaving the last layer */
     float *hidden;        /* (N, H) after the final norm */
-    int32_t *positions;   /* (N) */
     float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2) */
 } ForwardTape;
 

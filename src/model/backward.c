@@ -7,18 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The positions whose token is scored: (b, t) with t >= 1, real, and selected. Row i of the
- * hidden states predicts the token at i + 1, so the lm_head reads row where[j] - 1. */
-static size_t select_targets(const TokenBatch *b, const uint8_t *target_mask, size_t *where) {
-    size_t n = (size_t)b->batch * b->t_len, n_sel = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool real = !b->attn_mask || b->attn_mask[i];
-        if (i % (size_t)b->t_len == 0 || !real || (target_mask && !target_mask[i])) continue;
-        where[n_sel++] = i;
-    }
-    return n_sel;
-}
-
 void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                          float *logp) {
     model_tape_logprobs_stats(m, tape, target_mask, logp, NULL);
@@ -26,14 +14,15 @@ void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t 
 
 void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                                float *logp, LogitStats *stats) {
-    size_t H = (size_t)m->cfg.hidden_size, n = tape->n;
-    size_t *where = xmalloc(n * sizeof *where);
-    size_t n_sel = select_targets(&tape->batch, target_mask, where);
+    size_t H = (size_t)m->cfg.hidden_size;
+    size_t n = (size_t)tape->batch.batch * tape->batch.t_len; /* cells */
+    size_t *where = xmalloc(n * sizeof *where), *from = xmalloc(n * sizeof *from);
+    size_t n_sel = token_layout_targets(&tape->layout, &tape->batch, target_mask, where, from);
     float *rows = xmalloc((n_sel ? n_sel : 1) * H * sizeof(float));
     int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
     float *sel = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
     for (size_t j = 0; j < n_sel; j++) {
-        memcpy(rows + j * H, tape->hidden + (where[j] - 1) * H, H * sizeof(float));
+        memcpy(rows + j * H, tape->hidden + from[j] * H, H * sizeof(float));
         targets[j] = tape->batch.tokens[where[j]];
     }
     LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
@@ -50,6 +39,7 @@ void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const ui
     free(sel);
     free(targets);
     free(rows);
+    free(from);
     free(where);
 }
 
@@ -111,7 +101,7 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     const LayerWeights *w = &m->layers[l];
     LayerActs acts = forward_tape_layer(m, tape, l);
     const LayerActs *a = &acts;
-    const TokenBatch *b = &tape->batch;
+    const TokenLayout *lay = &tape->layout;
     int n = (int)tape->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     float eps = (float)c->rms_norm_eps;
@@ -134,10 +124,10 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     matmul_backward(g->datt, G(w->wo), G(w->bo), dx, a->att, w->wo, n, qd, H);
     lora_back(m, l, LORA_O, g->datt, dx, a->att, n, lora_grads);
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
-    attention_backward(g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, b->attn_mask, b->batch,
-                       b->t_len, c->n_heads, c->n_kv_heads, hd, window);
-    rope_backward(g->dq, tape->positions, tape->cos_t, tape->sin_t, n, c->n_heads, hd);
-    rope_backward(g->dk, tape->positions, tape->cos_t, tape->sin_t, n, c->n_kv_heads, hd);
+    attention_backward(g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, lay->segs, lay->n_segs,
+                       lay->seq_index, n, c->n_heads, c->n_kv_heads, hd, window);
+    rope_backward(g->dq, lay->positions, tape->cos_t, tape->sin_t, n, c->n_heads, hd);
+    rope_backward(g->dk, lay->positions, tape->cos_t, tape->sin_t, n, c->n_kv_heads, hd);
     if (c->qk_norm) {
         rmsnorm_backward(g->dq, G(w->q_norm), g->dq, a->q_pre, w->q_norm, n * c->n_heads, hd, eps);
         rmsnorm_backward(g->dk, G(w->k_norm), g->dk, a->k_pre, w->k_norm, n * c->n_kv_heads, hd,
@@ -161,24 +151,24 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
                    const float *dlogp, float *grads, float *lora_grads) {
     const ModelConfig *c = &m->cfg;
     const TokenBatch *b = &tape->batch;
-    size_t n = tape->n, H = (size_t)c->hidden_size;
+    size_t n = tape->n, H = (size_t)c->hidden_size, cells = (size_t)b->batch * b->t_len;
     if (m->params16) return err_set("a model kept in bf16 is frozen: it has no backward pass");
-    float *dx = xmalloc_checked(n * H * sizeof(float), "backward residual gradient");
+    float *dx = xmalloc_checked((n ? n : 1) * H * sizeof(float), "backward residual gradient");
     LayerGrads g;
-    if (!dx || layer_grads_alloc(&g, c, n) != 0) {
+    if (!dx || layer_grads_alloc(&g, c, n ? n : 1) != 0) {
         free(dx);
         return -1;
     }
 
     /* lm_head + log-softmax over the selected rows, scattered back to their positions */
-    size_t *where = xmalloc(n * sizeof *where);
-    size_t n_sel = select_targets(b, target_mask, where);
+    size_t *where = xmalloc(cells * sizeof *where), *from = xmalloc(cells * sizeof *from);
+    size_t n_sel = token_layout_targets(&tape->layout, b, target_mask, where, from);
     float *rows = xmalloc((n_sel ? n_sel : 1) * H * sizeof(float));
     float *drows = xmalloc((n_sel ? n_sel : 1) * H * sizeof(float));
     int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
     float *dsel = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
     for (size_t j = 0; j < n_sel; j++) {
-        memcpy(rows + j * H, tape->hidden + (where[j] - 1) * H, H * sizeof(float));
+        memcpy(rows + j * H, tape->hidden + from[j] * H, H * sizeof(float));
         targets[j] = b->tokens[where[j]];
         dsel[j] = dlogp[where[j]];
     }
@@ -188,12 +178,17 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
     float *dhidden = g.tmp;
     memset(dhidden, 0, n * H * sizeof(float));
-    for (size_t j = 0; j < n_sel; j++)
-        memcpy(dhidden + (where[j] - 1) * H, drows + j * H, H * sizeof(float));
+    for (size_t j = 0; j < n_sel; j++) { /* a shared row predicts a token of each sharing row */
+        float *d = dhidden + from[j] * H;
+        const float *src = drows + j * H;
+        for (size_t i = 0; i < H; i++)
+            d[i] += src[i];
+    }
     free(dsel);
     free(targets);
     free(drows);
     free(rows);
+    free(from);
     free(where);
 
     rmsnorm_backward(dx, grad_of(m, grads, m->final_norm), dhidden, tape->x_final, m->final_norm,
@@ -201,12 +196,13 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     for (int l = c->n_layers - 1; l >= 0; l--)
         layer_backward(m, l, tape, dx, grads, lora_grads, &g);
 
-    /* embedding rows of the real tokens; nn.Embedding(padding_idx) gives pad_token_id none */
+    /* embedding rows of the computed (real) tokens; nn.Embedding(padding_idx) gives
+     * pad_token_id none */
     float *dembed = grad_of(m, grads, m->embed);
     for (size_t i = 0; dembed && i < n; i++) {
-        if (b->attn_mask && !b->attn_mask[i]) continue;
-        if (b->tokens[i] == c->pad_token_id) continue;
-        float *row = dembed + (size_t)b->tokens[i] * H;
+        int32_t token = tape->layout.tokens[i];
+        if (token == c->pad_token_id) continue;
+        float *row = dembed + (size_t)token * H;
         const float *d = dx + i * H;
         for (size_t j = 0; j < H; j++)
             row[j] += d[j];

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "kernels/cpu/kernels.h"
 #include "model/rope_tables.h"
+#include "model/token_layout.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -103,11 +104,11 @@ static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const 
 }
 
 /* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer). */
-static void layer_forward(const Model *m, int l, const TokenBatch *b, const int32_t *positions,
-                          const float *cos_t, const float *sin_t, LayerActs *a, float *x_out) {
+static void layer_forward(const Model *m, int l, const TokenLayout *lay, const float *cos_t,
+                          const float *sin_t, LayerActs *a, float *x_out) {
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
-    int n = b->batch * b->t_len, H = c->hidden_size, I = c->intermediate_size;
+    int n = (int)lay->n, H = c->hidden_size, I = c->intermediate_size;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     float eps = (float)c->rms_norm_eps;
 
@@ -122,10 +123,10 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
         rmsnorm_forward(a->q, a->q_pre, w->q_norm, n * c->n_heads, c->head_dim, eps);
         rmsnorm_forward(a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, c->head_dim, eps);
     }
-    rope_forward(a->q, positions, cos_t, sin_t, n, c->n_heads, c->head_dim);
-    rope_forward(a->k, positions, cos_t, sin_t, n, c->n_kv_heads, c->head_dim);
+    rope_forward(a->q, lay->positions, cos_t, sin_t, n, c->n_heads, c->head_dim);
+    rope_forward(a->k, lay->positions, cos_t, sin_t, n, c->n_kv_heads, c->head_dim);
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
-    attention_forward(a->att, a->q, a->k, a->v, b->attn_mask, b->batch, b->t_len, c->n_heads,
+    attention_forward(a->att, a->q, a->k, a->v, lay->segs, lay->n_segs, lay->seq_index, c->n_heads,
                       c->n_kv_heads, c->head_dim, window);
     linear_forward(a->proj, a->att, LAYER_WEIGHT(w, wo), w->bo, n, qd, H);
     apply_lora(m, l, LORA_O, a->proj, a->att, n);
@@ -142,9 +143,16 @@ static void layer_forward(const Model *m, int l, const TokenBatch *b, const int3
     residual_add(x_out, a->x_mid, a->proj, (size_t)n * H);
 }
 
-/* What every forward needs before the layers: checked batch, positions, RoPE tables. */
+/* Whether a forward of b computes a shared prefix once (token_layout.h). Not while the
+ * adapter's dropout is on: it draws a mask per computed row, and a prefix computed once would see
+ * one mask where rows computed apart see one each. */
+static bool shares_prefixes(const Model *m, const TokenBatch *b) {
+    return !b->unshared && !(m->lora && lora_dropout_p(m->lora) > 0.0f);
+}
+
+/* What every forward needs before the layers: checked batch, its layout, RoPE tables. */
 typedef struct {
-    int32_t *positions; /* owned copy or generated 0..T-1 */
+    TokenLayout lay;
     float *cos_t, *sin_t;
 } ForwardSetup;
 
@@ -154,10 +162,7 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
     memset(fs, 0, sizeof *fs);
     if (b->batch <= 0 || b->t_len <= 0) return err_set("empty batch");
     if (check_batch(m, b, &max_position) != 0) return -1;
-    size_t n = (size_t)b->batch * b->t_len;
-    fs->positions = xmalloc(n * sizeof *fs->positions);
-    for (size_t i = 0; i < n; i++)
-        fs->positions[i] = b->positions ? b->positions[i] : (int32_t)(i % (size_t)b->t_len);
+    token_layout_build(&fs->lay, b, shares_prefixes(m, b));
     size_t table = (size_t)(max_position + 1) * (c->head_dim / 2);
     fs->cos_t = xmalloc(table * sizeof(float));
     fs->sin_t = xmalloc(table * sizeof(float));
@@ -166,36 +171,56 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
 }
 
 static void forward_setup_free(ForwardSetup *fs) {
-    free(fs->positions);
+    token_layout_free(&fs->lay);
     free(fs->cos_t);
     free(fs->sin_t);
 }
 
-static void embed_tokens(const Model *m, const TokenBatch *b, float *x) {
-    size_t n = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
-    for (size_t i = 0; i < n; i++) {
-        /* padding may carry any id; its row is never used, so embed it as token 0 */
-        int32_t id = (b->attn_mask && !b->attn_mask[i]) ? 0 : b->tokens[i];
-        model_embed_row(m, id, x + i * H);
+static void embed_rows(const Model *m, const TokenLayout *lay, float *x) {
+    size_t H = (size_t)m->cfg.hidden_size;
+    for (size_t i = 0; i < lay->n; i++)
+        model_embed_row(m, lay->tokens[i], x + i * H);
+}
+
+/* The final hidden states of the layout's rows, into hidden (lay.n, H), which fs->lay receives. */
+static int forward_rows(const Model *m, const TokenBatch *b, ForwardSetup *fs, float **hidden) {
+    const ModelConfig *c = &m->cfg;
+    *hidden = NULL;
+    if (forward_setup(m, b, fs) != 0) return -1;
+    size_t n = fs->lay.n, H = (size_t)c->hidden_size;
+    LayerActs a;
+    *hidden = xmalloc_checked((n ? n : 1) * H * sizeof(float), "hidden states");
+    if (!*hidden || acts_alloc(&a, c, n ? n : 1, ACTS_INFERENCE) != 0) {
+        free(*hidden);
+        *hidden = NULL;
+        return -1;
     }
+    embed_rows(m, &fs->lay, a.x_in);
+    for (int l = 0; l < c->n_layers && n > 0; l++)
+        layer_forward(m, l, &fs->lay, fs->cos_t, fs->sin_t, &a, a.x_in);
+    rmsnorm_forward(*hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
+    free(a.block);
+    return 0;
 }
 
 int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
-    const ModelConfig *c = &m->cfg;
     ForwardSetup fs;
-    if (forward_setup(m, b, &fs) != 0) return -1;
-    size_t n = (size_t)b->batch * b->t_len, H = (size_t)c->hidden_size;
-    LayerActs a;
-    int rc = acts_alloc(&a, c, n, ACTS_INFERENCE);
-    if (rc == 0) {
-        embed_tokens(m, b, a.x_in);
-        for (int l = 0; l < c->n_layers; l++)
-            layer_forward(m, l, b, fs.positions, fs.cos_t, fs.sin_t, &a, a.x_in);
-        rmsnorm_forward(hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
-        free(a.block);
+    float *rows;
+    if (forward_rows(m, b, &fs, &rows) != 0) {
+        forward_setup_free(&fs);
+        return -1;
     }
+    size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
+    for (size_t i = 0; i < cells; i++) {
+        size_t r = fs.lay.row_of[i];
+        if (r == LAYOUT_NO_ROW)
+            memset(hidden + i * H, 0, H * sizeof(float));
+        else
+            memcpy(hidden + i * H, rows + r * H, H * sizeof(float));
+    }
+    free(rows);
     forward_setup_free(&fs);
-    return rc;
+    return 0;
 }
 
 /* The tape's buffers for n tokens: kept from the previous call when they are large enough (a
@@ -254,22 +279,23 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
     const ModelConfig *c = &m->cfg;
     ForwardSetup fs;
     if (forward_setup(m, b, &fs) != 0) return -1;
-    size_t n = (size_t)b->batch * b->t_len, H = (size_t)c->hidden_size;
-    if (tape_buffers(c, n, recompute, tape) != 0) {
+    size_t n = fs.lay.n, H = (size_t)c->hidden_size;
+    if (tape_buffers(c, n ? n : 1, recompute, tape) != 0) {
         forward_setup_free(&fs);
         return -1;
     }
-    free(tape->positions);
+    token_layout_free(&tape->layout);
     free(tape->cos_t);
     free(tape->sin_t);
     tape->batch = *b;
-    tape->positions = fs.positions, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
-    embed_tokens(m, b, tape->layers[0].x_in);
+    tape->n = n;
+    tape->layout = fs.lay, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
+    embed_rows(m, &tape->layout, tape->layers[0].x_in);
     for (int l = 0; l < c->n_layers; l++) {
         float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
         LayerActs a = recompute ? tape->scratch : tape->layers[l];
         a.x_in = tape->layers[l].x_in;
-        layer_forward(m, l, b, tape->positions, tape->cos_t, tape->sin_t, &a, x_out);
+        layer_forward(m, l, &tape->layout, tape->cos_t, tape->sin_t, &a, x_out);
     }
     rmsnorm_forward(tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
                     (float)c->rms_norm_eps);
@@ -285,7 +311,7 @@ LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
     }
     LayerActs a = tape->scratch;
     a.x_in = tape->layers[l].x_in;
-    layer_forward(m, l, &tape->batch, tape->positions, tape->cos_t, tape->sin_t, &a, tape->discard);
+    layer_forward(m, l, &tape->layout, tape->cos_t, tape->sin_t, &a, tape->discard);
     return a;
 }
 
@@ -295,7 +321,7 @@ void forward_tape_free(ForwardTape *tape) {
     free(tape->layers);
     free(tape->scratch.block);
     free(tape->x_final);
-    free(tape->positions);
+    token_layout_free(&tape->layout);
     free(tape->cos_t);
     free(tape->sin_t);
     memset(tape, 0, sizeof *tape);
@@ -303,36 +329,40 @@ void forward_tape_free(ForwardTape *tape) {
 
 int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *target_mask,
                          float *logp) {
-    size_t n = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
-    float *hidden = xmalloc_checked(n * H * sizeof(float), "hidden states");
-    if (!hidden) return -1;
-    if (model_forward_hidden(m, b, hidden) != 0) {
-        free(hidden);
+    ForwardSetup fs;
+    float *hidden;
+    if (forward_rows(m, b, &fs, &hidden) != 0) {
+        forward_setup_free(&fs);
         return -1;
     }
+    size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
     /* Gather the rows that predict a selected token, so only they meet the lm_head. */
-    size_t *where = xmalloc(n * sizeof *where);
-    int32_t *targets = xmalloc(n * sizeof *targets);
-    size_t n_sel = 0;
-    for (size_t i = 0; i < n; i++) {
-        logp[i] = 0.0f;
-        bool real = !b->attn_mask || b->attn_mask[i];
-        if (i % (size_t)b->t_len == 0 || !real || (target_mask && !target_mask[i])) continue;
-        if (n_sel != i - 1) memmove(hidden + n_sel * H, hidden + (i - 1) * H, H * sizeof(float));
-        where[n_sel] = i;
-        targets[n_sel++] = b->tokens[i];
-    }
+    size_t *where = xmalloc(cells * sizeof *where), *from = xmalloc(cells * sizeof *from);
+    size_t n_sel = token_layout_targets(&fs.lay, b, target_mask, where, from);
+    float *rows = xmalloc_checked((n_sel ? n_sel : 1) * H * sizeof(float), "scored rows");
+    int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
     float *sel_logp = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
-    model_scale_logit_rows(m, hidden, n_sel, H);
-    fused_logprob_forward_weights(sel_logp, NULL, hidden, targets, model_lm_head(m), (int)n_sel,
-                                  (int)H, m->cfg.vocab_size);
-    for (size_t j = 0; j < n_sel; j++)
-        logp[where[j]] = sel_logp[j];
+    int rc = rows ? 0 : -1;
+    if (rc == 0) {
+        for (size_t j = 0; j < n_sel; j++) {
+            memcpy(rows + j * H, hidden + from[j] * H, H * sizeof(float));
+            targets[j] = b->tokens[where[j]];
+        }
+        model_scale_logit_rows(m, rows, n_sel, H);
+        fused_logprob_forward_weights(sel_logp, NULL, rows, targets, model_lm_head(m), (int)n_sel,
+                                      (int)H, m->cfg.vocab_size);
+        memset(logp, 0, cells * sizeof *logp);
+        for (size_t j = 0; j < n_sel; j++)
+            logp[where[j]] = sel_logp[j];
+    }
     free(sel_logp);
     free(targets);
+    free(rows);
+    free(from);
     free(where);
     free(hidden);
-    return 0;
+    forward_setup_free(&fs);
+    return rc;
 }
 
 int model_logits(const Model *m, const TokenBatch *b, int seq, int t0, int t1, float *out) {

@@ -5,6 +5,7 @@
 
 #include "model/model.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* A batch of B token sequences padded to a common length T. */
@@ -15,6 +16,9 @@ typedef struct {
     const uint8_t *attn_mask; /* (B, T): 1 real token, 0 padding; NULL: all real */
     const int32_t *positions; /* (B, T) or NULL: 0..T-1 on every row, which is what
                                  transformers uses when no position_ids are passed */
+    /* Compute every row in full. By default a row's prefix equal to an earlier row's (a shared
+     * prompt) is computed once (token_layout.h): the same values, less work. */
+    bool unshared;
 } TokenBatch;
 
 /* Runs embedding, layers and the final norm; hidden (B*T, H) receives the result.

@@ -95,7 +95,7 @@ static void rows_batch(RowsBatch *rb, const GrpoBatch *b, const int *rows, int n
             attn[pw + t] = mark[pw + t] = t < b->completion_w && cm[t];
         }
     }
-    rb->batch = (TokenBatch){n, T, rb->tokens, rb->attn, NULL};
+    rb->batch = (TokenBatch){.batch = n, .t_len = T, .tokens = rb->tokens, .attn_mask = rb->attn};
 }
 
 static void rows_batch_free(RowsBatch *rb) {

@@ -57,12 +57,14 @@ void kto_batch_build(KtoMicroBatch *out, const PrefDataset *ds, const size_t *or
     /* the label mask is the completion mask; a separate copy keeps ownership simple */
     uint8_t *label = xmalloc((size_t)count * t_len);
     memcpy(label, out->completion, (size_t)count * t_len);
-    out->mb = (MicroBatch){{count, t_len, out->tokens, out->attn, NULL}, label};
+    out->mb = (MicroBatch){
+        {.batch = count, .t_len = t_len, .tokens = out->tokens, .attn_mask = out->attn}, label};
     if (with_kl) {
         int kl_len;
         collate(rows, rotated, count, max_len, pad_id, &out->kl_tokens, &out->kl_attn,
                 &out->kl_completion, &kl_len);
-        out->kl = (TokenBatch){count, kl_len, out->kl_tokens, out->kl_attn, NULL};
+        out->kl = (TokenBatch){
+            .batch = count, .t_len = kl_len, .tokens = out->kl_tokens, .attn_mask = out->kl_attn};
     }
     out->n_rows = count;
     out->row_index = order + first;

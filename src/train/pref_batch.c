@@ -53,7 +53,8 @@ void pref_batch_build(PrefMicroBatch *out, const PrefDataset *ds, const size_t *
     }
     out->n_pairs = count;
     out->pair_index = order + first;
-    out->mb = (MicroBatch){{rows, t_len, out->tokens, out->attn, NULL}, needed};
+    out->mb = (MicroBatch){
+        {.batch = rows, .t_len = t_len, .tokens = out->tokens, .attn_mask = out->attn}, needed};
 }
 
 void pref_batch_free(PrefMicroBatch *b) {

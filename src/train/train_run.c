@@ -51,7 +51,9 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
         memset(buf->attn + (size_t)i * t_len, 1, (size_t)e->len);
         memcpy(buf->labels + (size_t)i * t_len, e->labels, (size_t)e->len);
     }
-    return (MicroBatch){{count, t_len, buf->tokens, buf->attn, NULL}, buf->labels};
+    return (MicroBatch){
+        {.batch = count, .t_len = t_len, .tokens = buf->tokens, .attn_mask = buf->attn},
+        buf->labels};
 }
 
 /* What run() trains on: a dataset seen through micro-batches, and the method that turns them

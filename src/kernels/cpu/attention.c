@@ -4,136 +4,281 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdbool.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Softmax of one score row over the keys it may see; masked keys get probability 0
- * (transformers adds the dtype's minimum, which underflows to exactly 0 after exp).
- * `row` holds scores for keys key0..key0+n-1; query i sees keys in [first, i]. */
-static void masked_softmax_row(float *row, int key0, int n, const uint8_t *key_mask, int i,
-                               int window) {
-    int first = 0;
-    if (window > 0 && i - window + 1 > first) first = i - window + 1;
-    float max = -INFINITY;
-    for (int l = first; l <= i; l++)
-        if ((!key_mask || key_mask[l]) && row[l - key0] > max) max = row[l - key0];
-    for (int l = key0; l < key0 + n; l++) {
-        float *p = &row[l - key0];
-        bool visible = l >= first && l <= i && (!key_mask || key_mask[l]) && max != -INFINITY;
-        *p = visible ? expf(*p - max) : 0.0f;
-    }
-    if (max == -INFINITY) return; /* nothing visible: the row's output is zero */
-    float sum = 0.0f;
-    for (int l = first; l <= i; l++)
-        sum += row[l - key0];
-    float inv = 1.0f / sum;
-    for (int l = first; l <= i; l++)
-        row[l - key0] *= inv;
-}
 
 /* Query rows are processed in blocks; a block only meets the keys some row of it can see
  * (causal: up to its last row; window: from its first row's window start), which skips the
  * upper triangle and, with a sliding window, everything before the window. */
 #define QUERY_BLOCK 64
 
+/* The keys one block of queries meets, as its score columns hold them: first the prefix rows
+ * a_row.., then the segment's own rows b_row... Column j is key `first` + j. */
+typedef struct {
+    int first;        /* the block's first key (prefix first, then own rows) */
+    int n_keys;       /* columns */
+    int a_row, a_len; /* prefix piece */
+    int b_row, b_len; /* own piece */
+} BlockKeys;
+
+/* The row holding key c of segment s. */
+static int key_row(const AttnSegment *s, int c) {
+    return c < s->prefix_len ? s->prefix_start + c : s->start + (c - s->prefix_len);
+}
+
+/* The first key of s that query row `row` sees under the window (0 without one). Keys' seq_index
+ * increases along the key order, so the window's start is found by bisection. */
+static int window_first_key(const AttnSegment *s, const int32_t *seq_index, int row, int n_keys,
+                            int window) {
+    if (window <= 0) return 0;
+    int lo = 0, hi = n_keys; /* the first key with seq_index > seq_index[row] - window */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (seq_index[key_row(s, mid)] > seq_index[row] - window)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int i0, int rows,
+                            int window) {
+    BlockKeys bk;
+    int end = s->prefix_len + i0 + rows; /* one past the last row's own key */
+    bk.first = window_first_key(s, seq_index, s->start + i0, end, window);
+    bk.n_keys = end - bk.first;
+    bk.a_len = bk.first < s->prefix_len ? s->prefix_len - bk.first : 0;
+    bk.a_row = s->prefix_start + bk.first;
+    int own_first = bk.first > s->prefix_len ? bk.first - s->prefix_len : 0;
+    bk.b_row = s->start + own_first;
+    bk.b_len = bk.n_keys - bk.a_len;
+    return bk;
+}
+
+/* Softmax of one score row over columns lo..hi (the keys the query sees); the other columns get
+ * probability 0 (transformers adds the dtype's minimum, which underflows to exactly 0). */
+static void softmax_columns(float *row, int n, int lo, int hi) {
+    float max = -INFINITY;
+    for (int j = lo; j <= hi; j++)
+        max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        row[j] = j >= lo && j <= hi ? expf(row[j] - max) : 0.0f;
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = lo; j <= hi; j++)
+        row[j] *= inv;
+}
+
+/* The probabilities of a query block: scores by BLAS against both key pieces, then a softmax per
+ * row over the keys it sees. qh and kh point at head h's (kv head's) column of row 0. */
+static void block_probs(float *p, const float *qh, int q_stride, const float *kh, int kv_stride,
+                        int hd, const AttnSegment *s, const int32_t *seq_index, const BlockKeys *bk,
+                        int i0, int rows, float scale, int window) {
+    const float *qb = qh + (size_t)(s->start + i0) * q_stride;
+    if (bk->a_len > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->a_len, hd, scale, qb,
+                    q_stride, kh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, p, bk->n_keys);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->b_len, hd, scale, qb, q_stride,
+                kh + (size_t)bk->b_row * kv_stride, kv_stride, 0.0f, p + bk->a_len, bk->n_keys);
+    int lo = 0;
+    for (int r = 0; r < rows; r++) {
+        int self = s->prefix_len + i0 + r; /* the query's own key */
+        if (window > 0) /* the window's start only moves forward as the query does */
+            while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
+                lo++;
+        softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, self - bk->first);
+    }
+}
+
+/* out (rows, hd) = alpha P · V over both key pieces (V: values, or keys for dQ). */
+static void probs_times_values(float *out, int out_stride, const float *p, const float *vh,
+                               int kv_stride, int hd, const BlockKeys *bk, int rows, float alpha) {
+    float beta = 0.0f;
+    if (bk->a_len > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, bk->a_len, alpha, p,
+                    bk->n_keys, vh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, out,
+                    out_stride);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, bk->b_len, alpha,
+                p + bk->a_len, bk->n_keys, vh + (size_t)bk->b_row * kv_stride, kv_stride, beta, out,
+                out_stride);
+}
+
+static int max_keys(const AttnSegment *segs, int n_segs) {
+    int most = 1;
+    for (int s = 0; s < n_segs; s++)
+        if (segs[s].prefix_len + segs[s].len > most) most = segs[s].prefix_len + segs[s].len;
+    return most;
+}
+
+static int max_blocks(const AttnSegment *segs, int n_segs) {
+    int most = 0;
+    for (int s = 0; s < n_segs; s++) {
+        int blocks = (segs[s].len + QUERY_BLOCK - 1) / QUERY_BLOCK;
+        most = blocks > most ? blocks : most;
+    }
+    return most;
+}
+
 void attention_forward(float *out, const float *q, const float *k, const float *v,
-                       const uint8_t *key_mask, int batch, int t_len, int n_heads, int n_kv_heads,
-                       int hd, int window) {
+                       const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n_heads,
+                       int n_kv_heads, int hd, int window) {
     int n_rep = n_heads / n_kv_heads;
     int q_stride = n_heads * hd, kv_stride = n_kv_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    size_t scratch = (size_t)QUERY_BLOCK * t_len;
+    size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
-    int n_blocks = (t_len + QUERY_BLOCK - 1) / QUERY_BLOCK;
+    int n_blocks = max_blocks(segs, n_segs);
 
-    /* One (sequence, head, query block) per task: S = Q K^T through BLAS, masked softmax by
-     * rows, then O = P V. */
+    /* One (segment, head, query block) per task. */
 #pragma omp parallel for schedule(dynamic) collapse(3)
-    for (int b = 0; b < batch; b++) {
+    for (int si = 0; si < n_segs; si++) {
         for (int h = 0; h < n_heads; h++) {
             for (int blk = 0; blk < n_blocks; blk++) {
-                float *scores = scores_all + scratch * (size_t)omp_get_thread_num();
+                const AttnSegment *s = &segs[si];
                 int i0 = blk * QUERY_BLOCK;
-                int rows = t_len - i0 < QUERY_BLOCK ? t_len - i0 : QUERY_BLOCK;
-                int key0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
-                int keys = i0 + rows - key0;
-                const float *qh = q + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
-                const float *kh =
-                    k + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
-                const float *vh =
-                    v + ((size_t)b * t_len + key0) * kv_stride + (size_t)(h / n_rep) * hd;
-                float *oh = out + ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
-                const uint8_t *mask_b = key_mask ? key_mask + (size_t)b * t_len : NULL;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale, qh,
-                            q_stride, kh, kv_stride, 0.0f, scores, keys);
-                for (int r = 0; r < rows; r++)
-                    masked_softmax_row(scores + (size_t)r * keys, key0, keys, mask_b, i0 + r,
-                                       window);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, scores,
-                            keys, vh, kv_stride, 0.0f, oh, q_stride);
+                if (i0 >= s->len) continue;
+                int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
+                float *p = scores_all + scratch * (size_t)omp_get_thread_num();
+                const float *kh = k + (size_t)(h / n_rep) * hd, *vh = v + (size_t)(h / n_rep) * hd;
+                BlockKeys bk = block_keys(s, seq_index, i0, rows, window);
+                block_probs(p, q + (size_t)h * hd, q_stride, kh, kv_stride, hd, s, seq_index, &bk,
+                            i0, rows, scale, window);
+                probs_times_values(out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd,
+                                   q_stride, p, vh, kv_stride, hd, &bk, rows, 1.0f);
             }
         }
     }
     free(scores_all);
 }
 
-/* Per query block, with P the block's probabilities (recomputed), dO its output gradient:
- * dV += P^T dO, dP = dO V^T, dS = P ⊙ (dP - rowsum(dP ⊙ P)), dQ = scale dS K, dK += scale dS^T Q.
- */
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const uint8_t *key_mask, int batch,
-                        int t_len, int n_heads, int n_kv_heads, int hd, int window) {
-    int n_rep = n_heads / n_kv_heads;
-    int q_stride = n_heads * hd, kv_stride = n_kv_heads * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    size_t scratch = (size_t)QUERY_BLOCK * t_len;
-    float *scratch_all = xmalloc(2 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
-    int n_blocks = (t_len + QUERY_BLOCK - 1) / QUERY_BLOCK;
-    for (int b = 0; b < batch; b++) {
-        memset(dk + (size_t)b * t_len * kv_stride, 0, (size_t)t_len * kv_stride * sizeof(float));
-        memset(dv + (size_t)b * t_len * kv_stride, 0, (size_t)t_len * kv_stride * sizeof(float));
+/* dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, row by row. */
+static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        const float *pr = p + (size_t)r * n;
+        float *dr = dp + (size_t)r * n;
+        double sum = 0.0;
+        for (int l = 0; l < n; l++)
+            sum += (double)dr[l] * pr[l];
+        for (int l = 0; l < n; l++)
+            dr[l] = pr[l] * (dr[l] - (float)sum);
     }
+}
+
+/* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
+ * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). */
+static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
+                            const float *mat, const float *x, int x_stride, int hd,
+                            const BlockKeys *bk, int rows, float alpha) {
+    if (bk->a_len > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk->a_len, hd, rows, alpha, mat,
+                    bk->n_keys, x, x_stride, 1.0f, prefix_acc + (size_t)bk->first * acc_stride,
+                    acc_stride);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk->b_len, hd, rows, alpha,
+                mat + bk->a_len, bk->n_keys, x, x_stride, 1.0f,
+                d_own + (size_t)bk->b_row * kv_stride, kv_stride);
+}
+
+/* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its
+ * output gradient: dV += P^T dO, dP = dO V^T, dS = P ⊙ (dP - rowsum(dP ⊙ P)), dQ = scale dS K,
+ * dK += scale dS^T Q. */
+typedef struct {
+    float *dq, *dk, *dv;
+    const float *dout, *q, *k, *v;
+    const int32_t *seq_index;
+    int q_stride, kv_stride, hd, window;
+    float scale;
+} AttentionGrads;
+
+static void block_backward(const AttentionGrads *g, const AttnSegment *s, int h, int kvh, int i0,
+                           int rows, float *probs, float *dprobs, float *pdk, float *pdv) {
+    int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
+    const float *kh = g->k + (size_t)kvh * hd, *vh = g->v + (size_t)kvh * hd;
+    BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window);
+    block_probs(probs, g->q + (size_t)h * hd, qs, kh, ks, hd, s, g->seq_index, &bk, i0, rows,
+                g->scale, g->window);
+    size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
+    keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
+                    rows, 1.0f);
+    /* dP = dO V^T over both pieces */
+    if (bk.a_len > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk.a_len, hd, 1.0f,
+                    g->dout + q_off, qs, vh + (size_t)bk.a_row * ks, ks, 0.0f, dprobs, bk.n_keys);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk.b_len, hd, 1.0f, g->dout + q_off,
+                qs, vh + (size_t)bk.b_row * ks, ks, 0.0f, dprobs + bk.a_len, bk.n_keys);
+    softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
+    probs_times_values(g->dq + q_off, qs, dprobs, kh, ks, hd, &bk, rows, g->scale);
+    keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
+                    g->scale);
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                        const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads, int hd,
+                        int window) {
+    int n_rep = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
+    AttentionGrads g = {dq,
+                        dk,
+                        dv,
+                        dout,
+                        q,
+                        k,
+                        v,
+                        seq_index,
+                        n_heads * hd,
+                        kv_stride,
+                        hd,
+                        window,
+                        1.0f / sqrtf((float)hd)};
+    memset(dk, 0, (size_t)n_rows * kv_stride * sizeof(float));
+    memset(dv, 0, (size_t)n_rows * kv_stride * sizeof(float));
+    /* each segment's share of its prefix's dk (then dv): prefix_len x hd per kv head */
+    size_t *acc_off = xmalloc((size_t)(n_segs + 1) * sizeof *acc_off);
+    acc_off[0] = 0;
+    for (int si = 0; si < n_segs; si++)
+        acc_off[si + 1] = acc_off[si] + (size_t)segs[si].prefix_len * kv_stride;
+    size_t acc_total = acc_off[n_segs];
+    float *acc = xcalloc(2 * acc_total + 1, sizeof(float));
+    size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
+    float *scratch_all = xmalloc(2 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
-    for (int b = 0; b < batch; b++) {
+    for (int si = 0; si < n_segs; si++) {
         for (int kvh = 0; kvh < n_kv_heads; kvh++) {
+            const AttnSegment *s = &segs[si];
             float *probs = scratch_all + 2 * scratch * (size_t)omp_get_thread_num();
-            float *dprobs = probs + scratch;
-            const uint8_t *mask_b = key_mask ? key_mask + (size_t)b * t_len : NULL;
-            for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++) {
-                for (int blk = 0; blk < n_blocks; blk++) {
-                    int i0 = blk * QUERY_BLOCK;
-                    int rows = t_len - i0 < QUERY_BLOCK ? t_len - i0 : QUERY_BLOCK;
-                    int key0 = window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
-                    int keys = i0 + rows - key0;
-                    size_t q_off = ((size_t)b * t_len + i0) * q_stride + (size_t)h * hd;
-                    size_t kv_off = ((size_t)b * t_len + key0) * kv_stride + (size_t)kvh * hd;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale,
-                                q + q_off, q_stride, k + kv_off, kv_stride, 0.0f, probs, keys);
-                    for (int r = 0; r < rows; r++)
-                        masked_softmax_row(probs + (size_t)r * keys, key0, keys, mask_b, i0 + r,
-                                           window);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hd, rows, 1.0f,
-                                probs, keys, dout + q_off, q_stride, 1.0f, dv + kv_off, kv_stride);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, 1.0f,
-                                dout + q_off, q_stride, v + kv_off, kv_stride, 0.0f, dprobs, keys);
-                    for (int r = 0; r < rows; r++) {
-                        float *p = probs + (size_t)r * keys, *dp = dprobs + (size_t)r * keys;
-                        double sum = 0.0;
-                        for (int l = 0; l < keys; l++)
-                            sum += (double)dp[l] * p[l];
-                        for (int l = 0; l < keys; l++)
-                            dp[l] = p[l] * (dp[l] - (float)sum);
-                    }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, scale,
-                                dprobs, keys, k + kv_off, kv_stride, 0.0f, dq + q_off, q_stride);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hd, rows, scale,
-                                dprobs, keys, q + q_off, q_stride, 1.0f, dk + kv_off, kv_stride);
+            float *pdk = acc + acc_off[si] + (size_t)kvh * s->prefix_len * hd;
+            float *pdv = pdk + acc_total;
+            for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
+                for (int i0 = 0; i0 < s->len; i0 += QUERY_BLOCK) {
+                    int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
+                    block_backward(&g, s, h, kvh, i0, rows, probs, probs + scratch, pdk, pdv);
+                }
+        }
+    }
+
+    /* the prefixes' shares, added segment by segment */
+#pragma omp parallel for schedule(static)
+    for (int kvh = 0; kvh < n_kv_heads; kvh++) {
+        for (int si = 0; si < n_segs; si++) {
+            const AttnSegment *s = &segs[si];
+            const float *pdk = acc + acc_off[si] + (size_t)kvh * s->prefix_len * hd;
+            const float *pdv = pdk + acc_total;
+            for (int c = 0; c < s->prefix_len; c++) {
+                size_t at = (size_t)(s->prefix_start + c) * kv_stride + (size_t)kvh * hd;
+                for (int d = 0; d < hd; d++) {
+                    dk[at + d] += pdk[(size_t)c * hd + d];
+                    dv[at + d] += pdv[(size_t)c * hd + d];
                 }
             }
         }
     }
     free(scratch_all);
+    free(acc);
+    free(acc_off);
 }

@@ -44,14 +44,24 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void rope_forward(float *x, const int32_t *positions, const float *cos_table,
                   const float *sin_table, int n, int n_heads, int hd);
 
-/* Causal self-attention for a batch of B sequences of T rows each.
- * q (B, T, nh, hd), k/v (B, T, nkv, hd), out (B, T, nh, hd). Query head h reads kv head
- * h / (nh/nkv). Row i of sequence b sees key l when l <= i, key_mask[b*T + l] != 0 (NULL:
- * all keys real) and, when window > 0, l > i - window. A row that sees nothing gets zeros.
- * Scores use scale 1/sqrt(hd); softmax in fp32. */
+/* Rows of q/k/v that attend as one sequence. Its own rows start .. start+len-1 are queries and
+ * keys; before them every query sees the prefix rows prefix_start .. prefix_start+prefix_len-1:
+ * the rows of a prefix this sequence shares with another (a prompt that both responses of a
+ * preference pair, or all completions of a GRPO group, continue), computed once. Keys are
+ * numbered prefix first, then own rows: own row i is key prefix_len + i and sees keys up to it. */
+typedef struct {
+    int start, len;
+    int prefix_start, prefix_len;
+} AttnSegment;
+
+/* Causal self-attention over segments of rows. q (N, nh, hd), k/v (N, nkv, hd), out (N, nh, hd).
+ * Query head h reads kv head h / (nh/nkv). A query sees its segment's prefix and its own rows up
+ * to itself; with window > 0 only the keys whose seq_index (each row's index in its sequence, so
+ * that a window counts the padding a packed row no longer holds) is > its own - window. Scores use
+ * scale 1/sqrt(hd); softmax in fp32. Rows in no segment are not written. */
 void attention_forward(float *out, const float *q, const float *k, const float *v,
-                       const uint8_t *key_mask, int batch, int t_len, int n_heads, int n_kv_heads,
-                       int hd, int window);
+                       const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n_heads,
+                       int n_kv_heads, int hd, int window);
 
 /* One query head over `len` >= 1 cached positions (decoding): k and v point at the first
  * position's row of the query's kv head, consecutive positions `stride` floats apart.
@@ -122,13 +132,15 @@ void lora_backward(float *din, float *dA, float *dB, const float *dout, const fl
                    const float *A, const float *B, int n, int in_dim, int out_dim, int r,
                    float scaling, float dropout_p, uint64_t dropout_key);
 
-/* Gradients of attention_forward: dq (B, T, nh, hd), dk and dv (B, T, nkv, hd), all written.
- * The probabilities are recomputed block by block (nothing is kept from the forward). Work is
- * split by (sequence, kv head), so the query heads that share a kv head add into its dk/dv in a
- * fixed order: reproducible for any thread count. */
+/* Gradients of attention_forward over n_rows rows: dq (N, nh, hd), dk and dv (N, nkv, hd), all
+ * written (rows in no segment get zeros). The probabilities are recomputed block by block (nothing
+ * is kept from the forward). Work is split by (segment, kv head); a segment's share of its
+ * prefix's dk/dv is summed apart and added after, segment by segment, so every sum runs in a fixed
+ * order: reproducible for any thread count. */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const uint8_t *key_mask, int batch,
-                        int t_len, int n_heads, int n_kv_heads, int hd, int window);
+                        const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                        const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads, int hd,
+                        int window);
 
 /* Gradient of sum_i dlogp[i] * logp[i] (logp as fused_logprob_forward computes it):
  * dhidden (n_rows, h) is written, dlm_head (V, h) accumulated. Recomputes the logits tile by
