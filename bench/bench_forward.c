@@ -1,10 +1,12 @@
 /* Forward-pass throughput: per-token log-probs of a B x T batch of random tokens (every
  * position scored, as a DPO/GRPO log-prob pass does), timed over several repetitions.
- * Prints one JSON line. Usage: bench_forward MODEL_DIR [batch] [seq_len] [reps] */
+ * Prints one JSON line. Usage: bench_forward MODEL_DIR [batch] [seq_len] [reps] [bf16 0|1]
+ * (bf16: the weights kept in bf16, as a `bf16: true` reference holds them). */
 #include "common/error.h"
 #include "model/forward.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -18,15 +20,20 @@ static double now_seconds(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL_DIR [batch] [seq_len] [reps]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL_DIR [batch] [seq_len] [reps] [bf16]\n", argv[0]);
         return 2;
     }
     int batch = argc > 2 ? atoi(argv[2]) : 4;
     int t_len = argc > 3 ? atoi(argv[3]) : 512;
     int reps = argc > 4 ? atoi(argv[4]) : 3;
+    bool bf16 = argc > 5 && atoi(argv[5]) != 0;
     double t0 = now_seconds();
     Model m;
     if (model_load(&m, argv[1]) != 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    if (bf16 && model_store_bf16(&m) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
