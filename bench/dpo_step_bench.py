@@ -197,6 +197,10 @@ def main():
                     help="rlhf.c keeps the frozen reference in bf16 (bf16: true); TRL's stays fp32")
     ap.add_argument("--adamw-8bit", action="store_true",
                     help="optim adamw_bnb_8bit on both sides (bitsandbytes' 8-bit AdamW; pip install bitsandbytes)")
+    ap.add_argument("--trl-fp32-adamw", action="store_true",
+                    help="with --adamw-8bit: TRL keeps its default optimizer (adamw_torch, fp32 moments)")
+    ap.add_argument("--unshared", action="store_true",
+                    help="rlhf.c computes the prompt in both rows of a pair, as TRL does (by default once)")
     ap.add_argument("--reuse-trl", action="store_true",
                     help="take the TRL row from the last result file of the same workload instead of running it")
     ap.add_argument("--smoke", action="store_true", help="tiny model and sequences: a correctness check only")
@@ -237,10 +241,13 @@ def main():
                                       check=True, capture_output=True, text=True, env=env).stdout)
     ours = json.loads(subprocess.run([exe, model_dir, batch_path, str(a.steps), str(a.lora_r),
                                       "1" if a.gradient_checkpointing else "0",
-                                      "1" if a.bf16_reference else "0", "1" if a.adamw_8bit else "0"],
+                                      "1" if a.bf16_reference else "0", "1" if a.adamw_8bit else "0",
+                                      "1" if a.unshared else "0"],
                                      check=True, capture_output=True, text=True, env=env).stdout)
     name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
             + ("_bf16ref" if a.bf16_reference else "") + ("_adamw8bit" if a.adamw_8bit else "")
+            + ("_vs_trl_fp32_adamw" if a.adamw_8bit and a.trl_fp32_adamw else "")
+            + ("_unshared" if a.unshared else "")
             + ("_smoke" if a.smoke else "") + MODELS[a.model]["suffix"] + ".json")
     out_path = os.path.join(OUT, name)
     cmd = [sys.executable, __file__, "--trl-side", model_dir, batch_path, "--steps", str(a.steps),
@@ -248,11 +255,13 @@ def main():
            "--prompt-len", str(a.prompt_len)]
     if a.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
-    if a.adamw_8bit:
+    trl_8bit = a.adamw_8bit and not a.trl_fp32_adamw
+    if trl_8bit:
         cmd.append("--adamw-8bit")
     if a.reuse_trl:
         # the TRL side of the same workload from an earlier run (its file, or the fp32-reference one)
         previous = out_path if os.path.exists(out_path) else out_path.replace("_bf16ref", "")
+        previous = previous.replace("_unshared", "")
         with open(previous) as f:
             theirs = json.load(f)["trl"]
     else:
@@ -281,6 +290,10 @@ def main():
     what = f"LoRA r {a.lora_r} all-linear, reference = adapter off" if a.lora_r else \
         "full fine-tuning, reference = frozen copy" + (" (rlhf.c: kept in bf16)" if a.bf16_reference else "")
     what += ", optim adamw_bnb_8bit" if a.adamw_8bit else ", optim adamw_torch"
+    if a.adamw_8bit and a.trl_fp32_adamw:
+        what += " (TRL: adamw_torch, its default)"
+    what += (", rlhf.c computes the shared prompt in both rows" if a.unshared
+             else ", rlhf.c computes the shared prompt once")
     result = {
         "workload": f"DPO step fp32 sigmoid beta {BETA} ({what}), {a.pairs} pair(s) = {rows} sequences x {a.seq} "
                     f"tokens (prompt {a.prompt_len} + response {a.seq - a.prompt_len}), {a.threads} threads"
