@@ -132,8 +132,8 @@ void lora_backward(float *din, float *dA, float *dB, const float *dout, const fl
                    const float *A, const float *B, int n, int in_dim, int out_dim, int r,
                    float scaling, float dropout_p, uint64_t dropout_key);
 
-/* Gradients of attention_forward over n_rows rows: dq (N, nh, hd), dk and dv (N, nkv, hd), all
- * written (rows in no segment get zeros). The probabilities are recomputed block by block (nothing
+/* Gradients of attention_forward over n_rows rows: dq (N, nh, hd) written for the segments'
+ * rows, dk and dv (N, nkv, hd) for every row (zero where no query looks). The probabilities are recomputed block by block (nothing
  * is kept from the forward). Work is split by (segment, kv head); a segment's share of its
  * prefix's dk/dv is summed apart and added after, segment by segment, so every sum runs in a fixed
  * order: reproducible for any thread count. */
