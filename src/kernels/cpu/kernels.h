@@ -133,10 +133,10 @@ void lora_backward(float *din, float *dA, float *dB, const float *dout, const fl
                    float scaling, float dropout_p, uint64_t dropout_key);
 
 /* Gradients of attention_forward over n_rows rows: dq (N, nh, hd) written for the segments'
- * rows, dk and dv (N, nkv, hd) for every row (zero where no query looks). The probabilities are recomputed block by block (nothing
- * is kept from the forward). Work is split by (segment, kv head); a segment's share of its
- * prefix's dk/dv is summed apart and added after, segment by segment, so every sum runs in a fixed
- * order: reproducible for any thread count. */
+ * rows, dk and dv (N, nkv, hd) for every row (zero where no query looks). The probabilities are
+ * recomputed block by block (nothing is kept from the forward). Work is split by (segment, kv
+ * head); a segment's share of its prefix's dk/dv is summed apart and added after, segment by
+ * segment, so every sum runs in a fixed order: reproducible for any thread count. */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const AttnSegment *segs, int n_segs,
                         const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads, int hd,
