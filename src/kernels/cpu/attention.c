@@ -82,17 +82,24 @@ static void softmax_columns(float *row, int n, int lo, int hi) {
         row[j] *= inv;
 }
 
+/* out (rows, n_keys) = alpha X · R^T over both key pieces, R the rows (keys, or values for dP)
+ * of kv head column rh; X (rows, hd) the block's query-side rows. */
+static void times_key_rows(float *out, const float *x, int x_stride, const float *rh, int kv_stride,
+                           int hd, const BlockKeys *bk, int rows, float alpha) {
+    if (bk->a_len > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->a_len, hd, alpha, x,
+                    x_stride, rh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, out, bk->n_keys);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->b_len, hd, alpha, x, x_stride,
+                rh + (size_t)bk->b_row * kv_stride, kv_stride, 0.0f, out + bk->a_len, bk->n_keys);
+}
+
 /* The probabilities of a query block: scores by BLAS against both key pieces, then a softmax per
  * row over the keys it sees. qh and kh point at head h's (kv head's) column of row 0. */
 static void block_probs(float *p, const float *qh, int q_stride, const float *kh, int kv_stride,
                         int hd, const AttnSegment *s, const int32_t *seq_index, const BlockKeys *bk,
                         int i0, int rows, float scale, int window) {
-    const float *qb = qh + (size_t)(s->start + i0) * q_stride;
-    if (bk->a_len > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->a_len, hd, scale, qb,
-                    q_stride, kh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, p, bk->n_keys);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->b_len, hd, scale, qb, q_stride,
-                kh + (size_t)bk->b_row * kv_stride, kv_stride, 0.0f, p + bk->a_len, bk->n_keys);
+    times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kh, kv_stride, hd, bk,
+                   rows, scale);
     int lo = 0;
     for (int r = 0; r < rows; r++) {
         int self = s->prefix_len + i0 + r; /* the query's own key */
@@ -214,12 +221,7 @@ static void block_backward(const AttentionGrads *g, const AttnSegment *s, int h,
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
     keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
                     rows, 1.0f);
-    /* dP = dO V^T over both pieces */
-    if (bk.a_len > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk.a_len, hd, 1.0f,
-                    g->dout + q_off, qs, vh + (size_t)bk.a_row * ks, ks, 0.0f, dprobs, bk.n_keys);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk.b_len, hd, 1.0f, g->dout + q_off,
-                qs, vh + (size_t)bk.b_row * ks, ks, 0.0f, dprobs + bk.a_len, bk.n_keys);
+    times_key_rows(dprobs, g->dout + q_off, qs, vh, ks, hd, &bk, rows, 1.0f); /* dP = dO V^T */
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
     probs_times_values(g->dq + q_off, qs, dprobs, kh, ks, hd, &bk, rows, g->scale);
     keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
