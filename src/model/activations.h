@@ -60,4 +60,12 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
 LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l);
 void forward_tape_free(ForwardTape *tape);
 
+/* logp (B*T) and, when stats is given, the logits' statistics, at the cells of b that
+ * target_mask selects (token_layout_targets), from hidden (lay->n, H): the final hidden states of
+ * the layout's rows. Zero elsewhere. Shared by the inference forward and the training tape.
+ * Returns 0, or -1 with an error when memory runs out. */
+int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBatch *b,
+                          const uint8_t *target_mask, const float *hidden, float *logp,
+                          LogitStats *stats);
+
 #endif

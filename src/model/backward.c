@@ -7,40 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                         float *logp) {
-    model_tape_logprobs_stats(m, tape, target_mask, logp, NULL);
+int model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                        float *logp) {
+    return model_tape_logprobs_stats(m, tape, target_mask, logp, NULL);
 }
 
-void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                               float *logp, LogitStats *stats) {
-    size_t H = (size_t)m->cfg.hidden_size;
-    size_t n = (size_t)tape->batch.batch * tape->batch.t_len; /* cells */
-    size_t *where = xmalloc(n * sizeof *where), *from = xmalloc(n * sizeof *from);
-    size_t n_sel = token_layout_targets(&tape->layout, &tape->batch, target_mask, where, from);
-    float *rows = xmalloc((n_sel ? n_sel : 1) * H * sizeof(float));
-    int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
-    float *sel = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
-    for (size_t j = 0; j < n_sel; j++) {
-        memcpy(rows + j * H, tape->hidden + from[j] * H, H * sizeof(float));
-        targets[j] = tape->batch.tokens[where[j]];
-    }
-    LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
-    model_scale_logit_rows(m, rows, n_sel, H);
-    fused_logprob_forward_weights(sel, sel_stats, rows, targets, model_lm_head(m), (int)n_sel,
-                                  (int)H, m->cfg.vocab_size);
-    memset(logp, 0, n * sizeof *logp);
-    if (stats) memset(stats, 0, n * sizeof *stats);
-    for (size_t j = 0; j < n_sel; j++) {
-        logp[where[j]] = sel[j];
-        if (stats) stats[where[j]] = sel_stats[j];
-    }
-    free(sel_stats);
-    free(sel);
-    free(targets);
-    free(rows);
-    free(from);
-    free(where);
+int model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                              float *logp, LogitStats *stats) {
+    return model_layout_logprobs(m, &tape->layout, &tape->batch, target_mask, tape->hidden, logp,
+                                 stats);
 }
 
 /* Gradient buffers for one layer's backward, reused by every layer. */

@@ -7,14 +7,15 @@
 #include "kernels/cpu/kernels.h"
 #include "model/activations.h"
 
-/* logp (B*T) as model_token_logprobs gives it, from a tape's final hidden states. */
-void model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                         float *logp);
+/* logp (B*T) as model_token_logprobs gives it, from a tape's final hidden states. Returns 0, or
+ * -1 with an error when memory runs out. */
+int model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                        float *logp);
 
 /* The same, with the statistics of the logits that predict each selected position (stats[i]
  * for the logits at i-1; zero elsewhere): TRL's entropy, mean-logit and token-accuracy metrics. */
-void model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
-                               float *logp, LogitStats *stats);
+int model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
+                              float *logp, LogitStats *stats);
 
 /* Accumulates into grads (m->n_params floats, laid out like m->params; NULL when the base is
  * frozen) and lora_grads (the adapter's n_params, laid out like its parameters; NULL when there

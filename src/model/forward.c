@@ -327,21 +327,17 @@ void forward_tape_free(ForwardTape *tape) {
     memset(tape, 0, sizeof *tape);
 }
 
-int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *target_mask,
-                         float *logp) {
-    ForwardSetup fs;
-    float *hidden;
-    if (forward_rows(m, b, &fs, &hidden) != 0) {
-        forward_setup_free(&fs);
-        return -1;
-    }
+int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBatch *b,
+                          const uint8_t *target_mask, const float *hidden, float *logp,
+                          LogitStats *stats) {
     size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
     /* Gather the rows that predict a selected token, so only they meet the lm_head. */
     size_t *where = xmalloc(cells * sizeof *where), *from = xmalloc(cells * sizeof *from);
-    size_t n_sel = token_layout_targets(&fs.lay, b, target_mask, where, from);
+    size_t n_sel = token_layout_targets(lay, b, target_mask, where, from);
     float *rows = xmalloc_checked((n_sel ? n_sel : 1) * H * sizeof(float), "scored rows");
     int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
-    float *sel_logp = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
+    float *sel = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
+    LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
     int rc = rows ? 0 : -1;
     if (rc == 0) {
         for (size_t j = 0; j < n_sel; j++) {
@@ -349,17 +345,30 @@ int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *tar
             targets[j] = b->tokens[where[j]];
         }
         model_scale_logit_rows(m, rows, n_sel, H);
-        fused_logprob_forward_weights(sel_logp, NULL, rows, targets, model_lm_head(m), (int)n_sel,
+        fused_logprob_forward_weights(sel, sel_stats, rows, targets, model_lm_head(m), (int)n_sel,
                                       (int)H, m->cfg.vocab_size);
         memset(logp, 0, cells * sizeof *logp);
-        for (size_t j = 0; j < n_sel; j++)
-            logp[where[j]] = sel_logp[j];
+        if (stats) memset(stats, 0, cells * sizeof *stats);
+        for (size_t j = 0; j < n_sel; j++) {
+            logp[where[j]] = sel[j];
+            if (stats) stats[where[j]] = sel_stats[j];
+        }
     }
-    free(sel_logp);
+    free(sel_stats);
+    free(sel);
     free(targets);
     free(rows);
     free(from);
     free(where);
+    return rc;
+}
+
+int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *target_mask,
+                         float *logp) {
+    ForwardSetup fs;
+    float *hidden;
+    int rc = forward_rows(m, b, &fs, &hidden);
+    if (rc == 0) rc = model_layout_logprobs(m, &fs.lay, b, target_mask, hidden, logp, NULL);
     free(hidden);
     forward_setup_free(&fs);
     return rc;

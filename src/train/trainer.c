@@ -148,8 +148,9 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
             double loss = 0;
             LogitStats *logit_stats =
                 method->wants_stats ? xmalloc(cells * sizeof *logit_stats) : NULL;
-            model_tape_logprobs_stats(m, tape, mbs[i].label_mask, logp, logit_stats);
-            rc = method->micro_loss(method->ctx, i, &mbs[i], logp, logit_stats, dlogp, &loss);
+            rc = model_tape_logprobs_stats(m, tape, mbs[i].label_mask, logp, logit_stats);
+            if (rc == 0)
+                rc = method->micro_loss(method->ctx, i, &mbs[i], logp, logit_stats, dlogp, &loss);
             free(logit_stats);
             stats->loss += loss;
             if (rc == 0)
@@ -281,9 +282,9 @@ void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, 
 int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats) {
     ForwardTape tape = {0};
     if (model_forward_tape(m, &mb->batch, true, &tape) != 0) return -1;
-    model_tape_logprobs_stats(m, &tape, mb->label_mask, logp, stats);
+    int rc = model_tape_logprobs_stats(m, &tape, mb->label_mask, logp, stats);
     forward_tape_free(&tape);
-    return 0;
+    return rc;
 }
 
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats) {
