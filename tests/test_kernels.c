@@ -6,9 +6,11 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void test_fast_exp(void) {
     double worst = 0;
@@ -250,7 +252,56 @@ static void test_matmul_bf16(void) {
     }
 }
 
+/* The packed product against the direct sum, on shapes with every edge: rows not a multiple of
+ * the 6-row tile, out_dim not a multiple of the 16-feature panel, in_dim past one 512-deep block
+ * and not a multiple of it. And each row's result is bitwise the same whatever the rows beside
+ * it (the same row alone, and in the middle of 70), at 1 thread as at 2. */
+static void test_packed_matmul(void) {
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},   {7, 600, 33},
+                             {17, 1100, 150}, {64, 512, 40}, {130, 20, 5}};
+    srand(12);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
+        float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
+        float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
+        float *out = malloc(sizeof *out * (size_t)n * out_dim),
+              *one = malloc(sizeof *one * out_dim);
+        for (int i = 0; i < out_dim * in_dim; i++)
+            w[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int i = 0; i < n * in_dim; i++)
+            x[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int j = 0; j < out_dim; j++)
+            bias[j] = (float)j / out_dim;
+        float *panels = aligned_alloc(64, packed_weight_floats(in_dim, out_dim) * sizeof(float));
+        PackedWeight pw;
+        packed_weight_fill(&pw, panels, w, in_dim, out_dim);
+        packed_matmul_forward(out, x, &pw, bias, n);
+        double worst = 0;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < out_dim; j++) {
+                double want = bias[j], scale = fabs(bias[j]);
+                for (int k = 0; k < in_dim; k++) {
+                    want += (double)x[r * in_dim + k] * w[j * in_dim + k];
+                    scale += fabs((double)x[r * in_dim + k] * w[j * in_dim + k]);
+                }
+                double err = fabs(out[r * out_dim + j] - want) / scale;
+                if (err > worst) worst = err;
+            }
+        CHECK(worst < 1e-6, "packed matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
+              in_dim, out_dim, worst);
+        int mid = n / 2, threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        packed_matmul_forward(one, x + (size_t)mid * in_dim, &pw, bias, 1);
+        omp_set_num_threads(threads);
+        CHECK(memcmp(one, out + (size_t)mid * out_dim, sizeof *one * out_dim) == 0,
+              "packed matmul %dx%dx%d: row %d alone at 1 thread differs from its batch's", n,
+              in_dim, out_dim, mid);
+        free(panels), free(w), free(x), free(bias), free(out), free(one);
+    }
+}
+
 int main(void) {
+    test_packed_matmul();
     test_matmul_bf16();
     test_attention();
     test_attention_over_cache();

@@ -158,8 +158,8 @@ static void check_case(const char *name) {
     KvCache kv;
     CHECK(kv_cache_init(&kv, &m.cfg, 1, len) == 0, "kv");
     CachedChunk first = {0, tokens, len - 3}, rest = {0, tokens + len - 3, 3};
-    CHECK(model_forward_cached(&m, &kv, &first, 1, cached) == 0 &&
-              model_forward_cached(&m, &kv, &rest, 1, cached) == 0,
+    CHECK(model_forward_cached(&m, NULL, &kv, &first, 1, cached) == 0 &&
+              model_forward_cached(&m, NULL, &kv, &rest, 1, cached) == 0,
           "%s", err_msg());
     double scale = 0, err = 0;
     for (int j = 0; j < V; j++)

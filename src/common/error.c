@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define ERR_CAP 2048
 static _Thread_local char err_buf[ERR_CAP];
@@ -77,5 +78,18 @@ char *xstrdup(const char *s) {
 void *xmalloc_checked(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
     if (!p) err_set("out of memory: %s needs %zu bytes", what, n);
+    return p;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *xmalloc_huge(size_t n, const char *what) {
+    size_t rounded = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = aligned_alloc(HUGE_PAGE, rounded ? rounded : HUGE_PAGE);
+    if (!p) {
+        err_set("out of memory: %s needs %zu bytes", what, n);
+        return NULL;
+    }
+    if (rounded) madvise(p, rounded, MADV_HUGEPAGE); /* advice only: without it, 4 KiB pages */
     return p;
 }

@@ -84,19 +84,31 @@ static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const 
                          lora_dropout_key(m->lora, l, mod));
 }
 
-static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, const float *cos_t,
-                         const float *sin_t) {
+/* out = in · W^T + bias, from the packed copy of W when there is one and n suits it. */
+static void cached_linear(float *out, const float *in, WeightRef w, const PackedWeight *packed,
+                          const float *bias, int n, int in_dim, int out_dim) {
+    if (packed && packed_matmul_suits(n))
+        packed_matmul_forward(out, in, packed, bias, n);
+    else
+        linear_forward(out, in, w, bias, n, in_dim, out_dim);
+}
+
+static void layer_cached(const Model *m, const PackedModel *packed, int l, KvCache *kv,
+                         CachedBuffers *b, const float *cos_t, const float *sin_t) {
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
     int n = b->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     float eps = (float)c->rms_norm_eps;
     rmsnorm_forward(b->xn, b->x, w->input_norm, n, H, eps);
-    linear_forward(b->q, b->xn, LAYER_WEIGHT(w, wq), w->bq, n, H, qd);
+    cached_linear(b->q, b->xn, LAYER_WEIGHT(w, wq), packed_model_matrix(packed, l, PACKED_Q), w->bq,
+                  n, H, qd);
     apply_lora(m, l, LORA_Q, b->q, b->xn, n);
-    linear_forward(b->k, b->xn, LAYER_WEIGHT(w, wk), w->bk, n, H, kvd);
+    cached_linear(b->k, b->xn, LAYER_WEIGHT(w, wk), packed_model_matrix(packed, l, PACKED_K), w->bk,
+                  n, H, kvd);
     apply_lora(m, l, LORA_K, b->k, b->xn, n);
-    linear_forward(b->v, b->xn, LAYER_WEIGHT(w, wv), w->bv, n, H, kvd);
+    cached_linear(b->v, b->xn, LAYER_WEIGHT(w, wv), packed_model_matrix(packed, l, PACKED_V), w->bv,
+                  n, H, kvd);
     apply_lora(m, l, LORA_V, b->v, b->xn, n);
     if (c->qk_norm) {
         rmsnorm_forward(b->q, b->q, w->q_norm, n * c->n_heads, hd, eps);
@@ -111,22 +123,26 @@ static void layer_cached(const Model *m, int l, KvCache *kv, CachedBuffers *b, c
                (size_t)kvd * sizeof(float));
     }
     cached_attention(b->att, b->q, kv, l, b, c, c->layer_sliding[l] ? c->sliding_window : 0);
-    linear_forward(b->proj, b->att, LAYER_WEIGHT(w, wo), w->bo, n, qd, H);
+    cached_linear(b->proj, b->att, LAYER_WEIGHT(w, wo), packed_model_matrix(packed, l, PACKED_O),
+                  w->bo, n, qd, H);
     apply_lora(m, l, LORA_O, b->proj, b->att, n);
     residual_add(b->x, b->proj, (size_t)n * H);
     rmsnorm_forward(b->xn, b->x, w->post_norm, n, H, eps);
-    linear_forward(b->gate, b->xn, LAYER_WEIGHT(w, w_gate), w->b_gate, n, H, I);
+    cached_linear(b->gate, b->xn, LAYER_WEIGHT(w, w_gate),
+                  packed_model_matrix(packed, l, PACKED_GATE), w->b_gate, n, H, I);
     apply_lora(m, l, LORA_GATE, b->gate, b->xn, n);
-    linear_forward(b->up, b->xn, LAYER_WEIGHT(w, w_up), w->b_up, n, H, I);
+    cached_linear(b->up, b->xn, LAYER_WEIGHT(w, w_up), packed_model_matrix(packed, l, PACKED_UP),
+                  w->b_up, n, H, I);
     apply_lora(m, l, LORA_UP, b->up, b->xn, n);
     swiglu_forward(b->gate, b->gate, b->up, (size_t)n * I);
-    linear_forward(b->proj, b->gate, LAYER_WEIGHT(w, w_down), w->b_down, n, I, H);
+    cached_linear(b->proj, b->gate, LAYER_WEIGHT(w, w_down),
+                  packed_model_matrix(packed, l, PACKED_DOWN), w->b_down, n, I, H);
     apply_lora(m, l, LORA_DOWN, b->proj, b->gate, n); /* b->gate holds silu(gate) * up */
     residual_add(b->x, b->proj, (size_t)n * H);
 }
 
-int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks, int n_chunks,
-                         float *logits) {
+int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
+                         const CachedChunk *chunks, int n_chunks, float *logits) {
     const ModelConfig *c = &m->cfg;
     int n = 0, max_pos = 0;
     for (int j = 0; j < n_chunks; j++) {
@@ -160,7 +176,7 @@ int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks,
     float *cos_t = xmalloc(table * sizeof(float)), *sin_t = xmalloc(table * sizeof(float));
     rope_build_tables(c, max_pos, cos_t, sin_t);
     for (int l = 0; l < c->n_layers; l++)
-        layer_cached(m, l, kv, &b, cos_t, sin_t);
+        layer_cached(m, packed, l, kv, &b, cos_t, sin_t);
     /* the final norm and lm_head only for each chunk's last row */
     float *last = xmalloc((size_t)n_chunks * H * sizeof(float));
     for (int j = 0, end = 0; j < n_chunks; j++) {
@@ -168,7 +184,8 @@ int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks,
         memcpy(last + (size_t)j * H, b.x + (size_t)(end - 1) * H, H * sizeof(float));
     }
     rmsnorm_forward(last, last, m->final_norm, n_chunks, (int)H, (float)c->rms_norm_eps);
-    linear_forward(logits, last, model_lm_head(m), NULL, n_chunks, (int)H, c->vocab_size);
+    cached_linear(logits, last, model_lm_head(m), packed ? &packed->lm_head : NULL, NULL, n_chunks,
+                  (int)H, c->vocab_size);
     for (int j = 0; j < n_chunks; j++)
         kv->len[chunks[j].slot] += chunks[j].n_tokens;
     free(last);

@@ -8,6 +8,7 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/packed_model.h"
 
 #include <stdint.h>
 
@@ -18,9 +19,11 @@ typedef struct {
 } CachedChunk;
 
 /* Appends the chunks' tokens to their slots and writes the logits after each chunk's last token
- * to logits (n_chunks x V). Returns 0, or -1 with an error (a token id outside the vocabulary, a
- * slot that would pass max_len, out of memory); the cache is unchanged on error. */
-int model_forward_cached(const Model *m, KvCache *kv, const CachedChunk *chunks, int n_chunks,
-                         float *logits);
+ * to logits (n_chunks x V). packed: m's matrices packed (packed_model_build), used for the
+ * products whose row count suits them; NULL: none. Returns 0, or -1 with an error (a token id
+ * outside the vocabulary, a slot that would pass max_len, out of memory); the cache is unchanged
+ * on error. */
+int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
+                         const CachedChunk *chunks, int n_chunks, float *logits);
 
 #endif

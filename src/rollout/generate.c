@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "model/forward_cached.h"
+#include "model/packed_model.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -134,6 +135,13 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.history = xmalloc((size_t)max_len * sizeof(int32_t));
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};
+    /* Several sequences decoding together: lay the weights out once for all the steps (the
+     * copy is an optimisation only, so running out of memory for it just means going without). */
+    PackedModel own = {0}, *packed = NULL;
+    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens)) {
+        packed = opt->packed ? opt->packed : &own;
+        if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();
+    }
     int rc = 0;
     while (r.done < r.n_jobs && rc == 0) {
         if (share) share_prefills(&r);
@@ -162,7 +170,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                 else
                     opt->stats->prefill_tokens += chunks[c].n_tokens;
             }
-        rc = model_forward_cached(m, &r.kv, chunks, n_chunks, logits);
+        rc = model_forward_cached(m, packed, &r.kv, chunks, n_chunks, logits);
         for (int c = 0; rc == 0 && c < n_chunks; c++) {
             int s = chunk_slot[c], p = r.slots[s].job / r.per;
             float *z = logits + (size_t)c * r.V;
@@ -173,6 +181,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             take_token(&r, s, z);
         }
     }
+    packed_model_free(&own);
     free(r.history);
     free(r.order);
     free(r.scratch);

@@ -28,6 +28,11 @@ typedef struct {
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
     void *on_token_ctx;
     struct GenerateStats *stats; /* filled in when not NULL */
+    /* Where to keep the weights packed for decoding several sequences at once (see
+     * model/packed_model.h), kept by the caller between calls so that its memory stays mapped;
+     * NULL: generate() packs into memory of its own and frees it. Used only when packing pays
+     * (packed_model_worth). */
+    struct PackedModel *packed;
 } GenerateOptions;
 
 /* What a generate() call computed: prompt tokens prefilled (a prompt whose prefill was shared

@@ -138,7 +138,8 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
                            .n_per_prompt = G,
                            .sampling = sampling_of(r->cfg),
                            .seed = r->seed * 0x9E3779B97F4A7C15ull + stream,
-                           .first_stream = first};
+                           .first_stream = first,
+                           .packed = &r->packed};
     double t0 = seconds();
     int rc = 0;
     if (r->scripted)

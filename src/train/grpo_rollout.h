@@ -8,6 +8,7 @@
 #include "config/grpo_config.h"
 #include "data/grpo_dataset.h"
 #include "model/model.h"
+#include "model/packed_model.h"
 #include "rewards/reward_func.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grpo_batch.h"
@@ -29,6 +30,9 @@ typedef struct {
     FILE *log;
     bool warned_unscorable;
     bool scripted; /* RLHF_TEST_SCRIPTED_COMPLETIONS=1: generate_scripted in place of sampling */
+    /* the policy's weights packed for decoding, refilled by every step's generation in the same
+     * memory (packed_model_free when done) */
+    PackedModel packed;
 } GrpoRollout;
 
 typedef struct {

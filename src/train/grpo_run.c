@@ -439,6 +439,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
         r.ref = with_ref ? &ref : NULL;
         rc = train(&r, m, lora, hooks ? hooks->outcome : NULL);
         reward_metric_keys_free(&r.rollout.keys);
+        packed_model_free(&r.rollout.packed);
         free(r.order);
     }
     if (rc == 0) {

@@ -5,6 +5,7 @@
 #ifndef RLHF_KERNELS_CPU_KERNELS_H
 #define RLHF_KERNELS_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,38 @@ void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const f
 /* matmul_forward or matmul_forward_bf16, as w is stored. */
 void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
                     int out_dim);
+
+/* out (N, out_dim) += bias, per row; nothing when bias is NULL. */
+void bias_add_rows(float *out, const float *bias, int n, int out_dim);
+
+/* A weight matrix copied into the layout packed_matmul_forward reads (see packed_matmul.c):
+ * for a generate() call that multiplies the same weights by many rows at every decode step. */
+typedef struct {
+    float *panels;
+    int in_dim, out_dim;
+} PackedWeight;
+
+/* The row counts where packed_matmul_forward beats matmul_forward on the 0.5B shape here, the
+ * packing done beforehand (per decode step of all the products, 2 threads): 6 rows 90 vs 162 ms
+ * (the few-rows path), 16 rows 167 vs 276, 17 rows 161 vs 307 (BLAS from here), 64 rows 526 vs
+ * 606, 128 rows 973 vs 1009. Beyond, BLAS's own copy of W is amortised over enough rows. */
+#define PACKED_MATMUL_MIN_ROWS 6
+#define PACKED_MATMUL_MAX_ROWS 128
+
+/* Whether a product of n rows should use packed_matmul_forward. */
+bool packed_matmul_suits(int n);
+
+/* Floats a packed copy of an (out_dim, in_dim) matrix takes: a multiple of 16. */
+size_t packed_weight_floats(int in_dim, int out_dim);
+
+/* Copies w (out_dim, in_dim) into dst (packed_weight_floats of them, 64-byte aligned) and
+ * describes it in p (which does not own dst). */
+void packed_weight_fill(PackedWeight *p, float *dst, const float *w, int in_dim, int out_dim);
+
+/* matmul_forward with a packed weight: out (N, out_dim) = in (N, in_dim) · W^T (+ bias), any N
+ * (best where packed_matmul_suits). */
+void packed_matmul_forward(float *out, const float *in, const PackedWeight *w, const float *bias,
+                           int n);
 
 /* dst[i] = the fp32 value of the bf16 src[i] (exact). */
 void bf16_widen(float *dst, const uint16_t *src, size_t n);

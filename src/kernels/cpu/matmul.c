@@ -12,7 +12,7 @@
 #define HAVE_AVX2 1
 #endif
 
-static void add_bias(float *out, const float *bias, int n, int out_dim) {
+void bias_add_rows(float *out, const float *bias, int n, int out_dim) {
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
@@ -149,7 +149,7 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
                     w, in_dim, 0.0f, out, out_dim);
-    add_bias(out, bias, n, out_dim);
+    bias_add_rows(out, bias, n, out_dim);
 }
 
 void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
@@ -206,7 +206,7 @@ void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const f
         forward_few_rows(out, in, (WeightRef){NULL, w}, n, in_dim, out_dim);
     else
         forward_panels(out, in, w, n, in_dim, out_dim);
-    add_bias(out, bias, n, out_dim);
+    bias_add_rows(out, bias, n, out_dim);
 }
 
 void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,

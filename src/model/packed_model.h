@@ -1,0 +1,49 @@
+/* A model's matrices copied into the packed layout (kernels: packed_matmul_forward) for one
+ * generate() call that decodes several sequences together: each decode step then multiplies
+ * its rows by weights laid out once, instead of BLAS laying them out again at every product.
+ * Costs a second copy of the weights (fp32) while it lives. */
+#ifndef RLHF_MODEL_PACKED_MODEL_H
+#define RLHF_MODEL_PACKED_MODEL_H
+
+#include "kernels/cpu/kernels.h"
+#include "model/model.h"
+
+#include <stdbool.h>
+
+/* The matrices of a layer, in the order of its forward. */
+typedef enum {
+    PACKED_Q,
+    PACKED_K,
+    PACKED_V,
+    PACKED_O,
+    PACKED_GATE,
+    PACKED_UP,
+    PACKED_DOWN,
+    PACKED_PER_LAYER
+} PackedMatrix;
+
+/* Zero-initialise before the first packed_model_build. */
+typedef struct PackedModel {
+    float *block;         /* every packed matrix, one allocation */
+    size_t block_floats;  /* its size */
+    PackedWeight *layers; /* [n_layers * PACKED_PER_LAYER] */
+    PackedWeight lm_head;
+} PackedModel;
+
+/* Whether packing m pays for `rows` rows per decode step over `steps` steps: the packed product
+ * suits that many rows, there are enough steps to repay the copy, the weights are fp32 (a
+ * model kept in bf16 is kept so to save memory), and the copy takes at most half of the
+ * memory free now. */
+bool packed_model_worth(const Model *m, int rows, int steps);
+
+/* Packs m's matrices into p. A p packed before for a model of the same shape is refilled in
+ * the memory it has: keeping one PackedModel for many generate() calls (GRPO's steps) saves
+ * mapping the copy again each time, which on VMs that hand freed memory back to the host costs
+ * seconds per GB. Returns 0, or -1 with an error (out of memory; p is then empty). */
+int packed_model_build(PackedModel *p, const Model *m);
+void packed_model_free(PackedModel *p);
+
+/* Layer l's matrix `which`, or NULL when p is NULL. */
+const PackedWeight *packed_model_matrix(const PackedModel *p, int l, PackedMatrix which);
+
+#endif
