@@ -7,6 +7,7 @@
 #include "rollout/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,83 @@ static double chi2_critical(int df) {
     return df * pow(1 - a + z * sqrt(a), 3);
 }
 
+/* Reference order for the ties test: logit descending, equal logits by id (how HF's stable
+ * sort of the logits ranks them). */
+static const float *ref_logits;
+static int by_logit_then_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (ref_logits[x] != ref_logits[y]) return ref_logits[x] > ref_logits[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* top-k and top-p on logits full of ties (a few distinct values, +0 and -0, -inf), against a
+ * direct implementation of HF's rules over a qsort'ed order: the fixture's logits have no
+ * ties, and the sampler's sort and selection treat them by key bits. */
+static void test_ties(void) {
+    enum { V = 3000 };
+    const float values[] = {1.5f, -2.0f, 0.0f, -0.0f, 3.25f, -INFINITY, 0.5f, -7.0f};
+    float *logits = malloc(V * sizeof *logits), *z = malloc(V * sizeof *z);
+    float *work = malloc(2 * V * sizeof *work);
+    int32_t *order = malloc(4 * V * sizeof *order), *ref = malloc(V * sizeof *ref);
+    srand(5);
+    for (int j = 0; j < V; j++)
+        logits[j] = values[rand() % 8];
+    ref_logits = logits;
+    for (int j = 0; j < V; j++)
+        ref[j] = j;
+    qsort(ref, V, sizeof *ref, by_logit_then_id);
+    const int ks[] = {1, 7, 375, 376, 2999};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        SamplingParams p = {true, 1.0f, ks[i], 1.0f, 0.0f, 1.0f};
+        memcpy(z, logits, V * sizeof *z);
+        sampler_process(z, V, &p, NULL, 0, work, order);
+        float kth = logits[ref[ks[i] - 1]];
+        int bad = 0;
+        for (int j = 0; j < V; j++)
+            bad += (z[j] == -INFINITY) != (logits[j] < kth || logits[j] == -INFINITY);
+        CHECK(bad == 0, "top_k %d with ties: %d ids kept or dropped wrongly", ks[i], bad);
+    }
+    /* and a top_p whose cut falls inside the run of zeros (+0 and -0 mixed): the run must be
+     * ranked by id alone. tail[r] = the mass of ranks r.. */
+    double *tail = calloc(V + 1, sizeof *tail), top_max = logits[ref[0]], total = 0;
+    for (int j = 0; j < V; j++)
+        total += logits[j] == -INFINITY ? 0 : exp(logits[j] - top_max);
+    for (int r = V - 1; r >= 0; r--)
+        tail[r] =
+            tail[r + 1] + (logits[ref[r]] == -INFINITY ? 0 : exp(logits[ref[r]] - top_max) / total);
+    int zero_first = 0, zero_n = 0;
+    while (logits[ref[zero_first]] != 0.0f)
+        zero_first++;
+    while (zero_first + zero_n < V && logits[ref[zero_first + zero_n]] == 0.0f)
+        zero_n++;
+    int mid = zero_first + zero_n / 2;
+    float in_zeros = (float)(1.0 - (tail[mid] + tail[mid + 1]) / 2);
+    free(tail);
+    const float tops[] = {0.3f, 0.9f, 0.999f, in_zeros};
+    for (size_t i = 0; i < sizeof tops / sizeof *tops; i++) {
+        SamplingParams p = {true, 1.0f, 0, tops[i], 0.0f, 1.0f};
+        memcpy(z, logits, V * sizeof *z);
+        sampler_process(z, V, &p, NULL, 0, work, order);
+        /* HF: ascending order, drop while the tail's mass <= 1 - top_p, keep the top one */
+        double max = logits[ref[0]], sum = 0, cum = 0;
+        for (int j = 0; j < V; j++)
+            sum += logits[j] == -INFINITY ? 0 : exp(logits[j] - max);
+        bool *drop = calloc(V, sizeof *drop);
+        for (int r = V - 1; r >= 1; r--) {
+            cum += logits[ref[r]] == -INFINITY ? 0 : exp(logits[ref[r]] - max) / sum;
+            drop[ref[r]] = cum <= 1.0 - tops[i];
+        }
+        int bad = 0;
+        for (int j = 0; j < V; j++)
+            bad += (z[j] == -INFINITY) != (drop[j] || logits[j] == -INFINITY);
+        CHECK(bad == 0, "top_p %.3f with ties: %d ids kept or dropped wrongly", tops[i], bad);
+        free(drop);
+    }
+    free(logits), free(z), free(work), free(order), free(ref);
+}
+
 int main(void) {
+    test_ties();
     json_t *fx;
     if (json_load_path(harness_source_path("tests/fixtures/generate/sampling.json"), &fx) != 0) {
         fprintf(stderr, "%s\n", err_msg());
@@ -33,7 +110,7 @@ int main(void) {
     int V = (int)json_array_size(jl), nh = (int)json_array_size(jh);
     float *logits = malloc(V * sizeof *logits), *z = malloc(V * sizeof *z),
           *work = malloc(2 * V * sizeof *work);
-    int32_t *order = malloc(V * sizeof *order), *hist = malloc(nh * sizeof *hist);
+    int32_t *order = malloc(4 * V * sizeof *order), *hist = malloc(nh * sizeof *hist);
     for (int j = 0; j < V; j++)
         logits[j] = (float)json_number_value(json_array_get(jl, j));
     for (int i = 0; i < nh; i++)

@@ -131,7 +131,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
     r.work = xmalloc(2 * (size_t)r.V * sizeof(float));
     r.scratch = xmalloc((size_t)r.V * sizeof(float));
-    r.order = xmalloc((size_t)r.V * sizeof(int32_t));
+    r.order = xmalloc(4 * (size_t)r.V * sizeof(int32_t));
     r.history = xmalloc((size_t)max_len * sizeof(int32_t));
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};

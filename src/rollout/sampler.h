@@ -34,8 +34,8 @@ void sampler_rng_seed(SamplerRng *rng, uint64_t seed, uint64_t stream);
 double sampler_rng_uniform(SamplerRng *rng); /* [0, 1) */
 
 /* Applies the processors to logits[V] in place (masked entries become -inf), given the tokens
- * seen so far (prompt and generated; each distinct id penalised once). `work` needs 2*V floats
- * and V ints. */
+ * seen so far (prompt and generated; each distinct id penalised once). Scratch: `work` needs
+ * 2*V floats, `order` 4*V ints. */
 void sampler_process(float *logits, int vocab, const SamplingParams *p, const int32_t *history,
                      int n_history, float *work, int32_t *order);
 
