@@ -35,7 +35,7 @@ def torch_side(model, batch, plen, new, threads):
                            do_sample=False, pad_token_id=0, top_k=None, top_p=None, temperature=None)
         return time.perf_counter() - t
 
-    run(2)
+    run(new)  # warm-up of the timed length, as bench_generate's
     t_prefill = run(1)
     t_total = run(new)
     return {"impl": "transformers", "prefill_tokens_per_s": batch * plen / t_prefill,

@@ -30,11 +30,12 @@ typedef struct PackedModel {
     PackedWeight lm_head;
 } PackedModel;
 
-/* Whether packing m pays for `rows` rows per decode step over `steps` steps: the packed product
- * suits that many rows, there are enough steps to repay the copy, the weights are fp32 (a
- * model kept in bf16 is kept so to save memory), and the copy takes at most half of the
+/* Whether packing m into `store` (which may be NULL or empty) pays for `rows` rows per decode
+ * step over `steps` steps: the packed product suits that many rows, there are enough steps to
+ * repay the copy, the weights are fp32 (a model kept in bf16 is kept so to save memory), and
+ * the copy either has its memory already (a store packed before) or takes at most half of the
  * memory free now. */
-bool packed_model_worth(const Model *m, int rows, int steps);
+bool packed_model_worth(const Model *m, const PackedModel *store, int rows, int steps);
 
 /* Packs m's matrices into p. A p packed before for a model of the same shape is refilled in
  * the memory it has: keeping one PackedModel for many generate() calls (GRPO's steps) saves

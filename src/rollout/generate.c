@@ -138,7 +138,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     /* Several sequences decoding together: lay the weights out once for all the steps (the
      * copy is an optimisation only, so running out of memory for it just means going without). */
     PackedModel own = {0}, *packed = NULL;
-    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens)) {
+    if (packed_model_worth(m, opt->packed, r.n_slots, opt->max_new_tokens)) {
         packed = opt->packed ? opt->packed : &own;
         if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();
     }

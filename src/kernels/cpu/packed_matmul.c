@@ -1,11 +1,12 @@
-/* Products of 17 to 128 rows (decoding many sequences at once) with a weight matrix that was
+/* Products of 6 to 128 rows (decoding several sequences at once) with a weight matrix that was
  * copied beforehand into the layout the register kernel reads.
  *
  * Why: for such a product BLAS copies all of W into its own panel layout on every call, and with
  * so few rows to share that copy it costs about a quarter of the product (a profile of batch-64
- * decoding: 18% of the time in OpenBLAS's copy routine, 61% in its kernel). The weights do not
- * change during a generate() call, so they are laid out once and every decode step multiplies
- * them in place.
+ * decoding: 18% of the time in OpenBLAS's copy routine, 61% in its kernel); below 17 rows the
+ * dot-product path of matmul.c reads W once per 4 rows and is bound by its horizontal sums. The
+ * weights do not change during a generate() call, so they are laid out once and every decode
+ * step multiplies them in place, 6 rows x 16 features per register tile.
  *
  * Layout. The output features are cut into panels of PANEL_COLS; the input dimension into blocks
  * of BLOCK_DEPTH. Block b holds, for each panel in turn, its depth x PANEL_COLS weights with the
