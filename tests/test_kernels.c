@@ -218,6 +218,24 @@ static void test_attention_over_cache(void) {
 /* Products with bf16-stored weights against a double-precision product with the same (widened)
  * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
  * vector width, a bias, and panels that do not divide out_dim. */
+/* The largest error of out = x · w^T + bias against the sum in double, relative to the sum of
+ * the terms' magnitudes. */
+static double worst_linear_error(const float *out, const float *x, const float *w,
+                                 const float *bias, int n, int in_dim, int out_dim) {
+    double worst = 0;
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < out_dim; j++) {
+            double want = bias[j], scale = fabs(bias[j]);
+            for (int k = 0; k < in_dim; k++) {
+                want += (double)x[r * in_dim + k] * w[j * in_dim + k];
+                scale += fabs((double)x[r * in_dim + k] * w[j * in_dim + k]);
+            }
+            double err = fabs(out[r * out_dim + j] - want) / scale;
+            if (err > worst) worst = err;
+        }
+    return worst;
+}
+
 static void test_matmul_bf16(void) {
     const int shapes[][3] = {{1, 37, 19}, {3, 64, 300}, {16, 5, 7}, {17, 37, 19}, {40, 300, 1500}};
     srand(11);
@@ -235,17 +253,7 @@ static void test_matmul_bf16(void) {
         for (int j = 0; j < out_dim; j++)
             bias[j] = (float)j / out_dim;
         matmul_forward_bf16(out, x, w16, bias, n, in_dim, out_dim);
-        double worst = 0;
-        for (int r = 0; r < n; r++)
-            for (int j = 0; j < out_dim; j++) {
-                double want = bias[j], scale = fabs(bias[j]);
-                for (int k = 0; k < in_dim; k++) {
-                    want += (double)x[r * in_dim + k] * w[j * in_dim + k];
-                    scale += fabs((double)x[r * in_dim + k] * w[j * in_dim + k]);
-                }
-                double err = fabs(out[r * out_dim + j] - want) / scale;
-                if (err > worst) worst = err;
-            }
+        double worst = worst_linear_error(out, x, w, bias, n, in_dim, out_dim);
         CHECK(worst < 1e-6, "bf16 matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
               in_dim, out_dim, worst);
         free(w16), free(w), free(x), free(bias), free(out);
@@ -276,17 +284,7 @@ static void test_packed_matmul(void) {
         PackedWeight pw;
         packed_weight_fill(&pw, panels, w, in_dim, out_dim);
         packed_matmul_forward(out, x, &pw, bias, n);
-        double worst = 0;
-        for (int r = 0; r < n; r++)
-            for (int j = 0; j < out_dim; j++) {
-                double want = bias[j], scale = fabs(bias[j]);
-                for (int k = 0; k < in_dim; k++) {
-                    want += (double)x[r * in_dim + k] * w[j * in_dim + k];
-                    scale += fabs((double)x[r * in_dim + k] * w[j * in_dim + k]);
-                }
-                double err = fabs(out[r * out_dim + j] - want) / scale;
-                if (err > worst) worst = err;
-            }
+        double worst = worst_linear_error(out, x, w, bias, n, in_dim, out_dim);
         CHECK(worst < 1e-6, "packed matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
               in_dim, out_dim, worst);
         int mid = n / 2, threads = omp_get_max_threads();
