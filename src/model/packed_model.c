@@ -9,12 +9,15 @@
  * 0.24 s on the 0.5B shape, what about 10 decode steps save at 8 rows and 3 at 64. */
 #define PACKED_MIN_STEPS 16
 
-bool packed_model_worth(const Model *m, const PackedModel *store, int rows, int steps) {
-    if (!m->params || !packed_matmul_suits(rows) || steps < PACKED_MIN_STEPS) return false;
-    if (store && store->block) return true;
+bool packed_model_worth(const Model *m, int rows, int steps) {
+    return m->params && packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS;
+}
+
+bool packed_model_fits(const Model *m, const PackedModel *store) {
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return false;
-    return (double)m->n_params * sizeof(float) <= 0.5 * (double)pages * (double)page;
+    double held = store ? (double)store->block_floats * sizeof(float) : 0;
+    return (double)m->n_params * sizeof(float) <= 0.5 * ((double)pages * (double)page + held);
 }
 
 static void layer_matrices(const LayerWeights *w, const float *out[PACKED_PER_LAYER]) {
@@ -38,10 +41,11 @@ int packed_model_build(PackedModel *p, const Model *m) {
     size_t floats = packed_weight_floats(H, c->vocab_size);
     for (int i = 0; i < PACKED_PER_LAYER; i++)
         floats += (size_t)c->n_layers * packed_weight_floats(dims[i][0], dims[i][1]);
-    if (p->block && p->block_floats != floats) packed_model_free(p);
+    if (p->block && (p->block_floats != floats || p->n_layers != c->n_layers)) packed_model_free(p);
     if (!p->block) {
         *p = (PackedModel){.block = xmalloc_huge(floats * sizeof(float), "packed weights"),
-                           .block_floats = floats};
+                           .block_floats = floats,
+                           .n_layers = c->n_layers};
         if (!p->block) return -1;
         p->layers = xmalloc((size_t)c->n_layers * PACKED_PER_LAYER * sizeof *p->layers);
     }

@@ -24,18 +24,23 @@ typedef enum {
 
 /* Zero-initialise before the first packed_model_build. */
 typedef struct PackedModel {
-    float *block;         /* every packed matrix, one allocation */
-    size_t block_floats;  /* its size */
+    float *block;        /* every packed matrix, one allocation */
+    size_t block_floats; /* its size */
+    int n_layers;
     PackedWeight *layers; /* [n_layers * PACKED_PER_LAYER] */
     PackedWeight lm_head;
 } PackedModel;
 
-/* Whether packing m into `store` (which may be NULL or empty) pays for `rows` rows per decode
- * step over `steps` steps: the packed product suits that many rows, there are enough steps to
- * repay the copy, the weights are fp32 (a model kept in bf16 is kept so to save memory), and
- * the copy either has its memory already (a store packed before) or takes at most half of the
- * memory free now. */
-bool packed_model_worth(const Model *m, const PackedModel *store, int rows, int steps);
+/* Whether packing m pays for `rows` rows per decode step over `steps` steps: the packed product
+ * suits that many rows, there are enough steps to repay the copy, and the weights are fp32 (a
+ * model kept in bf16 is kept so to save memory). */
+bool packed_model_worth(const Model *m, int rows, int steps);
+
+/* Whether the copy may have its memory: at most half of what is free now, counting what `store`
+ * (NULL or empty: none) holds already as free. Asked at every generate() call, so that a kept
+ * store is given back once training has grown into the memory (GRPO allocates its training
+ * buffers after the first generation). */
+bool packed_model_fits(const Model *m, const PackedModel *store);
 
 /* Packs m's matrices into p. A p packed before for a model of the same shape is refilled in
  * the memory it has: keeping one PackedModel for many generate() calls (GRPO's steps) saves

@@ -138,9 +138,13 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     /* Several sequences decoding together: lay the weights out once for all the steps (the
      * copy is an optimisation only, so running out of memory for it just means going without). */
     PackedModel own = {0}, *packed = NULL;
-    if (packed_model_worth(m, opt->packed, r.n_slots, opt->max_new_tokens)) {
-        packed = opt->packed ? opt->packed : &own;
-        if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();
+    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens)) {
+        if (packed_model_fits(m, opt->packed)) {
+            packed = opt->packed ? opt->packed : &own;
+            if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();
+        } else if (opt->packed) {
+            packed_model_free(opt->packed); /* memory grew short: give the kept copy back */
+        }
     }
     int rc = 0;
     while (r.done < r.n_jobs && rc == 0) {

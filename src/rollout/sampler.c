@@ -189,7 +189,13 @@ int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t
         for (int j = 1; j < vocab; j++)
             if (z[j] > z[chosen]) chosen = j;
     } else {
-        double u = sampler_rng_uniform(rng), cum = 0;
+        /* u scaled by the probabilities' own sum: rounded, it can fall short of 1, and a draw
+         * past it would otherwise run off the end onto the last id with any mass */
+        double total = 0;
+#pragma omp simd reduction(+ : total)
+        for (int j = 0; j < vocab; j++)
+            total += prob[j];
+        double u = sampler_rng_uniform(rng) * total, cum = 0;
         chosen = -1;
         for (int j = 0; j < vocab; j++) {
             if (prob[j] <= 0) continue;

@@ -15,8 +15,8 @@
  * index), which is small next to W. Features past out_dim and rows past n are zero padding.
  *
  * Every output element is summed in the same order (index by index within a block, then block
- * after block), whatever the number of rows or threads: a sequence's logits do not depend on
- * how many others decode beside it. */
+ * after block), whatever the number of rows or threads: within the packed range (6 to 128 rows)
+ * a sequence's logits do not depend on how many others decode beside it. */
 #include "kernels/cpu/kernels.h"
 
 #include "common/error.h"
