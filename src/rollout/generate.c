@@ -4,6 +4,7 @@
 #include "model/forward_cached.h"
 #include "model/packed_model.h"
 
+#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ typedef struct {
     const GenerateOptions *opt;
     const int32_t *const *prompts;
     const int *prompt_lens;
-    int per, n_jobs, V;
+    int per, n_jobs, V, max_len;
     KvCache kv;
     Slot *slots;
     int n_slots, next_job, done;
@@ -49,26 +50,42 @@ typedef struct {
     SamplerRng *rngs;
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
-    float *work, *scratch;
+    float *scratch;
+    int n_threads; /* each has its own sampler scratch: work, order and history */
+    float *work;
     int32_t *order, *history;
 } Run;
 
-/* Gives job slot->job its next token from logits z (modified), and frees and refills the slot
- * when the job finishes. */
-static void take_token(Run *r, int s, float *z) {
+typedef struct {
+    int32_t id;
+    float logprob;
+} Draw;
+
+/* Samples the next token of slot s's job from logits z (modified) with thread t's scratch. Reads
+ * only that job's state, so the slots of a step can draw at once. */
+static Draw draw_token(const Run *r, int s, float *z, int t) {
+    int j = r->slots[s].job, p = j / r->per;
+    const Completion *c = &r->out[j];
+    int32_t *history = r->history + (size_t)t * r->max_len;
+    memcpy(history, r->prompts[p], (size_t)r->prompt_lens[p] * sizeof *history);
+    memcpy(history + r->prompt_lens[p], c->ids, (size_t)c->len * sizeof *history);
+    Draw d;
+    d.id =
+        sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len, &r->rngs[j],
+                     r->work + (size_t)t * 2 * r->V, r->order + (size_t)t * 4 * r->V, &d.logprob);
+    return d;
+}
+
+/* Appends token d to slot s's job, and frees and refills the slot when the job finishes. */
+static void record_token(Run *r, int s, Draw d) {
     Slot *slot = &r->slots[s];
-    int j = slot->job, p = j / r->per;
+    int j = slot->job;
     Completion *c = &r->out[j];
     slot->prefilled = true;
-    memcpy(r->history, r->prompts[p], (size_t)r->prompt_lens[p] * sizeof *r->history);
-    memcpy(r->history + r->prompt_lens[p], c->ids, (size_t)c->len * sizeof *r->history);
-    float lp;
-    int32_t tok = sampler_next(z, r->V, &r->opt->sampling, r->history, r->prompt_lens[p] + c->len,
-                               &r->rngs[j], r->work, r->order, &lp);
-    c->logprobs[c->len] = lp;
-    c->ids[c->len++] = tok;
+    c->logprobs[c->len] = d.logprob;
+    c->ids[c->len++] = d.id;
     if (r->opt->on_token) r->opt->on_token(j, c->ids, c->len, r->opt->on_token_ctx);
-    if (is_eos(r->opt, tok) || c->len == r->opt->max_new_tokens) {
+    if (is_eos(r->opt, d.id) || c->len == r->opt->max_new_tokens) {
         r->done++;
         kv_cache_reset_slot(&r->kv, s);
         *slot = (Slot){r->next_job < r->n_jobs ? r->next_job++ : -1, false};
@@ -92,7 +109,7 @@ static void share_prefills(Run *r) {
                 kv_cache_copy_prefix(&r->kv, d, s, r->prompt_lens[p]);
                 memcpy(r->scratch, r->prompt_logits + (size_t)p * r->V,
                        (size_t)r->V * sizeof(float));
-                take_token(r, s, r->scratch);
+                record_token(r, s, draw_token(r, s, r->scratch, 0));
                 again = true;
                 break;
             }
@@ -111,8 +128,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     if (r.n_jobs == 0) return 0;
     r.n_slots = opt->max_batch > 0 && opt->max_batch < r.n_jobs ? opt->max_batch : r.n_jobs;
     r.V = m->cfg.vocab_size;
-    int max_len = longest + opt->max_new_tokens;
-    if (kv_cache_init(&r.kv, &m->cfg, r.n_slots, max_len) != 0) return -1;
+    r.max_len = longest + opt->max_new_tokens;
+    if (kv_cache_init(&r.kv, &m->cfg, r.n_slots, r.max_len) != 0) return -1;
     memset(out, 0, (size_t)r.n_jobs * sizeof *out);
     if (opt->stats) *opt->stats = (GenerateStats){0, 0};
     r.rngs = xmalloc((size_t)r.n_jobs * sizeof *r.rngs);
@@ -129,10 +146,12 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
     r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
     bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
-    r.work = xmalloc(2 * (size_t)r.V * sizeof(float));
     r.scratch = xmalloc((size_t)r.V * sizeof(float));
-    r.order = xmalloc(4 * (size_t)r.V * sizeof(int32_t));
-    r.history = xmalloc((size_t)max_len * sizeof(int32_t));
+    r.n_threads = omp_get_max_threads() < r.n_slots ? omp_get_max_threads() : r.n_slots;
+    r.work = xmalloc((size_t)r.n_threads * 2 * r.V * sizeof(float));
+    r.order = xmalloc((size_t)r.n_threads * 4 * r.V * sizeof(int32_t));
+    r.history = xmalloc((size_t)r.n_threads * r.max_len * sizeof(int32_t));
+    Draw *draws = xmalloc((size_t)r.n_slots * sizeof *draws);
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};
     /* Several sequences decoding together: lay the weights out once for all the steps (the
@@ -175,16 +194,25 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                     opt->stats->prefill_tokens += chunks[c].n_tokens;
             }
         rc = model_forward_cached(m, packed, &r.kv, chunks, n_chunks, logits);
-        for (int c = 0; rc == 0 && c < n_chunks; c++) {
+        if (rc != 0) break;
+        for (int c = 0; share && c < n_chunks; c++) {
             int s = chunk_slot[c], p = r.slots[s].job / r.per;
-            float *z = logits + (size_t)c * r.V;
-            if (share && !r.slots[s].prefilled) {
-                memcpy(r.prompt_logits + (size_t)p * r.V, z, (size_t)r.V * sizeof(float));
+            if (!r.slots[s].prefilled) { /* before sampling modifies the logits */
+                memcpy(r.prompt_logits + (size_t)p * r.V, logits + (size_t)c * r.V,
+                       (size_t)r.V * sizeof(float));
                 r.have_prompt_logits[p] = true;
             }
-            take_token(&r, s, z);
         }
+        /* every job draws from its own random stream: the same tokens at any thread count (a
+         * vocabulary-wide sort for top-p takes ~5 ms per row, so 64 rows are worth two cores) */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(r.n_threads) if (n_chunks > 1)
+        for (int c = 0; c < n_chunks; c++)
+            draws[c] =
+                draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V, omp_get_thread_num());
+        for (int c = 0; c < n_chunks; c++)
+            record_token(&r, chunk_slot[c], draws[c]);
     }
+    free(draws);
     packed_model_free(&own);
     free(r.history);
     free(r.order);
