@@ -10,6 +10,7 @@
 #include "train/optimizer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -319,7 +320,28 @@ static void run_8bit_case(void) {
     json_decref(j);
 }
 
+/* The moments start from calloc_written's zeros: all of them, over several of its 1 MiB chunks
+ * and a tail, also where the allocator hands back memory it had given out dirty. */
+static void test_calloc_written(void) {
+    size_t sizes[] = {1, 100003, (5u << 20) / 2 + 7};
+    for (int round = 0; round < 2; round++)
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            unsigned char *dirty = malloc(sizes[k]);
+            memset(dirty, 0xab, sizes[k]);
+            free(dirty);
+            unsigned char *p = calloc_written(sizes[k], 1);
+            CHECK(p != NULL, "calloc_written(%zu)", sizes[k]);
+            size_t nonzero = 0;
+            for (size_t i = 0; p && i < sizes[k]; i++)
+                nonzero += p[i] != 0;
+            CHECK(nonzero == 0, "%zu of %zu bytes not zero", nonzero, sizes[k]);
+            free(p);
+        }
+    CHECK(calloc_written(SIZE_MAX / 2, 4) == NULL, "an overflowing size is refused");
+}
+
 int main(void) {
+    test_calloc_written();
     test_schedules();
     run_case("adamw_cosine_clip");
     run_case("adamw_linear_qknorm");

@@ -1,6 +1,7 @@
 #include "common/error.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,20 @@ void *xmalloc_checked(size_t n, const char *what) {
 }
 
 #define HUGE_PAGE ((size_t)2 << 20)
+
+void *calloc_written(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) return NULL;
+    size_t n = count * size, chunk = (size_t)1 << 20;
+    char *p = malloc(n ? n : 1);
+    if (!p) return NULL;
+    long n_chunks = (long)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+    for (long c = 0; c < n_chunks; c++) {
+        size_t at = (size_t)c * chunk;
+        memset(p + at, 0, n - at < chunk ? n - at : chunk);
+    }
+    return p;
+}
 
 void *xmalloc_huge(size_t n, const char *what) {
     size_t rounded = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;

@@ -35,6 +35,13 @@ void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 
+/* calloc for large buffers whose first use reads them before writing (AdamW's moments): the
+ * zeros are written now, by all threads. calloc leaves fresh memory to the kernel's shared zero
+ * page; a first read maps it, and the write after it faults again and flushes the TLB of every
+ * core the process runs on, an interprocessor interrupt each. Under our machines' hypervisor that
+ * costs ~7 s per 2 GiB, against ~0.9 s for pages written first. NULL when out of memory. */
+void *calloc_written(size_t count, size_t size);
+
 /* Returns NULL and sets an error naming `what` when n bytes cannot be had. */
 void *xmalloc_checked(size_t n, const char *what);
 

@@ -1,5 +1,7 @@
 #include "train/adamw8bit.h"
 
+#include "common/error.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,10 +150,10 @@ int q8_moments_init(Q8Moments *q, size_t numel) {
     size_t blocks = q8_blocks(numel);
     memset(q, 0, sizeof *q);
     q->numel = numel;
-    q->code_m = calloc(numel ? numel : 1, 1);
-    q->code_v = calloc(numel ? numel : 1, 1);
-    q->absmax_m = calloc(blocks ? blocks : 1, sizeof(float));
-    q->absmax_v = calloc(blocks ? blocks : 1, sizeof(float));
+    q->code_m = calloc_written(numel ? numel : 1, 1);
+    q->code_v = calloc_written(numel ? numel : 1, 1);
+    q->absmax_m = calloc_written(blocks ? blocks : 1, sizeof(float));
+    q->absmax_v = calloc_written(blocks ? blocks : 1, sizeof(float));
     if (q->code_m && q->code_v && q->absmax_m && q->absmax_v) return 0;
     q8_moments_free(q);
     return -1;

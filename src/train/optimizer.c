@@ -52,8 +52,8 @@ static int alloc_moments(AdamW *opt) {
         q8_map_dynamic(&opt->maps[1], false);
     }
     opt->moments = xcalloc((size_t)(opt->n_spans ? opt->n_spans : 1), sizeof *opt->moments);
-    opt->m = calloc(n_f32 ? n_f32 : 1, sizeof(float));
-    opt->v = calloc(n_f32 ? n_f32 : 1, sizeof(float));
+    opt->m = calloc_written(n_f32 ? n_f32 : 1, sizeof(float));
+    opt->v = calloc_written(n_f32 ? n_f32 : 1, sizeof(float));
     if (!opt->m || !opt->v) return -1;
     size_t packed = 0;
     for (int s = 0; s < opt->n_spans; s++) {
