@@ -66,6 +66,8 @@ static void test_metrics(void) {
                                        "entropy",
                                        "clip_ratio/region_mean",
                                        "step_time",
+                                       "time/generation",
+                                       "time/training",
                                        "epoch"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
         CHECK(json_object_get(json_array_get(rows, 0), keys[k]) != NULL, "no \"%s\" logged",
@@ -77,6 +79,14 @@ static void test_metrics(void) {
     for (size_t i = 0; i < json_array_size(rows); i++) {
         double r = harness_metric(rows, i, "reward");
         CHECK(r >= 0 && r <= 1, "reward %g in [0, 1]", r);
+        /* logging_steps 1: the split of a step lies within it */
+        double gen = harness_metric(rows, i, "time/generation"),
+               rew = harness_metric(rows, i, "time/rewards"),
+               trn = harness_metric(rows, i, "time/training");
+        CHECK(gen > 0 && rew >= 0 && trn > 0 &&
+                  gen + rew + trn <= harness_metric(rows, i, "step_time") + 1e-6,
+              "line %zu: generation %g + rewards %g + training %g s within the step's %g s", i + 1,
+              gen, rew, trn, harness_metric(rows, i, "step_time"));
         if (i)
             CHECK(harness_metric(rows, i, "num_tokens") > harness_metric(rows, i - 1, "num_tokens"),
                   "num_tokens grows");

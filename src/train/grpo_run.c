@@ -40,6 +40,9 @@ typedef struct {
     int64_t generations_per_epoch, steps_per_epoch, total;
     RolloutTimes times;
     double train_s;
+    RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
+    double logged_train_s;
+    int64_t logged_step;
     double loss_sum; /* over the whole run (skipped steps excluded), for TrainOutcome */
     int64_t loss_steps, first_step;
     double loop_s;
@@ -176,6 +179,22 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     return 0;
 }
 
+/* The wall time of generation, rewards and training per step, averaged over the steps since
+ * the last metrics line: the split of each logged step, where the closing `done:` line gives only
+ * means over the whole run. */
+static void log_split(GrpoRun *r, json_t *entry) {
+    double steps = r->tr.step > r->logged_step ? (double)(r->tr.step - r->logged_step) : 1;
+    json_object_set_new(entry, "time/generation",
+                        json_real((r->times.generate_s - r->logged_times.generate_s) / steps));
+    json_object_set_new(entry, "time/rewards",
+                        json_real((r->times.reward_s - r->logged_times.reward_s) / steps));
+    json_object_set_new(entry, "time/training",
+                        json_real((r->train_s - r->logged_train_s) / steps));
+    r->logged_times = r->times;
+    r->logged_train_s = r->train_s;
+    r->logged_step = r->tr.step;
+}
+
 static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
                     MetricsFile *metrics) {
     const TrainConfig *cfg = r->cfg;
@@ -188,6 +207,7 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
     double start = now_seconds(), loss_sum = 0;
     int64_t loss_count = 0, first_step = r->tr.step;
     r->first_step = first_step;
+    r->logged_step = first_step;
     char note[96] = "";
     bool tty = isatty(fileno(r->log));
     BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
@@ -217,6 +237,7 @@ static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
             step_metrics_flush_ranks(&r->gt.metrics, entry, "");
             bad_steps_log(&bad, entry);
             json_object_set_new(entry, "step_time", json_real(now_seconds() - step_start));
+            log_split(r, entry);
             json_object_set_new(entry, "epoch", json_real(ep));
             json_object_set_new(entry, "step", json_integer(r->tr.step));
             log_entry(metrics, log_history, entry);
