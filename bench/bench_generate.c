@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
             prompts[b][t] = (int32_t)((seed >> 8) % (unsigned)m.cfg.vocab_size);
         }
     }
-    run(&m, prompts, lens, batch,
-        new_tokens); /* warm-up: the timed runs find memory and caches as a long run would */
+    /* warm-up: the timed runs find memory and caches as a long run would */
+    run(&m, prompts, lens, batch, new_tokens);
     double t_prefill = run(&m, prompts, lens, batch, 1);
     double t_total = run(&m, prompts, lens, batch, new_tokens);
     double decode_s = t_total - t_prefill;

@@ -50,21 +50,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import forward_bench  # noqa: E402  (make_model: the shared random Qwen2.5-0.5B-shaped model)
+from dpo_step_bench import peak_rss_mb  # noqa: E402
 
 ROOT = forward_bench.ROOT
 OUT = forward_bench.OUT
 TOKENIZER_DIR = os.path.join(ROOT, "tests/fixtures/tokenizers/qwen2_bytelevel")
 PATTERN = "."  # the reward: 1 when the decoded completion holds any character (see above)
 LEARNING_RATE = 1e-6
-
-
-def peak_rss_mb():
-    """VmHWM: this process's own peak RSS (ru_maxrss would carry the spawning process's)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def write_prompts(path, n, words_per_prompt):
@@ -207,7 +199,7 @@ def training_flops(cfg, a, prompt_tokens, prompt_once):
 
 
 def mean_after_warmup(steps, key):
-    timed = steps[1:] or steps
+    timed = steps[1:]  # --steps is at least 2
     return sum(s[key] for s in timed) / len(timed)
 
 

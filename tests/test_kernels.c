@@ -215,9 +215,6 @@ static void test_attention_over_cache(void) {
     free(v);
 }
 
-/* Products with bf16-stored weights against a double-precision product with the same (widened)
- * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
- * vector width, a bias, and panels that do not divide out_dim. */
 /* The largest error of out = x · w^T + bias against the sum in double, relative to the sum of
  * the terms' magnitudes. */
 static double worst_linear_error(const float *out, const float *x, const float *w,
@@ -236,6 +233,9 @@ static double worst_linear_error(const float *out, const float *x, const float *
     return worst;
 }
 
+/* Products with bf16-stored weights against a double-precision product with the same (widened)
+ * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
+ * vector width, a bias, and panels that do not divide out_dim. */
 static void test_matmul_bf16(void) {
     const int shapes[][3] = {{1, 37, 19}, {3, 64, 300}, {16, 5, 7}, {17, 37, 19}, {40, 300, 1500}};
     srand(11);
