@@ -261,12 +261,14 @@ static void test_matmul_bf16(void) {
 }
 
 /* The packed product against the direct sum, on shapes with every edge: rows not a multiple of
- * the 6-row tile, out_dim not a multiple of the 16-feature panel, in_dim past one 512-deep block
- * and not a multiple of it. And each row's result is bitwise the same whatever the rows beside
- * it (the same row alone, and in the middle of 70), at 1 thread as at 2. */
+ * the 6-row tile (a last tile of each height), out_dim not a multiple of the 16-feature panel,
+ * in_dim past one 512-deep block and not a multiple of it. And each row's result is bitwise the
+ * same whatever the rows beside it (the same row alone, and in the middle of 70), at 1 thread as
+ * at 2. */
 static void test_packed_matmul(void) {
-    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},   {7, 600, 33},
-                             {17, 1100, 150}, {64, 512, 40}, {130, 20, 5}};
+    /* n % 6 from 0 to 5: the last tile of every height */
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {7, 600, 33},  {8, 600, 33},
+                             {15, 1100, 150}, {17, 1100, 150}, {64, 512, 40}, {130, 20, 5}};
     srand(12);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];

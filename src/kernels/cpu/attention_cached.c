@@ -84,17 +84,22 @@ void attention_over_cache(float *out, const float *q, const float *k, const floa
 #endif
     for (; t < len; t++)
         scores[t] = dot(q, k + (size_t)t * stride, hd);
+    /* The softmax's loops are vectorised as the full forward's are (-O2 alone leaves them
+     * scalar: at a few hundred keys the exponentials cost as much as the dot products). */
     float max = -INFINITY;
+#pragma omp simd reduction(max : max)
     for (t = 0; t < len; t++) {
         scores[t] *= scale;
         max = scores[t] > max ? scores[t] : max;
     }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (t = 0; t < len; t++) {
         scores[t] = fast_expf(scores[t] - max);
         sum += scores[t];
     }
     float inv = 1.0f / sum;
+#pragma omp simd
     for (t = 0; t < len; t++)
         scores[t] *= inv;
     int d = 0;
