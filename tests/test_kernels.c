@@ -233,6 +233,39 @@ static double worst_linear_error(const float *out, const float *x, const float *
     return worst;
 }
 
+/* fp32 products of few rows (decoding up to 16 sequences) against the sum in double: one row
+ * (four weight rows at a time, out_dim not a multiple of four), 2-3 rows, 4-row groups with a
+ * remainder; in_dim past and short of the vector width. And every row's result is bitwise the
+ * same alone as in its batch, whatever the batch's size. */
+static void test_matmul_few_rows(void) {
+    const int shapes[][3] = {{1, 37, 19}, {1, 64, 300}, {2, 5, 7},
+                             {3, 64, 33}, {7, 100, 21}, {16, 37, 19}};
+    srand(13);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
+        float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
+        float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
+        float *out = malloc(sizeof *out * (size_t)n * out_dim),
+              *one = malloc(sizeof *one * out_dim);
+        for (int i = 0; i < out_dim * in_dim; i++)
+            w[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int i = 0; i < n * in_dim; i++)
+            x[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int j = 0; j < out_dim; j++)
+            bias[j] = (float)j / out_dim;
+        matmul_forward(out, x, w, bias, n, in_dim, out_dim);
+        double worst = worst_linear_error(out, x, w, bias, n, in_dim, out_dim);
+        CHECK(worst < 1e-6, "matmul %dx%dx%d: worst error %.3g of the term magnitudes", n, in_dim,
+              out_dim, worst);
+        for (int r = 0; r < n; r++) {
+            matmul_forward(one, x + (size_t)r * in_dim, w, bias, 1, in_dim, out_dim);
+            CHECK(memcmp(one, out + (size_t)r * out_dim, sizeof *one * out_dim) == 0,
+                  "matmul %dx%dx%d: row %d alone differs from its batch's", n, in_dim, out_dim, r);
+        }
+        free(w), free(x), free(bias), free(out), free(one);
+    }
+}
+
 /* Products with bf16-stored weights against a double-precision product with the same (widened)
  * weights: the few-rows path (n <= 16) and the widened-panel path, in_dim not a multiple of the
  * vector width, a bias, and panels that do not divide out_dim. */
@@ -302,6 +335,7 @@ static void test_packed_matmul(void) {
 
 int main(void) {
     test_packed_matmul();
+    test_matmul_few_rows();
     test_matmul_bf16();
     test_attention();
     test_attention_over_cache();
