@@ -94,18 +94,24 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     }
 }
 
-void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table,
-                       float *sin_table) {
+void rope_build_rows(const ModelConfig *cfg, int seq_len, const int32_t *positions, int n,
+                     float *cos_rows, float *sin_rows) {
     int half = cfg->head_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     float attn;
-    rope_inv_freq(cfg, n_positions, inv, &attn);
-    for (int p = 0; p < n_positions; p++) {
+    rope_inv_freq(cfg, seq_len, inv, &attn);
+    for (int r = 0; r < n; r++) {
+        int p = positions ? positions[r] : r;
         for (int i = 0; i < half; i++) {
             float angle = (float)p * inv[i];
-            cos_table[(size_t)p * half + i] = cosf(angle) * attn;
-            sin_table[(size_t)p * half + i] = sinf(angle) * attn;
+            cos_rows[(size_t)r * half + i] = cosf(angle) * attn;
+            sin_rows[(size_t)r * half + i] = sinf(angle) * attn;
         }
     }
     free(inv);
+}
+
+void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table,
+                       float *sin_table) {
+    rope_build_rows(cfg, n_positions, NULL, n_positions, cos_table, sin_table);
 }

@@ -5,6 +5,8 @@
 
 #include "model/config.h"
 
+#include <stdint.h>
+
 /* inv_freq[hd/2] and the factor that scales cos and sin (1 except for yarn).
  * `seq_len` (largest position + 1) matters only for the dynamic type, whose base grows
  * once a batch reaches past max_position_embeddings. */
@@ -13,5 +15,12 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv_freq, float *
 /* cos/sin tables (n_positions, hd/2) for positions 0..n_positions-1, computed in fp32 as
  * transformers does: angle = float(pos) * inv_freq. */
 void rope_build_tables(const ModelConfig *cfg, int n_positions, float *cos_table, float *sin_table);
+
+/* The same values for the n given positions only: row r holds position positions[r] (r itself
+ * when positions is NULL). seq_len as for rope_inv_freq. For decoding, where a step's few rows
+ * sit far along their sequences: a table from position 0 costs every step 0.06 ms at 192
+ * positions and 0.27 ms at 768 (head_dim 64), ~1% of a batch-1 token of the 135M shape. */
+void rope_build_rows(const ModelConfig *cfg, int seq_len, const int32_t *positions, int n,
+                     float *cos_rows, float *sin_rows);
 
 #endif
