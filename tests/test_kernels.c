@@ -233,6 +233,29 @@ static double worst_linear_error(const float *out, const float *x, const float *
     return worst;
 }
 
+/* A product's operands: random weights (out_dim, in_dim) and n input rows, a bias, room for the
+ * n output rows and for one row computed alone. */
+typedef struct {
+    float *w, *x, *bias, *out, *one;
+} LinearCase;
+
+static LinearCase linear_case_new(int n, int in_dim, int out_dim) {
+    LinearCase c = {malloc(sizeof(float) * (size_t)out_dim * in_dim),
+                    malloc(sizeof(float) * (size_t)n * in_dim), malloc(sizeof(float) * out_dim),
+                    malloc(sizeof(float) * (size_t)n * out_dim), malloc(sizeof(float) * out_dim)};
+    for (int i = 0; i < out_dim * in_dim; i++)
+        c.w[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < n * in_dim; i++)
+        c.x[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int j = 0; j < out_dim; j++)
+        c.bias[j] = (float)j / out_dim;
+    return c;
+}
+
+static void linear_case_free(LinearCase *c) {
+    free(c->w), free(c->x), free(c->bias), free(c->out), free(c->one);
+}
+
 /* fp32 products of few rows (decoding up to 16 sequences) against the sum in double: one row
  * (four weight rows at a time, out_dim not a multiple of four), 2-3 rows, 4-row groups with a
  * remainder; in_dim past and short of the vector width. And every row's result is bitwise the
@@ -243,16 +266,8 @@ static void test_matmul_few_rows(void) {
     srand(13);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
-        float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
-        float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
-        float *out = malloc(sizeof *out * (size_t)n * out_dim),
-              *one = malloc(sizeof *one * out_dim);
-        for (int i = 0; i < out_dim * in_dim; i++)
-            w[i] = (float)rand() / RAND_MAX - 0.5f;
-        for (int i = 0; i < n * in_dim; i++)
-            x[i] = (float)rand() / RAND_MAX - 0.5f;
-        for (int j = 0; j < out_dim; j++)
-            bias[j] = (float)j / out_dim;
+        LinearCase c = linear_case_new(n, in_dim, out_dim);
+        float *w = c.w, *x = c.x, *bias = c.bias, *out = c.out, *one = c.one;
         matmul_forward(out, x, w, bias, n, in_dim, out_dim);
         double worst = worst_linear_error(out, x, w, bias, n, in_dim, out_dim);
         CHECK(worst < 1e-6, "matmul %dx%dx%d: worst error %.3g of the term magnitudes", n, in_dim,
@@ -262,7 +277,7 @@ static void test_matmul_few_rows(void) {
             CHECK(memcmp(one, out + (size_t)r * out_dim, sizeof *one * out_dim) == 0,
                   "matmul %dx%dx%d: row %d alone differs from its batch's", n, in_dim, out_dim, r);
         }
-        free(w), free(x), free(bias), free(out), free(one);
+        linear_case_free(&c);
     }
 }
 
@@ -305,16 +320,8 @@ static void test_packed_matmul(void) {
     srand(12);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
-        float *w = malloc(sizeof *w * (size_t)out_dim * in_dim);
-        float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
-        float *out = malloc(sizeof *out * (size_t)n * out_dim),
-              *one = malloc(sizeof *one * out_dim);
-        for (int i = 0; i < out_dim * in_dim; i++)
-            w[i] = (float)rand() / RAND_MAX - 0.5f;
-        for (int i = 0; i < n * in_dim; i++)
-            x[i] = (float)rand() / RAND_MAX - 0.5f;
-        for (int j = 0; j < out_dim; j++)
-            bias[j] = (float)j / out_dim;
+        LinearCase c = linear_case_new(n, in_dim, out_dim);
+        float *w = c.w, *x = c.x, *bias = c.bias, *out = c.out, *one = c.one;
         float *panels = aligned_alloc(64, packed_weight_floats(in_dim, out_dim) * sizeof(float));
         PackedWeight pw;
         packed_weight_fill(&pw, panels, w, in_dim, out_dim);
@@ -329,7 +336,8 @@ static void test_packed_matmul(void) {
         CHECK(memcmp(one, out + (size_t)mid * out_dim, sizeof *one * out_dim) == 0,
               "packed matmul %dx%dx%d: row %d alone at 1 thread differs from its batch's", n,
               in_dim, out_dim, mid);
-        free(panels), free(w), free(x), free(bias), free(out), free(one);
+        free(panels);
+        linear_case_free(&c);
     }
 }
 
