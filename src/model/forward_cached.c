@@ -12,7 +12,6 @@ typedef struct {
     int n;         /* new rows in this call */
     int32_t *slot; /* [n] */
     int32_t *pos;  /* [n] position of each row in its sequence */
-    int32_t *own;  /* [n] 0..n-1: row r's own entry in the RoPE rows built for this call */
     float *x, *xn, *proj, *q, *k, *v, *att, *gate, *up; /* row buffers, as in the full forward */
     float *block;
 } CachedBuffers;
@@ -37,9 +36,6 @@ static int buffers_alloc(CachedBuffers *b, const ModelConfig *c, int n) {
     b->n = n;
     b->slot = xmalloc(rows * sizeof *b->slot);
     b->pos = xmalloc(rows * sizeof *b->pos);
-    b->own = xmalloc(rows * sizeof *b->own);
-    for (int r = 0; r < n; r++)
-        b->own[r] = r;
     return 0;
 }
 
@@ -47,7 +43,6 @@ static void buffers_free(CachedBuffers *b) {
     free(b->block);
     free(b->slot);
     free(b->pos);
-    free(b->own);
 }
 
 /* Row r attends to positions [first, pos[r]] of its slot in layer l's cache (which already holds
@@ -119,8 +114,9 @@ static void layer_cached(const Model *m, const PackedModel *packed, int l, KvCac
         rmsnorm_forward(b->q, b->q, w->q_norm, n * c->n_heads, hd, eps);
         rmsnorm_forward(b->k, b->k, w->k_norm, n * c->n_kv_heads, hd, eps);
     }
-    rope_forward(b->q, b->own, cos_t, sin_t, n, c->n_heads, hd);
-    rope_forward(b->k, b->own, cos_t, sin_t, n, c->n_kv_heads, hd);
+    /* the RoPE rows were built for this call's rows, row r's at r */
+    rope_forward(b->q, NULL, cos_t, sin_t, n, c->n_heads, hd);
+    rope_forward(b->k, NULL, cos_t, sin_t, n, c->n_kv_heads, hd);
     for (int r = 0; r < n; r++) {
         memcpy(kv_cache_row(kv, kv->k, l, b->slot[r], b->pos[r]), b->k + (size_t)r * kvd,
                (size_t)kvd * sizeof(float));

@@ -73,7 +73,8 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 
 /* Rotates, in place, the first half of each head vector against its second half
  * (transformers' rotate_half convention). x is (N, n_heads, hd); row r uses
- * cos/sin rows positions[r] of the (max_pos, hd/2) tables. */
+ * cos/sin rows positions[r] of the (max_pos, hd/2) tables, or row r itself when positions is
+ * NULL (tables built for these rows, rope_build_rows). rope_backward alike. */
 void rope_forward(float *x, const int32_t *positions, const float *cos_table,
                   const float *sin_table, int n, int n_heads, int hd);
 

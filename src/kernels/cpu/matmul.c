@@ -48,7 +48,9 @@ static float dot_f32(const float *x, const float *w, int n) {
     return sum;
 }
 
-/* Four rows against one w, sharing each load of w. */
+/* Four rows against one w, sharing each load of w: four input rows against a weight row, or
+ * four weight rows against one input row (a product's two factors commute exactly, so either
+ * way each sum is dot_f32's). */
 static void dot4_f32(float *out, const float *x0, const float *x1, const float *x2, const float *x3,
                      const float *w, int n) {
     int i = 0;
@@ -67,30 +69,6 @@ static void dot4_f32(float *out, const float *x0, const float *x1, const float *
     for (; i < n; i++) {
         s[0] += x0[i] * w[i], s[1] += x1[i] * w[i];
         s[2] += x2[i] * w[i], s[3] += x3[i] * w[i];
-    }
-    memcpy(out, s, sizeof s);
-}
-
-/* x · four consecutive weight rows (w, w + n, w + 2n, w + 3n): four independent sums, each in
- * dot_f32's order, sharing each load of x. */
-static void dot_rows4_f32(float *out, const float *x, const float *w, int n) {
-    int i = 0;
-    float s[4] = {0, 0, 0, 0};
-    const float *w0 = w, *w1 = w + n, *w2 = w + 2 * (size_t)n, *w3 = w + 3 * (size_t)n;
-#if HAVE_AVX2
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), xv, a3);
-    }
-    s[0] = hsum8(a0), s[1] = hsum8(a1), s[2] = hsum8(a2), s[3] = hsum8(a3);
-#endif
-    for (; i < n; i++) {
-        s[0] += x[i] * w0[i], s[1] += x[i] * w1[i];
-        s[2] += x[i] * w2[i], s[3] += x[i] * w3[i];
     }
     memcpy(out, s, sizeof s);
 }
@@ -145,8 +123,10 @@ static void forward_one_row(float *out, const float *x, WeightRef w, int in_dim,
     for (int g = 0; g < groups; g++) {
         int j = 4 * g, end = j + 4 < out_dim ? j + 4 : out_dim;
         size_t at = (size_t)j * in_dim;
-        if (end - j == 4 && w.f32)
-            dot_rows4_f32(out + j, x, w.f32 + at, in_dim);
+        const float *w0 = w.f32 ? w.f32 + at : NULL;
+        if (end - j == 4 && w0)
+            dot4_f32(out + j, w0, w0 + in_dim, w0 + 2 * (size_t)in_dim, w0 + 3 * (size_t)in_dim, x,
+                     in_dim);
         else
             for (; j < end; j++, at += (size_t)in_dim)
                 out[j] = w.f32 ? dot_f32(x, w.f32 + at, in_dim) : dot_bf16(x, w.bf16 + at, in_dim);

@@ -5,8 +5,8 @@ void rope_forward(float *x, const int32_t *positions, const float *cos_table,
     int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
-        const float *c = cos_table + (size_t)positions[r] * half;
-        const float *s = sin_table + (size_t)positions[r] * half;
+        size_t row = (size_t)(positions ? positions[r] : r) * half;
+        const float *c = cos_table + row, *s = sin_table + row;
         for (int h = 0; h < n_heads; h++) {
             float *u = x + ((size_t)r * n_heads + h) * hd;
             for (int j = 0; j < half; j++) {
@@ -24,8 +24,8 @@ void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
     int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
-        const float *c = cos_table + (size_t)positions[r] * half;
-        const float *s = sin_table + (size_t)positions[r] * half;
+        size_t row = (size_t)(positions ? positions[r] : r) * half;
+        const float *c = cos_table + row, *s = sin_table + row;
         for (int h = 0; h < n_heads; h++) {
             float *u = dx + ((size_t)r * n_heads + h) * hd;
             for (int j = 0; j < half; j++) {
