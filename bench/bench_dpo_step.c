@@ -99,7 +99,8 @@ static int sgemm_peak(int rows, int hidden, int inter, int reps) {
         b[i] = (float)((seed >> 3) & 0xffff) / 65536.0f - 0.5f;
     }
     double peak = 0;
-    printf("{\"impl\": \"openblas sgemm\", \"threads\": %d, \"shapes\": [", omp_get_max_threads());
+    printf("{\"impl\": \"openblas sgemm\", \"blas_core\": \"%s\", \"threads\": %d, \"shapes\": [",
+           openblas_get_corename(), omp_get_max_threads());
     for (int i = 0; i < n_shapes; i++) {
         double g = time_sgemm(&shapes[i], a, b, c, reps);
         if (g > peak) peak = g;

@@ -308,37 +308,39 @@ static void test_matmul_bf16(void) {
     }
 }
 
-/* The packed product against the direct sum, on shapes with every edge: rows not a multiple of
- * the 6-row tile (a last tile of each height), out_dim not a multiple of the 16-feature panel,
- * in_dim past one 512-deep block and not a multiple of it. And each row's result is bitwise the
- * same whatever the rows beside it (the same row alone, and in the middle of 70), at 1 thread as
- * at 2. */
+/* The packed product of n rows against the direct sum, and each row's result bitwise the same
+ * whatever the rows beside it (the row alone at 1 thread, against its batch at 2). */
+static void check_packed_matmul(int n, int in_dim, int out_dim) {
+    LinearCase c = linear_case_new(n, in_dim, out_dim);
+    float *panels = aligned_alloc(64, packed_weight_floats(in_dim, out_dim) * sizeof(float));
+    PackedWeight pw;
+    packed_weight_fill(&pw, panels, c.w, in_dim, out_dim);
+    packed_matmul_forward(c.out, c.x, &pw, c.bias, n);
+    double worst = worst_linear_error(c.out, c.x, c.w, c.bias, n, in_dim, out_dim);
+    CHECK(worst < 1e-6, "packed matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
+          in_dim, out_dim, worst);
+    int mid = n / 2, threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    packed_matmul_forward(c.one, c.x + (size_t)mid * in_dim, &pw, c.bias, 1);
+    omp_set_num_threads(threads);
+    CHECK(memcmp(c.one, c.out + (size_t)mid * out_dim, sizeof *c.one * out_dim) == 0,
+          "packed matmul %dx%dx%d: row %d alone at 1 thread differs from its batch's", n, in_dim,
+          out_dim, mid);
+    free(panels);
+    linear_case_free(&c);
+}
+
+/* Shapes with every edge: out_dim not a multiple of the 16- or 32-feature panel, in_dim past one
+ * 256- or 512-deep block and not a multiple of it, and 1 to 17 rows: a last tile of every
+ * height, for tiles of 6 (AVX2) and 8 rows (AVX-512). */
 static void test_packed_matmul(void) {
-    /* n % 6 from 0 to 5: the last tile of every height */
-    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {7, 600, 33},  {8, 600, 33},
-                             {15, 1100, 150}, {17, 1100, 150}, {64, 512, 40}, {130, 20, 5}};
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {64, 512, 40},
+                             {15, 1100, 150}, {70, 1100, 150}, {130, 20, 5}};
     srand(12);
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-        int n = shapes[s][0], in_dim = shapes[s][1], out_dim = shapes[s][2];
-        LinearCase c = linear_case_new(n, in_dim, out_dim);
-        float *w = c.w, *x = c.x, *bias = c.bias, *out = c.out, *one = c.one;
-        float *panels = aligned_alloc(64, packed_weight_floats(in_dim, out_dim) * sizeof(float));
-        PackedWeight pw;
-        packed_weight_fill(&pw, panels, w, in_dim, out_dim);
-        packed_matmul_forward(out, x, &pw, bias, n);
-        double worst = worst_linear_error(out, x, w, bias, n, in_dim, out_dim);
-        CHECK(worst < 1e-6, "packed matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
-              in_dim, out_dim, worst);
-        int mid = n / 2, threads = omp_get_max_threads();
-        omp_set_num_threads(1);
-        packed_matmul_forward(one, x + (size_t)mid * in_dim, &pw, bias, 1);
-        omp_set_num_threads(threads);
-        CHECK(memcmp(one, out + (size_t)mid * out_dim, sizeof *one * out_dim) == 0,
-              "packed matmul %dx%dx%d: row %d alone at 1 thread differs from its batch's", n,
-              in_dim, out_dim, mid);
-        free(panels);
-        linear_case_free(&c);
-    }
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        check_packed_matmul(shapes[s][0], shapes[s][1], shapes[s][2]);
+    for (int n = 1; n <= 17; n++)
+        check_packed_matmul(n, 600, 33);
 }
 
 int main(void) {
