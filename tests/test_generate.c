@@ -181,7 +181,43 @@ static void test_packed_decoding(const char *name) {
     model_free(&m);
 }
 
+/* Long prompts and few new tokens: a prefill of 640 prompt tokens packs the weights where the
+ * packed product suits that many rows (AVX-512 builds; PACKED_MATMUL_MAX_ROWS), and the tokens
+ * and log-probs match the plain products' either way. */
+static void test_packed_prefill(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
+    Model m;
+    CHECK(model_load(&m, harness_source_path(path)) == 0, "%s", err_msg());
+    enum { N = 8, LEN = 80, NEW = 3 };
+    static int32_t ids[N][LEN];
+    const int32_t *prompts[N];
+    int lens[N];
+    for (int i = 0; i < N; i++) {
+        lens[i] = LEN;
+        for (int t = 0; t < LEN; t++)
+            ids[i][t] = (int32_t)((5 * i + 11 * t + 1) % m.cfg.vocab_size);
+        prompts[i] = ids[i];
+    }
+    GenerateOptions opt = {.max_new_tokens = NEW, .sampling = sampling_defaults()};
+    Completion plain[N], packed[N];
+    CHECK(generate(&m, prompts, lens, N, &opt, plain) == 0, "%s", err_msg());
+    PackedModel store = {0};
+    opt.packed = &store;
+    CHECK(generate(&m, prompts, lens, N, &opt, packed) == 0, "%s", err_msg());
+    CHECK((store.block != NULL) == packed_matmul_suits(N * LEN),
+          "%s: a prefill of %d rows %s packed weights", name, N * LEN,
+          packed_matmul_suits(N * LEN) ? "multiplies" : "does not multiply");
+    CHECK(same_completions(plain, packed, N),
+          "%s: a packed prefill gives the plain tokens and log-probs", name);
+    completions_free(plain, N);
+    completions_free(packed, N);
+    packed_model_free(&store);
+    model_free(&m);
+}
+
 int main(void) {
+    test_packed_prefill("llama_tied");
     test_packed_decoding("llama_tied");
     test_packed_decoding("qwen2_bias");
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)

@@ -331,11 +331,12 @@ static void check_packed_matmul(int n, int in_dim, int out_dim) {
 }
 
 /* Shapes with every edge: out_dim not a multiple of the 16- or 32-feature panel, in_dim past one
- * 256- or 512-deep block and not a multiple of it, and 1 to 17 rows: a last tile of every
- * height, for tiles of 6 (AVX2) and 8 rows (AVX-512). */
+ * 256- or 512-deep block and not a multiple of it, rows in more than one 256-row chunk (the
+ * last one short), and 1 to 17 rows: a last tile of every height, for tiles of 6 (AVX2) and 8
+ * rows (AVX-512). */
 static void test_packed_matmul(void) {
-    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {64, 512, 40},
-                             {15, 1100, 150}, {70, 1100, 150}, {130, 20, 5}};
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},  {64, 512, 40}, {15, 1100, 150},
+                             {70, 1100, 150}, {130, 20, 5}, {530, 300, 70}};
     srand(12);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         check_packed_matmul(shapes[s][0], shapes[s][1], shapes[s][2]);

@@ -31,10 +31,12 @@ typedef struct PackedModel {
     PackedWeight lm_head;
 } PackedModel;
 
-/* Whether packing m pays for `rows` rows per decode step over `steps` steps: the packed product
- * suits that many rows, there are enough steps to repay the copy, and the weights are fp32 (a
- * model kept in bf16 is kept so to save memory). */
-bool packed_model_worth(const Model *m, int rows, int steps);
+/* Whether packing m pays for a generate() call that decodes `rows` rows per step over `steps`
+ * steps after prefilling `prefill_rows` prompt tokens in all: the weights are fp32 (a model kept
+ * in bf16 is kept so to save memory), and either the packed product suits that many decode rows
+ * and there are enough steps to repay the copy, or it suits the prefill's products and they are
+ * large enough to repay it alone. */
+bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows);
 
 /* Whether the copy may have its memory: at most half of what is free now, counting what `store`
  * (NULL or empty: none) holds already as free. Asked at every generate() call, so that a kept

@@ -157,7 +157,10 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     /* Several sequences decoding together: lay the weights out once for all the steps (the
      * copy is an optimisation only, so running out of memory for it just means going without). */
     PackedModel own = {0}, *packed = NULL;
-    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens)) {
+    long prefill_rows = 0; /* each prompt is prefilled once, even when shared */
+    for (int p = 0; p < n_prompts; p++)
+        prefill_rows += prompt_lens[p];
+    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens, prefill_rows)) {
         if (packed_model_fits(m, opt->packed)) {
             packed = opt->packed ? opt->packed : &own;
             if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();

@@ -5,6 +5,7 @@
 #ifndef RLHF_KERNELS_CPU_KERNELS_H
 #define RLHF_KERNELS_CPU_KERNELS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +46,15 @@ typedef struct {
  * (the few-rows path), 16 rows 167 vs 276, 17 rows 161 vs 307 (BLAS from here), 64 rows 526 vs
  * 606, 128 rows 973 vs 1009. Beyond, BLAS's own copy of W is amortised over enough rows. */
 #define PACKED_MATMUL_MIN_ROWS 6
+#if defined(__AVX512F__)
+/* With AVX-512 the packed kernel (8 x 32 tiles) outruns OpenBLAS's AVX2 kernels at every size:
+ * 896 x 4864 products of 256-4096 rows 400-440 vs 217-242 GFLOP/s (AMD Zen 5, 2 threads; the
+ * AVX2 kernels are what this workplace's OPENBLAS_CORETYPE=Haswell gives, and OpenBLAS's own
+ * AVX-512 ones reach ~467). So a prefill of many prompts multiplies packed weights too. */
+#define PACKED_MATMUL_MAX_ROWS INT_MAX
+#else
 #define PACKED_MATMUL_MAX_ROWS 128
+#endif
 
 /* Whether a product of n rows should use packed_matmul_forward. */
 bool packed_matmul_suits(int n);

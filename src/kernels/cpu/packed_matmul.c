@@ -249,36 +249,52 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
 }
 #endif
 
+/* Rows of the packed input per pass over W: enough that each panel block read serves many tiles,
+ * few enough that their packed copy stays in the caches while every panel reads it. */
+#ifndef CHUNK_ROWS
+#define CHUNK_ROWS 256
+#endif
+
+/* out (n rows, n <= CHUNK_ROWS) = x · W^T, x already packed. Called by every thread of a
+ * parallel region. Blocks in order; panels split between threads, each panel block read once
+ * from memory and then from cache by every tile. No barrier between blocks: a static schedule
+ * over the same number of panels gives every thread the same panels in each block (OpenMP
+ * guarantees it), so each output is only ever added to by the thread that wrote it, block after
+ * block. */
+static void multiply_packed_rows(float *out, const float *x, const PackedWeight *w, int n) {
+    int in_dim = w->in_dim, out_dim = w->out_dim, panels = panel_count(out_dim);
+    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    for (int k0 = 0; k0 < in_dim; k0 += BLOCK_DEPTH) {
+        int depth = block_depth(in_dim, k0);
+        const float *wb = w->panels + (size_t)k0 * panels * PANEL_COLS;
+        const float *xb = x + (size_t)k0 * tiles * TILE_ROWS;
+#pragma omp for schedule(static) nowait
+        for (int pi = 0; pi < panels; pi++) {
+            int cols =
+                out_dim - pi * PANEL_COLS < PANEL_COLS ? out_dim - pi * PANEL_COLS : PANEL_COLS;
+            for (int t = 0; t < tiles; t++) {
+                int rows = n - t * TILE_ROWS < TILE_ROWS ? n - t * TILE_ROWS : TILE_ROWS;
+                tile_product(out + (size_t)t * TILE_ROWS * out_dim + (size_t)pi * PANEL_COLS,
+                             (size_t)out_dim, xb + (size_t)t * depth * TILE_ROWS,
+                             wb + (size_t)pi * depth * PANEL_COLS, depth, rows, cols, k0 > 0);
+            }
+        }
+    }
+}
+
 void packed_matmul_forward(float *out, const float *in, const PackedWeight *w, const float *bias,
                            int n) {
     if (n == 0) return;
-    int in_dim = w->in_dim, out_dim = w->out_dim, panels = panel_count(out_dim);
-    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
-    /* small: at most PACKED_MATMUL_MAX_ROWS rows where the product suits (few MB) */
-    float *x = xmalloc((size_t)tiles * TILE_ROWS * in_dim * sizeof *x);
-    /* Blocks in order; panels split between threads, each panel block read once from memory
-     * and then from cache by every tile. No barrier between blocks: a static schedule over the
-     * same number of panels gives every thread the same panels in each block (OpenMP guarantees
-     * it), so each output is only ever added to by the thread that wrote it, block after block. */
+    int in_dim = w->in_dim, out_dim = w->out_dim;
+    int chunk = n < CHUNK_ROWS ? n : CHUNK_ROWS;
+    float *x =
+        xmalloc((size_t)(chunk + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS * in_dim * sizeof *x);
 #pragma omp parallel
-    {
-        pack_rows(x, in, n, in_dim);
-        for (int k0 = 0; k0 < in_dim; k0 += BLOCK_DEPTH) {
-            int depth = block_depth(in_dim, k0);
-            const float *wb = w->panels + (size_t)k0 * panels * PANEL_COLS;
-            const float *xb = x + (size_t)k0 * tiles * TILE_ROWS;
-#pragma omp for schedule(static) nowait
-            for (int pi = 0; pi < panels; pi++) {
-                int cols =
-                    out_dim - pi * PANEL_COLS < PANEL_COLS ? out_dim - pi * PANEL_COLS : PANEL_COLS;
-                for (int t = 0; t < tiles; t++) {
-                    int rows = n - t * TILE_ROWS < TILE_ROWS ? n - t * TILE_ROWS : TILE_ROWS;
-                    tile_product(out + (size_t)t * TILE_ROWS * out_dim + (size_t)pi * PANEL_COLS,
-                                 (size_t)out_dim, xb + (size_t)t * depth * TILE_ROWS,
-                                 wb + (size_t)pi * depth * PANEL_COLS, depth, rows, cols, k0 > 0);
-                }
-            }
-        }
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int rows = n - r0 < chunk ? n - r0 : chunk;
+        pack_rows(x, in + (size_t)r0 * in_dim, rows, in_dim); /* ends with a barrier */
+        multiply_packed_rows(out + (size_t)r0 * out_dim, x, w, rows);
+#pragma omp barrier /* every thread done with x before the next chunk is packed into it */
     }
     free(x);
     bias_add_rows(out, bias, n, out_dim);
