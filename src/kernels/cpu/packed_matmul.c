@@ -1,5 +1,6 @@
-/* Products of 6 to 128 rows (decoding several sequences at once) with a weight matrix that was
- * copied beforehand into the layout the register kernel reads.
+/* Products of 6 rows or more (decoding several sequences at once; with AVX-512 also prefilling
+ * their prompts) with a weight matrix that was copied beforehand into the layout the register
+ * kernel reads.
  *
  * Why: for such a product BLAS copies all of W into its own panel layout on every call, and with
  * so few rows to share that copy it costs about a quarter of the product (a profile of batch-64
@@ -19,8 +20,8 @@
  * input index), which is small next to W. Features past out_dim and rows past n are zero padding.
  *
  * Every output element is summed in the same order (index by index within a block, then block
- * after block), whatever the number of rows or threads: within the packed range (6 to 128 rows)
- * a sequence's logits do not depend on how many others decode beside it. */
+ * after block), whatever the number of rows or threads: within the packed range
+ * (packed_matmul_suits) a sequence's logits do not depend on how many others decode beside it. */
 #include "kernels/cpu/kernels.h"
 
 #include "common/error.h"
@@ -206,34 +207,26 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
 
 static void tile_product(float *out, size_t ld, const float *x, const float *w, int depth, int rows,
                          int cols, bool add) {
+    /* one inlined copy per height, the height a constant in each */
+#define TILE_CASE(r)                                                                               \
+    case r:                                                                                        \
+        tile_rows(out, ld, x, w, depth, r, cols, add);                                             \
+        break
     switch (rows) {
-    case 1:
-        tile_rows(out, ld, x, w, depth, 1, cols, add);
-        break;
-    case 2:
-        tile_rows(out, ld, x, w, depth, 2, cols, add);
-        break;
-    case 3:
-        tile_rows(out, ld, x, w, depth, 3, cols, add);
-        break;
-    case 4:
-        tile_rows(out, ld, x, w, depth, 4, cols, add);
-        break;
-    case 5:
-        tile_rows(out, ld, x, w, depth, 5, cols, add);
-        break;
+        TILE_CASE(1);
+        TILE_CASE(2);
+        TILE_CASE(3);
+        TILE_CASE(4);
+        TILE_CASE(5);
 #if TILE_ROWS > 6
-    case 6:
-        tile_rows(out, ld, x, w, depth, 6, cols, add);
-        break;
-    case 7:
-        tile_rows(out, ld, x, w, depth, 7, cols, add);
-        break;
+        TILE_CASE(6);
+        TILE_CASE(7);
 #endif
     default:
         tile_rows(out, ld, x, w, depth, TILE_ROWS, cols, add);
         break;
     }
+#undef TILE_CASE
 }
 #else
 static void tile_product(float *out, size_t ld, const float *x, const float *w, int depth, int rows,
