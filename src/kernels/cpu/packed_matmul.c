@@ -68,10 +68,12 @@ typedef __m256 vec;
 #define PANEL_COLS (2 * VEC_FLOATS) /* output features per panel: two vectors */
 /* A panel block (32 KB) stays in cache while every row tile reads it. */
 #define BLOCK_DEPTH (8192 / PANEL_COLS)
-/* How far ahead of its reads a tile asks for the panel's next cache lines (2 KB). Up to a few
- * dozen rows a product is bound by reading W from memory, and the hardware prefetcher alone left
- * it ~15% slower (all of a 0.5B decode step's products, AVX2: 8 rows 118 -> 97 ms, 16 rows 180 ->
- * 155, 64 rows 534 -> 485; means of 3 alternated runs). */
+/* How far ahead of its reads a tile asks for the panel's next cache lines (2 KB), every line
+ * (an AVX-512 step reads two). Up to a few dozen rows a product is bound by reading W from
+ * memory, and the hardware prefetcher alone left it ~15% slower (all of a 0.5B decode step's
+ * products, AVX2: 8 rows 118 -> 97 ms, 16 rows 180 -> 155, 64 rows 534 -> 485; means of 3
+ * alternated runs). Asking for only the first of an AVX-512 step's two lines left batch-8
+ * decoding 1-5% slower (6 alternated pairs, Zen 5). */
 #define PREFETCH_FLOATS 512
 
 static int panel_count(int out_dim) {
@@ -185,7 +187,9 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
         vec w0 = vec_load(w), w1 = vec_load(w + VEC_FLOATS);
         /* as an integer: past the last panel the address is outside W (harmless to a prefetch,
          * but not a pointer C lets us form) */
-        _mm_prefetch((const char *)((uintptr_t)w + PREFETCH_FLOATS * sizeof(float)), _MM_HINT_T0);
+        for (int line = 0; line < PANEL_COLS; line += 16) /* each 64-byte line of the step */
+            _mm_prefetch((const char *)((uintptr_t)w + (PREFETCH_FLOATS + line) * sizeof(float)),
+                         _MM_HINT_T0);
         TILE_ROW_FMA(0);
         TILE_ROW_FMA(1);
         TILE_ROW_FMA(2);
