@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -17,8 +16,8 @@
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) {
     if (!m->params) return false;
     if (packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS) return true;
-    return prefill_rows >= PACKED_MIN_PREFILL_ROWS && prefill_rows <= INT_MAX &&
-           packed_matmul_suits((int)prefill_rows);
+    /* the prefill's products take the packed path only where it suits that many rows */
+    return prefill_rows >= PACKED_MIN_PREFILL_ROWS && packed_matmul_suits(PACKED_MIN_PREFILL_ROWS);
 }
 
 bool packed_model_fits(const Model *m, const PackedModel *store) {

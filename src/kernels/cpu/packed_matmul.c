@@ -248,9 +248,7 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
 
 /* Rows of the packed input per pass over W: enough that each panel block read serves many tiles,
  * few enough that their packed copy stays in the caches while every panel reads it. */
-#ifndef CHUNK_ROWS
 #define CHUNK_ROWS 256
-#endif
 
 /* out (n rows, n <= CHUNK_ROWS) = x · W^T, x already packed. Called by every thread of a
  * parallel region. Blocks in order; panels split between threads, each panel block read once
