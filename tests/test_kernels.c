@@ -331,7 +331,7 @@ static void check_packed_matmul(int n, int in_dim, int out_dim) {
 }
 
 /* Shapes with every edge: out_dim not a multiple of the 16- or 32-feature panel, in_dim past one
- * 256- or 512-deep block and not a multiple of it, rows in more than one 256-row chunk (the
+ * 1024-deep block and not a multiple of it, rows in more than one 256-row chunk (the
  * last one short), and 1 to 17 rows: a last tile of every height, for tiles of 6 (AVX2) and 8
  * rows (AVX-512). */
 static void test_packed_matmul(void) {

@@ -66,14 +66,18 @@ typedef __m256 vec;
 #endif
 
 #define PANEL_COLS (2 * VEC_FLOATS) /* output features per panel: two vectors */
-/* A panel block (32 KB) stays in cache while every row tile reads it. */
-#define BLOCK_DEPTH (8192 / PANEL_COLS)
-/* How far ahead of its reads a tile asks for the panel's next cache lines (2 KB), every line
- * (an AVX-512 step reads two). Up to a few dozen rows a product is bound by reading W from
- * memory, and the hardware prefetcher alone left it ~15% slower (all of a 0.5B decode step's
- * products, AVX2: 8 rows 118 -> 97 ms, 16 rows 180 -> 155, 64 rows 534 -> 485; means of 3
- * alternated runs). Asking for only the first of an AVX-512 step's two lines left batch-8
- * decoding 1-5% slower (6 alternated pairs, Zen 5). */
+/* A panel block (128 KB with AVX-512) stays in the core's L2 while every row tile reads it. Deep
+ * enough that a hidden size up to 1024 is one block: each output is then written once, not
+ * re-read and added to per block, which for the lm_head's many outputs (64 rows x 151936 = 39 MB)
+ * was memory traffic of its own (Zen 5, 896 -> 151936 at 64 rows: 380 -> 493 GFLOP/s against 256
+ * deep blocks; the other 0.5B shapes within noise). */
+#define BLOCK_DEPTH 1024
+/* How far ahead of its reads a lone tile (a product of up to TILE_ROWS rows) asks for the panel's
+ * next cache lines (2 KB), every line (an AVX-512 step reads two). Such a product is bound by
+ * reading W from memory, and the hardware prefetcher alone left it ~15% slower (all of a 0.5B
+ * decode step's products, AVX2: 8 rows 118 -> 97 ms; means of 3 alternated runs). Asking for only
+ * the first of an AVX-512 step's two lines left batch-8 decoding 1-5% slower (6 alternated pairs,
+ * Zen 5). With several tiles, see multiply_packed_rows. */
 #define PREFETCH_FLOATS 512
 
 static int panel_count(int out_dim) {
@@ -179,17 +183,18 @@ static inline void store_row(float *o, vec lo, vec hi, int cols, bool add) {
  * same chain of FMAs whatever the tile's height. */
 static inline __attribute__((always_inline)) void tile_rows(float *out, size_t ld, const float *x,
                                                             const float *w, int depth,
-                                                            const int rows, int cols, bool add) {
+                                                            const int rows, int cols, bool add,
+                                                            uintptr_t ahead, int ahead_stride) {
     vec c0a = vec_zero(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a;
     vec c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a;
     vec c7b = c0a;
     for (int k = 0; k < depth; k++, x += TILE_ROWS, w += PANEL_COLS) {
         vec w0 = vec_load(w), w1 = vec_load(w + VEC_FLOATS);
-        /* as an integer: past the last panel the address is outside W (harmless to a prefetch,
-         * but not a pointer C lets us form) */
-        for (int line = 0; line < PANEL_COLS; line += 16) /* each 64-byte line of the step */
-            _mm_prefetch((const char *)((uintptr_t)w + (PREFETCH_FLOATS + line) * sizeof(float)),
-                         _MM_HINT_T0);
+        /* two 64-byte lines a step: the stride is at most a step's PANEL_COLS floats (128 bytes
+         * with AVX-512) */
+        _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
+        ahead += (uintptr_t)ahead_stride * sizeof(float);
         TILE_ROW_FMA(0);
         TILE_ROW_FMA(1);
         TILE_ROW_FMA(2);
@@ -210,11 +215,11 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
 }
 
 static void tile_product(float *out, size_t ld, const float *x, const float *w, int depth, int rows,
-                         int cols, bool add) {
+                         int cols, bool add, uintptr_t ahead, int ahead_stride) {
     /* one inlined copy per height, the height a constant in each */
 #define TILE_CASE(r)                                                                               \
     case r:                                                                                        \
-        tile_rows(out, ld, x, w, depth, r, cols, add);                                             \
+        tile_rows(out, ld, x, w, depth, r, cols, add, ahead, ahead_stride);                        \
         break
     switch (rows) {
         TILE_CASE(1);
@@ -227,14 +232,15 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
         TILE_CASE(7);
 #endif
     default:
-        tile_rows(out, ld, x, w, depth, TILE_ROWS, cols, add);
+        tile_rows(out, ld, x, w, depth, TILE_ROWS, cols, add, ahead, ahead_stride);
         break;
     }
 #undef TILE_CASE
 }
 #else
 static void tile_product(float *out, size_t ld, const float *x, const float *w, int depth, int rows,
-                         int cols, bool add) {
+                         int cols, bool add, uintptr_t ahead, int ahead_stride) {
+    (void)ahead, (void)ahead_stride; /* no prefetch without intrinsics */
     float acc[TILE_ROWS][PANEL_COLS] = {{0}};
     for (int k = 0; k < depth; k++, x += TILE_ROWS, w += PANEL_COLS)
         for (int i = 0; i < TILE_ROWS; i++)
@@ -255,10 +261,18 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
  * from memory and then from cache by every tile. No barrier between blocks: a static schedule
  * over the same number of panels gives every thread the same panels in each block (OpenMP
  * guarantees it), so each output is only ever added to by the thread that wrote it, block after
- * block. */
+ * block.
+ *
+ * Prefetch. With several tiles the first one to read a panel block would wait on memory while
+ * the others read it from cache; so each tile asks for its share of the next panel block instead
+ * (the one after it in memory: the thread's next, or for its last panel of a block another
+ * thread's), and the first tile finds its panel block in cache too (Zen 5, 64 rows, the 0.5B
+ * shapes: 896 -> 4864 421 -> 490 GFLOP/s, 4864 -> 896 400 -> 460, 896 -> 151936 346 -> 385).
+ * A lone tile reads its panel block once and asks for the lines PREFETCH_FLOATS ahead. */
 static void multiply_packed_rows(float *out, const float *x, const PackedWeight *w, int n) {
     int in_dim = w->in_dim, out_dim = w->out_dim, panels = panel_count(out_dim);
     int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    int ahead_stride = tiles == 1 ? PANEL_COLS : (PANEL_COLS + tiles - 1) / tiles; /* per step */
     for (int k0 = 0; k0 < in_dim; k0 += BLOCK_DEPTH) {
         int depth = block_depth(in_dim, k0);
         const float *wb = w->panels + (size_t)k0 * panels * PANEL_COLS;
@@ -269,9 +283,15 @@ static void multiply_packed_rows(float *out, const float *x, const PackedWeight 
                 out_dim - pi * PANEL_COLS < PANEL_COLS ? out_dim - pi * PANEL_COLS : PANEL_COLS;
             for (int t = 0; t < tiles; t++) {
                 int rows = n - t * TILE_ROWS < TILE_ROWS ? n - t * TILE_ROWS : TILE_ROWS;
+                const float *panel = wb + (size_t)pi * depth * PANEL_COLS;
+                size_t lead =
+                    tiles == 1 ? PREFETCH_FLOATS : (size_t)depth * (PANEL_COLS + t * ahead_stride);
+                /* as an integer: past the last panel the address is outside W (harmless to a
+                 * prefetch, but not a pointer C lets us form) */
+                uintptr_t ahead = (uintptr_t)panel + lead * sizeof(float);
                 tile_product(out + (size_t)t * TILE_ROWS * out_dim + (size_t)pi * PANEL_COLS,
-                             (size_t)out_dim, xb + (size_t)t * depth * TILE_ROWS,
-                             wb + (size_t)pi * depth * PANEL_COLS, depth, rows, cols, k0 > 0);
+                             (size_t)out_dim, xb + (size_t)t * depth * TILE_ROWS, panel, depth,
+                             rows, cols, k0 > 0, ahead, ahead_stride);
             }
         }
     }
