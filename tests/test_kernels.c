@@ -344,8 +344,54 @@ static void test_packed_matmul(void) {
         check_packed_matmul(n, 600, 33);
 }
 
+/* The bf16 packed product (a model kept in bf16): against the sum in double of the same
+ * operands rounded to bf16, where each product is exact and only the fp32 sums differ; within
+ * 1e-2 of the term magnitudes of the unrounded fp32 product; and each row bitwise the same alone
+ * at 1 thread as in its batch. */
+static void check_packed_matmul_bf16(int n, int in_dim, int out_dim) {
+    LinearCase c = linear_case_new(n, in_dim, out_dim);
+    size_t nw = (size_t)out_dim * in_dim, nx = (size_t)n * in_dim;
+    uint16_t *w16 = malloc(nw * sizeof *w16), *x16 = malloc(nx * sizeof *x16);
+    float *w_rounded = malloc(nw * sizeof(float)), *x_rounded = malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nw; i++)
+        w16[i] = f32_to_bf16(c.w[i]);
+    for (size_t i = 0; i < nx; i++)
+        x16[i] = f32_to_bf16(c.x[i]);
+    bf16_widen(w_rounded, w16, nw);
+    bf16_widen(x_rounded, x16, nx);
+    uint16_t *panels = aligned_alloc(64, packed_weight_bf16_count(in_dim, out_dim) * 2);
+    PackedWeight pw;
+    packed_weight_fill_bf16(&pw, panels, w16, in_dim, out_dim);
+    packed_matmul_forward(c.out, c.x, &pw, c.bias, n);
+    double worst = worst_linear_error(c.out, x_rounded, w_rounded, c.bias, n, in_dim, out_dim);
+    CHECK(worst < 1e-6, "bf16 packed matmul %dx%dx%d: worst error %.3g of the term magnitudes", n,
+          in_dim, out_dim, worst);
+    worst = worst_linear_error(c.out, c.x, c.w, c.bias, n, in_dim, out_dim);
+    CHECK(worst < 1e-2, "bf16 packed matmul %dx%dx%d: worst error %.3g against fp32", n, in_dim,
+          out_dim, worst);
+    int mid = n / 2, threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    packed_matmul_forward(c.one, c.x + (size_t)mid * in_dim, &pw, c.bias, 1);
+    omp_set_num_threads(threads);
+    CHECK(memcmp(c.one, c.out + (size_t)mid * out_dim, sizeof *c.one * out_dim) == 0,
+          "bf16 packed matmul %dx%dx%d: row %d alone at 1 thread differs from its batch's", n,
+          in_dim, out_dim, mid);
+    free(panels), free(w16), free(x16), free(w_rounded), free(x_rounded);
+    linear_case_free(&c);
+}
+
+/* Edges as test_packed_matmul's, and an odd in_dim (a zero last pair half). */
+static void test_packed_matmul_bf16(void) {
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {64, 512, 40},
+                             {15, 2100, 150}, {70, 1101, 150}, {530, 300, 70}};
+    srand(14);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        check_packed_matmul_bf16(shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
 int main(void) {
     test_packed_matmul();
+    test_packed_matmul_bf16();
     test_matmul_few_rows();
     test_matmul_bf16();
     test_attention();

@@ -14,7 +14,7 @@
 #define PACKED_MIN_PREFILL_ROWS 512
 
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) {
-    if (!m->params) return false;
+    if (!m->params && !packed_bf16_available()) return false;
     if (packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS) return true;
     /* the prefill's products take the packed path only where it suits that many rows */
     return prefill_rows >= PACKED_MIN_PREFILL_ROWS && packed_matmul_suits(PACKED_MIN_PREFILL_ROWS);
@@ -23,50 +23,68 @@ bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) 
 bool packed_model_fits(const Model *m, const PackedModel *store) {
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return false;
-    double held = store ? (double)store->block_floats * sizeof(float) : 0;
-    return (double)m->n_params * sizeof(float) <= 0.5 * ((double)pages * (double)page + held);
+    double held = store ? (double)store->block_bytes : 0;
+    double bytes = (double)m->n_params * (m->params ? sizeof(float) : sizeof(uint16_t));
+    return bytes <= 0.5 * ((double)pages * (double)page + held);
 }
 
-static void layer_matrices(const LayerWeights *w, const float *out[PACKED_PER_LAYER]) {
-    out[PACKED_Q] = w->wq;
-    out[PACKED_K] = w->wk;
-    out[PACKED_V] = w->wv;
-    out[PACKED_O] = w->wo;
-    out[PACKED_GATE] = w->w_gate;
-    out[PACKED_UP] = w->w_up;
-    out[PACKED_DOWN] = w->w_down;
+static void layer_matrices(const LayerWeights *w, WeightRef out[PACKED_PER_LAYER]) {
+    out[PACKED_Q] = LAYER_WEIGHT(w, wq);
+    out[PACKED_K] = LAYER_WEIGHT(w, wk);
+    out[PACKED_V] = LAYER_WEIGHT(w, wv);
+    out[PACKED_O] = LAYER_WEIGHT(w, wo);
+    out[PACKED_GATE] = LAYER_WEIGHT(w, w_gate);
+    out[PACKED_UP] = LAYER_WEIGHT(w, w_up);
+    out[PACKED_DOWN] = LAYER_WEIGHT(w, w_down);
+}
+
+/* Bytes of the packed copy of an (out_dim, in_dim) matrix: a multiple of 64, so that the next
+ * one starts on a cache line too. */
+static size_t packed_bytes(bool bf16, int in_dim, int out_dim) {
+    return bf16 ? packed_weight_bf16_count(in_dim, out_dim) * sizeof(uint16_t)
+                : packed_weight_floats(in_dim, out_dim) * sizeof(float);
+}
+
+/* Packs w into dst, in its own precision; returns the bytes it took. */
+static size_t pack_matrix(PackedWeight *p, char *dst, WeightRef w, int in_dim, int out_dim) {
+    if (w.bf16)
+        packed_weight_fill_bf16(p, (uint16_t *)(void *)dst, w.bf16, in_dim, out_dim);
+    else
+        packed_weight_fill(p, (float *)(void *)dst, w.f32, in_dim, out_dim);
+    return packed_bytes(w.bf16 != NULL, in_dim, out_dim);
 }
 
 int packed_model_build(PackedModel *p, const Model *m) {
     const ModelConfig *c = &m->cfg;
     int H = c->hidden_size, I = c->intermediate_size;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    if (!m->params) return err_set("packed weights: the model is kept in bf16 (fp32 only)");
+    bool bf16 = m->params == NULL;
+    if (bf16 && !packed_bf16_available())
+        return err_set("packed weights: the model is kept in bf16 and this CPU (or build) has no "
+                       "bf16 dot products");
     /* (in_dim, out_dim) of each matrix */
     const int dims[PACKED_PER_LAYER][2] = {{H, qd}, {H, kvd}, {H, kvd}, {qd, H},
                                            {H, I},  {H, I},   {I, H}};
-    size_t floats = packed_weight_floats(H, c->vocab_size);
+    size_t bytes = packed_bytes(bf16, H, c->vocab_size);
     for (int i = 0; i < PACKED_PER_LAYER; i++)
-        floats += (size_t)c->n_layers * packed_weight_floats(dims[i][0], dims[i][1]);
-    if (p->block && (p->block_floats != floats || p->n_layers != c->n_layers)) packed_model_free(p);
+        bytes += (size_t)c->n_layers * packed_bytes(bf16, dims[i][0], dims[i][1]);
+    if (p->block && (p->block_bytes != bytes || p->n_layers != c->n_layers)) packed_model_free(p);
     if (!p->block) {
-        *p = (PackedModel){.block = xmalloc_huge(floats * sizeof(float), "packed weights"),
-                           .block_floats = floats,
+        *p = (PackedModel){.block = xmalloc_huge(bytes, "packed weights"),
+                           .block_bytes = bytes,
                            .n_layers = c->n_layers};
         if (!p->block) return -1;
         p->layers = xmalloc((size_t)c->n_layers * PACKED_PER_LAYER * sizeof *p->layers);
     }
-    float *at = p->block;
+    char *at = p->block;
     for (int l = 0; l < c->n_layers; l++) {
-        const float *w[PACKED_PER_LAYER];
+        WeightRef w[PACKED_PER_LAYER];
         layer_matrices(&m->layers[l], w);
-        for (int i = 0; i < PACKED_PER_LAYER; i++) {
-            packed_weight_fill(&p->layers[l * PACKED_PER_LAYER + i], at, w[i], dims[i][0],
-                               dims[i][1]);
-            at += packed_weight_floats(dims[i][0], dims[i][1]);
-        }
+        for (int i = 0; i < PACKED_PER_LAYER; i++)
+            at +=
+                pack_matrix(&p->layers[l * PACKED_PER_LAYER + i], at, w[i], dims[i][0], dims[i][1]);
     }
-    packed_weight_fill(&p->lm_head, at, m->lm_head, H, c->vocab_size);
+    pack_matrix(&p->lm_head, at, model_lm_head(m), H, c->vocab_size);
     return 0;
 }
 

@@ -1,7 +1,9 @@
 /* A model's matrices copied into the packed layout (kernels: packed_matmul_forward) for one
  * generate() call that decodes several sequences together: each decode step then multiplies
  * its rows by weights laid out once, instead of BLAS laying them out again at every product.
- * Costs a second copy of the weights (fp32) while it lives. */
+ * Costs a second copy of the weights while it lives: fp32, or bf16 for a model kept in bf16
+ * where the CPU has bf16 dot products (packed_bf16_available), whose products then round their
+ * inputs to bf16 as well. */
 #ifndef RLHF_MODEL_PACKED_MODEL_H
 #define RLHF_MODEL_PACKED_MODEL_H
 
@@ -24,16 +26,17 @@ typedef enum {
 
 /* Zero-initialise before the first packed_model_build. */
 typedef struct PackedModel {
-    float *block;        /* every packed matrix, one allocation */
-    size_t block_floats; /* its size */
+    void *block;        /* every packed matrix, one allocation: floats, or bf16 values */
+    size_t block_bytes; /* its size */
     int n_layers;
     PackedWeight *layers; /* [n_layers * PACKED_PER_LAYER] */
     PackedWeight lm_head;
 } PackedModel;
 
 /* Whether packing m pays for a generate() call that decodes `rows` rows per step over `steps`
- * steps after prefilling `prefill_rows` prompt tokens in all: the weights are fp32 (a model kept
- * in bf16 is kept so to save memory), and either the packed product suits that many decode rows
+ * steps after prefilling `prefill_rows` prompt tokens in all: the weights are fp32, or bf16 with
+ * the CPU's bf16 dot products (without them a model kept in bf16 is kept so to save memory), and
+ * either the packed product suits that many decode rows
  * and there are enough steps to repay the copy, or it suits the prefill's products and they are
  * large enough to repay it alone. */
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows);

@@ -35,9 +35,11 @@ void linear_forward(float *out, const float *in, WeightRef w, const float *bias,
 void bias_add_rows(float *out, const float *bias, int n, int out_dim);
 
 /* A weight matrix copied into the layout packed_matmul_forward reads (see packed_matmul.c):
- * for a generate() call that multiplies the same weights by many rows at every decode step. */
+ * for a generate() call that multiplies the same weights by many rows at every decode step.
+ * fp32 panels, or bf16 ones (packed_matmul_bf16.c) for a model kept in bf16: one of the two. */
 typedef struct {
     float *panels;
+    uint16_t *panels16;
     int in_dim, out_dim;
 } PackedWeight;
 
@@ -67,9 +69,26 @@ size_t packed_weight_floats(int in_dim, int out_dim);
 void packed_weight_fill(PackedWeight *p, float *dst, const float *w, int in_dim, int out_dim);
 
 /* matmul_forward with a packed weight: out (N, out_dim) = in (N, in_dim) · W^T (+ bias), any N
- * (best where packed_matmul_suits). */
+ * (best where packed_matmul_suits). With bf16 panels, packed_matmul_bf16_forward. */
 void packed_matmul_forward(float *out, const float *in, const PackedWeight *w, const float *bias,
                            int n);
+
+/* Whether this build multiplies bf16 panels with the CPU's bf16 dot products (AVX512_BF16).
+ * Without them packing a bf16 model does not pay: it then multiplies its bf16 weights widened. */
+bool packed_bf16_available(void);
+
+/* Values a bf16 packed copy of an (out_dim, in_dim) matrix takes: a multiple of 64. */
+size_t packed_weight_bf16_count(int in_dim, int out_dim);
+
+/* packed_weight_fill for a matrix kept in bf16: dst holds packed_weight_bf16_count values,
+ * 64-byte aligned. */
+void packed_weight_fill_bf16(PackedWeight *p, uint16_t *dst, const uint16_t *w, int in_dim,
+                             int out_dim);
+
+/* packed_matmul_forward with bf16 panels: each input rounded to bf16 (nearest, ties to even),
+ * each product exact, the sums fp32. */
+void packed_matmul_bf16_forward(float *out, const float *in, const PackedWeight *w,
+                                const float *bias, int n);
 
 /* dst[i] = the fp32 value of the bf16 src[i] (exact). */
 void bf16_widen(float *dst, const uint16_t *src, size_t n);

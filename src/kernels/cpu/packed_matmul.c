@@ -299,6 +299,10 @@ static void multiply_packed_rows(float *out, const float *x, const PackedWeight 
 
 void packed_matmul_forward(float *out, const float *in, const PackedWeight *w, const float *bias,
                            int n) {
+    if (w->panels16) {
+        packed_matmul_bf16_forward(out, in, w, bias, n);
+        return;
+    }
     if (n == 0) return;
     int in_dim = w->in_dim, out_dim = w->out_dim;
     int chunk = n < CHUNK_ROWS ? n : CHUNK_ROWS;
