@@ -49,11 +49,14 @@ def main():
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--bf16", action="store_true",
-                    help="rlhf.c keeps the weights in bf16 (generate --bf16); transformers stays fp32")
+                    help="rlhf.c keeps the weights in bf16 (generate --bf16); transformers runs in fp32 "
+                         "and again in bf16 (torch_dtype=bfloat16: bf16 arithmetic throughout)")
     add_model_argument(ap)
     a = ap.parse_args()
     model_dir = make_model(a.model)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model16 = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval() \
+        if a.bf16 else None
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     rows = []
     for batch in [int(b) for b in a.batches.split(",")]:
@@ -66,11 +69,20 @@ def main():
                      "prefill_speedup": ours["prefill_tokens_per_s"] / theirs["prefill_tokens_per_s"],
                      "decode_speedup": ours["decode_tokens_per_s"] / theirs["decode_tokens_per_s"]})
         r = rows[-1]
+        if model16 is not None:
+            r["transformers_bf16"] = torch_side(model16, batch, a.prompt_len, a.new_tokens, a.threads)
+            r["decode_speedup_vs_bf16"] = ours["decode_tokens_per_s"] / r["transformers_bf16"]["decode_tokens_per_s"]
+            r["prefill_speedup_vs_bf16"] = ours["prefill_tokens_per_s"] / r["transformers_bf16"]["prefill_tokens_per_s"]
         floor = f"  (bandwidth floor {ours['decode_floor_tokens_per_s']:.1f} tok/s at {ours['read_bandwidth_gb_s']:.1f} GB/s)" \
             if batch == 1 else ""
         print(f"batch {batch:3d}: prefill {ours['prefill_tokens_per_s']:8.1f} vs {theirs['prefill_tokens_per_s']:8.1f} "
               f"tok/s ({r['prefill_speedup']:.2f}x); decode {ours['decode_tokens_per_s']:7.2f} vs "
               f"{theirs['decode_tokens_per_s']:7.2f} tok/s ({r['decode_speedup']:.2f}x){floor}", flush=True)
+        if model16 is not None:
+            t16 = r["transformers_bf16"]
+            print(f"  vs transformers bf16: prefill {t16['prefill_tokens_per_s']:8.1f} tok/s "
+                  f"({r['prefill_speedup_vs_bf16']:.2f}x); decode {t16['decode_tokens_per_s']:7.2f} tok/s "
+                  f"({r['decode_speedup_vs_bf16']:.2f}x)", flush=True)
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
     name = ("generate_bf16" if a.bf16 else "generate") + MODELS[a.model]["suffix"] + ".json"
     with open(os.path.join(ROOT, "bench", "out", name), "w") as f:
