@@ -136,6 +136,23 @@ static void test_sampling_independence(void) {
     model_free(&m);
 }
 
+/* 8 prompts of 1 to 8 tokens, for the packed-decoding tests: 8 rows decode together. */
+enum { STAIR_PROMPTS = 8 };
+typedef struct {
+    int32_t ids[STAIR_PROMPTS][STAIR_PROMPTS];
+    const int32_t *prompts[STAIR_PROMPTS];
+    int lens[STAIR_PROMPTS];
+} StairPrompts;
+
+static void stair_prompts_make(StairPrompts *p, int vocab_size) {
+    for (int i = 0; i < STAIR_PROMPTS; i++) {
+        p->lens[i] = 1 + i;
+        for (int t = 0; t < p->lens[i]; t++)
+            p->ids[i][t] = (int32_t)((7 * i + 13 * t + 3) % vocab_size);
+        p->prompts[i] = p->ids[i];
+    }
+}
+
 /* Several sequences decoding together for many steps run on the weights packed once
  * (model/packed_model.h): the same greedy tokens and log-probs as the plain products, which
  * check_model holds to transformers. Run at max_batch 4 (too few rows to pack) and 8 (packed),
@@ -145,16 +162,11 @@ static void test_packed_decoding(const char *name) {
     snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
     Model m;
     CHECK(model_load(&m, harness_source_path(path)) == 0, "%s", err_msg());
-    enum { N = 8, NEW = 20 };
-    int32_t ids[N][9];
-    const int32_t *prompts[N];
-    int lens[N];
-    for (int i = 0; i < N; i++) {
-        lens[i] = 1 + i;
-        for (int t = 0; t < lens[i]; t++)
-            ids[i][t] = (int32_t)((7 * i + 13 * t + 3) % m.cfg.vocab_size);
-        prompts[i] = ids[i];
-    }
+    enum { N = STAIR_PROMPTS, NEW = 20 };
+    StairPrompts p;
+    stair_prompts_make(&p, m.cfg.vocab_size);
+    const int32_t *const *prompts = p.prompts;
+    const int *lens = p.lens;
     PackedModel store = {0};
     GenerateOptions opt = {.max_new_tokens = NEW, .sampling = sampling_defaults(), .max_batch = 4};
     Completion plain[N], packed[N], again[N];
@@ -192,16 +204,11 @@ static void test_packed_bf16_decoding(void) {
     CHECK(model_load(&m, harness_source_path("tests/fixtures/models/llama_bf16")) == 0, "%s",
           err_msg());
     CHECK(model_store_bf16(&m) == 0, "%s", err_msg());
-    enum { N = 8, NEW = 20 };
-    int32_t ids[N][9];
-    const int32_t *prompts[N];
-    int lens[N];
-    for (int i = 0; i < N; i++) {
-        lens[i] = 1 + i;
-        for (int t = 0; t < lens[i]; t++)
-            ids[i][t] = (int32_t)((7 * i + 13 * t + 3) % m.cfg.vocab_size);
-        prompts[i] = ids[i];
-    }
+    enum { N = STAIR_PROMPTS, NEW = 20 };
+    StairPrompts p;
+    stair_prompts_make(&p, m.cfg.vocab_size);
+    const int32_t *const *prompts = p.prompts;
+    const int *lens = p.lens;
     PackedModel store = {0};
     GenerateOptions opt = {.max_new_tokens = NEW, .sampling = sampling_defaults(), .max_batch = 4};
     Completion plain[N], packed[N];
