@@ -136,21 +136,26 @@ static void test_sampling_independence(void) {
     model_free(&m);
 }
 
-/* 8 prompts of 1 to 8 tokens, for the packed-decoding tests: 8 rows decode together. */
-enum { STAIR_PROMPTS = 8 };
-typedef struct {
-    int32_t ids[STAIR_PROMPTS][STAIR_PROMPTS];
-    const int32_t *prompts[STAIR_PROMPTS];
-    int lens[STAIR_PROMPTS];
-} StairPrompts;
-
-static void stair_prompts_make(StairPrompts *p, int vocab_size) {
-    for (int i = 0; i < STAIR_PROMPTS; i++) {
-        p->lens[i] = 1 + i;
-        for (int t = 0; t < p->lens[i]; t++)
-            p->ids[i][t] = (int32_t)((7 * i + 13 * t + 3) % vocab_size);
-        p->prompts[i] = p->ids[i];
+/* The packed-decoding tests' run: 8 prompts of 1 to 8 tokens (8 rows decoding together),
+ * greedy, STAIRS_NEW new tokens, at max_batch (0: all at once) and with store as the packed
+ * weights to keep (NULL: none kept). */
+enum { STAIRS = 8, STAIRS_NEW = 20 };
+static void decode_stairs(const Model *m, int max_batch, PackedModel *store,
+                          Completion out[STAIRS]) {
+    int32_t ids[STAIRS][STAIRS];
+    const int32_t *prompts[STAIRS];
+    int lens[STAIRS];
+    for (int i = 0; i < STAIRS; i++) {
+        lens[i] = 1 + i;
+        for (int t = 0; t < lens[i]; t++)
+            ids[i][t] = (int32_t)((7 * i + 13 * t + 3) % m->cfg.vocab_size);
+        prompts[i] = ids[i];
     }
+    GenerateOptions opt = {.max_new_tokens = STAIRS_NEW,
+                           .sampling = sampling_defaults(),
+                           .max_batch = max_batch,
+                           .packed = store};
+    CHECK(generate(m, prompts, lens, STAIRS, &opt, out) == 0, "%s", err_msg());
 }
 
 /* Several sequences decoding together for many steps run on the weights packed once
@@ -162,22 +167,15 @@ static void test_packed_decoding(const char *name) {
     snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
     Model m;
     CHECK(model_load(&m, harness_source_path(path)) == 0, "%s", err_msg());
-    enum { N = STAIR_PROMPTS, NEW = 20 };
-    StairPrompts p;
-    stair_prompts_make(&p, m.cfg.vocab_size);
-    const int32_t *const *prompts = p.prompts;
-    const int *lens = p.lens;
+    enum { N = STAIRS };
     PackedModel store = {0};
-    GenerateOptions opt = {.max_new_tokens = NEW, .sampling = sampling_defaults(), .max_batch = 4};
     Completion plain[N], packed[N], again[N];
-    CHECK(generate(&m, prompts, lens, N, &opt, plain) == 0, "%s", err_msg());
-    opt.max_batch = 0;
-    opt.packed = &store;
-    CHECK(generate(&m, prompts, lens, N, &opt, packed) == 0, "%s", err_msg());
+    decode_stairs(&m, 4, NULL, plain);
+    decode_stairs(&m, 0, &store, packed);
     CHECK(store.block != NULL, "%s: 8 sequences over %d steps were decoded on packed weights", name,
-          NEW);
+          STAIRS_NEW);
     const float *block = store.block;
-    CHECK(generate(&m, prompts, lens, N, &opt, again) == 0, "%s", err_msg());
+    decode_stairs(&m, 0, &store, again);
     CHECK(store.block == block, "%s: the store was refilled in place", name);
     CHECK(same_completions(plain, packed, N), "%s: packed decoding gives the plain tokens", name);
     bool bitwise = true;
@@ -204,20 +202,13 @@ static void test_packed_bf16_decoding(void) {
     CHECK(model_load(&m, harness_source_path("tests/fixtures/models/llama_bf16")) == 0, "%s",
           err_msg());
     CHECK(model_store_bf16(&m) == 0, "%s", err_msg());
-    enum { N = STAIR_PROMPTS, NEW = 20 };
-    StairPrompts p;
-    stair_prompts_make(&p, m.cfg.vocab_size);
-    const int32_t *const *prompts = p.prompts;
-    const int *lens = p.lens;
+    enum { N = STAIRS };
     PackedModel store = {0};
-    GenerateOptions opt = {.max_new_tokens = NEW, .sampling = sampling_defaults(), .max_batch = 4};
     Completion plain[N], packed[N];
-    CHECK(generate(&m, prompts, lens, N, &opt, plain) == 0, "%s", err_msg());
-    opt.max_batch = 0;
-    opt.packed = &store;
-    CHECK(generate(&m, prompts, lens, N, &opt, packed) == 0, "%s", err_msg());
+    decode_stairs(&m, 4, NULL, plain);
+    decode_stairs(&m, 0, &store, packed);
     CHECK((store.block != NULL) == packed_bf16_available(),
-          "8 sequences of a bf16 model over %d steps %s on packed weights", NEW,
+          "8 sequences of a bf16 model over %d steps %s on packed weights", STAIRS_NEW,
           packed_bf16_available() ? "were decoded" : "were not decoded (no bf16 dot products)");
     int common = 0, total = 0;
     double worst = 0;

@@ -18,6 +18,13 @@ float bf16_to_f32(uint16_t h) {
     return float_of((uint32_t)h << 16);
 }
 
+uint16_t f32_to_bf16(float f) {
+    uint32_t u = bits_of(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u; /* the quiet NaN torch writes */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
