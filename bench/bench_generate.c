@@ -1,5 +1,7 @@
 /* Generation throughput: B random prompts of P tokens, greedy, N new tokens each (no eos).
- * Prefill is timed with one new token, decode as the rest. Also measures the machine's memory
+ * Prefill and decode are timed step by step inside generate (GenerateStats): the first step
+ * prefills every prompt and samples the first new token, the rest decode. The packing of the
+ * weights for the run is timed apart. Also measures the machine's memory
  * read bandwidth, for the batch-1 decode floor (weight bytes read per token / bandwidth).
  * Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16]. Prints one JSON line.
  * With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per token. */
@@ -52,19 +54,20 @@ static double read_bandwidth_gbs(void) {
 /* One store for the packed weights, as GRPO keeps one for all its steps. */
 static PackedModel packed;
 
-static double run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens) {
-    GenerateOptions opt = {
-        .max_new_tokens = new_tokens, .sampling = sampling_defaults(), .packed = &packed};
+static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens) {
+    GenerateStats stats;
+    GenerateOptions opt = {.max_new_tokens = new_tokens,
+                           .sampling = sampling_defaults(),
+                           .packed = &packed,
+                           .stats = &stats};
     Completion *out = calloc((size_t)batch, sizeof *out);
-    double t = now();
     if (generate(m, (const int32_t *const *)prompts, lens, batch, &opt, out) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         exit(1);
     }
-    t = now() - t;
     completions_free(out, batch);
     free(out);
-    return t;
+    return stats;
 }
 
 int main(int argc, char **argv) {
@@ -90,19 +93,18 @@ int main(int argc, char **argv) {
             prompts[b][t] = (int32_t)((seed >> 8) % (unsigned)m.cfg.vocab_size);
         }
     }
-    /* warm-up: the timed runs find memory and caches as a long run would */
+    /* warm-up: the timed run finds memory and caches as a long run would */
     run(&m, prompts, lens, batch, new_tokens);
-    double t_prefill = run(&m, prompts, lens, batch, 1);
-    double t_total = run(&m, prompts, lens, batch, new_tokens);
-    double decode_s = t_total - t_prefill;
+    GenerateStats st = run(&m, prompts, lens, batch, new_tokens);
     double bw = batch == 1 ? read_bandwidth_gbs() : 0;
     double weight_bytes = (double)m.n_params * (bf16 ? 2 : 4);
     printf("{\"impl\": \"rlhf.c\", \"weights\": \"%s\", \"batch\": %d, \"prompt_len\": %d, "
            "\"new_tokens\": %d, "
            "\"threads\": %d, \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.2f, "
+           "\"pack_seconds\": %.3f, "
            "\"read_bandwidth_gb_s\": %.1f, \"decode_floor_tokens_per_s\": %.2f}\n",
            bf16 ? "bf16" : "fp32", batch, plen, new_tokens, omp_get_max_threads(),
-           batch * plen / t_prefill, batch * (new_tokens - 1) / decode_s, bw,
-           bw > 0 ? bw * 1e9 / weight_bytes : 0);
+           st.prefill_tokens / st.prefill_seconds, st.decode_tokens / st.decode_seconds,
+           st.pack_seconds, bw, bw > 0 ? bw * 1e9 / weight_bytes : 0);
     return 0;
 }

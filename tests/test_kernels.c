@@ -172,43 +172,51 @@ static void test_attention(void) {
 
 /* attention_over_cache against the definition in double precision: head sizes that take the
  * vector paths (64, 128) and one that does not (12), lengths around the 8-key blocks, rows
- * spaced wider than a head as in the cache (several kv heads per row). */
+ * spaced wider than a head as in the cache (several kv heads per row), and groups of 1 to 7
+ * query heads sharing the kv head (the vector path takes heads four at a time). */
 static void test_attention_over_cache(void) {
-    const int hds[] = {64, 128, 12}, lens[] = {1, 7, 8, 9, 150};
+    enum { MAX_Q = 7, MAX_LEN = 150 };
+    const int hds[] = {64, 128, 12}, lens[] = {1, 7, 8, 9, MAX_LEN}, groups[] = {1, 3, 4, 7};
     const size_t stride = 3 * 128 + 4;
-    float *k = malloc(150 * stride * sizeof *k), *v = malloc(150 * stride * sizeof *v);
-    float q[128], out[128], scores[150];
+    float *k = malloc(MAX_LEN * stride * sizeof *k), *v = malloc(MAX_LEN * stride * sizeof *v);
+    float q[MAX_Q * 128], out[MAX_Q * 128], scores[MAX_Q * MAX_LEN];
     srand(5);
-    for (size_t i = 0; i < 150 * stride; i++) {
+    for (size_t i = 0; i < MAX_LEN * stride; i++) {
         k[i] = (float)rand() / RAND_MAX * 4 - 2;
         v[i] = (float)rand() / RAND_MAX * 2 - 1;
     }
-    for (int i = 0; i < 128; i++)
+    for (int i = 0; i < MAX_Q * 128; i++)
         q[i] = (float)rand() / RAND_MAX * 2 - 1;
     for (int a = 0; a < 3; a++) {
         for (int b = 0; b < 5; b++) {
-            int hd = hds[a], len = lens[b];
-            const float *kh = k + 128, *vh = v + 128; /* the second kv head of each row */
-            attention_over_cache(out, q, kh, vh, len, stride, hd, scores);
-            double w[150], max = -1e300, sum = 0;
-            for (int t = 0; t < len; t++) {
-                double s = 0;
-                for (int d = 0; d < hd; d++)
-                    s += (double)q[d] * kh[t * stride + d];
-                w[t] = s / sqrt((double)hd);
-                max = w[t] > max ? w[t] : max;
+            for (int g = 0; g < 4; g++) {
+                int hd = hds[a], len = lens[b], n_q = groups[g], bad = 0;
+                const float *kh = k + 128, *vh = v + 128; /* the second kv head of each row */
+                attention_over_cache(out, q, kh, vh, len, stride, hd, n_q, scores);
+                for (int h = 0; h < n_q; h++) {
+                    const float *qh = q + h * hd;
+                    double w[MAX_LEN], max = -1e300, sum = 0;
+                    for (int t = 0; t < len; t++) {
+                        double s = 0;
+                        for (int d = 0; d < hd; d++)
+                            s += (double)qh[d] * kh[t * stride + d];
+                        w[t] = s / sqrt((double)hd);
+                        max = w[t] > max ? w[t] : max;
+                    }
+                    for (int t = 0; t < len; t++)
+                        sum += (w[t] = exp(w[t] - max));
+                    for (int d = 0; d < hd; d++) {
+                        double want = 0;
+                        for (int t = 0; t < len; t++)
+                            want += w[t] / sum * vh[t * stride + d];
+                        bad += !harness_close(out[h * hd + d], want, 1e-4, 1e-5);
+                    }
+                }
+                CHECK(bad == 0,
+                      "hd %d, %d keys, %d heads: %d of %d outputs differ from the "
+                      "definition",
+                      hd, len, n_q, bad, n_q * hd);
             }
-            for (int t = 0; t < len; t++)
-                sum += (w[t] = exp(w[t] - max));
-            int bad = 0;
-            for (int d = 0; d < hd; d++) {
-                double want = 0;
-                for (int t = 0; t < len; t++)
-                    want += w[t] / sum * vh[t * stride + d];
-                bad += !harness_close(out[d], want, 1e-4, 1e-5);
-            }
-            CHECK(bad == 0, "hd %d, %d keys: %d of %d outputs differ from the definition", hd, len,
-                  bad, hd);
         }
     }
     free(k);

@@ -49,21 +49,21 @@ static void buffers_free(CachedBuffers *b) {
  * this call's rows: they were written before attention). */
 static void cached_attention(float *out, const float *q, const KvCache *kv, int l,
                              const CachedBuffers *b, const ModelConfig *c, int window) {
-    int nh = c->n_heads, hd = c->head_dim, n_rep = c->n_heads / c->n_kv_heads;
+    int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim, n_rep = nh / nkv;
     int max_len = kv->max_len;
 #pragma omp parallel
     {
-        float *scores = xmalloc((size_t)max_len * sizeof *scores);
+        float *scores = xmalloc((size_t)n_rep * max_len * sizeof *scores);
 #pragma omp for collapse(2) schedule(static)
         for (int r = 0; r < b->n; r++) {
-            for (int h = 0; h < nh; h++) {
+            for (int g = 0; g < nkv; g++) { /* query heads g * n_rep .. share kv head g */
                 int pos = b->pos[r], first = 0;
                 if (window > 0 && pos - window + 1 > first) first = pos - window + 1;
-                size_t head = (size_t)(h / n_rep) * hd;
-                attention_over_cache(out + ((size_t)r * nh + h) * hd, q + ((size_t)r * nh + h) * hd,
+                size_t head = (size_t)g * hd, at = ((size_t)r * nh + (size_t)g * n_rep) * hd;
+                attention_over_cache(out + at, q + at,
                                      kv_cache_row(kv, kv->k, l, b->slot[r], first) + head,
                                      kv_cache_row(kv, kv->v, l, b->slot[r], first) + head,
-                                     pos - first + 1, (size_t)kv->kv_dim, hd, scores);
+                                     pos - first + 1, (size_t)kv->kv_dim, hd, n_rep, scores);
             }
         }
         free(scores);

@@ -131,7 +131,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.max_len = longest + opt->max_new_tokens;
     if (kv_cache_init(&r.kv, &m->cfg, r.n_slots, r.max_len) != 0) return -1;
     memset(out, 0, (size_t)r.n_jobs * sizeof *out);
-    if (opt->stats) *opt->stats = (GenerateStats){0, 0};
+    if (opt->stats) *opt->stats = (GenerateStats){0};
     r.rngs = xmalloc((size_t)r.n_jobs * sizeof *r.rngs);
     for (int j = 0; j < r.n_jobs; j++) {
         out[j].ids = xmalloc((size_t)opt->max_new_tokens * sizeof(int32_t));
@@ -160,6 +160,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     long prefill_rows = 0; /* each prompt is prefilled once, even when shared */
     for (int p = 0; p < n_prompts; p++)
         prefill_rows += prompt_lens[p];
+    double pack_start = omp_get_wtime();
     if (packed_model_worth(m, r.n_slots, opt->max_new_tokens, prefill_rows)) {
         if (packed_model_fits(m, opt->packed)) {
             packed = opt->packed ? opt->packed : &own;
@@ -168,8 +169,11 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             packed_model_free(opt->packed); /* memory grew short: give the kept copy back */
         }
     }
+    if (opt->stats) opt->stats->pack_seconds = omp_get_wtime() - pack_start;
     int rc = 0;
     while (r.done < r.n_jobs && rc == 0) {
+        double step_start = omp_get_wtime();
+        bool prefill_step = false;
         if (share) share_prefills(&r);
         int n_chunks = 0;
         if (share) memset(prefilling, 0, (size_t)n_prompts * sizeof *prefilling);
@@ -189,6 +193,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             chunk_slot[n_chunks++] = s;
         }
         if (n_chunks == 0) break;
+        for (int c = 0; c < n_chunks; c++)
+            prefill_step |= !r.slots[chunk_slot[c]].prefilled;
         if (opt->stats)
             for (int c = 0; c < n_chunks; c++) {
                 if (r.slots[chunk_slot[c]].prefilled)
@@ -214,6 +220,9 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                 draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V, omp_get_thread_num());
         for (int c = 0; c < n_chunks; c++)
             record_token(&r, chunk_slot[c], draws[c]);
+        if (opt->stats)
+            *(prefill_step ? &opt->stats->prefill_seconds : &opt->stats->decode_seconds) +=
+                omp_get_wtime() - step_start;
     }
     free(draws);
     packed_model_free(&own);

@@ -39,6 +39,11 @@ typedef struct {
  * counts once) and tokens decoded. */
 typedef struct GenerateStats {
     long prefill_tokens, decode_tokens;
+    /* Wall time of the packed copy of the weights, of the steps that prefill some prompt, and of
+     * the steps that only decode (forward and sampling): a benchmark reads decode speed from
+     * these rather than from the difference of two runs, which carries all the noise of the
+     * prefill's much longer time. */
+    double pack_seconds, prefill_seconds, decode_seconds;
 } GenerateStats;
 
 typedef struct {

@@ -1,21 +1,121 @@
-/* One query head attending over the rows of a KV cache: the inner loop of decoding, where
- * every new token reads every cached key and value of its sequence once.
+/* The query heads that share one kv head, attending over the rows of a KV cache: the inner loop
+ * of decoding, where every new token reads every cached key and value of its sequence.
+ *
+ * The heads of a group go through the keys and values together, a few rows at a time, so each
+ * row is fetched from memory once and then read from L1 by every head (Qwen2.5-0.5B has seven
+ * query heads per kv head: one head at a time re-read each sequence's keys and values seven
+ * times from L2, and attention was 15% of a batch-64 decode step).
  *
  * Scores are formed eight keys at a time, with eight vector accumulators whose lanes are added
  * together in one transpose at the end: one horizontal sum per key, as a dot product at a time
  * would do, costs as much as the key's multiplications. The weighted sum of values keeps the
- * output head in registers while the value rows stream past. */
+ * output heads in registers while the value rows stream past. */
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define HAVE_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HAVE_AVX2 1
 #endif
 
-#if HAVE_AVX2
+#if HAVE_AVX512
+#define DOT8_WIDTH 16
+/* out[j] = q · row j, for 8 rows `stride` floats apart; hd a multiple of 16. */
+static void dot8_rows(float *out, const float *q, const float *rows, size_t stride, int hd) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 16) {
+        __m512 qv = _mm512_loadu_ps(q + d);
+        const float *r = rows + d;
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r), qv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r + stride), qv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 2 * stride), qv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 3 * stride), qv, a3);
+        a4 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 4 * stride), qv, a4);
+        a5 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 5 * stride), qv, a5);
+        a6 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 6 * stride), qv, a6);
+        a7 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 7 * stride), qv, a7);
+    }
+    /* Within each 128-bit lane: unpack and add pairs rows (0,1), then a shuffle and add leaves
+     * rows 0-3's partial sums side by side; likewise rows 4-7. Two rounds of adding 128-bit lanes
+     * across the registers finish all eight in the low half. */
+    __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512 s45 = _mm512_add_ps(_mm512_unpacklo_ps(a4, a5), _mm512_unpackhi_ps(a4, a5));
+    __m512 s67 = _mm512_add_ps(_mm512_unpacklo_ps(a6, a7), _mm512_unpackhi_ps(a6, a7));
+    __m512 s0123 = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 s4567 = _mm512_add_ps(_mm512_shuffle_ps(s45, s67, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s45, s67, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 z = _mm512_add_ps(_mm512_shuffle_f32x4(s0123, s4567, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s0123, s4567, _MM_SHUFFLE(3, 1, 3, 1)));
+    z = _mm512_add_ps(_mm512_shuffle_f32x4(z, z, _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_f32x4(z, z, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(z));
+}
+
+/* acc[0..4) += w * the 64 floats v0..v3 */
+#define ACCUMULATE64(acc, w, v0, v1, v2, v3)                                                       \
+    do {                                                                                           \
+        (acc)[0] = _mm512_fmadd_ps(w, v0, (acc)[0]);                                               \
+        (acc)[1] = _mm512_fmadd_ps(w, v1, (acc)[1]);                                               \
+        (acc)[2] = _mm512_fmadd_ps(w, v2, (acc)[2]);                                               \
+        (acc)[3] = _mm512_fmadd_ps(w, v3, (acc)[3]);                                               \
+    } while (0)
+
+/* For nh <= 4 heads: out_h[0..64) = sum over t of w_h[t] * row t, the rows `stride` floats
+ * apart, head h's weights at w + h * len and its output at out + h * hd. Inlined per head count,
+ * with each head's accumulators named apart: GCC keeps a 4 x 4 array of them in memory. */
+static inline __attribute__((always_inline)) void weighted_rows64(float *out, int hd,
+                                                                  const float *w, int len,
+                                                                  const float *rows, size_t stride,
+                                                                  const int nh) {
+    __m512 zero = _mm512_setzero_ps();
+    __m512 a0[4] = {zero, zero, zero, zero}, a1[4] = {zero, zero, zero, zero};
+    __m512 a2[4] = {zero, zero, zero, zero}, a3[4] = {zero, zero, zero, zero};
+    for (int t = 0; t < len; t++) {
+        const float *r = rows + (size_t)t * stride;
+        __m512 v0 = _mm512_loadu_ps(r), v1 = _mm512_loadu_ps(r + 16);
+        __m512 v2 = _mm512_loadu_ps(r + 32), v3 = _mm512_loadu_ps(r + 48);
+        ACCUMULATE64(a0, _mm512_set1_ps(w[t]), v0, v1, v2, v3);
+        if (nh > 1) ACCUMULATE64(a1, _mm512_set1_ps(w[(size_t)len + t]), v0, v1, v2, v3);
+        if (nh > 2) ACCUMULATE64(a2, _mm512_set1_ps(w[(size_t)2 * len + t]), v0, v1, v2, v3);
+        if (nh > 3) ACCUMULATE64(a3, _mm512_set1_ps(w[(size_t)3 * len + t]), v0, v1, v2, v3);
+    }
+    __m512 *acc[4] = {a0, a1, a2, a3};
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < 4; i++)
+            _mm512_storeu_ps(out + (size_t)h * hd + 16 * i, acc[h][i]);
+}
+
+/* weighted_rows64 for the heads of a group, four at a time. */
+static void weighted_rows64_heads(float *out, int hd, const float *w, int len, const float *rows,
+                                  size_t stride, int n_q) {
+    for (int h = 0; h < n_q; h += 4) {
+        float *o = out + (size_t)h * hd;
+        const float *wh = w + (size_t)h * len;
+        switch (n_q - h) {
+        case 1:
+            weighted_rows64(o, hd, wh, len, rows, stride, 1);
+            break;
+        case 2:
+            weighted_rows64(o, hd, wh, len, rows, stride, 2);
+            break;
+        case 3:
+            weighted_rows64(o, hd, wh, len, rows, stride, 3);
+            break;
+        default:
+            weighted_rows64(o, hd, wh, len, rows, stride, 4);
+            break;
+        }
+    }
+}
+#elif HAVE_AVX2
+#define DOT8_WIDTH 8
 /* out[j] = q · row j, for 8 rows `stride` floats apart; hd a multiple of 8. */
 static void dot8_rows(float *out, const float *q, const float *rows, size_t stride, int hd) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -40,29 +140,37 @@ static void dot8_rows(float *out, const float *q, const float *rows, size_t stri
     _mm256_storeu_ps(out, _mm256_add_ps(low, high));
 }
 
-/* out[0..64) = sum over t of w[t] * row t, the rows `stride` floats apart. */
-static void weighted_rows64(float *out, const float *w, const float *rows, size_t stride, int len) {
-    __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0, o7 = o0;
-    for (int t = 0; t < len; t++) {
-        __m256 wt = _mm256_broadcast_ss(w + t);
-        const float *r = rows + (size_t)t * stride;
-        o0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r), o0);
-        o1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 8), o1);
-        o2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 16), o2);
-        o3 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 24), o3);
-        o4 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 32), o4);
-        o5 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 40), o5);
-        o6 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 48), o6);
-        o7 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 56), o7);
+/* out_h[0..64) = sum over t of w_h[t] * row t for each head h (weights at w + h * len, output
+ * at out + h * hd), the rows `stride` floats apart: one head at a time, as eight ymm accumulators
+ * hold one head's 64 outputs. */
+static void weighted_rows64_heads(float *out, int hd, const float *w, int len, const float *rows,
+                                  size_t stride, int n_q) {
+    for (int h = 0; h < n_q; h++) {
+        const float *wh = w + (size_t)h * len;
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0,
+               o7 = o0;
+        for (int t = 0; t < len; t++) {
+            __m256 wt = _mm256_broadcast_ss(wh + t);
+            const float *r = rows + (size_t)t * stride;
+            o0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r), o0);
+            o1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 8), o1);
+            o2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 16), o2);
+            o3 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 24), o3);
+            o4 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 32), o4);
+            o5 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 40), o5);
+            o6 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 48), o6);
+            o7 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 56), o7);
+        }
+        float *o = out + (size_t)h * hd;
+        _mm256_storeu_ps(o, o0);
+        _mm256_storeu_ps(o + 8, o1);
+        _mm256_storeu_ps(o + 16, o2);
+        _mm256_storeu_ps(o + 24, o3);
+        _mm256_storeu_ps(o + 32, o4);
+        _mm256_storeu_ps(o + 40, o5);
+        _mm256_storeu_ps(o + 48, o6);
+        _mm256_storeu_ps(o + 56, o7);
     }
-    _mm256_storeu_ps(out, o0);
-    _mm256_storeu_ps(out + 8, o1);
-    _mm256_storeu_ps(out + 16, o2);
-    _mm256_storeu_ps(out + 24, o3);
-    _mm256_storeu_ps(out + 32, o4);
-    _mm256_storeu_ps(out + 40, o5);
-    _mm256_storeu_ps(out + 48, o6);
-    _mm256_storeu_ps(out + 56, o7);
 }
 #endif
 
@@ -73,44 +181,82 @@ static float dot(const float *q, const float *row, int hd) {
     return s;
 }
 
-void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
-                          size_t stride, int hd, float *scores) {
-    float scale = 1.0f / sqrtf((float)hd);
+#ifdef DOT8_WIDTH
+/* Asks for rows [first, end) of a head's cache, hd floats each, `stride` apart: into L1 for the
+ * next block of keys, into L2 for the values the weighted sum reads after the softmax. Each
+ * sequence's rows are a fresh read from memory at every step, and at 8 keys x 7 heads of work
+ * per block the hardware's own prefetch does not run far enough ahead. */
+static void prefetch_rows_l1(const float *rows, int first, int end, size_t stride, int hd) {
+    for (int j = first; j < end; j++)
+        for (int d = 0; d < hd; d += 16)
+            _mm_prefetch((const char *)(rows + (size_t)j * stride + d), _MM_HINT_T0);
+}
+
+static void prefetch_rows_l2(const float *rows, int first, int end, size_t stride, int hd) {
+    for (int j = first; j < end; j++)
+        for (int d = 0; d < hd; d += 16)
+            _mm_prefetch((const char *)(rows + (size_t)j * stride + d), _MM_HINT_T1);
+}
+#endif
+
+/* scores[h * len + t] = q_h · key t, for the n_q heads: eight keys at a time, read by every head
+ * while they are in L1. */
+static void key_scores(float *scores, const float *q, const float *k, const float *v, int len,
+                       size_t stride, int hd, int n_q) {
     int t = 0;
-#if HAVE_AVX2
-    if (hd % 8 == 0)
-        for (; t + 8 <= len; t += 8)
-            dot8_rows(scores + t, q, k + (size_t)t * stride, stride, hd);
+#ifdef DOT8_WIDTH
+    if (hd % DOT8_WIDTH == 0)
+        for (; t + 8 <= len; t += 8) {
+            prefetch_rows_l1(k, t + 8, t + 16 < len ? t + 16 : len, stride, hd);
+            prefetch_rows_l2(v, t, t + 8, stride, hd);
+            for (int h = 0; h < n_q; h++)
+                dot8_rows(scores + (size_t)h * len + t, q + (size_t)h * hd, k + (size_t)t * stride,
+                          stride, hd);
+        }
 #endif
     for (; t < len; t++)
-        scores[t] = dot(q, k + (size_t)t * stride, hd);
-    /* The softmax's loops are vectorised as the full forward's are (-O2 alone leaves them
-     * scalar: at a few hundred keys the exponentials cost as much as the dot products). */
+        for (int h = 0; h < n_q; h++)
+            scores[(size_t)h * len + t] = dot(q + (size_t)h * hd, k + (size_t)t * stride, hd);
+}
+
+/* w = softmax(scale * w) over len entries. */
+static void scaled_softmax(float *w, int len, float scale) {
+    /* The loops are vectorised as the full forward's are (-O2 alone leaves them scalar: at a few
+     * hundred keys the exponentials cost as much as the dot products). */
     float max = -INFINITY;
 #pragma omp simd reduction(max : max)
-    for (t = 0; t < len; t++) {
-        scores[t] *= scale;
-        max = scores[t] > max ? scores[t] : max;
+    for (int t = 0; t < len; t++) {
+        w[t] *= scale;
+        max = w[t] > max ? w[t] : max;
     }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (t = 0; t < len; t++) {
-        scores[t] = fast_expf(scores[t] - max);
-        sum += scores[t];
+    for (int t = 0; t < len; t++) {
+        w[t] = fast_expf(w[t] - max);
+        sum += w[t];
     }
     float inv = 1.0f / sum;
 #pragma omp simd
-    for (t = 0; t < len; t++)
-        scores[t] *= inv;
+    for (int t = 0; t < len; t++)
+        w[t] *= inv;
+}
+
+void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
+                          size_t stride, int hd, int n_q, float *scores) {
+    key_scores(scores, q, k, v, len, stride, hd, n_q);
+    for (int h = 0; h < n_q; h++)
+        scaled_softmax(scores + (size_t)h * len, len, 1.0f / sqrtf((float)hd));
     int d = 0;
-#if HAVE_AVX2
+#ifdef DOT8_WIDTH
     for (; d + 64 <= hd; d += 64)
-        weighted_rows64(out + d, scores, v + d, stride, len);
+        weighted_rows64_heads(out + d, hd, scores, len, v + d, stride, n_q);
 #endif
-    for (; d < hd; d++) {
-        float o = 0.0f;
-        for (t = 0; t < len; t++)
-            o += scores[t] * v[(size_t)t * stride + d];
-        out[d] = o;
-    }
+    for (; d < hd; d++)
+        for (int h = 0; h < n_q; h++) {
+            const float *w = scores + (size_t)h * len;
+            float o = 0.0f;
+            for (int t = 0; t < len; t++)
+                o += w[t] * v[(size_t)t * stride + d];
+            out[(size_t)h * hd + d] = o;
+        }
 }

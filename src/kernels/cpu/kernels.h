@@ -125,11 +125,13 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                        const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n_heads,
                        int n_kv_heads, int hd, int window);
 
-/* One query head over `len` >= 1 cached positions (decoding): k and v point at the first
- * position's row of the query's kv head, consecutive positions `stride` floats apart.
- * out (hd) = softmax(q · k_t / sqrt(hd)) · v_t, in fp32. scores: scratch of len floats. */
+/* The n_q query heads that share one kv head, over `len` >= 1 cached positions (decoding): k and
+ * v point at the first position's row of the kv head, consecutive positions `stride` floats
+ * apart; q and out hold the n_q heads hd floats apart. For each head h,
+ * out_h (hd) = softmax(q_h · k_t / sqrt(hd)) · v_t, in fp32. scores: scratch of n_q * len floats.
+ */
 void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
-                          size_t stride, int hd, float *scores);
+                          size_t stride, int hd, int n_q, float *scores);
 
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
