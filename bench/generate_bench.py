@@ -22,24 +22,41 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from forward_bench import MODELS, add_model_argument, make_model  # noqa: E402
 
 
+class StepClock(transformers.LogitsProcessor):
+    """Notes the time of each generation step: generate() calls it with every step's logits, right
+    after that step's forward pass."""
+
+    def __init__(self):
+        self.times = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
+
+
 def torch_side(model, batch, plen, new, threads):
+    """Prefill: from the call to the first step's logits; decode: from there to the last step's,
+    over new - 1 steps. Timed inside one run, as bench_generate times its steps (the difference of
+    a 1-token and a full run carries all the noise of the much longer prefill)."""
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, model.config.vocab_size, (batch, plen), generator=g)
     mask = torch.ones_like(ids)
 
-    def run(n):
-        t = time.perf_counter()
+    def run():
+        clock = StepClock()
+        start = time.perf_counter()
         with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                           do_sample=False, pad_token_id=0, top_k=None, top_p=None, temperature=None)
-        return time.perf_counter() - t
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=0, top_k=None, top_p=None, temperature=None,
+                           logits_processor=transformers.LogitsProcessorList([clock]))
+        assert len(clock.times) == new
+        return clock.times[0] - start, clock.times[-1] - clock.times[0]
 
-    run(new)  # warm-up of the timed length, as bench_generate's
-    t_prefill = run(1)
-    t_total = run(new)
+    run()  # warm-up of the timed length, as bench_generate's
+    t_prefill, t_decode = run()
     return {"impl": "transformers", "prefill_tokens_per_s": batch * plen / t_prefill,
-            "decode_tokens_per_s": batch * (new - 1) / (t_total - t_prefill)}
+            "decode_tokens_per_s": batch * (new - 1) / t_decode}
 
 
 def main():

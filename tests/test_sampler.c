@@ -186,7 +186,33 @@ int main(void) {
     memcpy(z, logits, V * sizeof *z);
     float lp;
     int32_t g = sampler_next(z, V, &greedy, hist, nh, &rng, work, order, &lp);
-    CHECK(g >= 0 && g < V && lp <= 0, "greedy token %d", g);
+    /* against the penalised logits in double: their first argmax and its log-softmax */
+    double *pen = malloc(V * sizeof *pen);
+    for (int j = 0; j < V; j++)
+        pen[j] = logits[j];
+    for (int i = 0; i < nh; i++) {
+        int32_t id = hist[i];
+        bool again = false;
+        for (int e = 0; e < i; e++)
+            again |= hist[e] == id;
+        if (!again) pen[id] = pen[id] < 0 ? pen[id] * 1.3 : pen[id] / 1.3;
+    }
+    int best = 0;
+    for (int j = 1; j < V; j++)
+        if (pen[j] > pen[best]) best = j;
+    double sum = 0;
+    for (int j = 0; j < V; j++)
+        sum += exp(pen[j] - pen[best]);
+    CHECK(g == best, "greedy token %d, the argmax of the penalised logits is %d", g, best);
+    CHECK(fabs(lp + log(sum)) < 1e-5 + 1e-4 * log(sum), "greedy log-prob %.7f, want %.7f", lp,
+          -log(sum));
+    /* ties go to the lowest id, as torch.argmax's */
+    for (int j = 0; j < V; j++)
+        z[j] = j == 70 || j == 130 ? 3.0f : 0.0f;
+    SamplingParams plain = sampling_defaults();
+    g = sampler_next(z, V, &plain, NULL, 0, &rng, work, order, &lp);
+    CHECK(g == 70, "a tie between ids 70 and 130 went to %d", g);
+    free(pen);
     SamplingParams bad = sampling_defaults();
     bad.do_sample = true;
     bad.temperature = 0;

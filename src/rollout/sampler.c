@@ -4,6 +4,7 @@
 #include "kernels/cpu/fast_exp.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,36 @@ static void softmax(const float *z, float *p, int n) {
         p[j] *= inv;
 }
 
+/* The lowest index of the largest of z[0..n): a vectorised max, then the first block of 64 that
+ * holds it (torch.argmax's tie rule). A compare-and-keep-index loop stays scalar, and over a 150k
+ * vocabulary for every sequence at every greedy decode step it cost more than the exponentials. */
+static int32_t argmax(const float *z, int n) {
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int j = 0; j < n; j++)
+        max = z[j] > max ? z[j] : max;
+    int start = 0;
+    for (; start + 64 <= n; start += 64) {
+        bool found = false;
+#pragma omp simd reduction(| : found)
+        for (int j = start; j < start + 64; j++)
+            found |= z[j] == max;
+        if (found) break;
+    }
+    for (int j = start; j < n; j++)
+        if (z[j] == max) return j;
+    return 0; /* every logit NaN */
+}
+
+/* log of the sum of exp(z[j] - max) over z[0..n): exponentials as softmax's, summed in double. */
+static double log_sum_exp(const float *z, int n, float max) {
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++)
+        sum += z[j] == -INFINITY ? 0.0f : fast_expf(z[j] - max);
+    return log(sum);
+}
+
 /* The k-th largest logit (1 <= k <= V, duplicates counted) without sorting: a radix select,
  * narrowing to the key byte by byte from the top. */
 static float kth_largest(const float *z, int vocab, int k) {
@@ -182,27 +213,28 @@ void sampler_process(float *z, int vocab, const SamplingParams *p, const int32_t
 int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t *history,
                      int n_history, SamplerRng *rng, float *work, int32_t *order, float *logprob) {
     sampler_process(z, vocab, p, history, n_history, work, order);
+    if (!p->do_sample) {
+        /* log p(chosen) = z_chosen - max - log sum exp(z - max), and z_chosen is the max: no
+         * probabilities need writing */
+        int32_t chosen = argmax(z, vocab);
+        *logprob = (float)-log_sum_exp(z, vocab, z[chosen]);
+        return chosen;
+    }
     float *prob = work + vocab;
     softmax(z, prob, vocab);
-    int32_t chosen = 0;
-    if (!p->do_sample) {
-        for (int j = 1; j < vocab; j++)
-            if (z[j] > z[chosen]) chosen = j;
-    } else {
-        /* u scaled by the probabilities' own sum: rounded, it can fall short of 1, and a draw
-         * past it would otherwise run off the end onto the last id with any mass */
-        double total = 0;
+    /* u scaled by the probabilities' own sum: rounded, it can fall short of 1, and a draw past it
+     * would otherwise run off the end onto the last id with any mass */
+    double total = 0;
 #pragma omp simd reduction(+ : total)
-        for (int j = 0; j < vocab; j++)
-            total += prob[j];
-        double u = sampler_rng_uniform(rng) * total, cum = 0;
-        chosen = -1;
-        for (int j = 0; j < vocab; j++) {
-            if (prob[j] <= 0) continue;
-            cum += prob[j];
-            chosen = j;
-            if (u < cum) break;
-        }
+    for (int j = 0; j < vocab; j++)
+        total += prob[j];
+    double u = sampler_rng_uniform(rng) * total, cum = 0;
+    int32_t chosen = -1;
+    for (int j = 0; j < vocab; j++) {
+        if (prob[j] <= 0) continue;
+        cum += prob[j];
+        chosen = j;
+        if (u < cum) break;
     }
     *logprob = logf(prob[chosen]);
     return chosen;
