@@ -111,6 +111,23 @@ static float dot_bf16(const float *x, const uint16_t *w, int n) {
     return sum;
 }
 
+/* Asks for weight rows 4g .. 4g + 3 (contiguous; fewer at the end of W) into L1. A thread's groups
+ * are one contiguous stretch of W, but the hardware prefetcher, seeing four rows read side by side,
+ * does not run ahead of them: on the 135M shape at batch 1 this took decoding from 77% to 86% of
+ * the bandwidth floor (5 alternated runs each). */
+static void prefetch_group(WeightRef w, int g, int in_dim, int out_dim) {
+#if HAVE_AVX2
+    size_t row_bytes = (size_t)in_dim * (w.f32 ? sizeof(float) : sizeof(uint16_t));
+    const char *first = w.f32 ? (const char *)w.f32 : (const char *)w.bf16;
+    first += (size_t)g * 4 * row_bytes;
+    int rows = out_dim - 4 * g < 4 ? out_dim - 4 * g : 4;
+    for (size_t b = 0; b < (size_t)rows * row_bytes; b += 64)
+        _mm_prefetch(first + b, _MM_HINT_T0);
+#else
+    (void)w, (void)g, (void)in_dim, (void)out_dim;
+#endif
+}
+
 /* One row (decoding one sequence): W streams through once, split between the threads; fp32
  * weights four rows at a time, so that four sums are in flight. OpenBLAS's sgemv kept the second
  * core idle on the small products (a profile of batch-1 decoding: 11% of the time in OpenMP's
@@ -124,6 +141,7 @@ static void forward_one_row(float *out, const float *x, WeightRef w, int in_dim,
         int j = 4 * g, end = j + 4 < out_dim ? j + 4 : out_dim;
         size_t at = (size_t)j * in_dim;
         const float *w0 = w.f32 ? w.f32 + at : NULL;
+        if (g + 1 < groups) prefetch_group(w, g + 1, in_dim, out_dim);
         if (end - j == 4 && w0)
             dot4_f32(out + j, w0, w0 + in_dim, w0 + 2 * (size_t)in_dim, w0 + 3 * (size_t)in_dim, x,
                      in_dim);
