@@ -106,8 +106,15 @@ static void test_sampling_independence(void) {
     opt.max_batch = 16;
     GenerateStats stats;
     opt.stats = &stats;
+    double wall = omp_get_wtime();
     CHECK(generate(&m, prompts, lens, 4, &opt, b) == 0, "%s", err_msg());
+    wall = omp_get_wtime() - wall;
     opt.stats = NULL;
+    /* the step times are parts of the call's time */
+    CHECK(stats.prefill_seconds > 0 && stats.decode_seconds > 0 && stats.pack_seconds >= 0 &&
+              stats.prefill_seconds + stats.decode_seconds + stats.pack_seconds <= wall,
+          "step times: prefill %g s, decode %g s, packing %g s, of a %g s call",
+          stats.prefill_seconds, stats.decode_seconds, stats.pack_seconds, wall);
     /* the 4 completions of a prompt share its prefill: 3 + 7 + 1 + 4 prompt tokens, once */
     CHECK(stats.prefill_tokens == 15, "%ld prompt tokens prefilled, 15 expected",
           stats.prefill_tokens);

@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -20,12 +22,29 @@ bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) 
     return prefill_rows >= PACKED_MIN_PREFILL_ROWS && packed_matmul_suits(PACKED_MIN_PREFILL_ROWS);
 }
 
-bool packed_model_fits(const Model *m, const PackedModel *store) {
+/* Bytes the system can give without swapping: /proc/meminfo's MemAvailable, which counts the
+ * page cache the kernel would drop (just after a model is read, its file's pages fill much of
+ * memory and the free pages alone can look too few); the free pages where there is no
+ * /proc. 0 when unknown. */
+static double available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[128];
+        unsigned long long kb = 0;
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f))
+            found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+        fclose(f);
+        if (found) return (double)kb * 1024.0;
+    }
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return false;
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+bool packed_model_fits(const Model *m, const PackedModel *store) {
     double held = store ? (double)store->block_bytes : 0;
     double bytes = (double)m->n_params * (m->params ? sizeof(float) : sizeof(uint16_t));
-    return bytes <= 0.5 * ((double)pages * (double)page + held);
+    return bytes <= 0.5 * (available_bytes() + held);
 }
 
 static void layer_matrices(const LayerWeights *w, WeightRef out[PACKED_PER_LAYER]) {

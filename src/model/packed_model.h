@@ -41,7 +41,8 @@ typedef struct PackedModel {
  * large enough to repay it alone. */
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows);
 
-/* Whether the copy may have its memory: at most half of what is free now, counting what `store`
+/* Whether the copy may have its memory: at most half of what is available now (MemAvailable:
+ * free pages and the page cache the kernel would drop), counting what `store`
  * (NULL or empty: none) holds already as free. Asked at every generate() call, so that a kept
  * store is given back once training has grown into the memory (GRPO allocates its training
  * buffers after the first generation). */

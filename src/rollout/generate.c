@@ -193,14 +193,14 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             chunk_slot[n_chunks++] = s;
         }
         if (n_chunks == 0) break;
-        for (int c = 0; c < n_chunks; c++)
-            prefill_step |= !r.slots[chunk_slot[c]].prefilled;
         if (opt->stats)
             for (int c = 0; c < n_chunks; c++) {
-                if (r.slots[chunk_slot[c]].prefilled)
+                if (r.slots[chunk_slot[c]].prefilled) {
                     opt->stats->decode_tokens += chunks[c].n_tokens;
-                else
+                } else {
                     opt->stats->prefill_tokens += chunks[c].n_tokens;
+                    prefill_step = true;
+                }
             }
         rc = model_forward_cached(m, packed, &r.kv, chunks, n_chunks, logits);
         if (rc != 0) break;
