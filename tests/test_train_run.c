@@ -313,10 +313,14 @@ static void test_preprocess_cache(void) {
     const char *cached[] = {"--max_steps",  "3",       "--dataset_prepared_path", prep,
                             "--output_dir", out_cached};
     CHECK(train_with(config, cached, 3) == CLI_EXIT_OK, "train from the cache: %s", err_msg());
-    const char *fresh[] = {
-        "--max_steps",  "3",      "--dataset_prepared_path", harness_tmp_path("prep-other"),
-        "--output_dir", out_fresh};
+    /* a prepared path whose parent does not exist yet (the quickstart's outputs/prepared) */
+    char prep_nested[4096];
+    snprintf(prep_nested, sizeof prep_nested, "%s", harness_tmp_path("prep-other/nested"));
+    const char *fresh[] = {"--max_steps",  "3",      "--dataset_prepared_path", prep_nested,
+                           "--output_dir", out_fresh};
     CHECK(train_with(config, fresh, 3) == CLI_EXIT_OK, "train without a cache: %s", err_msg());
+    snprintf(find, sizeof find, "ls '%s' | wc -l | grep -qx 1", prep_nested);
+    CHECK(system(find) == 0, "the cache is written under a prepared path with missing parents");
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/model.safetensors", out_cached);
     snprintf(b, sizeof b, "%s/model.safetensors", out_fresh);

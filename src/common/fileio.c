@@ -129,3 +129,18 @@ int write_file_atomic(const char *path, const void *data, size_t len) {
     }
     return atomic_file_commit(&af);
 }
+
+int make_dirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return err_set("%s: cannot create: %s", buf, strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+    return 0;
+}

@@ -21,6 +21,9 @@ bool dir_exists(const char *path);
 /* path_join(buf, cap, "dir", "name") -> "dir/name"; returns -1 (error set) on overflow. */
 int path_join(char *buf, size_t cap, const char *dir, const char *name);
 
+/* mkdir -p. Returns 0, or -1 with an error naming the directory that could not be made. */
+int make_dirs(const char *path);
+
 typedef struct {
     FILE *fp;         /* write through this */
     char *final_path; /* where it lands on commit */

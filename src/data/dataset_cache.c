@@ -4,11 +4,9 @@
 #include "common/fileio.h"
 #include "data/dataset_rows.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define CACHE_MAGIC "RLHFSFT1"
 
@@ -112,17 +110,9 @@ int sft_dataset_prepare(SftDataset *ds, const TrainConfig *cfg, const Tokenizer 
 
 int dataset_cache_write(const char *dir, const SftDataset *ds) {
     char path[4096];
-    /* the two levels: the prepared-datasets root and the key directory */
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash) {
-        *slash = '\0';
-        if (mkdir(parent, 0755) != 0 && errno != EEXIST)
-            return err_set("%s: cannot create: %s", parent, strerror(errno));
-    }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set("%s: cannot create: %s", dir, strerror(errno));
+    /* the key directory and every missing parent (the quickstart's outputs/prepared sits in an
+     * output directory that training creates only later) */
+    if (make_dirs(dir) != 0) return -1;
     if (path_join(path, sizeof path, dir, "examples.bin") != 0) return -1;
     AtomicFile af;
     if (atomic_file_open(&af, path) != 0) return -1;

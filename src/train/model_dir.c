@@ -9,21 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int make_dirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return err_set("%s: cannot create: %s", buf, strerror(errno));
-        *p = c;
-        if (!c) break;
-    }
-    return 0;
-}
-
 static int copy_if_present(const char *from_dir, const char *to_dir, const char *name) {
     char from[4096], to[4096];
     if (path_join(from, sizeof from, from_dir, name) || path_join(to, sizeof to, to_dir, name))

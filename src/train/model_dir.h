@@ -2,11 +2,9 @@
 #ifndef RLHF_TRAIN_MODEL_DIR_H
 #define RLHF_TRAIN_MODEL_DIR_H
 
+#include "common/fileio.h" /* make_dirs, for the callers that create out_dir */
 #include "io/safetensors.h"
 #include "model/model.h"
-
-/* mkdir -p. Returns 0, or -1 with an error. */
-int make_dirs(const char *path);
 
 /* Writes m's weights as `dtype` to out_dir (model.safetensors, or 5 GB shards and an index as
  * save_pretrained does), and copies config.json and
