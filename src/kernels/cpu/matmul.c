@@ -94,7 +94,19 @@ void bf16_widen(float *dst, const uint16_t *src, size_t n) {
 static float dot_bf16(const float *x, const uint16_t *w, int n) {
     int i = 0;
     float sum = 0.0f;
-#if HAVE_AVX2
+#if defined(__AVX512F__)
+    /* one cache line of w per step */
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        __m512i w0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i)));
+        __m512i w1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i + 16)));
+        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), _mm512_loadu_ps(x + i),
+                             a0);
+        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)),
+                             _mm512_loadu_ps(x + i + 16), a1);
+    }
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#elif HAVE_AVX2
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (; i + 16 <= n; i += 16) {
         __m256i w0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
