@@ -92,11 +92,16 @@ static void sort_by_logit(const float *z, int vocab, int32_t *order, int32_t *mo
 /* The exponentials are fast_expf's (vectorised; relative error below 3e-7, as libm's expf),
  * summed apart in double: over a 150k vocabulary for every sequence at every decode step,
  * libm's scalar expf was 5% of batch-64 decoding. */
-static void softmax(const float *z, float *p, int n) {
+static float max_logit(const float *z, int n) {
     float max = -INFINITY;
 #pragma omp simd reduction(max : max)
     for (int j = 0; j < n; j++)
         max = z[j] > max ? z[j] : max;
+    return max;
+}
+
+static void softmax(const float *z, float *p, int n) {
+    float max = max_logit(z, n);
 #pragma omp simd
     for (int j = 0; j < n; j++)
         p[j] = z[j] == -INFINITY ? 0.0f : fast_expf(z[j] - max);
@@ -114,10 +119,7 @@ static void softmax(const float *z, float *p, int n) {
  * holds it (torch.argmax's tie rule). A compare-and-keep-index loop stays scalar, and over a 150k
  * vocabulary for every sequence at every greedy decode step it cost more than the exponentials. */
 static int32_t argmax(const float *z, int n) {
-    float max = -INFINITY;
-#pragma omp simd reduction(max : max)
-    for (int j = 0; j < n; j++)
-        max = z[j] > max ? z[j] : max;
+    float max = max_logit(z, n);
     int start = 0;
     for (; start + 64 <= n; start += 64) {
         bool found = false;

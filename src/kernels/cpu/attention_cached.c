@@ -14,6 +14,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -183,19 +184,19 @@ static float dot(const float *q, const float *row, int hd) {
 
 #ifdef DOT8_WIDTH
 /* Asks for rows [first, end) of a head's cache, hd floats each, `stride` apart: into L1 for the
- * next block of keys, into L2 for the values the weighted sum reads after the softmax. Each
- * sequence's rows are a fresh read from memory at every step, and at 8 keys x 7 heads of work
- * per block the hardware's own prefetch does not run far enough ahead. */
-static void prefetch_rows_l1(const float *rows, int first, int end, size_t stride, int hd) {
+ * next block of keys, into L2 (into_l1 false) for the values the weighted sum reads after the
+ * softmax. Each sequence's rows are a fresh read from memory at every step, and at 8 keys x 7
+ * heads of work per block the hardware's own prefetch does not run far enough ahead. */
+static void prefetch_rows(const float *rows, int first, int end, size_t stride, int hd,
+                          bool into_l1) {
     for (int j = first; j < end; j++)
-        for (int d = 0; d < hd; d += 16)
-            _mm_prefetch((const char *)(rows + (size_t)j * stride + d), _MM_HINT_T0);
-}
-
-static void prefetch_rows_l2(const float *rows, int first, int end, size_t stride, int hd) {
-    for (int j = first; j < end; j++)
-        for (int d = 0; d < hd; d += 16)
-            _mm_prefetch((const char *)(rows + (size_t)j * stride + d), _MM_HINT_T1);
+        for (int d = 0; d < hd; d += 16) {
+            const char *line = (const char *)(rows + (size_t)j * stride + d);
+            if (into_l1)
+                _mm_prefetch(line, _MM_HINT_T0);
+            else
+                _mm_prefetch(line, _MM_HINT_T1);
+        }
 }
 #endif
 
@@ -207,8 +208,8 @@ static void key_scores(float *scores, const float *q, const float *k, const floa
 #ifdef DOT8_WIDTH
     if (hd % DOT8_WIDTH == 0)
         for (; t + 8 <= len; t += 8) {
-            prefetch_rows_l1(k, t + 8, t + 16 < len ? t + 16 : len, stride, hd);
-            prefetch_rows_l2(v, t, t + 8, stride, hd);
+            prefetch_rows(k, t + 8, t + 16 < len ? t + 16 : len, stride, hd, true);
+            prefetch_rows(v, t, t + 8, stride, hd, false);
             for (int h = 0; h < n_q; h++)
                 dot8_rows(scores + (size_t)h * len + t, q + (size_t)h * hd, k + (size_t)t * stride,
                           stride, hd);
