@@ -11,15 +11,20 @@
  * 0.24 s on the 0.5B shape, what about 10 decode steps save at 8 rows and 3 at 64. */
 #define PACKED_MIN_STEPS 16
 /* Prompt tokens whose prefill repays the copy where the packed product suits prefills (AVX-512
- * builds): 512 rows of the 0.5B shape take ~1.5 s with OpenBLAS's AVX2 kernels and ~0.85 s
- * packed, against a refill of a few tenths of a second. */
-#define PACKED_MIN_PREFILL_ROWS 512
+ * builds). Measured on the 0.5B shape, one prompt (Zen 5, 2 threads; prefill seconds unpacked
+ * against packed plus the copy): fp32 128 rows 0.47 vs 0.25 + 0.22, 256 rows 0.91 vs
+ * 0.47 + 0.21. A model kept in bf16 repays it sooner, as its unpacked products widen W to fp32
+ * for OpenBLAS's AVX2 kernels while the packed ones are bf16 dot products: 32 rows 0.16-0.20 vs
+ * about 0.04 + 0.115, 64 rows 0.29 vs 0.08 + 0.115. */
+#define PACKED_MIN_PREFILL_ROWS      256
+#define PACKED_MIN_PREFILL_ROWS_BF16 64
 
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) {
     if (!m->params && !packed_bf16_available()) return false;
     if (packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS) return true;
     /* the prefill's products take the packed path only where it suits that many rows */
-    return prefill_rows >= PACKED_MIN_PREFILL_ROWS && packed_matmul_suits(PACKED_MIN_PREFILL_ROWS);
+    int min_rows = m->params ? PACKED_MIN_PREFILL_ROWS : PACKED_MIN_PREFILL_ROWS_BF16;
+    return prefill_rows >= min_rows && packed_matmul_suits(min_rows);
 }
 
 /* Bytes the system can give without swapping: /proc/meminfo's MemAvailable, which counts the
