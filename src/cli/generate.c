@@ -31,8 +31,9 @@ static const char generate_usage[] =
     "adapter_model.safetensors) to the model without merging it.\n"
     "--bf16 keeps the model's weights in bf16 (rounded to nearest even): half the memory and\n"
     "half the bytes read per decoded token; the arithmetic stays fp32, except that on a CPU\n"
-    "with bf16 dot products (AVX512_BF16) 6 or more sequences decoding together multiply\n"
-    "bf16-rounded inputs by the weights, summing in fp32 (about twice as fast).\n";
+    "with bf16 dot products (AVX512_BF16) 6 or more sequences decoding together, and prompts\n"
+    "of 64 tokens or more being prefilled, multiply bf16-rounded inputs by the weights,\n"
+    "summing in fp32 (about twice as fast).\n";
 
 typedef struct {
     const char *model, *tokenizer, *prompt, *prompts, *out, *adapter;

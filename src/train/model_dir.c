@@ -4,10 +4,8 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static int copy_if_present(const char *from_dir, const char *to_dir, const char *name) {
     char from[4096], to[4096];

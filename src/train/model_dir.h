@@ -2,7 +2,6 @@
 #ifndef RLHF_TRAIN_MODEL_DIR_H
 #define RLHF_TRAIN_MODEL_DIR_H
 
-#include "common/fileio.h" /* make_dirs, for the callers that create out_dir */
 #include "io/safetensors.h"
 #include "model/model.h"
 
