@@ -144,6 +144,12 @@ static void test_sampling_independence(void) {
     model_free(&m);
 }
 
+/* How far a log-prob is from the one it is held to, relative to that one (near-certain tokens,
+ * whose log-prob is about 0, are measured against 1e-3). */
+static double logprob_error(double got, double want) {
+    return fabs(got - want) / fmax(fabs(want), 1e-3);
+}
+
 /* The packed-decoding tests' run: 8 prompts of 1 to 8 tokens (8 rows decoding together),
  * greedy, STAIRS_NEW new tokens, at max_batch (0: all at once) and with store as the packed
  * weights to keep (NULL: none kept). */
@@ -223,9 +229,7 @@ static void test_packed_bf16_decoding(void) {
     for (int i = 0; i < N; i++) {
         int t = 0;
         for (; t < plain[i].len && t < packed[i].len && plain[i].ids[t] == packed[i].ids[t]; t++) {
-            double err = fabs(packed[i].logprobs[t] - plain[i].logprobs[t]) /
-                         fmax(fabs(plain[i].logprobs[t]), 1e-3);
-            if (err > worst) worst = err;
+            worst = fmax(worst, logprob_error(packed[i].logprobs[t], plain[i].logprobs[t]));
         }
         common += t, total += plain[i].len;
     }
@@ -260,9 +264,7 @@ static double worst_against_forward(const Model *m, const int32_t *const *prompt
         CHECK(model_token_logprobs(m, &b, NULL, logp) == 0, "%s", err_msg());
         CHECK(model_logits(m, &b, 0, lens[i] - 1, T - 1, logits) == 0, "%s", err_msg());
         for (int t = 0; t < out[i].len; t++) {
-            double want = logp[lens[i] + t];
-            double err = fabs(out[i].logprobs[t] - want) / fmax(fabs(want), 1e-3);
-            if (err > worst) worst = err;
+            worst = fmax(worst, logprob_error(out[i].logprobs[t], logp[lens[i] + t]));
             const float *row = logits + (size_t)t * V;
             int best = 0;
             for (int v = 1; v < V; v++)
