@@ -12,8 +12,8 @@
 #include "harness.h"
 #include "methods/grpo_advantages.h"
 #include "model/reference_policy.h"
-#include "train/grpo_metrics.h"
-#include "train/grpo_trainer.h"
+#include "grpo/grpo_metrics.h"
+#include "grpo/grpo_trainer.h"
 #include "trained_weights.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "rollout/sampler.h"
-#include "train/replay_buffer.h"
+#include "grpo/replay_buffer.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include "model/forward.h"
 #include "train/bad_steps.h"
 #include "train/checkpoint.h"
-#include "train/grpo_run.h"
+#include "grpo/grpo_run.h"
 #include "train/kto_method.h"
 #include "train/pref_method.h"
 #include "train/run_support.h"

@@ -19,10 +19,10 @@
  * exactly those, so it is not stored), real completion tokens with their completion_mask values
  * (a truncated row may be masked to 0 throughout), G advantages as computed when stored, and the
  * old/ref per-token log-probs of the real completion tokens when the batch had them. */
-#ifndef RLHF_TRAIN_REPLAY_BUFFER_H
-#define RLHF_TRAIN_REPLAY_BUFFER_H
+#ifndef RLHF_GRPO_REPLAY_BUFFER_H
+#define RLHF_GRPO_REPLAY_BUFFER_H
 
-#include "train/grpo_batch.h"
+#include "grpo/grpo_batch.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "train/grpo_run.h"
+#include "grpo/grpo_run.h"
 
 #include "common/error.h"
 #include "common/fileio.h"
@@ -9,10 +9,10 @@
 #include "rewards/reward_registry.h"
 #include "train/bad_steps.h"
 #include "train/checkpoint.h"
-#include "train/grpo_rollout.h"
-#include "train/grpo_trainer.h"
+#include "grpo/grpo_rollout.h"
+#include "grpo/grpo_trainer.h"
 #include "train/model_dir.h"
-#include "train/replay_buffer.h"
+#include "grpo/replay_buffer.h"
 #include "train/run_support.h"
 #include "train/stop_signal.h"
 

@@ -1,10 +1,10 @@
-#include "train/grpo_trainer.h"
+#include "grpo/grpo_trainer.h"
 
 #include "common/error.h"
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "rollout/sampler.h"
-#include "train/grpo_share.h"
+#include "grpo/grpo_share.h"
 
 #include <math.h>
 #include <stdlib.h>

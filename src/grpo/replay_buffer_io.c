@@ -23,8 +23,8 @@
  * promises is checked before any entry is built. */
 #include "common/error.h"
 #include "io/safetensors.h"
-#include "train/replay_buffer.h"
-#include "train/replay_buffer_internal.h"
+#include "grpo/replay_buffer.h"
+#include "grpo/replay_buffer_internal.h"
 
 #include <limits.h>
 #include <math.h>

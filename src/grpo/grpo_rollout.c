@@ -1,10 +1,10 @@
-#include "train/grpo_rollout.h"
+#include "grpo/grpo_rollout.h"
 
 #include "common/error.h"
 #include "dist/dist.h"
 #include "methods/grpo_advantages.h"
 #include "rollout/generate.h"
-#include "train/grpo_share.h"
+#include "grpo/grpo_share.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
  * but the same layout keeps the copies byte for byte alike). */
 #include "common/error.h"
 #include "dist/dist.h"
-#include "train/replay_buffer.h"
-#include "train/replay_buffer_internal.h"
+#include "grpo/replay_buffer.h"
+#include "grpo/replay_buffer_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>

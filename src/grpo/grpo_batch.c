@@ -1,4 +1,4 @@
-#include "train/grpo_batch.h"
+#include "grpo/grpo_batch.h"
 
 #include "common/error.h"
 

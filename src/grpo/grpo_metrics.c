@@ -1,4 +1,4 @@
-#include "train/grpo_metrics.h"
+#include "grpo/grpo_metrics.h"
 
 #include "common/error.h"
 

@@ -4,8 +4,8 @@
  *  - the old / reference log-probs: each rank computed them for one contiguous run of rows.
  * Both are collectives (every rank calls them at the same point with the same row counts); in
  * one process there is nothing to exchange. */
-#ifndef RLHF_TRAIN_GRPO_SHARE_H
-#define RLHF_TRAIN_GRPO_SHARE_H
+#ifndef RLHF_GRPO_GRPO_SHARE_H
+#define RLHF_GRPO_GRPO_SHARE_H
 
 #include "rollout/generate.h"
 

@@ -2,8 +2,8 @@
  * completions, the group_size completions of one prompt contiguous. Prompts are left-padded to
  * prompt_w columns, completions right-padded to completion_w. This is what the optimisation
  * passes read and what the replay buffer stores and puts back, group by group. */
-#ifndef RLHF_TRAIN_GRPO_BATCH_H
-#define RLHF_TRAIN_GRPO_BATCH_H
+#ifndef RLHF_GRPO_GRPO_BATCH_H
+#define RLHF_GRPO_GRPO_BATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>

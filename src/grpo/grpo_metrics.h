@@ -2,11 +2,11 @@
  * completion lengths and truncation, each reward function's mean and std, the weighted reward,
  * its std, the share of rows without reward spread, and the running token count. The loss-time
  * metrics (entropy, kl, clip ratios) are added per micro-step by grpo_trainer.c. */
-#ifndef RLHF_TRAIN_GRPO_METRICS_H
-#define RLHF_TRAIN_GRPO_METRICS_H
+#ifndef RLHF_GRPO_GRPO_METRICS_H
+#define RLHF_GRPO_GRPO_METRICS_H
 
 #include "methods/grpo_advantages.h"
-#include "train/grpo_batch.h"
+#include "grpo/grpo_batch.h"
 #include "train/step_metrics.h"
 
 #include <stdbool.h>

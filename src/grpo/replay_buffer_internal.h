@@ -1,9 +1,9 @@
 /* What the replay buffer's files share and nothing else needs: the entry orders, the heap offer
  * that keeps an entry's own counter (load), and entry sizes. */
-#ifndef RLHF_TRAIN_REPLAY_BUFFER_INTERNAL_H
-#define RLHF_TRAIN_REPLAY_BUFFER_INTERNAL_H
+#ifndef RLHF_GRPO_REPLAY_BUFFER_INTERNAL_H
+#define RLHF_GRPO_REPLAY_BUFFER_INTERNAL_H
 
-#include "train/replay_buffer.h"
+#include "grpo/replay_buffer.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,8 +2,8 @@
  * completions per prompt from the in-process engine (sampled as TRL's generation_kwargs say),
  * cut after the tokenizer's EOS, decoded without special tokens, scored by every reward
  * function, turned into advantages; TRL's generation metrics are added on the way. */
-#ifndef RLHF_TRAIN_GRPO_ROLLOUT_H
-#define RLHF_TRAIN_GRPO_ROLLOUT_H
+#ifndef RLHF_GRPO_GRPO_ROLLOUT_H
+#define RLHF_GRPO_GRPO_ROLLOUT_H
 
 #include "config/grpo_config.h"
 #include "data/grpo_dataset.h"
@@ -11,8 +11,8 @@
 #include "model/packed_model.h"
 #include "rewards/reward_func.h"
 #include "tokenizer/tokenizer.h"
-#include "train/grpo_batch.h"
-#include "train/grpo_metrics.h"
+#include "grpo/grpo_batch.h"
+#include "grpo/grpo_metrics.h"
 #include "train/step_metrics.h"
 
 #include <stdbool.h>

@@ -17,13 +17,13 @@
  * ranks, the gradient is the one of one process with world times the accumulation. The old and
  * reference log-probs of a batch are computed a contiguous run of micro-batches per rank and
  * gathered. */
-#ifndef RLHF_TRAIN_GRPO_TRAINER_H
-#define RLHF_TRAIN_GRPO_TRAINER_H
+#ifndef RLHF_GRPO_GRPO_TRAINER_H
+#define RLHF_GRPO_GRPO_TRAINER_H
 
 #include "config/grpo_config.h"
 #include "methods/grpo_loss.h"
 #include "model/reference_policy.h"
-#include "train/grpo_batch.h"
+#include "grpo/grpo_batch.h"
 #include "train/step_metrics.h"
 #include "train/trainer.h"
 

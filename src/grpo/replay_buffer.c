@@ -1,10 +1,10 @@
 /* The buffer itself: entries, the min-heap that bounds it, and the score-weighted draw. What a
  * generation batch does with it is in replay_update.c; files in replay_buffer_io.c. */
-#include "train/replay_buffer.h"
+#include "grpo/replay_buffer.h"
 
 #include "common/error.h"
 #include "rollout/sampler.h"
-#include "train/replay_buffer_internal.h"
+#include "grpo/replay_buffer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

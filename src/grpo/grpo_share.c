@@ -1,4 +1,4 @@
-#include "train/grpo_share.h"
+#include "grpo/grpo_share.h"
 
 #include "common/error.h"
 #include "dist/dist.h"

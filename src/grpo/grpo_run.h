@@ -1,8 +1,8 @@
 /* rl: grpo / rl: gdpo end to end (trl-methods.md §5): prompts, generation with the in-process
  * engine, rewards, advantages, num_iterations passes per generation batch, logging, evaluation
  * on held-out prompts, checkpoints (with the replay buffer when it is on) and resuming. */
-#ifndef RLHF_TRAIN_GRPO_RUN_H
-#define RLHF_TRAIN_GRPO_RUN_H
+#ifndef RLHF_GRPO_GRPO_RUN_H
+#define RLHF_GRPO_GRPO_RUN_H
 
 #include "config/train_config.h"
 #include "model/model.h"

@@ -2,8 +2,8 @@
  * out (its groups without variance overwritten by stored ones), §6.4 steps 3-4. Everything that
  * can fail is checked before the buffer or the batch is touched. */
 #include "common/error.h"
-#include "train/replay_buffer.h"
-#include "train/replay_buffer_internal.h"
+#include "grpo/replay_buffer.h"
+#include "grpo/replay_buffer_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
