@@ -6,7 +6,7 @@
 #include "config/train_config.h"
 #include "python/py_embed.h"
 #include "train/stop_signal.h"
-#include "train/train_run.h"
+#include "train/session.h"
 
 #include <math.h>
 #include <stdatomic.h>

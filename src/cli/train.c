@@ -8,7 +8,7 @@
 #include "dist/dist.h"
 #include "dist/dist_launch.h"
 #include "train/stop_signal.h"
-#include "train/train_run.h"
+#include "train/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>

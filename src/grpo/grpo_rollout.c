@@ -1,5 +1,6 @@
 #include "grpo/grpo_rollout.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "dist/dist.h"
 #include "methods/grpo_advantages.h"
@@ -9,13 +10,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static SamplingParams sampling_of(const GrpoConfig *c) {
     return (SamplingParams){.do_sample = true,
@@ -140,17 +134,17 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
                            .seed = r->seed * 0x9E3779B97F4A7C15ull + stream,
                            .first_stream = first,
                            .packed = &r->packed};
-    double t0 = seconds();
+    double t0 = clock_seconds();
     int rc = 0;
     if (r->scripted)
         generate_scripted(r->model->cfg.vocab_size, n_prompts, &opt, comp);
     else
         rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
-    double t1 = seconds();
+    double t1 = clock_seconds();
     free(prompts), free(lens);
     if (rc != 0) return err_prefix("GRPO generation");
     rc = score(r, ds, idx, rows, G, comp, trainer_state, rewards);
-    if (times) times->generate_s += t1 - t0, times->reward_s += seconds() - t1;
+    if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
     return rc;
 }
 
@@ -183,9 +177,12 @@ static void finish_batch(GrpoRollout *r, const GrpoDataset *ds, const size_t *id
     free(truncated);
 }
 
-int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts, int G,
-                 uint64_t stream, const json_t *trainer_state, bool shared, StepMetrics *metrics,
-                 bool training, GrpoBatch *out, float *group_std, RolloutTimes *times) {
+int grpo_rollout(GrpoRollout *r, const RolloutRequest *req, GrpoBatch *out, float *group_std) {
+    const GrpoDataset *ds = req->ds;
+    const size_t *idx = req->idx;
+    int n_prompts = req->n_prompts, G = req->group_size;
+    bool shared = req->shared;
+    RolloutTimes *times = req->times;
     int rows = n_prompts * G, K = r->cfg->n_reward_funcs, lo = 0, hi = n_prompts;
     if (shared) { /* this rank's run of whole groups */
         DistShards part;
@@ -196,14 +193,15 @@ int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n
     Completion *comp = xcalloc((size_t)(rows ? rows : 1), sizeof *comp);
     size_t cells = (size_t)rows * (size_t)K;
     double *rewards = xmalloc((cells ? cells : 1) * sizeof *rewards);
-    int rc =
-        generate_and_score(r, ds, idx + lo, hi - lo, G, stream, (uint64_t)lo * G, trainer_state,
-                           comp + (size_t)lo * G, rewards + (size_t)lo * G * K, times);
+    int rc = generate_and_score(r, ds, idx + lo, hi - lo, G, req->stream, (uint64_t)lo * G,
+                                req->trainer_state, comp + (size_t)lo * G,
+                                rewards + (size_t)lo * G * K, times);
     /* a rank whose reward function failed must not leave the others in the gather */
     if (shared && dist_agree(rc) != 0) rc = -1;
     if (shared && rc == 0) grpo_share_completions(comp, rewards, rows, K, lo * G, hi * G);
     if (rc == 0)
-        finish_batch(r, ds, idx, n_prompts, G, comp, rewards, metrics, training, out, group_std);
+        finish_batch(r, ds, idx, n_prompts, G, comp, rewards, req->metrics, req->training, out,
+                     group_std);
     for (int i = 0; times && rc == 0 && i < rows; i++) /* the whole job's, for tokens/s */
         times->generated_tokens += comp[i].len;
     free(rewards);

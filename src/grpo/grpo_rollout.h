@@ -40,25 +40,35 @@ typedef struct {
     long generated_tokens;       /* completion tokens of the whole batch, every rank's */
 } RolloutTimes;
 
+/* What one call of grpo_rollout generates and scores. */
+typedef struct {
+    const GrpoDataset *ds;
+    const size_t *idx;           /* the dataset rows of the prompts (n_prompts) */
+    int n_prompts, group_size;   /* group_size (G) completions per prompt */
+    uint64_t stream;             /* picks the random draws (below) */
+    const json_t *trainer_state; /* what reward functions see as trainer_state */
+    bool shared;                 /* the ranks share the work (below); collective then */
+    bool training;               /* a training batch: the token count of the metrics grows */
+    StepMetrics *metrics;        /* receives the generation metrics; NULL: none added */
+    RolloutTimes *times;         /* receives the wall times and token count; may be NULL */
+} RolloutRequest;
+
 /* Generates and scores G completions for each of the n_prompts dataset rows idx[]. `stream`
  * picks the random draws: completion j of the batch (completion j % G of prompt j / G) draws
  * from its own stream (seed, stream, j), whichever rank generates it, so the same stream gives
  * the same completions on any number of ranks (up to the last bits of the logits, which the
  * batch's row count moves: a token can flip where a draw falls that close to a boundary).
  *
- * shared (collective: every rank calls it with the same arguments): the ranks cut the prompts
+ * shared (collective: every rank calls it with the same request): the ranks cut the prompts
  * into contiguous runs of whole groups, each generates and scores its own run (reward
  * functions see that rank's completions, as TRL's processes call them on theirs), and the
  * completions and rewards are gathered so that every rank holds the whole batch; the
  * advantages, group statistics and metrics are then computed on the whole batch, the same bytes
  * on every rank. Not shared: this rank does the whole batch alone.
  *
- * *out is allocated; group_std (n_prompts) receives each group's reward std. metrics (may be
- * NULL: none added) receives the generation metrics; training: whether the token count grows.
- * Returns 0, or -1 with an error naming the reward function or prompt that failed (shared: on
- * every rank, agreed). */
-int grpo_rollout(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts, int G,
-                 uint64_t stream, const json_t *trainer_state, bool shared, StepMetrics *metrics,
-                 bool training, GrpoBatch *out, float *group_std, RolloutTimes *times);
+ * *out is allocated; group_std (n_prompts) receives each group's reward std. Returns 0, or -1
+ * with an error naming the reward function or prompt that failed (shared: on every rank,
+ * agreed). */
+int grpo_rollout(GrpoRollout *r, const RolloutRequest *req, GrpoBatch *out, float *group_std);
 
 #endif

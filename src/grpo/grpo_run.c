@@ -1,29 +1,33 @@
 #include "grpo/grpo_run.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
-#include "python/py_embed.h"
-#include "rewards/reward_registry.h"
-#include "train/bad_steps.h"
-#include "train/checkpoint.h"
 #include "grpo/grpo_rollout.h"
 #include "grpo/grpo_trainer.h"
-#include "train/model_dir.h"
 #include "grpo/replay_buffer.h"
-#include "train/run_support.h"
-#include "train/stop_signal.h"
+#include "python/py_embed.h"
+#include "rewards/reward_registry.h"
+#include "train/data_order.h"
+#include "train/metrics_log.h"
+#include "train/reference.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
-/* Everything one GRPO run holds. */
+/* Everything one GRPO run holds: the training loop's StepSource context.
+ *
+ * Invariants:
+ *  1. Generation batch number k (counted over the whole run, from 0) takes prompts
+ *     order[(k % generations_per_epoch) x prompts_per_generation ...] of epoch
+ *     k / generations_per_epoch, and its draws are stream k: a resumed run regenerates the
+ *     batches its checkpoint had not used up, from next_generation on, exactly.
+ *  2. order holds epoch order_epoch's prompt order (-1: none yet). */
 typedef struct {
     const TrainConfig *cfg;
     const GrpoConfig *g;
@@ -32,20 +36,18 @@ typedef struct {
     const ReferencePolicy *ref; /* beta != 0 only */
     GrpoRollout rollout;
     GrpoTrainer gt;
-    Trainer tr;
+    Trainer *tr;         /* the loop's, from start on */
     ReplayBuffer replay; /* capacity 0: off */
-    size_t *order;       /* this epoch's prompt order */
+    size_t *order;
     int64_t order_epoch;
+    int64_t next_generation;
     int prompts_per_generation;
     int64_t generations_per_epoch, steps_per_epoch, total;
     RolloutTimes times;
-    double train_s;
+    double train_s, step_start;
     RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
     double logged_train_s;
     int64_t logged_step;
-    double loss_sum; /* over the whole run (skipped steps excluded), for TrainOutcome */
-    int64_t loss_steps, first_step;
-    double loop_s;
     FILE *log;
 } GrpoRun;
 
@@ -56,7 +58,7 @@ static int held_out_prompts(GrpoRun *r, const Tokenizer *tok) {
         return grpo_dataset_load(&r->held_out, cfg, cfg->test_datasets, cfg->n_test_datasets, tok,
                                  r->log);
     size_t *order, n_val;
-    if (validation_draw(r->train.n, cfg, &order, &n_val) != 0) return -1;
+    if (data_order_validation_draw(r->train.n, cfg, &order, &n_val) != 0) return -1;
     if (order) grpo_dataset_split(&r->train, order, n_val, &r->held_out);
     free(order);
     return 0;
@@ -83,9 +85,9 @@ static int plan_steps(GrpoRun *r) {
 }
 
 static json_t *state_for_rewards(const GrpoRun *r) {
-    return json_pack("{s:I,s:I,s:f}", "global_step", (json_int_t)r->tr.step, "max_steps",
+    return json_pack("{s:I,s:I,s:f}", "global_step", (json_int_t)r->tr->step, "max_steps",
                      (json_int_t)r->total, "epoch",
-                     (double)r->tr.step / (double)r->steps_per_epoch);
+                     (double)r->tr->step / (double)r->steps_per_epoch);
 }
 
 /* The replay buffer's turn (trl-methods.md §6.4): groups with reward spread go in, groups
@@ -111,33 +113,39 @@ static int save_replay(void *ctx, const char *dir) {
     return replay_buffer_save(ctx, path);
 }
 
-/* Generation batch number `index` (counted over the whole run): its prompts, generated,
- * scored and queued. Collective: the ranks share the generation (grpo_rollout), and every rank
- * queues the whole batch; rank 0 alone adds the generation metrics, which describe the whole
- * batch. */
+/* Generation batch number `index` (invariant 1): its prompts, generated, scored and queued.
+ * Collective: the ranks share the generation (grpo_rollout), and every rank queues the whole
+ * batch; rank 0 alone adds the generation metrics, which describe the whole batch. */
 static int add_generation(GrpoRun *r, int64_t index) {
     int64_t epoch = index / r->generations_per_epoch, pos = index % r->generations_per_epoch;
     if (epoch != r->order_epoch) {
         if (r->g->shuffle_dataset)
-            shuffle(r->order, r->train.n, r->cfg->seed, epoch);
+            data_order_shuffle(r->order, r->train.n, r->cfg->seed, epoch);
         else
             for (size_t i = 0; i < r->train.n; i++)
                 r->order[i] = i;
         r->order_epoch = epoch;
     }
-    const size_t *idx = r->order + pos * r->prompts_per_generation;
     GrpoBatch b;
     float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
     json_t *state = state_for_rewards(r);
-    trainer_release_activations(&r->tr); /* generation's KV cache takes their place */
-    int rc = grpo_rollout(&r->rollout, &r->train, idx, r->prompts_per_generation,
-                          r->g->num_generations, (uint64_t)index, state, true,
-                          dist_is_root() ? &r->gt.metrics : NULL, true, &b, group_std, &r->times);
+    trainer_release_activations(r->tr); /* generation's KV cache takes their place */
+    RolloutRequest req = {.ds = &r->train,
+                          .idx = r->order + pos * r->prompts_per_generation,
+                          .n_prompts = r->prompts_per_generation,
+                          .group_size = r->g->num_generations,
+                          .stream = (uint64_t)index,
+                          .trainer_state = state,
+                          .shared = true,
+                          .training = true,
+                          .metrics = dist_is_root() ? &r->gt.metrics : NULL,
+                          .times = &r->times};
+    int rc = grpo_rollout(&r->rollout, &req, &b, group_std);
     json_decref(state);
     if (rc == 0) {
-        double t0 = now_seconds();
+        double t0 = clock_seconds();
         rc = grpo_trainer_logprobs(&r->gt, &b);
-        r->train_s += now_seconds() - t0;
+        r->train_s += clock_seconds() - t0;
         if (rc == 0 && r->replay.capacity > 0) rc = replay(r, &b, group_std, index);
         if (rc == 0)
             grpo_trainer_add(&r->gt, &b);
@@ -148,11 +156,52 @@ static int add_generation(GrpoRun *r, int64_t index) {
     return rc;
 }
 
+/* The loop's step: the generation batches the step needs (the policy does not move between two
+ * optimizer steps, grpo_trainer.h), then the step over the queue. */
+static int grpo_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
+    GrpoRun *r = ctx;
+    (void)tr;
+    r->step_start = clock_seconds();
+    long generated = r->times.generated_tokens;
+    while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
+        if (add_generation(r, r->next_generation++) != 0) return -1;
+    double t0 = clock_seconds();
+    int rc = grpo_trainer_step(&r->gt, st);
+    r->train_s += clock_seconds() - t0;
+    *tokens += (double)(r->times.generated_tokens - generated); /* generated tokens/s */
+    return rc;
+}
+
+static void grpo_flush(void *ctx, json_t *entry) {
+    GrpoRun *r = ctx;
+    step_metrics_flush_ranks(&r->gt.metrics, entry, "");
+}
+
+/* The step's wall time, and the time of generation, rewards and training per step averaged
+ * over the steps since the last metrics line: the split of each logged step, where the closing
+ * lines give only means over the whole run. */
+static void grpo_timing(void *ctx, json_t *entry, int64_t step) {
+    GrpoRun *r = ctx;
+    json_object_set_new(entry, "step_time", json_real(clock_seconds() - r->step_start));
+    double steps = step > r->logged_step ? (double)(step - r->logged_step) : 1;
+    json_object_set_new(entry, "time/generation",
+                        json_real((r->times.generate_s - r->logged_times.generate_s) / steps));
+    json_object_set_new(entry, "time/rewards",
+                        json_real((r->times.reward_s - r->logged_times.reward_s) / steps));
+    json_object_set_new(entry, "time/training",
+                        json_real((r->train_s - r->logged_train_s) / steps));
+    r->logged_times = r->times;
+    r->logged_train_s = r->train_s;
+    r->logged_step = step;
+}
+
 /* Evaluation: G_eval completions for every held-out prompt, scored, their metrics logged with
  * the eval_ prefix. Over several ranks, evaluation batch k is rank k % world's alone (whole
  * batches: its draws are the batch's own, whoever makes them), and rank 0 logs the mean over
  * every rank's batches, as one process would over all of them. */
-static int evaluate(GrpoRun *r, json_t *entry) {
+static int grpo_evaluate(void *ctx, Model *m, json_t *entry) {
+    GrpoRun *r = ctx;
+    (void)m; /* the rollout's model is the one trained */
     int G = r->g->num_generations_eval, per = r->cfg->micro_batch_size / G;
     if (per < 1) per = 1;
     StepMetrics metrics = {0};
@@ -167,8 +216,14 @@ static int evaluate(GrpoRun *r, json_t *entry) {
             idx[i] = first + (size_t)i;
         GrpoBatch b;
         float *group_std = xmalloc((size_t)n * sizeof *group_std);
-        rc = grpo_rollout(&r->rollout, &r->held_out, idx, n, G, (uint64_t)-1 - first, state, false,
-                          &metrics, false, &b, group_std, NULL);
+        RolloutRequest req = {.ds = &r->held_out,
+                              .idx = idx,
+                              .n_prompts = n,
+                              .group_size = G,
+                              .stream = (uint64_t)-1 - first,
+                              .trainer_state = state,
+                              .metrics = &metrics};
+        rc = grpo_rollout(&r->rollout, &req, &b, group_std);
         free(group_std);
         if (rc == 0) grpo_batch_free(&b);
     }
@@ -176,116 +231,6 @@ static int evaluate(GrpoRun *r, json_t *entry) {
     json_decref(state);
     if (dist_agree(rc) != 0) return -1;
     step_metrics_flush_ranks(&metrics, entry, "eval_");
-    return 0;
-}
-
-/* The wall time of generation, rewards and training per step, averaged over the steps since
- * the last metrics line: the split of each logged step, where the closing `done:` line gives only
- * means over the whole run. */
-static void log_split(GrpoRun *r, json_t *entry) {
-    double steps = r->tr.step > r->logged_step ? (double)(r->tr.step - r->logged_step) : 1;
-    json_object_set_new(entry, "time/generation",
-                        json_real((r->times.generate_s - r->logged_times.generate_s) / steps));
-    json_object_set_new(entry, "time/rewards",
-                        json_real((r->times.reward_s - r->logged_times.reward_s) / steps));
-    json_object_set_new(entry, "time/training",
-                        json_real((r->train_s - r->logged_train_s) / steps));
-    r->logged_times = r->times;
-    r->logged_train_s = r->train_s;
-    r->logged_step = r->tr.step;
-}
-
-static int run_loop(GrpoRun *r, CheckpointTarget *target, json_t *log_history,
-                    MetricsFile *metrics) {
-    const TrainConfig *cfg = r->cfg;
-    const GrpoConfig *g = r->g;
-    int generate_every = g->steps_per_generation * g->num_iterations;
-    /* a resumed run regenerates from the first generation batch its step has not used up */
-    int64_t next_generation = r->tr.step * cfg->gradient_accumulation_steps / generate_every;
-    r->gt.batches_added = next_generation; /* the row shuffles continue where they were */
-    r->gt.metrics.num_tokens = last_logged(log_history, "num_tokens");
-    double start = now_seconds(), loss_sum = 0;
-    int64_t loss_count = 0, first_step = r->tr.step;
-    r->first_step = first_step;
-    r->logged_step = first_step;
-    char note[96] = "";
-    bool tty = isatty(fileno(r->log));
-    BadSteps bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history);
-    while (r->tr.step < r->total) {
-        double step_start = now_seconds();
-        while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
-            if (add_generation(r, next_generation++) != 0) return -1;
-        StepStats st;
-        double t0 = now_seconds();
-        int step_rc = grpo_trainer_step(&r->gt, &st);
-        if (step_rc < 0) return -1; /* over several ranks, trainer_step agreed on it */
-        /* every rank sees the same step results, so all stop here together */
-        if (bad_steps_record(&bad, step_rc, r->tr.step, &st, r->log) != 0) return dist_agree(-1);
-        r->train_s += now_seconds() - t0;
-        if (step_rc == 0) { /* a skipped step has no loss */
-            loss_sum += st.loss, loss_count++;
-            r->loss_sum += st.loss, r->loss_steps++;
-        }
-        r->loop_s = now_seconds() - start;
-        double ep = (double)r->tr.step / (double)r->steps_per_epoch;
-        if (r->tr.step % cfg->logging_steps == 0 || r->tr.step == r->total) {
-            json_t *entry = json_object();
-            double mean_loss = loss_count ? loss_sum / (double)loss_count : NAN;
-            json_object_set_new(entry, "loss", json_real_or_null(mean_loss));
-            json_object_set_new(entry, "grad_norm", json_real_or_null(st.grad_norm));
-            json_object_set_new(entry, "learning_rate", json_real(st.lr));
-            step_metrics_flush_ranks(&r->gt.metrics, entry, "");
-            bad_steps_log(&bad, entry);
-            json_object_set_new(entry, "step_time", json_real(now_seconds() - step_start));
-            log_split(r, entry);
-            json_object_set_new(entry, "epoch", json_real(ep));
-            json_object_set_new(entry, "step", json_integer(r->tr.step));
-            log_entry(metrics, log_history, entry);
-            metric_note(entry, note, sizeof note);
-            if (!tty)
-                fprintf(r->log,
-                        "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  epoch %.2f%s\n",
-                        (long long)r->tr.step, (long long)r->total, mean_loss, st.grad_norm, st.lr,
-                        ep, note);
-            json_decref(entry);
-            loss_sum = 0, loss_count = 0;
-        }
-        if (tty)
-            show_progress(r->log, r->tr.step, r->total, first_step, st.loss, st.lr, note,
-                          (double)r->times.generated_tokens / (now_seconds() - start),
-                          now_seconds() - start);
-        bool eval_now = r->held_out.n && (cfg->eval_steps > 0 ? r->tr.step % cfg->eval_steps == 0
-                                                              : r->tr.step == r->total);
-        if (eval_now) {
-            json_t *entry = json_object();
-            int rc = evaluate(r, entry);
-            if (rc == 0) {
-                json_object_set_new(entry, "epoch", json_real(ep));
-                json_object_set_new(entry, "step", json_integer(r->tr.step));
-                log_entry(metrics, log_history, entry);
-                const json_t *rw = json_object_get(entry, "eval_reward");
-                fprintf(r->log, "%sstep %lld/%lld  eval_reward %.4f (%zu held-out prompts)\n",
-                        tty ? "\n" : "", (long long)r->tr.step, (long long)r->total,
-                        rw ? json_number_value(rw) : NAN, r->held_out.n);
-            }
-            json_decref(entry);
-            if (rc != 0) return -1;
-        }
-        /* a signal: this step is done; save it (whatever save_steps says) and stop. Over
-         * several ranks, one rank's signal stops them all after the same step. */
-        int sig = stop_signal_agree();
-        if (sig || (cfg->save_steps > 0 && r->tr.step % cfg->save_steps == 0)) {
-            json_t *state = trainer_state(cfg, r->tr.step, ep, r->total, log_history);
-            int rc = checkpoint_save(target, &r->tr, state);
-            json_decref(state);
-            if (rc != 0) return -1;
-            if (!tty || sig)
-                fprintf(r->log, "%ssaved checkpoint-%lld\n", tty ? "\n" : "",
-                        (long long)r->tr.step);
-        }
-        if (sig) return dist_agree(stop_signal_error(sig, r->tr.step));
-    }
-    if (tty) fputc('\n', r->log);
     return 0;
 }
 
@@ -307,80 +252,43 @@ static int restore_replay(GrpoRun *r, const char *dir) {
     return 0;
 }
 
-static int train(GrpoRun *r, Model *m, LoraAdapter *lora, TrainOutcome *out) {
+/* The loop's start: the replay buffer a resumed run had, the banner, and the GRPO trainer,
+ * continuing where the checkpoint was (invariant 1; the row shuffles follow batches_added). */
+static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const char *resumed_from,
+                      FILE *log) {
+    GrpoRun *r = ctx;
     const TrainConfig *cfg = r->cfg;
-    TrainerOptions opt = {.learning_rate = cfg->learning_rate,
-                          .max_grad_norm = cfg->max_grad_norm,
-                          .adamw = {cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon,
-                                    cfg->weight_decay, optimizer_is_8bit(cfg->optimizer)},
-                          .total_steps = r->total,
-                          .gradient_checkpointing = cfg->gradient_checkpointing,
-                          .disable_dropout = true,
-                          .seed = (uint64_t)cfg->seed,
-                          .zero1 = cfg->zero_stage == 1};
-    lr_schedule_parse(cfg->lr_scheduler, &opt.schedule);
-    opt.warmup_steps = cfg->warmup_steps >= 0 ? cfg->warmup_steps
-                       : cfg->warmup_ratio >= 0
-                           ? lr_warmup_steps_from_ratio(cfg->warmup_ratio, r->total)
-                           : default_warmup(r->total);
-    if (trainer_init(&r->tr, m, lora, &opt) != 0) return -1;
-    json_t *log_history = json_array();
-    /* the first agreement point: every rank got through its set-up (data, rewards, reference) */
-    int rc = dist_agree(dist_is_root() ? make_dirs(cfg->output_dir) : 0);
-    char resumed_from[4096] = "";
-    if (rc == 0 && cfg->resume_from_checkpoint)
-        rc = resume(cfg, &r->tr, &log_history, r->log, resumed_from, sizeof resumed_from);
-    if (rc == 0 && cfg->resume_from_checkpoint && r->replay.capacity > 0)
-        rc = restore_replay(r, resumed_from);
-    MetricsFile metrics = {0};
-    if (rc == 0)
-        rc = dist_agree(
-            dist_is_root() ? metrics_file_open(&metrics, cfg->output_dir, r->tr.step > 0) : 0);
-    if (rc == 0) {
-        fprintf(r->log,
-                "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
-                "epoch), micro-batch %lld x %lld accumulation, %d iteration(s), loss %s, beta %g\n",
-                r->train.n, r->prompts_per_generation, r->g->num_generations, (long long)r->total,
-                (long long)r->steps_per_epoch, (long long)cfg->micro_batch_size,
-                (long long)cfg->gradient_accumulation_steps, r->g->num_iterations,
-                grpo_loss_type_name(r->g->loss_type), r->g->beta);
-        log_optimizer_state(r->log, &r->tr);
-        if (r->replay.capacity > 0)
-            fprintf(r->log, "replay buffer: up to %d groups\n", r->replay.capacity);
-        if (r->tr.world > 1)
-            fprintf(r->log,
-                    "%d processes: each generates and scores its share of the %d groups of a "
-                    "generation batch and trains micro-batches of %lld; %s\n",
-                    r->tr.world, r->prompts_per_generation, (long long)cfg->micro_batch_size,
-                    r->tr.sharded ? "AdamW moments sharded over the ranks (zero_stage 1)"
-                                  : "each rank keeps the whole optimizer state");
-        grpo_trainer_init(&r->gt, r->g, &r->tr, r->ref, (int)cfg->micro_batch_size,
-                          (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
-        r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
-        CheckpointTarget target = {.output_dir = cfg->output_dir,
-                                   .model_dir = cfg->base_model,
-                                   .tokenizer_dir = cfg->tokenizer_config,
-                                   .save_total_limit = cfg->save_total_limit,
-                                   .write_extra = r->replay.capacity > 0 ? save_replay : NULL,
-                                   .extra_ctx = &r->replay};
-        rc = run_loop(r, &target, log_history, &metrics);
-        grpo_trainer_free(&r->gt);
-    }
-    metrics_file_close(&metrics);
-    if (out) {
-        *out = (TrainOutcome){.log_history = log_history,
-                              .global_step = r->tr.step,
-                              .max_steps = r->total,
-                              .first_step = r->first_step,
-                              .epoch = (double)r->tr.step / (double)r->steps_per_epoch,
-                              .loss_sum = r->loss_sum,
-                              .loss_steps = r->loss_steps,
-                              .seconds = r->loop_s};
-    } else {
-        json_decref(log_history);
-    }
-    trainer_free(&r->tr);
-    return rc;
+    r->tr = tr;
+    /* every rank restores (collective), though only rank 0 knows the directory */
+    if (cfg->resume_from_checkpoint && r->replay.capacity > 0 &&
+        restore_replay(r, resumed_from) != 0)
+        return -1;
+    fprintf(log,
+            "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
+            "epoch), micro-batch %lld x %lld accumulation, %d iteration(s), loss %s, beta %g\n",
+            r->train.n, r->prompts_per_generation, r->g->num_generations, (long long)r->total,
+            (long long)r->steps_per_epoch, (long long)cfg->micro_batch_size,
+            (long long)cfg->gradient_accumulation_steps, r->g->num_iterations,
+            grpo_loss_type_name(r->g->loss_type), r->g->beta);
+    train_loop_log_optimizer(log, tr);
+    if (r->replay.capacity > 0)
+        fprintf(log, "replay buffer: up to %d groups\n", r->replay.capacity);
+    if (tr->world > 1)
+        fprintf(log,
+                "%d processes: each generates and scores its share of the %d groups of a "
+                "generation batch and trains micro-batches of %lld; %s\n",
+                tr->world, r->prompts_per_generation, (long long)cfg->micro_batch_size,
+                tr->sharded ? "AdamW moments sharded over the ranks (zero_stage 1)"
+                            : "each rank keeps the whole optimizer state");
+    grpo_trainer_init(&r->gt, r->g, tr, r->ref, (int)cfg->micro_batch_size,
+                      (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
+    r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
+    int generate_every = r->g->steps_per_generation * r->g->num_iterations;
+    r->next_generation = tr->step * cfg->gradient_accumulation_steps / generate_every;
+    r->gt.batches_added = r->next_generation; /* the row shuffles continue where they were */
+    r->gt.metrics.num_tokens = metrics_last_logged(log_history, "num_tokens");
+    r->logged_step = tr->step;
+    return 0;
 }
 
 /* Whether a reward function or a dataset transform is Python (module.fn). */
@@ -417,7 +325,7 @@ static bool scripted_completions(void) {
 }
 
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-             const TrainHooks *hooks, FILE *log) {
+             const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
@@ -428,19 +336,14 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = plan_steps(&r);
     int n_funcs = r.g->n_reward_funcs;
     r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
-    if (rc == 0)
-        rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source,
-                               hooks ? hooks->rewards : NULL);
+    if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source, callbacks);
     bool funcs_open = rc == 0;
     /* the reference, only when the KL term needs one (beta != 0) */
-    Model frozen;
-    LoraAdapter initial = {0};
-    ReferencePolicy ref;
-    bool has_frozen = false, with_ref = r.g->beta != 0;
-    if (rc == 0 && with_ref)
-        rc = make_reference(cfg, m, lora, &frozen, &has_frozen, &initial, &ref, log);
+    ReferencePolicy ref = {0};
+    bool with_ref = r.g->beta != 0;
+    if (rc == 0 && with_ref) rc = train_reference_open(&ref, cfg, m, lora, log);
     m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
-    if (has_frozen) frozen.logit_temperature = m->logit_temperature;
+    if (ref.owned_model) ref.owned_model->logit_temperature = m->logit_temperature;
     if (rc == 0) {
         const char **names = xmalloc((size_t)n_funcs * sizeof *names);
         for (int k = 0; k < n_funcs; k++)
@@ -458,26 +361,33 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
         r.ref = with_ref ? &ref : NULL;
-        rc = train(&r, m, lora, hooks ? hooks->outcome : NULL);
+        StepSource src = {.ctx = &r,
+                          .total_steps = r.total,
+                          .steps_per_epoch = r.steps_per_epoch,
+                          .start = grpo_start,
+                          .step = grpo_step,
+                          .flush_metrics = grpo_flush,
+                          .add_timing = grpo_timing,
+                          .evaluate = grpo_evaluate,
+                          .n_eval = r.held_out.n,
+                          .eval_key = "eval_reward",
+                          .eval_items = "prompts",
+                          .write_extra = r.replay.capacity > 0 ? save_replay : NULL,
+                          .extra_ctx = &r.replay};
+        rc = train_loop_run(cfg, m, lora, &src, out, log);
+        grpo_trainer_free(&r.gt);
         reward_metric_keys_free(&r.rollout.keys);
         packed_model_free(&r.rollout.packed);
         free(r.order);
     }
     if (rc == 0) {
-        int64_t steps = r.total;
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        double gen = r.times.generate_s / (double)steps, rew = r.times.reward_s / (double)steps,
-               trn = r.train_s / (double)steps;
-        fprintf(log,
-                "done: %lld steps; per step: generation %.2f s, rewards %.3f s, training %.2f s; "
-                "peak memory %.0f MB\n",
-                (long long)steps, gen, rew, trn, ru.ru_maxrss / 1024.0);
+        double steps = (double)r.total;
+        fprintf(log, "GRPO per step: generation %.2f s, rewards %.3f s, training %.2f s\n",
+                r.times.generate_s / steps, r.times.reward_s / steps, r.train_s / steps);
     }
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
-    if (has_frozen) model_free(&frozen);
-    lora_free(&initial);
+    reference_policy_close(&ref);
     grpo_dataset_free(&r.held_out);
     grpo_dataset_free(&r.train);
     replay_buffer_free(&r.replay);

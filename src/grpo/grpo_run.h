@@ -7,14 +7,16 @@
 #include "config/train_config.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "train/train_run.h"
+#include "rewards/reward_registry.h"
+#include "train/train_loop.h"
 
 #include <stdio.h>
 
-/* lora: the adapter to train (NULL: full fine-tuning). hooks (may be NULL): reward functions
- * registered by an embedding program, and where the outcome goes. Returns 0, or -1 with an
- * error. */
+/* Trains m (lora: the adapter to train; NULL: full fine-tuning) in the one training loop
+ * (train_loop.h), its steps fed by generation batches. callbacks (may be NULL): reward
+ * functions registered by an embedding program ({callback: NAME}); out (may be NULL) receives
+ * the outcome. Returns 0, or -1 with an error. */
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-             const TrainHooks *hooks, FILE *log);
+             const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log);
 
 #endif

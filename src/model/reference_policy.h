@@ -11,10 +11,17 @@
 #include "model/forward.h"
 #include "model/model.h"
 
+/* Invariants:
+ *  1. model is never NULL once made; at most one of adapter and initial is set.
+ *  2. What the reference owns (a frozen model or an initial adapter it loaded: owned_model,
+ *     owned_initial) is freed by reference_policy_close and by nothing else; model or initial
+ *     then point at it. A ReferencePolicy made from the policy's own network owns nothing. */
 typedef struct {
     Model *model;               /* the network the reference log-probs come from */
     LoraAdapter *adapter;       /* switched off around each call; NULL for a separate model */
     const LoraAdapter *initial; /* put in its place around each call instead; NULL: none */
+    Model *owned_model;         /* reference_policy_open_model's frozen copy (= model), or NULL */
+    LoraAdapter *owned_initial; /* reference_policy_open_initial_adapter's (= initial), or NULL */
 } ReferencePolicy;
 
 /* The base of `policy` with its adapter (policy->lora, which must be `adapter`) switched off. */
@@ -27,6 +34,19 @@ void reference_policy_from_initial_adapter(ReferencePolicy *ref, Model *policy,
 
 /* A separate frozen model (its weights are not touched). */
 void reference_policy_from_model(ReferencePolicy *ref, Model *frozen);
+
+/* Loads the model in model_dir as a separate frozen reference owned by ref (invariant 2).
+ * Returns 0, or -1 with an error naming the directory, and nothing held. */
+int reference_policy_open_model(ReferencePolicy *ref, const char *model_dir);
+
+/* Loads the adapter in adapter_dir as the frozen initial adapter of `policy` (whose config it
+ * must fit), owned by ref (invariant 2). Returns 0, or -1 with an error, and nothing held. */
+int reference_policy_open_initial_adapter(ReferencePolicy *ref, Model *policy,
+                                          const char *adapter_dir);
+
+/* Frees what ref owns and zeroes it. Safe on a zeroed ReferencePolicy, on one that owns nothing
+ * and twice. */
+void reference_policy_close(ReferencePolicy *ref);
 
 /* Per-token log-probs under the reference, as model_token_logprobs gives them. The model's
  * adapter (its enabled flag, or which adapter is attached) is restored before returning,

@@ -1,5 +1,6 @@
 #include "rewards/line_child.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <errno.h>
@@ -29,12 +30,6 @@ struct LineChild {
     char *buf;  /* bytes read from its stdout and not yet handed out */
     size_t len, cap;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
@@ -116,14 +111,14 @@ void line_child_kill(LineChild *c) {
 
 /* Waits up to `wait` seconds for the child to exit; returns whether it did (status in *status). */
 static bool reap_within(LineChild *c, double wait, int *status) {
-    double end = now_s() + wait;
+    double end = clock_seconds() + wait;
     for (;;) {
         pid_t r = waitpid(c->pid, status, WNOHANG);
         if (r == c->pid || (r < 0 && errno != EINTR)) {
             c->pid = 0;
             return r > 0;
         }
-        if (now_s() >= end) return false;
+        if (clock_seconds() >= end) return false;
         sleep_s(0.005);
     }
 }
@@ -199,7 +194,7 @@ static int read_some(LineChild *c) {
 
 static int poll_ms(double deadline) {
     if (isinf(deadline)) return -1;
-    double left = ceil((deadline - now_s()) * 1000.0);
+    double left = ceil((deadline - clock_seconds()) * 1000.0);
     return left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
 }
 
@@ -207,7 +202,7 @@ static int poll_ms(double deadline) {
  * failed with EPIPE (and so raised a SIGPIPE that is now pending). */
 static int exchange(LineChild *c, const char *req, size_t len, double timeout_s,
                     bool *broken_pipe) {
-    double deadline = timeout_s > 0 && isfinite(timeout_s) ? now_s() + timeout_s : INFINITY;
+    double deadline = timeout_s > 0 && isfinite(timeout_s) ? clock_seconds() + timeout_s : INFINITY;
     /* Anything on its stdout before the request cannot be the answer to it: a second line
      * after the last answer, a debugging print, or the end of output of a child that died
      * between batches. */

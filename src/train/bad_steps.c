@@ -1,12 +1,12 @@
 #include "train/bad_steps.h"
 
 #include "common/error.h"
-#include "train/run_support.h"
+#include "train/metrics_log.h"
 
 #include <math.h>
 
 BadSteps bad_steps_init(int64_t limit, const json_t *log_history) {
-    return (BadSteps){limit, (int64_t)last_logged(log_history, "skipped_steps"), 0};
+    return (BadSteps){limit, (int64_t)metrics_last_logged(log_history, "skipped_steps"), 0};
 }
 
 int bad_steps_record(BadSteps *b, int rc, int64_t step, const StepStats *st, FILE *log) {

@@ -129,5 +129,5 @@ static int kto_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
 }
 
 TrainMethod kto_method_train_method(KtoMethod *km) {
-    return (TrainMethod){km, NULL, kto_micro_loss, true};
+    return (TrainMethod){.ctx = km, .micro_loss = kto_micro_loss, .wants_stats = true};
 }

@@ -157,5 +157,5 @@ bool pref_method_all_positions(const PrefMethod *pm) {
 }
 
 TrainMethod pref_method_train_method(PrefMethod *pm) {
-    return (TrainMethod){pm, NULL, pref_micro_loss, true};
+    return (TrainMethod){.ctx = pm, .micro_loss = pref_micro_loss, .wants_stats = true};
 }

@@ -264,7 +264,8 @@ static int sft_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
 }
 
 TrainMethod trainer_sft_method(size_t *window_tokens) {
-    return (TrainMethod){window_tokens, sft_begin_window, sft_micro_loss, false};
+    return (TrainMethod){
+        .ctx = window_tokens, .begin_window = sft_begin_window, .micro_loss = sft_micro_loss};
 }
 
 void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,

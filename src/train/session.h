@@ -1,21 +1,18 @@
-/* `rlhf train`: a whole supervised fine-tuning run from a TrainConfig.
- *
- * Step arithmetic (as HF's Trainer): micro-batches of micro_batch_size examples, windows of
- * gradient_accumulation_steps micro-batches per optimizer step (the last window of an epoch may
- * be shorter), total steps = max_steps or ceil(num_epochs x windows per epoch). Examples are
- * shuffled every epoch by a generator seeded with (seed, epoch): the order is reproducible but
- * not torch's RandomSampler order. Every logging_steps steps a line with HF's keys (loss,
- * grad_norm, learning_rate, epoch, step) goes to output_dir/metrics.jsonl and to the log. The
- * final model (weights in the source dtype, config.json, tokenizer and generation files) is
- * written to output_dir; with adapter: lora, the base stays frozen and the adapter is what is
- * trained, checkpointed and written (PEFT's adapter files beside config.json and the tokenizer). */
-#ifndef RLHF_TRAIN_TRAIN_RUN_H
-#define RLHF_TRAIN_TRAIN_RUN_H
+/* `rlhf train` and the embedding API's training session: a whole run from a TrainConfig, for
+ * every method. The session loads the model (and makes or loads the adapter) and the tokenizer,
+ * hands them to the method's run (sft_task.h, pref_task.h, grpo/grpo_run.h), which trains them
+ * in the one training loop (train_loop.h), and writes the result: the final model (weights in
+ * the source dtype, config.json, tokenizer and generation files) in output_dir, or with
+ * adapter: lora, where the base stays frozen and the adapter is what is trained, checkpointed
+ * and written, PEFT's adapter files beside config.json and the tokenizer. */
+#ifndef RLHF_TRAIN_SESSION_H
+#define RLHF_TRAIN_SESSION_H
 
 #include "config/train_config.h"
 #include "model/model.h"
 #include "rewards/reward_registry.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_loop.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -36,20 +33,6 @@ typedef struct {
     bool has_lora;
     Tokenizer tok;
 } TrainSession;
-
-/* What a run leaves behind, filled whether it succeeded or not (a run stopped by a signal has
- * its history up to the checkpoint). */
-typedef struct {
-    json_t *log_history; /* every log entry, a resumed run's earlier ones first (new reference;
-                            NULL when the run stopped before its loop started) */
-    int64_t global_step; /* optimizer steps done, counting those before a resume */
-    int64_t max_steps;   /* the run's planned total */
-    int64_t first_step;  /* the step the run started from (0, or the checkpoint's) */
-    double epoch;        /* global_step in epochs */
-    double loss_sum;     /* sum of this run's step losses; skipped (non-finite) steps excluded */
-    int64_t loss_steps;  /* how many steps loss_sum holds */
-    double seconds;      /* the loop's wall time */
-} TrainOutcome;
 
 /* What an embedding program adds to a run; every member may be NULL. */
 typedef struct {

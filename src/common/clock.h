@@ -1,0 +1,10 @@
+/* Durations: seconds from a monotonic clock (never moved by a change of the system time), for
+ * step times, throughput and the time left on progress lines. Not a date. */
+#ifndef RLHF_COMMON_CLOCK_H
+#define RLHF_COMMON_CLOCK_H
+
+/* Seconds since an arbitrary fixed origin; only differences of two readings mean anything.
+ * Cannot fail. */
+double clock_seconds(void);
+
+#endif

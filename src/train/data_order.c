@@ -1,0 +1,52 @@
+#include "train/data_order.h"
+
+#include "common/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* splitmix64: a small, well-mixed generator for the per-epoch shuffle. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
+    uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(splitmix64(&state) % i);
+        size_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val) {
+    *order = NULL;
+    *n_val = 0;
+    if (cfg->val_set_size <= 0) return 0;
+    *n_val = cfg->val_set_size < 1 ? (size_t)ceil(cfg->val_set_size * (double)n)
+                                   : (size_t)cfg->val_set_size;
+    if (*n_val >= n)
+        return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
+                       cfg->source, cfg->val_set_size, n);
+    *order = xmalloc(n * sizeof **order);
+    data_order_shuffle(*order, n, cfg->seed, -1);
+    return 0;
+}
+
+void data_order_move_held_out(void **items, size_t *n, size_t size, const size_t *order,
+                              size_t n_val, void **held_out) {
+    char *src = *items, *kept = xmalloc((*n - n_val) * size), *out = xmalloc(n_val * size);
+    for (size_t i = 0; i < *n; i++)
+        memcpy(i < n_val ? out + i * size : kept + (i - n_val) * size, src + order[i] * size, size);
+    free(*items);
+    *items = kept;
+    *held_out = out;
+    *n -= n_val;
+}

@@ -1,0 +1,27 @@
+/* The order examples are trained in, and which of them are held out: seeded permutations, so
+ * that a run (and a resumed run) sees the same order on every rank and every time. */
+#ifndef RLHF_TRAIN_DATA_ORDER_H
+#define RLHF_TRAIN_DATA_ORDER_H
+
+#include "config/train_config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* order (n entries, caller-allocated) = a permutation of 0..n-1, one per (seed, epoch): the
+ * order is reproducible but not torch's RandomSampler order. Cannot fail. */
+void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch);
+
+/* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
+ * first *n_val of *order (new array, caller frees; the draw is reproducible, but not the one
+ * datasets' train_test_split makes). *order is NULL and *n_val 0 when there is no validation
+ * split. Returns 0, or -1 with an error naming the config when nothing would be left to train
+ * on. */
+int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val);
+
+/* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array
+ * (*held_out, caller frees), keeping the rest, in draw order, in *items (reallocated). */
+void data_order_move_held_out(void **items, size_t *n, size_t size, const size_t *order,
+                              size_t n_val, void **held_out);
+
+#endif

@@ -1,0 +1,26 @@
+#include "train/reference.h"
+
+#include "common/error.h"
+
+int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m, LoraAdapter *lora,
+                         FILE *log) {
+    if (!lora || cfg->rl_adapter_ref_model) {
+        if (reference_policy_open_model(ref, cfg->base_model) != 0) return -1;
+        if (cfg->bf16 && model_store_bf16(ref->owned_model) != 0) {
+            reference_policy_close(ref);
+            return err_prefix("bf16: true: the reference model");
+        }
+        fprintf(log, "reference: a frozen copy of %s%s\n", cfg->base_model,
+                cfg->bf16 ? ", its weights kept in bf16 (bf16: true)" : "");
+    } else if (cfg->lora_model_dir) {
+        m->lora = lora;
+        if (reference_policy_open_initial_adapter(ref, m, cfg->lora_model_dir) != 0) return -1;
+        fprintf(log, "reference: the base model with the adapter of %s as loaded\n",
+                cfg->lora_model_dir);
+    } else {
+        m->lora = lora;
+        reference_policy_from_adapter(ref, m, lora);
+        fprintf(log, "reference: the base model with the adapter switched off\n");
+    }
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* The reference policy a run's config asks for (trl-methods.md §1.3), for DPO/IPO, KTO and GRPO
+ * with beta != 0. */
+#ifndef RLHF_TRAIN_REFERENCE_H
+#define RLHF_TRAIN_REFERENCE_H
+
+#include "config/train_config.h"
+#include "model/reference_policy.h"
+
+#include <stdio.h>
+
+/* With an adapter (lora, attached to m here), the same network with the adapter switched off
+ * (no second copy), or, continuing from lora_model_dir, with a frozen copy of that adapter as it
+ * was loaded (TRL's "ref" adapter); without one (or with rl_adapter_ref_model) a frozen copy of
+ * base_model, kept in bf16 with bf16: true. One line on `log` says which. What *ref loads it
+ * owns: reference_policy_close frees it. Returns 0, or -1 with an error, and nothing held. */
+int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m, LoraAdapter *lora,
+                         FILE *log);
+
+#endif
