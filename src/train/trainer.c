@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "common/error.h"
+#include "common/rng.h"
 #include "methods/sft.h"
 #include "model/backward.h"
 
@@ -85,13 +86,10 @@ void trainer_free(Trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* The dropout masks of micro-batch i of step `step` (splitmix64 of the three). */
+/* The dropout masks of micro-batch i of step `step` (the SplitMix64 finaliser of the three). */
 static uint64_t dropout_key(uint64_t seed, int64_t step, int i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull +
-                 (uint64_t)i * 0x94D049BB133111EBull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rng_mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull +
+                     (uint64_t)i * 0x94D049BB133111EBull);
 }
 
 /* Fault injection for tests: RLHF_FAULT_NAN_GRAD_STEPS="3,8" makes the gradient of those steps
