@@ -5,8 +5,8 @@
 #include "common/json_util.h"
 #include "common/test_hooks.h"
 #include "dist/dist.h"
+#include "io/model_dir.h"
 #include "io/safetensors.h"
-#include "train/model_dir.h"
 
 #include <dirent.h>
 #include <errno.h>

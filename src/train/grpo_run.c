@@ -11,7 +11,7 @@
 #include "train/checkpoint.h"
 #include "train/grpo_rollout.h"
 #include "train/grpo_trainer.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 #include "train/replay_buffer.h"
 #include "train/run_support.h"
 #include "train/stop_signal.h"

@@ -15,7 +15,7 @@
 #include "train/pref_method.h"
 #include "train/run_support.h"
 #include "train/stop_signal.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 #include "train/trainer.h"
 
 #include <errno.h>
