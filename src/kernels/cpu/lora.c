@@ -8,7 +8,8 @@
 #include <string.h>
 
 /* Keep-scale of element i: 1/(1-p) when kept, 0 when dropped. A stateless mix of key and index
- * (the i-th SplitMix64 draw from key), so that parallel threads need no shared generator. */
+ * (SplitMix64's value at step i of the stream from key), so that parallel threads need no shared
+ * generator and the backward regenerates the same mask. */
 static float dropout_scale(uint64_t key, size_t i, float p) {
     double u = rng_unit_double(rng_mix64(key + (uint64_t)i * RNG_GOLDEN_GAMMA));
     return u < p ? 0.0f : 1.0f / (1.0f - p);
