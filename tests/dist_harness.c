@@ -3,10 +3,10 @@
 #include "common/fileio.h"
 #include "dist/dist.h"
 #include "harness.h"
+#include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "trained_weights.h"
 #include "train/checkpoint.h"
-#include "train/model_dir.h"
 
 #include <dirent.h>
 #include <math.h>

@@ -13,7 +13,7 @@
 #include "common/fileio.h"
 #include "dist_harness.h"
 #include "harness.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 
 #include <signal.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 #include "trained_weights.h"
 #include "model/model.h"
 

@@ -9,9 +9,9 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "io/model_dir.h"
 #include "model/model.h"
 #include "trained_weights.h"
-#include "train/model_dir.h"
 
 #include <math.h>
 #include <stdlib.h>

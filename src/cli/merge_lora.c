@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 
 #include <stdio.h>
 #include <string.h>

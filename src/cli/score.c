@@ -92,8 +92,14 @@ int cli_score(int argc, char **argv) {
     }
     tokenizer_free(&tok);
     SequenceScore *scores = xcalloc(set.n, sizeof *scores);
+    SequenceToScore *seqs = xcalloc(set.n, sizeof *seqs);
+    for (size_t i = 0; i < set.n; i++)
+        seqs[i] = (SequenceToScore){set.items[i].ids, set.items[i].prompt_len,
+                                    set.items[i].completion_len};
     int rc = CLI_EXIT_OK;
-    if (sequence_scores(&model, &set, batch_size, scores) != 0) {
+    size_t failed;
+    if (sequence_scores(&model, seqs, set.n, batch_size, scores, &failed) != 0) {
+        if (failed < set.n) err_prefix("line %d", set.items[failed].line);
         rc = cli_fail(err_msg());
     } else if (out) {
         AtomicFile af;
@@ -109,6 +115,7 @@ int cli_score(int argc, char **argv) {
     } else if (write_scores(stdout, scores, set.n) != 0 || fflush(stdout) != 0) {
         rc = cli_fail("writing to standard output failed");
     }
+    free(seqs);
     free(scores);
     prompt_completion_free(&set);
     model_free(&model);

@@ -329,3 +329,15 @@ const char *grpo_loss_type_name(GrpoLossType t) {
     static const char *const names[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
     return names[t];
 }
+
+GrpoLossOptions grpo_loss_options_from_config(const GrpoConfig *g) {
+    return (GrpoLossOptions){.loss_type = g->loss_type,
+                             .epsilon = g->epsilon,
+                             .epsilon_high = g->epsilon_high,
+                             .delta = g->delta,
+                             .beta = g->beta,
+                             .sequence_level_is = g->sequence_level_is,
+                             .use_bias_correction_kl = g->use_bias_correction_kl,
+                             .top_entropy_quantile = g->top_entropy_quantile,
+                             .max_completion_length = g->max_completion_length};
+}

@@ -4,11 +4,11 @@
 #ifndef RLHF_CONFIG_GRPO_CONFIG_H
 #define RLHF_CONFIG_GRPO_CONFIG_H
 
+#include "methods/grpo_advantages.h"
+#include "methods/grpo_loss.h"
+
 #include <jansson.h>
 #include <stdbool.h>
-
-typedef enum { GRPO_LOSS_GRPO, GRPO_LOSS_BNPO, GRPO_LOSS_DR_GRPO, GRPO_LOSS_DAPO } GrpoLossType;
-typedef enum { REWARD_SCALE_GROUP, REWARD_SCALE_BATCH, REWARD_SCALE_NONE } RewardScaling;
 
 typedef struct {
     int num_generations;       /* G: completions per prompt (8) */
@@ -55,5 +55,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
 void grpo_config_free(GrpoConfig *g);
 
 const char *grpo_loss_type_name(GrpoLossType t);
+
+/* The fields of g that grpo_loss reads, copied (nothing borrowed). */
+GrpoLossOptions grpo_loss_options_from_config(const GrpoConfig *g);
 
 #endif

@@ -3,6 +3,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/test_hooks.h"
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
@@ -317,13 +318,6 @@ static int python_search_path(const TrainConfig *cfg) {
     return py_embed_add_path(*dir ? dir : "/");
 }
 
-/* The test hook RLHF_TEST_SCRIPTED_COMPLETIONS=1 (generate_scripted): completions that cannot
- * depend on the policy's last bits, for the tests that compare one process with several. */
-static bool scripted_completions(void) {
-    const char *v = getenv("RLHF_TEST_SCRIPTED_COMPLETIONS");
-    return v && strcmp(v, "1") == 0;
-}
-
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
              const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
@@ -356,7 +350,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .funcs = r.funcs,
                                   .seed = (uint64_t)cfg->seed,
                                   .log = log,
-                                  .scripted = scripted_completions()};
+                                  .scripted = test_hook_scripted_completions()};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);

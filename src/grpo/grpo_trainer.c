@@ -256,7 +256,8 @@ static int grpo_micro_loss(void *ctx, int index, const MicroBatch *mb, const flo
     GrpoMicroBatch gm = {
         n, C, lp, old, ref, ent, adv, mask, grpo_trainer_window(g), s->batch->loss_tokens};
     GrpoLossMetrics m;
-    *loss = grpo_loss(g->cfg, &gm, d, &m);
+    GrpoLossOptions opt = grpo_loss_options_from_config(g->cfg);
+    *loss = grpo_loss(&opt, &gm, d, &m);
     memset(dlogp, 0, (size_t)n * T * sizeof *dlogp);
     for (int i = 0; i < n; i++)
         for (int t = 0; t < C; t++)

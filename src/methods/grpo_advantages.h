@@ -11,9 +11,10 @@
 #ifndef RLHF_METHODS_GRPO_ADVANTAGES_H
 #define RLHF_METHODS_GRPO_ADVANTAGES_H
 
-#include "config/grpo_config.h"
-
 #include <stdbool.h>
+
+/* TRL's scale_rewards: the std the centred rewards are divided by. */
+typedef enum { REWARD_SCALE_GROUP, REWARD_SCALE_BATCH, REWARD_SCALE_NONE } RewardScaling;
 
 typedef struct {
     int n_rows, n_funcs, group_size; /* rows in groups of group_size */

@@ -26,8 +26,8 @@ double grpo_quantile(float *values, int n, double q) {
 
 /* TRL's top_entropy_quantile mask: tokens whose entropy is at least the (1 − ρ) quantile of the
  * micro-batch's valid tokens. NULL when every token is kept. */
-static uint8_t *entropy_mask(const GrpoConfig *cfg, const GrpoMicroBatch *mb) {
-    if (cfg->top_entropy_quantile >= 1.0) return NULL;
+static uint8_t *entropy_mask(const GrpoLossOptions *opt, const GrpoMicroBatch *mb) {
+    if (opt->top_entropy_quantile >= 1.0) return NULL;
     size_t cells = (size_t)mb->rows * mb->width;
     uint8_t *keep = xcalloc(cells ? cells : 1, 1);
     float *valid = xmalloc((cells ? cells : 1) * sizeof *valid);
@@ -35,7 +35,7 @@ static uint8_t *entropy_mask(const GrpoConfig *cfg, const GrpoMicroBatch *mb) {
     for (size_t c = 0; c < cells; c++)
         if (mb->mask[c]) valid[n++] = mb->entropy[c];
     if (n > 0) {
-        float threshold = (float)grpo_quantile(valid, n, 1.0 - cfg->top_entropy_quantile);
+        float threshold = (float)grpo_quantile(valid, n, 1.0 - opt->top_entropy_quantile);
         for (size_t c = 0; c < cells; c++)
             keep[c] = mb->mask[c] && mb->entropy[c] * 1.0f >= threshold;
     }
@@ -44,16 +44,16 @@ static uint8_t *entropy_mask(const GrpoConfig *cfg, const GrpoMicroBatch *mb) {
 }
 
 /* ∂(loss)/∂(per-token loss) of each loss type's normalisation, for row i's tokens. */
-static double row_weight(const GrpoConfig *cfg, const GrpoMicroBatch *mb, int row_tokens,
+static double row_weight(const GrpoLossOptions *opt, const GrpoMicroBatch *mb, int row_tokens,
                          int all_tokens) {
     double ga = mb->accumulation_steps > 0 ? mb->accumulation_steps : 1;
-    switch (cfg->loss_type) {
+    switch (opt->loss_type) {
     case GRPO_LOSS_GRPO:
         return 1.0 / (row_tokens > 1 ? row_tokens : 1) / mb->rows / ga;
     case GRPO_LOSS_BNPO:
         return 1.0 / (all_tokens > 1 ? all_tokens : 1) / ga;
     case GRPO_LOSS_DR_GRPO:
-        return 1.0 / ((double)mb->rows * cfg->max_completion_length) / ga;
+        return 1.0 / ((double)mb->rows * opt->max_completion_length) / ga;
     case GRPO_LOSS_DAPO:
         return 1.0 / (mb->generation_batch_tokens > 1 ? mb->generation_batch_tokens : 1);
     }
@@ -61,10 +61,10 @@ static double row_weight(const GrpoConfig *cfg, const GrpoMicroBatch *mb, int ro
 }
 
 /* The clipped policy term −min(min(r, δ)·A, clamp(r, lo, hi)·A) and its derivative in r. */
-static double policy_term(const GrpoConfig *cfg, double r, double A, double *dr) {
-    double lo = 1 - cfg->epsilon, hi = 1 + cfg->epsilon_high;
-    bool delta_cut = !isnan(cfg->delta) && r > cfg->delta;
-    double r1 = delta_cut ? cfg->delta : r, r2 = r < lo ? lo : r > hi ? hi : r;
+static double policy_term(const GrpoLossOptions *opt, double r, double A, double *dr) {
+    double lo = 1 - opt->epsilon, hi = 1 + opt->epsilon_high;
+    bool delta_cut = !isnan(opt->delta) && r > opt->delta;
+    double r1 = delta_cut ? opt->delta : r, r2 = r < lo ? lo : r > hi ? hi : r;
     double p1 = r1 * A, p2 = r2 * A;
     double d1 = delta_cut ? 0 : A, d2 = (r < lo || r > hi) ? 0 : A;
     *dr = p1 < p2 ? -d1 : p2 < p1 ? -d2 : -0.5 * (d1 + d2);
@@ -82,14 +82,14 @@ static void add_clip_row(MetricSums *s, double low, double high) {
     s->high_max = isnan(s->high_max) || high > s->high_max ? high : s->high_max;
 }
 
-double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
+double grpo_loss(const GrpoLossOptions *opt, const GrpoMicroBatch *mb, float *dlogp,
                  GrpoLossMetrics *metrics) {
     int B = mb->rows, C = mb->width, all_tokens = 0;
-    bool seq = cfg->sequence_level_is, bias_kl = cfg->use_bias_correction_kl;
-    double beta = cfg->beta, lo = 1 - cfg->epsilon, hi = 1 + cfg->epsilon_high;
+    bool seq = opt->sequence_level_is, bias_kl = opt->use_bias_correction_kl;
+    double beta = opt->beta, lo = 1 - opt->epsilon, hi = 1 + opt->epsilon_high;
     for (size_t c = 0; c < (size_t)B * C; c++)
         all_tokens += mb->mask[c] != 0;
-    uint8_t *keep = entropy_mask(cfg, mb);
+    uint8_t *keep = entropy_mask(opt, mb);
     MetricSums s = {.low_min = NAN, .high_max = NAN};
     double loss = 0, seq_low = 0, seq_high = 0, seq_region = 0;
     for (int i = 0; i < B; i++) {
@@ -101,7 +101,7 @@ double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
         double log_ratio_sum = 0;
         for (int t = 0; t < C; t++)
             if (m[t]) n++, log_ratio_sum += (double)lp[t] - old[t];
-        double A = mb->advantages[i], W = row_weight(cfg, mb, n, all_tokens);
+        double A = mb->advantages[i], W = row_weight(opt, mb, n, all_tokens);
         double seq_ratio = exp(log_ratio_sum / (n > 1 ? n : 1));
         double g_seq = 0; /* ∂loss/∂(sequence ratio), collected over the row */
         double row_low = 0, row_high = 0;
@@ -109,7 +109,7 @@ double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
             d[t] = 0;
             if (!m[t]) continue;
             double r = seq ? seq_ratio : exp((double)lp[t] - old[t]);
-            double dL_dr, L = policy_term(cfg, r, A, &dL_dr);
+            double dL_dr, L = policy_term(opt, r, A, &dL_dr);
             double e = keep ? keep[(size_t)i * C + t] : 1;
             L *= e, dL_dr *= e;
             double dL_dlp = 0, kl = 0;
@@ -132,8 +132,9 @@ double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
             else
                 d[t] = (float)(W * (dL_dlp + dL_dr * r)); /* ∂r/∂ℓ = r */
             /* metrics read the ratio after the δ cut, as TRL's coef_1 */
-            double rc = !isnan(cfg->delta) && r > cfg->delta ? cfg->delta : r;
-            bool low = rc < lo && A<0, high = rc> hi && A > 0;
+            double rc = !isnan(opt->delta) && r > opt->delta ? opt->delta : r;
+            bool low = rc < lo && A < 0;
+            bool high = rc > hi && A > 0;
             s.kl_sum += kl, s.ent_sum += mb->entropy[(size_t)i * C + t], s.count++;
             if (!seq) {
                 s.low_sum += low, s.high_sum += high, s.region_sum += low || high;
@@ -143,8 +144,9 @@ double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
         if (seq) {
             for (int t = 0; t < C; t++)
                 if (m[t]) d[t] += (float)(g_seq * seq_ratio / (n > 1 ? n : 1));
-            double rc = !isnan(cfg->delta) && seq_ratio > cfg->delta ? cfg->delta : seq_ratio;
-            bool low = rc < lo && A<0, high = rc> hi && A > 0;
+            double rc = !isnan(opt->delta) && seq_ratio > opt->delta ? opt->delta : seq_ratio;
+            bool low = rc < lo && A < 0;
+            bool high = rc > hi && A > 0;
             seq_low += low, seq_high += high, seq_region += low || high;
             add_clip_row(&s, low, high);
         } else {

@@ -12,9 +12,24 @@
 #ifndef RLHF_METHODS_GRPO_LOSS_H
 #define RLHF_METHODS_GRPO_LOSS_H
 
-#include "config/grpo_config.h"
-
+#include <stdbool.h>
 #include <stdint.h>
+
+/* TRL's loss_type: how the masked sum of per-token losses is normalised. */
+typedef enum { GRPO_LOSS_GRPO, GRPO_LOSS_BNPO, GRPO_LOSS_DR_GRPO, GRPO_LOSS_DAPO } GrpoLossType;
+
+/* The settings the loss reads: its own, so that methods/ needs no configuration reader
+ * (config/grpo_config.h fills one from a GrpoConfig with grpo_loss_options_from_config). */
+typedef struct {
+    GrpoLossType loss_type;
+    double epsilon, epsilon_high; /* ε, ε_high: the clip range [1 − ε, 1 + ε_high] */
+    double delta;                 /* δ, the two-sided clip's upper bound; NAN: none */
+    double beta;                  /* β, the KL coefficient; 0: no reference log-probs read */
+    bool sequence_level_is;       /* one ratio per sequence (GSPO) instead of per token */
+    bool use_bias_correction_kl;  /* the KL term times the ratio */
+    double top_entropy_quantile;  /* ρ: the share of tokens kept by entropy; 1: every token */
+    int max_completion_length;    /* dr_grpo's normaliser */
+} GrpoLossOptions;
 
 typedef struct {
     int rows, width;
@@ -36,8 +51,9 @@ typedef struct {
     double clip_low_mean, clip_high_mean, clip_region_mean, clip_low_min, clip_high_max;
 } GrpoLossMetrics;
 
-/* Writes dloss/dℓ to dlogp (every cell) and returns the micro-batch loss. */
-double grpo_loss(const GrpoConfig *cfg, const GrpoMicroBatch *mb, float *dlogp,
+/* Writes dloss/dℓ to dlogp (every cell of rows × width) and the micro-batch's metrics to
+ * *metrics, and returns the micro-batch loss. Never fails. */
+double grpo_loss(const GrpoLossOptions *opt, const GrpoMicroBatch *mb, float *dlogp,
                  GrpoLossMetrics *metrics);
 
 /* torch.quantile's linear interpolation at q in [0, 1] of n values (sorted in place). */

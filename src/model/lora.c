@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "common/rng.h"
 #include "io/safetensors.h"
 
 #include <math.h>
@@ -95,13 +96,6 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     return 0;
 }
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                 double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
@@ -112,7 +106,7 @@ int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, boo
         /* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound 1/sqrt(in); B stays zero */
         double bound = 1.0 / sqrt((double)lin->in);
         for (size_t i = 0; i < (size_t)r * lin->in; i++)
-            lin->A[i] = (float)(((double)(splitmix(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0) * bound);
+            lin->A[i] = (float)((rng_unit_double(rng_splitmix64_next(&state)) * 2.0 - 1.0) * bound);
     }
     return 0;
 }
@@ -321,7 +315,7 @@ const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m) {
 uint64_t lora_dropout_key(const LoraAdapter *a, int layer, LoraModule m) {
     uint64_t x =
         a->dropout_key ^ ((uint64_t)(layer * LORA_N_MODULES + m) + 1) * 0xD1B54A32D192ED03ull;
-    return splitmix(&x);
+    return rng_splitmix64_next(&x);
 }
 
 float lora_dropout_p(const LoraAdapter *a) {

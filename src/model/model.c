@@ -1,7 +1,7 @@
 #include "model/model.h"
 
 #include "common/error.h"
-#include "io/checkpoint.h"
+#include "io/hf_weights.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,10 +137,10 @@ static int check_expected(const SafetensorsTensor *t, const char *file, void *ct
                    t->name, model_arch_name(m->cfg.arch));
 }
 
-static int load_tensors(Model *m, const CheckpointReader *ck, const char *dir) {
+static int load_tensors(Model *m, const HfWeights *ck, const char *dir) {
     for (int i = 0; i < m->n_param_tensors; i++) {
         const ParamInfo *p = &m->param_info[i];
-        const SafetensorsTensor *t = checkpoint_find(ck, p->name);
+        const SafetensorsTensor *t = hf_weights_find(ck, p->name);
         if (!t) return err_set("%s: tensor \"%s\" is missing", dir, p->name);
         bool same = t->ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
@@ -163,21 +163,21 @@ static int load_tensors(Model *m, const CheckpointReader *ck, const char *dir) {
                                dir, p->name, isnan(w[k]) ? "NaN" : "an infinity", k);
     }
     ExtraCheck ctx = {m};
-    return checkpoint_for_each(ck, check_expected, &ctx);
+    return hf_weights_for_each(ck, check_expected, &ctx);
 }
 
 int model_load(Model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     ModelConfig cfg;
     if (model_config_load(&cfg, dir) != 0) return -1;
-    CheckpointReader ck;
-    if (checkpoint_open(&ck, dir) != 0) {
+    HfWeights ck;
+    if (hf_weights_open(&ck, dir) != 0) {
         model_config_free(&cfg);
         return -1;
     }
     model_init_empty(m, &cfg);
     int rc = load_tensors(m, &ck, dir);
-    checkpoint_close(&ck);
+    hf_weights_close(&ck);
     if (rc != 0) model_free(m);
     return rc;
 }

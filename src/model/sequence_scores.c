@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int score_batch(const Model *m, const PromptCompletion *items, int count,
+static int score_batch(const Model *m, const SequenceToScore *items, int count,
                        SequenceScore *scores) {
     int t_len = 0;
     for (int i = 0; i < count; i++) {
@@ -18,7 +18,7 @@ static int score_batch(const Model *m, const PromptCompletion *items, int count,
     uint8_t *attn = xcalloc(n, 1), *target = xcalloc(n, 1);
     float *logp = xmalloc(n * sizeof *logp);
     for (int i = 0; i < count; i++) {
-        const PromptCompletion *pc = &items[i];
+        const SequenceToScore *pc = &items[i];
         int len = pc->prompt_len + pc->completion_len;
         memcpy(tokens + (size_t)i * t_len, pc->ids, (size_t)len * sizeof *tokens);
         memset(attn + (size_t)i * t_len, 1, (size_t)len);
@@ -41,16 +41,19 @@ static int score_batch(const Model *m, const PromptCompletion *items, int count,
     return rc;
 }
 
-int sequence_scores(const Model *m, const PromptCompletionSet *set, int batch_size,
-                    SequenceScore *scores) {
+int sequence_scores(const Model *m, const SequenceToScore *seqs, size_t n, int batch_size,
+                    SequenceScore *scores, size_t *failed) {
+    if (failed) *failed = n;
     if (batch_size < 1) return err_set("batch size must be at least 1");
     /* Dynamic NTK RoPE takes its frequencies from the padded batch length, as transformers
      * does; scoring one sequence at a time keeps a score independent of its neighbours. */
     if (m->cfg.rope.type == ROPE_DYNAMIC) batch_size = 1;
-    for (size_t i = 0; i < set->n; i += (size_t)batch_size) {
-        int count = set->n - i < (size_t)batch_size ? (int)(set->n - i) : batch_size;
-        if (score_batch(m, set->items + i, count, scores + i) != 0)
-            return err_prefix("line %d", set->items[i].line);
+    for (size_t i = 0; i < n; i += (size_t)batch_size) {
+        int count = n - i < (size_t)batch_size ? (int)(n - i) : batch_size;
+        if (score_batch(m, seqs + i, count, scores + i) != 0) {
+            if (failed) *failed = i;
+            return -1;
+        }
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "rollout/sampler.h"
 
 #include "common/error.h"
+#include "common/rng.h"
 #include "kernels/cpu/fast_exp.h"
 
 #include <math.h>
@@ -22,33 +23,14 @@ int sampling_params_check(const SamplingParams *p) {
     return 0;
 }
 
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 void sampler_rng_seed(SamplerRng *rng, uint64_t seed, uint64_t stream) {
     uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
     for (int i = 0; i < 4; i++)
-        rng->s[i] = splitmix(&x);
+        rng->s[i] = rng_splitmix64_next(&x);
 }
 
 double sampler_rng_uniform(SamplerRng *rng) {
-    uint64_t *s = rng->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (double)(result >> 11) * 0x1.0p-53;
+    return rng_unit_double(rng_xoshiro256ss_next(rng->s));
 }
 
 /* A logit as an unsigned key that sorts in the opposite order: larger logits first, -inf last;

@@ -3,27 +3,20 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "common/test_hooks.h"
 #include "dist/dist.h"
+#include "io/model_dir.h"
 #include "io/safetensors.h"
-#include "train/model_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Fault injection for tests: RLHF_FAULT_KILL_IN_REMOVAL=1 kills the process right after the first
- * file a removal unlinks, where a real kill leaves a half-removed directory. */
-static void kill_if_injected(void) {
-    const char *v = getenv("RLHF_FAULT_KILL_IN_REMOVAL");
-    if (v && strcmp(v, "1") == 0) raise(SIGKILL);
-}
 
 static int remove_tree(const char *path) {
     DIR *d = opendir(path);
@@ -41,7 +34,7 @@ static int remove_tree(const char *path) {
             rc = err_set("%s: cannot remove: %s", child, strerror(errno));
             break;
         }
-        kill_if_injected();
+        test_hook_kill_in_removal(); /* after the first unlink: a half-removed directory */
     }
     closedir(d);
     if (rc == 0 && rmdir(path) != 0) rc = err_set("%s: cannot remove: %s", path, strerror(errno));

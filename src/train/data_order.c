@@ -1,25 +1,18 @@
 #include "train/data_order.h"
 
 #include "common/error.h"
+#include "common/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* splitmix64: a small, well-mixed generator for the per-epoch shuffle. */
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
     uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
     for (size_t i = 0; i < n; i++)
         order[i] = i;
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(splitmix64(&state) % i);
+        size_t j = (size_t)(rng_splitmix64_next(&state) % i);
         size_t t = order[i - 1];
         order[i - 1] = order[j];
         order[j] = t;

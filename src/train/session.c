@@ -4,7 +4,7 @@
 #include "common/fileio.h"
 #include "dist/dist.h"
 #include "grpo/grpo_run.h"
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 #include "train/pref_task.h"
 #include "train/sft_task.h"
 

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include "common/error.h"
+#include "common/rng.h"
+#include "common/test_hooks.h"
 #include "methods/sft.h"
 #include "model/backward.h"
 
@@ -85,28 +87,10 @@ void trainer_free(Trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* The dropout masks of micro-batch i of step `step` (splitmix64 of the three). */
+/* The dropout masks of micro-batch i of step `step` (the SplitMix64 finaliser of the three). */
 static uint64_t dropout_key(uint64_t seed, int64_t step, int i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull +
-                 (uint64_t)i * 0x94D049BB133111EBull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Fault injection for tests: RLHF_FAULT_NAN_GRAD_STEPS="3,8" makes the gradient of those steps
- * (numbered as logged, from 1) NaN, as a batch that overflows would. A NaN in a model file is
- * refused at load, so the tests that a bad step is skipped and the run recovers need this. */
-static bool nan_injected(int64_t step) {
-    const char *list = getenv("RLHF_FAULT_NAN_GRAD_STEPS");
-    for (const char *p = list; p && *p;) {
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p) break;
-        if (v == step) return true;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return false;
+    return rng_mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull +
+                     (uint64_t)i * 0x94D049BB133111EBull);
 }
 
 /* Over several ranks, after each has run its micro-batches: whether any failed (an agreement
@@ -164,7 +148,7 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     if (t->lora) t->lora->training = false;
     if (t->world > 1 && reduce_over_ranks(t, rc, stats) != 0) return -1;
     if (rc != 0) return -1;
-    if (nan_injected(t->step + 1)) t->grads[0] = NAN;
+    if (test_hook_nan_grad(t->step + 1)) t->grads[0] = NAN;
     if (t->sharded) {
         /* each rank holds the summed gradient of its slice only: the norm is summed in squares */
         double ss = grad_sum_squares(t->grads, t->adamw.spans, t->adamw.n_spans);

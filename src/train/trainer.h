@@ -1,8 +1,10 @@
 /* One optimizer step of training: the micro-batches of a gradient-accumulation window go
  * forward and backward (gradients summed), then global-norm clipping, the learning-rate
- * schedule and AdamW, as HF's Trainer orders them. The method supplies dL/dlogp; this file knows
- * nothing of which method runs (SFT for now). The adapter's dropout is on only inside a step,
- * with masks drawn from (seed, step, micro-batch): a resumed run draws the same ones.
+ * schedule and AdamW, as HF's Trainer orders them. The method (a TrainMethod: SFT, the preference
+ * losses, KTO, GRPO) supplies dL/dlogp; this file knows nothing of which one runs, so that every
+ * method gets the same accumulation, clipping and skipping of bad steps. The adapter's dropout is
+ * on only inside a step, with masks drawn from (seed, step, micro-batch): a resumed run draws the
+ * same ones.
  *
  * Over several ranks (dist.h) a window is the global one: rank r runs its micro-batches
  * r, r + world, r + 2 world, ... of it, and micro-batch numbers (the dropout masks) are the

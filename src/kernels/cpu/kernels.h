@@ -1,7 +1,8 @@
-/* CPU kernels for the Llama-family forward pass, fp32, OpenMP across rows and BLAS for
- * matrix products. Shapes in comments: N = number of token rows. All reductions run in a
- * fixed order, so results are bitwise reproducible for a given thread count. Each kernel's
- * backward partner joins it in the same file when training lands. */
+/* CPU kernels for the Llama family's forward and backward passes, fp32 arithmetic (weights may be
+ * stored in bf16), OpenMP across rows and BLAS for matrix products. Shapes in comments: N =
+ * number of token rows. All reductions run in a fixed order, so results are bitwise reproducible
+ * for a given thread count. Each kernel's backward lives in the same file as its forward, so that
+ * a change to one is made beside the other. */
 #ifndef RLHF_KERNELS_CPU_KERNELS_H
 #define RLHF_KERNELS_CPU_KERNELS_H
 

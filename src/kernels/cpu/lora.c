@@ -1,18 +1,17 @@
 #include "kernels/cpu/kernels.h"
 
 #include "common/error.h"
+#include "common/rng.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Keep-scale of element i: 1/(1-p) when kept, 0 when dropped (splitmix64 of key and index). */
+/* Keep-scale of element i: 1/(1-p) when kept, 0 when dropped. A stateless mix of key and index
+ * (SplitMix64's value at step i of the stream from key), so that parallel threads need no shared
+ * generator and the backward regenerates the same mask. */
 static float dropout_scale(uint64_t key, size_t i, float p) {
-    uint64_t z = key + (uint64_t)i * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    double u = (double)(z >> 11) * 0x1.0p-53;
+    double u = rng_unit_double(rng_mix64(key + (uint64_t)i * RNG_GOLDEN_GAMMA));
     return u < p ? 0.0f : 1.0f / (1.0f - p);
 }
 

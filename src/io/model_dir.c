@@ -1,4 +1,4 @@
-#include "train/model_dir.h"
+#include "io/model_dir.h"
 
 #include "common/error.h"
 #include "common/fileio.h"

@@ -1,6 +1,6 @@
 /* Writing a Hugging Face model directory: weights, config.json, generation and tokenizer files. */
-#ifndef RLHF_TRAIN_MODEL_DIR_H
-#define RLHF_TRAIN_MODEL_DIR_H
+#ifndef RLHF_IO_MODEL_DIR_H
+#define RLHF_IO_MODEL_DIR_H
 
 #include "io/safetensors.h"
 #include "model/model.h"
