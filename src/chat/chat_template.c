@@ -2,7 +2,7 @@
  * transformers' apply_chat_template around rendering. */
 #include "chat/chat_template.h"
 
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "common/error.h"
 
 #include <stdlib.h>

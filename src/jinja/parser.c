@@ -7,7 +7,7 @@
  * Tags: if/elif/else, for (+ else, + `if` filter), set (incl. ns.attr and block set),
  * macro, break/continue, print, generation. Tags jinja2 has but this renderer does not
  * (include, extends, block, import, call, filter, with, ...) fail with their name. */
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 
 #include "common/error.h"
 

@@ -1,6 +1,6 @@
 /* Arena, buffers, UTF-8 helpers and the value type of the Jinja subset: construction,
  * Python str()/repr(), ==, <, and json.dumps. */
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 
 #include "common/error.h"
 
