@@ -4,7 +4,7 @@
  * Each builtin follows jinja2 3.1's filters.py/tests.py (and transformers' tojson),
  * including how it treats undefined values: most coerce them to "" or an empty
  * sequence; arithmetic and int()/float() on them raise. */
-#include "jinja/jinja.h"
+#include "jinja/jinja_internal.h"
 
 #include "common/error.h"
 

@@ -10,7 +10,7 @@
  *     caller's frame: a macro sees its arguments and top-level variables as they are at
  *     call time.
  * Output goes to ctx->out; macros and block sets swap in their own buffer. */
-#include "jinja/jinja.h"
+#include "jinja/jinja_internal.h"
 
 #include "common/error.h"
 

@@ -7,7 +7,7 @@
  * Tags: if/elif/else, for (+ else, + `if` filter), set (incl. ns.attr and block set),
  * macro, break/continue, print, generation. Tags jinja2 has but this renderer does not
  * (include, extends, block, import, call, filter, with, ...) fail with their name. */
-#include "jinja/jinja.h"
+#include "jinja/jinja_internal.h"
 
 #include "common/error.h"
 
@@ -1097,4 +1097,11 @@ static int parse_body(Parser *p, const char *const *end_tags, JNodeList *body) {
 int jinja_parse(JArena *a, const JToken *toks, size_t ntoks, JNodeList *out) {
     Parser p = {.arena = a, .t = toks, .n = ntoks};
     return parse_body(&p, NULL, out);
+}
+
+int jinja_compile(JArena *a, const char *src, size_t len, JNodeList *out) {
+    JToken *toks;
+    size_t ntoks;
+    if (jinja_lex(a, src, len, &toks, &ntoks) != 0) return -1;
+    return jinja_parse(a, toks, ntoks, out);
 }
