@@ -171,6 +171,7 @@ JValue *jv_from_json(JArena *a, const json_t *j);
 
 bool jv_truthy(const JValue *v);
 bool jv_is_number(const JValue *v); /* int, float or bool (Python bool is an int) */
+int64_t jv_as_int(const JValue *v); /* an int or a bool (Python bool is an int) */
 double jv_as_double(const JValue *v);
 const char *jv_type_name(const JValue *v); /* Python type name: "str", "dict", "NoneType" */
 

@@ -160,11 +160,25 @@ int jinja_charge(JCtx *ctx, uint64_t units, int line);
  * JINJA_MAX_NESTING cost more than any allowance. Lists and dicts, which do not change once
  * built, remember theirs. */
 uint64_t jinja_value_work(JValue *v);
+/* jinja_charge of the work of n values (jinja_value_work of each) an operator or builtin is
+ * about to go through. Returns 0, or -1 with "line N: ..." set. */
+int jinja_charge_values(JCtx *ctx, JValue *const *values, size_t n, int line);
 #define JINJA_MAX_NESTING 1000
 
 /* ---------------------------------------------------------------- evaluation */
 
+/* Evaluates an expression node. Returns the value (in ctx->arena), or NULL with
+ * "line N: ..." set. */
 JValue *jinja_eval(JCtx *ctx, JFrame *frame, const JNode *n);
+/* Applies a filter chain whose innermost input is NULL (a filter block: N_SETBLOCK's c) to v.
+ * Returns the result, or NULL with "line N: ..." set. */
+JValue *jinja_apply_filter_chain(JCtx *ctx, JFrame *frame, const JNode *chain, JValue *v);
+/* A variable by name: the innermost frame that has it, then the render variables, then the
+ * globals jinja2 defines; an undefined value (never NULL) when none has it. */
+JValue *jinja_lookup(JCtx *ctx, JFrame *frame, JStr name);
+/* One comparison of an N_COMPARE chain (op: a JCmp), Python's rules: sets *res and returns 0,
+ * or returns -1 with "line N: ..." set (unorderable types, an undefined operand). */
+int jinja_compare(JCtx *ctx, int op, JValue *a, JValue *b, int line, bool *res);
 
 /* Builtins (jinja_builtins.c). Ids are resolved at parse time so that an unknown name is
  * a compile-time error, as in jinja2. */

@@ -222,6 +222,10 @@ bool jv_is_number(const JValue *v) {
     return v->kind == JV_INT || v->kind == JV_FLOAT || v->kind == JV_BOOL;
 }
 
+int64_t jv_as_int(const JValue *v) {
+    return v->kind == JV_INT ? v->u.i : v->u.b;
+}
+
 double jv_as_double(const JValue *v) {
     return v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : v->u.b ? 1.0 : 0.0;
 }
