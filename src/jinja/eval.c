@@ -140,17 +140,22 @@ static int eval_args(JCtx *c, JFrame *f, const JNode *n, JArgs *args) {
     return jinja_charge_values(c, args->kwvals, args->nkw, n->line);
 }
 
+/* The filter of N_FILTER node n applied to v, its arguments evaluated in f. */
+static JValue *apply_filter_node(JCtx *c, JFrame *f, const JNode *n, JValue *v) {
+    JArgs args;
+    if (eval_args(c, f, n, &args) != 0 ||
+        charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
+        return NULL;
+    return jinja_apply_filter(c, n->op, v, &args, n->line);
+}
+
 JValue *jinja_apply_filter_chain(JCtx *c, JFrame *f, const JNode *n, JValue *v) {
     if (!n) return v;
     if (n->a) {
         v = jinja_apply_filter_chain(c, f, n->a, v);
         if (!v) return NULL;
     }
-    JArgs args;
-    if (eval_args(c, f, n, &args) != 0 ||
-        charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
-        return NULL;
-    return jinja_apply_filter(c, f, n->op, v, &args, n->line);
+    return apply_filter_node(c, f, n, v);
 }
 
 JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
@@ -189,12 +194,7 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
     }
     case N_FILTER: {
         JValue *v = jinja_eval(c, f, n->a);
-        if (!v) return NULL;
-        JArgs args;
-        if (eval_args(c, f, n, &args) != 0 ||
-            charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
-            return NULL;
-        return jinja_apply_filter(c, f, n->op, v, &args, n->line);
+        return v ? apply_filter_node(c, f, n, v) : NULL;
     }
     case N_TEST: {
         JValue *v = jinja_eval(c, f, n->a);

@@ -148,10 +148,11 @@ extern JValue jv_none_value, jv_true_value, jv_false_value, jv_undefined_value;
 JValue *jv_int(JArena *a, int64_t i);
 JValue *jv_float(JArena *a, double f);
 JValue *jv_bool(bool b);
-JValue *jv_str(JArena *a, const char *s, size_t n);  /* copies */
-JValue *jv_str_ref(JArena *a, JStr s);               /* does not copy */
-JValue *jv_cstr(JArena *a, const char *s);           /* copies */
-JValue *jv_list(JArena *a, size_t n, bool is_tuple); /* n NULL slots to fill */
+JValue *jv_str(JArena *a, const char *s, size_t n);            /* copies */
+JValue *jv_str_ref(JArena *a, JStr s);                         /* does not copy */
+JValue *jv_cstr(JArena *a, const char *s);                     /* copies */
+JValue *jv_list(JArena *a, size_t n, bool is_tuple);           /* n NULL slots to fill */
+JValue *jv_list_of(JArena *a, JValue *const *items, size_t n); /* a list of the items */
 /* A one-pass iterator over items (not copied); iter_name is the Python type name. */
 JValue *jv_iter(JArena *a, JValue **items, size_t n, const char *iter_name);
 JValue *jv_dict(JArena *a);

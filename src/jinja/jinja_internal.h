@@ -180,46 +180,6 @@ JValue *jinja_lookup(JCtx *ctx, JFrame *frame, JStr name);
  * or returns -1 with "line N: ..." set (unorderable types, an undefined operand). */
 int jinja_compare(JCtx *ctx, int op, JValue *a, JValue *b, int line, bool *res);
 
-/* Builtins (jinja_builtins.c). Ids are resolved at parse time so that an unknown name is
- * a compile-time error, as in jinja2. */
-int jinja_filter_id(const char *name); /* -1 unknown; -2 a jinja2 filter not supported */
-int jinja_test_id(const char *name);   /* same convention */
-/* Whether a filter or test goes through the items of a list or dict it is applied to (not
- * so for length, first, defined, ...): what its subject costs in work (jinja_charge). */
-bool jinja_filter_walks_items(int id);
-bool jinja_test_walks_items(int id);
-const char *jinja_filter_name(int id);
-const char *jinja_test_name(int id);
-
-typedef struct {
-    JValue **args;
-    size_t nargs;
-    JStr *kwnames;
-    JValue **kwvals;
-    size_t nkw;
-} JArgs;
-
-JValue *jinja_apply_filter(JCtx *ctx, JFrame *frame, int id, JValue *v, const JArgs *args,
-                           int line);
-int jinja_apply_test(JCtx *ctx, int id, JValue *v, const JArgs *args, int line, bool *res);
-/* Attribute lookup the way the sandbox does it: methods first, then items. */
-JValue *jinja_getattr(JCtx *ctx, JValue *obj, const char *name, size_t n);
-JValue *jinja_getitem(JCtx *ctx, JValue *obj, JValue *key, int line);
-JValue *jinja_call(JCtx *ctx, JFrame *frame, JValue *fn, const JArgs *args, int line);
-/* Looks a name up among the globals jinja2 and transformers define; NULL if none. */
-JValue *jinja_global(JCtx *ctx, const char *name);
-/* Iterates a value the way Python's iter() does (list items, dict keys, string
- * characters, undefined -> nothing). Returns -1 (error set) for non-iterables. */
-int jinja_iterate(JCtx *ctx, JValue *v, JValue ***items, size_t *n, int line);
-/* Python arithmetic: op is OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD or OP_POW. */
-JValue *jinja_binop(JCtx *ctx, int op, JValue *a, JValue *b, int line);
-/* Python's printf-style `fmt % args`. */
-JValue *jinja_printf(JCtx *ctx, JStr fmt, JValue *args, int line);
-/* Python `item in container`. Returns 0, or -1 (error set). */
-int jinja_contains(JCtx *ctx, JValue *container, JValue *item, int line, bool *res);
-/* Calls a macro (jinja_eval.c). */
-JValue *jinja_call_macro(JCtx *ctx, const JFunc *fn, const JArgs *args, int line);
-
 /* Errors with the template line; return NULL / -1 for `return` convenience. */
 JValue *jinja_fail(int line, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -228,5 +188,129 @@ JValue *jinja_fail(int line, const char *fmt, ...)
     ;
 /* An operation on an undefined value: the message jinja2 gives, with the line. */
 JValue *jinja_fail_undefined(int line, const JValue *undef);
+
+/* A call's arguments, evaluated: positional, then keyword. */
+typedef struct {
+    JValue **args;
+    size_t nargs;
+    JStr *kwnames;
+    JValue **kwvals;
+    size_t nkw;
+} JArgs;
+
+/* ---------------------------------------------------------------- operators (operators.c) */
+
+/* Python arithmetic: op is OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD or OP_POW.
+ * Returns the result, or NULL with "line N: ..." set (type errors, division by zero, int
+ * overflow, which Python would not have but a C int64 does). */
+JValue *jinja_binop(JCtx *ctx, int op, JValue *a, JValue *b, int line);
+/* Python `item in container`. Returns 0, or -1 (error set). */
+int jinja_contains(JCtx *ctx, JValue *container, JValue *item, int line, bool *res);
+/* Python len(v) as an int value (an undefined value has length 0, as in jinja2), or NULL
+ * with "line N: ..." set for a value without a length. */
+JValue *jinja_len(JCtx *ctx, JValue *v, int line);
+
+/* ---------------------------------------------------------------- calls (args.c, globals.c) */
+
+/* Binds args to the n parameter names (positional order) of `what` (the callee, as errors
+ * name it); out[i] is NULL when parameter i was not given (out may be NULL when n is 0). Returns 0,
+ * or -1 with "line N: ..." set for too many, unknown or repeated arguments, Python's wording. */
+int jinja_bind_args(const JArgs *a, const char *what, const char *const *names, size_t n,
+                    JValue **out, int line);
+bool jinja_arg_bool(const JValue *v, bool def); /* truthiness; def when not given */
+/* An int (or bool) argument; def when not given or None. Returns 0, or -1 with "line N: ..."
+ * set for another type. */
+int jinja_arg_int(const JValue *v, int64_t def, int64_t *out, const char *what, int line);
+/* v itself when a string, else NULL with "line N: ..." set. */
+JValue *jinja_str_arg(const JValue *v, const char *what, int line);
+/* Whether name is in the NULL-terminated list. */
+bool jinja_name_in(const char *const *names, const char *name);
+/* Iterates a value the way Python's iter() does (list items, dict keys, string characters,
+ * undefined -> nothing; an iterator is used up). *items may point into v or be new in the
+ * arena; the caller must not change it. Returns -1 (error set) for non-iterables. */
+int jinja_iterate(JCtx *ctx, JValue *v, JValue ***items, size_t *n, int line);
+/* Calls fn (a global, a macro or a bound method). Returns the result, or NULL with
+ * "line N: ..." set (fn not callable, or the call failed). */
+JValue *jinja_call(JCtx *ctx, JFrame *frame, JValue *fn, const JArgs *args, int line);
+/* Looks a name up among the globals jinja2 and transformers define; NULL if none. */
+JValue *jinja_global(JCtx *ctx, const char *name);
+/* Calls a macro (exec.c): its body rendered in a frame of its own, as a string value. */
+JValue *jinja_call_macro(JCtx *ctx, const JFunc *fn, const JArgs *args, int line);
+
+/* ---------------------------------------------------------------- lookup (attr.c, methods.c) */
+
+/* Attribute lookup the way the sandbox does it (obj.name): a loop's attributes, then methods,
+ * then a namespace's or dict's items; undefined (never NULL) when missing. */
+JValue *jinja_getattr(JCtx *ctx, JValue *obj, const char *name, size_t n);
+/* obj[key]: items first, then for a string key the attribute; undefined when missing. */
+JValue *jinja_getitem(JCtx *ctx, JValue *obj, JValue *key, int line);
+/* What obj.name is other than a dict item (a loop attribute, a method, a namespace
+ * attribute), or NULL: the part of lookup that getattr, getitem and the attr filter share. */
+JValue *jinja_attribute(JCtx *ctx, JValue *obj, const char *name, size_t n);
+
+/* Whether obj has a method of that name, and whether a sandboxed template may call it. */
+typedef enum { JM_NONE, JM_OK, JM_UNSUPPORTED, JM_UNSAFE } JMethodKind;
+JMethodKind jinja_method_kind(const JValue *obj, const char *name);
+/* The method as a value bound to obj (kind != JM_NONE): unsupported ones resolve, so that
+ * calling them can say so; an unsafe one is undefined with the sandbox's message. */
+JValue *jinja_method_value(JCtx *ctx, JValue *obj, const char *name, JMethodKind kind);
+/* Calls a bound method (JF_METHOD). Returns the result, or NULL with "line N: ..." set. */
+JValue *jinja_call_method(JCtx *ctx, JFunc *fn, const JArgs *args, int line);
+
+/* ---------------------------------------------------------------- filters and tests */
+
+/* Filter and test ids are rows of their tables (filters.c, tests.c), resolved at parse time so
+ * that an unknown name is a compile-time error, as in jinja2. */
+int jinja_filter_id(const char *name); /* -1 unknown; -2 a jinja2 filter not supported */
+/* The filter's id, or -1 with "line N: ..." set: "No filter named 'x'." or that it is not
+ * supported, jinja2's wording. */
+int jinja_filter_resolve(const char *name, int line);
+int jinja_test_id(const char *name); /* -1 unknown */
+/* Whether a filter or test goes through the items of a list or dict it is applied to (not
+ * so for length, first, defined, ...): what its subject costs in work (jinja_charge). */
+bool jinja_filter_walks_items(int id);
+bool jinja_test_walks_items(int id);
+/* Applies filter `id` to v. Returns the result, or NULL with "line N: ..." set. */
+JValue *jinja_apply_filter(JCtx *ctx, int id, JValue *v, const JArgs *args, int line);
+/* Applies test `id` to v, setting *res. Returns 0, or -1 with "line N: ..." set. */
+int jinja_apply_test(JCtx *ctx, int id, JValue *v, const JArgs *args, int line, bool *res);
+/* The test named by a value (select/reject's argument), applied to v with positional args;
+ * an unknown name fails here, at render time, as in jinja2. */
+int jinja_test_by_name(JCtx *ctx, JValue *name, JValue *v, JValue **args, size_t nargs, int line,
+                       bool *res);
+
+/* ---------------------------------------------------------------- Python str (pystr*.c) */
+
+/* Every pystr_ function returns a new value in ctx->arena (the input may be returned as it
+ * is) and never modifies its input; those that take a line fail with "line N: ..." set. */
+typedef enum { PYSTR_LOWER, PYSTR_UPPER, PYSTR_TITLE } PyStrCase;
+/* Appends cp mapped to the case (ß upper-cases to SS, title-cases to Ss, as in Python). */
+void pystr_put_case(JBuf *b, int32_t cp, PyStrCase op);
+JValue *pystr_case(JCtx *ctx, JStr s, PyStrCase op); /* str.lower() / str.upper() */
+JValue *pystr_capitalize(JCtx *ctx, JStr s);         /* str.capitalize() */
+bool pystr_is_alnum(int32_t cp);                     /* str.isalnum() for one character */
+bool pystr_is_case(JStr s, bool upper);              /* str.isupper() / str.islower() */
+/* The str methods of no argument that map case or test character classes (upper, lower,
+ * casefold, title, capitalize, swapcase, isdigit, ..., istitle); NULL for another name. */
+JValue *pystr_case_method(JCtx *ctx, JStr s, const char *name);
+/* str.strip/lstrip/rstrip with optional chars (NULL: whitespace). */
+JValue *pystr_strip(JCtx *ctx, JStr s, const JStr *chars, bool left, bool right);
+/* pystr_strip with its argument as a call passes it: `chars` (a string; absent or None:
+ * whitespace), bound in the name of `what` (str.strip(), filter 'trim'). */
+JValue *pystr_strip_call(JCtx *ctx, JStr s, const JArgs *args, const char *what, bool left,
+                         bool right, int line);
+/* str.replace(old, new, count); count < 0: all. */
+JValue *pystr_replace(JCtx *ctx, JStr s, JStr old, JStr new_, int64_t count);
+/* str.splitlines(): *out (in the arena) gets *count slices of s. Returns 0, or -1 once the
+ * render's work allowance is spent. */
+int pystr_splitlines(JCtx *ctx, JStr s, JStr **out, size_t *count, int line);
+/* Calls the str method `name` (one jinja_method_kind lets through) on self. */
+JValue *pystr_call_method(JCtx *ctx, JValue *self, const char *name, const JArgs *args, int line);
+/* Python int(s, base) and float(s) for a string; false where Python would raise. */
+bool pystr_to_int(JStr s, int64_t base, int64_t *out);
+bool pystr_to_float(JStr s, double *out);
+/* Python's printf-style `fmt % args`: args is a tuple of positional values, a dict for
+ * %(name)s, or any single value. */
+JValue *pystr_printf(JCtx *ctx, JStr fmt, JValue *args, int line);
 
 #endif

@@ -45,7 +45,7 @@ static JValue *repeat(JCtx *c, const JValue *seq, int64_t times, int line) {
 
 JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
     /* str % anything is formatting, even with an undefined right side (printed as ""). */
-    if (op == OP_MOD && a->kind == JV_STRING) return jinja_printf(c, a->u.s, b, line);
+    if (op == OP_MOD && a->kind == JV_STRING) return pystr_printf(c, a->u.s, b, line);
     if (a->kind == JV_UNDEFINED) return jinja_fail_undefined(line, a);
     if (b->kind == JV_UNDEFINED) return jinja_fail_undefined(line, b);
     const char *sym = jop_text[op];
@@ -260,5 +260,22 @@ int jinja_compare(JCtx *c, int op, JValue *a, JValue *b, int line, bool *res) {
         *res = r;
         return 0;
     }
+    }
+}
+
+JValue *jinja_len(JCtx *c, JValue *v, int line) {
+    switch (v->kind) {
+    case JV_STRING:
+        return jv_int(c->arena, (int64_t)ju_length(v->u.s.s, v->u.s.n));
+    case JV_LIST:
+        return jv_int(c->arena, (int64_t)v->u.list.n);
+    case JV_DICT:
+        return jv_int(c->arena, (int64_t)v->u.dict->n);
+    case JV_UNDEFINED:
+        return jv_int(c->arena, 0);
+    case JV_LOOP:
+        return jv_int(c->arena, v->u.loop->length);
+    default:
+        return jinja_fail(line, "object of type '%s' has no len()", jv_type_name(v));
     }
 }

@@ -82,15 +82,8 @@ JNode *jp_parse_filter(JParser *p, JNode *n, bool start_inline) {
         int line = jp_cur(p)->line;
         JNode *f = jp_node(p, N_FILTER, line);
         if (parse_dotted_name(p, &f->name) != 0) return NULL;
-        f->op = jinja_filter_id(f->name.s);
-        if (f->op == -1) {
-            jp_fail(line, "No filter named '%s'.", f->name.s);
-            return NULL;
-        }
-        if (f->op == -2) {
-            jp_fail(line, "filter '%s' is not supported by this renderer", f->name.s);
-            return NULL;
-        }
+        f->op = jinja_filter_resolve(f->name.s, line);
+        if (f->op < 0) return NULL;
         if (jp_is_op(jp_cur(p), OP_LPAREN) && parse_call_args(p, f) != 0) return NULL;
         f->a = n;
         n = f;

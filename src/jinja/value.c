@@ -63,6 +63,13 @@ JValue *jv_list(JArena *a, size_t n, bool is_tuple) {
     return v;
 }
 
+JValue *jv_list_of(JArena *a, JValue *const *items, size_t n) {
+    JValue *l = jv_list(a, n, false);
+    for (size_t i = 0; i < n; i++)
+        l->u.list.items[i] = items[i];
+    return l;
+}
+
 JValue *jv_iter(JArena *a, JValue **items, size_t n, const char *iter_name) {
     JValue *v = ja_alloc(a, sizeof *v);
     v->kind = JV_ITER;
