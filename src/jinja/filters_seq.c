@@ -150,7 +150,7 @@ static JValue *min_max(JCtx *c, JValue *v, const JArgs *a, bool want_max, int li
 }
 
 JValue *jf_batch(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"linecount", "fill_with"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     int64_t count;
@@ -179,7 +179,7 @@ JValue *jf_length(JCtx *c, JValue *v, const JArgs *a, const char *what, int line
 }
 
 JValue *jf_dictsort(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[3];
     static const char *const names[] = {"case_sensitive", "by", "reverse"};
     if (jinja_bind_args(a, what, names, 3, p, line) != 0) return NULL;
     if (v->kind == JV_UNDEFINED) return jinja_fail_undefined(line, v);
@@ -212,6 +212,8 @@ JValue *jf_dictsort(JCtx *c, JValue *v, const JArgs *a, const char *what, int li
     return l;
 }
 
+/* first of an iterator takes its next item, using it up by one as next() does; last of one
+ * fails as in jinja2, a generator not being reversible. */
 static JValue *first_or_last(JCtx *c, JValue *v, const JArgs *a, const char *what, int line,
                              bool last) {
     if (jinja_bind_args(a, what, NULL, 0, NULL, line) != 0) return NULL;
@@ -228,8 +230,8 @@ static JValue *first_or_last(JCtx *c, JValue *v, const JArgs *a, const char *wha
     size_t n;
     if (jinja_iterate(c, v, &items, &n, line) != 0) return NULL;
     if (n == 0)
-        return jv_undefined(c->arena, "No %s item, sequence was empty.", !last ? "first" : "last");
-    return items[!last ? 0 : n - 1];
+        return jv_undefined(c->arena, "No %s item, sequence was empty.", last ? "last" : "first");
+    return items[last ? n - 1 : 0];
 }
 
 JValue *jf_first(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
@@ -254,7 +256,7 @@ JValue *jf_items(JCtx *c, JValue *v, const JArgs *a, const char *what, int line)
 }
 
 JValue *jf_join(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"d", "attribute"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     JValue **items;
@@ -365,7 +367,7 @@ JValue *jf_reverse(JCtx *c, JValue *v, const JArgs *a, const char *what, int lin
 }
 
 JValue *jf_sort(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[3];
     static const char *const names[] = {"reverse", "case_sensitive", "attribute"};
     if (jinja_bind_args(a, what, names, 3, p, line) != 0) return NULL;
     JValue **items;
@@ -394,7 +396,7 @@ JValue *jf_sort(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) 
 }
 
 JValue *jf_sum(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"attribute", "start"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     JValue **items;
@@ -411,7 +413,7 @@ JValue *jf_sum(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
 }
 
 JValue *jf_unique(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"case_sensitive", "attribute"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     JValue **items;

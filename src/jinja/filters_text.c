@@ -72,7 +72,7 @@ JValue *jf_abs(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
 }
 
 JValue *jf_attr(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[1];
     static const char *const names[] = {"name"};
     if (jinja_bind_args(a, what, names, 1, p, line) != 0) return NULL;
     if (!p[0] || !jinja_str_arg(p[0], what, line))
@@ -88,7 +88,7 @@ JValue *jf_capitalize(JCtx *c, JValue *v, const JArgs *a, const char *what, int 
 }
 
 JValue *jf_center(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[1];
     static const char *const names[] = {"width"};
     if (jinja_bind_args(a, what, names, 1, p, line) != 0) return NULL;
     int64_t width;
@@ -109,7 +109,7 @@ JValue *jf_center(JCtx *c, JValue *v, const JArgs *a, const char *what, int line
 }
 
 JValue *jf_default(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"default_value", "boolean"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     if (v->kind == JV_UNDEFINED || (jinja_arg_bool(p[1], false) && !jv_truthy(v)))
@@ -123,7 +123,7 @@ JValue *jf_escape(JCtx *c, JValue *v, const JArgs *a, const char *what, int line
 }
 
 JValue *jf_float(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[1];
     static const char *const names[] = {"default"};
     if (jinja_bind_args(a, what, names, 1, p, line) != 0) return NULL;
     JValue *dflt = p[0] ? p[0] : jv_float(c->arena, 0.0);
@@ -154,7 +154,7 @@ JValue *jf_format(JCtx *c, JValue *v, const JArgs *a, const char *what, int line
 }
 
 JValue *jf_indent(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[3];
     static const char *const names[] = {"width", "first", "blank"};
     if (jinja_bind_args(a, what, names, 3, p, line) != 0) return NULL;
     JStr ind;
@@ -193,7 +193,7 @@ JValue *jf_indent(JCtx *c, JValue *v, const JArgs *a, const char *what, int line
 }
 
 JValue *jf_int(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"default", "base"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     JValue *dflt = p[0] ? p[0] : jv_int(c->arena, 0);
@@ -227,7 +227,7 @@ JValue *jf_upper(JCtx *c, JValue *v, const JArgs *a, const char *what, int line)
 }
 
 JValue *jf_replace(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[3];
     static const char *const names[] = {"old", "new", "count"};
     if (jinja_bind_args(a, what, names, 3, p, line) != 0) return NULL;
     if (!p[0] || !p[1]) return jinja_fail(line, "replace needs the old and the new string");
@@ -238,7 +238,7 @@ JValue *jf_replace(JCtx *c, JValue *v, const JArgs *a, const char *what, int lin
 }
 
 JValue *jf_round(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[2];
     static const char *const names[] = {"precision", "method"};
     if (jinja_bind_args(a, what, names, 2, p, line) != 0) return NULL;
     int64_t prec;
@@ -328,7 +328,7 @@ JValue *jf_trim(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) 
 }
 
 JValue *jf_truncate(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    JValue *p[5];
+    JValue *p[4];
     static const char *const names[] = {"length", "killwords", "end", "leeway"};
     if (jinja_bind_args(a, what, names, 4, p, line) != 0) return NULL;
     int64_t length, leeway;

@@ -1,10 +1,10 @@
 /* The Jinja2 interpreter: what the chat-template layer (src/chat) and the rest of the tree use.
  *
- * A template is compiled once (jinja_compile: lexer.c, then parser.c and parser_expr.c build
+ * A template is compiled once (jinja_compile: lexer.c, then the parser*.c files build
  * an AST) and rendered any number of times (jinja_exec: exec.c runs statements, eval.c
  * evaluates expressions) over a small Python-like value type (value.c, value_text.c). The
  * builtins (filters*.c, tests.c, methods.c, globals.c, attr.c) and Python str semantics
- * (pystr.c, pystr_format.c) are private to the engine: see jinja_internal.h.
+ * (pystr*.c) are private to the engine: see jinja_internal.h.
  *
  * Memory: every AST node belongs to the template's arena and every value made while
  * rendering belongs to the render's arena; both are freed in one go. Nothing inside is
@@ -39,6 +39,8 @@ typedef struct {
 
 void *ja_alloc(JArena *a, size_t n);                 /* zeroed; aborts when memory runs out */
 char *ja_memdup(JArena *a, const char *s, size_t n); /* NUL-terminated copy */
+/* Frees every block at once: everything allocated in the arena, values and strings
+ * included, is gone, and nothing may point into it any more. */
 void ja_free(JArena *a);
 
 /* A byte string; `s` is NUL-terminated but may contain NULs (JSON "\u0000"). */
@@ -54,6 +56,8 @@ typedef struct {
     size_t len, cap;
 } JBuf;
 
+/* Appends never fail: growth comes from the arena, and past its cap a write is dropped
+ * (the render then fails at its next step, see JArena). */
 void jb_init(JBuf *b, JArena *a);
 void jb_put(JBuf *b, const char *s, size_t n);
 void jb_puts(JBuf *b, const char *s);
