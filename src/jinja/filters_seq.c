@@ -284,7 +284,6 @@ JValue *jf_list(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) 
 }
 
 JValue *jf_map(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    (void)what;
     JValue **items;
     size_t n;
     if (jinja_iterate(c, v, &items, &n, line) != 0) return lazy_error(c);
@@ -323,7 +322,6 @@ JValue *jf_map(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
  * variant; they bind their own parameter names (see min_max, select_reject). */
 #define VARIANT_FILTER(name, call)                                                                 \
     JValue *jf_##name(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {            \
-        (void)what;                                                                                \
         return call;                                                                               \
     }
 

@@ -136,7 +136,6 @@ JValue *jf_float(JCtx *c, JValue *v, const JArgs *a, const char *what, int line)
 }
 
 JValue *jf_format(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    (void)what;
     /* soft_str(value) % (kwargs or args) */
     if (a->nargs && a->nkw)
         return jinja_fail(line, "can't handle positional and keyword arguments at the same time");
@@ -287,7 +286,6 @@ JValue *jf_title(JCtx *c, JValue *v, const JArgs *a, const char *what, int line)
 
 /* Binds its own name, "tojson", as transformers' filter does, not "filter 'tojson'". */
 JValue *jf_tojson(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
-    (void)what;
     static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
     JValue *p[4];
     if (jinja_bind_args(a, "tojson", names, 4, p, line) != 0) return NULL;

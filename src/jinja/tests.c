@@ -55,12 +55,10 @@ static int remainder_is(JCtx *c, JValue *v, JValue *d, double want, int line, bo
 }
 
 static int test_odd(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {
-    (void)arg;
     return remainder_is(c, v, NULL, 1.0, line, res);
 }
 
 static int test_even(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {
-    (void)arg;
     return remainder_is(c, v, NULL, 0.0, line, res);
 }
 
@@ -71,7 +69,6 @@ static int test_divisibleby(JCtx *c, JValue *v, JValue *arg, int line, bool *res
 /* The tests that only look at the subject's kind and value: none fails. */
 #define KIND_TEST(name, expr)                                                                      \
     static int test_##name(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {                 \
-        (void)c, (void)arg, (void)line;                                                            \
         *res = (expr);                                                                             \
         return 0;                                                                                  \
     }
@@ -100,20 +97,17 @@ KIND_TEST(eq, jv_equal(v, arg))
 KIND_TEST(ne, !jv_equal(v, arg))
 
 static int test_lower(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {
-    (void)arg, (void)line;
     *res = pystr_is_case(jv_str_of(c->arena, v)->u.s, false);
     return 0;
 }
 
 static int test_upper(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {
-    (void)arg, (void)line;
     *res = pystr_is_case(jv_str_of(c->arena, v)->u.s, true);
     return 0;
 }
 
 /* `is sameas`: Python's `is`. None, booleans and the undefined value are singletons there. */
 static int test_sameas(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {
-    (void)c, (void)line;
     if (v->kind == JV_NONE || v->kind == JV_BOOL || v->kind == JV_UNDEFINED)
         *res = v->kind == arg->kind && (v->kind != JV_BOOL || v->u.b == arg->u.b) &&
                (v->kind != JV_UNDEFINED || v == arg);
@@ -144,7 +138,6 @@ static int order(JValue *v, JValue *arg, bool greater, bool or_equal, int line, 
 
 #define ORDER_TEST(name, greater, or_equal)                                                        \
     static int test_##name(JCtx *c, JValue *v, JValue *arg, int line, bool *res) {                 \
-        (void)c;                                                                                   \
         return order(v, arg, greater, or_equal, line, res);                                        \
     }
 
