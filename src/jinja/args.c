@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-/* Binds args to the parameter names (positional order) of `what`; out[i] is NULL when
- * parameter i was not given. */
 int jinja_bind_args(const JArgs *a, const char *what, const char *const *names, size_t n,
                     JValue **out, int line) {
     for (size_t i = 0; i < n; i++)
