@@ -8,7 +8,7 @@
  *    family templates is compiled and, when it compiles, rendered.
  * 3. Generation spans, the render API variants, and API misuse. */
 #include "chat/chat_template.h"
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"

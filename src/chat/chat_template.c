@@ -2,7 +2,7 @@
  * transformers' apply_chat_template around rendering. */
 #include "chat/chat_template.h"
 
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "common/error.h"
 
 #include <stdlib.h>
@@ -18,10 +18,7 @@ int chat_template_compile(const char *src, size_t len, ChatTemplate **out) {
     *out = NULL;
     ChatTemplate *t = xcalloc(1, sizeof *t);
     t->source = ja_memdup(&t->arena, src, len);
-    JToken *toks;
-    size_t ntoks;
-    if (jinja_lex(&t->arena, src, len, &toks, &ntoks) != 0 ||
-        jinja_parse(&t->arena, toks, ntoks, &t->body) != 0) {
+    if (jinja_compile(&t->arena, src, len, &t->body) != 0) {
         err_prefix("chat template");
         chat_template_free(t);
         return -1;

@@ -3,7 +3,7 @@
  * lstrip_blocks and loopcontrols; transformers' tojson, raise_exception and strftime_now;
  * namespace(); the {% generation %} tag).
  *
- * The interpreter covers the Jinja features real chat templates use (see src/chat/jinja.h
+ * The interpreter covers the Jinja features real chat templates use (see src/jinja/jinja.h
  * and docs in the README). A template using something outside that subset fails to
  * compile or render with a message naming the construct and the template line; it never
  * renders something different silently.

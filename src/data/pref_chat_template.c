@@ -27,7 +27,7 @@
 #include "data/pref_types.h"
 
 #include "chat/chat_template.h"
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "common/error.h"
 #include "data/template_choice.h"
 

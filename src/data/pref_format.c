@@ -2,7 +2,7 @@
  * shares. */
 #include "data/pref_types.h"
 
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "common/error.h"
 
 #include <stdarg.h>

@@ -1,8 +1,10 @@
-/* Internal interface of the Jinja2 subset behind chat_template.h.
+/* The Jinja2 interpreter: what the chat-template layer (src/chat) and the rest of the tree use.
  *
- * The pipeline is lexer (jinja_lexer.c) -> parser to an AST (jinja_parser.c) ->
- * tree-walking evaluator (jinja_eval.c) over a small Python-like value type
- * (jinja_value.c), with filters, tests, methods and globals in jinja_builtins.c.
+ * A template is compiled once (jinja_compile: lexer.c, then the parser*.c files build
+ * an AST) and rendered any number of times (jinja_exec: exec.c runs statements, eval.c
+ * evaluates expressions) over a small Python-like value type (value.c, value_text.c). The
+ * builtins (filters*.c, tests.c, methods.c, globals.c, attr.c) and Python str semantics
+ * (pystr*.c) are private to the engine: see jinja_internal.h.
  *
  * Memory: every AST node belongs to the template's arena and every value made while
  * rendering belongs to the render's arena; both are freed in one go. Nothing inside is
@@ -13,8 +15,8 @@
  * lstrip_blocks, loopcontrols, ImmutableSandboxedEnvironment, default Undefined); where
  * a value behaves like a Python object (str(), repr(), ==, <, in, truthiness) it behaves
  * like the Python object jinja2 would hold. */
-#ifndef RLHF_CHAT_JINJA_H
-#define RLHF_CHAT_JINJA_H
+#ifndef RLHF_JINJA_JINJA_H
+#define RLHF_JINJA_JINJA_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -37,6 +39,8 @@ typedef struct {
 
 void *ja_alloc(JArena *a, size_t n);                 /* zeroed; aborts when memory runs out */
 char *ja_memdup(JArena *a, const char *s, size_t n); /* NUL-terminated copy */
+/* Frees every block at once: everything allocated in the arena, values and strings
+ * included, is gone, and nothing may point into it any more. */
 void ja_free(JArena *a);
 
 /* A byte string; `s` is NUL-terminated but may contain NULs (JSON "\u0000"). */
@@ -52,6 +56,8 @@ typedef struct {
     size_t len, cap;
 } JBuf;
 
+/* Appends never fail: growth comes from the arena, and past its cap a write is dropped
+ * (the render then fails at its next step, see JArena). */
 void jb_init(JBuf *b, JArena *a);
 void jb_put(JBuf *b, const char *s, size_t n);
 void jb_puts(JBuf *b, const char *s);
@@ -112,24 +118,10 @@ typedef struct {
     size_t n, cap;
 } JDict;
 
-typedef enum {
-    JF_GLOBAL, /* range, namespace, dict, raise_exception, strftime_now, ... */
-    JF_MACRO,
-    JF_METHOD, /* a method bound to `self` */
-} JFuncKind;
-
-typedef struct {
-    JFuncKind kind;
-    const char *name;
-    JValue *self;       /* JF_METHOD */
-    const JNode *macro; /* JF_MACRO */
-} JFunc;
-
-typedef struct {
-    int64_t index0, length;
-    JValue **items; /* the (filtered) sequence, for previtem/nextitem */
-    int depth;
-} JLoop;
+/* A function value (global, macro or bound method) and a for loop's `loop`: defined in
+ * jinja_internal.h, as only the engine looks inside them. */
+typedef struct JFunc JFunc;
+typedef struct JLoop JLoop;
 
 struct JValue {
     JKind kind;
@@ -160,10 +152,11 @@ extern JValue jv_none_value, jv_true_value, jv_false_value, jv_undefined_value;
 JValue *jv_int(JArena *a, int64_t i);
 JValue *jv_float(JArena *a, double f);
 JValue *jv_bool(bool b);
-JValue *jv_str(JArena *a, const char *s, size_t n);  /* copies */
-JValue *jv_str_ref(JArena *a, JStr s);               /* does not copy */
-JValue *jv_cstr(JArena *a, const char *s);           /* copies */
-JValue *jv_list(JArena *a, size_t n, bool is_tuple); /* n NULL slots to fill */
+JValue *jv_str(JArena *a, const char *s, size_t n);            /* copies */
+JValue *jv_str_ref(JArena *a, JStr s);                         /* does not copy */
+JValue *jv_cstr(JArena *a, const char *s);                     /* copies */
+JValue *jv_list(JArena *a, size_t n, bool is_tuple);           /* n NULL slots to fill */
+JValue *jv_list_of(JArena *a, JValue *const *items, size_t n); /* a list of the items */
 /* A one-pass iterator over items (not copied); iter_name is the Python type name. */
 JValue *jv_iter(JArena *a, JValue **items, size_t n, const char *iter_name);
 JValue *jv_dict(JArena *a);
@@ -183,6 +176,7 @@ JValue *jv_from_json(JArena *a, const json_t *j);
 
 bool jv_truthy(const JValue *v);
 bool jv_is_number(const JValue *v); /* int, float or bool (Python bool is an int) */
+int64_t jv_as_int(const JValue *v); /* an int or a bool (Python bool is an int) */
 double jv_as_double(const JValue *v);
 const char *jv_type_name(const JValue *v); /* Python type name: "str", "dict", "NoneType" */
 
@@ -209,131 +203,19 @@ typedef struct {
 } JJsonOpts;
 int jv_to_json(JBuf *b, const JValue *v, const JJsonOpts *o);
 
-/* ---------------------------------------------------------------- lexer */
+/* ---------------------------------------------------------------- templates */
 
-typedef enum {
-    JT_DATA,
-    JT_VAR_BEGIN,
-    JT_VAR_END,
-    JT_BLOCK_BEGIN,
-    JT_BLOCK_END,
-    JT_NAME,
-    JT_STRING,
-    JT_INT,
-    JT_FLOAT,
-    JT_OP,
-    JT_EOF,
-} JTokKind;
-
-/* Operators; the two-character ones first. */
-typedef enum {
-    OP_FLOORDIV, /* // */
-    OP_POW,      /* ** */
-    OP_EQ,       /* == */
-    OP_NE,       /* != */
-    OP_GE,       /* >= */
-    OP_LE,       /* <= */
-    OP_ADD,
-    OP_SUB,
-    OP_DIV,
-    OP_MUL,
-    OP_MOD,
-    OP_TILDE,
-    OP_LBRACKET,
-    OP_RBRACKET,
-    OP_LPAREN,
-    OP_RPAREN,
-    OP_LBRACE,
-    OP_RBRACE,
-    OP_GT,
-    OP_LT,
-    OP_ASSIGN,
-    OP_DOT,
-    OP_COLON,
-    OP_PIPE,
-    OP_COMMA,
-    OP_SEMICOLON,
-    OP_COUNT_
-} JOp;
-
-extern const char *const jop_text[OP_COUNT_];
-
-typedef struct {
-    JTokKind kind;
-    int line;
-    JOp op;    /* JT_OP */
-    JStr text; /* JT_DATA, JT_NAME, JT_STRING (unescaped) */
-    int64_t i; /* JT_INT */
-    double f;  /* JT_FLOAT */
-} JToken;
-
-/* Tokenizes the whole template. Returns 0, or -1 with "line N: ..." set. */
-int jinja_lex(JArena *a, const char *src, size_t len, JToken **toks, size_t *ntoks);
-
-/* ---------------------------------------------------------------- AST */
-
-typedef enum {
-    /* expressions */
-    N_CONST,   /* value */
-    N_NAME,    /* name */
-    N_GETATTR, /* a.name */
-    N_GETITEM, /* a[b] */
-    N_SLICE,   /* a, b, c: start, stop, step (each may be NULL); only inside N_GETITEM */
-    N_CALL,    /* a(args, kw) */
-    N_FILTER,  /* a | name(args, kw); a NULL in a filter block */
-    N_TEST,    /* a is name(args, kw) */
-    N_NOT,
-    N_NEG,
-    N_POS,
-    N_BINOP, /* op: OP_ADD ... plus N_AND/N_OR below */
-    N_AND,
-    N_OR,
-    N_CONCAT,   /* items */
-    N_COMPARE,  /* a, then items[i] compared with cmp_ops[i] */
-    N_CONDEXPR, /* b if a else c (c may be NULL) */
-    N_LIST,
-    N_TUPLE,
-    N_DICT,  /* items = k0, v0, k1, v1, ... */
-    N_NSREF, /* name.attr as an assignment target */
-    /* statements */
-    N_DATA,     /* name = the text */
-    N_OUTPUT,   /* {{ a }} */
-    N_IF,       /* a: test, body, orelse */
-    N_FOR,      /* a: target, b: iterable, c: filter (or NULL), body, orelse */
-    N_SET,      /* a: target, b: value */
-    N_SETBLOCK, /* a: target, c: filter chain (N_FILTER with a NULL innermost) or NULL, body */
-    N_MACRO,    /* name, params (items: N_NAME), defaults (kwvals, aligned to the last params) */
-    N_BREAK,
-    N_CONTINUE,
-    N_GENERATION, /* body */
-} JNodeKind;
-
-/* Comparison operators in N_COMPARE. */
-typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_IN, CMP_NOTIN } JCmp;
-
+/* A template's statements: AST nodes (JNode, jinja_internal.h) in the template's arena. */
 typedef struct {
     JNode **v;
     size_t n;
 } JNodeList;
 
-struct JNode {
-    JNodeKind kind;
-    int line;
-    int op;        /* N_BINOP: JOp; filters/tests: builtin id */
-    JStr name;     /* N_NAME, N_GETATTR, N_FILTER, N_TEST, N_DATA, N_NSREF (ns name), N_MACRO */
-    JStr attr;     /* N_NSREF */
-    JValue *value; /* N_CONST */
-    JNode *a, *b, *c;
-    JNodeList items; /* args, list elements, compare operands */
-    int *cmp_ops;
-    JStr *kwnames;
-    JNodeList kwvals;
-    JNodeList body, orelse;
-};
-
-/* Parses tokens into the statement list of a template. Returns 0, or -1 with
- * "line N: ..." set. */
-int jinja_parse(JArena *a, const JToken *toks, size_t ntoks, JNodeList *out);
+/* Compiles template source into its statement list; every node is allocated in `a`, which
+ * the caller frees (ja_free) when done with the template. Returns 0, or -1 with "line N: ..."
+ * set (a syntax error, or an unknown filter, test or tag, as jinja2 reports at compile time);
+ * on error what was allocated in `a` is still the caller's to free. */
+int jinja_compile(JArena *a, const char *src, size_t len, JNodeList *out);
 
 /* ---------------------------------------------------------------- evaluation */
 
@@ -367,71 +249,13 @@ typedef struct JCtx {
 #define JINJA_WORK_LIMIT   ((uint64_t)1 << 22)
 #define JINJA_MEMORY_LIMIT ((size_t)64 << 20)
 
-/* Spends `units` of the render's work (1 per node and per loop turn, plus the size of every
- * value a builtin or operator works through, see jinja_value_work) and checks the memory cap.
- * Returns 0, or -1 with "line N: ..." set once either limit is passed. */
-int jinja_charge(JCtx *ctx, uint64_t units, int line);
 /* Sets the memory cap's error ("line N: " first when line > 0) and returns -1. */
 int jinja_fail_memory(int line);
-/* What working through all of `v` costs: 1, plus a string's bytes / 32, plus for a list or
- * dict its length and the work of every item, so that a list holding the same big list a
- * million times costs what printing or comparing it would. Values nested deeper than
- * JINJA_MAX_NESTING cost more than any allowance. Lists and dicts, which do not change once
- * built, remember theirs. */
-uint64_t jinja_value_work(JValue *v);
-#define JINJA_MAX_NESTING 1000
 
-/* Renders a statement list into ctx->out. Returns 0, or -1 with "line N: ..." set. */
+/* Renders a compiled statement list into ctx->out, spending ctx->work_left (a whole render
+ * starts from JINJA_WORK_LIMIT) under the memory cap of ctx->arena->limit; every value made
+ * belongs to ctx->arena. Returns 0, or -1 with "line N: ..." set; what was written before the
+ * error stays in ctx->out. */
 int jinja_exec(JCtx *ctx, JFrame *frame, const JNodeList *body);
-JValue *jinja_eval(JCtx *ctx, JFrame *frame, const JNode *n);
-
-/* Builtins (jinja_builtins.c). Ids are resolved at parse time so that an unknown name is
- * a compile-time error, as in jinja2. */
-int jinja_filter_id(const char *name); /* -1 unknown; -2 a jinja2 filter not supported */
-int jinja_test_id(const char *name);   /* same convention */
-/* Whether a filter or test goes through the items of a list or dict it is applied to (not
- * so for length, first, defined, ...): what its subject costs in work (jinja_charge). */
-bool jinja_filter_walks_items(int id);
-bool jinja_test_walks_items(int id);
-const char *jinja_filter_name(int id);
-const char *jinja_test_name(int id);
-
-typedef struct {
-    JValue **args;
-    size_t nargs;
-    JStr *kwnames;
-    JValue **kwvals;
-    size_t nkw;
-} JArgs;
-
-JValue *jinja_apply_filter(JCtx *ctx, JFrame *frame, int id, JValue *v, const JArgs *args,
-                           int line);
-int jinja_apply_test(JCtx *ctx, int id, JValue *v, const JArgs *args, int line, bool *res);
-/* Attribute lookup the way the sandbox does it: methods first, then items. */
-JValue *jinja_getattr(JCtx *ctx, JValue *obj, const char *name, size_t n);
-JValue *jinja_getitem(JCtx *ctx, JValue *obj, JValue *key, int line);
-JValue *jinja_call(JCtx *ctx, JFrame *frame, JValue *fn, const JArgs *args, int line);
-/* Looks a name up among the globals jinja2 and transformers define; NULL if none. */
-JValue *jinja_global(JCtx *ctx, const char *name);
-/* Iterates a value the way Python's iter() does (list items, dict keys, string
- * characters, undefined -> nothing). Returns -1 (error set) for non-iterables. */
-int jinja_iterate(JCtx *ctx, JValue *v, JValue ***items, size_t *n, int line);
-/* Python arithmetic: op is OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD or OP_POW. */
-JValue *jinja_binop(JCtx *ctx, int op, JValue *a, JValue *b, int line);
-/* Python's printf-style `fmt % args`. */
-JValue *jinja_printf(JCtx *ctx, JStr fmt, JValue *args, int line);
-/* Python `item in container`. Returns 0, or -1 (error set). */
-int jinja_contains(JCtx *ctx, JValue *container, JValue *item, int line, bool *res);
-/* Calls a macro (jinja_eval.c). */
-JValue *jinja_call_macro(JCtx *ctx, const JFunc *fn, const JArgs *args, int line);
-
-/* Errors with the template line; return NULL / -1 for `return` convenience. */
-JValue *jinja_fail(int line, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* An operation on an undefined value: the message jinja2 gives, with the line. */
-JValue *jinja_fail_undefined(int line, const JValue *undef);
 
 #endif

@@ -13,7 +13,7 @@
  *     text that begins right after a match ending in a newline (a trimmed block end).
  *  5. Inside a tag, `}}`/`%}` only close it when no bracket is open.
  *  6. {% raw %}...{% endraw %} is data. */
-#include "chat/jinja.h"
+#include "jinja/jinja_internal.h"
 
 #include "common/error.h"
 
