@@ -36,7 +36,8 @@ static int merge(const char *base_dir, const char *adapter_dir, const char *toke
     if (cli_load_model(&m, base_dir, adapter_dir, &lora) != 0) return -1;
     m.lora = NULL; /* the merged weights carry the adapter from here on */
     int rc = lora_merge(&m, &lora);
-    if (rc == 0) rc = model_dir_write(&m, base_dir, tokenizer_dir, out_dir, model_source_dtype(&m));
+    if (rc == 0)
+        rc = model_dir_write(&m, base_dir, tokenizer_dir, out_dir, model_dir_source_dtype(&m));
     if (rc == 0)
         fprintf(log, "merged the adapter in %s (r %d, %d tensors) into %s: written to %s\n",
                 adapter_dir, lora.r, lora.n_info, base_dir, out_dir);

@@ -24,7 +24,7 @@ static const char *dtype_config_name(SafetensorsDtype dt) {
     return dt == ST_BF16 ? "bfloat16" : dt == ST_F16 ? "float16" : "float32";
 }
 
-SafetensorsDtype model_source_dtype(const Model *m) {
+SafetensorsDtype model_dir_source_dtype(const Model *m) {
     if (strcmp(m->cfg.weights_dtype, "bfloat16") == 0) return ST_BF16;
     if (strcmp(m->cfg.weights_dtype, "float16") == 0) return ST_F16;
     return ST_F32;
@@ -72,8 +72,8 @@ int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer
     return copy_companion_files(model_dir, tokenizer_dir, out_dir);
 }
 
-int adapter_dir_write(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
-                      const char *out_dir) {
+int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
+                            const char *out_dir) {
     if (make_dirs(out_dir) != 0) return -1;
     if (lora_save(a, out_dir, model_dir) != 0) return -1;
     if (copy_if_present(model_dir, out_dir, "config.json") != 0) return -1;

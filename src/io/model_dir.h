@@ -17,10 +17,10 @@ int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer
 /* An adapter's output directory as PEFT and Axolotl leave it: adapter_config.json and
  * adapter_model.safetensors (base_model_name_or_path = model_dir), with the base's config.json,
  * generation_config.json and the tokenizer files beside them. */
-int adapter_dir_write(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
-                      const char *out_dir);
+int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
+                            const char *out_dir);
 
 /* The dtype the checkpoint's config.json names (float32 when it names none). */
-SafetensorsDtype model_source_dtype(const Model *m);
+SafetensorsDtype model_dir_source_dtype(const Model *m);
 
 #endif

@@ -82,9 +82,10 @@ int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char
     /* rank 0 writes the model; every rank learns whether it could */
     int rc = dist_agree(
         !dist_is_root() ? 0
-        : s->has_lora   ? adapter_dir_write(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
-                        : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
-                                          model_source_dtype(&s->model)));
+        : s->has_lora
+            ? model_dir_write_adapter(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
+            : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
+                              model_dir_source_dtype(&s->model)));
     if (rc == 0) fprintf(log, "%s saved to %s\n", s->has_lora ? "adapter" : "model", dir);
     return rc;
 }
