@@ -50,7 +50,9 @@ typedef struct rlhf_trainer rlhf_trainer;
 RLHF_API int rlhf_api_version(void);
 
 /* "MAJOR.MINOR" of the libpython the library was built against. A Python program loading the
- * library must run that same Python version (its interpreter is shared with the library). */
+ * library must run that same Python version (its interpreter is shared with the library). ""
+ * when the library was built without Python (-DRLHF_PYTHON=OFF): it then runs no Python reward
+ * function, transform or callable. */
 RLHF_API const char *rlhf_python_version(void);
 
 /* The message of the last call that failed on this thread ("" if none has). */
@@ -102,7 +104,8 @@ RLHF_API int rlhf_trainer_set_reward(rlhf_trainer *t, const char *name, rlhf_rew
  * log_metric; async functions are awaited; it returns one number or None per completion.
  * If it raises, training stops with "reward function NAME raised <Type>: <message> (at
  * file:line in function)", and the exception object is left in
- * sys.modules["_rlhf_support"].last_exception for the caller to re-raise. */
+ * sys.modules["_rlhf_support"].last_exception for the caller to re-raise. A library built
+ * without Python refuses the callable, saying so. */
 RLHF_API int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *callable);
 
 /* ---- training ---- */

@@ -4,7 +4,10 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
-          libutf8proc-dev libopenblas-openmp-dev libpython3-dev
+          libutf8proc-dev libopenblas-openmp-dev
+          # embedded CPython for users' rewards.py (optional to CMake, -DRLHF_PYTHON; a normal
+          # build has it)
+          libpython3-dev
           # the Python API's tests (python/): pytest over librlhf.so, `pip install ./python`
           python3-numpy python3-pytest python3-pip python3-venv python3-setuptools python3-wheel
           # multi-process training (`rlhf train --nproc N`, mpirun): Open MPI and its launcher

@@ -6,12 +6,17 @@
 #                                                     a one-step training from outside the tree
 #   run_python_tests.sh check  SOURCE_DIR BUILD_DIR   says which Python will run them, or why none
 # The interpreter must be the Python version librlhf.so embeds (BUILD_DIR/python_version, written
-# by CMake), with numpy and pytest (pip: also venv, setuptools, wheel). Tried in order:
+# by CMake; empty: a build without Python, skipped), with numpy and pytest (pip: also venv, setuptools, wheel). Tried in order:
 # $RLHF_TEST_PYTHON, python3, /usr/bin/python3. None suitable: exit 77, which ctest reports as
 # "Skipped", after one line saying what is missing.
 set -euo pipefail
 mode=$1 src=$(cd "$2" && pwd) bin=$(cd "$3" && pwd)
 want=$(cat "$bin/python_version")
+if [ -z "$want" ]; then
+    echo "SKIPPED: $bin was configured without Python (RLHF_PYTHON=OFF, or no libpython found):" \
+        "the Python API needs a librlhf.so that embeds the Python running it."
+    exit 77
+fi
 
 case $mode in
 pip) modules="numpy, pytest, venv, setuptools, wheel" ;;

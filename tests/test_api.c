@@ -258,7 +258,12 @@ static void test_config_errors(void) {
 
 static void test_warnings_and_versions(void) {
     CHECK(rlhf_api_version() == RLHF_API_VERSION, "version");
+#ifdef RLHF_WITH_PYTHON
     CHECK(strchr(rlhf_python_version(), '.') != NULL, "%s", rlhf_python_version());
+#else
+    /* a library built without Python (RLHF_PYTHON=OFF) says so by an empty version */
+    CHECK(strcmp(rlhf_python_version(), "") == 0, "%s", rlhf_python_version());
+#endif
     char text[4096];
     snprintf(text, sizeof text,
              "base_model: %s\nlearning_rate: 1.0e-3\nlearning_rat: 2\ndatasets:\n"
@@ -267,6 +272,19 @@ static void test_warnings_and_versions(void) {
     rlhf_trainer *t = NULL;
     CHECK(rlhf_trainer_create(text, "w.yaml", &t) == RLHF_OK, "%s", rlhf_last_error());
     CHECK(rlhf_trainer_warning_count(t) == 1, "%zu", rlhf_trainer_warning_count(t));
+    /* A Python callable from a program that is not Python: refused before it is looked at (the
+     * object is never dereferenced), saying why. */
+    static int not_an_object;
+    CHECK(rlhf_trainer_set_python_reward(t, "f", &not_an_object) == RLHF_ERROR, "accepted");
+#ifdef RLHF_WITH_PYTHON
+    CHECK(strstr(rlhf_last_error(), "not running inside a Python interpreter"), "%s",
+          rlhf_last_error());
+#else
+    CHECK(strcmp(rlhf_last_error(), "reward function f is a Python callable, but this build of "
+                                    "rlhf has no Python (rebuild with libpython3-dev installed, "
+                                    "or -DRLHF_PYTHON=ON)") == 0,
+          "%s", rlhf_last_error());
+#endif
     CHECK(rlhf_trainer_warning(t, 0) && strstr(rlhf_trainer_warning(t, 0), "learning_rat"),
           "warning");
     rlhf_trainer_free(t);

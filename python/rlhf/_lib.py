@@ -118,6 +118,12 @@ def lib():
     # version its libpython was built for.
     built_for = handle.rlhf_python_version().decode()
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not built_for:
+        raise ImportError(
+            f"rlhf: {path} was built without Python (-DRLHF_PYTHON=OFF, or no libpython found), "
+            "so it cannot call this interpreter's reward functions; rebuild it with "
+            "libpython3-dev installed (or -DRLHF_PYTHON=ON)."
+        )
     if built_for != running:
         raise ImportError(
             f"rlhf: {path} was built against Python {built_for}, but this is Python {running}; "

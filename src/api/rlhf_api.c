@@ -1,4 +1,4 @@
-/* include/rlhf.h over the training session (train/train_run.h): a trainer is a parsed config, a
+/* include/rlhf.h over the training session (train/session.h): a trainer is a parsed config, a
  * loaded session and what its last run left behind. */
 #include "rlhf.h"
 
@@ -31,11 +31,8 @@ int rlhf_api_version(void) {
     return RLHF_API_VERSION;
 }
 
-#define RLHF_STR_(x) #x
-#define RLHF_STR(x)  RLHF_STR_(x)
-
 const char *rlhf_python_version(void) {
-    return RLHF_STR(PY_MAJOR_VERSION) "." RLHF_STR(PY_MINOR_VERSION);
+    return py_embed_version();
 }
 
 const char *rlhf_last_error(void) {
@@ -62,13 +59,7 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
 
 static void release_callback(RewardCallback *cb) {
     free(cb->name);
-    if (cb->python && py_embed_running()) {
-        PyGILState_STATE gil;
-        if (py_embed_enter(&gil) == 0) {
-            Py_DECREF((PyObject *)cb->python);
-            py_embed_leave(gil);
-        }
-    }
+    py_embed_release(cb->python);
     memset(cb, 0, sizeof *cb);
 }
 
@@ -123,17 +114,13 @@ int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *call
         return err_set("rlhf_trainer_set_python_reward: a trainer, a name and a callable are "
                        "required"),
                RLHF_ERROR;
-    if (!py_embed_hosted())
+    /* (a build without Python is refused by py_embed_keep_callable, saying so) */
+    if (py_embed_compiled() && !py_embed_hosted())
         return err_set("rlhf_trainer_set_python_reward: reward function %s: the library is not "
                        "running inside a Python interpreter",
                        name),
                RLHF_ERROR;
-    PyGILState_STATE gil;
-    if (py_embed_enter(&gil) != 0) return RLHF_ERROR;
-    bool callable_ok = PyCallable_Check((PyObject *)callable);
-    if (callable_ok) Py_INCREF((PyObject *)callable);
-    py_embed_leave(gil);
-    if (!callable_ok) return err_set("reward function %s is not callable", name), RLHF_ERROR;
+    if (py_embed_keep_callable(callable, name) != 0) return RLHF_ERROR;
     RewardCallback *cb = callback_slot(t, name);
     cb->name = xstrdup(name);
     cb->python = callable;

@@ -127,3 +127,31 @@ int py_embed_add_path(const char *dir) {
     py_embed_leave(gil);
     return rc;
 }
+
+bool py_embed_compiled(void) {
+    return true;
+}
+
+#define PY_EMBED_STR_(x) #x
+#define PY_EMBED_STR(x)  PY_EMBED_STR_(x)
+
+const char *py_embed_version(void) {
+    return PY_EMBED_STR(PY_MAJOR_VERSION) "." PY_EMBED_STR(PY_MINOR_VERSION);
+}
+
+int py_embed_keep_callable(void *object, const char *name) {
+    PyGILState_STATE gil;
+    if (py_embed_enter(&gil) != 0) return -1;
+    bool callable = PyCallable_Check((PyObject *)object);
+    if (callable) Py_INCREF((PyObject *)object);
+    py_embed_leave(gil);
+    return callable ? 0 : err_set("reward function %s is not callable", name);
+}
+
+void py_embed_release(void *object) {
+    if (!object || !py_embed_running()) return;
+    PyGILState_STATE gil;
+    if (py_embed_enter(&gil) != 0) return;
+    Py_DECREF((PyObject *)object);
+    py_embed_leave(gil);
+}

@@ -21,28 +21,66 @@
  * librlhf.so with ctypes), Py_IsInitialized() is already true. The host's interpreter is then
  * used as it is: nothing is started, installed, put on sys.path or finalised, and the GIL is
  * taken with PyGILState_Ensure, which works from the thread that called into the library
- * (ctypes released the GIL for the call). */
+ * (ctypes released the GIL for the call).
+ *
+ * Without Python: a build configured with RLHF_PYTHON=OFF (or AUTO where libpython was not found)
+ * has no interpreter. src/python/py_absent.c then implements the functions below that need no
+ * Python.h: nothing is ever running or hosted, and whatever would have run Python (reward
+ * functions, dataset transforms, Python callables) fails with a message ending in
+ * PY_EMBED_ABSENT. The GIL functions, whose types come from Python.h, exist only with
+ * RLHF_WITH_PYTHON (CMake defines it for the library and everything that links it); only files
+ * built with Python call them. */
 #ifndef RLHF_PYTHON_PY_EMBED_H
 #define RLHF_PYTHON_PY_EMBED_H
 
+#ifdef RLHF_WITH_PYTHON
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#endif
 
 #include <stdbool.h>
 
+/* The end of every message refusing a feature that needs Python in a build without it, after
+ * the clause that names the feature: "'rewards.fn' is a Python reward function, " PY_EMBED_ABSENT.
+ * Tests look for "has no Python" in it. */
+#define PY_EMBED_ABSENT                                                                            \
+    "but this build of rlhf has no Python (rebuild with libpython3-dev installed, or "             \
+    "-DRLHF_PYTHON=ON)"
+
+/* Whether this build embeds Python (false: the stand-in py_absent.c). */
+bool py_embed_compiled(void);
+
+/* "MAJOR.MINOR" of the libpython this build is compiled against, or "" without Python. A static
+ * string. */
+const char *py_embed_version(void);
+
+#ifdef RLHF_WITH_PYTHON
 /* Starts the interpreter if needed and takes the GIL for the calling thread. Returns 0 with
  * *gil set (pass it to py_embed_leave), or -1 with an error when Python cannot be started
  * (its message, e.g. the standard library was not found) or was already shut down. */
 int py_embed_enter(PyGILState_STATE *gil);
 
+/* Gives the GIL back; every successful py_embed_enter is paired with one call. */
+void py_embed_leave(PyGILState_STATE gil);
+#endif
+
 /* Puts dir on sys.path right after the working directory (unless it is there already): rlhf.c
  * also finds a rewards.py next to the config file. Starts Python if needed (a hosted
  * interpreter's sys.path is changed too: the host asked for a config whose modules live there).
- * Returns 0, or -1 with an error. */
+ * Returns 0, or -1 with an error. Without Python it does nothing and returns 0: there is no
+ * path to extend, and the reward function or transform that wanted one reports the missing
+ * Python itself, naming its key in the config. */
 int py_embed_add_path(const char *dir);
 
-/* Gives the GIL back; every successful py_embed_enter is paired with one call. */
-void py_embed_leave(PyGILState_STATE gil);
+/* Takes a new reference to `object`, a PyObject * handed over by a program hosting the library
+ * in its own interpreter, when it is callable; `name` names it in the error. Returns 0, or -1
+ * with an error (not callable; Python cannot be entered; without Python: PY_EMBED_ABSENT). The
+ * caller gives the reference back with py_embed_release. */
+int py_embed_keep_callable(void *object, const char *name);
+
+/* Drops one reference to `object` (a PyObject *; NULL: nothing) under the GIL. Once the
+ * interpreter has stopped, the object went with it and nothing is done. */
+void py_embed_release(void *object);
 
 /* Whether the interpreter is running now (started and not yet shut down). Objects held by C
  * structures are only released (Py_DECREF) while it is: after shutdown they are gone already. */

@@ -5,6 +5,8 @@
 #             directory (paths in the case are relative to it)
 #   expected  first line "exit N", then the exact text rlhf must print on stderr (where the
 #             case directory's absolute path appears, it is written <case>)
+#   expected.no-python   the same for a build without Python, when RLHF_BAD_INPUTS_NO_PYTHON=1
+#             (CMake sets it there): a case whose reward function is Python is refused for that
 #
 # Each case runs in a copy of this folder (so nothing lands in the source tree) and must
 # print exactly the expected text, exit with exactly that status, and leave every file that
@@ -34,8 +36,11 @@ failed=0
 for case in "$@"; do
     dir="$work/tests/bad_inputs/$case"
     mapfile -t args < "$dir/args"
-    want_exit=$(head -n 1 "$dir/expected" | sed -n 's/^exit \([0-9]*\)$/\1/p')
-    tail -n +2 "$dir/expected" > "$work/want.txt"
+    expected=expected
+    [ -n "${RLHF_BAD_INPUTS_NO_PYTHON:-}" ] && [ -f "$dir/expected.no-python" ] &&
+        expected=expected.no-python
+    want_exit=$(head -n 1 "$dir/$expected" | sed -n 's/^exit \([0-9]*\)$/\1/p')
+    tail -n +2 "$dir/$expected" > "$work/want.txt"
     before=$(snapshot "$dir")
     (cd "$dir" && "$rlhf" "${args[@]}" > /dev/null 2> "$work/stderr.txt")
     got_exit=$?
@@ -43,8 +48,8 @@ for case in "$@"; do
     sed "s|$dir|<case>|g" "$work/stderr.txt" > "$work/got.txt"
     after=$(snapshot "$dir")
     if [ -n "${RLHF_BAD_INPUTS_RECORD:-}" ]; then
-        { echo "exit $got_exit"; cat "$work/got.txt"; } > "$src/$case/expected"
-        echo "recorded $case (exit $got_exit)"
+        { echo "exit $got_exit"; cat "$work/got.txt"; } > "$src/$case/$expected"
+        echo "recorded $case/$expected (exit $got_exit)"
         continue
     fi
     problem=""
