@@ -125,7 +125,6 @@ void trainer_distribute(Trainer *t, const float *m, const float *v);
  * *window_tokens, which must outlive the method; over several ranks, the whole window's). */
 TrainMethod trainer_sft_method(size_t *window_tokens);
 
-/* One SFT optimizer step over n micro-batches. Returns 0, or -1 with an error. */
 /* sum[r] = Σ of row r's log-probs at the positions `mark` selects (rows x t_len), and count[r]
  * their number (count may be NULL): the per-sequence values preference losses read. */
 void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, double *sum,
@@ -137,6 +136,8 @@ void logp_row_sums(const float *logp, const uint8_t *mark, int rows, int t_len, 
  * an error. */
 int trainer_eval_logprobs(const Model *m, const MicroBatch *mb, float *logp, LogitStats *stats);
 
+/* One SFT optimizer step over n micro-batches (trainer_step with trainer_sft_method). Returns
+ * trainer_step's result. */
 int trainer_sft_step(Trainer *t, const MicroBatch *mbs, int n, StepStats *stats);
 
 #endif
