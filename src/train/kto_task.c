@@ -16,7 +16,9 @@ typedef struct {
     int64_t max_len;
     KtoMicroBatch *window; /* one per micro-batch of a window */
     KtoMethod *km;
-    double *pre, *pre_kl; /* precompute_ref_log_probs' output, per row */
+    /* precompute_ref_log_probs' output, per row: one array (owned; NULL until precomputed), the
+     * rows' sums then their KL rows' */
+    double *pre, *pre_kl;
 } KtoTask;
 
 static void kto_build(void *ctx, int slot, const size_t *order, size_t first, int count,
@@ -73,11 +75,11 @@ static TrainTask kto_task(KtoTask *t, const PrefDataset *ds, KtoMethod *km, cons
 }
 
 /* Every row's (and KL row's) reference sums once, over the micro-batches training will see, so
- * that each row's KL row is the one it trains with (into a new array: rows then KL rows). */
-static int precompute_reference(TrainTask *task, KtoTask *t, const TrainConfig *cfg, double **pre) {
+ * that each row's KL row is the one it trains with (into t->pre, which the caller frees). */
+static int precompute_reference(TrainTask *task, KtoTask *t, const TrainConfig *cfg) {
     size_t n = t->ds->n_rows;
-    *pre = xcalloc(2 * n + 1, sizeof **pre);
-    t->pre = *pre, t->pre_kl = *pre + n;
+    t->pre = xcalloc(2 * n + 1, sizeof *t->pre);
+    t->pre_kl = t->pre + n;
     if (train_task_each_batch(task, cfg->micro_batch_size, kto_precompute_batch) != 0) return -1;
     t->km->pre_ref = t->pre;
     t->km->pre_ref_kl = t->pre_kl;
@@ -127,10 +129,9 @@ int kto_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
     KtoTask t, held_t;
     TrainTask task = kto_task(&t, &ds, &km, cfg, pad, (int)cfg->gradient_accumulation_steps);
     TrainTask held = kto_task(&held_t, &val, &held_km, cfg, pad, 1);
-    double *pre = NULL, *pre_val = NULL;
     if (rc == 0 && cfg->precompute_ref_log_probs) {
-        rc = precompute_reference(&task, &t, cfg, &pre);
-        if (rc == 0 && val.n_rows) rc = precompute_reference(&held, &held_t, cfg, &pre_val);
+        rc = precompute_reference(&task, &t, cfg);
+        if (rc == 0 && val.n_rows) rc = precompute_reference(&held, &held_t, cfg);
         if (rc == 0)
             fprintf(log, "reference log-probs precomputed for %zu rows\n", ds.n_rows + val.n_rows);
         km.ref = held_km.ref = NULL;
@@ -141,7 +142,7 @@ int kto_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         rc = train_task_run(cfg, m, lora, &task, out, log);
     }
     free(t.window), free(held_t.window);
-    free(pre), free(pre_val);
+    free(t.pre), free(held_t.pre);
     reference_policy_close(&ref);
     pref_dataset_free(&val);
     pref_dataset_free(&ds);

@@ -41,7 +41,9 @@ typedef struct {
     int64_t max_len;
     PrefMicroBatch *window; /* one per micro-batch of a window */
     PrefMethod *pm;
-    double *pre_chosen, *pre_rejected; /* precompute_ref_log_probs' output, per pair */
+    /* precompute_ref_log_probs' output, per pair: one array (owned; NULL until precomputed),
+     * the chosen sums then the rejected ones */
+    double *pre_chosen, *pre_rejected;
 } PrefTask;
 
 static void pref_build(void *ctx, int slot, const size_t *order, size_t first, int count,
@@ -99,13 +101,12 @@ static TrainTask pref_task(PrefTask *t, const PrefDataset *ds, PrefMethod *pm,
                        .flush_metrics = pref_flush};
 }
 
-/* Every pair's reference sums once (into a new array: chosen then rejected, n_pairs each), the
+/* Every pair's reference sums once (into t->pre_chosen, which the caller frees), the
  * held-out pairs' too; the method then reads them instead of running the reference. */
-static int precompute_reference(TrainTask *task, PrefTask *t, const TrainConfig *cfg,
-                                double **pre) {
+static int precompute_reference(TrainTask *task, PrefTask *t, const TrainConfig *cfg) {
     size_t n = t->ds->n_pairs;
-    *pre = xmalloc((2 * n + 1) * sizeof **pre);
-    t->pre_chosen = *pre, t->pre_rejected = *pre + n;
+    t->pre_chosen = xmalloc((2 * n + 1) * sizeof *t->pre_chosen);
+    t->pre_rejected = t->pre_chosen + n;
     if (train_task_each_batch(task, cfg->micro_batch_size, pref_precompute_batch) != 0) return -1;
     t->pm->pre_ref_chosen = t->pre_chosen;
     t->pm->pre_ref_rejected = t->pre_rejected;
@@ -138,10 +139,9 @@ int pref_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tok
     PrefTask t, held_t;
     TrainTask task = pref_task(&t, &ds, &pm, cfg, pad, (int)cfg->gradient_accumulation_steps);
     TrainTask held = pref_task(&held_t, &val, &held_pm, cfg, pad, 1);
-    double *pre = NULL, *pre_val = NULL;
     if (rc == 0 && needs_ref && cfg->precompute_ref_log_probs) {
-        rc = precompute_reference(&task, &t, cfg, &pre);
-        if (rc == 0 && val.n_pairs) rc = precompute_reference(&held, &held_t, cfg, &pre_val);
+        rc = precompute_reference(&task, &t, cfg);
+        if (rc == 0 && val.n_pairs) rc = precompute_reference(&held, &held_t, cfg);
         if (rc == 0)
             fprintf(log, "reference log-probs precomputed for %zu pairs\n",
                     ds.n_pairs + val.n_pairs);
@@ -153,7 +153,7 @@ int pref_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tok
         rc = train_task_run(cfg, m, lora, &task, out, log);
     }
     free(t.window), free(held_t.window);
-    free(pre), free(pre_val);
+    free(t.pre_chosen), free(held_t.pre_chosen);
     reference_policy_close(&ref);
     pref_dataset_free(&val);
     pref_dataset_free(&ds);
