@@ -181,7 +181,7 @@ void memory_plan_print(const MemoryPlan *p, FILE *log) {
     char b[8][32];
     fprintf(log,
             "memory plan: %s (weights %s, gradients %s, optimizer %s, reference %s, activations "
-            "%s at %llu tokens a micro-batch, rollout %s)",
+            "up to %s at %llu tokens a micro-batch, rollout %s)",
             amount(p->total, b[0]), amount(p->weights, b[1]), amount(p->gradients, b[2]),
             amount(p->optimizer, b[3]), amount(p->reference, b[4]), amount(p->activations, b[5]),
             (unsigned long long)p->tokens_per_micro, amount(p->rollout, b[6]));
