@@ -1,6 +1,8 @@
 #include "cli/commands.h"
 
 #include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
 #include "dist/dist.h"
 
 #include <errno.h>
@@ -37,9 +39,27 @@ int cli_positive_int(const char *name, const char *text, int *out) {
     return 0;
 }
 
+/* A LoRA adapter directory given where a model is expected: the error says how to use it. */
+static int adapter_given_as_model(const char *dir) {
+    char path[4096];
+    json_t *cfg = NULL;
+    if (path_join(path, sizeof path, dir, "adapter_config.json") != 0 || !file_exists(path) ||
+        json_load_path(path, &cfg) != 0)
+        return -1; /* not an adapter: model_load's own error stands */
+    const char *base = json_string_value(json_object_get(cfg, "base_model_name_or_path"));
+    err_set("%s is a LoRA adapter, not a model (it holds adapter_config.json, no model weights): "
+            "pass its base model and the adapter, --model %s --adapter %s",
+            dir, base ? base : "BASE_MODEL_DIR", dir);
+    json_decref(cfg);
+    return -1;
+}
+
 int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, LoraAdapter *lora) {
     memset(lora, 0, sizeof *lora);
-    if (model_load(m, model_dir) != 0) return -1;
+    if (model_load(m, model_dir) != 0) {
+        adapter_given_as_model(model_dir);
+        return -1;
+    }
     if (!adapter_dir) return 0;
     if (lora_load(lora, &m->cfg, adapter_dir) != 0) {
         model_free(m);

@@ -30,6 +30,10 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("rlhf %s (%s)\n", RLHF_VERSION, RLHF_BUILD_FEATURES);
+        return CLI_EXIT_OK;
+    }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);

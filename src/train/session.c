@@ -1,5 +1,7 @@
 #include "train/session.h"
 
+#include "train/memory_plan.h"
+
 #include "common/error.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
@@ -33,8 +35,20 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
+/* The start-up memory plan (memory_plan.h), from config.json alone: printed, and a run that
+ * cannot fit is refused before anything is loaded or written. */
+static int plan_memory(const TrainConfig *cfg, FILE *log) {
+    ModelConfig mc;
+    if (model_config_load(&mc, cfg->base_model) != 0) return -1;
+    MemoryPlan plan = memory_plan_make(cfg, &mc);
+    model_config_free(&mc);
+    memory_plan_print(&plan, log);
+    return memory_plan_check(&plan, cfg);
+}
+
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
+    if (plan_memory(cfg, log) != 0) return -1;
     if (model_load(&s->model, cfg->base_model) != 0) return -1;
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);

@@ -1,6 +1,7 @@
 #include "train/step_hooks.h"
 
 #include "common/clock.h"
+#include "common/log_stream.h"
 #include "dist/dist.h"
 #include "train/stop_signal.h"
 #include "train/train_state.h"
@@ -23,7 +24,7 @@ StepHooks step_hooks_init(const TrainConfig *cfg, const StepSource *src, Trainer
                                   .extra_ctx = src->extra_ctx},
                        .bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history),
                        .log = log,
-                       .tty = isatty(fileno(log)),
+                       .tty = log_stream_is_tty(log),
                        .start = clock_seconds(),
                        .first_step = tr->step};
 }

@@ -86,6 +86,7 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
         rc = step_hooks_after_step(&hooks, step_rc, &st);
     }
     double elapsed = clock_seconds() - hooks.start;
+    int64_t tr_step_end = tr.step;
     if (out) {
         *out = (TrainOutcome){.log_history = log_history,
                               .global_step = tr.step,
@@ -104,8 +105,14 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
     if (hooks.tty) fputc('\n', log);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(log, "done: %lld steps in %.1f s, %.0f tok/s, peak memory %.0f MB\n",
-            (long long)src->total_steps, elapsed, hooks.tokens / (elapsed > 0 ? elapsed : 1),
-            ru.ru_maxrss / 1024.0);
+    /* the rate counts only the steps this process ran: a resumed run did not redo the first */
+    long long ran = (long long)(tr_step_end - hooks.first_step);
+    if (hooks.first_step > 0)
+        fprintf(log, "done: %lld steps (resumed at step %lld, now %lld/%lld)", ran,
+                (long long)hooks.first_step, (long long)tr_step_end, (long long)src->total_steps);
+    else
+        fprintf(log, "done: %lld steps", ran);
+    fprintf(log, " in %.1f s, %.0f tok/s, peak memory %.0f MB\n", elapsed,
+            hooks.tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
     return 0;
 }
