@@ -136,7 +136,7 @@ int dataset_library_revision(const DatasetConfig *dc, char *out, size_t cap) {
     PyGILState_STATE gil;
     if (py_embed_enter(&gil) != 0) return err_prefix("%s", entry_name(dc));
     PyObject *fn = py_support_get("dataset_revision");
-    PyObject *sha = fn ? PyObject_CallFunction(fn, "sz", dc->path, dc->revision) : NULL;
+    PyObject *sha = fn ? PyObject_CallFunction(fn, "szz", dc->path, dc->name, dc->revision) : NULL;
     const char *text = sha && PyUnicode_Check(sha) ? PyUnicode_AsUTF8(sha) : NULL;
     int rc = 0;
     if (text)

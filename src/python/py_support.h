@@ -15,8 +15,8 @@
  *   is_real(x)         isinstance(x, numbers.Real): numpy and other numeric scalars
  *   dataset_load(kind, path, fmt, files, name, split, revision, data_files)
  *                      one split of a dataset through `datasets` (data/dataset_library.h)
- *   dataset_revision(path, revision)   the commit a Hub dataset's revision names (Hub, else the
- *                      huggingface_hub cache, else the revision as given) */
+ *   dataset_revision(path, name, revision)   the commit a Hub dataset's revision names (the
+ *                      Hub; offline: the huggingface_hub or `datasets` cache; else as given) */
 #ifndef RLHF_PYTHON_PY_SUPPORT_H
 #define RLHF_PYTHON_PY_SUPPORT_H
 
