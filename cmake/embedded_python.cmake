@@ -5,7 +5,8 @@
 # activated venv/conda/pyenv/uv environment. Those only load into the libpython they were built
 # for (a pyenv 3.11.7 `_ssl` module in Debian's libpython 3.11.2 fails with `undefined symbol:
 # _PyModule_Add`). So the python3 on PATH at configure time is preferred, when it has a shared
-# libpython; otherwise (a static-only build) the system's libpython (libpython3-dev) is used.
+# libpython and its headers; otherwise (a static-only build) the system's libpython
+# (libpython3-dev) is used.
 # -DPython3_EXECUTABLE=... picks another interpreter.
 #
 # Sets Python3_FOUND (and FindPython's variables) and RLHF_PYTHON_HOME: the installation prefix
@@ -17,7 +18,7 @@ if(NOT Python3_EXECUTABLE)
   if(RLHF_ACTIVE_PYTHON3)
     execute_process(
       COMMAND "${RLHF_ACTIVE_PYTHON3}" -c
-              "import sys, sysconfig; print(int(bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))), sys.executable, sep=';', end='')"
+              "import os, sys, sysconfig; print(int(bool(sysconfig.get_config_var('Py_ENABLE_SHARED')) and os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))), sys.executable, sep=';', end='')"
       OUTPUT_VARIABLE rlhf_active_python RESULT_VARIABLE rlhf_active_python_rc ERROR_QUIET)
     if(rlhf_active_python_rc EQUAL 0)
       list(GET rlhf_active_python 0 rlhf_active_python_shared)
@@ -25,8 +26,8 @@ if(NOT Python3_EXECUTABLE)
       if(rlhf_active_python_shared)
         set(Python3_EXECUTABLE "${rlhf_active_python_exe}")
       else()
-        message(STATUS "Python: ${rlhf_active_python_exe} has no shared libpython; embedding the "
-                       "system's (its reward functions then see only same-version site-packages)")
+        message(STATUS "Python: ${rlhf_active_python_exe} has no shared libpython (or no "
+                       "Python.h); embedding the system's (libpython3-dev)")
       endif()
     endif()
   endif()
