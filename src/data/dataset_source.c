@@ -105,8 +105,16 @@ static int choose_format(DatasetSource *src, const DatasetConfig *dc, bool is_fi
     return 0;
 }
 
+static int open_source(DatasetSource *src, const DatasetConfig *dc);
+
 int dataset_source_open(DatasetSource *src, const DatasetConfig *dc) {
     memset(src, 0, sizeof *src);
+    if (open_source(src, dc) == 0) return 0;
+    dataset_source_free(src);
+    return -1;
+}
+
+static int open_source(DatasetSource *src, const DatasetConfig *dc) {
     const char *split = dc->split ? dc->split : "train";
     bool is_dir = dir_exists(dc->path), is_file = !is_dir && file_exists(dc->path);
     if (!is_dir && !is_file) {
