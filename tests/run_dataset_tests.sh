@@ -192,5 +192,54 @@ if [[ "$out" != *"is Python 3.99, but this rlhf embeds Python $want"* ]]; then
     fails=$((fails + 1))
 fi
 
+# py_env.h invariant 1: a venv made from another installation of the same version (here or on
+# a machine with both Debian's and a pyenv/conda Python X.Y) still gets the stdlib of the
+# embedded libpython's own installation (a foreign _ssl failed with `undefined symbol`), and the
+# venv's site-packages.
+home=$(cat "$bin/python_home" 2>/dev/null || true)
+foreign=""
+if [ -n "$home" ]; then
+    for cand in $(which -a "python$want" 2> /dev/null) "/usr/bin/python$want"; do
+        [ -x "$cand" ] || continue
+        base=$("$cand" -c "import os, sys; print(os.path.realpath(sys.base_prefix))" 2> /dev/null) || continue
+        if [ "$base" != "$(realpath "$home")" ]; then
+            foreign=$cand
+            break
+        fi
+    done
+fi
+if [ -z "$foreign" ]; then
+    echo "note: no second Python $want installation here; the foreign-venv stdlib check is not run"
+else
+    "$foreign" -m venv --without-pip "$work/venv-foreign"
+    site=$work/venv-foreign/lib/python$want/site-packages
+    echo "PROBE = 1" > "$site/rlhf_foreign_probe.py"
+    cat > "$work/foreign_rewards.py" << 'EOF'
+import os
+import ssl
+
+import rlhf_foreign_probe  # only in the foreign venv
+
+HOME = os.path.realpath(os.environ["RLHF_TEST_PYTHON_HOME"]) + os.sep
+
+
+def stdlib_home(completions, **kwargs):
+    own = all(os.path.realpath(m.__file__).startswith(HOME) for m in (os, ssl, ssl._ssl))
+    return [float(own and rlhf_foreign_probe.PROBE == 1) for _ in completions]
+EOF
+    sed -e 's/venv_rewards.probe/foreign_rewards.stdlib_home/' -e "s#grpo-out#grpo-foreign#" \
+        "$work/grpo.yaml" > "$work/grpo-foreign.yaml"
+    if ! out=$(cd "$work" && VIRTUAL_ENV=$work/venv-foreign PATH=$work/venv-foreign/bin:$PATH \
+        RLHF_TEST_PYTHON_HOME=$home \
+        "$bin/rlhf" train grpo-foreign.yaml 2>&1); then
+        printf '%s\n' "$out"
+        echo "FAILED: a reward in a venv of $foreign did not run"
+        fails=$((fails + 1))
+    elif ! grep -q '"rewards/stdlib_home/mean":1.0' "$work/grpo-foreign/metrics.jsonl"; then
+        echo "FAILED: with a venv of $foreign, the stdlib did not come from $home"
+        fails=$((fails + 1))
+    fi
+fi
+
 [ "$fails" = 0 ] || exit 1
 echo "run_dataset_tests: all passed"
