@@ -29,10 +29,13 @@ typedef enum {
 } RlMethod;
 
 typedef struct {
-    char *path;        /* local file or directory */
-    char *ds_type;     /* json (default) */
-    char **data_files; /* optional; within path when path is a directory */
+    char *path;        /* local file or directory, else a Hub dataset id (data/dataset_source.h) */
+    char *ds_type;     /* json, parquet, csv, arrow, text; NULL: by the files' extension */
+    char **data_files; /* optional files or globs: inside path when it is a directory, else
+                          from the working directory; a Hub dataset's files */
     int n_data_files;
+    char *name;      /* the Hub dataset's configuration (load_dataset's name); may be NULL */
+    char *revision;  /* the Hub dataset's branch, tag or commit; NULL: main */
     char *split;     /* train (default) */
     char *type;      /* prompt strategy, e.g. chat_template, alpaca, completion */
     json_t *options; /* the whole entry as JSON: each strategy reads its own keys */
