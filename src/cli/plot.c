@@ -18,7 +18,7 @@ static const char plot_usage[] =
     "accuracies, KL, reward mean and spread, completion lengths, ...), with the evaluation\n"
     "curve (eval_*) in the same panel as the training one. PNG or SVG by --out's extension;\n"
     "default OUTPUT_DIR/metrics.png. Also prints the main curves as sparklines.\n"
-    "OUTPUT_DIR may also be a metrics.jsonl file.\n";
+    "OUTPUT_DIR may also be a metrics.jsonl file (any FILE.jsonl; then --out is needed).\n";
 
 int cli_plot(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
@@ -41,7 +41,8 @@ int cli_plot(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     char metrics[4096], out_path[4096];
-    bool is_dir = dir_exists(dir);
+    size_t len = strlen(dir);
+    bool is_dir = !(len > 6 && strcmp(dir + len - 6, ".jsonl") == 0);
     if (is_dir ? path_join(metrics, sizeof metrics, dir, "metrics.jsonl") != 0
                : snprintf(metrics, sizeof metrics, "%s", dir) >= (int)sizeof metrics)
         return cli_fail(err_msg());
