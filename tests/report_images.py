@@ -1,8 +1,10 @@
-"""Checks `rlhf plot`'s images: report_images.py SVG PNG_A PNG_B [PNG...]
+"""Checks `rlhf plot`'s images: report_images.py SVG STEPS PNG_A PNG_B [PNG...]
 
 Every PNG has PNG's signature, an IHDR of a page of panels (at least 720 x 300: two 360-pixel
 columns and a row) and a plausible size; the SVG parses as XML with an <svg> root of such a
-size; and all the PNGs differ pairwise (PNG_A and PNG_B are two runs plotted under the same
+size, whose training curves (blue strokes) are drawn through all STEPS logged points in at least
+the loss, learning-rate and grad-norm panels and whose eval curve (orange) is there too; and all
+the PNGs differ pairwise (PNG_A and PNG_B are two runs plotted under the same
 file name, so only their curves can make them differ). Python's standard library only."""
 import itertools
 import struct
@@ -22,7 +24,7 @@ def png_size(path):
 
 
 def main():
-    svg, pngs = sys.argv[1], sys.argv[2:]
+    svg, steps, pngs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     images = {}
     for p in pngs:
         w, h, data = png_size(p)
@@ -36,7 +38,16 @@ def main():
     assert root.tag.endswith("svg"), f"{svg}: root {root.tag}"
     w = float(root.get("width").rstrip("pt"))
     assert w >= 720, f"{svg}: width {w}"
-    print(f"{svg}: svg {root.get('width')} x {root.get('height')}")
+    train = eval_ = 0
+    for path in root.iter("{http://www.w3.org/2000/svg}path"):
+        style, d = path.get("style", ""), path.get("d", "")
+        if "fill:none" in style and "stroke:rgb(12%,40%,75%)" in style and d.count("L") == steps - 1:
+            train += 1
+        if "fill:none" in style and "stroke:rgb(90%,45%,8%)" in style and d.count("L") >= 1:
+            eval_ += 1
+    assert train >= 3 and eval_ >= 1, f"{svg}: {train} training curves of {steps} points, {eval_} eval curves"
+    print(f"{svg}: svg {root.get('width')} x {root.get('height')}, {train} training curves of "
+          f"{steps} points, {eval_} eval curves")
 
 
 if __name__ == "__main__":

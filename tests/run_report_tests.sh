@@ -92,7 +92,7 @@ plot)
         "$rlhf" plot "$work/grpo" --out "$work/grpo.png" > /dev/null
         images+=("$work/grpo.png")
     fi
-    python3 "$src/tests/report_images.py" "$work/a.svg" "${images[@]}"
+    python3 "$src/tests/report_images.py" "$work/a.svg" 6 "${images[@]}"
     ;;
 readers)
     if [ "$python" = none ]; then
