@@ -61,7 +61,8 @@ static void draw_panel(cairo_t *cr, const MetricSet *set, const char *key, doubl
     Range r = {INFINITY, -INFINITY, INFINITY, -INFINITY};
     widen(&r, train);
     widen(&r, eval);
-    double pad = r.y1 > r.y0 ? 0.05 * (r.y1 - r.y0) : 0;
+    bool flat = !(r.y1 > r.y0);
+    double pad = flat ? 0 : 0.05 * (r.y1 - r.y0);
     r.y0 -= pad, r.y1 += pad;
     double bx = px + 62, by = py + 28, bw = CELL_W - 80, bh = CELL_H - 62;
     cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
@@ -74,10 +75,16 @@ static void draw_panel(cairo_t *cr, const MetricSet *set, const char *key, doubl
     cairo_stroke(cr);
     char text[64];
     cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
-    snprintf(text, sizeof text, "%.4g", r.y1);
-    label(cr, bx - 4, by + 9, 10, text, 1);
-    snprintf(text, sizeof text, "%.4g", r.y0);
-    label(cr, bx - 4, by + bh, 10, text, 1);
+    if (flat) { /* one value throughout: say it once, at the line */
+        snprintf(text, sizeof text, "%.4g", r.y0);
+        label(cr, bx - 4, by + bh / 2 + 4, 10, text, 1);
+    } else { /* the data's own extremes (not the padded range), level with them */
+        double inset = bh * pad / (r.y1 - r.y0);
+        snprintf(text, sizeof text, "%.4g", r.y1 - pad);
+        label(cr, bx - 4, by + inset + 4, 10, text, 1);
+        snprintf(text, sizeof text, "%.4g", r.y0 + pad);
+        label(cr, bx - 4, by + bh - inset + 4, 10, text, 1);
+    }
     snprintf(text, sizeof text, "%g", r.x0);
     label(cr, bx, by + bh + 14, 10, text, 0);
     snprintf(text, sizeof text, "step %g", r.x1);
