@@ -160,6 +160,21 @@ static void test_panels(void) {
     json_decref(entries);
 }
 
+/* A metrics.jsonl with a broken line: an error naming the file and line, nothing read. */
+static void test_bad_metrics_file(void) {
+    const char *path = harness_tmp_path("bad.jsonl");
+    const char *text = "{\"loss\": 1.0, \"step\": 1}\n\n[1, 2]\n";
+    harness_write_file(path, text, strlen(text));
+    MetricSet set;
+    char want[4200];
+    snprintf(want, sizeof want, "%s:3: expected one JSON object a line", path);
+    CHECK(metrics_series_read(&set, path) != 0 && strstr(err_msg(), want) && set.n == 0, "%s",
+          err_msg());
+    CHECK(metrics_series_read(&set, harness_tmp_path("missing.jsonl")) != 0 &&
+              strstr(err_msg(), "missing.jsonl: cannot open"),
+          "%s", err_msg());
+}
+
 int main(void) {
     test_crc();
     test_tags();
@@ -168,5 +183,6 @@ int main(void) {
     test_failing_reporter();
     test_tb_write_error();
     test_panels();
+    test_bad_metrics_file();
     return harness_finish("test_report");
 }
