@@ -52,6 +52,7 @@ int cli_plot(int argc, char **argv) {
             return cli_fail(err_msg());
         out = out_path;
     }
+    if (plot_check_available(out) != 0) return cli_fail(err_msg());
     MetricSet set;
     if (metrics_series_read(&set, metrics) != 0) return cli_fail(err_msg());
     int rc = plot_write(&set, dir, out);

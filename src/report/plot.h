@@ -13,6 +13,10 @@
  * returns how many. */
 int plot_panels(const MetricSet *set, const char **keys, int max);
 
+/* Whether this build can draw: 0, or -1 with plot_write's error for out_path when it has no
+ * cairo (so that `rlhf plot` says what to install before reading anything). */
+int plot_check_available(const char *out_path);
+
 /* Draws set into out_path (.png or .svg), titled `title`. Returns 0, or -1 with an error
  * naming the file (unknown extension, cannot write, no curve to draw, no cairo in this build). */
 int plot_write(const MetricSet *set, const char *title, const char *out_path);

@@ -4,11 +4,11 @@
 
 #include <string.h>
 
-static void warn(Reporters *rs, const char *name, const char *what) {
+/* The one warning of a reporter that did not start, or stopped (invariant 1). */
+static void warn(Reporters *rs, const char *name, const char *what, bool started) {
     fprintf(rs->log ? rs->log : stderr,
-            "warning: %s: %s; no more %s reporting in this run "
-            "(metrics.jsonl has every value)\n",
-            name, what, name);
+            "warning: %s: %s; %s reporting to %s in this run (metrics.jsonl has every value)\n",
+            name, what, started ? "no more" : "not", name);
 }
 
 void reporters_open(Reporters *rs, const TrainConfig *cfg, FILE *log) {
@@ -19,14 +19,14 @@ void reporters_open(Reporters *rs, const TrainConfig *cfg, FILE *log) {
         if (tensorboard_reporter_open(&rs->r[rs->n], cfg, log) == 0)
             rs->n++;
         else
-            warn(rs, "tensorboard", err_msg());
+            warn(rs, "tensorboard", err_msg(), false);
     }
     if (t->wandb) {
         int rc = wandb_reporter_open(&rs->r[rs->n], cfg, t->wandb_optional, log);
         if (rc == 0)
             rs->n++;
         else if (rc < 0)
-            warn(rs, "wandb", err_msg());
+            warn(rs, "wandb", err_msg(), false);
     }
 }
 
@@ -39,7 +39,7 @@ void reporters_log(Reporters *rs, const json_t *entry) {
             i++;
             continue;
         }
-        warn(rs, r->name, err_msg()); /* invariant 1: dropped */
+        warn(rs, r->name, err_msg(), true); /* invariant 1: dropped */
         r->close(r->ctx);
         memmove(r, r + 1, (size_t)(rs->n - i - 1) * sizeof *r);
         rs->n--;
