@@ -38,7 +38,7 @@ _NO_EFFECT = {
     "log_level", "log_level_replica", "log_on_each_node", "logging_nan_inf_filter",
     "model_init_kwargs", "pad_to_multiple_of", "padding_free", "parallelism_config",
     "per_device_eval_batch_size", "prediction_loss_only", "project", "push_to_hub",
-    "remove_unused_columns", "report_to", "restore_callback_states_from_checkpoint",
+    "remove_unused_columns", "restore_callback_states_from_checkpoint",
     "router_aux_loss_coef", "run_name", "save_on_each_node", "save_only_model",
     "skip_memory_metrics", "tf32", "torch_compile", "torch_compile_backend",
     "torch_compile_mode", "torch_empty_cache_steps", "trackio_bucket_id", "trackio_space_id",
@@ -146,6 +146,17 @@ class _Config:
                 "or once at the end ('no' with an eval_dataset)"
             )
         take("seed")
+        # report_to as TrainingArguments reads it ("none", "all", a name or a list): rlhf.c
+        # writes TensorBoard itself and runs wandb in this interpreter; run_name names the run
+        used.add("report_to")
+        report_to = self.report_to
+        if isinstance(report_to, str):
+            report_to = [report_to]
+        report_to = [_enum_value(r) for r in report_to or []]
+        if report_to and report_to != ["none"]:
+            keys["report_to"] = report_to
+            if self.run_name and ("wandb" in report_to or "all" in report_to):
+                keys["wandb_name"] = self.run_name
         used.add("gradient_checkpointing")
         keys["gradient_checkpointing"] = bool(self.gradient_checkpointing)
         used.update(("fp16",))

@@ -131,3 +131,16 @@ def test_config_fields():
                     args=args, train_dataset=[{"prompt": "1 + 1 ="}] * 4)
     with pytest.raises(ValueError, match="save_strategy='epoch'"):
         SFTConfig(save_strategy="epoch")._yaml()
+
+
+def test_report_to_is_passed_on():
+    """report_to reaches the C config as TrainingArguments reads it; "none" (TRL's default)
+    adds nothing; run_name names the W&B run."""
+    from rlhf import DPOConfig
+
+    keys, _ = DPOConfig(output_dir="x", report_to="tensorboard")._yaml()
+    assert keys["report_to"] == ["tensorboard"]
+    keys, _ = DPOConfig(output_dir="x", report_to=["wandb"], run_name="r1")._yaml()
+    assert keys["report_to"] == ["wandb"] and keys["wandb_name"] == "r1"
+    keys, _ = DPOConfig(output_dir="x", report_to="none")._yaml()
+    assert "report_to" not in keys

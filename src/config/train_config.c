@@ -165,6 +165,7 @@ void train_config_free(TrainConfig *cfg) {
     train_config_free_datasets(cfg->datasets, cfg->n_datasets);
     train_config_free_datasets(cfg->test_datasets, cfg->n_test_datasets);
     grpo_config_free(&cfg->grpo);
+    tracking_config_free(&cfg->tracking);
     json_decref(cfg->raw);
     char **strings[] = {&cfg->source,
                         &cfg->base_model,

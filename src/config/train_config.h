@@ -9,6 +9,7 @@
 #define RLHF_CONFIG_TRAIN_CONFIG_H
 
 #include "config/grpo_config.h"
+#include "config/tracking_config.h"
 
 #include <stdbool.h>
 #include <jansson.h>
@@ -115,6 +116,7 @@ typedef struct {
     int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
     char *excess_length_strategy; /* drop (default), truncate or raise */
     GrpoConfig grpo;              /* rl: grpo / gdpo: the trl: block read (config/grpo_config.h) */
+    TrackingConfig tracking; /* use_tensorboard, report_to, wandb_* (config/tracking_config.h) */
     json_t *raw;     /* the whole file as JSON: what Python dataset transforms receive as cfg */
     char **warnings; /* messages for the user, in file order */
     int n_warnings;

@@ -72,6 +72,19 @@ static const KeySpec key_specs[] = {
     KEY(cpo_loss_type, K_STRING),
     KEY(max_prompt_len, K_INT),
     KEY(excess_length_strategy, K_STRING),
+#define TRACKING_KEY(name, kind)                                                                   \
+    { #name, kind, offsetof(TrainConfig, tracking.name) }
+    TRACKING_KEY(use_tensorboard, K_BOOL),
+    TRACKING_KEY(use_wandb, K_BOOL),
+    TRACKING_KEY(report_to, K_STRING_LIST),
+    TRACKING_KEY(wandb_project, K_STRING),
+    TRACKING_KEY(wandb_entity, K_STRING),
+    TRACKING_KEY(wandb_name, K_STRING),
+    TRACKING_KEY(wandb_mode, K_STRING),
+    TRACKING_KEY(wandb_run_id, K_STRING),
+    TRACKING_KEY(wandb_log_model, K_STRING),
+    TRACKING_KEY(wandb_watch, K_STRING),
+#undef TRACKING_KEY
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
@@ -140,13 +153,6 @@ static const char *const documented_keys[] = {
     "tokens",
     "trust_remote_code",
     "type_of_model",
-    "use_tensorboard",
-    "use_wandb",
-    "wandb_entity",
-    "wandb_name",
-    "wandb_project",
-    "wandb_log_model",
-    "wandb_watch",
     "flash_attention",
     "shuffle_merged_datasets",
     "train_on_inputs",
@@ -236,6 +242,9 @@ _Static_assert(offsetof(TrainConfig, n_dpo_loss_type) ==
                "a string list's count follows its pointer");
 _Static_assert(offsetof(TrainConfig, n_dpo_loss_weights) ==
                    offsetof(TrainConfig, dpo_loss_weights) + sizeof(char **),
+               "a string list's count follows its pointer");
+_Static_assert(offsetof(TrainConfig, tracking.n_report_to) ==
+                   offsetof(TrainConfig, tracking.report_to) + sizeof(char **),
                "a string list's count follows its pointer");
 static int *string_list_count(TrainConfig *cfg, const KeySpec *spec) {
     return (int *)((char *)cfg + spec->offset + sizeof(char **));

@@ -196,6 +196,7 @@ int train_config_validate(TrainConfig *cfg) {
         return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
     if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)
         return err_set("keys 'adam_beta1', 'adam_beta2': must be in [0, 1)");
+    if (tracking_config_check(&cfg->tracking, cfg->source) != 0) return -1;
     if (!cfg->optimizer) cfg->optimizer = xstrdup("adamw_torch");
     if (strcmp(cfg->optimizer, "adamw_torch") != 0 &&
         strcmp(cfg->optimizer, "adamw_torch_fused") != 0 && !optimizer_is_8bit(cfg->optimizer))
