@@ -61,7 +61,9 @@ RLHF_API const char *rlhf_last_error(void);
 /* Makes a trainer from `config`: YAML text, or JSON (YAML's flow syntax reads it the same way),
  * holding what an `rlhf train` config file holds. `name` stands for the file in messages
  * ("name:3: key 'learning_rate': ..."); NULL means "<config>". Relative paths are taken from the
- * working directory. Loads the model (and makes or loads the adapter) and the tokenizer; the
+ * working directory; base_model, tokenizer_config and lora_model_dir may be Hugging Face Hub ids,
+ * found in the HF cache or downloaded as `rlhf train` does (io/hub_resolve.h). Loads the model
+ * (and makes or loads the adapter) and the tokenizer; the
  * datasets are read when training starts. On success *out is the new trainer (free it with
  * rlhf_trainer_free); on failure *out is NULL. */
 RLHF_API int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out);

@@ -48,7 +48,8 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
         free(t);
         return RLHF_ERROR;
     }
-    if (train_session_open(&t->session, &t->cfg, stderr) != 0) {
+    if (train_config_resolve_models(&t->cfg) != 0 ||
+        train_session_open(&t->session, &t->cfg, stderr) != 0) {
         train_config_free(&t->cfg);
         free(t);
         return RLHF_ERROR;
