@@ -71,9 +71,11 @@ static const char hub_source[] =
     "        return (2, _no_hub(e))\n"
     "    api = HfApi()\n"
     "    try:\n"
-    "        api.create_repo(repo_id, private=private, exist_ok=True)\n"
-    "        if revision:\n"
-    "            api.create_branch(repo_id, branch=revision, exist_ok=True)\n"
+    "        if folder is None:\n"
+    "            url = api.create_repo(repo_id, private=private, exist_ok=True)\n"
+    "            if revision:\n"
+    "                api.create_branch(repo_id, branch=revision, exist_ok=True)\n"
+    "            return (0, str(url))\n"
     "        info = api.upload_folder(repo_id=repo_id, folder_path=folder,\n"
     "                                 path_in_repo=path_in_repo, commit_message=message,\n"
     "                                 revision=revision, allow_patterns=allow_patterns,\n"
@@ -170,8 +172,15 @@ int hub_python_snapshot_download(const char *repo_id, const char *revision, cons
 
 int hub_python_upload(const HubUpload *u, char *url, size_t url_cap) {
     char context[512], buf[1024];
-    snprintf(context, sizeof context, "push_to_hub: uploading %s to the Hub repository %s failed",
-             u->folder, u->repo_id);
+    if (u->folder)
+        snprintf(context, sizeof context,
+                 "push_to_hub: uploading %s to the Hub repository %s failed", u->folder,
+                 u->repo_id);
+    else
+        snprintf(context, sizeof context,
+                 "push_to_hub: creating the Hub repository %s failed (nothing was trained or "
+                 "written)",
+                 u->repo_id);
     PyGILState_STATE gil;
     if (py_embed_enter(&gil) != 0) return err_prefix("%s", context);
     PyObject *allow = Py_None;
@@ -184,7 +193,7 @@ int hub_python_upload(const HubUpload *u, char *url, size_t url_cap) {
         Py_XDECREF(card);
     }
     PyObject *args =
-        allow ? Py_BuildValue("(sszzsOO)", u->repo_id, u->folder, u->path_in_repo, u->revision,
+        allow ? Py_BuildValue("(szzzsOO)", u->repo_id, u->folder, u->path_in_repo, u->revision,
                               u->commit_message, u->private_repo ? Py_True : Py_False, allow)
               : NULL;
     Py_XDECREF(allow);

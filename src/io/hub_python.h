@@ -29,7 +29,8 @@ int hub_python_snapshot_download(const char *repo_id, const char *revision, cons
 /* One upload of a local folder to a model repository. */
 typedef struct {
     const char *repo_id;        /* "org/name" or "name" (the token's user namespace) */
-    const char *folder;         /* the local directory uploaded */
+    const char *folder;         /* the local directory uploaded; NULL: only create the
+                                   repository and the branch */
     const char *path_in_repo;   /* NULL: the repository's root */
     const char *revision;       /* branch; NULL: main. Created when missing. */
     const char *commit_message; /* the commit's summary */
@@ -37,9 +38,10 @@ typedef struct {
     bool model_files_only;      /* upload only hub_model_files (and README.md) */
 } HubUpload;
 
-/* Creates the repository when it does not exist (create_repo(exist_ok=True), private as asked),
- * the branch when a revision is given, and uploads the folder in one commit (upload_folder,
- * leaving out "_*" and "checkpoint-*" as transformers' Trainer does). Returns 0 with the
+/* Without a folder: creates the repository when it does not exist (create_repo(exist_ok=True),
+ * private as asked) and the branch when a revision is given. With one: uploads the folder to the
+ * existing repository in one commit (upload_folder, leaving out "_*" and "checkpoint-*" as
+ * transformers' Trainer does). Returns 0 with the
  * commit's URL in url (may be NULL), or -1 with an error naming the repository and the cause
  * (no token, no permission, huggingface_hub missing, the Hub unreachable). Blocks until done. */
 int hub_python_upload(const HubUpload *u, char *url, size_t url_cap);

@@ -17,7 +17,7 @@ int hub_python_snapshot_download(const char *repo_id, const char *revision, cons
 
 int hub_python_upload(const HubUpload *u, char *url, size_t url_cap) {
     (void)url, (void)url_cap;
-    return err_set("push_to_hub: uploading %s to %s needs huggingface_hub, " PY_EMBED_ABSENT
-                   " (or upload it yourself: `hf upload %s %s`)",
-                   u->folder, u->repo_id, u->repo_id, u->folder);
+    return err_set("push_to_hub: uploading to %s needs huggingface_hub, " PY_EMBED_ABSENT
+                   " (or upload the output directory yourself: `hf upload %s DIR`)",
+                   u->repo_id, u->repo_id);
 }

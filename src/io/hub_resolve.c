@@ -180,12 +180,13 @@ int hub_resolve(const char *name, const char *revision, HubNeed need, const char
     if (found == 0) {
         const char *rev = revision ? revision : "main";
         char get[512];
-        snprintf(get, sizeof get, "hf download %s%s%s (or huggingface-cli download)", name,
-                 revision ? " --revision " : "", revision ? revision : "");
+        snprintf(get, sizeof get, "hf download %s%s%s", name, revision ? " --revision " : "",
+                 revision ? revision : "");
         if (hub_offline())
             return err_set("%s: '%s' (revision %s) is not a local directory and is not in the "
                            "Hugging Face cache (%s not found), and HF_HUB_OFFLINE is set: "
-                           "download it first with `%s`, or unset HF_HUB_OFFLINE",
+                           "download it first with `%s` (or huggingface-cli download), or "
+                           "unset HF_HUB_OFFLINE",
                            key, name, rev, missing, get);
         if (hub_python_snapshot_download(name, revision, key, dir, sizeof dir) != 0) return -1;
         const char *absent = first_missing(dir, need);

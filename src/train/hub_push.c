@@ -35,9 +35,19 @@ static int upload(const TrainConfig *cfg, const char *folder, const char *path_i
                    .private_repo = cfg->hub_private_repo,
                    .model_files_only = model_files_only};
     if (hub_python_upload(&u, url, sizeof url) != 0) return -1;
+    if (!folder) {
+        fprintf(log, "pushing to the Hub repository %s%s%s\n", url,
+                cfg->hub_revision ? ", branch " : "", cfg->hub_revision ? cfg->hub_revision : "");
+        return 0;
+    }
     fprintf(log, "pushed %s%s%s to the Hub: %s\n", folder, path_in_repo ? " as " : "",
             path_in_repo ? path_in_repo : "", url);
     return 0;
+}
+
+int hub_push_init(const TrainConfig *cfg, FILE *log) {
+    if (!cfg->push_to_hub) return 0;
+    return upload(cfg, NULL, NULL, "", false, log);
 }
 
 int hub_push_output(const TrainConfig *cfg, const char *commit_message, FILE *log) {

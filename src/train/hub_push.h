@@ -23,6 +23,12 @@
 /* The repository id pushed to, into buf. */
 void hub_push_repo_id(const TrainConfig *cfg, char *buf, size_t cap);
 
+/* Before training, as transformers' Trainer does when it is made: creates the repository (and
+ * the branch) when push_to_hub, so that a missing token or permission stops the run before
+ * anything is trained or written. Does nothing and returns 0 unless push_to_hub. Returns 0, or
+ * -1 with an error. Rank 0 only. */
+int hub_push_init(const TrainConfig *cfg, FILE *log);
+
 /* Uploads cfg->output_dir (without checkpoints) with commit_message. Does nothing and returns 0
  * unless push_to_hub. Returns 0, or -1 with an error. Rank 0 only. */
 int hub_push_output(const TrainConfig *cfg, const char *commit_message, FILE *log);

@@ -191,6 +191,8 @@ void train_session_close(TrainSession *s) {
 
 int train_run(const TrainConfig *cfg, FILE *log) {
     TrainSession s;
+    if (cfg->push_to_hub && dist_agree(dist_is_root() ? hub_push_init(cfg, log) : 0) != 0)
+        return -1;
     if (train_session_open(&s, cfg, log) != 0) return -1;
     int rc = train_session_run(&s, cfg, NULL, log);
     if (rc == 0) rc = train_session_save(&s, cfg, cfg->output_dir, log);
