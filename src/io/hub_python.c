@@ -64,12 +64,13 @@ static const char hub_source[] =
     "        return (1, _explain(e, repo_id, revision))\n"
     "\n"
     "\n"
-    "def upload(repo_id, folder, path_in_repo, revision, message, private, allow_patterns):\n"
+    "def upload(repo_id, folder, path_in_repo, revision, message, private, allow_patterns,\n"
+    "           token):\n"
     "    try:\n"
     "        from huggingface_hub import HfApi\n"
     "    except ImportError as e:\n"
     "        return (2, _no_hub(e))\n"
-    "    api = HfApi()\n"
+    "    api = HfApi(token=token)\n"
     "    try:\n"
     "        if folder is None:\n"
     "            url = api.create_repo(repo_id, private=private, exist_ok=True)\n"
@@ -192,10 +193,13 @@ int hub_python_upload(const HubUpload *u, char *url, size_t url_cap) {
         if (allow && (!card || PyList_Append(allow, card) != 0)) Py_CLEAR(allow);
         Py_XDECREF(card);
     }
-    PyObject *args =
-        allow ? Py_BuildValue("(szzzsOO)", u->repo_id, u->folder, u->path_in_repo, u->revision,
-                              u->commit_message, u->private_repo ? Py_True : Py_False, allow)
-              : NULL;
+    PyObject *args = allow ? Py_BuildValue("(szzzsOOz)", u->repo_id, u->folder, u->path_in_repo,
+                                           u->revision, u->commit_message,
+                                           u->private_repo < 0 ? Py_None
+                                           : u->private_repo   ? Py_True
+                                                               : Py_False,
+                                           allow, u->token)
+                           : NULL;
     Py_XDECREF(allow);
     int rc = call_hub("upload", args, context, "", buf, sizeof buf);
     py_embed_leave(gil);

@@ -34,7 +34,9 @@ typedef struct {
     const char *path_in_repo;   /* NULL: the repository's root */
     const char *revision;       /* branch; NULL: main. Created when missing. */
     const char *commit_message; /* the commit's summary */
-    bool private_repo;          /* when the repository is created by this upload */
+    int private_repo;           /* when the repository is created: 1 private, 0 public, -1 the
+                                   account's default (create_repo(private=None)) */
+    const char *token;          /* NULL: the client's own (HF_TOKEN, `hf auth login`) */
     bool model_files_only;      /* upload only hub_model_files (and README.md) */
 } HubUpload;
 

@@ -197,6 +197,51 @@ bad("push-no-token", ["push_to_hub", "me/other", "HF_TOKEN"],
     {"base_model": "org/tiny", "hub_model_id": "me/other"})
 check("me/other" not in hub.repos, "push-no-token: no repository created")
 
+
+# ---- 5. the Python API: the same resolver (a Hub id given to the trainer, found in the HF
+# cache by the library), push_to_hub(commit_message, blocking, token, revision) ----
+library = os.environ.get("RLHF_HUB_LIBRARY")
+if not library:
+    print("skip the Python API's part: no librlhf.so loadable here (a sanitizer build)")
+else:
+    os.environ.update(RLHF_LIBRARY=library, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(cache),
+                      HF_HOME=str(work / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1",
+                      HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1")
+    os.environ.pop("HF_TOKEN", None)
+    sys.path.insert(0, str(src / "python"))
+    os.chdir(work)
+    from rlhf import DPOConfig, DPOTrainer
+
+    rows = [{"prompt": "What is %d + %d?" % (a, a), "chosen": str(2 * a),
+             "rejected": str(2 * a + 1)} for a in range(1, 9)]
+    n = len(hub.requests)
+    trainer = DPOTrainer(model="org/tiny", train_dataset=rows,
+                         args=DPOConfig(output_dir=str(work / "py-out"), max_steps=1,
+                                        per_device_train_batch_size=4,
+                                        hub_model_id="me/py-pushed"))
+    check(len(hub.requests) == n, "Python API: model='org/tiny' came from the cache (no request)")
+    check(trainer.model.name_or_path == "org/tiny", "Python API: name_or_path is the Hub id")
+    trainer.train()
+    future = trainer.push_to_hub(commit_message="from python", blocking=False, token=TOKEN,
+                                 revision="py")
+    url = future.result(timeout=120)
+    pushed = hub.repos.get("me/py-pushed")
+    check(pushed is not None and url.startswith(hub.url + "/me/py-pushed/commit/"),
+          "Python API: push_to_hub(blocking=False) returns a future of the commit URL: %s" % url)
+    if pushed is not None:
+        _, files = pushed.files_at("py")
+        out = work / "py-out"
+        local = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*")
+                 if p.is_file() and not p.relative_to(out).parts[0].startswith(("checkpoint-", "_"))}
+        check(files == local, "Python API: the branch py holds output_dir byte for byte: %s"
+              % sorted(files or {}))
+        check(pushed.messages[-1] == "from python" and not pushed.private,
+              "Python API: commit_message used; hub_private_repo None leaves the account's "
+              "default (public here)")
+        check("base_model: org/tiny" in front_matter(out / "README.md")
+              and "library_name: transformers" in front_matter(out / "README.md"),
+              "Python API: the model card names the Hub base, library transformers")
+
 hub.stop()
 print("%d failure(s)" % len(failures))
 sys.exit(1 if failures else 0)
