@@ -136,6 +136,33 @@ check(rc == 0 and (out2 / "adapter_model.safetensors").read_bytes()
       == (out1 / "adapter_model.safetensors").read_bytes(),
       "offline from the cache trains the same adapter, byte for byte")
 
+# the cache found where huggingface_hub looks for it: HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub,
+# ~/.cache/huggingface/hub (HF_HUB_CACHE unset); a revision that is a commit hash names its
+# snapshot directly, an unknown branch is not in the cache
+for name, env in [("hf-home", {"HF_HOME": str(work / "home-a")}),
+                  ("xdg", {"XDG_CACHE_HOME": str(work / "xdg")}),
+                  ("home", {"HOME": str(work / "home-b")})]:
+    link = {"hf-home": work / "home-a" / "hub", "xdg": work / "xdg" / "huggingface" / "hub",
+            "home": work / "home-b" / ".cache" / "huggingface" / "hub"}[name]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(cache)
+    env = dict({"HF_HUB_CACHE": None, "HF_HOME": None, "XDG_CACHE_HOME": None}, **env)
+    rc, err = run(write_config("cache-" + name, base_model="org/tiny",
+                               output_dir=work / ("out-cache-" + name)),
+                  HF_HUB_OFFLINE="1", PYTHONHOME="/nonexistent/python-home", PYTHONPATH=None,
+                  **env)
+    check(rc == 0, "offline, the cache under %s (rc %d)\n%s" % (link, rc, err[-1500:]))
+rc, err = run(write_config("by-commit", base_model="org/tiny", revision_of_model=sha,
+                           output_dir=work / "out-by-commit"),
+              HF_HUB_OFFLINE="1", PYTHONHOME="/nonexistent/python-home", PYTHONPATH=None)
+check(rc == 0, "offline, revision_of_model: <commit hash> (rc %d)\n%s" % (rc, err[-1500:]))
+rc, err = run(write_config("by-branch", base_model="org/tiny", model_revision="nosuch",
+                           output_dir=work / "out-by-branch"),
+              HF_HUB_OFFLINE="1", PYTHONHOME="/nonexistent/python-home", PYTHONPATH=None)
+check(rc == 1 and "revision nosuch" in err and "refs/nosuch" in err
+      and not (work / "out-by-branch").exists(),
+      "offline, model_revision: a branch the cache does not know is refused\n" + err[-1500:])
+
 # ---- 3. push_to_hub ----
 out3 = work / "out-push"
 rc, err = run(write_config("push", base_model="org/tiny", output_dir=out3,
