@@ -120,7 +120,7 @@ typedef struct {
     /* uploads (transformers' TrainingArguments; Axolotl: hub_model_id alone turns pushing on) */
     bool push_to_hub;
     char *hub_model_id;    /* default: output_dir's name */
-    char *hub_strategy;    /* end (default), every_save, checkpoint, all_checkpoints */
+    char *hub_strategy;    /* every_save (default), end, checkpoint, all_checkpoints */
     bool hub_private_repo; /* true unless set false (Axolotl creates private repositories) */
     char *hub_revision;    /* the branch pushed to; NULL: main */
     json_t *raw;     /* the whole file as JSON: what Python dataset transforms receive as cfg */

@@ -122,8 +122,8 @@ static PyObject *pattern_list(void) {
 }
 
 /* Calls _rlhf_hub.<fn>(*args) (a new reference to a tuple of arguments, stolen) and reads its
- * (status, text): 0 with the text in out; or -1 with an error "<context>: <text>", where a
- * status 2 (huggingface_hub missing) adds `hint`. GIL held. */
+ * (status, text): 0 with the text in out; or -1 with an error "<context>: <text><hint>" (status
+ * 1: the Hub's refusal or unreachable, 2: huggingface_hub missing). GIL held. */
 static int call_hub(const char *fn, PyObject *args, const char *context, const char *hint,
                     char *out, size_t cap) {
     PyObject *mod = args ? hub_module() : NULL;
@@ -146,7 +146,7 @@ static int call_hub(const char *fn, PyObject *args, const char *context, const c
                  ? 0
                  : err_set("%s: the path is too long: %s", context, text);
     else
-        rc = err_set("%s: %s%s", context, text, status == 2 ? hint : "");
+        rc = err_set("%s: %s%s", context, text, hint);
     Py_DECREF(res);
     return rc;
 }

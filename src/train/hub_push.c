@@ -57,7 +57,8 @@ int hub_push_output(const TrainConfig *cfg, const char *commit_message, FILE *lo
 
 int hub_push_checkpoint(const TrainConfig *cfg, const char *checkpoint_dir, int64_t step,
                         FILE *log) {
-    const char *strategy = cfg->hub_strategy ? cfg->hub_strategy : "end";
+    /* TrainingArguments' default, which Axolotl keeps when hub_strategy is unset */
+    const char *strategy = cfg->hub_strategy ? cfg->hub_strategy : "every_save";
     if (!cfg->push_to_hub || strcmp(strategy, "end") == 0) return 0;
     char message[128], name[64];
     snprintf(message, sizeof message, "Training in progress, step %lld", (long long)step);

@@ -2,8 +2,8 @@
  * does it (hub_strategy), through huggingface_hub (io/hub_python.h).
  *
  *   end              the output directory once, when training is over ("End of training")
- *   every_save       also at each checkpoint: its model files to the repository's root
- *                    ("Training in progress, step N")
+ *   every_save       (default, as TrainingArguments') also at each checkpoint: its model files
+ *                    to the repository's root ("Training in progress, step N")
  *   checkpoint       as every_save, and the whole checkpoint under last-checkpoint/ (what
  *                    resume_from_checkpoint needs)
  *   all_checkpoints  as every_save, and each checkpoint under its own checkpoint-N/
