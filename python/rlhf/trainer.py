@@ -220,9 +220,12 @@ class _Trainer:
 
     def save_model(self, output_dir=None, _internal_call=False):
         """Writes the model (or the LoRA adapter) as a Hugging Face directory, with the
-        tokenizer files; output_dir defaults to args.output_dir."""
+        tokenizer files and the model card; output_dir defaults to args.output_dir. With
+        args.push_to_hub, then pushes args.output_dir ("Model save"), as Trainer.save_model."""
         output_dir = os.fspath(output_dir or self.args.output_dir)
         _lib.check(_lib.lib().rlhf_trainer_save_model(self._handle(), output_dir.encode()))
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
     def push_to_hub(self, commit_message="End of training", blocking=True, token=None,
                     revision=None, **kwargs):
@@ -240,7 +243,7 @@ class _Trainer:
                 "push_to_hub needs the huggingface_hub package (pip install huggingface_hub)"
             ) from None
         output_dir = os.fspath(self.args.output_dir)
-        self.save_model(output_dir)
+        self.save_model(output_dir, _internal_call=True)
         repo_id = self.args.hub_model_id or os.path.basename(os.path.abspath(output_dir))
         private = self.args.hub_private_repo
         token = token or self.args.hub_token

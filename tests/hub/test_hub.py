@@ -265,6 +265,14 @@ else:
         check(pushed.messages[-1] == "from python" and not pushed.private,
               "Python API: commit_message used; hub_private_repo None leaves the account's "
               "default (public here)")
+        trainer.args.push_to_hub = True
+        os.environ["HF_TOKEN"] = TOKEN
+        trainer.save_model()
+        del os.environ["HF_TOKEN"]
+        check(pushed.messages[-1] == "Model save" and pushed.branches["main"] in pushed.commits
+              and pushed.files_at("main")[1] == local,
+              "Python API: save_model with args.push_to_hub pushes output_dir (\"Model save\", "
+              "to main)")
         check("base_model: org/tiny" in front_matter(out / "README.md")
               and "library_name: transformers" in front_matter(out / "README.md"),
               "Python API: the model card names the Hub base, library transformers")
