@@ -11,7 +11,10 @@ huggingface_hub client inside rlhf's embedded Python:
      repository and uploads: the repository ends byte-identical to the output directory, the
      last checkpoint under last-checkpoint/.
   4. Bad input, each one clear message and nothing written: a missing model id offline, a
-     private repository without a token, pushing without a token.
+     private repository without a token, pushing without a token; hub_model_id accepted or
+     refused exactly as huggingface_hub's validate_repo_id.
+  5. The Python API: the same resolver for model="org/tiny", push_to_hub(commit_message,
+     blocking, token, revision), save_model with args.push_to_hub.
 
 usage: test_hub.py RLHF_BINARY SOURCE_DIR WORK_DIR SITE_PACKAGES
 """
@@ -224,6 +227,26 @@ bad("push-no-token", ["push_to_hub", "me/other", "HF_TOKEN"],
     {"base_model": "org/tiny", "hub_model_id": "me/other"})
 check("me/other" not in hub.repos, "push-no-token: no repository created")
 
+
+# hub_model_id is checked as huggingface_hub's validate_repo_id checks a repo id (the client
+# itself is the reference: an id it accepts goes on to the push, which offline fails there)
+from huggingface_hub.utils import HFValidationError, validate_repo_id  # noqa: E402
+
+names = ["me/ok", "ok", "Org_1/name.v2-x", "a/b/c", "-bad/x", "x/bad-", ".x/y", "x--y/z",
+         "x/y..z", "x/y.git", "x/" + "y" * 97, "x y/z", "caf\u00e9/z", "x/_y_"]
+for name in names:
+    try:
+        validate_repo_id(name)
+        valid = True
+    except HFValidationError:
+        valid = False
+    rc, err = run(write_config("id", base_model=os.path.relpath(model_src, work),
+                               output_dir=work / "out-id", hub_model_id='"%s"' % name),
+                  HF_HUB_OFFLINE="1", HF_TOKEN=TOKEN)
+    refused = "is not a Hub repository id" in err
+    check(rc == 1 and refused != valid and not (work / "out-id").exists(),
+          "hub_model_id %r: %s as validate_repo_id says\n%s"
+          % (name, "accepted" if valid else "refused", err[-600:]))
 
 # ---- 5. the Python API: the same resolver (a Hub id given to the trainer, found in the HF
 # cache by the library), push_to_hub(commit_message, blocking, token, revision) ----
