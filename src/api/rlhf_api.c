@@ -7,6 +7,7 @@
 #include "io/hub_python.h"
 #include "io/hub_resolve.h"
 #include "python/py_embed.h"
+#include "train/hub_push.h"
 #include "train/stop_signal.h"
 #include "train/session.h"
 
@@ -51,7 +52,8 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
         free(t);
         return RLHF_ERROR;
     }
-    if (train_config_resolve_models(&t->cfg) != 0 ||
+    /* push_to_hub: the repository exists before anything is trained (Trainer's init_hf_repo) */
+    if (train_config_resolve_models(&t->cfg) != 0 || hub_push_init(&t->cfg, stderr) != 0 ||
         train_session_open(&t->session, &t->cfg, stderr) != 0) {
         train_config_free(&t->cfg);
         free(t);

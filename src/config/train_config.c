@@ -175,6 +175,7 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->hub_model_id,
                         &cfg->hub_strategy,
                         &cfg->hub_revision,
+                        &cfg->hub_token,
                         &cfg->tokenizer_config,
                         &cfg->optimizer,
                         &cfg->lr_scheduler,

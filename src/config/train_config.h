@@ -123,6 +123,7 @@ typedef struct {
     char *hub_strategy;    /* every_save (default), end, checkpoint, all_checkpoints */
     bool hub_private_repo; /* true unless set false (Axolotl creates private repositories) */
     char *hub_revision;    /* the branch pushed to; NULL: main */
+    char *hub_token;       /* NULL: huggingface_hub's own (HF_TOKEN, `hf auth login`) */
     json_t *raw;     /* the whole file as JSON: what Python dataset transforms receive as cfg */
     char **warnings; /* messages for the user, in file order */
     int n_warnings;

@@ -81,6 +81,7 @@ static const KeySpec key_specs[] = {
     KEY(hub_strategy, K_STRING),
     KEY(hub_private_repo, K_BOOL),
     KEY(hub_revision, K_STRING),
+    KEY(hub_token, K_STRING),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)

@@ -33,6 +33,7 @@ static int upload(const TrainConfig *cfg, const char *folder, const char *path_i
                    .revision = cfg->hub_revision,
                    .commit_message = message,
                    .private_repo = cfg->hub_private_repo ? 1 : 0,
+                   .token = cfg->hub_token,
                    .model_files_only = model_files_only};
     if (hub_python_upload(&u, url, sizeof url) != 0) return -1;
     if (!folder) {

@@ -296,6 +296,20 @@ else:
               and pushed.files_at("main")[1] == local,
               "Python API: save_model with args.push_to_hub pushes output_dir (\"Model save\", "
               "to main)")
+        # args.push_to_hub: the repository when the trainer is made, each checkpoint pushed
+        # (hub_strategy every_save, TrainingArguments' default), hub_token as the credential
+        ckpt_trainer = DPOTrainer(
+            model="org/tiny", train_dataset=rows,
+            args=DPOConfig(output_dir=str(work / "py-ckpt"), max_steps=2, save_steps=1,
+                           per_device_train_batch_size=4, push_to_hub=True,
+                           hub_model_id="me/py-ckpt", hub_token=TOKEN))
+        made = hub.repos.get("me/py-ckpt")
+        check(made is not None and made.messages == ["initial commit"],
+              "Python API: push_to_hub=True creates the repository when the trainer is made")
+        ckpt_trainer.train()
+        check(made is not None and made.messages[1:] == ["Training in progress, step 1",
+                                                         "Training in progress, step 2"],
+              "Python API: each checkpoint pushed: %s" % (made.messages if made else None))
         check("base_model: org/tiny" in front_matter(out / "README.md")
               and "library_name: transformers" in front_matter(out / "README.md"),
               "Python API: the model card names the Hub base, library transformers")
