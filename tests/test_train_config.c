@@ -359,8 +359,39 @@ static void test_hub_dataset_keys(void) {
     train_config_free(&c);
 }
 
+/* The Hub keys: Axolotl's model_revision alias, hub_model_id turning pushing on with a private
+ * repository (Axolotl's trainer builder), hub_strategy's values; reading a config never resolves
+ * a Hub id (that is train_config_resolve_models', which the commands call). */
+static void test_hub_keys(void) {
+    const char *path = write_yaml("hub.yaml", "base_model: Qwen/Qwen2.5-0.5B-Instruct\n"
+                                              "model_revision: v1\n"
+                                              "datasets:\n  - path: d.jsonl\n"
+                                              "learning_rate: 1e-6\n"
+                                              "hub_model_id: me/run\n"
+                                              "hub_strategy: all_checkpoints\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(strcmp(c.base_model, "Qwen/Qwen2.5-0.5B-Instruct") == 0 && !c.base_model_id &&
+              strcmp(c.revision_of_model, "v1") == 0,
+          "a Hub id is kept as written until resolved; model_revision is revision_of_model");
+    CHECK(c.push_to_hub && c.hub_private_repo && strcmp(c.hub_strategy, "all_checkpoints") == 0,
+          "hub_model_id turns push_to_hub on, private unless said otherwise");
+    CHECK(c.n_warnings == 0, "no warning for the Hub keys: %s", c.n_warnings ? c.warnings[0] : "");
+    train_config_free(&c);
+    path = write_yaml("hub2.yaml", BASE "learning_rate: 1e-6\npush_to_hub: true\n"
+                                        "hub_private_repo: false\nhub_revision: dev\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.push_to_hub && !c.hub_private_repo && !c.hub_model_id &&
+              strcmp(c.hub_revision, "dev") == 0,
+          "push_to_hub without hub_model_id; hub_private_repo false; hub_revision");
+    train_config_free(&c);
+    expect_error("hs.yaml", BASE "learning_rate: 1\nhub_strategy: sometimes\n", "hs.yaml",
+                 "'hub_strategy': \"sometimes\" is not one of end, every_save");
+}
+
 int main(void) {
     test_hub_dataset_keys();
+    test_hub_keys();
     test_preference_keys();
     test_examples();
     test_sft_config();

@@ -101,10 +101,12 @@ def test_c_errors_are_the_cli_messages(tmp_path, prompt_only):
     assert ours == theirs
 
 
-def test_bad_model_and_dataset():
+def test_bad_model_and_dataset(monkeypatch):
     from rlhf import DPOTrainer, RLHFError
 
-    with pytest.raises(ValueError, match="not a local directory"):
+    # a Hub id goes to the library's resolver, as in `rlhf train` (offline: no network here)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RLHFError, match="not a local directory.*HF_HUB_OFFLINE"):
         DPOTrainer(model="no/such-model-here", train_dataset=[{"prompt": "a", "chosen": "b",
                                                                 "rejected": "c"}])
     with pytest.raises(ValueError, match="needs 'chosen' and 'rejected'"):

@@ -54,6 +54,42 @@ static int adapter_given_as_model(const char *dir) {
     return -1;
 }
 
+int cli_resolve_dir(const char **path, const char *option, HubNeed need, char **owned) {
+    *owned = NULL;
+    if (!*path) return 0;
+    if (hub_resolve(*path, NULL, need, option, owned, NULL) != 0) return -1;
+    *path = *owned;
+    return 0;
+}
+
+int cli_resolve_options(int argc, char **argv, const CliDirOption *opts, int n, char ***out) {
+    char **copy = xcalloc((size_t)argc + 1, sizeof *copy);
+    for (int i = 0; i < argc; i++)
+        copy[i] = argv[i];
+    for (int i = 0; i + 1 < argc; i++) {
+        for (int k = 0; k < n; k++) {
+            if (strcmp(argv[i], opts[k].option) != 0) continue;
+            const char *value = argv[i + 1];
+            char *owned = NULL;
+            if (cli_resolve_dir(&value, opts[k].option, opts[k].need, &owned) != 0) {
+                cli_free_resolved(argc, copy, argv);
+                *out = NULL;
+                return -1;
+            }
+            if (owned) copy[i + 1] = owned;
+        }
+    }
+    *out = copy;
+    return 0;
+}
+
+void cli_free_resolved(int argc, char **copy, char **argv) {
+    if (!copy) return;
+    for (int i = 0; i < argc; i++)
+        if (copy[i] != argv[i]) free(copy[i]);
+    free(copy);
+}
+
 int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, LoraAdapter *lora) {
     memset(lora, 0, sizeof *lora);
     if (model_load(m, model_dir) != 0) {
@@ -107,6 +143,11 @@ static int read_config(int argc, char **argv, const char *command, const char *u
     }
     int rc = train_config_load(cfg, config, overrides, n_overrides);
     free(overrides);
+    /* Hub ids to local directories: the cache, or a download before anything is written */
+    if (rc == 0 && train_config_resolve_models(cfg) != 0) {
+        train_config_free(cfg);
+        rc = -1;
+    }
     /* one of several ranks: the caller decides which rank reports (all read the same file) */
     if (rc != 0) return dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
     for (int i = 0; print_warnings && dist_is_root() && i < cfg->n_warnings; i++)

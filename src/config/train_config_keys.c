@@ -11,7 +11,11 @@
     { #name, kind, offsetof(TrainConfig, name) }
 static const KeySpec key_specs[] = {
     KEY(base_model, K_STRING),
+    KEY(base_model_config, K_STRING),
     KEY(tokenizer_config, K_STRING),
+    KEY(revision_of_model, K_STRING),
+    {"model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)}, /* Axolotl's alias */
+    {"base_model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)},
     KEY(rl, K_RL),
     KEY(datasets, K_DATASETS),
     KEY(test_datasets, K_DATASETS),
@@ -85,6 +89,12 @@ static const KeySpec key_specs[] = {
     TRACKING_KEY(wandb_log_model, K_STRING),
     TRACKING_KEY(wandb_watch, K_STRING),
 #undef TRACKING_KEY
+    KEY(push_to_hub, K_BOOL),
+    KEY(hub_model_id, K_STRING),
+    KEY(hub_strategy, K_STRING),
+    KEY(hub_private_repo, K_BOOL),
+    KEY(hub_revision, K_STRING),
+    KEY(hub_token, K_STRING),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
@@ -95,7 +105,6 @@ static const char *const documented_keys[] = {
     "added_tokens_overrides",
     "attn_implementation",
     "auto_resume_from_checkpoints",
-    "base_model_config",
     "batch_size",
     "bfloat16",
     "chat_template_kwargs",
@@ -121,7 +130,6 @@ static const char *const documented_keys[] = {
     "fsdp_version",
     "gpu_memory_limit",
     "gradient_checkpointing_kwargs",
-    "hub_model_id",
     "load_best_model_at_end",
     "load_in_4bit",
     "load_in_8bit",
@@ -131,7 +139,6 @@ static const char *const documented_keys[] = {
     "lr_scheduler_kwargs",
     "max_memory",
     "metric_for_best_model",
-    "model_revision",
     "model_type",
     "optim_args",
     "peft_use_dora",
