@@ -7,48 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* trl: keys GRPO reads; everything else in the block gets a warning. */
-static const char *const used_keys[] = {"beta",
-                                        "num_generations",
-                                        "num_generations_eval",
-                                        "generation_batch_size",
-                                        "steps_per_generation",
-                                        "max_completion_length",
-                                        "temperature",
-                                        "top_p",
-                                        "top_k",
-                                        "min_p",
-                                        "repetition_penalty",
-                                        "num_iterations",
-                                        "epsilon",
-                                        "epsilon_high",
-                                        "delta",
-                                        "importance_sampling_level",
-                                        "multi_objective_aggregation",
-                                        "scale_rewards",
-                                        "loss_type",
-                                        "mask_truncated_completions",
-                                        "top_entropy_quantile",
-                                        "use_bias_correction_kl",
-                                        "reward_funcs",
-                                        "reward_weights",
-                                        "replay_buffer_size",
-                                        "chat_template_kwargs",
-                                        "shuffle_dataset",
-                                        "log_completions"};
-
-/* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
- * meaning here; saying so is kinder than a generic "unknown key". */
-static bool is_vllm_or_async_key(const char *k) {
-    static const char *const keys[] = {
-        "use_vllm",       "vllm_mode",          "async_prefetch", "use_data_producer",
-        "prefetch_depth", "vllm_sync_interval", "vllm_lora_sync", "reward_num_workers"};
-    if (strncmp(k, "vllm_", 5) == 0) return true;
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (strcmp(k, keys[i]) == 0) return true;
-    return false;
-}
-
 typedef struct {
     const json_t *trl;
     char at[512]; /* "file:line" of the trl: block, or the file when there is none */
@@ -213,32 +171,8 @@ static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *
     return 0;
 }
 
-static void warn_unused(const Block *b, void (*warn)(void *, const char *), void *ctx) {
-    if (!b->trl || !warn) return;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)b->trl, k, v) {
-        if (json_is_null(v)) continue;
-        bool used = false;
-        for (size_t i = 0; i < sizeof used_keys / sizeof *used_keys && !used; i++)
-            used = strcmp(k, used_keys[i]) == 0;
-        if (used) continue;
-        char msg[1024];
-        if (is_vllm_or_async_key(k))
-            snprintf(msg, sizeof msg,
-                     "%s: key 'trl.%s' ignored: rlhf.c generates with its own in-process "
-                     "engine (no vLLM server, no async workers)",
-                     b->at, k);
-        else
-            snprintf(msg, sizeof msg, "%s: key 'trl.%s' is not used by rlhf.c yet; ignored", b->at,
-                     k);
-        warn(ctx, msg);
-    }
-}
-
 int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
-                     const GrpoBatchShape *shape, const char *source, int line,
-                     void (*warn)(void *ctx, const char *message), void *warn_ctx) {
+                     const GrpoBatchShape *shape, const char *source, int line) {
     *g = (GrpoConfig){.num_generations = 8,
                       .max_completion_length = 256,
                       .temperature = 1,
@@ -316,7 +250,6 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         grpo_config_free(g);
         return -1;
     }
-    warn_unused(&b, warn, warn_ctx);
     return 0;
 }
 
