@@ -16,6 +16,7 @@ static const struct {
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},
+    {"config-keys", cli_config_keys, "every config key Axolotl documents: used, no-op or refused"},
 };
 
 static void usage(FILE *fp) {

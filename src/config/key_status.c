@@ -810,16 +810,23 @@ void key_status_print_markdown(FILE *out) {
     for (int s = 0; s < KEY_SCOPE_COUNT; s++)
         for (size_t i = 0; i < scopes[s].n; i++) {
             const KeyStatusRow *r = &scopes[s].rows[i];
-            const char *neutral = r->status == KEY_USED          ? ""
-                                  : !r->neutral || !*r->neutral  ? "null"
-                                  : strcmp(r->neutral, "*") == 0 ? "any value"
-                                                                 : r->neutral;
-            fprintf(out, "| `%s%s` | %s | %s%s | %s |\n", scopes[s].prefix, r->name,
-                    status[r->status], neutral,
-                    r->status != KEY_USED && r->neutral && *r->neutral &&
-                            strcmp(r->neutral, "*") != 0
-                        ? ", null"
-                        : "",
-                    r->reason);
+            char neutral[256] = "";
+            if (r->status != KEY_USED) {
+                const char *n = r->neutral ? r->neutral : "";
+                if (strcmp(n, "*") == 0)
+                    snprintf(neutral, sizeof neutral, "any value");
+                else if (*n == '=')
+                    snprintf(neutral, sizeof neutral, "null, the value of `%s`", n + 1);
+                else {
+                    /* the '|' between values would end a Markdown cell */
+                    size_t k = 0;
+                    for (; *n && k + 3 < sizeof neutral; n++)
+                        k += (size_t)snprintf(neutral + k, sizeof neutral - k, "%s",
+                                              *n == '|' ? ", " : (char[]){*n, 0});
+                    snprintf(neutral + k, sizeof neutral - k, "%snull", k ? ", " : "");
+                }
+            }
+            fprintf(out, "| `%s%s` | %s | %s | %s |\n", scopes[s].prefix, r->name,
+                    status[r->status], neutral, r->reason);
         }
 }

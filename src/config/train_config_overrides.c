@@ -103,7 +103,7 @@ static int override_dataset(TrainConfig *cfg, const char *list, const char *rest
     snprintf(where, sizeof where, "command line --%s.%s", list, rest);
     snprintf(label, sizeof label, "%s.%ld.", list, index);
     if (index >= n)
-        return err_set("%s: the config has %d %s entr%s; there is no %s[%ld]", where, n, list,
+        return err_set("%s: %s has %d entr%s; there is no %s[%ld]", where, list, n,
                        n == 1 ? "y" : "ies", list, index);
     const KeyStatusRow *row = key_status_find(KEY_SCOPE_DATASET, key);
     json_t *value = yaml_text_to_json(text);
