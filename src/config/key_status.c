@@ -332,9 +332,10 @@ static const KeyStatusRow top_rows[] = {
     NOOP("dataloader_pin_memory", "*", R_PERF),
     NOOP("dataloader_num_workers", "*", R_PERF),
     NOOP("dataloader_prefetch_factor", "*", R_PERF),
-    NOOP("dataloader_drop_last", "false",
-         "rlhf.c plans steps from the whole dataset as HF's "
-         "Trainer does by default"),
+    REFUSE("dataloader_drop_last", "false",
+           "dropping the last partial batch changes the "
+           "examples trained on; rlhf.c plans steps from the "
+           "whole dataset, as HF's Trainer does by default"),
     NOOP("accelerator_config", "{}", R_DIST_NOOP),
     NOOP("remove_unused_columns", "*",
          "rlhf.c hands each method only the columns its prompt strategy reads, which is what "

@@ -5,6 +5,7 @@
 #include "dist/dist.h"
 #include "grpo/grpo_run.h"
 #include "io/model_dir.h"
+#include "train/output_dir.h"
 #include "train/pref_task.h"
 #include "train/sft_task.h"
 
@@ -99,6 +100,8 @@ void train_session_close(TrainSession *s) {
 
 int train_run(const TrainConfig *cfg, FILE *log) {
     TrainSession s;
+    /* before the model loads: another run in output_dir stops this one at once */
+    if (output_dir_prepare(cfg, log) != 0) return -1;
     if (train_session_open(&s, cfg, log) != 0) return -1;
     int rc = train_session_run(&s, cfg, NULL, log);
     if (rc == 0) rc = train_session_save(&s, cfg, cfg->output_dir, log);
