@@ -234,6 +234,11 @@ static void test_statuses(void) {
                &c) != 0 &&
               strstr(err_msg(), "cfg.yaml:9: key 'trl.rollout_func' is not supported"),
           "trl.rollout_func: %s", err_msg());
+    CHECK(load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
+               "  temperature: hot\n",
+               &c) != 0 &&
+              strstr(err_msg(), "cfg.yaml:9: key 'trl.temperature': expected a number"),
+          "an error about a trl: key names its own line: %s", err_msg());
     CHECK(load("base_model_config: other\n", &c) != 0 && strstr(err_msg(), "base_model_config"),
           "a base_model_config other than base_model: %s", err_msg());
     CHECK(load("datasets:\n  - path: d.jsonl\n    shards: 4\n", &c) != 0 &&

@@ -10,7 +10,19 @@
 typedef struct {
     const json_t *trl;
     char at[512]; /* "file:line" of the trl: block, or the file when there is none */
+    const char *source;
+    const json_t *lines; /* {key: line} of the block's keys; may be NULL */
+    char key_at[512];    /* key_at()'s answer */
 } Block;
+
+/* "file:line" of a key of the block (its own line when known, else the block's). */
+static const char *key_at(Block *b, const char *key) {
+    const json_t *line = b->lines ? json_object_get(b->lines, key) : NULL;
+    if (!json_is_integer(line)) return b->at;
+    snprintf(b->key_at, sizeof b->key_at, "%s:%lld", b->source,
+             (long long)json_integer_value(line));
+    return b->key_at;
+}
 
 static const json_t *member(const Block *b, const char *key) {
     const json_t *v = b->trl ? json_object_get(b->trl, key) : NULL;
@@ -18,7 +30,7 @@ static const json_t *member(const Block *b, const char *key) {
 }
 
 static int bad(const Block *b, const char *key, const char *expected) {
-    return err_set("%s: key 'trl.%s': expected %s", b->at, key, expected);
+    return err_set("%s: key 'trl.%s': expected %s", key_at((Block *)b, key), key, expected);
 }
 
 static int read_int(const Block *b, const char *key, int min, int *out) {
@@ -69,7 +81,7 @@ static int read_loss_type(const Block *b, GrpoLossType *out) {
     if (!strcmp(s, "cispo") || !strcmp(s, "sapo") || !strcmp(s, "luspo") || !strcmp(s, "vespo"))
         return err_set("%s: key 'trl.loss_type': \"%s\" is not supported by rlhf.c yet "
                        "(grpo, bnpo, dr_grpo, dapo)",
-                       b->at, s);
+                       key_at((Block *)b, "loss_type"), s);
     return bad(b, "loss_type", "one of grpo, bnpo, dr_grpo, dapo");
 }
 
@@ -93,7 +105,7 @@ static int read_rewards(const Block *b, GrpoConfig *g) {
         return err_set("%s: key 'trl.reward_funcs': GRPO needs at least one reward function "
                        "(e.g. [\"rewards.my_reward\"] for a function in ./rewards.py, or "
                        "\"builtin.accuracy\")",
-                       b->at);
+                       key_at((Block *)b, "reward_funcs"));
     g->reward_funcs = funcs;
     g->n_reward_funcs = (int)json_array_size(funcs);
     g->reward_weights = xmalloc((size_t)g->n_reward_funcs * sizeof *g->reward_weights);
@@ -105,7 +117,7 @@ static int read_rewards(const Block *b, GrpoConfig *g) {
     if ((int)json_array_size(w) != g->n_reward_funcs)
         return err_set("%s: Number of reward weights (%zu) must match number of reward "
                        "functions (%d)",
-                       b->at, json_array_size(w), g->n_reward_funcs);
+                       key_at((Block *)b, "reward_weights"), json_array_size(w), g->n_reward_funcs);
     for (int i = 0; i < g->n_reward_funcs; i++) {
         const json_t *x = json_array_get(w, (size_t)i);
         if (!json_is_number(x)) return bad(b, "reward_weights", "a list of numbers");
@@ -172,7 +184,8 @@ static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *
 }
 
 int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
-                     const GrpoBatchShape *shape, const char *source, int line) {
+                     const GrpoBatchShape *shape, const char *source, int line,
+                     const json_t *key_lines) {
     *g = (GrpoConfig){.num_generations = 8,
                       .max_completion_length = 256,
                       .temperature = 1,
@@ -188,7 +201,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
                       .shuffle_dataset = true};
-    Block b = {.trl = trl};
+    Block b = {.trl = trl, .source = source, .lines = key_lines};
     if (line > 0)
         snprintf(b.at, sizeof b.at, "%s:%d", source, line);
     else
@@ -230,7 +243,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return err_set("%s: GRPO requires `trl.num_generations >= 2` (got %d). With "
                        "num_generations=1, every group has zero advantage and the policy never "
                        "updates.",
-                       b.at, g->num_generations);
+                       key_at(&b, "num_generations"), g->num_generations);
     if (!g->num_generations_eval) g->num_generations_eval = g->num_generations;
     if (isnan(g->epsilon_high)) g->epsilon_high = g->epsilon;
     if (g->temperature <= 0) return bad(&b, "temperature", "a number > 0");
@@ -241,7 +254,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
     if (!isnan(g->delta) && g->delta <= 1) return bad(&b, "delta", "a number > 1 (or null)");
     if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
-    if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", b.at);
+    if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", key_at(&b, "beta"));
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");

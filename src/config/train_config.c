@@ -200,6 +200,10 @@ static int check_trl_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
                 strcmp((const char *)key->data.scalar.value, k) == 0)
                 line = yaml_node_line(key);
         }
+        if (line > 0) {
+            if (!cfg->trl_lines) cfg->trl_lines = json_object();
+            json_object_set_new(cfg->trl_lines, k, json_integer(line));
+        }
         if (override_for(flag, overrides, n_ov) || line == 0)
             snprintf(where, sizeof where, "command line --trl.%s", k);
         else
@@ -311,6 +315,7 @@ void train_config_free(TrainConfig *cfg) {
     train_config_free_string_list(&cfg->dpo_loss_weights, &cfg->n_dpo_loss_weights);
     free(cfg->dpo_loss_weight_values);
     json_decref(cfg->trl);
+    json_decref(cfg->trl_lines);
     for (int i = 0; i < cfg->n_warnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);

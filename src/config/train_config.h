@@ -95,6 +95,7 @@ typedef struct {
     double beta;    /* resolved: trl.beta > rl_beta > dpo_beta > orpo_alpha > 0.1 */
     json_t *trl;    /* the trl: block as written (NULL: none) */
     int trl_line;
+    json_t *trl_lines;    /* {key: line} of the trl: block's keys in the file */
     char **dpo_loss_type; /* DPO loss types; sigmoid (or ipo for rl: ipo) when unset */
     int n_dpo_loss_type;
     char **dpo_loss_weights; /* as written; parsed into dpo_loss_weight_values */

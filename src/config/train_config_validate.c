@@ -55,7 +55,10 @@ static int trl_beta(const TrainConfig *cfg, double *beta) {
     const json_t *v = cfg->trl ? json_object_get(cfg->trl, "beta") : NULL;
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v))
-        return err_set("%s:%d: key 'trl.beta': expected a number", cfg->source, cfg->trl_line);
+        return err_set("%s:%d: key 'trl.beta': expected a number", cfg->source,
+                       json_is_integer(json_object_get(cfg->trl_lines, "beta"))
+                           ? (int)json_integer_value(json_object_get(cfg->trl_lines, "beta"))
+                           : cfg->trl_line);
     *beta = json_number_value(v);
     return 1;
 }
@@ -67,7 +70,7 @@ static int validate_grpo(TrainConfig *cfg, double beta) {
     GrpoBatchShape shape = {(int)cfg->micro_batch_size, (int)cfg->gradient_accumulation_steps,
                             cfg->val_set_size > 0 || cfg->n_test_datasets > 0, dist_planned_size()};
     if (grpo_config_read(&cfg->grpo, cfg->trl, cfg->rl == RL_GDPO, beta, &shape, cfg->source,
-                         cfg->trl_line) != 0)
+                         cfg->trl_line, cfg->trl_lines) != 0)
         return -1;
     cfg->beta = cfg->grpo.beta;
     return 0;
