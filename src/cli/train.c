@@ -21,7 +21,7 @@ static const char train_usage[] =
     "micro_batch_size, ...). A key can be overridden: --learning_rate 2e-5 (or\n"
     "--learning-rate=2e-5); a nested one too: --trl.beta 0.2, --vllm.port 8001,\n"
     "--datasets.0.path data.jsonl, --test_datasets.0.split test. Values are read as YAML reads\n"
-    "a plain scalar; lists and mappings (datasets, trl) are set in the file, key by key here.\n"
+    "a plain scalar (a list of names: q_proj,v_proj); datasets and trl take one key at a time.\n"
     "`rlhf config-keys` lists every key Axolotl documents with what rlhf.c does with it.\n"
     "\n"
     "--strict turns the config's warnings (unknown keys, keys without effect here) into an\n"
