@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const scope_names[KEY_SCOPE_COUNT] = {"top", "trl", "vllm", "dataset"};
+static const char *const scope_names[KEY_SCOPE_COUNT] = {"top", "trl", "vllm", "dataset",
+                                                         "dataset_type"};
 
 static bool has_warning(const TrainConfig *c, const char *a, const char *b) {
     for (int i = 0; i < c->n_warnings; i++)
@@ -97,6 +98,13 @@ static void config_with(KeyScope scope, const char *key, char *buf, size_t size,
                  key);
         *line = 7;
         return;
+    case KEY_SCOPE_DATASET_TYPE:
+        snprintf(buf, size,
+                 "base_model: m\ndatasets:\n  - path: d.jsonl\n    type:\n      %s: 1\n"
+                 "learning_rate: 1e-4\n",
+                 key);
+        *line = 5;
+        return;
     default:
         snprintf(buf, size,
                  "base_model: m\ndatasets:\n  - path: d.jsonl\n    %s: 1\n"
@@ -144,7 +152,9 @@ static void test_typos_suggest_same_scope(void) {
     for (int s = 0; s < KEY_SCOPE_COUNT; s++) {
         size_t n;
         const KeyStatusRow *rows = key_status_rows((KeyScope)s, &n);
-        const char *prefix = s == KEY_SCOPE_DATASET ? "datasets[0]." : key_scope_prefix(s);
+        const char *prefix = s == KEY_SCOPE_DATASET        ? "datasets[0]."
+                             : s == KEY_SCOPE_DATASET_TYPE ? "datasets[0].type."
+                                                           : key_scope_prefix(s);
         for (size_t i = 0; i < n; i++) {
             for (int k = 0; k < 3; k++) {
                 char typo[160], yaml[1024], at[64], near[160];
@@ -193,6 +203,7 @@ static void test_no_absurd_suggestions(void) {
         {KEY_SCOPE_TRL, "learning_rate", NULL},
         {KEY_SCOPE_DATASET, "feild_messages", "field_messages"},
         {KEY_SCOPE_DATASET, "learning_rate", NULL},
+        {KEY_SCOPE_DATASET_TYPE, "feild_prompt", "field_prompt"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *got = key_status_nearest(cases[i].scope, cases[i].name);

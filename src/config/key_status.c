@@ -712,6 +712,29 @@ static const KeyStatusRow dataset_rows[] = {
     USED("field_system", R_STRATEGY),
 };
 
+static const char R_SFT_FORMAT[] =
+    "user-defined SFT prompt formats are not implemented (type: chat_template, alpaca or "
+    "completion); the preference and KTO formats are";
+static const KeyStatusRow dataset_type_rows[] = {
+    USED("field_system", "the DPO/KTO user_defined.default strategy (data/pref_user_defined.c)"),
+    USED("field_prompt", "the DPO/KTO user_defined.default strategy"),
+    USED("field_chosen", "the DPO user_defined.default strategy"),
+    USED("field_rejected", "the DPO user_defined.default strategy"),
+    USED("prompt_format", "the DPO/KTO user_defined.default strategy"),
+    USED("chosen_format", "the DPO user_defined.default strategy"),
+    USED("rejected_format", "the DPO user_defined.default strategy"),
+    USED("field_completion", "the KTO user_defined.default strategy"),
+    USED("field_label", "the KTO user_defined.default strategy"),
+    USED("completion_format", "the KTO user_defined.default strategy"),
+    REFUSE("system_prompt", "", R_SFT_FORMAT),
+    REFUSE("system_format", "", R_SFT_FORMAT),
+    REFUSE("field_instruction", "", R_SFT_FORMAT),
+    REFUSE("field_input", "", R_SFT_FORMAT),
+    REFUSE("field_output", "", R_SFT_FORMAT),
+    REFUSE("format", "", R_SFT_FORMAT),
+    REFUSE("no_input_format", "", R_SFT_FORMAT),
+};
+
 #undef USED
 #undef USED_BY
 #undef NOOP
@@ -726,6 +749,9 @@ static const struct {
     [KEY_SCOPE_TRL] = {trl_rows, sizeof trl_rows / sizeof *trl_rows, "trl."},
     [KEY_SCOPE_VLLM] = {vllm_rows, sizeof vllm_rows / sizeof *vllm_rows, "vllm."},
     [KEY_SCOPE_DATASET] = {dataset_rows, sizeof dataset_rows / sizeof *dataset_rows, "datasets[]."},
+    [KEY_SCOPE_DATASET_TYPE] = {dataset_type_rows,
+                                sizeof dataset_type_rows / sizeof *dataset_type_rows,
+                                "datasets[].type."},
 };
 
 const char *key_scope_prefix(KeyScope scope) {

@@ -1,6 +1,7 @@
 /* What rlhf.c does with every configuration key Axolotl documents (its pydantic schema, listed
  * in tests/fixtures/config_keys/axolotl_keys.txt), plus the TRL and rlhf.c keys it reads: one
- * table per scope (top level, trl:, vllm:, the entries of datasets:/test_datasets:), each row
+ * table per scope (top level, trl:, vllm:, the entries of datasets:/test_datasets: and the
+ * user-defined formats under their type:), each row
  * a status and the reason for it.
  *
  *   used     rlhf.c reads the key and acts on it (trl: keys may be read by some methods only).
@@ -26,7 +27,8 @@ typedef enum {
     KEY_SCOPE_TOP,
     KEY_SCOPE_TRL,
     KEY_SCOPE_VLLM,
-    KEY_SCOPE_DATASET, /* an entry of datasets: or test_datasets: */
+    KEY_SCOPE_DATASET,      /* an entry of datasets: or test_datasets: */
+    KEY_SCOPE_DATASET_TYPE, /* the mapping under an entry's type: (user-defined formats) */
     KEY_SCOPE_COUNT
 } KeyScope;
 
@@ -45,7 +47,8 @@ typedef struct {
     unsigned methods;
 } KeyStatusRow;
 
-/* "" for the top level, "trl.", "vllm.", "datasets[]." (a static string). */
+/* "" for the top level, "trl.", "vllm.", "datasets[].", "datasets[].type." (a static
+ * string). */
 const char *key_scope_prefix(KeyScope scope);
 
 /* The row of `name` in `scope`, or NULL when the scope has no such key. */

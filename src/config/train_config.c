@@ -52,8 +52,8 @@ static const char *override_for(const char *key, const char *const *overrides, i
     return NULL;
 }
 
-static const char *const scope_words[KEY_SCOPE_COUNT] = {"top-level",
-                                                         "trl:", "vllm:", "dataset-entry"};
+static const char *const scope_words[KEY_SCOPE_COUNT] = {
+    "top-level", "trl:", "vllm:", "dataset-entry", "dataset type:"};
 
 int train_config_check_key(TrainConfig *cfg, KeyScope scope, const char *label, const char *name,
                            const json_t *value, const json_t *doc, const char *where, bool cli) {

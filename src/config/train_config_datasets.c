@@ -16,6 +16,29 @@ static char **dataset_slot(DatasetConfig *ds, const char *key) {
                                          : NULL;
 }
 
+/* The keys of a `type:` mapping (user-defined formats) against their status table. */
+static int check_type_keys(TrainConfig *cfg, YamlDoc *d, yaml_node_t *map, const char *list,
+                           int index) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: %s[%d].type: expected a key name", d->path, yaml_node_line(k),
+                           list, index);
+        char at[4200], label[80];
+        snprintf(at, sizeof at, "%s:%d", d->path, yaml_node_line(k));
+        snprintf(label, sizeof label, "%s[%d].type.", list, index);
+        json_t *value = yaml_node_to_json(d, v);
+        if (!value) return -1;
+        int rc = train_config_check_key(cfg, KEY_SCOPE_DATASET_TYPE, label,
+                                        (const char *)k->data.scalar.value, value, NULL, at, false);
+        json_decref(value);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
 static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetConfig *ds,
                         const char *list, int index) {
     ds->line = yaml_node_line(n);
@@ -61,6 +84,7 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
              * options) mean the user_defined.default strategy */
             free(ds->type);
             ds->type = xstrdup("user_defined.default");
+            if (check_type_keys(cfg, d, v, list, index) != 0) return -1;
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)

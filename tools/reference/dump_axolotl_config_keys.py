@@ -11,8 +11,9 @@ and records each field under its alias when it has one (`model_type` for `type_o
     python3 tools/reference/dump_axolotl_config_keys.py AXOLOTL_CHECKOUT [COMMIT]
 
 Scopes: top (AxolotlInputConfig), trl (TRLConfig), vllm (VllmConfig), dataset (the union of
-SFTDataset, DPODataset and KTODataset: the entries of datasets: and test_datasets:). Never run by
-CI; rerun when moving to a newer Axolotl.
+SFTDataset, DPODataset and KTODataset: the entries of datasets: and test_datasets:), dataset_type
+(the user-defined formats given as a mapping under an entry's type:). Never run by CI; rerun
+when moving to a newer Axolotl.
 """
 import ast
 import glob
@@ -20,7 +21,8 @@ import os
 import sys
 
 SCOPES = [("top", ["AxolotlInputConfig"]), ("trl", ["TRLConfig"]), ("vllm", ["VllmConfig"]),
-          ("dataset", ["SFTDataset", "DPODataset", "KTODataset"])]
+          ("dataset", ["SFTDataset", "DPODataset", "KTODataset"]),
+          ("dataset_type", ["UserDefinedDPOType", "UserDefinedKTOType", "UserDefinedPrompterType"])]
 
 
 def read_classes(schema_dir):
