@@ -159,7 +159,7 @@ static void check_case(const char *name) {
     GrpoConfig g;
     GrpoBatchShape shape = {mb, ga, false, 1};
     CHECK(grpo_config_read(&g, trl, false, json_number_value(json_object_get(c, "beta")), &shape,
-                           name, 1, NULL, NULL) == 0,
+                           name, 1, NULL) == 0,
           "%s: %s", name, err_msg());
     bool lora_case = !json_is_null(json_object_get(ref, "lora"));
     Model m, frozen;

@@ -153,8 +153,14 @@ static Measured measure(const char *config, const char *tag, const char *overrid
     CHECK(read_file(config, &text, &len) == 0, "read %s", config);
     char path[4096];
     snprintf(path, sizeof path, "%s", harness_tmp_path(tag));
+    /* each run its own output_dir: another run's directory would be refused (output_dir.h) */
+    char out[4096];
+    snprintf(out, sizeof out, "%s", harness_tmp_path(tag));
+    for (char *c = out + strlen(out) - strlen(tag); *c; c++)
+        if (*c == ' ') *c = '_';
+    strncat(out, ".out", sizeof out - strlen(out) - 1);
     FILE *f = fopen(path, "w");
-    fprintf(f, "%s%s", text ? text : "", overrides);
+    fprintf(f, "%s%soutput_dir: %s\n", text ? text : "", overrides, out);
     fclose(f);
     free(text);
     MemoryPlan p = plan_of(path);

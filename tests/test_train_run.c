@@ -232,6 +232,19 @@ static void test_eight_bit(void) {
     CHECK(!harness_same_file(path, other), "8-bit moments change the trained weights");
 
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", f32);
+    /* the checkpoint's run record names the optimizer that differs */
+    const char *recorded[] = {"--max_steps",
+                              "6",
+                              "--output_dir",
+                              harness_tmp_path("adam-recorded"),
+                              "--resume_from_checkpoint",
+                              ckpt};
+    CHECK(train_with(c8, recorded, 3) == CLI_EXIT_FAILURE && strstr(err_msg(), "another config") &&
+              strstr(err_msg(), "optimizer (unset -> \"adamw_8bit\")"),
+          "a checkpoint of another optimizer, by its run record: %s", err_msg());
+    /* without the record (a checkpoint of an older rlhf.c), the moments themselves tell */
+    snprintf(path, sizeof path, "%s/rlhf_run.json", ckpt);
+    CHECK(remove(path) == 0, "remove %s", path);
     const char *mixed[] = {"--max_steps",
                            "6",
                            "--output_dir",
@@ -277,7 +290,9 @@ static void test_evaluation(void) {
              harness_tmp_path("completion.jsonl"));
     write_config("sft_test.yaml", extra);
     snprintf(path, sizeof path, "%s", harness_tmp_path("sft_test.yaml"));
-    const char *two[] = {"--max_steps", "2", "--output_dir", harness_tmp_path("eval-test")};
+    char eval_out[4096]; /* (harness_tmp_path's buffers are reused by the calls below) */
+    snprintf(eval_out, sizeof eval_out, "%s", harness_tmp_path("eval-test"));
+    const char *two[] = {"--max_steps", "2", "--output_dir", eval_out};
     CHECK(train_with(path, two, 2) == CLI_EXIT_OK, "test_datasets: %s", err_msg());
     snprintf(out, sizeof out, "%s/metrics.jsonl", harness_tmp_path("eval-test"));
     text = NULL;
@@ -288,8 +303,9 @@ static void test_evaluation(void) {
              harness_tmp_path("no-such.jsonl"));
     write_config("sft_test_missing.yaml", extra);
     snprintf(path, sizeof path, "%s", harness_tmp_path("sft_test_missing.yaml"));
+    snprintf(eval_out, sizeof eval_out, "%s", harness_tmp_path("eval-missing"));
     CHECK(train_with(path, two, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "test_datasets") &&
-              strstr(err_msg(), "no-such.jsonl"),
+              strstr(err_msg(), "no-such.jsonl") && !strstr(err_msg(), "another run"),
           "a missing test dataset: %s", err_msg());
     const char *all[] = {"--val_set_size", "32", "--output_dir", harness_tmp_path("eval-bad")};
     CHECK(train_with(config, all, 2) == CLI_EXIT_FAILURE && strstr(err_msg(), "leaves no training"),

@@ -53,7 +53,8 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
         return RLHF_ERROR;
     }
     /* push_to_hub: the repository exists before anything is trained (Trainer's init_hf_repo) */
-    if (train_config_resolve_models(&t->cfg) != 0 || hub_push_init(&t->cfg, stderr) != 0 ||
+    if (train_config_resolve_models(&t->cfg) != 0 || train_memory_plan(&t->cfg, stderr) != 0 ||
+        hub_push_init(&t->cfg, stderr) != 0 ||
         train_session_open(&t->session, &t->cfg, stderr) != 0) {
         train_config_free(&t->cfg);
         free(t);

@@ -108,22 +108,34 @@ int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, Lor
 static int read_config(int argc, char **argv, const char *command, const char *usage,
                        TrainConfig *cfg, bool print_warnings) {
     const char *config = NULL;
-    const char **overrides = xcalloc((size_t)argc + 1, sizeof *overrides);
-    int n_overrides = 0;
+    const char **overrides = xcalloc(2 * (size_t)argc + 1, sizeof *overrides);
+    int n_overrides = 0, n_names = 0;
+    char **names = NULL; /* the names of --key=value overrides */
+    int rc = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(usage, stdout);
-            free(overrides);
-            return CLI_HELP_SHOWN;
+            rc = CLI_HELP_SHOWN;
+            goto done;
         }
-        if (strncmp(argv[i], "--", 2) == 0) {
+        if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '=')) {
+            /* --key=value: the name is copied (argv is not ours to cut) */
+            char *eq = strchr(argv[i], '=');
+            names = xrealloc(names, (size_t)(n_names + 1) * sizeof *names);
+            names[n_names] = xmalloc((size_t)(eq - argv[i]) - 1);
+            memcpy(names[n_names], argv[i] + 2, (size_t)(eq - argv[i]) - 2);
+            names[n_names][eq - argv[i] - 2] = '\0';
+            overrides[2 * n_overrides] = names[n_names++];
+            overrides[2 * n_overrides + 1] = eq + 1;
+            n_overrides++;
+        } else if (strncmp(argv[i], "--", 2) == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr,
                         "rlhf %s: option %s needs a value (options here set config keys: "
                         "--KEY VALUE)\n",
                         command, argv[i]);
-                free(overrides);
-                return CLI_EXIT_USAGE;
+                rc = CLI_EXIT_USAGE;
+                goto done;
             }
             overrides[2 * n_overrides] = argv[i] + 2;
             overrides[2 * n_overrides + 1] = argv[++i];
@@ -132,27 +144,34 @@ static int read_config(int argc, char **argv, const char *command, const char *u
             config = argv[i];
         } else {
             fprintf(stderr, "rlhf %s: unexpected argument \"%s\"\n%s", command, argv[i], usage);
-            free(overrides);
-            return CLI_EXIT_USAGE;
+            rc = CLI_EXIT_USAGE;
+            goto done;
         }
     }
     if (!config) {
         fprintf(stderr, "rlhf %s: a config file is required\n%s", command, usage);
-        free(overrides);
-        return CLI_EXIT_USAGE;
+        rc = CLI_EXIT_USAGE;
+        goto done;
     }
-    int rc = train_config_load(cfg, config, overrides, n_overrides);
-    free(overrides);
-    /* Hub ids to local directories: the cache, or a download before anything is written */
-    if (rc == 0 && train_config_resolve_models(cfg) != 0) {
-        train_config_free(cfg);
-        rc = -1;
-    }
+    rc = train_config_load(cfg, config, overrides, n_overrides);
     /* one of several ranks: the caller decides which rank reports (all read the same file) */
-    if (rc != 0) return dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
+    if (rc != 0) {
+        rc = dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
+        goto done;
+    }
     for (int i = 0; print_warnings && dist_is_root() && i < cfg->n_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg->warnings[i]);
-    return 0;
+    /* Hub ids to local directories: the cache, or a download before anything is written */
+    if (train_config_resolve_models(cfg) != 0) {
+        train_config_free(cfg);
+        rc = dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
+    }
+done:
+    for (int i = 0; i < n_names; i++)
+        free(names[i]);
+    free(names);
+    free(overrides);
+    return rc;
 }
 
 int cli_read_config(int argc, char **argv, const char *command, const char *usage,

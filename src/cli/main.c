@@ -17,6 +17,7 @@ static const struct {
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},
     {"plot", cli_plot, "draw a run's curves from its metrics.jsonl (PNG or SVG)"},
+    {"config-keys", cli_config_keys, "every config key Axolotl documents: used, no-op or refused"},
 };
 
 static void usage(FILE *fp) {

@@ -16,10 +16,20 @@
 #include <string.h>
 
 static const char train_usage[] =
-    "usage: rlhf train CONFIG.yaml [--key value ...] [--nproc N]\n"
+    "usage: rlhf train CONFIG.yaml [--key value ...] [--strict] [--nproc N]\n"
     "\n"
     "Runs the training the config describes (Axolotl keys: base_model, datasets, learning_rate,\n"
-    "micro_batch_size, ...). Any key can be overridden: --learning_rate 2e-5.\n"
+    "micro_batch_size, ...). A key can be overridden: --learning_rate 2e-5 (or\n"
+    "--learning-rate=2e-5); a nested one too: --trl.beta 0.2, --vllm.port 8001,\n"
+    "--datasets.0.path data.jsonl, --test_datasets.0.split test. Values are read as YAML reads\n"
+    "a plain scalar (a list of names: q_proj,v_proj); datasets and trl take one key at a time.\n"
+    "`rlhf config-keys` lists every key Axolotl documents with what rlhf.c does with it.\n"
+    "\n"
+    "--strict turns the config's warnings (unknown keys, keys without effect here) into an\n"
+    "error before anything is loaded.\n"
+    "\n"
+    "output_dir must hold nothing or a run of the same config: another run's files there stop\n"
+    "the run, unless --overwrite_output_dir true (which removes them first).\n"
     "\n"
     "--nproc N trains data-parallel on N processes of this machine (it runs mpirun -np N\n"
     "rlhf train ...; `mpirun` yourself for several machines). micro_batch_size is per process:\n"
@@ -44,6 +54,32 @@ static int take_nproc(int *argc, char **argv, int *nproc) {
         i--;
     }
     return 0;
+}
+
+/* Takes `--strict` (optionally followed by true or false) out of argv. */
+static void take_strict(int *argc, char **argv, bool *strict) {
+    *strict = false;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], "--strict") != 0) continue;
+        int take = 1;
+        bool v = true;
+        if (i + 1 < *argc &&
+            (strcmp(argv[i + 1], "true") == 0 || strcmp(argv[i + 1], "false") == 0))
+            take = 2, v = strcmp(argv[i + 1], "true") == 0;
+        *strict = v;
+        memmove(argv + i, argv + i + take, (size_t)(*argc - i - take) * sizeof *argv);
+        *argc -= take;
+        i--;
+    }
+}
+
+/* --strict: a config with warnings is refused (they were printed above). Returns 0, or -1 with
+ * an error. */
+static int check_strict(const TrainConfig *cfg, bool strict) {
+    if (!strict || cfg->n_warnings == 0) return 0;
+    return err_set("--strict: %s has %d warning%s (%s%s); fix %s or leave --strict out",
+                   cfg->source, cfg->n_warnings, cfg->n_warnings == 1 ? "" : "s", cfg->warnings[0],
+                   cfg->n_warnings > 1 ? "; ..." : "", cfg->n_warnings == 1 ? "it" : "them");
 }
 
 /* A run that failed on this rank of several. Every rank must stop without leaving another
@@ -71,7 +107,7 @@ static int report_failure(void) {
 }
 
 /* --nproc N: check the config here, once, then become mpirun. */
-static int launch(int nproc, int argc, char **argv) {
+static int launch(int nproc, bool strict, int argc, char **argv) {
     if (dist_size() > 1)
         return cli_fail("--nproc: this process is already one rank of an MPI job; start it "
                         "either with mpirun or with --nproc, not both");
@@ -79,18 +115,22 @@ static int launch(int nproc, int argc, char **argv) {
     dist_launch_plan(nproc); /* the config is checked for the ranks it will run on */
     int rc = cli_read_config_quiet(argc, argv, "train", train_usage, &cfg);
     if (rc != 0) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : rc;
+    rc = check_strict(&cfg, strict);
     train_config_free(&cfg);
+    if (rc != 0) return cli_fail(err_msg()); /* (rank 0 would print the warnings themselves) */
     dist_launch(nproc, argc, argv);
     return cli_fail(err_msg());
 }
 
 int cli_train(int argc, char **argv) {
     int nproc;
+    bool strict;
     char **args = xmalloc(((size_t)argc + 1) * sizeof *args);
     memcpy(args, argv, (size_t)argc * sizeof *args);
     int rc = take_nproc(&argc, args, &nproc);
+    take_strict(&argc, args, &strict);
     if (rc == 0 && dist_init() != 0) rc = cli_fail(err_msg());
-    if (rc == 0 && nproc > 1) rc = launch(nproc, argc, args);
+    if (rc == 0 && nproc > 1) rc = launch(nproc, strict, argc, args);
     if (rc != 0 || nproc > 1) {
         free(args);
         dist_finalize();
@@ -99,6 +139,10 @@ int cli_train(int argc, char **argv) {
     TrainConfig cfg;
     rc = cli_read_config(argc, args, "train", train_usage, &cfg);
     free(args);
+    if (rc == 0 && check_strict(&cfg, strict) != 0) {
+        train_config_free(&cfg);
+        rc = dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
+    }
     if (rc == CLI_HELP_SHOWN) {
         dist_finalize();
         return CLI_EXIT_OK;

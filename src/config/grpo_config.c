@@ -7,52 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* trl: keys GRPO reads; everything else in the block gets a warning. */
-static const char *const used_keys[] = {"beta",
-                                        "num_generations",
-                                        "num_generations_eval",
-                                        "generation_batch_size",
-                                        "steps_per_generation",
-                                        "max_completion_length",
-                                        "temperature",
-                                        "top_p",
-                                        "top_k",
-                                        "min_p",
-                                        "repetition_penalty",
-                                        "num_iterations",
-                                        "epsilon",
-                                        "epsilon_high",
-                                        "delta",
-                                        "importance_sampling_level",
-                                        "multi_objective_aggregation",
-                                        "scale_rewards",
-                                        "loss_type",
-                                        "mask_truncated_completions",
-                                        "top_entropy_quantile",
-                                        "use_bias_correction_kl",
-                                        "reward_funcs",
-                                        "reward_weights",
-                                        "replay_buffer_size",
-                                        "chat_template_kwargs",
-                                        "shuffle_dataset",
-                                        "log_completions"};
-
-/* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
- * meaning here; saying so is kinder than a generic "unknown key". */
-static bool is_vllm_or_async_key(const char *k) {
-    static const char *const keys[] = {
-        "use_vllm",       "vllm_mode",          "async_prefetch", "use_data_producer",
-        "prefetch_depth", "vllm_sync_interval", "vllm_lora_sync", "reward_num_workers"};
-    if (strncmp(k, "vllm_", 5) == 0) return true;
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (strcmp(k, keys[i]) == 0) return true;
-    return false;
-}
-
 typedef struct {
     const json_t *trl;
     char at[512]; /* "file:line" of the trl: block, or the file when there is none */
+    const char *source;
+    const json_t *lines; /* {key: line} of the block's keys; may be NULL */
+    char key_at[512];    /* key_at()'s answer */
 } Block;
+
+/* "file:line" of a key of the block (its own line when known, else the block's). */
+static const char *key_at(Block *b, const char *key) {
+    const json_t *line = b->lines ? json_object_get(b->lines, key) : NULL;
+    if (!json_is_integer(line)) return b->at;
+    snprintf(b->key_at, sizeof b->key_at, "%s:%lld", b->source,
+             (long long)json_integer_value(line));
+    return b->key_at;
+}
 
 static const json_t *member(const Block *b, const char *key) {
     const json_t *v = b->trl ? json_object_get(b->trl, key) : NULL;
@@ -60,7 +30,7 @@ static const json_t *member(const Block *b, const char *key) {
 }
 
 static int bad(const Block *b, const char *key, const char *expected) {
-    return err_set("%s: key 'trl.%s': expected %s", b->at, key, expected);
+    return err_set("%s: key 'trl.%s': expected %s", key_at((Block *)b, key), key, expected);
 }
 
 static int read_int(const Block *b, const char *key, int min, int *out) {
@@ -111,7 +81,7 @@ static int read_loss_type(const Block *b, GrpoLossType *out) {
     if (!strcmp(s, "cispo") || !strcmp(s, "sapo") || !strcmp(s, "luspo") || !strcmp(s, "vespo"))
         return err_set("%s: key 'trl.loss_type': \"%s\" is not supported by rlhf.c yet "
                        "(grpo, bnpo, dr_grpo, dapo)",
-                       b->at, s);
+                       key_at((Block *)b, "loss_type"), s);
     return bad(b, "loss_type", "one of grpo, bnpo, dr_grpo, dapo");
 }
 
@@ -135,7 +105,7 @@ static int read_rewards(const Block *b, GrpoConfig *g) {
         return err_set("%s: key 'trl.reward_funcs': GRPO needs at least one reward function "
                        "(e.g. [\"rewards.my_reward\"] for a function in ./rewards.py, or "
                        "\"builtin.accuracy\")",
-                       b->at);
+                       key_at((Block *)b, "reward_funcs"));
     g->reward_funcs = funcs;
     g->n_reward_funcs = (int)json_array_size(funcs);
     g->reward_weights = xmalloc((size_t)g->n_reward_funcs * sizeof *g->reward_weights);
@@ -147,7 +117,7 @@ static int read_rewards(const Block *b, GrpoConfig *g) {
     if ((int)json_array_size(w) != g->n_reward_funcs)
         return err_set("%s: Number of reward weights (%zu) must match number of reward "
                        "functions (%d)",
-                       b->at, json_array_size(w), g->n_reward_funcs);
+                       key_at((Block *)b, "reward_weights"), json_array_size(w), g->n_reward_funcs);
     for (int i = 0; i < g->n_reward_funcs; i++) {
         const json_t *x = json_array_get(w, (size_t)i);
         if (!json_is_number(x)) return bad(b, "reward_weights", "a list of numbers");
@@ -213,32 +183,9 @@ static int derive_geometry(const Block *b, GrpoConfig *g, const GrpoBatchShape *
     return 0;
 }
 
-static void warn_unused(const Block *b, void (*warn)(void *, const char *), void *ctx) {
-    if (!b->trl || !warn) return;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)b->trl, k, v) {
-        if (json_is_null(v)) continue;
-        bool used = false;
-        for (size_t i = 0; i < sizeof used_keys / sizeof *used_keys && !used; i++)
-            used = strcmp(k, used_keys[i]) == 0;
-        if (used) continue;
-        char msg[1024];
-        if (is_vllm_or_async_key(k))
-            snprintf(msg, sizeof msg,
-                     "%s: key 'trl.%s' ignored: rlhf.c generates with its own in-process "
-                     "engine (no vLLM server, no async workers)",
-                     b->at, k);
-        else
-            snprintf(msg, sizeof msg, "%s: key 'trl.%s' is not used by rlhf.c yet; ignored", b->at,
-                     k);
-        warn(ctx, msg);
-    }
-}
-
 int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                      const GrpoBatchShape *shape, const char *source, int line,
-                     void (*warn)(void *ctx, const char *message), void *warn_ctx) {
+                     const json_t *key_lines) {
     *g = (GrpoConfig){.num_generations = 8,
                       .max_completion_length = 256,
                       .temperature = 1,
@@ -254,7 +201,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
                       .shuffle_dataset = true};
-    Block b = {.trl = trl};
+    Block b = {.trl = trl, .source = source, .lines = key_lines};
     if (line > 0)
         snprintf(b.at, sizeof b.at, "%s:%d", source, line);
     else
@@ -296,7 +243,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return err_set("%s: GRPO requires `trl.num_generations >= 2` (got %d). With "
                        "num_generations=1, every group has zero advantage and the policy never "
                        "updates.",
-                       b.at, g->num_generations);
+                       key_at(&b, "num_generations"), g->num_generations);
     if (!g->num_generations_eval) g->num_generations_eval = g->num_generations;
     if (isnan(g->epsilon_high)) g->epsilon_high = g->epsilon;
     if (g->temperature <= 0) return bad(&b, "temperature", "a number > 0");
@@ -307,7 +254,7 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
     if (!isnan(g->delta) && g->delta <= 1) return bad(&b, "delta", "a number > 1 (or null)");
     if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
-    if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", b.at);
+    if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", key_at(&b, "beta"));
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");
@@ -316,7 +263,6 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         grpo_config_free(g);
         return -1;
     }
-    warn_unused(&b, warn, warn_ctx);
     return 0;
 }
 

@@ -46,12 +46,13 @@ typedef struct {
 } GrpoBatchShape;
 
 /* Reads trl (may be NULL) for rl: grpo (gdpo false) or rl: gdpo. beta is the resolved
- * trl.beta > rl_beta value, NAN when neither is set (GRPO's default is then 0). warn receives
- * each key rlhf.c does not act on. Returns 0, or -1 with an error "source:line: key 'trl.k': ..."
- * or Axolotl's/TRL's own message for the rules they state. */
+ * trl.beta > rl_beta value, NAN when neither is set (GRPO's default is then 0). The keys it
+ * does not read are the status table's business (config/key_status.c). key_lines ({key: line},
+ * may be NULL) lets a message about one key name that key's own line. Returns 0, or -1 with an
+ * error "source:line: key 'trl.k': ..." or Axolotl's/TRL's own message for the rules they state. */
 int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                      const GrpoBatchShape *shape, const char *source, int line,
-                     void (*warn)(void *ctx, const char *message), void *warn_ctx);
+                     const json_t *key_lines);
 void grpo_config_free(GrpoConfig *g);
 
 const char *grpo_loss_type_name(GrpoLossType t);

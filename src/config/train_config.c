@@ -1,5 +1,6 @@
 #include "config/train_config.h"
 
+#include "config/key_status.h"
 #include "config/train_config_internal.h"
 
 #include <math.h>
@@ -52,6 +53,63 @@ static const char *override_for(const char *key, const char *const *overrides, i
     return NULL;
 }
 
+static const char *const scope_words[KEY_SCOPE_COUNT] = {
+    "top-level", "trl:", "vllm:", "dataset-entry", "dataset type:"};
+
+int train_config_check_key(TrainConfig *cfg, KeyScope scope, const char *label, const char *name,
+                           const json_t *value, const json_t *doc, const char *where, bool cli) {
+    const KeyStatusRow *row = key_status_find(scope, name);
+    if (!row) {
+        const char *near = key_status_nearest(scope, name);
+        char hint[256];
+        if (near)
+            snprintf(hint, sizeof hint, " (did you mean %s%s%s%s?)", cli ? "--" : "'", label, near,
+                     cli ? "" : "'");
+        else
+            snprintf(hint, sizeof hint, " (no %s key is close; `rlhf config-keys` lists them)",
+                     scope_words[scope]);
+        if (cli) return err_set("%s: not a configuration key%s", where, hint);
+        train_config_warn(cfg, "%s: unknown key '%s%s' ignored%s", where, label, name, hint);
+        return 0;
+    }
+    if (key_status_is_neutral(row, value, doc)) return 0;
+    if (row->status == KEY_REFUSED) {
+        /* the first neutral value, when there is a plain one, says what to write instead */
+        char instead[96] = "";
+        const char *n = row->neutral;
+        if (n && *n && *n != '=' && strcmp(n, "*") != 0)
+            snprintf(instead, sizeof instead, " or set it to %.*s", (int)strcspn(n, "|"), n);
+        return err_set("%s: key '%s%s' is not supported: %s (remove it%s)", where, label, name,
+                       row->reason, instead);
+    }
+    train_config_warn(cfg, "%s: key '%s%s' has no effect in rlhf.c (%s); ignored", where, label,
+                      name, row->reason);
+    return 0;
+}
+
+/* vllm: a mapping of no-op keys; only its typos and non-mappings are worth a word. */
+static int check_vllm_block(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v) {
+    if (v->type != YAML_MAPPING_NODE)
+        return err_set("%s:%d: key 'vllm': expected a mapping (host: ..., port: ...)", d->path,
+                       yaml_node_line(v));
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        yaml_node_t *val = yaml_document_get_node(&d->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: expected a key name", d->path, yaml_node_line(k));
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d", d->path, yaml_node_line(k));
+        json_t *value = yaml_node_to_json(d, val);
+        if (!value) return -1;
+        int rc =
+            train_config_check_key(cfg, KEY_SCOPE_VLLM, "vllm.", (const char *)k->data.scalar.value,
+                                   value, NULL, where, false);
+        json_decref(value);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
 static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overrides, int n_ov) {
     yaml_node_t *root = yaml_doc_root(d);
     if (!root) return 0;
@@ -63,18 +121,24 @@ static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
         if (k->type != YAML_SCALAR_NODE)
             return err_set("%s:%d: expected a key name", d->path, line);
         const char *key = (const char *)k->data.scalar.value;
-        if (yaml_scalar_is_null(v)) continue; /* as in Axolotl: a null key is no key */
+        if (yaml_scalar_is_null(v)) continue;             /* as in Axolotl: a null key is no key */
+        if (override_for(key, overrides, n_ov)) continue; /* the command line decides */
         const KeySpec *spec = train_config_find_key(key);
         if (!spec) {
-            if (train_config_key_is_documented(key))
-                train_config_warn(cfg, "%s:%d: key '%s' is not used by rlhf.c yet; ignored",
-                                  d->path, line, key);
-            else
-                train_config_warn(cfg, "%s:%d: unknown key '%s' ignored (did you mean '%s'?)",
-                                  d->path, line, key, train_config_nearest_key(key));
+            if (strcmp(key, "vllm") == 0) {
+                if (check_vllm_block(cfg, d, v) != 0) return -1;
+                continue;
+            }
+            char where[4200];
+            snprintf(where, sizeof where, "%s:%d", d->path, line);
+            json_t *value = yaml_node_to_json(d, v);
+            if (!value) return -1;
+            int rc =
+                train_config_check_key(cfg, KEY_SCOPE_TOP, "", key, value, cfg->raw, where, false);
+            json_decref(value);
+            if (rc != 0) return -1;
             continue;
         }
-        if (override_for(key, overrides, n_ov)) continue;
         if (spec->kind == K_DATASETS) {
             if (train_config_read_datasets(cfg, d, v, key) != 0) return -1;
             continue;
@@ -106,17 +170,63 @@ static int read_file_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
     return 0;
 }
 
-static int apply_overrides(TrainConfig *cfg, const char *const *overrides, int n_ov) {
-    for (int i = 0; i < n_ov; i++) {
-        const char *key = overrides[2 * i], *value = overrides[2 * i + 1];
-        const KeySpec *spec = train_config_find_key(key);
-        if (!spec)
-            return err_set(
-                "command line: --%s is not a configuration key rlhf.c uses (did you mean "
-                "--%s?)",
-                key, train_config_nearest_key(key));
-        if (train_config_set_key(cfg, spec, value, false) != 0)
-            return err_prefix("command line --%s", key);
+/* The methods of a trl: row's mask, for messages ("grpo, gdpo"). */
+static void method_names(unsigned mask, char *buf, size_t size) {
+    buf[0] = '\0';
+    for (int rl = RL_NONE; rl <= RL_GDPO; rl++)
+        if (mask & (1u << rl)) {
+            size_t n = strlen(buf);
+            snprintf(buf + n, size - n, "%s%s", n ? ", " : "", rl_method_name((RlMethod)rl));
+        }
+}
+
+/* Each key of the trl: block (file and command line) against the status table, once rl is
+ * known: warnings point at the key's own line. */
+static int check_trl_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overrides, int n_ov) {
+    if (!cfg->trl) return 0;
+    yaml_node_t *root = yaml_doc_root(d);
+    yaml_node_t *block = root ? yaml_map_get(d, root, "trl") : NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(cfg->trl, k, v) {
+        if (json_is_null(v)) continue;
+        char where[4200], flag[300];
+        snprintf(flag, sizeof flag, "trl.%s", k);
+        int line = 0;
+        for (yaml_node_pair_t *p =
+                 block && block->type == YAML_MAPPING_NODE ? block->data.mapping.pairs.start : NULL;
+             p && p < block->data.mapping.pairs.top; p++) {
+            yaml_node_t *key = yaml_document_get_node(&d->doc, p->key);
+            if (key->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)key->data.scalar.value, k) == 0)
+                line = yaml_node_line(key);
+        }
+        if (line > 0) {
+            if (!cfg->trl_lines) cfg->trl_lines = json_object();
+            json_object_set_new(cfg->trl_lines, k, json_integer(line));
+        }
+        if (override_for(flag, overrides, n_ov) || line == 0)
+            snprintf(where, sizeof where, "command line --trl.%s", k);
+        else
+            snprintf(where, sizeof where, "%s:%d", d->path, line);
+        const KeyStatusRow *row = key_status_find(KEY_SCOPE_TRL, k);
+        if (row && row->status == KEY_USED) {
+            if (cfg->rl == RL_NONE) {
+                train_config_warn(cfg,
+                                  "%s: key 'trl.%s' is read by the rl: methods only; ignored "
+                                  "for supervised fine-tuning",
+                                  where, k);
+            } else if (row->methods && !(row->methods & (1u << cfg->rl))) {
+                char names[128];
+                method_names(row->methods, names, sizeof names);
+                train_config_warn(cfg,
+                                  "%s: key 'trl.%s' is read by rl: %s only; ignored with rl: %s",
+                                  where, k, names, rl_method_name(cfg->rl));
+            }
+            continue;
+        }
+        if (train_config_check_key(cfg, KEY_SCOPE_TRL, "trl.", k, v, cfg->trl, where, false) != 0)
+            return -1;
     }
     return 0;
 }
@@ -124,12 +234,15 @@ static int apply_overrides(TrainConfig *cfg, const char *const *overrides, int n
 /* The keys of a loaded document, the overrides, the defaults and the checks (d is freed). */
 static int load_document(TrainConfig *cfg, YamlDoc *d, const char *path,
                          const char *const *overrides, int n_overrides) {
-    int rc = read_file_keys(cfg, d, overrides, n_overrides);
     yaml_node_t *root = yaml_doc_root(d);
-    if (rc == 0 && root) cfg->raw = yaml_node_to_json(d, root);
-    if (rc == 0 && root && !cfg->raw) rc = -1;
+    int rc = 0;
+    cfg->raw = root ? yaml_node_to_json(d, root) : json_object();
+    if (!cfg->raw) rc = -1;
+    if (rc == 0) rc = read_file_keys(cfg, d, overrides, n_overrides);
+    if (rc == 0) rc = train_config_apply_overrides(cfg, overrides, n_overrides);
+    if (rc == 0) rc = check_trl_keys(cfg, d, overrides, n_overrides);
+    if (rc == 0) rc = train_config_finish_datasets(cfg);
     yaml_doc_free(d);
-    if (rc == 0) rc = apply_overrides(cfg, overrides, n_overrides);
     /* messages that already start with the file name (file:line: ...) are not prefixed again */
     if (rc == 0 && train_config_validate(cfg) != 0)
         rc = strncmp(err_msg(), path, strlen(path)) == 0 ? -1 : err_prefix("%s", path);
@@ -147,7 +260,22 @@ int train_config_load(TrainConfig *cfg, const char *path, const char *const *ove
         train_config_free(cfg);
         return -1;
     }
-    return load_document(cfg, &d, path, overrides, n_overrides);
+    /* --learning-rate is --learning_rate (the spelling of Axolotl's own command line) */
+    char **names = xcalloc((size_t)n_overrides + 1, sizeof *names);
+    const char **pairs = xcalloc(2 * (size_t)n_overrides + 1, sizeof *pairs);
+    for (int i = 0; i < n_overrides; i++) {
+        names[i] = xstrdup(overrides[2 * i]);
+        for (char *c = names[i]; *c; c++)
+            if (*c == '-') *c = '_';
+        pairs[2 * i] = names[i];
+        pairs[2 * i + 1] = overrides[2 * i + 1];
+    }
+    int rc = load_document(cfg, &d, path, pairs, n_overrides);
+    for (int i = 0; i < n_overrides; i++)
+        free(names[i]);
+    free(names);
+    free(pairs);
+    return rc;
 }
 
 int train_config_load_text(TrainConfig *cfg, const char *text, const char *name) {
@@ -196,6 +324,7 @@ void train_config_free(TrainConfig *cfg) {
     train_config_free_string_list(&cfg->dpo_loss_weights, &cfg->n_dpo_loss_weights);
     free(cfg->dpo_loss_weight_values);
     json_decref(cfg->trl);
+    json_decref(cfg->trl_lines);
     for (int i = 0; i < cfg->n_warnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);

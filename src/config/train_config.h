@@ -74,6 +74,7 @@ typedef struct {
     int64_t warmup_steps;         /* -1 when unset */
     double warmup_ratio;          /* -1 when unset */
     char *output_dir;             /* ./outputs */
+    bool overwrite_output_dir;    /* a run of another config in output_dir is removed first */
     int64_t save_steps;           /* 0: at the end only */
     int64_t save_total_limit;     /* 0: keep all */
     int64_t logging_steps;        /* 1 */
@@ -103,6 +104,7 @@ typedef struct {
     double beta;    /* resolved: trl.beta > rl_beta > dpo_beta > orpo_alpha > 0.1 */
     json_t *trl;    /* the trl: block as written (NULL: none) */
     int trl_line;
+    json_t *trl_lines;    /* {key: line} of the trl: block's keys in the file */
     char **dpo_loss_type; /* DPO loss types; sigmoid (or ipo for rl: ipo) when unset */
     int n_dpo_loss_type;
     char **dpo_loss_weights; /* as written; parsed into dpo_loss_weight_values */
@@ -155,6 +157,10 @@ int train_config_load_text(TrainConfig *cfg, const char *text, const char *name)
 void train_config_free(TrainConfig *cfg);
 
 const char *rl_method_name(RlMethod rl);
+
+/* The name of the i-th top-level key rlhf.c reads into a TrainConfig (0 <= i), or NULL past
+ * the last (a static string): the `used` rows of config/key_status.c's top-level table. */
+const char *train_config_read_key_name(size_t i);
 
 /* bitsandbytes' 8-bit AdamW under one of Trainer's names for it ("adamw_bnb_8bit", its alias
  * "adamw_8bit", and "paged_adamw_8bit": paging only matters to CUDA memory). */

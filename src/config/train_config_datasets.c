@@ -1,32 +1,44 @@
 /* The entries of `datasets:` and `test_datasets:` (axolotl-config.md §9.3): the keys rlhf.c
  * reads into a DatasetConfig, with the whole mapping kept as JSON for the prompt strategies. */
+#include "config/key_status.h"
 #include "config/train_config_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Dataset-entry keys the prompt strategies read (from DatasetConfig.options). */
-static const char *const strategy_dataset_keys[] = {"field_messages",
-                                                    "message_property_mappings",
-                                                    "roles",
-                                                    "roles_to_train",
-                                                    "train_on_eos",
-                                                    "train_on_eot",
-                                                    "drop_system_message",
-                                                    "chat_template",
-                                                    "field_system",
-                                                    "field_tools",
-                                                    "field_chosen",
-                                                    "field_rejected",
-                                                    "message_field_role",
-                                                    "message_field_content",
-                                                    "chat_template_jinja"};
+/* The DatasetConfig field of a key read into one, or NULL. */
+static char **dataset_slot(DatasetConfig *ds, const char *key) {
+    return strcmp(key, "path") == 0       ? &ds->path
+           : strcmp(key, "ds_type") == 0  ? &ds->ds_type
+           : strcmp(key, "split") == 0    ? &ds->split
+           : strcmp(key, "name") == 0     ? &ds->name
+           : strcmp(key, "revision") == 0 ? &ds->revision
+           : strcmp(key, "type") == 0     ? &ds->type
+                                          : NULL;
+}
 
-static bool is_strategy_key(const char *key) {
-    for (size_t i = 0; i < sizeof strategy_dataset_keys / sizeof *strategy_dataset_keys; i++)
-        if (strcmp(key, strategy_dataset_keys[i]) == 0) return true;
-    return false;
+/* The keys of a `type:` mapping (user-defined formats) against their status table. */
+static int check_type_keys(TrainConfig *cfg, YamlDoc *d, yaml_node_t *map, const char *list,
+                           int index) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: %s[%d].type: expected a key name", d->path, yaml_node_line(k),
+                           list, index);
+        char at[4200], label[80];
+        snprintf(at, sizeof at, "%s:%d", d->path, yaml_node_line(k));
+        snprintf(label, sizeof label, "%s[%d].type.", list, index);
+        json_t *value = yaml_node_to_json(d, v);
+        if (!value) return -1;
+        int rc = train_config_check_key(cfg, KEY_SCOPE_DATASET_TYPE, label,
+                                        (const char *)k->data.scalar.value, value, NULL, at, false);
+        json_decref(value);
+        if (rc != 0) return -1;
+    }
+    return 0;
 }
 
 static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetConfig *ds,
@@ -41,8 +53,10 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(&d->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(&d->doc, p->value);
-        const char *key = (const char *)k->data.scalar.value;
         int line = yaml_node_line(k);
+        if (k->type != YAML_SCALAR_NODE)
+            return err_set("%s:%d: %s[%d]: expected a key name", d->path, line, list, index);
+        const char *key = (const char *)k->data.scalar.value;
         if (yaml_scalar_is_null(v)) continue;
         if (strcmp(key, "data_files") == 0) {
             char what[64];
@@ -52,17 +66,19 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
                 return err_prefix("%s:%d", d->path, line);
             continue;
         }
-        char **slot = strcmp(key, "path") == 0       ? &ds->path
-                      : strcmp(key, "ds_type") == 0  ? &ds->ds_type
-                      : strcmp(key, "split") == 0    ? &ds->split
-                      : strcmp(key, "name") == 0     ? &ds->name
-                      : strcmp(key, "revision") == 0 ? &ds->revision
-                      : strcmp(key, "type") == 0     ? &ds->type
-                                                     : NULL;
+        char **slot = dataset_slot(ds, key);
         if (!slot) {
-            if (!is_strategy_key(key))
-                train_config_warn(cfg, "%s:%d: %s[%d].%s is not used by rlhf.c yet; ignored",
-                                  d->path, line, list, index, key);
+            const KeyStatusRow *row = key_status_find(KEY_SCOPE_DATASET, key);
+            if (row && row->status == KEY_USED) continue; /* a strategy reads it from options */
+            char at[4200], label[64];
+            snprintf(at, sizeof at, "%s:%d", d->path, line);
+            snprintf(label, sizeof label, "%s[%d].", list, index);
+            json_t *value = yaml_node_to_json(d, v);
+            if (!value) return -1;
+            int rc =
+                train_config_check_key(cfg, KEY_SCOPE_DATASET, label, key, value, NULL, at, false);
+            json_decref(value);
+            if (rc != 0) return -1;
             continue;
         }
         if (slot == &ds->type && v->type == YAML_MAPPING_NODE) {
@@ -70,6 +86,7 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
              * options) mean the user_defined.default strategy */
             free(ds->type);
             ds->type = xstrdup("user_defined.default");
+            if (check_type_keys(cfg, d, v, list, index) != 0) return -1;
             continue;
         }
         if (v->type != YAML_SCALAR_NODE)
@@ -79,21 +96,60 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
     }
     ds->options = yaml_node_to_json(d, n);
     if (!ds->options) return -1;
-    if (!ds->path)
-        return err_set("%s:%d: %s[%d]: missing 'path' (a local file or directory, or a Hugging "
-                       "Face Hub dataset id)",
-                       d->path, ds->line, list, index);
-    if (!ds->split) ds->split = xstrdup("train");
-    /* ds_type stays NULL when not given: the files' extension decides (data/dataset_source.h);
-     * given, it names one of the builders of `datasets` that Axolotl passes it to */
-    static const char *const ds_types[] = {"json", "parquet", "csv", "arrow", "text"};
-    bool known = !ds->ds_type;
-    for (size_t i = 0; !known && i < sizeof ds_types / sizeof *ds_types; i++)
-        known = strcmp(ds->ds_type, ds_types[i]) == 0;
-    if (!known)
-        return err_set("%s:%d: %s[%d].ds_type: \"%s\" is not a dataset type (expected json, "
-                       "parquet, csv, arrow or text)",
-                       d->path, ds->line, list, index, ds->ds_type);
+    return 0;
+}
+
+int train_config_set_dataset_key(DatasetConfig *ds, const char *key, const char *text) {
+    json_object_set_new(ds->options, key, yaml_text_to_json(text));
+    if (strcmp(key, "data_files") == 0) {
+        /* one name, or several separated by commas */
+        train_config_free_string_list(&ds->data_files, &ds->n_data_files);
+        for (const char *p = text; *p;) {
+            size_t len = strcspn(p, ",");
+            if (len == 0) return err_set("data_files: an empty file name in \"%s\"", text);
+            ds->data_files =
+                xrealloc(ds->data_files, (size_t)(ds->n_data_files + 1) * sizeof *ds->data_files);
+            char *name = xmalloc(len + 1);
+            memcpy(name, p, len);
+            name[len] = '\0';
+            ds->data_files[ds->n_data_files++] = name;
+            p += len;
+            if (*p == ',') p++;
+        }
+        return 0;
+    }
+    char **slot = dataset_slot(ds, key);
+    if (slot) {
+        free(*slot);
+        *slot = xstrdup(text);
+    }
+    return 0;
+}
+
+int train_config_finish_datasets(TrainConfig *cfg) {
+    for (int t = 0; t < 2; t++) {
+        DatasetConfig *list = t ? cfg->test_datasets : cfg->datasets;
+        int n = t ? cfg->n_test_datasets : cfg->n_datasets;
+        for (int i = 0; i < n; i++) {
+            DatasetConfig *ds = &list[i];
+            if (!ds->path)
+                return err_set("%s: missing 'path' (a local file or directory, or a Hugging Face "
+                               "Hub dataset id)",
+                               ds->where);
+            if (!ds->split) ds->split = xstrdup("train");
+            /* ds_type stays NULL when not given: the files' extension decides
+             * (data/dataset_source.h); given, it names one of the builders of `datasets` that
+             * Axolotl passes it to */
+            static const char *const ds_types[] = {"json", "parquet", "csv", "arrow", "text"};
+            bool known = !ds->ds_type;
+            for (size_t k = 0; !known && k < sizeof ds_types / sizeof *ds_types; k++)
+                known = strcmp(ds->ds_type, ds_types[k]) == 0;
+            if (!known)
+                return err_set("%s.ds_type: \"%s\" is not a dataset type (expected json, "
+                               "parquet, csv, arrow or text)",
+                               ds->where, ds->ds_type);
+        }
+    }
     return 0;
 }
 

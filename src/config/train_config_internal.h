@@ -6,6 +6,7 @@
 #define RLHF_CONFIG_TRAIN_CONFIG_INTERNAL_H
 
 #include "common/error.h"
+#include "config/key_status.h"
 #include "config/train_config.h"
 #include "config/yaml_doc.h"
 
@@ -37,13 +38,8 @@ typedef struct {
 /* The key called `name`, or NULL when rlhf.c reads no such key. The table is static. */
 const KeySpec *train_config_find_key(const char *name);
 
-/* Whether `name` is a key Axolotl documents that rlhf.c does not act on yet (it gets a
- * warning, not silence). */
-bool train_config_key_is_documented(const char *name);
-
-/* The known key (read or documented) nearest to `name` by edit distance, for "did you mean"
- * messages; never NULL (a static string). */
-const char *train_config_nearest_key(const char *name);
+/* The i-th key rlhf.c reads (0 <= i), or NULL past the last. */
+const KeySpec *train_config_key_spec(size_t i);
 
 /* Sets the field of `spec` from a scalar's text (a YAML scalar or a command-line value);
  * `quoted`: the YAML scalar was quoted, so it is a string, never a number or a boolean. A
@@ -72,6 +68,16 @@ void train_config_free_string_list(char ***list, int *n);
  * prompt strategy reads get a warning. Returns 0, or -1 with an error "path:line: ...". */
 int train_config_read_datasets(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v, const char *list);
 
+/* Sets `key` of one entry from a command-line value (path, ds_type, split, type into their
+ * fields; data_files from names separated by commas; every key into the entry's options as
+ * YAML reads a plain scalar). Returns 0, or -1 with an error. */
+int train_config_set_dataset_key(DatasetConfig *ds, const char *key, const char *text);
+
+/* The checks and defaults of every entry once the file and the command line are read (path
+ * present, ds_type json, split train). Returns 0, or -1 with an error "file:line: datasets[i]..".
+ */
+int train_config_finish_datasets(TrainConfig *cfg);
+
 /* Frees n entries and the array (NULL with n = 0 is fine). */
 void train_config_free_datasets(DatasetConfig *list, int n);
 
@@ -82,7 +88,23 @@ void train_config_free_datasets(DatasetConfig *list, int n);
  * directory). Returns 0, or -1 with an error naming the key. */
 int train_config_validate(TrainConfig *cfg);
 
+/* ---- the command line (train_config_overrides.c) ---- */
+
+/* Applies n (key, value) overrides (train_config_overrides.c's header says which keys), into
+ * the typed fields and cfg->raw. Returns 0, or -1 with an error "command line --key: ...". */
+int train_config_apply_overrides(TrainConfig *cfg, const char *const *overrides, int n);
+
 /* ---- the loading (train_config.c) ---- */
+
+/* What the status table (config/key_status.h) makes of a key that is not read into a
+ * TrainConfig field: an unknown key warns with the nearest key of its scope (an error when
+ * `cli`), a no-op key with a value other than its neutral ones warns, a refused one errs.
+ * `label` prefixes the name in messages ("trl.", "datasets[0].";
+ * on the command line "datasets.0."), `where` locates it
+ * ("file:line", "command line --k"), `doc` is the mapping it sits in (for "=key" neutrals; may
+ * be NULL). Returns 0, or -1 with an error. */
+int train_config_check_key(TrainConfig *cfg, KeyScope scope, const char *label, const char *name,
+                           const json_t *value, const json_t *doc, const char *where, bool cli);
 
 /* Appends a warning (formatted as printf, at most 1023 bytes) to cfg->warnings. */
 void train_config_warn(TrainConfig *cfg, const char *fmt, ...) RLHF_PRINTF(2, 3);

@@ -1,6 +1,6 @@
-/* The key table of the training configuration: the keys rlhf.c reads and where each goes in a
- * TrainConfig, the keys Axolotl documents that it does not read yet, and setting a key from its
- * text (the same for a file and the command line). */
+/* The keys rlhf.c reads and where each goes in a TrainConfig, and setting a key from its text
+ * (the same for a file and the command line). What happens to every other key Axolotl documents
+ * is in the status table (config/key_status.c), whose `used` top-level rows are exactly these. */
 #include "config/train_config_internal.h"
 
 #include <stdio.h>
@@ -95,77 +95,10 @@ static const KeySpec key_specs[] = {
     KEY(hub_private_repo, K_BOOL),
     KEY(hub_revision, K_STRING),
     KEY(hub_token, K_STRING),
+    KEY(overwrite_output_dir, K_BOOL),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
-
-/* Keys Axolotl documents (axolotl-config.md §8-§9) that rlhf.c reads nowhere yet. Setting one
- * gives a warning rather than silence. */
-static const char *const documented_keys[] = {
-    "added_tokens_overrides",
-    "attn_implementation",
-    "auto_resume_from_checkpoints",
-    "batch_size",
-    "bfloat16",
-    "chat_template_kwargs",
-    "cosine_constant_lr_ratio",
-    "cosine_min_lr_ratio",
-    "deepspeed",
-    "default_system_message",
-    "device",
-    "dpo_loss_weights",
-    "dpo_norm_loss",
-    "dpo_padding_free",
-    "dpo_use_weighting",
-    "dtype",
-    "early_stopping_patience",
-    "eot_tokens",
-    "eval_batch_size",
-    "eval_strategy",
-    "evals_per_epoch",
-    "float16",
-    "float32",
-    "fp16",
-    "fsdp_config",
-    "fsdp_version",
-    "gpu_memory_limit",
-    "gradient_checkpointing_kwargs",
-    "load_best_model_at_end",
-    "load_in_4bit",
-    "load_in_8bit",
-    "logging_first_step",
-    "lora_fan_in_fan_out",
-    "lora_modules_to_save",
-    "lr_scheduler_kwargs",
-    "max_memory",
-    "metric_for_best_model",
-    "model_type",
-    "optim_args",
-    "peft_use_dora",
-    "remove_unused_columns",
-    "rpo_alpha",
-    "sample_packing",
-    "save_first_step",
-    "save_only_model",
-    "save_strategy",
-    "saves_per_epoch",
-    "special_tokens",
-    "strict",
-    "test_datasets",
-    "tf32",
-    "tokenizer_legacy",
-    "tokenizer_save_jinja_files",
-    "tokenizer_type",
-    "tokenizer_use_fast",
-    "tokens",
-    "trust_remote_code",
-    "type_of_model",
-    "flash_attention",
-    "shuffle_merged_datasets",
-    "train_on_inputs",
-    "group_by_length",
-};
-#define N_DOCUMENTED (sizeof documented_keys / sizeof *documented_keys)
 
 static const struct {
     const char *name;
@@ -179,50 +112,18 @@ const char *rl_method_name(RlMethod rl) {
     return "none (supervised fine-tuning)";
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    size_t *row = xmalloc((lb + 1) * sizeof *row);
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    size_t d = row[lb];
-    free(row);
-    return d;
+const KeySpec *train_config_key_spec(size_t i) {
+    return i < N_KEY_SPECS ? &key_specs[i] : NULL;
 }
 
-/* The known key closest to `name` (used and documented ones alike). */
-const char *train_config_nearest_key(const char *name) {
-    const char *best = key_specs[0].name;
-    size_t best_d = (size_t)-1;
-    for (size_t i = 0; i < N_KEY_SPECS + N_DOCUMENTED; i++) {
-        const char *k = i < N_KEY_SPECS ? key_specs[i].name : documented_keys[i - N_KEY_SPECS];
-        size_t d = edit_distance(name, k);
-        if (d < best_d) best_d = d, best = k;
-    }
-    return best;
+const char *train_config_read_key_name(size_t i) {
+    return i < N_KEY_SPECS ? key_specs[i].name : NULL;
 }
 
 const KeySpec *train_config_find_key(const char *name) {
     for (size_t i = 0; i < N_KEY_SPECS; i++)
         if (strcmp(key_specs[i].name, name) == 0) return &key_specs[i];
     return NULL;
-}
-
-bool train_config_key_is_documented(const char *name) {
-    for (size_t i = 0; i < N_DOCUMENTED; i++)
-        if (strcmp(documented_keys[i], name) == 0) return true;
-    return false;
 }
 
 void train_config_free_string_list(char ***list, int *n) {

@@ -55,13 +55,12 @@ static int trl_beta(const TrainConfig *cfg, double *beta) {
     const json_t *v = cfg->trl ? json_object_get(cfg->trl, "beta") : NULL;
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v))
-        return err_set("%s:%d: key 'trl.beta': expected a number", cfg->source, cfg->trl_line);
+        return err_set("%s:%d: key 'trl.beta': expected a number", cfg->source,
+                       json_is_integer(json_object_get(cfg->trl_lines, "beta"))
+                           ? (int)json_integer_value(json_object_get(cfg->trl_lines, "beta"))
+                           : cfg->trl_line);
     *beta = json_number_value(v);
     return 1;
-}
-
-static void warn_from_grpo(void *ctx, const char *message) {
-    train_config_warn(ctx, "%s", message);
 }
 
 /* rl: grpo / gdpo: beta defaults to 0 (TRL's GRPOConfig), and the trl: block is GRPOConfig. */
@@ -71,7 +70,7 @@ static int validate_grpo(TrainConfig *cfg, double beta) {
     GrpoBatchShape shape = {(int)cfg->micro_batch_size, (int)cfg->gradient_accumulation_steps,
                             cfg->val_set_size > 0 || cfg->n_test_datasets > 0, dist_planned_size()};
     if (grpo_config_read(&cfg->grpo, cfg->trl, cfg->rl == RL_GDPO, beta, &shape, cfg->source,
-                         cfg->trl_line, warn_from_grpo, cfg) != 0)
+                         cfg->trl_line, cfg->trl_lines) != 0)
         return -1;
     cfg->beta = cfg->grpo.beta;
     return 0;
@@ -92,18 +91,6 @@ static int validate_preference(TrainConfig *cfg) {
                 : !isnan(cfg->rl_beta)    ? cfg->rl_beta
                 : !isnan(cfg->orpo_alpha) ? cfg->orpo_alpha
                                           : 0.1;
-    if (cfg->trl) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(cfg->trl, k, v) {
-            /* trl.loss_type is KTOConfig.loss_type for rl: kto (train/kto_method.c) */
-            bool used =
-                strcmp(k, "beta") == 0 || (cfg->rl == RL_KTO && strcmp(k, "loss_type") == 0);
-            if (!used && !json_is_null(v))
-                train_config_warn(cfg, "%s:%d: key 'trl.%s' is not used by rlhf.c yet; ignored",
-                                  cfg->source, cfg->trl_line, k);
-        }
-    }
     bool dpo = cfg->rl == RL_DPO || cfg->rl == RL_IPO;
     if ((cfg->n_dpo_loss_type || cfg->n_dpo_loss_weights) && !dpo)
         return err_set("`dpo_loss_type` and `dpo_loss_weights` are for DPO only, but got rl=%s",

@@ -119,18 +119,24 @@ int yaml_text_to_double(const char *s, double *out) {
     return 0;
 }
 
+json_t *yaml_text_to_json(const char *text) {
+    if (!*text || strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
+        strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0)
+        return json_null();
+    bool b;
+    int64_t i;
+    double f;
+    if (yaml_text_to_bool(text, &b) == 0) return json_boolean(b);
+    if (yaml_text_to_int(text, &i) == 0) return json_integer(i);
+    if (yaml_text_to_double(text, &f) == 0) return json_real(f);
+    return json_string(text);
+}
+
 json_t *yaml_node_to_json(YamlDoc *d, yaml_node_t *n) {
     if (n->type == YAML_SCALAR_NODE) {
         const char *text = (const char *)n->data.scalar.value;
         if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json_string(text);
-        if (yaml_scalar_is_null(n)) return json_null();
-        bool b;
-        int64_t i;
-        double f;
-        if (yaml_text_to_bool(text, &b) == 0) return json_boolean(b);
-        if (yaml_text_to_int(text, &i) == 0) return json_integer(i);
-        if (yaml_text_to_double(text, &f) == 0) return json_real(f);
-        return json_string(text);
+        return yaml_text_to_json(text);
     }
     if (n->type == YAML_SEQUENCE_NODE) {
         json_t *arr = json_array();

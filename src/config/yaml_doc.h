@@ -43,6 +43,10 @@ bool yaml_scalar_is_null(const yaml_node_t *n);
 #include <jansson.h>
 json_t *yaml_node_to_json(YamlDoc *d, yaml_node_t *n);
 
+/* A plain (unquoted) scalar's text as JSON by the same rules: null, a boolean, an integer, a
+ * real, else a string (a command-line override's value). Returns a new reference. */
+json_t *yaml_text_to_json(const char *text);
+
 /* Scalar conversions of a scalar's text (also used for command-line override values).
  * Return 0, or -1 when the text is not of that type. */
 int yaml_text_to_bool(const char *s, bool *out);

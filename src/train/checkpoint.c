@@ -7,6 +7,7 @@
 #include "dist/dist.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "train/run_record.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -174,6 +175,22 @@ static int rotate(const char *output_dir, int64_t keep) {
     return rc;
 }
 
+/* output_dir's run record (train/run_record.h), when it has one, into the checkpoint: a resume
+ * compares it with the config given then. */
+static int copy_run_record(const char *output_dir, const char *dir) {
+    char from[4200], to[4200];
+    if (path_join(from, sizeof from, output_dir, RUN_RECORD_FILE) != 0 ||
+        path_join(to, sizeof to, dir, RUN_RECORD_FILE) != 0)
+        return -1;
+    if (!file_exists(from)) return 0;
+    char *text;
+    size_t len;
+    if (read_file(from, &text, &len) != 0) return -1;
+    int rc = write_file_atomic(to, text, len);
+    free(text);
+    return rc;
+}
+
 /* What rank 0 does of a save: the directory, written and renamed into place. */
 static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const json_t *state,
                         float *m, float *v) {
@@ -196,6 +213,7 @@ static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const
         snprintf(path, sizeof path, "%s/trainer_state.json", temp_dir);
         rc = write_json(path, state);
     }
+    if (rc == 0) rc = copy_run_record(target->output_dir, temp_dir);
     if (rc == 0 && target->write_extra) rc = target->write_extra(target->extra_ctx, temp_dir);
     if (rc == 0 && dir_exists(final_dir)) /* a re-save of step N */
         rc = remove_checkpoint(target->output_dir, strrchr(final_dir, '/') + 1);

@@ -10,7 +10,8 @@
  *     optimizer.safetensors (AdamW's exp_avg.<name> and exp_avg_sq.<name> for every trained
  *     tensor, fp32: our own format, documented here, where HF writes a pickled optimizer.pt)
  *     and trainer_state.json (HF's schema; the optimizer step, the schedule position, the data
- *     position and the dropout masks all follow from global_step).
+ *     position and the dropout masks all follow from global_step); and rlhf_run.json, the run's
+ *     record (train/run_record.h), when output_dir has one, so that a resume can compare configs.
  *  3. Rotation (save_total_limit) deletes the oldest checkpoints only after the new one is in
  *     place, so at least one complete checkpoint exists at every moment once one was written.
  *  4. The format does not depend on how many ranks trained: over several (dist.h), rank 0 writes

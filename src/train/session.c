@@ -10,6 +10,7 @@
 #include "io/model_card.h"
 #include "io/model_dir.h"
 #include "train/hub_push.h"
+#include "train/output_dir.h"
 #include "train/pref_task.h"
 #include "train/sft_task.h"
 
@@ -38,9 +39,7 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
-/* The start-up memory plan (memory_plan.h), from config.json alone: printed, and a run that
- * cannot fit is refused before anything is loaded or written. */
-static int plan_memory(const TrainConfig *cfg, FILE *log) {
+int train_memory_plan(const TrainConfig *cfg, FILE *log) {
     ModelConfig mc;
     if (model_config_load(&mc, cfg->base_model) != 0) return -1;
     MemoryPlan plan = memory_plan_make(cfg, &mc);
@@ -51,7 +50,6 @@ static int plan_memory(const TrainConfig *cfg, FILE *log) {
 
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
-    if (plan_memory(cfg, log) != 0) return -1;
     if (model_load(&s->model, cfg->base_model) != 0) return -1;
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
@@ -205,6 +203,10 @@ void train_session_close(TrainSession *s) {
 
 int train_run(const TrainConfig *cfg, FILE *log) {
     TrainSession s;
+    /* before anything is loaded or written: a run that cannot fit, then another run in
+     * output_dir, stop this one at once */
+    if (train_memory_plan(cfg, log) != 0) return -1;
+    if (output_dir_prepare(cfg, log) != 0) return -1;
     if (cfg->push_to_hub && dist_agree(dist_is_root() ? hub_push_init(cfg, log) : 0) != 0)
         return -1;
     if (train_session_open(&s, cfg, log) != 0) return -1;

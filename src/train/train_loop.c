@@ -4,6 +4,7 @@
 #include "common/fileio.h"
 #include "dist/dist.h"
 #include "report/sparkline.h"
+#include "train/output_dir.h"
 #include "train/step_hooks.h"
 #include "train/train_state.h"
 
@@ -78,6 +79,7 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
     MetricsFile metrics = {0};
     int rc = begin(cfg, src, &tr, log_history, &metrics, log);
     StepHooks hooks = step_hooks_init(cfg, src, &tr, &metrics, log_history, log);
+    bool recorded = false;
     while (rc == 0 && tr.step < src->total_steps) {
         StepStats st;
         int step_rc = src->step(src->ctx, &tr, &st, &hooks.tokens);
@@ -85,6 +87,10 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
             rc = -1;
             break;
         }
+        /* the run's record (output_dir.h), once its first step is done and before anything of
+         * it is logged or saved: a run that fails before that leaves no file behind */
+        if (!recorded && (rc = output_dir_write_record(cfg)) != 0) break;
+        recorded = true;
         rc = step_hooks_after_step(&hooks, step_rc, &st);
     }
     double elapsed = clock_seconds() - hooks.start;

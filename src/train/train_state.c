@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "dist/dist.h"
 #include "train/checkpoint.h"
+#include "train/run_record.h"
 
 #include <string.h>
 
@@ -31,6 +32,37 @@ json_t *train_state_json(const TrainConfig *cfg, int64_t step, double epoch, int
     return s;
 }
 
+/* The checkpoint's run record against this config: keys that change what is trained must be
+ * the same (else an error naming each, with both values); the length of the run (max_steps,
+ * num_epochs) may change, with a note. A checkpoint without a record (written before records
+ * existed, or by an embedding program) gets a note. */
+static int check_checkpoint_config(const TrainConfig *cfg, const char *dir, FILE *log) {
+    json_t *was = NULL;
+    int found = run_record_read(dir, &was);
+    if (found < 0) return -1;
+    if (found == 0) {
+        fprintf(log, "note: %s has no %s, so its config cannot be compared with this one\n", dir,
+                RUN_RECORD_FILE);
+        return 0;
+    }
+    json_t *now = run_record_make(cfg);
+    static const char *const length[] = {"max_steps", "num_epochs"};
+    char diff[3072];
+    int rc = 0;
+    if (run_record_diff(was, now, length, 2, diff, sizeof diff) > 0)
+        rc = err_set("resume_from_checkpoint: %s was written by a run of another config: it "
+                     "differs in %s. Resume with the checkpoint's values, or start a new run "
+                     "(another output_dir, or --overwrite_output_dir true without "
+                     "resume_from_checkpoint)",
+                     dir, diff);
+    else if (!run_record_same_run(was, now) &&
+             run_record_diff(was, now, NULL, 0, diff, sizeof diff) > 0)
+        fprintf(log, "note: resuming %s with a new length: %s\n", dir, diff);
+    json_decref(was);
+    json_decref(now);
+    return rc;
+}
+
 /* Over several ranks rank 0 alone looks for the checkpoint and reads it (checkpoint_load hands
  * it to the others). */
 int train_state_resume(const TrainConfig *cfg, Trainer *tr, json_t *log_history, FILE *log,
@@ -47,6 +79,8 @@ int train_state_resume(const TrainConfig *cfg, Trainer *tr, json_t *log_history,
     } else {
         snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
     }
+    if (found == 1 && dist_is_root() && check_checkpoint_config(cfg, dir, log) != 0)
+        found = -1; /* every rank learns it from checkpoint_load */
     json_t *state;
     if (checkpoint_load(found == 1 ? dir : NULL, tr, &state) != 0) return -1;
     json_t *history = json_object_get(state, "log_history");
