@@ -76,7 +76,8 @@ static const char R_VLLM_BLOCK[] =
 static const KeyStatusRow top_rows[] = {
     /* model and tokenizer */
     USED("base_model", R_READ),
-    USED("base_model_config", "a Hub id or directory; must name base_model's own config (another config would change the model)"),
+    USED("base_model_config", "a Hub id or directory; must name base_model's own config (another "
+                              "config would change the model)"),
     REFUSE("cls_model_config", "", R_MODEL),
     USED("tokenizer_config", R_READ),
     NOOP("tokenizer_use_fast", "true",
@@ -211,8 +212,10 @@ static const KeyStatusRow top_rows[] = {
     USED("wandb_mode", "online, offline or disabled (report/wandb_reporter.c)"),
     USED("wandb_project", "the W&B run (report/wandb_reporter.c)"),
     USED("wandb_entity", "the W&B run (report/wandb_reporter.c)"),
-    USED("wandb_watch", "false only: no torch model to watch (other values refused by tracking_config.c)"),
-    USED("wandb_log_model", "false only: no artifact upload (other values refused by tracking_config.c)"),
+    USED("wandb_watch",
+         "false only: no torch model to watch (other values refused by tracking_config.c)"),
+    USED("wandb_log_model",
+         "false only: no artifact upload (other values refused by tracking_config.c)"),
     NOOP("use_mlflow", "false", R_TRACKING),
     NOOP("mlflow_tracking_uri", "", R_TRACKING),
     NOOP("mlflow_experiment_name", "", R_TRACKING),

@@ -27,7 +27,8 @@ int output_dir_prepare(const TrainConfig *cfg, FILE *log);
 
 /* Creates output_dir and writes this run's record there (train/run_record.h): called by the
  * training loop once its first step is done, before anything of the run is logged or saved
- * (train_loop.c), so that a run failing earlier (bad data, a reward that raises) leaves nothing. Collective, as output_dir_prepare. Returns 0, or -1 with an error. */
+ * (train_loop.c), so that a run failing earlier (bad data, a reward that raises) leaves nothing.
+ * Collective, as output_dir_prepare. Returns 0, or -1 with an error. */
 int output_dir_write_record(const TrainConfig *cfg);
 
 #endif
