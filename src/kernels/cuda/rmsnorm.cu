@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #define RMSNORM_THREADS 256
-#define WARPS (RMSNORM_THREADS / 32)
+#define WARPS           (RMSNORM_THREADS / 32)
 
 __global__ void __launch_bounds__(RMSNORM_THREADS)
     rmsnorm_forward_kernel(float *out, const float *in, const float *w, int c, float eps) {
