@@ -3,7 +3,8 @@
  * bitwise the CPU backend's results; every tensor an op is given must be device memory; every op
  * of the table must be reached; and one decoder layer must call each op as often as its
  * architecture says. A model/ file that calls a kernel around the table, reads device memory from
- * the host, or relies on zeroed allocations fails here. */
+ * the host, or relies on zeroed allocations fails here. The same for a frozen bf16 model's
+ * forward and cached forward. */
 #include "backend_emu.h"
 #include "common/error.h"
 #include "harness.h"
@@ -225,11 +226,63 @@ static void check_end_to_end(const char *fixture) {
     model_free(&m);
 }
 
+/* Log-probs and a prefill's logits of m on be (emu: m's bf16 weights registered as its own). */
+static void run_frozen(Model *m, const Backend *be, float *logp, float *logits) {
+    size_t n_small = 0;
+    for (int i = 0; i < m->n_param_tensors; i++)
+        if (m->param_info[i].ndim == 1) n_small += m->param_info[i].numel;
+    if (be == &emu_backend) {
+        emu_own(m->params16, m->n_params * sizeof *m->params16);
+        emu_own(m->params_small, (n_small ? n_small : 1) * sizeof(float));
+    }
+    m->backend = be;
+    int32_t tokens[40];
+    for (int i = 0; i < 40; i++)
+        tokens[i] = (int32_t)((i * 11 + 2) % m->cfg.vocab_size);
+    TokenBatch b = {.batch = 2, .t_len = 20, .tokens = tokens};
+    CHECK(model_token_logprobs(m, &b, NULL, logp) == 0, "%s: bf16 logprobs: %s", be->name,
+          err_msg());
+    KvCache kv;
+    CHECK(kv_cache_init(&kv, be, &m->cfg, 2, 24) == 0, "kv");
+    CachedChunk prefill[2] = {{0, tokens, 20}, {1, tokens + 20, 7}};
+    CHECK(model_forward_cached(m, NULL, &kv, prefill, 2, logits) == 0, "%s: bf16 prefill: %s",
+          be->name, err_msg());
+    kv_cache_free(&kv);
+    m->backend = NULL;
+    if (be == &emu_backend) emu_disown(m->params16), emu_disown(m->params_small);
+}
+
+/* A frozen model kept in bf16 (model_store_bf16, as a bf16 reference): its forward and the cached
+ * forward through emu give the CPU's bits (bf16 weights in linear, embedding_gather, logprob). */
+static void check_bf16(const char *fixture) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s", fixture);
+    Model m;
+    if (model_load(&m, harness_source_path(path)) != 0 || model_store_bf16(&m) != 0) {
+        CHECK(false, "%s: %s", fixture, err_msg());
+        return;
+    }
+    size_t V = (size_t)m.cfg.vocab_size;
+    float *lp[2] = {malloc(40 * sizeof(float)), malloc(40 * sizeof(float))};
+    float *lg[2] = {malloc(2 * V * sizeof(float)), malloc(2 * V * sizeof(float))};
+    emu_foreign_pointers = 0;
+    run_frozen(&m, backend_cpu(), lp[0], lg[0]);
+    run_frozen(&m, &emu_backend, lp[1], lg[1]);
+    CHECK(same(lp[0], lp[1], 40 * sizeof(float)), "%s bf16: emu logprobs differ", fixture);
+    CHECK(same(lg[0], lg[1], 2 * V * sizeof(float)), "%s bf16: emu cached logits differ", fixture);
+    CHECK(emu_foreign_pointers == 0, "%s bf16: %d tensors were not device memory", fixture,
+          emu_foreign_pointers);
+    free(lp[0]), free(lp[1]), free(lg[0]), free(lg[1]);
+    model_free(&m);
+}
+
 int main(void) {
     /* biases (qwen2_bias), a sliding window (mistral_window), q/k norms (qwen3_qknorm) */
     check_end_to_end("qwen3_qknorm");
     check_end_to_end("mistral_window");
     check_end_to_end("qwen2_bias");
+    check_bf16("llama_bf16");
+    check_bf16("qwen3_qknorm");
     CHECK(emu_live_ranges() == 0, "%d emu allocations left", emu_live_ranges());
     return harness_finish("test_kernel_backend_model");
 }
