@@ -61,7 +61,9 @@ RLHF_API const char *rlhf_last_error(void);
 /* Makes a trainer from `config`: YAML text, or JSON (YAML's flow syntax reads it the same way),
  * holding what an `rlhf train` config file holds. `name` stands for the file in messages
  * ("name:3: key 'learning_rate': ..."); NULL means "<config>". Relative paths are taken from the
- * working directory. Loads the model (and makes or loads the adapter) and the tokenizer; the
+ * working directory; base_model, tokenizer_config and lora_model_dir may be Hugging Face Hub ids,
+ * found in the HF cache or downloaded as `rlhf train` does (io/hub_resolve.h). Loads the model
+ * (and makes or loads the adapter) and the tokenizer; the
  * datasets are read when training starts. On success *out is the new trainer (free it with
  * rlhf_trainer_free); on failure *out is NULL. */
 RLHF_API int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out);
@@ -146,8 +148,21 @@ RLHF_API void rlhf_request_stop(void);
 RLHF_API const char *rlhf_trainer_state(rlhf_trainer *t);
 
 /* Writes the model to dir as a Hugging Face model directory (or, with adapter: lora, the PEFT
- * adapter beside the base's config and tokenizer files), created if needed. */
+ * adapter beside the base's config and tokenizer files), created if needed, with its model card
+ * README.md as TRL writes it. */
 RLHF_API int rlhf_trainer_save_model(rlhf_trainer *t, const char *dir);
+
+/* Uploads dir (a directory rlhf_trainer_save_model wrote) to the Hub model repository repo_id
+ * through huggingface_hub, as `rlhf train` does with push_to_hub: the repository is created when
+ * missing (private: 1, 0, or -1 for the account's default), then branch `revision` (NULL: main),
+ * and dir is committed with commit_message, leaving out checkpoint-* and _*. token NULL: the
+ * client's own (HF_TOKEN, `hf auth login`). Blocks; *url (may be NULL) receives the commit's URL,
+ * valid until the next call on t. Returns RLHF_OK, or RLHF_ERROR with the reason (no
+ * huggingface_hub, no token, no permission, the Hub unreachable). */
+RLHF_API int rlhf_trainer_push_to_hub(rlhf_trainer *t, const char *dir, const char *repo_id,
+                                      int private_repo, const char *revision,
+                                      const char *commit_message, const char *token,
+                                      const char **url);
 
 /* ---- parameters ---- */
 

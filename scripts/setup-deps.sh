@@ -5,6 +5,10 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-dev
           libutf8proc-dev libopenblas-openmp-dev
+          # TensorBoard event files: protobuf-c (Event messages) and ISA-L (CRC-32C)
+          libprotobuf-c-dev protobuf-c-compiler libisal-dev
+          # `rlhf plot` (optional to CMake, -DRLHF_CAIRO): PNG and SVG
+          libcairo2-dev
           # embedded CPython for users' rewards.py (optional to CMake, -DRLHF_PYTHON; a normal
           # build has it)
           libpython3-dev

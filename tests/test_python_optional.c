@@ -3,13 +3,16 @@
  * config key and says how to get a build with Python, while built-in and command rewards open
  * as usual. In a build with Python the same reward function opens and the same example config
  * trains, so that the refusal can only come from the stand-ins (py_absent.c,
- * python_reward_absent.c, python_transform_absent.c). */
+ * python_reward_absent.c, python_transform_absent.c). A Hub download is refused there too
+ * (hub_python_absent.c), saying how to download the model instead. */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "harness.h"
+#include "io/hub_resolve.h"
 #include "python/py_embed.h"
 #include "rewards/reward_registry.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,6 +90,28 @@ static void test_python_transform_in_example(void) {
           "the message: %s", msg);
 }
 
+/* A Hub id not in the HF cache: offline, refused in C in every build, naming the download
+ * command; online, a build without Python cannot download it (hub_python_absent.c) and says how
+ * to get it instead. (A build with Python would try the network: tests/hub covers it.) */
+static void test_hub_download(void) {
+    CHECK(setenv("HF_HUB_CACHE", harness_tmp_path("empty-hf-cache"), 1) == 0, "setenv");
+    CHECK(setenv("HF_HUB_OFFLINE", "1", 1) == 0, "setenv");
+    char *dir = NULL;
+    CHECK(hub_resolve("org/not-cached", NULL, HUB_MODEL, "key 'base_model'", &dir, NULL) != 0 &&
+              strstr(err_msg(), "HF_HUB_OFFLINE") &&
+              strstr(err_msg(), "hf download org/not-cached"),
+          "offline: %s", err_msg());
+    CHECK(unsetenv("HF_HUB_OFFLINE") == 0, "unsetenv");
+    if (!py_embed_compiled()) {
+        CHECK(hub_resolve("org/not-cached", "v2", HUB_MODEL, "key 'base_model'", &dir, NULL) != 0 &&
+                  strstr(err_msg(), "has no Python") &&
+                  strstr(err_msg(), "hf download org/not-cached --revision v2"),
+              "no Python: %s", err_msg());
+    }
+    free(dir);
+    unsetenv("HF_HUB_CACHE");
+}
+
 int main(void) {
     char root[4096];
     snprintf(root, sizeof root, "%s", harness_source_path("."));
@@ -99,5 +124,6 @@ int main(void) {
     test_other_rewards_open();
     test_python_reward_function();
     test_python_transform_in_example();
+    test_hub_download();
     return harness_finish("test_python_optional");
 }

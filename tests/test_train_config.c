@@ -50,7 +50,7 @@ static void test_sft_config(void) {
           "base_model, tokenizer_config default");
     CHECK(c.rl == RL_NONE, "no rl: SFT");
     CHECK(c.n_datasets == 2 && strcmp(c.datasets[0].type, "chat_template") == 0 &&
-              strcmp(c.datasets[0].ds_type, "json") == 0 &&
+              c.datasets[0].ds_type == NULL && c.datasets[0].name == NULL &&
               strcmp(c.datasets[0].split, "train") == 0,
           "dataset 0");
     CHECK(c.datasets[1].n_data_files == 2 && strcmp(c.datasets[1].data_files[1], "b.jsonl") == 0,
@@ -198,8 +198,8 @@ static void test_errors(void) {
     expect_error("nopath.yaml", "base_model: m\nlearning_rate: 1\ndatasets:\n  - type: alpaca\n",
                  "nopath.yaml:4: datasets[0]", "missing 'path'");
     expect_error("hub.yaml",
-                 "base_model: m\nlearning_rate: 1\ndatasets:\n  - path: x\n    ds_type: parquet\n",
-                 "hub.yaml:4: datasets[0].ds_type", "not supported");
+                 "base_model: m\nlearning_rate: 1\ndatasets:\n  - path: x\n    ds_type: xml\n",
+                 "hub.yaml:4: datasets[0].ds_type", "\"xml\" is not a dataset type");
     expect_error("syntax.yaml", "base_model: m\n  bad: [\n", "syntax.yaml:", "invalid YAML");
     expect_error("top.yaml", "- a\n- b\n", "top.yaml:1:", "mapping");
     expect_error("warm.yaml", BASE "learning_rate: 1\nwarmup_steps: 3\nwarmup_ratio: 0.1\n",
@@ -343,7 +343,55 @@ static void test_preference_keys(void) {
                  "simpo.yaml", "warmup_ratio is not supported with the simpo trainer");
 }
 
+/* A Hub dataset entry as the Axolotl RLHF guide writes it: name, revision, no ds_type. */
+static void test_hub_dataset_keys(void) {
+    const char *path = write_yaml("hubds.yaml", "base_model: m\nlearning_rate: 1\ndatasets:\n"
+                                                "  - path: openai/gsm8k\n    name: main\n"
+                                                "    revision: v1.0\n    split: test\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    const DatasetConfig *d = &c.datasets[0];
+    CHECK(strcmp(d->name, "main") == 0 && strcmp(d->revision, "v1.0") == 0 &&
+              strcmp(d->split, "test") == 0 && d->ds_type == NULL,
+          "a Hub dataset's name, revision and split");
+    CHECK(!has_warning(&c, "name", NULL) && !has_warning(&c, "revision", NULL),
+          "name and revision are used, not warned about");
+    train_config_free(&c);
+}
+
+/* The Hub keys: Axolotl's model_revision alias, hub_model_id turning pushing on with a private
+ * repository (Axolotl's trainer builder), hub_strategy's values; reading a config never resolves
+ * a Hub id (that is train_config_resolve_models', which the commands call). */
+static void test_hub_keys(void) {
+    const char *path = write_yaml("hub.yaml", "base_model: Qwen/Qwen2.5-0.5B-Instruct\n"
+                                              "model_revision: v1\n"
+                                              "datasets:\n  - path: d.jsonl\n"
+                                              "learning_rate: 1e-6\n"
+                                              "hub_model_id: me/run\n"
+                                              "hub_strategy: all_checkpoints\n");
+    TrainConfig c;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(strcmp(c.base_model, "Qwen/Qwen2.5-0.5B-Instruct") == 0 && !c.base_model_id &&
+              strcmp(c.revision_of_model, "v1") == 0,
+          "a Hub id is kept as written until resolved; model_revision is revision_of_model");
+    CHECK(c.push_to_hub && c.hub_private_repo && strcmp(c.hub_strategy, "all_checkpoints") == 0,
+          "hub_model_id turns push_to_hub on, private unless said otherwise");
+    CHECK(c.n_warnings == 0, "no warning for the Hub keys: %s", c.n_warnings ? c.warnings[0] : "");
+    train_config_free(&c);
+    path = write_yaml("hub2.yaml", BASE "learning_rate: 1e-6\npush_to_hub: true\n"
+                                        "hub_private_repo: false\nhub_revision: dev\n");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(c.push_to_hub && !c.hub_private_repo && !c.hub_model_id &&
+              strcmp(c.hub_revision, "dev") == 0,
+          "push_to_hub without hub_model_id; hub_private_repo false; hub_revision");
+    train_config_free(&c);
+    expect_error("hs.yaml", BASE "learning_rate: 1\nhub_strategy: sometimes\n", "hs.yaml",
+                 "'hub_strategy': \"sometimes\" is not one of end, every_save");
+}
+
 int main(void) {
+    test_hub_dataset_keys();
+    test_hub_keys();
     test_preference_keys();
     test_examples();
     test_sft_config();

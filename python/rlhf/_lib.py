@@ -70,6 +70,11 @@ _SIGNATURES = {
     "rlhf_request_stop": (None, []),
     "rlhf_trainer_state": (ctypes.c_char_p, [ctypes.c_void_p]),
     "rlhf_trainer_save_model": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
+    "rlhf_trainer_push_to_hub": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+         ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)],
+    ),
     "rlhf_trainer_param_count": (ctypes.c_size_t, [ctypes.c_void_p]),
     "rlhf_trainer_param_info": (
         ctypes.c_int,

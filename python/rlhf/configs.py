@@ -12,6 +12,7 @@ about keys it does not act on. Unknown field names are a TypeError, as in TRL.
 import copy
 import dataclasses
 import math
+import os
 import typing
 import warnings
 
@@ -19,7 +20,7 @@ from ._trl_fields import CONFIGS, TRAINING_ARGUMENTS
 
 # Fields that do not change what a single-process CPU run computes (devices, distributed
 # setups, data loader workers, logging integrations, the Hub, PyTorch switches): accepted
-# without a word. push_to_hub and hub_* are read by Trainer.push_to_hub.
+# without a word. push_to_hub and hub_* are passed on by _common_keys when push_to_hub is set.
 _NO_EFFECT = {
     "accelerator_config", "activation_checkpointing", "activation_checkpointing_kwargs",
     "activation_offloading", "auto_find_batch_size", "average_tokens_across_devices",
@@ -38,7 +39,7 @@ _NO_EFFECT = {
     "log_level", "log_level_replica", "log_on_each_node", "logging_nan_inf_filter",
     "model_init_kwargs", "pad_to_multiple_of", "padding_free", "parallelism_config",
     "per_device_eval_batch_size", "prediction_loss_only", "project", "push_to_hub",
-    "remove_unused_columns", "report_to", "restore_callback_states_from_checkpoint",
+    "remove_unused_columns", "restore_callback_states_from_checkpoint",
     "router_aux_loss_coef", "run_name", "save_on_each_node", "save_only_model",
     "skip_memory_metrics", "tf32", "torch_compile", "torch_compile_backend",
     "torch_compile_mode", "torch_empty_cache_steps", "trackio_bucket_id", "trackio_space_id",
@@ -146,6 +147,31 @@ class _Config:
                 "or once at the end ('no' with an eval_dataset)"
             )
         take("seed")
+        # report_to as TrainingArguments reads it ("none", "all", a name or a list): rlhf.c
+        # writes TensorBoard itself and runs wandb in this interpreter; run_name names the run
+        used.add("report_to")
+        report_to = self.report_to
+        if isinstance(report_to, str):
+            report_to = [report_to]
+        report_to = [_enum_value(r) for r in report_to or []]
+        if report_to and report_to != ["none"]:
+            keys["report_to"] = report_to
+            if self.run_name and ("wandb" in report_to or "all" in report_to):
+                keys["wandb_name"] = self.run_name
+        # push_to_hub: the library creates the repository when the trainer is made and pushes
+        # each checkpoint as hub_strategy says (Trainer's init_hf_repo, _push_from_checkpoint);
+        # save_model and push_to_hub push the output directory. hub_private_repo None (the
+        # account's default) is passed as False: the config key is a boolean.
+        if self.push_to_hub:
+            keys["push_to_hub"] = True
+            keys["hub_model_id"] = self.hub_model_id or os.path.basename(
+                os.path.abspath(self.output_dir))
+            keys["hub_strategy"] = _enum_value(self.hub_strategy)
+            keys["hub_private_repo"] = bool(self.hub_private_repo)
+            if self.hub_revision:
+                keys["hub_revision"] = self.hub_revision
+            if self.hub_token:
+                keys["hub_token"] = self.hub_token
         used.add("gradient_checkpointing")
         keys["gradient_checkpointing"] = bool(self.gradient_checkpointing)
         used.update(("fp16",))

@@ -54,8 +54,10 @@ class TrainerState:
 
 
 def _model_path(model):
-    """A local Hugging Face directory for `model`: a path, a Hub id (downloaded with
-    huggingface_hub when it is installed), or an object naming its directory."""
+    """What the C library is given as base_model: a local Hugging Face directory (a path, or an
+    object naming its directory), or a Hub id as it is, which the library resolves exactly as
+    `rlhf train` does (the HF cache read in C, HF_HUB_OFFLINE honoured, else a download with
+    huggingface_hub.snapshot_download): one resolver for both front doors."""
     if not isinstance(model, (str, os.PathLike)):
         path = getattr(model, "name_or_path", None) or getattr(
             getattr(model, "config", None), "_name_or_path", None)
@@ -65,23 +67,7 @@ def _model_path(model):
             "model: rlhf.c trains models it loads itself: pass the path of a Hugging Face model "
             f"directory (got a {type(model).__name__})"
         )
-    path = os.fspath(model)
-    if os.path.isdir(path):
-        return path
-    try:
-        import huggingface_hub
-    except ImportError:
-        raise ValueError(
-            f"model: {path!r} is not a local directory; rlhf.c loads Hugging Face model "
-            "directories (install huggingface_hub to download Hub models by id)"
-        ) from None
-    try:
-        return huggingface_hub.snapshot_download(path)
-    except Exception as e:  # no network, no such repo, no token: say which model
-        raise ValueError(
-            f"model: {path!r} is not a local directory, and downloading it from the Hugging "
-            f"Face Hub failed: {e}"
-        ) from e
+    return os.fspath(model)
 
 
 def _tokenizer_path(processing_class):
@@ -130,10 +116,12 @@ class _Trainer:
 
         keys, notes = args._yaml()
         model_path = _model_path(model)
-        keys["base_model"] = os.path.abspath(model_path)
+        keys["base_model"] = (os.path.abspath(model_path) if os.path.exists(model_path)
+                              else model_path)
         tokenizer = _tokenizer_path(processing_class)
         if tokenizer:
-            keys["tokenizer_config"] = os.path.abspath(tokenizer)
+            keys["tokenizer_config"] = (os.path.abspath(tokenizer) if os.path.exists(tokenizer)
+                                        else tokenizer)
         if peft_config is not None:
             keys.update(lora_keys(peft_config))
         if train_dataset is None:
@@ -232,39 +220,52 @@ class _Trainer:
 
     def save_model(self, output_dir=None, _internal_call=False):
         """Writes the model (or the LoRA adapter) as a Hugging Face directory, with the
-        tokenizer files; output_dir defaults to args.output_dir."""
+        tokenizer files and the model card; output_dir defaults to args.output_dir. With
+        args.push_to_hub, then pushes args.output_dir ("Model save"), as Trainer.save_model."""
         output_dir = os.fspath(output_dir or self.args.output_dir)
         _lib.check(_lib.lib().rlhf_trainer_save_model(self._handle(), output_dir.encode()))
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
     def push_to_hub(self, commit_message="End of training", blocking=True, token=None,
                     revision=None, **kwargs):
-        """Saves the model to args.output_dir and uploads that directory to the Hub repository
-        args.hub_model_id (default: the output directory's name) with huggingface_hub.
-        Returns the commit's URL. Raises when huggingface_hub is missing, there is no token,
-        or the Hub cannot be reached: nothing is ever skipped silently."""
+        """Saves the model (and its model card) to args.output_dir and uploads that directory to
+        the Hub repository args.hub_model_id (default: the output directory's name) through the
+        library's own Hub client, the one `rlhf train` pushes with (huggingface_hub's
+        create_repo, create_branch and upload_folder). Returns the commit's URL; with
+        blocking=False, a concurrent.futures.Future of it (as Trainer's run_as_future upload).
+        Raises when huggingface_hub is missing, there is no token, or the Hub cannot be reached:
+        nothing is ever skipped silently."""
         try:
-            import huggingface_hub
+            import huggingface_hub  # noqa: F401  (the library imports it in this interpreter)
         except ImportError:
             raise ImportError(
                 "push_to_hub needs the huggingface_hub package (pip install huggingface_hub)"
             ) from None
-        output_dir = self.args.output_dir
-        self.save_model(output_dir)
-        repo_id = self.args.hub_model_id or os.path.basename(os.path.normpath(output_dir))
-        api = huggingface_hub.HfApi(token=token or self.args.hub_token)
-        try:
-            api.create_repo(repo_id, private=self.args.hub_private_repo, exist_ok=True)
-            info = api.upload_folder(
-                repo_id=repo_id,
-                folder_path=output_dir,
-                commit_message=commit_message,
-                revision=revision or self.args.hub_revision,
-                ignore_patterns=["checkpoint-*", "checkpoint-*/**", "*.tmp*"],
-                run_as_future=not blocking,
-            )
-        except Exception as e:
-            raise RuntimeError(f"push_to_hub: uploading {output_dir} to {repo_id} failed: {e}") from e
-        return info
+        output_dir = os.fspath(self.args.output_dir)
+        self.save_model(output_dir, _internal_call=True)
+        repo_id = self.args.hub_model_id or os.path.basename(os.path.abspath(output_dir))
+        private = self.args.hub_private_repo
+        token = token or self.args.hub_token
+        revision = revision or self.args.hub_revision
+        handle = self._handle()
+
+        def upload():
+            url = ctypes.c_char_p()
+            _lib.check(_lib.lib().rlhf_trainer_push_to_hub(
+                handle, output_dir.encode(), repo_id.encode(),
+                -1 if private is None else int(bool(private)),
+                revision.encode() if revision else None, commit_message.encode(),
+                token.encode() if token else None, ctypes.byref(url)))
+            return url.value.decode()
+
+        if blocking:
+            return upload()
+        import concurrent.futures
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        future = executor.submit(upload)
+        executor.shutdown(wait=False)
+        return future
 
     def log(self, logs, start_time=None):
         """Adds an entry to state.log_history (as Trainer.log does; rlhf.c's own log lines are

@@ -101,10 +101,12 @@ def test_c_errors_are_the_cli_messages(tmp_path, prompt_only):
     assert ours == theirs
 
 
-def test_bad_model_and_dataset():
+def test_bad_model_and_dataset(monkeypatch):
     from rlhf import DPOTrainer, RLHFError
 
-    with pytest.raises(ValueError, match="not a local directory"):
+    # a Hub id goes to the library's resolver, as in `rlhf train` (offline: no network here)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RLHFError, match="not a local directory.*HF_HUB_OFFLINE"):
         DPOTrainer(model="no/such-model-here", train_dataset=[{"prompt": "a", "chosen": "b",
                                                                 "rejected": "c"}])
     with pytest.raises(ValueError, match="needs 'chosen' and 'rejected'"):
@@ -131,3 +133,16 @@ def test_config_fields():
                     args=args, train_dataset=[{"prompt": "1 + 1 ="}] * 4)
     with pytest.raises(ValueError, match="save_strategy='epoch'"):
         SFTConfig(save_strategy="epoch")._yaml()
+
+
+def test_report_to_is_passed_on():
+    """report_to reaches the C config as TrainingArguments reads it; "none" (TRL's default)
+    adds nothing; run_name names the W&B run."""
+    from rlhf import DPOConfig
+
+    keys, _ = DPOConfig(output_dir="x", report_to="tensorboard")._yaml()
+    assert keys["report_to"] == ["tensorboard"]
+    keys, _ = DPOConfig(output_dir="x", report_to=["wandb"], run_name="r1")._yaml()
+    assert keys["report_to"] == ["wandb"] and keys["wandb_name"] == "r1"
+    keys, _ = DPOConfig(output_dir="x", report_to="none")._yaml()
+    assert "report_to" not in keys

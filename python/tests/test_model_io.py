@@ -48,6 +48,6 @@ def test_push_to_hub_never_silent(preference_rows, monkeypatch):
         return
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    with pytest.raises(RuntimeError, match="push_to_hub: uploading out to someone/tiny-dpo failed"):
+    with pytest.raises(RuntimeError, match="push_to_hub: .*someone/tiny-dpo"):
         trainer.push_to_hub()
     assert os.path.exists("out/config.json")  # the model was saved before the upload

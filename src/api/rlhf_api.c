@@ -4,7 +4,10 @@
 
 #include "common/error.h"
 #include "config/train_config.h"
+#include "io/hub_python.h"
+#include "io/hub_resolve.h"
 #include "python/py_embed.h"
+#include "train/hub_push.h"
 #include "train/stop_signal.h"
 #include "train/session.h"
 
@@ -22,6 +25,7 @@ struct rlhf_trainer {
     TrainOutcome outcome; /* the last run's; log_history NULL before any */
     json_t *train_output; /* the last completed run's TrainOutput; NULL: none yet */
     char *state_text;     /* what rlhf_trainer_state returned last */
+    char *push_url;       /* what rlhf_trainer_push_to_hub returned last */
 };
 
 /* Signals and the stop flag are process-wide: one training at a time. */
@@ -48,7 +52,9 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
         free(t);
         return RLHF_ERROR;
     }
-    if (train_session_open(&t->session, &t->cfg, stderr) != 0) {
+    /* push_to_hub: the repository exists before anything is trained (Trainer's init_hf_repo) */
+    if (train_config_resolve_models(&t->cfg) != 0 || hub_push_init(&t->cfg, stderr) != 0 ||
+        train_session_open(&t->session, &t->cfg, stderr) != 0) {
         train_config_free(&t->cfg);
         free(t);
         return RLHF_ERROR;
@@ -71,6 +77,7 @@ void rlhf_trainer_free(rlhf_trainer *t) {
     json_decref(t->outcome.log_history);
     json_decref(t->train_output);
     free(t->state_text);
+    free(t->push_url);
     train_session_close(&t->session);
     train_config_free(&t->cfg);
     free(t);
@@ -212,6 +219,33 @@ int rlhf_trainer_save_model(rlhf_trainer *t, const char *dir) {
         return err_set("rlhf_trainer_save_model: a trainer and a directory are required"),
                RLHF_ERROR;
     return train_session_save(&t->session, &t->cfg, dir, stderr) == 0 ? RLHF_OK : RLHF_ERROR;
+}
+
+int rlhf_trainer_push_to_hub(rlhf_trainer *t, const char *dir, const char *repo_id,
+                             int private_repo, const char *revision, const char *commit_message,
+                             const char *token, const char **url) {
+    if (url) *url = NULL;
+    if (!t || !dir || !*dir || !repo_id || !*repo_id)
+        return err_set("rlhf_trainer_push_to_hub: a trainer, a directory and a repository id are "
+                       "required"),
+               RLHF_ERROR;
+    if (!hub_is_repo_id(repo_id))
+        return err_set("push_to_hub: '%s' is not a Hub repository id (org/name)", repo_id),
+               RLHF_ERROR;
+    HubUpload u = {.repo_id = repo_id,
+                   .revision = revision,
+                   .commit_message = "",
+                   .private_repo = private_repo,
+                   .token = token};
+    char buf[1024];
+    if (hub_python_upload(&u, buf, sizeof buf) != 0) return RLHF_ERROR; /* create */
+    u.folder = dir;
+    u.commit_message = commit_message ? commit_message : "End of training";
+    if (hub_python_upload(&u, buf, sizeof buf) != 0) return RLHF_ERROR;
+    free(t->push_url);
+    t->push_url = xstrdup(buf);
+    if (url) *url = t->push_url;
+    return RLHF_OK;
 }
 
 size_t rlhf_trainer_param_count(const rlhf_trainer *t) {

@@ -55,7 +55,7 @@ static void print_builtins(FILE *fp) {
     fputs(" (and tokenizer_default)\n", fp);
 }
 
-int cli_chat_template(int argc, char **argv) {
+static int chat_template_local(int argc, char **argv) {
     const char *tokenizer = NULL, *template_arg = NULL, *messages_path = NULL, *tools_path = NULL,
                *kwargs_text = NULL, *out_path = NULL, *vars_path = NULL, *now_text = NULL;
     bool add_generation_prompt = false, continue_final = false;
@@ -218,5 +218,16 @@ done:
     json_decref(doc);
     json_decref(tools);
     json_decref(kwargs);
+    return rc;
+}
+
+/* The command with its directory options made local first (a Hub id: the HF cache, or a
+ * download). */
+int cli_chat_template(int argc, char **argv) {
+    static const CliDirOption dirs[] = {{"--tokenizer", HUB_TOKENIZER}};
+    char **args;
+    if (cli_resolve_options(argc, argv, dirs, 1, &args) != 0) return cli_fail(err_msg());
+    int rc = chat_template_local(argc, args);
+    cli_free_resolved(argc, args, argv);
     return rc;
 }

@@ -1,6 +1,8 @@
 #include "cli/commands.h"
 
 #include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
 #include "dist/dist.h"
 
 #include <errno.h>
@@ -37,9 +39,63 @@ int cli_positive_int(const char *name, const char *text, int *out) {
     return 0;
 }
 
+/* A LoRA adapter directory given where a model is expected: the error says how to use it. */
+static int adapter_given_as_model(const char *dir) {
+    char path[4096];
+    json_t *cfg = NULL;
+    if (path_join(path, sizeof path, dir, "adapter_config.json") != 0 || !file_exists(path) ||
+        json_load_path(path, &cfg) != 0)
+        return -1; /* not an adapter: model_load's own error stands */
+    const char *base = json_string_value(json_object_get(cfg, "base_model_name_or_path"));
+    err_set("%s is a LoRA adapter, not a model (it holds adapter_config.json, no model weights): "
+            "pass its base model and the adapter, --model %s --adapter %s",
+            dir, base ? base : "BASE_MODEL_DIR", dir);
+    json_decref(cfg);
+    return -1;
+}
+
+int cli_resolve_dir(const char **path, const char *option, HubNeed need, char **owned) {
+    *owned = NULL;
+    if (!*path) return 0;
+    if (hub_resolve(*path, NULL, need, option, owned, NULL) != 0) return -1;
+    *path = *owned;
+    return 0;
+}
+
+int cli_resolve_options(int argc, char **argv, const CliDirOption *opts, int n, char ***out) {
+    char **copy = xcalloc((size_t)argc + 1, sizeof *copy);
+    for (int i = 0; i < argc; i++)
+        copy[i] = argv[i];
+    for (int i = 0; i + 1 < argc; i++) {
+        for (int k = 0; k < n; k++) {
+            if (strcmp(argv[i], opts[k].option) != 0) continue;
+            const char *value = argv[i + 1];
+            char *owned = NULL;
+            if (cli_resolve_dir(&value, opts[k].option, opts[k].need, &owned) != 0) {
+                cli_free_resolved(argc, copy, argv);
+                *out = NULL;
+                return -1;
+            }
+            if (owned) copy[i + 1] = owned;
+        }
+    }
+    *out = copy;
+    return 0;
+}
+
+void cli_free_resolved(int argc, char **copy, char **argv) {
+    if (!copy) return;
+    for (int i = 0; i < argc; i++)
+        if (copy[i] != argv[i]) free(copy[i]);
+    free(copy);
+}
+
 int cli_load_model(Model *m, const char *model_dir, const char *adapter_dir, LoraAdapter *lora) {
     memset(lora, 0, sizeof *lora);
-    if (model_load(m, model_dir) != 0) return -1;
+    if (model_load(m, model_dir) != 0) {
+        adapter_given_as_model(model_dir);
+        return -1;
+    }
     if (!adapter_dir) return 0;
     if (lora_load(lora, &m->cfg, adapter_dir) != 0) {
         model_free(m);
@@ -87,6 +143,11 @@ static int read_config(int argc, char **argv, const char *command, const char *u
     }
     int rc = train_config_load(cfg, config, overrides, n_overrides);
     free(overrides);
+    /* Hub ids to local directories: the cache, or a download before anything is written */
+    if (rc == 0 && train_config_resolve_models(cfg) != 0) {
+        train_config_free(cfg);
+        rc = -1;
+    }
     /* one of several ranks: the caller decides which rank reports (all read the same file) */
     if (rc != 0) return dist_size() > 1 ? CLI_EXIT_FAILURE : cli_fail(err_msg());
     for (int i = 0; print_warnings && dist_is_root() && i < cfg->n_warnings; i++)

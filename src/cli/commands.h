@@ -4,6 +4,7 @@
 #define RLHF_CLI_COMMANDS_H
 
 #include "config/train_config.h"
+#include "io/hub_resolve.h"
 #include "model/model.h"
 
 #define CLI_EXIT_OK      0
@@ -17,6 +18,7 @@ int cli_generate(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_merge_lora(int argc, char **argv);
+int cli_plot(int argc, char **argv);
 
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const char *message);
@@ -42,6 +44,24 @@ int cli_read_config(int argc, char **argv, const char *command, const char *usag
  * prints an error either: the caller reports it from one rank. */
 int cli_read_config_quiet(int argc, char **argv, const char *command, const char *usage,
                           TrainConfig *cfg);
+
+/* A directory option of a command and what its directory must hold when it is a Hub id. */
+typedef struct {
+    const char *option; /* "--model" */
+    HubNeed need;
+} CliDirOption;
+
+/* A copy of argv (*out, argc + 1 entries) where the value of each of the n options in opts is
+ * resolved with cli_resolve_dir: a command then reads local directories only. Returns 0, or -1
+ * with an error (*out NULL). Free the copy with cli_free_resolved. */
+int cli_resolve_options(int argc, char **argv, const CliDirOption *opts, int n, char ***out);
+void cli_free_resolved(int argc, char **copy, char **argv);
+
+/* Makes *path (the value of `option`, e.g. "--model"; NULL: nothing to do) a local directory:
+ * itself, or the snapshot of the Hub id it names (io/hub_resolve.h: the HF cache, else a
+ * download). *owned receives the malloc'd result, which *path then points to (the caller frees
+ * it). Returns 0, or -1 with an error. */
+int cli_resolve_dir(const char **path, const char *option, HubNeed need, char **owned);
 
 /* Loads the model in model_dir and, when adapter_dir is given, the PEFT LoRA adapter there into
  * *lora, attached to the model (m->lora). Returns 0, or -1 with an error (nothing left loaded). */

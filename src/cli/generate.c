@@ -303,7 +303,7 @@ static int write_results(FILE *fp, const PromptSet *p, const Completion *c, int 
     return 0;
 }
 
-int cli_generate(int argc, char **argv) {
+static int generate_local(int argc, char **argv) {
     GenerateArgs a;
     int pr = parse_args(argc, argv, &a);
     if (pr == -1) return CLI_EXIT_OK; /* --help */
@@ -380,5 +380,17 @@ done:
     tokenizer_free(&tok);
     model_free(&m);
     lora_free(&lora);
+    return rc;
+}
+
+/* The command with its directory options made local first (a Hub id: the HF cache, or a
+ * download). */
+int cli_generate(int argc, char **argv) {
+    static const CliDirOption dirs[] = {
+        {"--model", HUB_MODEL}, {"--tokenizer", HUB_TOKENIZER}, {"--adapter", HUB_ADAPTER}};
+    char **args;
+    if (cli_resolve_options(argc, argv, dirs, 3, &args) != 0) return cli_fail(err_msg());
+    int rc = generate_local(argc, args);
+    cli_free_resolved(argc, args, argv);
     return rc;
 }

@@ -16,6 +16,7 @@ static const struct {
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", cli_tokenize, "text to token ids (or back) with a tokenizer.json"},
+    {"plot", cli_plot, "draw a run's curves from its metrics.jsonl (PNG or SVG)"},
 };
 
 static void usage(FILE *fp) {
@@ -29,6 +30,10 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("rlhf %s (%s)\n", RLHF_VERSION, RLHF_BUILD_FEATURES);
+        return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

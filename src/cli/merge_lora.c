@@ -31,6 +31,13 @@ static int merge(const char *base_dir, const char *adapter_dir, const char *toke
     if (!dir_exists(adapter_dir))
         return err_set("target directory for LoRA adapter weights does not exist: `%s`",
                        adapter_dir);
+    char config[4096];
+    if (path_join(config, sizeof config, adapter_dir, "adapter_config.json") == 0 &&
+        !file_exists(config))
+        return err_set("%s holds no LoRA adapter (no adapter_config.json): train a config with "
+                       "`adapter: lora` into it first, or point lora_model_dir (--adapter) at "
+                       "an adapter directory",
+                       adapter_dir);
     Model m;
     LoraAdapter lora;
     if (cli_load_model(&m, base_dir, adapter_dir, &lora) != 0) return -1;
@@ -81,8 +88,14 @@ int cli_merge_lora(int argc, char **argv) {
     if (rc != 0) return rc == CLI_HELP_SHOWN ? CLI_EXIT_OK : rc;
     const char *adapter = cfg.lora_model_dir ? cfg.lora_model_dir : cfg.output_dir;
     char out[4096];
-    if (path_join(out, sizeof out, cfg.output_dir, "merged") != 0 ||
-        merge(cfg.base_model, adapter, cfg.tokenizer_config, out, stderr) != 0)
+    if (!cfg.adapter && !cfg.lora_model_dir) {
+        err_set("%s: merge-lora merges a LoRA adapter, but the config has no `adapter:` and no "
+                "lora_model_dir (a full fine-tune's output_dir already holds the whole model); "
+                "set lora_model_dir, or use --base DIR --adapter DIR --out DIR",
+                cfg.source);
+        rc = cli_fail(err_msg());
+    } else if (path_join(out, sizeof out, cfg.output_dir, "merged") != 0 ||
+               merge(cfg.base_model, adapter, cfg.tokenizer_config, out, stderr) != 0)
         rc = cli_fail(err_msg());
     train_config_free(&cfg);
     return rc;

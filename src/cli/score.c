@@ -35,7 +35,7 @@ static int write_scores(FILE *fp, const SequenceScore *scores, size_t n) {
     return 0;
 }
 
-int cli_score(int argc, char **argv) {
+static int score_local(int argc, char **argv) {
     const char *model_dir = NULL, *data = NULL, *out = NULL, *batch_text = "8";
     const char *tokenizer_dir = NULL, *adapter_dir = NULL;
     for (int i = 0; i < argc; i++) {
@@ -120,5 +120,17 @@ int cli_score(int argc, char **argv) {
     prompt_completion_free(&set);
     model_free(&model);
     lora_free(&lora);
+    return rc;
+}
+
+/* The command with its directory options made local first (a Hub id: the HF cache, or a
+ * download). */
+int cli_score(int argc, char **argv) {
+    static const CliDirOption dirs[] = {
+        {"--model", HUB_MODEL}, {"--tokenizer", HUB_TOKENIZER}, {"--adapter", HUB_ADAPTER}};
+    char **args;
+    if (cli_resolve_options(argc, argv, dirs, 3, &args) != 0) return cli_fail(err_msg());
+    int rc = score_local(argc, args);
+    cli_free_resolved(argc, args, argv);
     return rc;
 }

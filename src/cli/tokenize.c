@@ -132,7 +132,7 @@ static int run_file(const Tokenizer *tok, const char *path, bool decode, bool sp
     return rc;
 }
 
-int cli_tokenize(int argc, char **argv) {
+static int tokenize_local(int argc, char **argv) {
     const char *dir = NULL, *text = NULL, *file = NULL;
     bool decode = false, special = true, skip = false, split_special = false;
     for (int i = 0; i < argc; i++) {
@@ -185,4 +185,15 @@ int cli_tokenize(int argc, char **argv) {
     if (rc != 0) return cli_fail(err_msg());
     if (fflush(stdout) != 0) return cli_fail("writing to standard output failed");
     return CLI_EXIT_OK;
+}
+
+/* The command with its directory options made local first (a Hub id: the HF cache, or a
+ * download). */
+int cli_tokenize(int argc, char **argv) {
+    static const CliDirOption dirs[] = {{"--tokenizer", HUB_TOKENIZER}};
+    char **args;
+    if (cli_resolve_options(argc, argv, dirs, 1, &args) != 0) return cli_fail(err_msg());
+    int rc = tokenize_local(argc, args);
+    cli_free_resolved(argc, args, argv);
+    return rc;
 }

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 
 #include "common/error.h"
+#include "common/log_stream.h"
 #include "config/train_config.h"
 #include "dist/dist.h"
 #include "dist/dist_launch.h"
@@ -111,8 +112,9 @@ int cli_train(int argc, char **argv) {
         dist_finalize();
         return rc;
     }
-    /* rank 0 alone logs; the others' progress and warnings would repeat it */
-    FILE *log = dist_is_root() ? stderr : fopen("/dev/null", "w");
+    /* rank 0 alone logs (progress on stdout, warnings on stderr: log_stream.h); the others'
+     * progress and warnings would repeat it */
+    FILE *log = dist_is_root() ? log_stream_open() : fopen("/dev/null", "w");
     if (!log) log = stderr;
     /* SIGINT / SIGTERM stop the run after the current step with a checkpoint; the exit status
      * is then the shell's 128 + signal number (130, 143), as if the signal had ended it */

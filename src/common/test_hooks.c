@@ -32,4 +32,11 @@ bool test_hook_scripted_completions(void) {
     return env_is_one("RLHF_TEST_SCRIPTED_COMPLETIONS");
 }
 
+double test_hook_memory_available(void) {
+    const char *text = getenv("RLHF_TEST_MEMORY_AVAILABLE_MB");
+    char *end;
+    double mb = text ? strtod(text, &end) : -1;
+    return text && end != text && mb >= 0 ? mb * 1024 * 1024 : -1;
+}
+
 #endif

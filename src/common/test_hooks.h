@@ -32,6 +32,10 @@ void test_hook_kill_in_removal(void);
  * value or unset: false. */
 bool test_hook_scripted_completions(void);
 
+/* RLHF_TEST_MEMORY_AVAILABLE_MB=N: the free memory the start-up memory plan sees (bytes), so
+ * that its refusal can be tested on any machine; unset or not a number: -1 (read the machine). */
+double test_hook_memory_available(void);
+
 #else
 
 static inline bool test_hook_nan_grad(int64_t step) {
@@ -41,6 +45,9 @@ static inline bool test_hook_nan_grad(int64_t step) {
 static inline void test_hook_kill_in_removal(void) {}
 static inline bool test_hook_scripted_completions(void) {
     return false;
+}
+static inline double test_hook_memory_available(void) {
+    return -1;
 }
 
 #endif

@@ -43,6 +43,7 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->orpo_alpha = NAN;
     cfg->simpo_gamma = 0.5;
     cfg->cpo_alpha = NAN;
+    cfg->hub_private_repo = true;
 }
 
 static const char *override_for(const char *key, const char *const *overrides, int n) {
@@ -165,9 +166,17 @@ void train_config_free(TrainConfig *cfg) {
     train_config_free_datasets(cfg->datasets, cfg->n_datasets);
     train_config_free_datasets(cfg->test_datasets, cfg->n_test_datasets);
     grpo_config_free(&cfg->grpo);
+    tracking_config_free(&cfg->tracking);
     json_decref(cfg->raw);
     char **strings[] = {&cfg->source,
                         &cfg->base_model,
+                        &cfg->base_model_config,
+                        &cfg->base_model_id,
+                        &cfg->revision_of_model,
+                        &cfg->hub_model_id,
+                        &cfg->hub_strategy,
+                        &cfg->hub_revision,
+                        &cfg->hub_token,
                         &cfg->tokenizer_config,
                         &cfg->optimizer,
                         &cfg->lr_scheduler,

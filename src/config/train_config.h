@@ -9,6 +9,7 @@
 #define RLHF_CONFIG_TRAIN_CONFIG_H
 
 #include "config/grpo_config.h"
+#include "config/tracking_config.h"
 
 #include <stdbool.h>
 #include <jansson.h>
@@ -29,10 +30,13 @@ typedef enum {
 } RlMethod;
 
 typedef struct {
-    char *path;        /* local file or directory */
-    char *ds_type;     /* json (default) */
-    char **data_files; /* optional; within path when path is a directory */
+    char *path;        /* local file or directory, else a Hub dataset id (data/dataset_source.h) */
+    char *ds_type;     /* json, parquet, csv, arrow, text; NULL: by the files' extension */
+    char **data_files; /* optional files or globs: inside path when it is a directory, else
+                          from the working directory; a Hub dataset's files */
     int n_data_files;
+    char *name;      /* the Hub dataset's configuration (load_dataset's name); may be NULL */
+    char *revision;  /* the Hub dataset's branch, tag or commit; NULL: main */
     char *split;     /* train (default) */
     char *type;      /* prompt strategy, e.g. chat_template, alpaca, completion */
     json_t *options; /* the whole entry as JSON: each strategy reads its own keys */
@@ -42,8 +46,13 @@ typedef struct {
 
 typedef struct {
     char *source;            /* the YAML file, for messages */
-    char *base_model;        /* required */
-    char *tokenizer_config;  /* default: base_model */
+    char *base_model;        /* required: a local directory or a Hub id (io/hub_resolve.h);
+                                after train_config_resolve_models, the local directory */
+    char *base_model_config; /* NULL, or the same model as base_model */
+    char *tokenizer_config;  /* default: base_model_config, else base_model */
+    char *revision_of_model; /* the Hub revision of a base_model given by id (model_revision) */
+    char *base_model_id;     /* set by train_config_resolve_models: the Hub id base_model
+                                came from; NULL when it was a local directory */
     RlMethod rl;             /* RL_NONE: supervised fine-tuning */
     DatasetConfig *datasets; /* at least one */
     int n_datasets;
@@ -112,6 +121,14 @@ typedef struct {
     int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
     char *excess_length_strategy; /* drop (default), truncate or raise */
     GrpoConfig grpo;              /* rl: grpo / gdpo: the trl: block read (config/grpo_config.h) */
+    TrackingConfig tracking; /* use_tensorboard, report_to, wandb_* (config/tracking_config.h) */
+    /* uploads (transformers' TrainingArguments; Axolotl: hub_model_id alone turns pushing on) */
+    bool push_to_hub;
+    char *hub_model_id;    /* default: output_dir's name */
+    char *hub_strategy;    /* every_save (default), end, checkpoint, all_checkpoints */
+    bool hub_private_repo; /* true unless set false (Axolotl creates private repositories) */
+    char *hub_revision;    /* the branch pushed to; NULL: main */
+    char *hub_token;       /* NULL: huggingface_hub's own (HF_TOKEN, `hf auth login`) */
     json_t *raw;     /* the whole file as JSON: what Python dataset transforms receive as cfg */
     char **warnings; /* messages for the user, in file order */
     int n_warnings;
@@ -123,6 +140,13 @@ typedef struct {
  * name). */
 int train_config_load(TrainConfig *cfg, const char *path, const char *const *overrides,
                       int n_overrides);
+
+/* Makes every model path of a loaded config local (io/hub_resolve.h): base_model,
+ * base_model_config, tokenizer_config (as HUB_TOKENIZER) and lora_model_dir (as HUB_ADAPTER), each
+ * a local directory or a Hub id found in the HF cache or downloaded, at revision_of_model for
+ * the base model's. Records the base's Hub id in base_model_id. Returns 0, or -1 with an error
+ * naming the file and the key. Nothing is written but the HF cache. */
+int train_config_resolve_models(TrainConfig *cfg);
 
 /* The same from a document in memory: YAML text, or JSON (YAML's flow syntax), with the same
  * keys as the file. `name` stands for the file in messages and in `source`; relative paths in

@@ -52,11 +52,13 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
                 return err_prefix("%s:%d", d->path, line);
             continue;
         }
-        char **slot = strcmp(key, "path") == 0      ? &ds->path
-                      : strcmp(key, "ds_type") == 0 ? &ds->ds_type
-                      : strcmp(key, "split") == 0   ? &ds->split
-                      : strcmp(key, "type") == 0    ? &ds->type
-                                                    : NULL;
+        char **slot = strcmp(key, "path") == 0       ? &ds->path
+                      : strcmp(key, "ds_type") == 0  ? &ds->ds_type
+                      : strcmp(key, "split") == 0    ? &ds->split
+                      : strcmp(key, "name") == 0     ? &ds->name
+                      : strcmp(key, "revision") == 0 ? &ds->revision
+                      : strcmp(key, "type") == 0     ? &ds->type
+                                                     : NULL;
         if (!slot) {
             if (!is_strategy_key(key))
                 train_config_warn(cfg, "%s:%d: %s[%d].%s is not used by rlhf.c yet; ignored",
@@ -78,12 +80,19 @@ static int read_dataset(TrainConfig *cfg, YamlDoc *d, yaml_node_t *n, DatasetCon
     ds->options = yaml_node_to_json(d, n);
     if (!ds->options) return -1;
     if (!ds->path)
-        return err_set("%s:%d: %s[%d]: missing 'path' (a local JSON/JSONL file or directory)",
+        return err_set("%s:%d: %s[%d]: missing 'path' (a local file or directory, or a Hugging "
+                       "Face Hub dataset id)",
                        d->path, ds->line, list, index);
-    if (!ds->ds_type) ds->ds_type = xstrdup("json");
     if (!ds->split) ds->split = xstrdup("train");
-    if (strcmp(ds->ds_type, "json") != 0)
-        return err_set("%s:%d: %s[%d].ds_type: \"%s\" is not supported (only local json/jsonl)",
+    /* ds_type stays NULL when not given: the files' extension decides (data/dataset_source.h);
+     * given, it names one of the builders of `datasets` that Axolotl passes it to */
+    static const char *const ds_types[] = {"json", "parquet", "csv", "arrow", "text"};
+    bool known = !ds->ds_type;
+    for (size_t i = 0; !known && i < sizeof ds_types / sizeof *ds_types; i++)
+        known = strcmp(ds->ds_type, ds_types[i]) == 0;
+    if (!known)
+        return err_set("%s:%d: %s[%d].ds_type: \"%s\" is not a dataset type (expected json, "
+                       "parquet, csv, arrow or text)",
                        d->path, ds->line, list, index, ds->ds_type);
     return 0;
 }
@@ -117,6 +126,8 @@ void train_config_free_datasets(DatasetConfig *list, int n) {
         free(ds->where);
         free(ds->ds_type);
         free(ds->split);
+        free(ds->name);
+        free(ds->revision);
         free(ds->type);
         for (int f = 0; f < ds->n_data_files; f++)
             free(ds->data_files[f]);

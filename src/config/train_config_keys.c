@@ -11,7 +11,11 @@
     { #name, kind, offsetof(TrainConfig, name) }
 static const KeySpec key_specs[] = {
     KEY(base_model, K_STRING),
+    KEY(base_model_config, K_STRING),
     KEY(tokenizer_config, K_STRING),
+    KEY(revision_of_model, K_STRING),
+    {"model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)}, /* Axolotl's alias */
+    {"base_model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)},
     KEY(rl, K_RL),
     KEY(datasets, K_DATASETS),
     KEY(test_datasets, K_DATASETS),
@@ -72,6 +76,25 @@ static const KeySpec key_specs[] = {
     KEY(cpo_loss_type, K_STRING),
     KEY(max_prompt_len, K_INT),
     KEY(excess_length_strategy, K_STRING),
+#define TRACKING_KEY(name, kind)                                                                   \
+    { #name, kind, offsetof(TrainConfig, tracking.name) }
+    TRACKING_KEY(use_tensorboard, K_BOOL),
+    TRACKING_KEY(use_wandb, K_BOOL),
+    TRACKING_KEY(report_to, K_STRING_LIST),
+    TRACKING_KEY(wandb_project, K_STRING),
+    TRACKING_KEY(wandb_entity, K_STRING),
+    TRACKING_KEY(wandb_name, K_STRING),
+    TRACKING_KEY(wandb_mode, K_STRING),
+    TRACKING_KEY(wandb_run_id, K_STRING),
+    TRACKING_KEY(wandb_log_model, K_STRING),
+    TRACKING_KEY(wandb_watch, K_STRING),
+#undef TRACKING_KEY
+    KEY(push_to_hub, K_BOOL),
+    KEY(hub_model_id, K_STRING),
+    KEY(hub_strategy, K_STRING),
+    KEY(hub_private_repo, K_BOOL),
+    KEY(hub_revision, K_STRING),
+    KEY(hub_token, K_STRING),
 };
 #undef KEY
 #define N_KEY_SPECS (sizeof key_specs / sizeof *key_specs)
@@ -82,7 +105,6 @@ static const char *const documented_keys[] = {
     "added_tokens_overrides",
     "attn_implementation",
     "auto_resume_from_checkpoints",
-    "base_model_config",
     "batch_size",
     "bfloat16",
     "chat_template_kwargs",
@@ -108,7 +130,6 @@ static const char *const documented_keys[] = {
     "fsdp_version",
     "gpu_memory_limit",
     "gradient_checkpointing_kwargs",
-    "hub_model_id",
     "load_best_model_at_end",
     "load_in_4bit",
     "load_in_8bit",
@@ -118,7 +139,6 @@ static const char *const documented_keys[] = {
     "lr_scheduler_kwargs",
     "max_memory",
     "metric_for_best_model",
-    "model_revision",
     "model_type",
     "optim_args",
     "peft_use_dora",
@@ -140,13 +160,6 @@ static const char *const documented_keys[] = {
     "tokens",
     "trust_remote_code",
     "type_of_model",
-    "use_tensorboard",
-    "use_wandb",
-    "wandb_entity",
-    "wandb_name",
-    "wandb_project",
-    "wandb_log_model",
-    "wandb_watch",
     "flash_attention",
     "shuffle_merged_datasets",
     "train_on_inputs",
@@ -236,6 +249,9 @@ _Static_assert(offsetof(TrainConfig, n_dpo_loss_type) ==
                "a string list's count follows its pointer");
 _Static_assert(offsetof(TrainConfig, n_dpo_loss_weights) ==
                    offsetof(TrainConfig, dpo_loss_weights) + sizeof(char **),
+               "a string list's count follows its pointer");
+_Static_assert(offsetof(TrainConfig, tracking.n_report_to) ==
+                   offsetof(TrainConfig, tracking.report_to) + sizeof(char **),
                "a string list's count follows its pointer");
 static int *string_list_count(TrainConfig *cfg, const KeySpec *spec) {
     return (int *)((char *)cfg + spec->offset + sizeof(char **));

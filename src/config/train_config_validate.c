@@ -166,7 +166,8 @@ static int validate_preference(TrainConfig *cfg) {
 }
 
 int train_config_validate(TrainConfig *cfg) {
-    if (!cfg->base_model) return err_set("key 'base_model': missing (a local model directory)");
+    if (!cfg->base_model)
+        return err_set("key 'base_model': missing (a local model directory or a Hub id)");
     if (cfg->n_datasets == 0) return err_set("key 'datasets': missing (at least one dataset)");
     if (isnan(cfg->learning_rate)) return err_set("key 'learning_rate': missing");
     if (require_positive("learning_rate", cfg->learning_rate) ||
@@ -196,6 +197,7 @@ int train_config_validate(TrainConfig *cfg) {
         return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
     if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)
         return err_set("keys 'adam_beta1', 'adam_beta2': must be in [0, 1)");
+    if (tracking_config_check(&cfg->tracking, cfg->source) != 0) return -1;
     if (!cfg->optimizer) cfg->optimizer = xstrdup("adamw_torch");
     if (strcmp(cfg->optimizer, "adamw_torch") != 0 &&
         strcmp(cfg->optimizer, "adamw_torch_fused") != 0 && !optimizer_is_8bit(cfg->optimizer))
@@ -216,7 +218,17 @@ int train_config_validate(TrainConfig *cfg) {
                        "constant_with_warmup, linear, cosine)",
                        cfg->lr_scheduler);
     if (validate_adapter(cfg) != 0 || validate_preference(cfg) != 0) return -1;
-    if (!cfg->tokenizer_config) cfg->tokenizer_config = xstrdup(cfg->base_model);
+    if (!cfg->tokenizer_config)
+        cfg->tokenizer_config =
+            xstrdup(cfg->base_model_config ? cfg->base_model_config : cfg->base_model);
+    if (cfg->hub_model_id) cfg->push_to_hub = true; /* Axolotl's rule */
+    if (cfg->hub_strategy && strcmp(cfg->hub_strategy, "end") != 0 &&
+        strcmp(cfg->hub_strategy, "every_save") != 0 &&
+        strcmp(cfg->hub_strategy, "checkpoint") != 0 &&
+        strcmp(cfg->hub_strategy, "all_checkpoints") != 0)
+        return err_set("key 'hub_strategy': \"%s\" is not one of end, every_save, checkpoint, "
+                       "all_checkpoints",
+                       cfg->hub_strategy);
     if (!cfg->output_dir) cfg->output_dir = xstrdup("./outputs");
     return 0;
 }

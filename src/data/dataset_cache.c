@@ -2,7 +2,10 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
-#include "data/dataset_rows.h"
+#include "data/dataset_library.h"
+#include "data/dataset_source.h"
+
+#include <dirent.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,48 @@ static int hash_file(uint64_t *h, const char *path, bool optional) {
     return 0;
 }
 
+/* A directory's regular files, names and bytes, in sorted order, all the way down (what
+ * load_dataset(dir) or load_from_disk may read). */
+static int hash_tree(uint64_t *h, const char *dir) {
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    if (n < 0) return err_set("%s: cannot list the directory", dir);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        const char *name = names[i]->d_name;
+        if (rc == 0 && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+            path_join(path, sizeof path, dir, name) == 0) {
+            hash_string(h, name);
+            rc = dir_exists(path) ? hash_tree(h, path) : hash_file(h, path, false);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+/* What an entry's rows are read from (data/dataset_source.h): local files' names and bytes, a
+ * directory's whole tree, a Hub dataset's resolved commit (invariant 1: the revision). */
+static int hash_source(uint64_t *h, const DatasetConfig *dc) {
+    DatasetSource src;
+    if (dataset_source_open(&src, dc) != 0) return -1;
+    int rc = 0;
+    hash_string(h, src.format);
+    for (int f = 0; rc == 0 && f < src.n_files; f++) {
+        hash_string(h, src.files[f]);
+        rc = hash_file(h, src.files[f], false);
+    }
+    if (rc == 0 && src.kind == DATASET_LIBRARY_DIR) rc = hash_tree(h, dc->path);
+    if (rc == 0 && src.kind == DATASET_HUB) {
+        char commit[256];
+        rc = dataset_library_revision(dc, commit, sizeof commit);
+        if (rc == 0) hash_string(h, commit);
+    }
+    dataset_source_free(&src);
+    return rc;
+}
+
 int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
     uint64_t h = 0xCBF29CE484222325ull;
     hash_string(&h, CACHE_MAGIC);
@@ -62,16 +107,7 @@ int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
         free(options);
         hash_string(&h, dc->type);
         hash_string(&h, dc->split);
-        if (dataset_path_check(dc) != 0) return -1;
-        if (dc->n_data_files == 0) {
-            if (hash_file(&h, dc->path, false) != 0) return -1;
-        }
-        for (int f = 0; f < dc->n_data_files; f++) {
-            if (path_join(path, sizeof path, dc->path, dc->data_files[f]) != 0) return -1;
-            hash_string(&h, dc->data_files[f]);
-            if (hash_file(&h, dir_exists(dc->path) ? path : dc->data_files[f], false) != 0)
-                return -1;
-        }
+        if (hash_source(&h, dc) != 0) return -1;
     }
     *key = h;
     return 0;

@@ -3,6 +3,8 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/dataset_library.h"
+#include "data/dataset_source.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,20 +56,13 @@ static int load_file(const char *path, DatasetRowFn fn, void *ctx) {
     return rc;
 }
 
-int dataset_path_check(const DatasetConfig *dc) {
-    if (file_exists(dc->path) || dir_exists(dc->path)) return 0;
-    return err_set("%s.path: \"%s\" is not a local file or directory (relative paths start from "
-                   "the working directory; Hub datasets are not downloaded)",
-                   dc->where ? dc->where : "dataset", dc->path);
-}
-
 int dataset_rows_foreach(const DatasetConfig *dc, DatasetRowFn fn, void *ctx) {
-    if (dataset_path_check(dc) != 0) return -1;
-    if (dc->n_data_files == 0) return load_file(dc->path, fn, ctx);
-    for (int f = 0; f < dc->n_data_files; f++) {
-        char path[4096];
-        if (path_join(path, sizeof path, dc->path, dc->data_files[f]) != 0) return -1;
-        if (load_file(dir_exists(dc->path) ? path : dc->data_files[f], fn, ctx) != 0) return -1;
-    }
-    return 0;
+    DatasetSource src;
+    if (dataset_source_open(&src, dc) != 0) return -1;
+    int rc = 0;
+    if (src.kind != DATASET_JSON_FILES) rc = dataset_library_foreach(&src, dc, fn, ctx);
+    for (int f = 0; rc == 0 && src.kind == DATASET_JSON_FILES && f < src.n_files; f++)
+        rc = load_file(src.files[f], fn, ctx);
+    dataset_source_free(&src);
+    return rc;
 }

@@ -306,9 +306,7 @@ static bool uses_python(const TrainConfig *cfg) {
     return false;
 }
 
-/* Python modules are looked up in the working directory first (Axolotl's rule), then next to the
- * config file: `rlhf train examples/grpo.yaml` finds examples/rewards.py. */
-static int python_search_path(const TrainConfig *cfg) {
+int grpo_python_search_path(const TrainConfig *cfg) {
     if (!uses_python(cfg)) return 0;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", cfg->source);
@@ -323,7 +321,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
-    int rc = python_search_path(cfg);
+    int rc = grpo_python_search_path(cfg);
     if (rc == 0) rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = grpo_dataset_load(&r.train, cfg, cfg->datasets, cfg->n_datasets, tok, log);
     if (rc == 0) rc = held_out_prompts(&r, tok);

@@ -19,4 +19,10 @@
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
              const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log);
 
+/* Python modules (reward functions, dataset transforms) are looked up in the working directory
+ * first (Axolotl's rule), then next to the config file: `rlhf train examples/grpo.yaml` finds
+ * examples/rewards.py. Adds that directory to the interpreter's path when cfg names Python code;
+ * returns 0, or -1 with an error. */
+int grpo_python_search_path(const TrainConfig *cfg);
+
 #endif

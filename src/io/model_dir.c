@@ -4,6 +4,8 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,10 +74,14 @@ int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer
     return copy_companion_files(model_dir, tokenizer_dir, out_dir);
 }
 
-int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
-                            const char *out_dir) {
+int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *base_id,
+                            const char *tokenizer_dir, const char *out_dir) {
     if (make_dirs(out_dir) != 0) return -1;
-    if (lora_save(a, out_dir, model_dir) != 0) return -1;
+    char absolute[PATH_MAX];
+    if (!base_id && !realpath(model_dir, absolute))
+        return err_set("%s: cannot resolve the base model's directory: %s", model_dir,
+                       strerror(errno));
+    if (lora_save(a, out_dir, base_id ? base_id : absolute) != 0) return -1;
     if (copy_if_present(model_dir, out_dir, "config.json") != 0) return -1;
     return copy_companion_files(model_dir, tokenizer_dir, out_dir);
 }

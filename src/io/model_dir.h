@@ -15,10 +15,12 @@ int model_dir_write(const Model *m, const char *model_dir, const char *tokenizer
                     const char *out_dir, SafetensorsDtype dtype);
 
 /* An adapter's output directory as PEFT and Axolotl leave it: adapter_config.json and
- * adapter_model.safetensors (base_model_name_or_path = model_dir), with the base's config.json,
- * generation_config.json and the tokenizer files beside them. */
-int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *tokenizer_dir,
-                            const char *out_dir);
+ * adapter_model.safetensors, with the base's config.json, generation_config.json and the
+ * tokenizer files beside them. base_model_name_or_path is base_id, the Hub id the base came from,
+ * or (NULL) model_dir's absolute path: AutoPeftModelForCausalLM loads the base by it, from
+ * whatever directory it runs in. */
+int model_dir_write_adapter(const LoraAdapter *a, const char *model_dir, const char *base_id,
+                            const char *tokenizer_dir, const char *out_dir);
 
 /* The dtype the checkpoint's config.json names (float32 when it names none). */
 SafetensorsDtype model_dir_source_dtype(const Model *m);

@@ -1,11 +1,17 @@
 #include "python/py_embed.h"
 
 #include "common/error.h"
+#include "python/py_env.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+/* CMake defines it (cmake/embedded_python.cmake); empty: libpython finds its own prefix. */
+#ifndef RLHF_PYTHON_HOME
+#define RLHF_PYTHON_HOME ""
+#endif
 
 static enum {
     PY_NOT_STARTED,
@@ -35,14 +41,35 @@ static int insert_cwd_first_on_path(void) {
     return 0;
 }
 
+/* py_env.h invariant 1: the stdlib of the embedded libpython's own installation. Left to
+ * itself, libpython looks for "python3" on PATH and takes the stdlib named by that
+ * interpreter's pyvenv.cfg: another build's, in an activated venv. PYTHONHOME still wins, as it
+ * does for python3. */
+static PyStatus set_home(PyConfig *config) {
+    if (!RLHF_PYTHON_HOME[0] || getenv("PYTHONHOME")) return PyStatus_Ok();
+    char program[PATH_MAX];
+    snprintf(program, sizeof program, "%s/bin/python%s", RLHF_PYTHON_HOME, py_embed_version());
+    PyStatus status = PyConfig_SetBytesString(config, &config->home, RLHF_PYTHON_HOME);
+    if (PyStatus_Exception(status)) return status;
+    return PyConfig_SetBytesString(config, &config->program_name, program);
+}
+
 static int start_interpreter(void) {
+    PyEnvironment env;
+    int found = py_env_find(&env, py_embed_version(), RLHF_PYTHON_HOME);
+    if (found < 0) {
+        snprintf(start_failure, sizeof start_failure, "%s", err_msg());
+        py_state = PY_FAILED;
+        return -1;
+    }
     PyConfig config;
     PyConfig_InitPythonConfig(&config);
     /* Signals stay with the C program: a Python SIGINT handler would only set a flag that
      * nobody checks while C code runs. */
     config.install_signal_handlers = 0;
     config.parse_argv = 0;
-    PyStatus status = Py_InitializeFromConfig(&config);
+    PyStatus status = set_home(&config);
+    if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status)) {
         snprintf(start_failure, sizeof start_failure,
@@ -53,7 +80,8 @@ static int start_interpreter(void) {
         return err_set("%s", start_failure);
     }
     py_state = PY_RUNNING;
-    int rc = insert_cwd_first_on_path();
+    int rc = found == 1 ? py_env_activate(&env) : 0;
+    if (rc == 0) rc = insert_cwd_first_on_path();
     main_thread_state = PyEval_SaveThread();
     atexit(py_embed_shutdown);
     return rc;

@@ -2,10 +2,11 @@
  *
  * Axolotl users' reward functions and dataset transforms live in a rewards.py in their working
  * directory and Axolotl imports them under `python -m axolotl...`, which puts the working
- * directory first on sys.path. The interpreter is started the same way: the environment is read
- * as `python3` reads it (PYTHONPATH, an activated virtual environment of the same Python
- * version), no signal handlers are installed (Ctrl-C stays ours) and the working directory at
- * the moment of the first use is inserted at sys.path[0].
+ * directory first on sys.path. The interpreter is started the same way: on the stdlib of the
+ * embedded libpython's own installation, with PYTHONPATH and the user's activated venv/conda
+ * environment of the same Python version as `python` there sees them (python/py_env.h; one of
+ * another version is refused naming both), no signal handlers installed (Ctrl-C stays ours), and
+ * the working directory at the moment of the first use inserted at sys.path[0].
  *
  * Threads: Python is entered through py_embed_enter/py_embed_leave, which hold the GIL for the
  * caller; between calls the GIL is released. The trainer calls Python from its main thread only;
@@ -57,7 +58,8 @@ const char *py_embed_version(void);
 #ifdef RLHF_WITH_PYTHON
 /* Starts the interpreter if needed and takes the GIL for the calling thread. Returns 0 with
  * *gil set (pass it to py_embed_leave), or -1 with an error when Python cannot be started
- * (its message, e.g. the standard library was not found) or was already shut down. */
+ * (its message, e.g. the standard library was not found, or an activated environment of
+ * another Python version: py_env.h) or was already shut down. */
 int py_embed_enter(PyGILState_STATE *gil);
 
 /* Gives the GIL back; every successful py_embed_enter is paired with one call. */

@@ -12,7 +12,11 @@
  *   is_coroutine_function(f)   inspect.iscoroutinefunction(f), TRL's test for async rewards
  *   run_coroutine(c)   runs c to completion on one event loop kept for the whole run (TRL keeps
  *                      one too, so clients bound to a loop survive between batches)
- *   is_real(x)         isinstance(x, numbers.Real): numpy and other numeric scalars */
+ *   is_real(x)         isinstance(x, numbers.Real): numpy and other numeric scalars
+ *   dataset_load(kind, path, fmt, files, name, split, revision, data_files)
+ *                      one split of a dataset through `datasets` (data/dataset_library.h)
+ *   dataset_revision(path, name, revision)   the commit a Hub dataset's revision names (the
+ *                      Hub; offline: the huggingface_hub or `datasets` cache; else as given) */
 #ifndef RLHF_PYTHON_PY_SUPPORT_H
 #define RLHF_PYTHON_PY_SUPPORT_H
 

@@ -184,8 +184,8 @@ static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const
     snprintf(temp_dir, sizeof temp_dir, "%s/.checkpoint-%lld.tmp", target->output_dir,
              (long long)step);
     if (sweep_unfinished(target->output_dir) != 0) return -1;
-    int rc = tr->lora ? model_dir_write_adapter(tr->lora, target->model_dir, target->tokenizer_dir,
-                                                temp_dir)
+    int rc = tr->lora ? model_dir_write_adapter(tr->lora, target->model_dir, target->base_id,
+                                                target->tokenizer_dir, temp_dir)
                       : model_dir_write(tr->model, target->model_dir, target->tokenizer_dir,
                                         temp_dir, ST_F32);
     if (rc == 0) {

@@ -29,6 +29,7 @@
 typedef struct {
     const char *output_dir;
     const char *model_dir;     /* where config.json comes from */
+    const char *base_id;       /* the base's Hub id, or NULL (model_dir_write_adapter) */
     const char *tokenizer_dir; /* where the tokenizer files come from */
     int64_t save_total_limit;  /* 0: keep all */
     /* Method state that belongs in the checkpoint too (GRPO's replay buffer): called with the

@@ -17,7 +17,12 @@ int metrics_file_open(MetricsFile *f, const char *output_dir, bool resumed) {
     return 0;
 }
 
+void metrics_reporters_open(MetricsFile *f, const TrainConfig *cfg, FILE *log) {
+    if (f->fp) reporters_open(&f->reporters, cfg, log);
+}
+
 void metrics_file_close(MetricsFile *f) {
+    reporters_close(&f->reporters);
     if (f->fp) fclose(f->fp);
     if (f->fp && f->created && f->replace_pending) remove(f->path);
     f->fp = NULL;
@@ -39,6 +44,7 @@ void metrics_log_entry(MetricsFile *f, json_t *log_history, json_t *entry) {
     if (line) fprintf(f->fp, "%s\n", line);
     free(line);
     fflush(f->fp);
+    reporters_log(&f->reporters, entry);
     json_array_append(log_history, entry);
 }
 

@@ -1,10 +1,15 @@
 #include "train/session.h"
 
+#include "train/memory_plan.h"
+
 #include "common/error.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
 #include "grpo/grpo_run.h"
+#include "io/hub_resolve.h"
+#include "io/model_card.h"
 #include "io/model_dir.h"
+#include "train/hub_push.h"
 #include "train/pref_task.h"
 #include "train/sft_task.h"
 
@@ -33,8 +38,20 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
+/* The start-up memory plan (memory_plan.h), from config.json alone: printed, and a run that
+ * cannot fit is refused before anything is loaded or written. */
+static int plan_memory(const TrainConfig *cfg, FILE *log) {
+    ModelConfig mc;
+    if (model_config_load(&mc, cfg->base_model) != 0) return -1;
+    MemoryPlan plan = memory_plan_make(cfg, &mc);
+    model_config_free(&mc);
+    memory_plan_print(&plan, log);
+    return memory_plan_check(&plan, cfg);
+}
+
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
+    if (plan_memory(cfg, log) != 0) return -1;
     if (model_load(&s->model, cfg->base_model) != 0) return -1;
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
@@ -53,9 +70,41 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     return 0;
 }
 
+/* The last value of every number logged (the later entries win), the mean training loss and
+ * where the run ended: what the model card reports. */
+static json_t *final_metrics(const TrainOutcome *o) {
+    json_t *m = json_object();
+    size_t i;
+    json_t *entry;
+    json_array_foreach(o->log_history, i, entry) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(entry, key, v) {
+            if (json_is_number(v) && strcmp(key, "step") != 0) json_object_set(m, key, v);
+        }
+    }
+    if (o->loss_steps > 0)
+        json_object_set_new(m, "train_loss", json_real(o->loss_sum / (double)o->loss_steps));
+    json_object_set_new(m, "global_step", json_integer(o->global_step));
+    json_object_set_new(m, "epoch", json_real(o->epoch));
+    return m;
+}
+
+static int run_method(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks,
+                      TrainOutcome *out, FILE *log);
+
 int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks, FILE *log) {
-    TrainOutcome *out = hooks ? hooks->outcome : NULL;
-    if (out) memset(out, 0, sizeof *out);
+    TrainOutcome own, *out = hooks && hooks->outcome ? hooks->outcome : &own;
+    memset(out, 0, sizeof *out);
+    int rc = run_method(s, cfg, hooks, out, log);
+    json_decref(s->final_metrics);
+    s->final_metrics = rc == 0 ? final_metrics(out) : NULL;
+    if (out == &own) json_decref(own.log_history);
+    return rc;
+}
+
+static int run_method(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks,
+                      TrainOutcome *out, FILE *log) {
     LoraAdapter *trained = s->has_lora ? &s->lora : NULL;
     Model *m = &s->model;
     /* The one place that names every method's run: grpo/ builds on train/, and this dispatch is
@@ -78,20 +127,77 @@ int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
     return err_set("%s: rl: method %d has no run", cfg->source, (int)cfg->rl); /* unreachable */
 }
 
+/* TRL's trainer name tag for the model card. */
+static const char *card_method(RlMethod rl) {
+    switch (rl) {
+    case RL_NONE:
+        return "sft";
+    case RL_KTO:
+        return "kto";
+    case RL_ORPO:
+        return "orpo";
+    case RL_SIMPO:
+    case RL_CPO:
+        return "cpo"; /* TRL's CPOTrainer runs SimPO */
+    case RL_GRPO:
+    case RL_GDPO:
+        return "grpo";
+    case RL_DPO:
+    case RL_IPO:
+        return "dpo";
+    }
+    return "dpo";
+}
+
+/* README.md as TRL writes it: base_model only when the base came from the Hub, datasets only
+ * those named by a Hub id (what `datasets` would have loaded from the Hub). */
+static int write_card(const TrainSession *s, const TrainConfig *cfg, const char *dir) {
+    char model_name[256];
+    if (cfg->hub_model_id) {
+        const char *slash = strrchr(cfg->hub_model_id, '/');
+        snprintf(model_name, sizeof model_name, "%s", slash ? slash + 1 : cfg->hub_model_id);
+    } else {
+        TrainConfig named = {.output_dir = (char *)dir};
+        hub_push_repo_id(&named, model_name, sizeof model_name);
+    }
+    const char **hub_datasets = xcalloc((size_t)cfg->n_datasets + 1, sizeof *hub_datasets);
+    int n = 0;
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        const char *p = cfg->datasets[i].path;
+        if (p && !file_exists(p) && !dir_exists(p) && hub_is_repo_id(p)) hub_datasets[n++] = p;
+    }
+    char repo[256];
+    hub_push_repo_id(cfg, repo, sizeof repo);
+    ModelCard card = {.method = card_method(cfg->rl),
+                      .base_model = cfg->base_model_id,
+                      .base_path = cfg->base_model,
+                      .model_name = model_name,
+                      .hub_model_id = cfg->push_to_hub ? repo : NULL,
+                      .datasets = hub_datasets,
+                      .n_datasets = n,
+                      .adapter = s->has_lora,
+                      .metrics = s->final_metrics};
+    int rc = model_card_write(&card, dir);
+    free(hub_datasets);
+    return rc;
+}
+
 int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char *dir, FILE *log) {
     /* rank 0 writes the model; every rank learns whether it could */
-    int rc = dist_agree(
-        !dist_is_root() ? 0
-        : s->has_lora
-            ? model_dir_write_adapter(&s->lora, cfg->base_model, cfg->tokenizer_config, dir)
-            : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
-                              model_dir_source_dtype(&s->model)));
+    int rc = !dist_is_root() ? 0
+             : s->has_lora ? model_dir_write_adapter(&s->lora, cfg->base_model, cfg->base_model_id,
+                                                     cfg->tokenizer_config, dir)
+                           : model_dir_write(&s->model, cfg->base_model, cfg->tokenizer_config, dir,
+                                             model_dir_source_dtype(&s->model));
+    if (rc == 0 && dist_is_root()) rc = write_card(s, cfg, dir);
+    rc = dist_agree(rc);
     if (rc == 0) fprintf(log, "%s saved to %s\n", s->has_lora ? "adapter" : "model", dir);
     return rc;
 }
 
 void train_session_close(TrainSession *s) {
     tokenizer_free(&s->tok);
+    json_decref(s->final_metrics);
     lora_free(&s->lora);
     model_free(&s->model);
     memset(s, 0, sizeof *s);
@@ -99,9 +205,13 @@ void train_session_close(TrainSession *s) {
 
 int train_run(const TrainConfig *cfg, FILE *log) {
     TrainSession s;
+    if (cfg->push_to_hub && dist_agree(dist_is_root() ? hub_push_init(cfg, log) : 0) != 0)
+        return -1;
     if (train_session_open(&s, cfg, log) != 0) return -1;
     int rc = train_session_run(&s, cfg, NULL, log);
     if (rc == 0) rc = train_session_save(&s, cfg, cfg->output_dir, log);
+    if (rc == 0 && cfg->push_to_hub)
+        rc = dist_agree(dist_is_root() ? hub_push_output(cfg, "End of training", log) : 0);
     train_session_close(&s);
     return rc;
 }

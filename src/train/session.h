@@ -20,7 +20,8 @@
 #include <stdio.h>
 
 /* Returns 0, or -1 with an error. Progress lines go to `log`. Loads the model, trains it and
- * writes it to output_dir: train_session_open + train_session_run + train_session_save. */
+ * writes it to output_dir: train_session_open + train_session_run + train_session_save; then
+ * pushes output_dir to the Hub when push_to_hub (train/hub_push.h). */
 int train_run(const TrainConfig *cfg, FILE *log);
 
 /* ---- the same in pieces, for a program that embeds the library (include/rlhf.h) ----
@@ -32,6 +33,8 @@ typedef struct {
     LoraAdapter lora; /* the trained adapter when has_lora */
     bool has_lora;
     Tokenizer tok;
+    json_t *final_metrics; /* the last run's last value of each logged metric, train_loss,
+                              global_step and epoch (for the model card); NULL before a run */
 } TrainSession;
 
 /* What an embedding program adds to a run; every member may be NULL. */
@@ -49,8 +52,8 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log);
  * NULL. Returns 0, or -1 with an error (also after a signal, see stop_signal.h). */
 int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks, FILE *log);
 
-/* Writes the model (or the adapter, beside the base's config and tokenizer files) to dir.
- * Returns 0, or -1 with an error. */
+/* Writes the model (or the adapter, beside the base's config and tokenizer files) to dir, and
+ * its model card README.md (io/model_card.h). Returns 0, or -1 with an error. */
 int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char *dir, FILE *log);
 
 void train_session_close(TrainSession *s);

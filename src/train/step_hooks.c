@@ -1,7 +1,9 @@
 #include "train/step_hooks.h"
 
 #include "common/clock.h"
+#include "common/log_stream.h"
 #include "dist/dist.h"
+#include "train/hub_push.h"
 #include "train/stop_signal.h"
 #include "train/train_state.h"
 
@@ -17,13 +19,14 @@ StepHooks step_hooks_init(const TrainConfig *cfg, const StepSource *src, Trainer
                        .log_history = log_history,
                        .target = {.output_dir = cfg->output_dir,
                                   .model_dir = cfg->base_model,
+                                  .base_id = cfg->base_model_id,
                                   .tokenizer_dir = cfg->tokenizer_config,
                                   .save_total_limit = cfg->save_total_limit,
                                   .write_extra = src->write_extra,
                                   .extra_ctx = src->extra_ctx},
                        .bad = bad_steps_init(cfg->max_consecutive_bad_steps, log_history),
                        .log = log,
-                       .tty = isatty(fileno(log)),
+                       .tty = log_stream_is_tty(log),
                        .start = clock_seconds(),
                        .first_step = tr->step};
 }
@@ -135,6 +138,12 @@ int step_hooks_after_step(StepHooks *h, int step_rc, const StepStats *st) {
         if (rc != 0) return -1;
         if (!h->tty || sig)
             fprintf(h->log, "%ssaved checkpoint-%lld\n", h->tty ? "\n" : "", (long long)step);
+        /* hub_strategy's pushes of the checkpoint, from rank 0; a failed push stops the run */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/checkpoint-%lld", cfg->output_dir, (long long)step);
+        if (cfg->push_to_hub &&
+            dist_agree(dist_is_root() ? hub_push_checkpoint(cfg, dir, step, h->log) : 0) != 0)
+            return -1;
     }
     if (sig) return dist_agree(stop_signal_error(sig, step)); /* all stop */
     return 0;

@@ -3,6 +3,7 @@
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
+#include "report/sparkline.h"
 #include "train/step_hooks.h"
 #include "train/train_state.h"
 
@@ -64,6 +65,7 @@ static int begin(const TrainConfig *cfg, const StepSource *src, Trainer *tr, jso
     if (dist_agree(dist_is_root() ? metrics_file_open(metrics, cfg->output_dir, tr->step > 0)
                                   : 0) != 0)
         return -1;
+    metrics_reporters_open(metrics, cfg, log); /* rank 0 only: never fails */
     return src->start ? src->start(src->ctx, tr, log_history, resumed_from, log) : 0;
 }
 
@@ -86,6 +88,7 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
         rc = step_hooks_after_step(&hooks, step_rc, &st);
     }
     double elapsed = clock_seconds() - hooks.start;
+    int64_t tr_step_end = tr.step;
     if (out) {
         *out = (TrainOutcome){.log_history = log_history,
                               .global_step = tr.step,
@@ -95,17 +98,32 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
                               .loss_sum = hooks.run_loss_sum,
                               .loss_steps = hooks.run_loss_steps,
                               .seconds = elapsed};
-    } else {
-        json_decref(log_history);
+        json_incref(log_history); /* out's reference; ours goes below */
     }
     metrics_file_close(&metrics);
     trainer_free(&tr);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        json_decref(log_history);
+        return -1;
+    }
     if (hooks.tty) fputc('\n', log);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(log, "done: %lld steps in %.1f s, %.0f tok/s, peak memory %.0f MB\n",
-            (long long)src->total_steps, elapsed, hooks.tokens / (elapsed > 0 ? elapsed : 1),
-            ru.ru_maxrss / 1024.0);
+    /* the rate counts only the steps this process ran: a resumed run did not redo the first */
+    long long ran = (long long)(tr_step_end - hooks.first_step);
+    if (hooks.first_step > 0)
+        fprintf(log, "done: %lld steps (resumed at step %lld, now %lld/%lld)", ran,
+                (long long)hooks.first_step, (long long)tr_step_end, (long long)src->total_steps);
+    else
+        fprintf(log, "done: %lld steps", ran);
+    fprintf(log, " in %.1f s, %.0f tok/s, peak memory %.0f MB\n", elapsed,
+            hooks.tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
+    if (dist_is_root()) { /* the main curves at a glance */
+        MetricSet curves;
+        metrics_series_from_entries(&curves, log_history);
+        sparkline_summary(log, &curves);
+        metrics_series_free(&curves);
+    }
+    json_decref(log_history);
     return 0;
 }

@@ -1,0 +1,252 @@
+/* The start-up memory plan (train/memory_plan.h):
+ *  1. its parameter count, from config.json alone, equals what model_load lays out, on every
+ *     fixture model family (biases, q/k norms, tied and untied embeddings, GQA);
+ *  2. its total is the peak memory a real training run adds: a full fine-tune of a synthetic
+ *     ~20M-parameter model (full-length rows, so the bound is reached) run as a separate
+ *     `rlhf train` process, whose peak RSS less that of the same run on a model 1/16th the size
+ *     (the process itself: libraries, tokenizer, data) must be within 25% of the plan's
+ *     difference between the two (not under the sanitizers, whose shadow memory is counted);
+ *  3. a run that cannot fit (free memory set low through the test hook) is refused before
+ *     anything is loaded or written, naming the numbers and the settings that shrink it. */
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/json_util.h"
+#include "config/train_config.h"
+#include "harness.h"
+#include "io/model_dir.h"
+#include "model/model.h"
+#include "train/memory_plan.h"
+
+#include <dirent.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+static void check_param_counts(void) {
+    const char *dirs[] = {"models/tiny-arith", "tests/fixtures/models"};
+    char path[4096];
+    int checked = 0;
+    snprintf(path, sizeof path, "%s", harness_source_path(dirs[0]));
+    Model m;
+    ModelConfig mc;
+    CHECK(model_load(&m, path) == 0 && model_config_load(&mc, path) == 0, "%s", err_msg());
+    CHECK(memory_plan_model_params(&mc) == m.n_params, "%s: plan %llu, model %zu", path,
+          (unsigned long long)memory_plan_model_params(&mc), m.n_params);
+    model_free(&m);
+    model_config_free(&mc);
+    char root[4096];
+    snprintf(root, sizeof root, "%s", harness_source_path(dirs[1]));
+    DIR *d = opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (path_join(path, sizeof path, root, e->d_name) != 0) continue;
+        if (model_load(&m, path) != 0) continue; /* not a model directory */
+        CHECK(model_config_load(&mc, path) == 0, "%s", err_msg());
+        CHECK(memory_plan_model_params(&mc) == m.n_params, "%s: plan %llu, model %zu", path,
+              (unsigned long long)memory_plan_model_params(&mc), m.n_params);
+        checked++;
+        model_free(&m);
+        model_config_free(&mc);
+    }
+    if (d) closedir(d);
+    CHECK(checked >= 8, "only %d fixture models checked", checked);
+}
+
+/* A random-weight Llama of the given width and depth, tiny-arith's tokenizer, in dir. */
+static void write_model(const char *dir, int hidden, int inter, int layers, int vocab) {
+    json_t *cfg;
+    CHECK(json_load_path(harness_source_path("models/tiny-arith/config.json"), &cfg) == 0, "%s",
+          err_msg());
+    json_object_set_new(cfg, "hidden_size", json_integer(hidden));
+    json_object_set_new(cfg, "intermediate_size", json_integer(inter));
+    json_object_set_new(cfg, "num_hidden_layers", json_integer(layers));
+    json_object_set_new(cfg, "vocab_size", json_integer(vocab));
+    json_object_set_new(cfg, "head_dim", json_integer(hidden / 8));
+    json_object_set_new(cfg, "num_attention_heads", json_integer(8));
+    json_object_set_new(cfg, "num_key_value_heads", json_integer(2));
+    json_object_set_new(cfg, "dtype", json_string("float32"));
+    CHECK(make_dirs(dir) == 0, "mkdir %s", dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(json_dump_file(cfg, path, JSON_INDENT(2)) == 0, "write %s", path);
+    ModelConfig mc;
+    CHECK(model_config_from_json(&mc, cfg, path) == 0, "%s", err_msg());
+    json_decref(cfg);
+    Model m;
+    model_init_empty(&m, &mc);
+    uint64_t s = 12345;
+    for (size_t i = 0; i < m.n_params; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        m.params[i] = ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+    }
+    CHECK(model_dir_write(&m, dir, harness_source_path("models/tiny-arith"), dir, ST_F32) == 0,
+          "write %s: %s", dir, err_msg());
+    model_free(&m);
+}
+
+/* A config training `model` on long text rows (cut into full sequence_len pieces). */
+static const char *write_config(const char *name, const char *model, const char *out) {
+    const char *data = harness_tmp_path("text.jsonl");
+    if (!file_exists(data)) {
+        FILE *f = fopen(data, "w");
+        for (int r = 0; r < 8; r++) {
+            fputs("{\"text\": \"", f);
+            for (int i = 0; i < 400; i++)
+                fprintf(f, "What is %d + %d? %d. ", i, r, i + r);
+            fputs("\"}\n", f);
+        }
+        fclose(f);
+    }
+    char body[2048];
+    int n = snprintf(body, sizeof body,
+                     "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\n"
+                     "sequence_len: 256\nmicro_batch_size: 4\nmax_steps: 1\n"
+                     "learning_rate: 1e-4\noutput_dir: %s\nsave_steps: 0\n"
+                     "dataset_prepared_path: %s\n",
+                     model, data, out, harness_tmp_path("prepared"));
+    const char *path = harness_tmp_path(name);
+    CHECK(harness_write_file(path, body, (size_t)n) == 0, "write %s", path);
+    return path;
+}
+
+/* Runs `rlhf train config` as a child; returns its peak RSS in bytes (-1 on failure). */
+static double train_peak_rss(const char *config, char *const *env) {
+    char rlhf[4096];
+    snprintf(rlhf, sizeof rlhf, "%s/rlhf", RLHF_BINARY_DIR);
+    char config_copy[4096];
+    snprintf(config_copy, sizeof config_copy, "%s", config);
+    char *argv[] = {rlhf, "train", config_copy, NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, rlhf, NULL, NULL, argv, env ? env : environ) != 0) return -1;
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return -1;
+    return (double)ru.ru_maxrss * 1024.0;
+}
+
+static MemoryPlan plan_of(const char *config) {
+    TrainConfig cfg;
+    ModelConfig mc;
+    MemoryPlan p = {0};
+    CHECK(train_config_load(&cfg, config, NULL, 0) == 0, "%s", err_msg());
+    CHECK(model_config_load(&mc, cfg.base_model) == 0, "%s", err_msg());
+    p = memory_plan_make(&cfg, &mc);
+    model_config_free(&mc);
+    train_config_free(&cfg);
+    return p;
+}
+
+/* Peak RSS of a run of `config` with the overrides, and its plan. */
+typedef struct {
+    double rss, plan;
+} Measured;
+
+static Measured measure(const char *config, const char *tag, const char *overrides) {
+    /* the config with the overrides appended (later keys win in train_config_load) */
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(read_file(config, &text, &len) == 0, "read %s", config);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", harness_tmp_path(tag));
+    FILE *f = fopen(path, "w");
+    fprintf(f, "%s%s", text ? text : "", overrides);
+    fclose(f);
+    free(text);
+    MemoryPlan p = plan_of(path);
+    Measured m = {.rss = train_peak_rss(path, NULL), .plan = p.total};
+    CHECK(m.rss > 0, "%s: the training run failed", tag);
+    printf("%-12s peak RSS %6.1f MB, planned %6.1f MB\n", tag, m.rss / 1e6, m.plan / 1e6);
+    return m;
+}
+
+/* Each part of the plan against what it costs a real process, one axis at a time: the
+ * activations (micro_batch_size 2 -> 4), the gradients and optimizer state (full fine-tune ->
+ * LoRA), and the whole (the big model's run less the small one's, which is the process itself
+ * plus the small model's plan). */
+static void check_against_peak_rss(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    puts("peak RSS check skipped: the sanitizers' shadow memory is counted in RSS");
+    return;
+#endif
+    char big[4096], small[4096];
+    snprintf(big, sizeof big, "%s", harness_tmp_path("big"));
+    snprintf(small, sizeof small, "%s", harness_tmp_path("small"));
+    write_model(big, 512, 1536, 6, 4096);
+    write_model(small, 128, 384, 6, 1024);
+    char big_cfg[4096];
+    snprintf(big_cfg, sizeof big_cfg, "%s",
+             write_config("big.yaml", big, harness_tmp_path("out_big")));
+    const char *small_cfg = write_config("small.yaml", small, harness_tmp_path("out_small"));
+    Measured full4 = measure(big_cfg, "full mbs 4", "");
+    Measured full2 = measure(big_cfg, "full mbs 2", "micro_batch_size: 2\n");
+    Measured lora4 = measure(big_cfg, "lora mbs 4", "adapter: lora\nlora_r: 8\n");
+    Measured small4 = measure(small_cfg, "small mbs 4", "");
+    struct {
+        const char *axis;
+        double measured, planned, low, high; /* bounds of measured / planned */
+    } axes[] = {
+        {"activations (micro_batch_size 4 vs 2)", full4.rss - full2.rss, full4.plan - full2.plan,
+         0.85, 1.15},
+        {"gradients + optimizer (full vs LoRA)", full4.rss - lora4.rss, full4.plan - lora4.plan,
+         0.85, 1.15},
+        /* the plan is an upper bound on full-length rows: it may exceed, by a quarter at most */
+        {"the whole run (big vs small model)", full4.rss - small4.rss, full4.plan - small4.plan,
+         0.75, 1.05},
+    };
+    for (size_t i = 0; i < sizeof axes / sizeof *axes; i++) {
+        double ratio = axes[i].measured / axes[i].planned;
+        printf("%s: measured %.1f MB, planned %.1f MB (%.2f)\n", axes[i].axis,
+               axes[i].measured / 1e6, axes[i].planned / 1e6, ratio);
+        CHECK(ratio > axes[i].low && ratio < axes[i].high, "%s: measured %.1f MB, planned %.1f MB",
+              axes[i].axis, axes[i].measured / 1e6, axes[i].planned / 1e6);
+    }
+}
+
+static void check_refusal(void) {
+    const char *out = harness_tmp_path("out_refused");
+    const char *cfg = write_config("refused.yaml", "models/tiny-arith", out);
+    char cfg_copy[4096];
+    snprintf(cfg_copy, sizeof cfg_copy, "%s", cfg);
+    MemoryPlan p = plan_of(cfg_copy);
+    CHECK(p.total > 20e6, "the tiny run's plan is %.1f MB", p.total / 1e6);
+    /* a tenth of what it needs */
+    char mb[64];
+    snprintf(mb, sizeof mb, "%.3f", p.total / 10 / (1024.0 * 1024.0));
+    setenv("RLHF_TEST_MEMORY_AVAILABLE_MB", mb, 1);
+    p = plan_of(cfg_copy);
+    TrainConfig c;
+    CHECK(train_config_load(&c, cfg_copy, NULL, 0) == 0, "%s", err_msg());
+    CHECK(memory_plan_check(&p, &c) != 0, "a tenth of the memory needed was accepted");
+    const char *msg = err_msg();
+    CHECK(strstr(msg, "needs about") && strstr(msg, "gradient_checkpointing: true") &&
+              strstr(msg, "adapter: lora") && strstr(msg, "micro_batch_size"),
+          "message: %s", msg);
+    train_config_free(&c);
+    /* the real program: refused, exit 1, nothing written */
+    char rlhf[4096];
+    snprintf(rlhf, sizeof rlhf, "%s/rlhf", RLHF_BINARY_DIR);
+    char *argv[] = {rlhf, "train", cfg_copy, NULL};
+    pid_t pid;
+    int status = 0;
+    CHECK(posix_spawn(&pid, rlhf, NULL, NULL, argv, environ) == 0 &&
+              waitpid(pid, &status, 0) == pid,
+          "spawn");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "exit status %d", status);
+    CHECK(!dir_exists(out), "%s was created by a refused run", out);
+    unsetenv("RLHF_TEST_MEMORY_AVAILABLE_MB");
+    p = plan_of(cfg_copy);
+    CHECK(p.available > 0, "free memory unknown on this machine");
+}
+
+int main(void) {
+    CHECK(chdir(harness_source_path(".")) == 0, "cd to the source tree");
+    check_param_counts();
+    check_refusal();
+    check_against_peak_rss();
+    return harness_finish("test_memory_plan");
+}
