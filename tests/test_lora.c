@@ -156,7 +156,7 @@ static void check_case(const char *name) {
     float *full = malloc((size_t)V * sizeof *full), *cached = malloc((size_t)V * sizeof *cached);
     CHECK(model_logits(&m, &batch, 0, len - 1, len, full) == 0, "%s", err_msg());
     KvCache kv;
-    CHECK(kv_cache_init(&kv, &m.cfg, 1, len) == 0, "kv");
+    CHECK(kv_cache_init(&kv, model_backend(&m), &m.cfg, 1, len) == 0, "kv");
     CachedChunk first = {0, tokens, len - 3}, rest = {0, tokens + len - 3, 3};
     CHECK(model_forward_cached(&m, NULL, &kv, &first, 1, cached) == 0 &&
               model_forward_cached(&m, NULL, &kv, &rest, 1, cached) == 0,

@@ -78,18 +78,18 @@ static void run_steps(json_t *j, Model *m, const ParamSpan *spans, AdamW *opt, L
         float scale =
             (float)json_number_value(json_array_get(json_object_get(j, "scales"), (size_t)k));
         synthetic_grads(m, k, scale, grads);
-        double norm = grad_global_norm(grads, spans, m->n_param_tensors);
+        double norm = grad_global_norm(backend_cpu(), grads, spans, m->n_param_tensors);
         double want_norm =
             json_number_value(json_array_get(json_object_get(j, "grad_norm_per_step"), (size_t)k));
         CHECK(harness_close(norm, want_norm, 1e-5, 0), "step %lld grad_norm %.8g vs %.8g",
               (long long)k, norm, want_norm);
-        grad_clip(grads, spans, m->n_param_tensors, max_norm, norm);
+        grad_clip(backend_cpu(), grads, spans, m->n_param_tensors, max_norm, norm);
         double lr = base_lr * lr_schedule_factor(type, k, warmup, steps);
         double want_lr =
             json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
         CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
               want_lr);
-        adamw_step(opt, m->params, grads, lr);
+        adamw_step(opt, backend_cpu(), m->params, grads, lr);
     }
     free(grads);
 }

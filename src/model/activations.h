@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* One layer's activations, in backend memory (model_backend). */
 typedef struct {
     float *x_in;          /* (N, H) residual stream entering the layer */
     float *x_mid;         /* (N, H) residual after the attention block */
@@ -29,6 +30,16 @@ typedef struct {
     float *proj;          /* (N, H) block output before the residual add (scratch) */
     float *block;         /* the allocation behind the buffers this LayerActs owns */
 } LayerActs;
+
+/* A TokenLayout's arrays and the RoPE tables as the backend sees them (backend_mirror: the host
+ * arrays themselves on the CPU, copies in device memory elsewhere). */
+typedef struct {
+    const int32_t *tokens, *positions, *seq_index; /* (n) each */
+    const AttnSegment *segs;
+    int n_segs;
+    const float *cos_t, *sin_t; /* (n_positions, hd/2) */
+    void *owned[6];             /* the copies this mirror made, to be->free */
+} LayoutMirror;
 
 /* Everything one training forward keeps for the backward. With `recompute`
  * (gradient_checkpointing) each layer keeps only its x_in, and backward regenerates the rest of a
@@ -46,7 +57,9 @@ typedef struct {
     int n_layers;
     float *x_final;       /* (N, H) residual leaving the last layer */
     float *hidden;        /* (N, H) after the final norm */
-    float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2) */
+    float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2), host */
+    LayoutMirror dev;     /* layout and tables as the backend reads them */
+    const Backend *be;    /* where the buffers above (but layout, cos_t, sin_t) live */
 } ForwardTape;
 
 /* Runs the forward keeping what backward needs (see ForwardTape). `tape` is either zeroed

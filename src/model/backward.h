@@ -4,7 +4,6 @@
 #ifndef RLHF_MODEL_BACKWARD_H
 #define RLHF_MODEL_BACKWARD_H
 
-#include "kernels/cpu/kernels.h"
 #include "model/activations.h"
 
 /* logp (B*T) as model_token_logprobs gives it, from a tape's final hidden states. Returns 0, or

@@ -3,7 +3,7 @@
 #include "model/activations.h"
 
 #include "common/error.h"
-#include "kernels/cpu/kernels.h"
+#include "model/decoder_layer.h"
 #include "model/rope_tables.h"
 #include "model/token_layout.h"
 
@@ -79,68 +79,44 @@ static void acts_layout(LayerActs *a, float *p, const ModelConfig *c, size_t n, 
     }
 }
 
-/* Allocates a LayerActs with its own block (ACTS_INFERENCE or ACTS_FULL). */
-static int acts_alloc(LayerActs *a, const ModelConfig *c, size_t n, ActsRole role) {
-    a->block = xmalloc_checked(acts_floats(c, n, role) * sizeof(float), "forward activations");
+/* Allocates a LayerActs with its own block (ACTS_INFERENCE or ACTS_FULL) in backend memory. */
+static int acts_alloc(const Backend *be, LayerActs *a, const ModelConfig *c, size_t n,
+                      ActsRole role) {
+    a->block = be->alloc(be, acts_floats(c, n, role) * sizeof(float), "forward activations");
     if (!a->block) return -1;
     acts_layout(a, a->block, c, n, role, NULL);
     return 0;
 }
 
-/* out = a + b, elementwise; out may be a. */
-static void residual_add(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+/* The batch forward's hooks (decoder_layer.h): the stored weights, attention over the layout's
+ * segments (ctx: the LayoutMirror). */
+static void batch_linear(const DecoderHooks *h, const Model *m, int l, LoraModule mod, float *out,
+                         const float *in, int n) {
+    (void)h;
+    const Backend *be = model_backend(m);
+    WeightRef w;
+    const float *bias;
+    int in_dim, out_dim;
+    layer_linear(m, l, mod, &w, &bias, &in_dim, &out_dim);
+    be->linear(be, out, in, w, NULL, bias, n, in_dim, out_dim);
 }
 
-/* Adds the adapter's term of layer l's module `mod` to out, when the model carries one. */
-static void apply_lora(const Model *m, int l, LoraModule mod, float *out, const float *in, int n) {
-    const LoraLinear *lin = lora_linear(m->lora, l, mod);
-    if (lin)
-        lora_forward_add(out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
-                         m->lora->scaling, lora_dropout_p(m->lora),
-                         lora_dropout_key(m->lora, l, mod));
-}
-
-/* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer). */
-static void layer_forward(const Model *m, int l, const TokenLayout *lay, const float *cos_t,
-                          const float *sin_t, LayerActs *a, float *x_out) {
+static void batch_attention(const DecoderHooks *h, const Model *m, int l, LayerActs *a, int n,
+                            int window) {
+    (void)l, (void)n;
+    const Backend *be = model_backend(m);
+    const LayoutMirror *dev = h->ctx;
     const ModelConfig *c = &m->cfg;
-    const LayerWeights *w = &m->layers[l];
-    int n = (int)lay->n, H = c->hidden_size, I = c->intermediate_size;
-    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    float eps = (float)c->rms_norm_eps;
+    be->attention(be, a->att, a->q, a->k, a->v, dev->segs, dev->n_segs, dev->seq_index, c->n_heads,
+                  c->n_kv_heads, c->head_dim, window);
+}
 
-    rmsnorm_forward(a->xn, a->x_in, w->input_norm, n, H, eps);
-    linear_forward(a->q_pre, a->xn, LAYER_WEIGHT(w, wq), w->bq, n, H, qd);
-    apply_lora(m, l, LORA_Q, a->q_pre, a->xn, n);
-    linear_forward(a->k_pre, a->xn, LAYER_WEIGHT(w, wk), w->bk, n, H, kvd);
-    apply_lora(m, l, LORA_K, a->k_pre, a->xn, n);
-    linear_forward(a->v, a->xn, LAYER_WEIGHT(w, wv), w->bv, n, H, kvd);
-    apply_lora(m, l, LORA_V, a->v, a->xn, n);
-    if (c->qk_norm) {
-        rmsnorm_forward(a->q, a->q_pre, w->q_norm, n * c->n_heads, c->head_dim, eps);
-        rmsnorm_forward(a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, c->head_dim, eps);
-    }
-    rope_forward(a->q, lay->positions, cos_t, sin_t, n, c->n_heads, c->head_dim);
-    rope_forward(a->k, lay->positions, cos_t, sin_t, n, c->n_kv_heads, c->head_dim);
-    int window = c->layer_sliding[l] ? c->sliding_window : 0;
-    attention_forward(a->att, a->q, a->k, a->v, lay->segs, lay->n_segs, lay->seq_index, c->n_heads,
-                      c->n_kv_heads, c->head_dim, window);
-    linear_forward(a->proj, a->att, LAYER_WEIGHT(w, wo), w->bo, n, qd, H);
-    apply_lora(m, l, LORA_O, a->proj, a->att, n);
-    residual_add(a->x_mid, a->x_in, a->proj, (size_t)n * H);
-
-    rmsnorm_forward(a->xn, a->x_mid, w->post_norm, n, H, eps);
-    linear_forward(a->gate, a->xn, LAYER_WEIGHT(w, w_gate), w->b_gate, n, H, I);
-    apply_lora(m, l, LORA_GATE, a->gate, a->xn, n);
-    linear_forward(a->up, a->xn, LAYER_WEIGHT(w, w_up), w->b_up, n, H, I);
-    apply_lora(m, l, LORA_UP, a->up, a->xn, n);
-    swiglu_forward(a->act, a->gate, a->up, (size_t)n * I);
-    linear_forward(a->proj, a->act, LAYER_WEIGHT(w, w_down), w->b_down, n, I, H);
-    apply_lora(m, l, LORA_DOWN, a->proj, a->act, n);
-    residual_add(x_out, a->x_mid, a->proj, (size_t)n * H);
+/* One decoder layer over the layout's n rows: reads a->x_in, writes a->x_mid and x_out. */
+static void layer_forward(const Model *m, int l, const LayoutMirror *dev, size_t n, LayerActs *a,
+                          float *x_out) {
+    DecoderRows rows = {(int)n, dev->positions, dev->cos_t, dev->sin_t};
+    DecoderHooks hooks = {batch_linear, batch_attention, (void *)dev};
+    decoder_layer_forward(m, l, &rows, &hooks, a, x_out);
 }
 
 /* Whether a forward of b computes a shared prefix once (token_layout.h). Not while the
@@ -150,11 +126,41 @@ static bool shares_prefixes(const Model *m, const TokenBatch *b) {
     return !b->unshared && !(m->lora && lora_dropout_p(m->lora) > 0.0f);
 }
 
-/* What every forward needs before the layers: checked batch, its layout, RoPE tables. */
+/* What every forward needs before the layers: checked batch, its layout, RoPE tables, and
+ * those as the backend reads them. */
 typedef struct {
     TokenLayout lay;
     float *cos_t, *sin_t;
+    LayoutMirror dev;
 } ForwardSetup;
+
+static void mirror_free(const Backend *be, LayoutMirror *dev) {
+    for (int i = 0; i < 6; i++)
+        be->free(be, dev->owned[i]);
+    memset(dev, 0, sizeof *dev);
+}
+
+/* dev = the layout's arrays and the tables (n_positions rows) as be reads them. */
+static int mirror_layout(const Backend *be, const TokenLayout *lay, const float *cos_t,
+                         const float *sin_t, size_t table_floats, LayoutMirror *dev) {
+    memset(dev, 0, sizeof *dev);
+    size_t ints = lay->n * sizeof(int32_t);
+    dev->tokens = backend_mirror(be, lay->tokens, ints, "token ids", &dev->owned[0]);
+    dev->positions = backend_mirror(be, lay->positions, ints, "positions", &dev->owned[1]);
+    dev->seq_index = backend_mirror(be, lay->seq_index, ints, "sequence indices", &dev->owned[2]);
+    dev->segs = backend_mirror(be, lay->segs, (size_t)lay->n_segs * sizeof *lay->segs,
+                               "attention segments", &dev->owned[3]);
+    dev->n_segs = lay->n_segs;
+    dev->cos_t =
+        backend_mirror(be, cos_t, table_floats * sizeof(float), "RoPE tables", &dev->owned[4]);
+    dev->sin_t =
+        backend_mirror(be, sin_t, table_floats * sizeof(float), "RoPE tables", &dev->owned[5]);
+    bool ok = (dev->tokens || !lay->n) && (dev->positions || !lay->n) &&
+              (dev->seq_index || !lay->n) && (dev->segs || !lay->n_segs) && dev->cos_t &&
+              dev->sin_t;
+    if (!ok) mirror_free(be, dev);
+    return ok ? 0 : -1;
+}
 
 static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) {
     const ModelConfig *c = &m->cfg;
@@ -167,47 +173,51 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
     fs->cos_t = xmalloc(table * sizeof(float));
     fs->sin_t = xmalloc(table * sizeof(float));
     rope_build_tables(c, max_position + 1, fs->cos_t, fs->sin_t);
-    return 0;
+    return mirror_layout(model_backend(m), &fs->lay, fs->cos_t, fs->sin_t, table, &fs->dev);
 }
 
-static void forward_setup_free(ForwardSetup *fs) {
+static void forward_setup_free(const Backend *be, ForwardSetup *fs) {
+    mirror_free(be, &fs->dev);
     token_layout_free(&fs->lay);
     free(fs->cos_t);
     free(fs->sin_t);
 }
 
-static void embed_rows(const Model *m, const TokenLayout *lay, float *x) {
-    size_t H = (size_t)m->cfg.hidden_size;
-    for (size_t i = 0; i < lay->n; i++)
-        model_embed_row(m, lay->tokens[i], x + i * H);
+static void embed_rows(const Model *m, const LayoutMirror *dev, size_t n, float *x) {
+    const Backend *be = model_backend(m);
+    WeightRef table = {m->embed, m->embed16};
+    be->embedding_gather(be, x, table, dev->tokens, (int)n, m->cfg.hidden_size);
 }
 
 /* The final hidden states of the layout's rows, into hidden (lay.n, H), which fs->lay receives. */
+/* hidden is backend memory (be->free it). */
 static int forward_rows(const Model *m, const TokenBatch *b, ForwardSetup *fs, float **hidden) {
+    const Backend *be = model_backend(m);
     const ModelConfig *c = &m->cfg;
     *hidden = NULL;
     if (forward_setup(m, b, fs) != 0) return -1;
     size_t n = fs->lay.n, H = (size_t)c->hidden_size;
     LayerActs a;
-    *hidden = xmalloc_checked((n ? n : 1) * H * sizeof(float), "hidden states");
-    if (!*hidden || acts_alloc(&a, c, n ? n : 1, ACTS_INFERENCE) != 0) {
-        free(*hidden);
+    *hidden = be->alloc(be, (n ? n : 1) * H * sizeof(float), "hidden states");
+    if (!*hidden || acts_alloc(be, &a, c, n ? n : 1, ACTS_INFERENCE) != 0) {
+        be->free(be, *hidden);
         *hidden = NULL;
         return -1;
     }
-    embed_rows(m, &fs->lay, a.x_in);
+    embed_rows(m, &fs->dev, n, a.x_in);
     for (int l = 0; l < c->n_layers && n > 0; l++)
-        layer_forward(m, l, &fs->lay, fs->cos_t, fs->sin_t, &a, a.x_in);
-    rmsnorm_forward(*hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
-    free(a.block);
+        layer_forward(m, l, &fs->dev, n, &a, a.x_in);
+    be->rmsnorm(be, *hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
+    be->free(be, a.block);
     return 0;
 }
 
 int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
+    const Backend *be = model_backend(m);
     ForwardSetup fs;
     float *rows;
     if (forward_rows(m, b, &fs, &rows) != 0) {
-        forward_setup_free(&fs);
+        forward_setup_free(be, &fs);
         return -1;
     }
     size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
@@ -216,37 +226,39 @@ int model_forward_hidden(const Model *m, const TokenBatch *b, float *hidden) {
         if (r == LAYOUT_NO_ROW)
             memset(hidden + i * H, 0, H * sizeof(float));
         else
-            memcpy(hidden + i * H, rows + r * H, H * sizeof(float));
+            be->copy(be, hidden + i * H, rows + r * H, H * sizeof(float), BACKEND_DEVICE_TO_HOST);
     }
-    free(rows);
-    forward_setup_free(&fs);
+    be->free(be, rows);
+    forward_setup_free(be, &fs);
     return 0;
 }
 
 /* The tape's buffers for n tokens: kept from the previous call when they are large enough (a
  * training loop then allocates, and the kernel zero-fills pages, only once), else made anew. */
-static int tape_buffers(const ModelConfig *c, size_t n, bool recompute, ForwardTape *tape) {
+static int tape_buffers(const Backend *be, const ModelConfig *c, size_t n, bool recompute,
+                        ForwardTape *tape) {
     size_t H = (size_t)c->hidden_size;
     bool fits = tape->layers && tape->capacity >= n && tape->recompute == recompute &&
-                tape->n_layers == c->n_layers;
+                tape->n_layers == c->n_layers && tape->be == be;
     if (!fits) {
         forward_tape_free(tape);
+        tape->be = be;
         tape->capacity = n;
         tape->recompute = recompute;
         tape->n_layers = c->n_layers;
         tape->layers = xcalloc((size_t)c->n_layers, sizeof *tape->layers);
         /* x_final, hidden, discard; and the layers' shared xn, proj, act when kept */
         size_t extra = 3 * n * H + (recompute ? 0 : n * (2 * H + (size_t)c->intermediate_size));
-        tape->x_final = xmalloc_checked(extra * sizeof(float), "final activations");
+        tape->x_final = be->alloc(be, extra * sizeof(float), "final activations");
         bool ok = tape->x_final != NULL;
         if (ok && recompute) {
             size_t full = acts_floats(c, n, ACTS_FULL);
-            tape->scratch.block = xmalloc_checked(full * sizeof(float), "forward activations");
+            tape->scratch.block = be->alloc(be, full * sizeof(float), "forward activations");
             ok = tape->scratch.block != NULL;
         }
         size_t per_layer = recompute ? n * H : acts_floats(c, n, ACTS_KEPT);
         for (int l = 0; ok && l < c->n_layers; l++) {
-            tape->layers[l].block = xmalloc_checked(per_layer * sizeof(float), "layer activations");
+            tape->layers[l].block = be->alloc(be, per_layer * sizeof(float), "layer activations");
             ok = tape->layers[l].block != NULL;
         }
         if (!ok) {
@@ -275,78 +287,107 @@ static int tape_buffers(const ModelConfig *c, size_t n, bool recompute, ForwardT
     return 0;
 }
 
-int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape) {
-    const ModelConfig *c = &m->cfg;
-    ForwardSetup fs;
-    if (forward_setup(m, b, &fs) != 0) return -1;
-    size_t n = fs.lay.n, H = (size_t)c->hidden_size;
-    if (tape_buffers(c, n ? n : 1, recompute, tape) != 0) {
-        forward_setup_free(&fs);
-        return -1;
-    }
+/* Releases what the tape holds of its last batch's layout. */
+static void tape_layout_free(ForwardTape *tape) {
+    if (tape->be) mirror_free(tape->be, &tape->dev);
     token_layout_free(&tape->layout);
     free(tape->cos_t);
     free(tape->sin_t);
+    tape->cos_t = tape->sin_t = NULL;
+}
+
+int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape) {
+    const Backend *be = model_backend(m);
+    const ModelConfig *c = &m->cfg;
+    ForwardSetup fs;
+    if (forward_setup(m, b, &fs) != 0) {
+        forward_setup_free(be, &fs);
+        return -1;
+    }
+    size_t n = fs.lay.n, H = (size_t)c->hidden_size;
+    if (tape_buffers(be, c, n ? n : 1, recompute, tape) != 0) {
+        forward_setup_free(be, &fs);
+        return -1;
+    }
+    tape_layout_free(tape);
     tape->batch = *b;
     tape->n = n;
-    tape->layout = fs.lay, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t;
-    embed_rows(m, &tape->layout, tape->layers[0].x_in);
+    tape->layout = fs.lay, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t, tape->dev = fs.dev;
+    embed_rows(m, &tape->dev, n, tape->layers[0].x_in);
     for (int l = 0; l < c->n_layers; l++) {
         float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
         LayerActs a = recompute ? tape->scratch : tape->layers[l];
         a.x_in = tape->layers[l].x_in;
-        layer_forward(m, l, &tape->layout, tape->cos_t, tape->sin_t, &a, x_out);
+        layer_forward(m, l, &tape->dev, n, &a, x_out);
     }
-    rmsnorm_forward(tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
-                    (float)c->rms_norm_eps);
+    be->rmsnorm(be, tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
+                (float)c->rms_norm_eps);
     return 0;
 }
 
 LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
+    const Backend *be = model_backend(m);
     if (!tape->recompute) {
         /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it */
         LayerActs a = tape->layers[l];
-        swiglu_forward(a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
+        be->swiglu(be, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
         return a;
     }
     LayerActs a = tape->scratch;
     a.x_in = tape->layers[l].x_in;
-    layer_forward(m, l, &tape->layout, tape->cos_t, tape->sin_t, &a, tape->discard);
+    layer_forward(m, l, &tape->dev, tape->n, &a, tape->discard);
     return a;
 }
 
 void forward_tape_free(ForwardTape *tape) {
-    for (int l = 0; tape->layers && l < tape->n_layers; l++)
-        free(tape->layers[l].block);
+    const Backend *be = tape->be;
+    tape_layout_free(tape);
+    if (be) {
+        for (int l = 0; tape->layers && l < tape->n_layers; l++)
+            be->free(be, tape->layers[l].block);
+        be->free(be, tape->scratch.block);
+        be->free(be, tape->x_final);
+    }
     free(tape->layers);
-    free(tape->scratch.block);
-    free(tape->x_final);
-    token_layout_free(&tape->layout);
-    free(tape->cos_t);
-    free(tape->sin_t);
     memset(tape, 0, sizeof *tape);
 }
 
 int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBatch *b,
                           const uint8_t *target_mask, const float *hidden, float *logp,
                           LogitStats *stats) {
+    const Backend *be = model_backend(m);
     size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
     /* Gather the rows that predict a selected token, so only they meet the lm_head. */
     size_t *where = xmalloc(cells * sizeof *where), *from = xmalloc(cells * sizeof *from);
-    size_t n_sel = token_layout_targets(lay, b, target_mask, where, from);
-    float *rows = xmalloc_checked((n_sel ? n_sel : 1) * H * sizeof(float), "scored rows");
-    int32_t *targets = xmalloc((n_sel ? n_sel : 1) * sizeof *targets);
-    float *sel = xmalloc((n_sel ? n_sel : 1) * sizeof(float));
-    LogitStats *sel_stats = stats ? xmalloc((n_sel ? n_sel : 1) * sizeof *sel_stats) : NULL;
-    int rc = rows ? 0 : -1;
+    size_t n_sel = token_layout_targets(lay, b, target_mask, where, from), cap = n_sel ? n_sel : 1;
+    int32_t *from32 = xmalloc(cap * sizeof *from32), *targets = xmalloc(cap * sizeof *targets);
+    for (size_t j = 0; j < n_sel; j++) {
+        from32[j] = (int32_t)from[j];
+        targets[j] = b->tokens[where[j]];
+    }
+    float *sel = xmalloc(cap * sizeof(float));
+    LogitStats *sel_stats = stats ? xmalloc(cap * sizeof *sel_stats) : NULL;
+    void *owned_from, *owned_targets;
+    const int32_t *from_dev =
+        backend_mirror(be, from32, n_sel * sizeof *from32, "scored rows", &owned_from);
+    const int32_t *targets_dev =
+        backend_mirror(be, targets, n_sel * sizeof *targets, "targets", &owned_targets);
+    float *rows = be->alloc(be, cap * H * sizeof(float), "scored rows");
+    float *sel_dev = be->alloc(be, cap * sizeof(float), "log-probabilities");
+    LogitStats *stats_dev =
+        stats ? be->alloc(be, cap * sizeof *stats_dev, "logit statistics") : NULL;
+    int rc =
+        rows && sel_dev && (stats_dev || !stats) && (from_dev || !n_sel) && (targets_dev || !n_sel)
+            ? 0
+            : -1;
     if (rc == 0) {
-        for (size_t j = 0; j < n_sel; j++) {
-            memcpy(rows + j * H, hidden + from[j] * H, H * sizeof(float));
-            targets[j] = b->tokens[where[j]];
-        }
+        be->rows_gather(be, rows, hidden, from_dev, (int)n_sel, (int)H);
         model_scale_logit_rows(m, rows, n_sel, H);
-        fused_logprob_forward_weights(sel, sel_stats, rows, targets, model_lm_head(m), (int)n_sel,
-                                      (int)H, m->cfg.vocab_size);
+        be->logprob(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m), (int)n_sel, (int)H,
+                    m->cfg.vocab_size);
+        be->copy(be, sel, sel_dev, n_sel * sizeof *sel, BACKEND_DEVICE_TO_HOST);
+        if (stats)
+            be->copy(be, sel_stats, stats_dev, n_sel * sizeof *sel_stats, BACKEND_DEVICE_TO_HOST);
         memset(logp, 0, cells * sizeof *logp);
         if (stats) memset(stats, 0, cells * sizeof *stats);
         for (size_t j = 0; j < n_sel; j++) {
@@ -354,10 +395,15 @@ int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBat
             if (stats) stats[where[j]] = sel_stats[j];
         }
     }
+    be->free(be, stats_dev);
+    be->free(be, sel_dev);
+    be->free(be, rows);
+    be->free(be, owned_targets);
+    be->free(be, owned_from);
     free(sel_stats);
     free(sel);
     free(targets);
-    free(rows);
+    free(from32);
     free(from);
     free(where);
     return rc;
@@ -365,26 +411,36 @@ int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBat
 
 int model_token_logprobs(const Model *m, const TokenBatch *b, const uint8_t *target_mask,
                          float *logp) {
+    const Backend *be = model_backend(m);
     ForwardSetup fs;
     float *hidden;
     int rc = forward_rows(m, b, &fs, &hidden);
     if (rc == 0) rc = model_layout_logprobs(m, &fs.lay, b, target_mask, hidden, logp, NULL);
-    free(hidden);
-    forward_setup_free(&fs);
+    be->free(be, hidden);
+    forward_setup_free(be, &fs);
     return rc;
 }
 
 int model_logits(const Model *m, const TokenBatch *b, int seq, int t0, int t1, float *out) {
+    const Backend *be = model_backend(m);
     if (seq < 0 || seq >= b->batch || t0 < 0 || t1 > b->t_len || t0 >= t1)
         return err_set("logits range: sequence %d positions [%d, %d) is outside the batch", seq, t0,
                        t1);
     size_t n = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
+    size_t rows = (size_t)(t1 - t0), V = (size_t)m->cfg.vocab_size;
     float *hidden = xmalloc_checked(n * H * sizeof(float), "hidden states");
-    if (!hidden) return -1;
-    int rc = model_forward_hidden(m, b, hidden);
-    if (rc == 0)
-        linear_forward(out, hidden + ((size_t)seq * b->t_len + t0) * H, model_lm_head(m), NULL,
-                       t1 - t0, (int)H, m->cfg.vocab_size);
+    float *in = be->alloc(be, rows * H * sizeof(float), "hidden states");
+    float *logits = be->alloc(be, rows * V * sizeof(float), "logits");
+    int rc = hidden && in && logits ? 0 : -1;
+    if (rc == 0) rc = model_forward_hidden(m, b, hidden);
+    if (rc == 0) {
+        be->copy(be, in, hidden + ((size_t)seq * b->t_len + t0) * H, rows * H * sizeof(float),
+                 BACKEND_HOST_TO_DEVICE);
+        be->linear(be, logits, in, model_lm_head(m), NULL, NULL, (int)rows, (int)H, (int)V);
+        be->copy(be, out, logits, rows * V * sizeof(float), BACKEND_DEVICE_TO_HOST);
+    }
+    be->free(be, logits);
+    be->free(be, in);
     free(hidden);
     return rc;
 }

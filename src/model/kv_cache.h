@@ -9,18 +9,21 @@
 #ifndef RLHF_MODEL_KV_CACHE_H
 #define RLHF_MODEL_KV_CACHE_H
 
+#include "kernels/backend.h"
 #include "model/config.h"
 
 #include <stddef.h>
 
 typedef struct {
     int n_layers, n_slots, max_len, kv_dim;
-    float *k, *v; /* (L, slots, max_len, nkv*hd) */
-    int *len;     /* [slots] */
+    float *k, *v;      /* (L, slots, max_len, nkv*hd), backend memory */
+    int *len;          /* [slots], host */
+    const Backend *be; /* where k and v live: the model's backend */
 } KvCache;
 
-/* Returns 0, or -1 with an error when the cache does not fit in memory. */
-int kv_cache_init(KvCache *kv, const ModelConfig *cfg, int n_slots, int max_len);
+/* A cache for n_slots sequences of up to max_len positions in be's memory (that of the model it
+ * serves, model_backend). Returns 0, or -1 with an error when the cache does not fit in memory. */
+int kv_cache_init(KvCache *kv, const Backend *be, const ModelConfig *cfg, int n_slots, int max_len);
 void kv_cache_free(KvCache *kv);
 void kv_cache_reset_slot(KvCache *kv, int slot);
 

@@ -185,6 +185,6 @@ int model_load(Model *m, const char *dir) {
 void model_scale_logit_rows(const Model *m, float *rows, size_t n, size_t h) {
     float scale = model_logit_scale(m);
     if (scale == 1.0f) return;
-    for (size_t i = 0; i < n * h; i++)
-        rows[i] *= scale;
+    const Backend *be = model_backend(m);
+    be->scale(be, rows, scale, n * h);
 }

@@ -6,7 +6,7 @@
 #define RLHF_MODEL_MODEL_H
 
 #include "io/safetensors.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/lora.h"
 
@@ -59,7 +59,15 @@ typedef struct {
      * softmax(logits / logit_temperature): GRPO scores completions at the temperature they were
      * sampled with, as TRL does. 0 or 1: the logits as they are. Sampling ignores it. */
     float logit_temperature;
+    /* Where the model computes (kernels/backend.h); NULL: the CPU backend. The forward and
+     * backward passes allocate their activations there and call only its table. */
+    const Backend *backend;
 } Model;
+
+/* The backend m computes on: m->backend, or the CPU one. */
+static inline const Backend *model_backend(const Model *m) {
+    return m->backend ? m->backend : backend_cpu();
+}
 
 /* Keeps the weights of a loaded model in bf16 (rounded to nearest even, as torch's
  * .to(torch.bfloat16)); computations stay fp32. Halves the model's memory; for a model that is
@@ -71,9 +79,6 @@ int model_store_bf16(Model *m);
 /* A layer's matrix `name` (wq, ..., w_down) as it is stored (fp32 or bf16). */
 #define LAYER_WEIGHT(w, name) ((WeightRef){(w)->name, (w)->name##16})
 
-/* out (H) = the embedding of token id, from fp32 or bf16 storage. */
-void model_embed_row(const Model *m, int32_t id, float *out);
-
 /* The lm_head as it is stored (fp32 or bf16). */
 static inline WeightRef model_lm_head(const Model *m) {
     return (WeightRef){m->lm_head, m->lm_head16};
@@ -84,7 +89,8 @@ static inline float model_logit_scale(const Model *m) {
     return m->logit_temperature > 0 ? 1.0f / m->logit_temperature : 1.0f;
 }
 
-/* Multiplies n rows of h floats by model_logit_scale (nothing to do when it is 1). */
+/* Multiplies n rows of h floats (backend memory) by model_logit_scale (nothing to do when it is
+ * 1). */
 void model_scale_logit_rows(const Model *m, float *rows, size_t n, size_t h);
 
 /* Loads config.json and the safetensors weights of a Hugging Face model directory,

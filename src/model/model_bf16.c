@@ -1,6 +1,7 @@
 /* A loaded model's weights moved to bf16 storage (model.h: model_store_bf16), and reading
  * the embedding from either storage. */
 #include "common/error.h"
+#include "kernels/cpu/kernels.h"
 #include "common/float16.h"
 #include "model/model.h"
 
@@ -69,12 +70,4 @@ int model_store_bf16(Model *m) {
     m->params16 = half;
     m->params_small = small;
     return 0;
-}
-
-void model_embed_row(const Model *m, int32_t id, float *out) {
-    size_t H = (size_t)m->cfg.hidden_size;
-    if (m->embed16)
-        bf16_widen(out, m->embed16 + (size_t)id * H, H);
-    else
-        memcpy(out, m->embed + (size_t)id * H, H * sizeof *out);
 }

@@ -9,7 +9,7 @@
 #ifndef RLHF_MODEL_TOKEN_LAYOUT_H
 #define RLHF_MODEL_TOKEN_LAYOUT_H
 
-#include "kernels/cpu/kernels.h"
+#include "kernels/tensor_types.h"
 #include "model/forward.h"
 
 #include <stdbool.h>

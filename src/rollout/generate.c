@@ -129,7 +129,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.n_slots = opt->max_batch > 0 && opt->max_batch < r.n_jobs ? opt->max_batch : r.n_jobs;
     r.V = m->cfg.vocab_size;
     r.max_len = longest + opt->max_new_tokens;
-    if (kv_cache_init(&r.kv, &m->cfg, r.n_slots, r.max_len) != 0) return -1;
+    if (kv_cache_init(&r.kv, model_backend(m), &m->cfg, r.n_slots, r.max_len) != 0) return -1;
     memset(out, 0, (size_t)r.n_jobs * sizeof *out);
     if (opt->stats) *opt->stats = (GenerateStats){0};
     r.rngs = xmalloc((size_t)r.n_jobs * sizeof *r.rngs);

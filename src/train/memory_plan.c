@@ -2,8 +2,8 @@
 
 #include "common/error.h"
 #include "common/test_hooks.h"
+#include "kernels/cpu/adamw8bit.h"
 #include "model/lora.h"
-#include "train/adamw8bit.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -127,18 +127,7 @@ size_t moment_tensor_bytes(const MomentTensor *t) {
     return t->numel * (t->codes ? 1 : sizeof(float));
 }
 
-static void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
-                             const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < numel; i++) {
-        p[i] *= c->shrink;
-        m[i] += (1.0f - c->beta1) * (g[i] - m[i]);
-        v[i] = c->beta2 * v[i] + (1.0f - c->beta2) * g[i] * g[i];
-        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + c->eps);
-    }
-}
-
-void adamw_step(AdamW *opt, float *params, const float *grads, double lr) {
+void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads, double lr) {
     const AdamWConfig *cfg = &opt->cfg;
     opt->step++;
     double bc1 = 1.0 - pow(cfg->beta1, (double)opt->step);
@@ -155,41 +144,34 @@ void adamw_step(AdamW *opt, float *params, const float *grads, double lr) {
         SpanMoments *mom = &opt->moments[s];
         c.shrink = span->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f;
         if (mom->m)
-            adamw_f32_update(params + span->offset, mom->m, mom->v, grads + span->offset,
-                             span->numel, &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
+            be->adamw(be, params + span->offset, mom->m, mom->v, grads + span->offset, span->numel,
+                      &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
         else
-            adamw8bit_update(&mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
-                             grads + span->offset, &c);
+            be->adamw8bit(be, &mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
+                          grads + span->offset, &c);
     }
 }
 
-double grad_sum_squares(const float *grads, const ParamSpan *spans, int n_spans) {
+double grad_sum_squares(const Backend *be, const float *grads, const ParamSpan *spans,
+                        int n_spans) {
     double total = 0.0;
-    for (int s = 0; s < n_spans; s++) {
-        const float *g = grads + spans[s].offset;
-        double ss = 0.0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-        for (size_t i = 0; i < spans[s].numel; i++)
-            ss += (double)g[i] * g[i];
-        total += ss;
-    }
+    for (int s = 0; s < n_spans; s++)
+        total += be->sum_squares(be, grads + spans[s].offset, spans[s].numel);
     return total;
 }
 
-double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans) {
-    return sqrt(grad_sum_squares(grads, spans, n_spans));
+double grad_global_norm(const Backend *be, const float *grads, const ParamSpan *spans,
+                        int n_spans) {
+    return sqrt(grad_sum_squares(be, grads, spans, n_spans));
 }
 
-void grad_clip(float *grads, const ParamSpan *spans, int n_spans, double max_norm, double norm) {
+void grad_clip(const Backend *be, float *grads, const ParamSpan *spans, int n_spans,
+               double max_norm, double norm) {
     double coef = max_norm / (norm + 1e-6);
     if (coef >= 1.0) return;
     float f = (float)coef;
-    for (int s = 0; s < n_spans; s++) {
-        float *g = grads + spans[s].offset;
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < spans[s].numel; i++)
-            g[i] *= f;
-    }
+    for (int s = 0; s < n_spans; s++)
+        be->scale(be, grads + spans[s].offset, f, spans[s].numel);
 }
 
 int lr_schedule_parse(const char *name, LrScheduleType *out) {

@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/adamw8bit.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/adamw8bit.h"
 
 /* A run of parameters that share a weight-decay setting (one tensor, usually). */
 typedef struct {
@@ -79,17 +80,22 @@ size_t moment_tensor_bytes(const MomentTensor *t);
 
 /* One step at learning rate lr, as torch.optim.AdamW does it:
  * p *= 1 - lr*wd (decaying spans only); m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g²;
- * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
-void adamw_step(AdamW *opt, float *params, const float *grads, double lr);
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). params and grads are be's memory (the
+ * model's backend) and the update runs there; the moments are still host memory (malloc), which
+ * a device backend will have to change. */
+void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads, double lr);
+
+/* The gradients below are be's memory, the sums run there. */
 
 /* The global L2 norm of the gradients (what HF logs as grad_norm), norms of each span summed
  * in squares as clip_grad_norm_ does. */
-double grad_global_norm(const float *grads, const ParamSpan *spans, int n_spans);
+double grad_global_norm(const Backend *be, const float *grads, const ParamSpan *spans, int n_spans);
 /* Its square before the root: what ranks holding slices of the gradient sum. */
-double grad_sum_squares(const float *grads, const ParamSpan *spans, int n_spans);
+double grad_sum_squares(const Backend *be, const float *grads, const ParamSpan *spans, int n_spans);
 
 /* clip_grad_norm_: scales every gradient by min(1, max_norm / (norm + 1e-6)). */
-void grad_clip(float *grads, const ParamSpan *spans, int n_spans, double max_norm, double norm);
+void grad_clip(const Backend *be, float *grads, const ParamSpan *spans, int n_spans,
+               double max_norm, double norm);
 
 typedef enum { LR_CONSTANT, LR_CONSTANT_WITH_WARMUP, LR_LINEAR, LR_COSINE } LrScheduleType;
 

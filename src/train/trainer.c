@@ -151,11 +151,13 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     if (test_hook_nan_grad(t->step + 1)) t->grads[0] = NAN;
     if (t->sharded) {
         /* each rank holds the summed gradient of its slice only: the norm is summed in squares */
-        double ss = grad_sum_squares(t->grads, t->adamw.spans, t->adamw.n_spans);
+        double ss =
+            grad_sum_squares(model_backend(t->model), t->grads, t->adamw.spans, t->adamw.n_spans);
         dist_allreduce_sum_f64(&ss, 1);
         stats->grad_norm = sqrt(ss);
     } else {
-        stats->grad_norm = grad_global_norm(t->grads, t->spans, t->n_spans);
+        stats->grad_norm =
+            grad_global_norm(model_backend(t->model), t->grads, t->spans, t->n_spans);
     }
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);
@@ -170,9 +172,9 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     }
     /* the spans AdamW updates: all of them, or this rank's slice */
     if (t->opt.max_grad_norm > 0)
-        grad_clip(t->grads, t->adamw.spans, t->adamw.n_spans, t->opt.max_grad_norm,
-                  stats->grad_norm);
-    adamw_step(&t->adamw, t->params, t->grads, stats->lr);
+        grad_clip(model_backend(t->model), t->grads, t->adamw.spans, t->adamw.n_spans,
+                  t->opt.max_grad_norm, stats->grad_norm);
+    adamw_step(&t->adamw, model_backend(t->model), t->params, t->grads, stats->lr);
     if (t->sharded) dist_allgather_f32(t->params, &t->shards);
     t->step++;
     return 0;

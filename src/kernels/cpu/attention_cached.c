@@ -13,8 +13,11 @@
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 
+#include "common/error.h"
+
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -260,4 +263,27 @@ void attention_over_cache(float *out, const float *q, const float *k, const floa
                 o += w[t] * v[(size_t)t * stride + d];
             out[(size_t)h * hd + d] = o;
         }
+}
+
+void attention_cached_rows(float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *slot, const int32_t *pos, int n, int max_len, int n_heads,
+                           int n_kv_heads, int hd, int window) {
+    int n_rep = n_heads / n_kv_heads;
+    size_t kvd = (size_t)n_kv_heads * hd;
+#pragma omp parallel
+    {
+        float *scores = xmalloc((size_t)n_rep * max_len * sizeof *scores);
+#pragma omp for collapse(2) schedule(static)
+        for (int r = 0; r < n; r++) {
+            for (int g = 0; g < n_kv_heads; g++) { /* query heads g * n_rep .. share kv head g */
+                int p = pos[r], first = 0;
+                if (window > 0 && p - window + 1 > first) first = p - window + 1;
+                size_t head = (size_t)g * hd, at = ((size_t)r * n_heads + (size_t)g * n_rep) * hd;
+                size_t row = ((size_t)slot[r] * max_len + first) * kvd + head;
+                attention_over_cache(out + at, q + at, k_cache + row, v_cache + row, p - first + 1,
+                                     kvd, hd, n_rep, scores);
+            }
+        }
+        free(scores);
+    }
 }

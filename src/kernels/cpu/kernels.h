@@ -6,6 +6,8 @@
 #ifndef RLHF_KERNELS_CPU_KERNELS_H
 #define RLHF_KERNELS_CPU_KERNELS_H
 
+#include "kernels/tensor_types.h"
+
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,13 +17,6 @@
  * torch.nn.Linear.weight; bias may be NULL. `in` and `out` may use row strides. */
 void matmul_forward(float *out, const float *in, const float *w, const float *bias, int n,
                     int in_dim, int out_dim);
-
-/* A weight matrix (out_dim, in_dim), row-major: fp32, or bf16 for a frozen model kept in bf16
- * (model_store_bf16). Exactly one of the two is set. */
-typedef struct {
-    const float *f32;
-    const uint16_t *bf16;
-} WeightRef;
 
 /* matmul_forward with the weights stored in bf16: widened to fp32 as they are read, the
  * arithmetic fp32. */
@@ -38,7 +33,7 @@ void bias_add_rows(float *out, const float *bias, int n, int out_dim);
 /* A weight matrix copied into the layout packed_matmul_forward reads (see packed_matmul.c):
  * for a generate() call that multiplies the same weights by many rows at every decode step.
  * fp32 panels, or bf16 ones (packed_matmul_bf16.c) for a model kept in bf16: one of the two. */
-typedef struct {
+typedef struct PackedWeight {
     float *panels;
     uint16_t *panels16;
     int in_dim, out_dim;
@@ -107,16 +102,6 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void rope_forward(float *x, const int32_t *positions, const float *cos_table,
                   const float *sin_table, int n, int n_heads, int hd);
 
-/* Rows of q/k/v that attend as one sequence. Its own rows start .. start+len-1 are queries and
- * keys; before them every query sees the prefix rows prefix_start .. prefix_start+prefix_len-1:
- * the rows of a prefix this sequence shares with another (a prompt that both responses of a
- * preference pair, or all completions of a GRPO group, continue), computed once. Keys are
- * numbered prefix first, then own rows: own row i is key prefix_len + i and sees keys up to it. */
-typedef struct {
-    int start, len;
-    int prefix_start, prefix_len;
-} AttnSegment;
-
 /* Causal self-attention over segments of rows. q (N, nh, hd), k/v (N, nkv, hd), out (N, nh, hd).
  * Query head h reads kv head h / (nh/nkv). A query sees its segment's prefix and its own rows up
  * to itself; with window > 0 only the keys whose seq_index (each row's index in its sequence, so
@@ -134,6 +119,13 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
                           size_t stride, int hd, int n_q, float *scores);
 
+/* attention_over_cache for N query rows (backend.h's attention_cached): row r's query heads
+ * attend to positions [first, pos[r]] of slot slot[r] in one layer's cache k_cache / v_cache
+ * (slots, max_len, nkv*hd), first = pos[r] - window + 1 when window > 0 (at least 0). */
+void attention_cached_rows(float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *slot, const int32_t *pos, int n, int max_len, int n_heads,
+                           int n_kv_heads, int hd, int window);
+
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
  * logp[i] = logits[target[i]] - logsumexp(logits). Works in tiles of rows x vocabulary with a
@@ -141,14 +133,6 @@ void attention_over_cache(float *out, const float *q, const float *k, const floa
  * sequence length and vocabulary size. */
 void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
                            const float *lm_head, int n_rows, int h, int vocab);
-
-/* Per-row statistics of the logits the fused log-prob computes anyway (TRL's DPO metrics): the
- * mean logit over the vocabulary, the entropy of the softmax, and the first index of the
- * largest logit. */
-typedef struct {
-    float mean_logit, entropy;
-    int32_t argmax;
-} LogitStats;
 
 /* fused_logprob_forward, also writing each row's LogitStats when stats is not NULL. */
 void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
@@ -213,5 +197,12 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             const float *hidden, const int32_t *target, const float *lm_head,
                             int n_rows, int h, int vocab);
+
+/* One torch AdamW step on numel fp32 values (backend.h's adamw). */
+void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
+                      const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+
+/* Σ g[i]² over n values, in double. */
+double sum_squares(const float *g, size_t n);
 
 #endif

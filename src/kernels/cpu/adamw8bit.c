@@ -1,4 +1,4 @@
-#include "train/adamw8bit.h"
+#include "kernels/cpu/adamw8bit.h"
 
 #include "common/error.h"
 

@@ -4,8 +4,10 @@
  * block to fp32, does the AdamW update there, and rounds the new moments back to the nearest of
  * the 256 values of bitsandbytes' dynamic map (signed for m, unsigned for v) times the block's new
  * absmax. A quarter of the memory of fp32 moments. */
-#ifndef RLHF_TRAIN_ADAMW8BIT_H
-#define RLHF_TRAIN_ADAMW8BIT_H
+#ifndef RLHF_KERNELS_CPU_ADAMW8BIT_H
+#define RLHF_KERNELS_CPU_ADAMW8BIT_H
+
+#include "kernels/tensor_types.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,7 +24,7 @@
 #define Q8_BUCKETS  (33 << Q8_SUB_BITS)
 
 /* A quantisation map: 256 sorted values in [-1, 1] (signed) or [0, 1]. */
-typedef struct {
+typedef struct Q8Map {
     float value[256];
     float bound[256]; /* midpoints: x in (bound[i-1], bound[i]] rounds to value[i]; then +inf */
     /* per bucket of |x|: how many bounds lie below every positive x in it ([0]), and how many
@@ -43,7 +45,7 @@ uint8_t q8_map_code(const Q8Map *map, float x);
 void q8_map_codes(const Q8Map *map, const float *x, float scale, size_t n, uint8_t *code);
 
 /* The 8-bit moments of one tensor, zero at start (every absmax 0). */
-typedef struct {
+typedef struct Q8Moments {
     size_t numel;
     uint8_t *code_m, *code_v;
     float *absmax_m, *absmax_v; /* q8_blocks(numel) each */
@@ -53,14 +55,6 @@ size_t q8_blocks(size_t numel);
 /* Returns 0, or -1 when they do not fit in memory. */
 int q8_moments_init(Q8Moments *q, size_t numel);
 void q8_moments_free(Q8Moments *q);
-
-/* One AdamW step's constants, as bitsandbytes' CPU kernel uses them. */
-typedef struct {
-    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
-    float shrink;   /* 1 - lr * weight_decay, or 1 for a span without decay */
-    float neg_step; /* -lr / (1 - beta1^t) */
-    float bc2_sqrt; /* sqrt(1 - beta2^t) */
-} AdamWStepCoefs;
 
 /* p (numel values) takes one AdamW step with gradient g: m = b1 m + (1-b1) g, v = b2 v + (1-b2)
  * g², p = p * shrink + neg_step * m / (sqrt(v) / bc2_sqrt + eps); then m and v are quantised

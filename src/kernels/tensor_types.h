@@ -1,0 +1,42 @@
+/* The value types that the kernels of every backend share (kernels/backend.h): how a weight is
+ * stored, how rows attend, what the lm_head reports per row, one AdamW step's constants. Plain
+ * data, no pointers into a particular kind of memory. */
+#ifndef RLHF_KERNELS_TENSOR_TYPES_H
+#define RLHF_KERNELS_TENSOR_TYPES_H
+
+#include <stdint.h>
+
+/* A weight matrix (out_dim, in_dim), row-major: fp32, or bf16 for a frozen model kept in bf16
+ * (model_store_bf16). Exactly one of the two is set. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} WeightRef;
+
+/* Rows of q/k/v that attend as one sequence. Its own rows start .. start+len-1 are queries and
+ * keys; before them every query sees the prefix rows prefix_start .. prefix_start+prefix_len-1:
+ * the rows of a prefix this sequence shares with another (a prompt that both responses of a
+ * preference pair, or all completions of a GRPO group, continue), computed once. Keys are
+ * numbered prefix first, then own rows: own row i is key prefix_len + i and sees keys up to it. */
+typedef struct {
+    int start, len;
+    int prefix_start, prefix_len;
+} AttnSegment;
+
+/* Per-row statistics of the logits the fused log-prob computes anyway (TRL's DPO metrics): the
+ * mean logit over the vocabulary, the entropy of the softmax, and the first index of the
+ * largest logit. */
+typedef struct {
+    float mean_logit, entropy;
+    int32_t argmax;
+} LogitStats;
+
+/* One AdamW step's constants, as bitsandbytes' CPU kernel uses them (and the fp32 update too). */
+typedef struct {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+    float shrink;   /* 1 - lr * weight_decay, or 1 for a span without decay */
+    float neg_step; /* -lr / (1 - beta1^t) */
+    float bc2_sqrt; /* sqrt(1 - beta2^t) */
+} AdamWStepCoefs;
+
+#endif
