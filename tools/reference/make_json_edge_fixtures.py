@@ -15,11 +15,15 @@ numbers below reach the C side exactly as a dataset row or a --messages file wou
     neither without help), a real beyond double (1e400: Python's json reads inf);
   - U+0000 inside message content and tool arguments;
   - RAG documents, given as the documents argument and as a "documents" kwarg;
-  - |int of floats >= 2**63 and of long digit strings.
+  - |int of floats >= 2**63 and of long digit strings;
+  - {% call %} blocks (MiniCPM3-4B's template, on tool schemas with nested objects, which is
+    where it runs them), *args / **kwargs splats, and constructs this renderer lacks in a
+    branch never taken.
 
 The templates are the published ones, copied into tests/fixtures/chat_templates/real/ from
 ../shared/real-tokenizers (see its PROVENANCE.md): Qwen2.5-Instruct's tokenizer_config.json,
-and CohereLabs/c4ai-command-a-03-2025 from huggingface.js' e2e tests.
+and CohereLabs/c4ai-command-a-03-2025 and openbmb/MiniCPM3-4B (with its test conversation,
+minicpm3_messages.json) from huggingface.js' e2e tests.
 """
 
 import json
@@ -82,10 +86,46 @@ DOC_MSGS = [{"role": "user", "content": "What are the tallest living penguins?"}
 COHERE_SPECIAL = {"bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>"}
 QWEN_SPECIAL = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 
+ORDER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "place_order",
+        "description": "Places an order",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "customer": {"type": "object", "description": "Who orders",
+                             "properties": {"name": {"type": "string"}, "vip": {"type": "boolean", "default": False}},
+                             "required": ["name"]},
+                "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "sku": {"type": "string", "pattern": "^[A-Z]+$"}, "count": {"type": "integer", "default": 1}}}},
+                "speed": {"type": "string", "enum": ["slow", "fast"]},
+            },
+            "required": ["customer", "items"],
+        },
+    },
+}
+
+# Call blocks and splats: a caller with parameters that sees the loop variable where the block
+# is, *list / **dict into macros and globals, and constructs this renderer lacks in a branch
+# that is never taken (Python renders the template, so must we).
+CONSTRUCTS_TEMPLATE = (
+    "{% macro box(title, n=1) %}<{{ title }}:{{ n }}|{{ caller(n * 2) }}|{{ varargs }}{{ kwargs }}>{% endmacro %}"
+    "{% macro plain(a, b, c=3) %}{{ a }}{{ b }}{{ c }}{% endmacro %}"
+    "{% for m in messages %}{% call(k) box(m.role, loop.index) %}{{ m.content }}*{{ k }}{% endcall %}\n{% endfor %}"
+    "{{ plain(*['x', 'y']) }} {{ plain('p', **{'b': 'q', 'c': 'r'}) }} {{ plain(*xs, **kw) }}"
+    " {{ range(*[1, 7, 2]) | list }} {{ dict(**kw) }} {{ box('t', *[5], z=1, **{'w': 2}) if false else '' }}"
+    "{% if false %}{% include 'other.jinja' %}{{ messages | groupby('role') }}"
+    "{% filter upper %}never{% endfilter %}{% with a = 1 %}{{ a }}{% endwith %}{% endif %}done"
+)
+
 INT_TEMPLATE = (
     "{% for x in xs %}{{ x }}|{{ x|int }}|{{ x|string }}|{{ x is integer }}|{{ x|tojson }}\n{% endfor %}"
     "{{ big > small }} {{ big == big2 }} {{ small < big }} {{ huge }} {{ huge|tojson }}"
 )
+
+
+MSGS_SMALL = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
 
 
 def apply(name, messages, agp, special, **extra):
@@ -106,6 +146,22 @@ def main():
         apply("documents_arg", DOC_MSGS, True, COHERE_SPECIAL, documents=DOCS),
         apply("documents_kwarg", DOC_MSGS, False, COHERE_SPECIAL, kwargs={"documents": DOCS}),
         apply("no_documents", DOC_MSGS, True, COHERE_SPECIAL),
+    ]))
+    minicpm = real("minicpm3.jinja")
+    with open(os.path.join(REAL, "minicpm3_messages.json"), encoding="utf-8") as f:
+        minicpm_msgs = json.load(f)
+    cases.append(("MiniCPM3-4B: call blocks (object_to_fields) on nested tool schemas", minicpm, [
+        apply("hfjs_conversation", minicpm_msgs, True, {}),
+        apply("nested_tools_gen", minicpm_msgs[:2], True, {}, tools=[ORDER_TOOL, BIG_TOOL]),
+        apply("nested_tools_nogen", minicpm_msgs, False, {}, tools=[ORDER_TOOL]),
+    ]))
+    cases.append(("call blocks, splats, unsupported constructs never reached", CONSTRUCTS_TEMPLATE, [
+        {"name": "constructs", "mode": "render",
+         "vars": {"messages": MSGS_SMALL, "xs": ["1", "2"], "kw": {"c": "!"}}},
+        {"name": "star_not_iterable", "mode": "render",
+         "vars": {"messages": [], "xs": 5, "kw": {}}},
+        {"name": "dstar_not_mapping", "mode": "render",
+         "vars": {"messages": [], "xs": [1, 2], "kw": [1]}},
     ]))
     big = 2.0**70
     cases.append(("int of floats and strings beyond int64", INT_TEMPLATE, [
@@ -133,7 +189,8 @@ def main():
         fixtures.append((desc, tpl, out))
     # One fixture file per template, as the test reads them.
     for i, (desc, tpl, cs) in enumerate(fixtures):
-        name = ["json_edges_qwen25", "json_edges_command_a", "json_edges_int"][i]
+        name = ["json_edges_qwen25", "json_edges_command_a", "calls_minicpm3", "calls_constructs",
+                "json_edges_int"][i]
         fx = {"name": name, "description": desc, "template": tpl, "now": base.NOW.isoformat(),
               "cases": cs}
         text = json.dumps(fx, indent=1, ensure_ascii=False, allow_nan=True)
