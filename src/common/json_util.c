@@ -26,6 +26,8 @@ typedef struct {
     char nonce[40];
     size_t nonce_len;
     char **texts; /* the numbers, by placeholder index */
+    int *line;    /* the line of each, and how much longer the placeholder is (for messages) */
+    int *grown;
     size_t n;
 } Bignums;
 
@@ -98,12 +100,16 @@ int json_load_text(const char *text, size_t len, const char *source, json_t **ou
         if (start == end || end > copy_len) break;
         if (b.n == 0) pick_nonce(text, len, &b);
         b.texts = xrealloc(b.texts, (b.n + 1) * sizeof *b.texts);
+        b.line = xrealloc(b.line, (b.n + 1) * sizeof *b.line);
+        b.grown = xrealloc(b.grown, (b.n + 1) * sizeof *b.grown);
         char *num = xmalloc(end - start + 1);
         memcpy(num, cur + start, end - start);
         num[end - start] = '\0';
         b.texts[b.n] = num;
         char ph[64];
         int phl = snprintf(ph, sizeof ph, "\"%s%zu\"", b.nonce, b.n);
+        b.line[b.n] = jerr.line;
+        b.grown[b.n] = phl - (int)(end - start);
         b.n++;
         size_t nl = copy_len - (end - start) + (size_t)phl;
         char *next = xmalloc(nl + 1);
@@ -126,9 +132,16 @@ int json_load_text(const char *text, size_t len, const char *source, json_t **ou
             spoofed = true;
         }
     }
+    /* An error after a placeholder: its column in the text as written (jansson parses left to
+     * right, so every placeholder lies before the error). */
+    if (!*out)
+        for (size_t i = 0; i < b.n; i++)
+            if (b.line[i] == jerr.line) jerr.column -= b.grown[i];
     for (size_t i = 0; i < b.n; i++)
         free(b.texts[i]);
     free(b.texts);
+    free(b.line);
+    free(b.grown);
     free(copy);
     if (*out) return 0;
     if (spoofed) {
