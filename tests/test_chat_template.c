@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/pref_types.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -535,6 +536,12 @@ static void test_json_bignums(void) {
         CHECK(json_get_double(j, "c", &inf) == 1 && isinf(inf) && inf > 0, "1e400 reads as inf");
         int64_t i64;
         CHECK(json_as_int64(json_array_get(b, 0), &i64) != 0, "a bignum is no int64");
+        /* A dataset field's text, as Python's str() of the value json.loads gives. */
+        char *t0 = pref_py_str(json_array_get(b, 0)), *tc = pref_py_str(json_object_get(j, "c"));
+        CHECK(t0 && !strcmp(t0, "18446744073709551615") && tc && !strcmp(tc, "inf"),
+              "str() of dataset fields: %s %s", t0 ? t0 : "-", tc ? tc : "-");
+        free(t0);
+        free(tc);
         CHECK(json_string_length(json_object_get(j, "d")) == 3 &&
                   !json_bignum_text(json_object_get(j, "d")),
               "U+0000 kept");
