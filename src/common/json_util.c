@@ -58,14 +58,7 @@ static json_t *restore_bignums(json_t *v, const Bignums *b, size_t *found) {
             size_t idx = (size_t)strtoull(s + b->nonce_len, NULL, 10);
             (*found)++;
             if (idx < b->n) {
-                const char *t = b->texts[idx];
-                size_t tl = strlen(t);
-                char *buf = xmalloc(BIGNUM_TAG_LEN + tl);
-                memcpy(buf, BIGNUM_TAG, BIGNUM_TAG_LEN);
-                memcpy(buf + BIGNUM_TAG_LEN, t, tl);
-                json_t *tag = json_stringn_nocheck(buf, BIGNUM_TAG_LEN + tl);
-                free(buf);
-                return tag;
+                return json_bignum(b->texts[idx]);
             }
         }
     }
@@ -159,6 +152,16 @@ const char *json_bignum_text(const json_t *v) {
     if (json_string_length(v) <= BIGNUM_TAG_LEN || memcmp(s, BIGNUM_TAG, BIGNUM_TAG_LEN) != 0)
         return NULL;
     return s + BIGNUM_TAG_LEN;
+}
+
+json_t *json_bignum(const char *text) {
+    size_t tl = strlen(text);
+    char *buf = xmalloc(BIGNUM_TAG_LEN + tl);
+    memcpy(buf, BIGNUM_TAG, BIGNUM_TAG_LEN);
+    memcpy(buf + BIGNUM_TAG_LEN, text, tl);
+    json_t *tag = json_stringn_nocheck(buf, BIGNUM_TAG_LEN + tl);
+    free(buf);
+    return tag;
 }
 
 bool json_bignum_is_integer(const char *text) {

@@ -24,6 +24,8 @@ int json_load_text(const char *text, size_t len, const char *source, json_t **ou
  * "1e400"), or NULL when v is not one. A bignum is a JSON string to jansson; nothing else
  * makes such strings, as their first byte is not valid UTF-8. */
 const char *json_bignum_text(const json_t *v);
+/* A new bignum carrying `text` (a JSON number, e.g. str() of a Python int beyond int64). */
+json_t *json_bignum(const char *text);
 /* Whether a bignum's text is an integer (Python int) rather than a real (Python float). */
 bool json_bignum_is_integer(const char *text);
 

@@ -174,7 +174,14 @@ static json_t *to_json(PyObject *o, JsonPath *p, int depth) {
     if (PyLong_Check(o)) {
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow) return path_error(p, "an int outside the 64-bit range JSON rows hold", o);
+        if (overflow) { /* a bignum (json_util.h), as a JSON file would give it */
+            PyObject *s = PyObject_Str(o);
+            const char *digits = s ? PyUnicode_AsUTF8(s) : NULL;
+            json_t *big = digits ? json_bignum(digits) : NULL;
+            Py_XDECREF(s);
+            if (!big) PyErr_Clear();
+            return big ? big : path_error(p, "an int that cannot be read", o);
+        }
         if (v == -1 && PyErr_Occurred()) {
             PyErr_Clear();
             return path_error(p, "an int that cannot be read", o);
