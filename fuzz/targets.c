@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/json_util.h"
 #include "fuzz_util.h"
 
 #include <glob.h>
@@ -32,9 +33,8 @@ const size_t n_fuzz_targets = sizeof fuzz_targets / sizeof fuzz_targets[0];
 /* The string member `key` of the JSON file `path`, as a seed; files without it are skipped. */
 static int json_member_seed(const char *path, const char *key,
                             int (*fn)(void *, const char *, const uint8_t *, size_t), void *ctx) {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return err_set("%s: %s", path, jerr.text);
+    json_t *root;
+    if (json_load_path(path, &root) != 0) return -1; /* the project's reader: bignums, NUL */
     const json_t *v = json_object_get(root, key);
     int rc = json_is_string(v)
                  ? fn(ctx, path, (const uint8_t *)json_string_value(v), json_string_length(v))

@@ -13,10 +13,12 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/pref_types.h"
 #include "harness.h"
 
 #include <dirent.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -457,6 +459,118 @@ static void test_cli_usage(void) {
     CHECK(cli_chat_template(4, badmsgs) == CLI_EXIT_FAILURE, "messages must be a list");
 }
 
+/* --documents: the CLI renders json_edges_command_a.json's documents case as transformers did
+ * (its documents and special tokens given as files and --kwargs). */
+static void test_cli_documents(void) {
+    char fx_path[4096], tpl_path[4096];
+    snprintf(fx_path, sizeof fx_path, "%s/json_edges_command_a.json",
+             harness_source_path("tests/fixtures/chat_templates"));
+    snprintf(tpl_path, sizeof tpl_path, "%s/real/command_a.jinja",
+             harness_source_path("tests/fixtures/chat_templates"));
+    json_t *fx;
+    if (json_load_path(fx_path, &fx) != 0) {
+        CHECK(false, "%s", err_msg());
+        return;
+    }
+    const json_t *c = json_array_get(json_object_get(fx, "cases"), 0),
+                 *a = json_object_get(c, "args");
+    CHECK(strcmp(json_string_value(json_object_get(c, "name")), "documents_arg") == 0, "case 0");
+    char msgs[4096], docs[4096], out[4096];
+    snprintf(msgs, sizeof msgs, "%s/doc-msgs.json", harness_tmpdir());
+    snprintf(docs, sizeof docs, "%s/doc-docs.json", harness_tmpdir());
+    snprintf(out, sizeof out, "%s/doc-out.txt", harness_tmpdir());
+    CHECK(json_dump_file(json_object_get(a, "messages"), msgs, 0) == 0 &&
+              json_dump_file(json_object_get(a, "documents"), docs, 0) == 0,
+          "write inputs");
+    char *kw = json_dumps(json_object_get(a, "special_tokens"), 0);
+    char *argv[] = {"--template",
+                    tpl_path,
+                    "--messages",
+                    msgs,
+                    "--documents",
+                    docs,
+                    "--kwargs",
+                    kw,
+                    "--add-generation-prompt",
+                    "--now",
+                    "2024-07-26T09:05:03",
+                    "--out",
+                    out};
+    CHECK(cli_chat_template(13, argv) == CLI_EXIT_OK, "chat-template --documents: %s", err_msg());
+    char *got = NULL;
+    size_t got_len = 0;
+    const json_t *want = json_object_get(c, "expected");
+    CHECK(read_file(out, &got, &got_len) == 0 && got_len == json_string_length(want) &&
+              memcmp(got, json_string_value(want), got_len) == 0,
+          "--documents output differs from transformers'");
+    free(got);
+    char *notlist[] = {"--template", tpl_path, "--messages", msgs, "--documents", msgs};
+    harness_write_file(docs, "{}", 2);
+    notlist[5] = docs;
+    CHECK(cli_chat_template(6, notlist) == CLI_EXIT_FAILURE &&
+              strstr(err_msg(), "expected a JSON array of documents"),
+          "--documents must be a list: %s", err_msg());
+    free(kw);
+    json_decref(fx);
+}
+
+/* json_util: numbers jansson cannot hold come back as bignums, every other number as it was;
+ * U+0000 is kept; positions in messages are those of the text as written. */
+static void test_json_bignums(void) {
+    const char *doc = "{\"a\": 1, \"b\": [18446744073709551615, -99999999999999999999], "
+                      "\"c\": 1e400, \"d\": \"x\\u0000y\", \"e\": 2.5}";
+    json_t *j;
+    CHECK(json_load_text(doc, strlen(doc), "doc", &j) == 0, "load: %s", err_msg());
+    if (j) {
+        const json_t *b = json_object_get(j, "b");
+        const char *b0 = json_bignum_text(json_array_get(b, 0)),
+                   *b1 = json_bignum_text(json_array_get(b, 1)),
+                   *c = json_bignum_text(json_object_get(j, "c"));
+        CHECK(json_is_integer(json_object_get(j, "a")) && json_is_real(json_object_get(j, "e")),
+              "the small numbers keep their types");
+        CHECK(b0 && !strcmp(b0, "18446744073709551615") && json_bignum_is_integer(b0), "b0 %s",
+              b0 ? b0 : "-");
+        CHECK(b1 && !strcmp(b1, "-99999999999999999999"), "b1 %s", b1 ? b1 : "-");
+        CHECK(c && !json_bignum_is_integer(c), "c %s", c ? c : "-");
+        double inf = 0;
+        CHECK(json_get_double(j, "c", &inf) == 1 && isinf(inf) && inf > 0, "1e400 reads as inf");
+        int64_t i64;
+        CHECK(json_as_int64(json_array_get(b, 0), &i64) != 0, "a bignum is no int64");
+        /* A dataset field's text, as Python's str() of the value json.loads gives. */
+        char *t0 = pref_py_str(json_array_get(b, 0)), *tc = pref_py_str(json_object_get(j, "c"));
+        CHECK(t0 && !strcmp(t0, "18446744073709551615") && tc && !strcmp(tc, "inf"),
+              "str() of dataset fields: %s %s", t0 ? t0 : "-", tc ? tc : "-");
+        free(t0);
+        free(tc);
+        CHECK(json_string_length(json_object_get(j, "d")) == 3 &&
+                  !json_bignum_text(json_object_get(j, "d")),
+              "U+0000 kept");
+        json_decref(j);
+    }
+    /* The error column after a bignum is the one of the text as written: one more than with a
+     * number a digit shorter. */
+    const char *bad_big = "[18446744073709551615, x]", *bad_small = "[1844674407370955161, x]";
+    char big_msg[512];
+    CHECK(json_load_text(bad_big, strlen(bad_big), "f", &j) != 0, "invalid");
+    snprintf(big_msg, sizeof big_msg, "%s", err_msg());
+    CHECK(json_load_text(bad_small, strlen(bad_small), "f", &j) != 0, "invalid");
+    int col_big = 0, col_small = 0;
+    sscanf(big_msg, "f:1:%d", &col_big);
+    sscanf(err_msg(), "f:1:%d", &col_small);
+    CHECK(col_big == col_small + 1 && col_small > 0, "columns %d / %d (%s)", col_big, col_small,
+          big_msg);
+    /* A string that spells the placeholder with escapes is refused, not taken for a number. */
+    const char *spoof = "[\"\\u0072lhfbignum0_0\", 18446744073709551615]";
+    CHECK(json_load_text(spoof, strlen(spoof), "s", &j) != 0 && strstr(err_msg(), "placeholder"),
+          "spoofed placeholder: %s", err_msg());
+    const char *plain = "[\"rlhfbignum0_0\", 18446744073709551615]";
+    CHECK(json_load_text(plain, strlen(plain), "s", &j) == 0 &&
+              !strcmp(json_string_value(json_array_get(j, 0)), "rlhfbignum0_0") &&
+              json_bignum_text(json_array_get(j, 1)),
+          "a string like the placeholder stays a string: %s", err_msg());
+    json_decref(j);
+}
+
 /* ---------------------------------------------------------------- API checks */
 
 static void test_generation_spans(void) {
@@ -625,7 +739,34 @@ static void test_unsupported_constructs(void) {
     expect_error("{{ cycler(1, 2) }}", NULL, "global 'cycler' is not supported");
     expect_error("{% for x in [1] recursive %}{% endfor %}", NULL,
                  "recursive for loops are not supported");
-    expect_error("{{ f(*args) }}", NULL, "*args");
+    expect_error("{{ range(*5) }}", NULL, "argument after * must be an iterable, not int");
+    expect_error("{{ dict(**[1]) }}", NULL, "argument after ** must be a mapping, not list");
+    expect_error("{{ dict(a=1, **{'a': 2}) }}", NULL, "multiple values for keyword argument 'a'");
+    expect_error("{{ f(**a, b) }}", NULL, "invalid syntax for function call expression");
+    expect_error("{{ f(*a, *b) }}", NULL, "invalid syntax for function call expression");
+    expect_error("{% call x %}{% endcall %}", NULL, "expected call");
+    /* Constructs this renderer lacks fail where a render reaches them, with their line, and
+     * only then (jinja2 renders a template that never executes them). */
+    expect_error("ok\n{% if true %}\n{% filter upper %}x{% endfilter %}{% endif %}", NULL,
+                 "line 3: the '{% filter %}' tag is not supported");
+    expect_error("\n{% for x in [1] %}{{ [x] | groupby('a') }}{% endfor %}", NULL,
+                 "line 2: filter 'groupby' is not supported");
+    expect_error("{% with a = 1 %}{{ a }}{% endwith %}", NULL, "'{% with %}' tag is not supported");
+    {
+        const char *src = "{% if false %}{% include 'x' %}{% extends 'y' %}{% filter upper %}"
+                          "{% block b %}{% endblock %}{% endfilter %}{{ x | groupby('a') }}"
+                          "{{ '{}'.format(1) }}{% endif %}fine";
+        ChatTemplate *tpl;
+        ChatRenderResult res = {0};
+        int rc = chat_template_compile(src, strlen(src), &tpl);
+        if (rc == 0) {
+            rc = chat_template_render_vars(tpl, NULL, NULL, &res);
+            chat_template_free(tpl);
+        }
+        CHECK(rc == 0 && res.len == 4 && memcmp(res.text, "fine", 4) == 0,
+              "constructs in a branch never taken: %s", rc ? err_msg() : res.text);
+        chat_render_result_free(&res);
+    }
     expect_error("{{ '%d %d' % (3,) }}", NULL, "not enough arguments for format string");
     expect_error("{% break %}", NULL, "'break' outside of a loop");
     expect_error("{{ {1: 'a'} }}", NULL, "dict keys of type 'int' are not supported");
@@ -686,5 +827,7 @@ int main(void) {
     test_apply_errors();
     test_loader_edge_cases();
     test_cli_usage();
+    test_cli_documents();
+    test_json_bignums();
     return harness_finish("test_chat_template");
 }

@@ -123,13 +123,19 @@ static void test_evaluation(void) {
     CHECK(train(cfg, out, NULL) == CLI_EXIT_OK, "%s", err_msg());
     json_t *rows = harness_read_metrics(out);
     int evals = 0;
+    double trained_tokens = 0;
     for (size_t i = 0; i < json_array_size(rows); i++) {
         const json_t *r = json_array_get(rows, i);
+        if (json_object_get(r, "num_tokens"))
+            trained_tokens = harness_metric(rows, i, "num_tokens");
         if (!json_object_get(r, "eval_reward")) continue;
         evals++;
-        CHECK(json_object_get(r, "eval_completions/mean_length") && !json_object_get(r, "loss") &&
-                  !json_object_get(r, "eval_num_tokens"),
+        CHECK(json_object_get(r, "eval_completions/mean_length") && !json_object_get(r, "loss"),
               "an eval line has eval_ metrics only");
+        /* TRL: eval_num_tokens is its training token counter (evaluation adds nothing). */
+        CHECK(trained_tokens > 0 && harness_metric(rows, i, "eval_num_tokens") == trained_tokens,
+              "eval_num_tokens %.0f = tokens trained on so far %.0f",
+              harness_metric(rows, i, "eval_num_tokens"), trained_tokens);
     }
     CHECK(evals == 2, "%d evaluations in 4 steps with eval_steps 2", evals);
     json_decref(rows);

@@ -187,8 +187,10 @@ static void test_evaluation(void) {
     CHECK(train(still, 4) == CLI_EXIT_OK, "eval: %s", err_msg());
     json_t *m = harness_read_metrics(harness_tmp_path("eval-still"));
     int evals = 0;
+    double trained_tokens = 0;
     for (size_t i = 0; i < json_array_size(m); i++) {
         const json_t *row = json_array_get(m, i);
+        if (json_object_get(row, "num_tokens")) trained_tokens = harness_metric(m, i, "num_tokens");
         if (!json_object_get(row, "eval_loss")) continue;
         evals++;
         CHECK(fabs(harness_metric(m, i, "eval_loss") - log(2.0)) < 1e-6 &&
@@ -199,7 +201,10 @@ static void test_evaluation(void) {
                               "eval_entropy"};
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             CHECK(json_object_get(row, keys[k]) != NULL, "%s logged", keys[k]);
-        CHECK(!json_object_get(row, "eval_num_tokens"), "no eval_num_tokens");
+        /* TRL: eval_num_tokens is its training token counter (evaluation adds nothing). */
+        CHECK(trained_tokens > 0 && harness_metric(m, i, "eval_num_tokens") == trained_tokens,
+              "eval_num_tokens %.0f = tokens trained on so far %.0f",
+              harness_metric(m, i, "eval_num_tokens"), trained_tokens);
     }
     CHECK(evals >= 2, "%d evaluations every 2 steps", evals);
     json_decref(m);

@@ -7,6 +7,7 @@
  * leak no Python objects. */
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/json_util.h"
 #include "data/python_transform.h"
 #include "harness.h"
 
@@ -36,6 +37,11 @@ static const char transforms_py[] =
     "    def transform(example):\n"
     "        return {'q': example['q'].upper(), 'c': example['a'] * 2}\n"
     "    return transform, {'remove_columns': ['q', 'a', 'not_a_column']}\n"
+    "\n"
+    "\n"
+    "def big_ints(cfg, *args, **kwargs):\n"
+    "    return lambda example: {'big': example['big'] + 1, 'kind': "
+    "type(example['big']).__name__}\n"
     "\n"
     "\n"
     "def remove_all(cfg, *args, **kwargs):\n"
@@ -227,6 +233,24 @@ static void check_datasets_map_semantics(void) {
     check_row("some.package.pyr_transforms.returns_row", "{\"a\":5,\"b\":true}");
 }
 
+/* Integers beyond int64 (JSON bignums) reach Python as ints and come back exact, as a row of
+ * datasets (Arrow would refuse them; Python's json keeps them). */
+static void check_big_ints(void) {
+    const char *text = "[{\"big\": 18446744073709551615, \"a\": 1}]";
+    json_t *rows, *out = NULL;
+    CHECK(json_load_text(text, strlen(text), "rows", &rows) == 0, "%s", err_msg());
+    int rc = python_transform_rows("pyr_transforms.big_ints", NULL, 0, rows, &out);
+    CHECK(rc == 0, "big_ints: %s", err_msg());
+    const json_t *row = rc == 0 ? json_array_get(out, 0) : NULL;
+    const char *big = row ? json_bignum_text(json_object_get(row, "big")) : NULL;
+    CHECK(big && strcmp(big, "18446744073709551616") == 0, "big + 1 = %s", big ? big : "-");
+    CHECK(row && json_is_string(json_object_get(row, "kind")) &&
+              strcmp(json_string_value(json_object_get(row, "kind")), "int") == 0,
+          "a bignum is a Python int");
+    json_decref(rows);
+    json_decref(out);
+}
+
 static void check_errors(void) {
     json_t *rows = json_pack("[{s:s}, {s:s}, {s:s}]", "answer", "#### 1", "answer", "#### 2",
                              "answer", "no marker");
@@ -321,6 +345,7 @@ int main(void) {
     check_axolotl_docs_example();
     check_config_as_dict_default();
     check_datasets_map_semantics();
+    check_big_ints();
     check_errors();
     check_no_python_leak();
     return harness_finish("test_python_transform");

@@ -183,6 +183,12 @@ static const char *find_last(const char *hay, size_t n, const char *needle, size
     return NULL;
 }
 
+/* kwargs[name] unless absent or null. */
+static const json_t *kwarg_value(const json_t *kwargs, const char *name) {
+    const json_t *v = kwargs ? json_object_get(kwargs, name) : NULL;
+    return v && !json_is_null(v) ? v : NULL;
+}
+
 int chat_template_apply(const ChatTemplate *tpl, const ChatApplyArgs *args, ChatRenderResult *res) {
     memset(res, 0, sizeof *res);
     const json_t *msgs = args->messages;
@@ -196,20 +202,24 @@ int chat_template_apply(const ChatTemplate *tpl, const ChatApplyArgs *args, Chat
     if (args->continue_final_message && args->add_generation_prompt)
         return err_set(
             "chat template: continue_final_message and add_generation_prompt are not compatible");
-    if (args->tools && !json_is_array(args->tools))
-        return err_set("chat template: tools must be a JSON array");
-    if (args->documents) {
-        if (!json_is_array(args->documents))
+    if (args->kwargs && !json_is_object(args->kwargs))
+        return err_set("chat template: kwargs must be a JSON object");
+    /* tools and documents are named parameters of apply_chat_template: given among the
+     * kwargs, Python binds them there, so a kwargs "documents" is the documents. */
+    const json_t *tools = args->tools ? args->tools : kwarg_value(args->kwargs, "tools");
+    const json_t *documents =
+        args->documents ? args->documents : kwarg_value(args->kwargs, "documents");
+    if (tools && !json_is_array(tools)) return err_set("chat template: tools must be a JSON array");
+    if (documents) {
+        if (!json_is_array(documents))
             return err_set("chat template: documents must be a JSON array");
-        for (size_t i = 0; i < json_array_size(args->documents); i++)
-            if (!json_is_object(json_array_get(args->documents, i)))
+        for (size_t i = 0; i < json_array_size(documents); i++)
+            if (!json_is_object(json_array_get(documents, i)))
                 return err_set("chat template: documents should be a list of dicts with 'title' "
                                "and 'text' keys");
     }
     if (args->special_tokens && !json_is_object(args->special_tokens))
         return err_set("chat template: special tokens must be a JSON object");
-    if (args->kwargs && !json_is_object(args->kwargs))
-        return err_set("chat template: kwargs must be a JSON object");
 
     JArena arena = {0};
     JArena *a = &arena;
@@ -281,10 +291,9 @@ int chat_template_apply(const ChatTemplate *tpl, const ChatApplyArgs *args, Chat
     static const JStr messages_name = {"messages", 8}, tools_name = {"tools", 5},
                       documents_name = {"documents", 9}, agp_name = {"add_generation_prompt", 21};
     jv_dict_set(a, globals, messages_name, chat);
-    jv_dict_set(a, globals, tools_name,
-                args->tools ? jv_from_json(a, args->tools) : &jv_none_value);
+    jv_dict_set(a, globals, tools_name, tools ? jv_from_json(a, tools) : &jv_none_value);
     jv_dict_set(a, globals, documents_name,
-                args->documents ? jv_from_json(a, args->documents) : &jv_none_value);
+                documents ? jv_from_json(a, documents) : &jv_none_value);
     jv_dict_set(a, globals, agp_name, jv_bool(args->add_generation_prompt));
 
     int rc = render_values(tpl, a, globals, args->now, res);

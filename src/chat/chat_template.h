@@ -64,6 +64,8 @@ int chat_template_render(const ChatTemplate *tpl, const json_t *messages, const 
  *     under both "thinking" and "reasoning_content" (the names templates read);
  *   - the variables are the special tokens, then kwargs (which override them), then
  *     messages, tools and documents (null when not given) and add_generation_prompt;
+ *     tools and documents are named parameters in Python, so a "tools" or "documents" key
+ *     of kwargs is taken as that argument when the field below is NULL;
  *   - continue_final_message leaves the last message open (cut after its content). */
 typedef struct {
     const json_t *messages;  /* array of message objects (required) */

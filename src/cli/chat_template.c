@@ -15,7 +15,8 @@
 static const char chat_template_usage[] =
     "usage: rlhf chat-template [--tokenizer DIR] [--template NAME|FILE] --messages FILE.json\n"
     "                          [--add-generation-prompt] [--continue-final-message]\n"
-    "                          [--tools FILE.json] [--kwargs JSON] [--now TIME] [--out FILE]\n"
+    "                          [--tools FILE.json] [--documents FILE.json] [--kwargs JSON]\n"
+    "                          [--now TIME] [--out FILE]\n"
     "       rlhf chat-template --template NAME|FILE --vars FILE.json [--now TIME] [--out FILE]\n"
     "\n"
     "Renders a conversation with a chat template, as transformers' apply_chat_template(...,\n"
@@ -25,9 +26,10 @@ static const char chat_template_usage[] =
     "                      tokenizer_config.json template, and its special tokens\n"
     "  --template T        a built-in template by Axolotl's name, tokenizer_default, or a\n"
     "                      .jinja file; overrides the directory's template\n"
-    "  --messages FILE     a JSON array of messages, or {\"messages\": [...], \"tools\": [...]}\n"
-    "                      (\"-\": standard input)\n"
+    "  --messages FILE     a JSON array of messages, or {\"messages\": [...], \"tools\": [...],\n"
+    "                      \"documents\": [...]} (\"-\": standard input)\n"
     "  --tools FILE        a JSON array of tool schemas\n"
+    "  --documents FILE    a JSON array of documents for RAG templates ({\"title\", \"text\"})\n"
     "  --kwargs JSON       extra template variables, e.g. '{\"enable_thinking\": false}'\n"
     "  --vars FILE         render with exactly these variables (a JSON object), like jinja2's\n"
     "                      Template.render(**vars), without apply_chat_template's steps\n"
@@ -57,7 +59,8 @@ static void print_builtins(FILE *fp) {
 
 static int chat_template_local(int argc, char **argv) {
     const char *tokenizer = NULL, *template_arg = NULL, *messages_path = NULL, *tools_path = NULL,
-               *kwargs_text = NULL, *out_path = NULL, *vars_path = NULL, *now_text = NULL;
+               *kwargs_text = NULL, *documents_path = NULL, *out_path = NULL, *vars_path = NULL,
+               *now_text = NULL;
     bool add_generation_prompt = false, continue_final = false;
     for (int i = 0; i < argc; i++) {
         int r;
@@ -65,6 +68,7 @@ static int chat_template_local(int argc, char **argv) {
             (r = cli_option(argc, argv, &i, "--template", &template_arg)) ||
             (r = cli_option(argc, argv, &i, "--messages", &messages_path)) ||
             (r = cli_option(argc, argv, &i, "--tools", &tools_path)) ||
+            (r = cli_option(argc, argv, &i, "--documents", &documents_path)) ||
             (r = cli_option(argc, argv, &i, "--kwargs", &kwargs_text)) ||
             (r = cli_option(argc, argv, &i, "--out", &out_path)) ||
             (r = cli_option(argc, argv, &i, "--vars", &vars_path)) ||
@@ -113,7 +117,7 @@ static int chat_template_local(int argc, char **argv) {
     }
 
     int rc = CLI_EXIT_FAILURE;
-    json_t *doc = NULL, *tools = NULL, *kwargs = NULL;
+    json_t *doc = NULL, *tools = NULL, *documents = NULL, *kwargs = NULL;
     ChatTemplateSource src = {0};
     ChatTemplate *tpl = NULL;
     char *file_template = NULL;
@@ -129,6 +133,8 @@ static int chat_template_local(int argc, char **argv) {
         messages = json_object_get(doc, "messages");
         const json_t *t = json_object_get(doc, "tools");
         if (t && !json_is_null(t)) tools = json_incref((json_t *)t);
+        const json_t *d = json_object_get(doc, "documents");
+        if (d && !json_is_null(d)) documents = json_incref((json_t *)d);
     }
     if (!vars_path && !json_is_array(messages)) {
         err_set("%s: expected a JSON array of messages or an object with \"messages\"",
@@ -141,6 +147,15 @@ static int chat_template_local(int argc, char **argv) {
         if (json_load_path(tools_path, &tools) != 0) goto fail;
         if (!json_is_array(tools)) {
             err_set("%s: expected a JSON array of tool schemas", tools_path);
+            goto fail;
+        }
+    }
+    if (documents_path) {
+        json_decref(documents);
+        documents = NULL;
+        if (json_load_path(documents_path, &documents) != 0) goto fail;
+        if (!json_is_array(documents)) {
+            err_set("%s: expected a JSON array of documents", documents_path);
             goto fail;
         }
     }
@@ -191,6 +206,7 @@ static int chat_template_local(int argc, char **argv) {
         ChatApplyArgs args = {
             .messages = messages,
             .tools = tools,
+            .documents = documents,
             .add_generation_prompt = add_generation_prompt,
             .continue_final_message = continue_final,
             .special_tokens = src.special_tokens,
@@ -217,6 +233,7 @@ done:
     chat_template_source_free(&src);
     json_decref(doc);
     json_decref(tools);
+    json_decref(documents);
     json_decref(kwargs);
     return rc;
 }

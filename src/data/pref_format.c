@@ -4,6 +4,7 @@
 
 #include "jinja/jinja.h"
 #include "common/error.h"
+#include "common/json_util.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ void pref_strings_free(PrefStrings *s) {
 /* ------------------------------------------------------------------------------ row helpers */
 
 char *pref_py_str(const json_t *v) {
-    if (json_is_string(v)) return xstrdup(json_string_value(v));
+    if (json_is_string(v) && !json_bignum_text(v)) return xstrdup(json_string_value(v));
     JArena arena = {0};
     JBuf b;
     jb_init(&b, &arena);

@@ -232,6 +232,11 @@ static int grpo_evaluate(void *ctx, Model *m, json_t *entry) {
     json_decref(state);
     if (dist_agree(rc) != 0) return -1;
     step_metrics_flush_ranks(&metrics, entry, "eval_");
+    /* TRL logs its training token counter in eval mode too: eval_num_tokens is the tokens
+     * trained on so far, over all ranks. */
+    double tokens = r->gt.metrics.num_tokens;
+    dist_allreduce_sum_f64(&tokens, 1);
+    json_object_set_new(entry, "eval_num_tokens", json_real(tokens));
     return 0;
 }
 

@@ -126,22 +126,74 @@ static JValue *eval_slice(JCtx *c, JFrame *f, JValue *obj, const JNode *s) {
 
 /* ---------------------------------------------------------------- expressions */
 
-static int eval_args(JCtx *c, JFrame *f, const JNode *n, JArgs *args) {
-    args->nargs = n->items.n;
+/* A call's arguments: the positional ones, then *star's items; the keyword ones, then **dstar's
+ * items, then `extra` (the caller of a call block; NULL: none) as caller=. Python's rules: *x
+ * takes any iterable, **x a mapping with string keys, and a name given twice is an error. */
+static int eval_args_with(JCtx *c, JFrame *f, const JNode *n, JValue *extra, JArgs *args) {
+    JValue **star = NULL, *dstar = NULL;
+    size_t nstar = 0, ndstar = 0;
+    if (n->star) {
+        JValue *v = jinja_eval(c, f, n->star);
+        if (!v) return -1;
+        if (jinja_iterate(c, v, &star, &nstar, n->line) != 0) {
+            jinja_fail(n->line, "argument after * must be an iterable, not %s", jv_type_name(v));
+            return -1;
+        }
+    }
+    if (n->dstar) {
+        dstar = jinja_eval(c, f, n->dstar);
+        if (!dstar) return -1;
+        if (dstar->kind != JV_DICT) {
+            jinja_fail(n->line, "argument after ** must be a mapping, not %s", jv_type_name(dstar));
+            return -1;
+        }
+        ndstar = dstar->u.dict->n;
+    }
+    args->nargs = n->items.n + nstar;
     args->args = args->nargs ? ja_alloc(c->arena, args->nargs * sizeof(JValue *)) : NULL;
     for (size_t i = 0; i < n->items.n; i++)
         if (!(args->args[i] = jinja_eval(c, f, n->items.v[i]))) return -1;
-    args->nkw = n->kwvals.n;
+    for (size_t i = 0; i < nstar; i++)
+        args->args[n->items.n + i] = star[i];
+    size_t nkw = n->kwvals.n + ndstar + (extra != NULL);
+    args->nkw = nkw;
     args->kwnames = n->kwnames;
-    args->kwvals = args->nkw ? ja_alloc(c->arena, args->nkw * sizeof(JValue *)) : NULL;
+    args->kwvals = nkw ? ja_alloc(c->arena, nkw * sizeof(JValue *)) : NULL;
     for (size_t i = 0; i < n->kwvals.n; i++)
         if (!(args->kwvals[i] = jinja_eval(c, f, n->kwvals.v[i]))) return -1;
+    if (nkw > n->kwvals.n) {
+        JStr *names = ja_alloc(c->arena, nkw * sizeof(JStr));
+        if (n->kwvals.n) memcpy(names, n->kwnames, n->kwvals.n * sizeof(JStr));
+        size_t k = n->kwvals.n;
+        for (size_t i = 0; i < ndstar; i++, k++) {
+            names[k] = dstar->u.dict->items[i].key;
+            args->kwvals[k] = dstar->u.dict->items[i].val;
+        }
+        if (extra) {
+            names[k] = (JStr){"caller", 6};
+            args->kwvals[k] = extra;
+        }
+        for (size_t i = 0; i < nkw; i++)
+            for (size_t j = 0; j < i; j++)
+                if (names[i].n == names[j].n && memcmp(names[i].s, names[j].s, names[i].n) == 0) {
+                    jinja_fail(n->line, "got multiple values for keyword argument '%s'",
+                               names[i].s);
+                    return -1;
+                }
+        args->kwnames = names;
+    }
     if (jinja_charge_values(c, args->args, args->nargs, n->line) != 0) return -1;
     return jinja_charge_values(c, args->kwvals, args->nkw, n->line);
 }
 
+static int eval_args(JCtx *c, JFrame *f, const JNode *n, JArgs *args) {
+    return eval_args_with(c, f, n, NULL, args);
+}
+
 /* The filter of N_FILTER node n applied to v, its arguments evaluated in f. */
 static JValue *apply_filter_node(JCtx *c, JFrame *f, const JNode *n, JValue *v) {
+    if (n->op < 0) /* a jinja2 filter this renderer lacks: fails here, when applied */
+        return jinja_fail(n->line, "filter '%s' is not supported by this renderer", n->name.s);
     JArgs args;
     if (eval_args(c, f, n, &args) != 0 ||
         charge_subject(c, v, jinja_filter_walks_items(n->op), n->line) != 0)
@@ -156,6 +208,17 @@ JValue *jinja_apply_filter_chain(JCtx *c, JFrame *f, const JNode *n, JValue *v) 
         if (!v) return NULL;
     }
     return apply_filter_node(c, f, n, v);
+}
+
+JValue *jinja_eval_call(JCtx *c, JFrame *f, const JNode *n, JValue *caller) {
+    JValue *fn = jinja_eval(c, f, n->a);
+    if (!fn) return NULL;
+    JArgs args;
+    if (eval_args_with(c, f, n, caller, &args) != 0) return NULL;
+    if (fn->kind == JV_FUNC && fn->u.fn->kind == JF_METHOD &&
+        jinja_charge_values(c, &fn->u.fn->self, 1, n->line) != 0)
+        return NULL;
+    return jinja_call(c, f, fn, &args, n->line);
 }
 
 JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
@@ -182,16 +245,8 @@ JValue *jinja_eval(JCtx *c, JFrame *f, const JNode *n) {
         if (obj->kind == JV_UNDEFINED) return jinja_fail_undefined(n->line, obj);
         return jinja_getitem(c, obj, key, n->line);
     }
-    case N_CALL: {
-        JValue *fn = jinja_eval(c, f, n->a);
-        if (!fn) return NULL;
-        JArgs args;
-        if (eval_args(c, f, n, &args) != 0) return NULL;
-        if (fn->kind == JV_FUNC && fn->u.fn->kind == JF_METHOD &&
-            jinja_charge_values(c, &fn->u.fn->self, 1, n->line) != 0)
-            return NULL;
-        return jinja_call(c, f, fn, &args, n->line);
-    }
+    case N_CALL:
+        return jinja_eval_call(c, f, n, NULL);
     case N_FILTER: {
         JValue *v = jinja_eval(c, f, n->a);
         return v ? apply_filter_node(c, f, n, v) : NULL;

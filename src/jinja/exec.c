@@ -185,6 +185,21 @@ static int exec_node(JCtx *c, JFrame *f, const JNode *n) {
         jv_dict_set(c->arena, &f->vars, n->name, v);
         return EXEC_OK;
     }
+    case N_CALLBLOCK: {
+        JValue *caller = ja_alloc(c->arena, sizeof *caller);
+        caller->kind = JV_FUNC;
+        caller->u.fn = ja_alloc(c->arena, sizeof(JFunc));
+        caller->u.fn->kind = JF_MACRO;
+        caller->u.fn->name = "caller";
+        caller->u.fn->macro = n->b;
+        caller->u.fn->scope = f; /* the body sees the variables where the block is */
+        JValue *v = jinja_eval_call(c, f, n->a, caller);
+        if (!v || jv_to_str(c->out, v) != 0) return EXEC_ERROR;
+        return EXEC_OK;
+    }
+    case N_UNSUPPORTED:
+        jinja_fail(n->line, "the '{%% %s %%}' tag is not supported by this renderer", n->name.s);
+        return EXEC_ERROR;
     case N_BREAK:
         return EXEC_BREAK;
     case N_CONTINUE:
@@ -226,7 +241,7 @@ JValue *jinja_call_macro(JCtx *c, const JFunc *fn, const JArgs *args, int line) 
     if (c->depth >= MAX_MACRO_DEPTH)
         return jinja_fail(line, "macro '%s': calls nested deeper than %d", fn->name,
                           MAX_MACRO_DEPTH);
-    JFrame *f = new_frame(c, c->root);
+    JFrame *f = new_frame(c, fn->scope ? fn->scope : c->root);
     size_t nparams = m->items.n, ndefaults = m->kwvals.n;
     bool *given = ja_alloc(c->arena, (nparams ? nparams : 1) * sizeof *given);
     for (size_t i = 0; i < args->nargs && i < nparams; i++) {
@@ -244,7 +259,12 @@ JValue *jinja_call_macro(JCtx *c, const JFunc *fn, const JArgs *args, int line) 
             if (m->items.v[i]->name.n == args->kwnames[k].n &&
                 memcmp(m->items.v[i]->name.s, args->kwnames[k].s, args->kwnames[k].n) == 0)
                 break;
-        if (i < nparams) {
+        static const JStr caller_name = {"caller", 6};
+        if (i == nparams && args->kwnames[k].n == 6 && !memcmp(args->kwnames[k].s, "caller", 6)) {
+            /* a call block's body: the macro sees it as `caller` (jinja2: an implicit
+             * parameter of every macro that uses caller()) */
+            jv_dict_set(c->arena, &f->vars, caller_name, args->kwvals[k]);
+        } else if (i < nparams) {
             if (given[i])
                 return jinja_fail(line, "macro '%s' got multiple values for argument '%s'",
                                   fn->name, args->kwnames[k].s);

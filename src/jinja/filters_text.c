@@ -199,20 +199,26 @@ JValue *jf_int(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {
     int64_t base;
     if (jinja_arg_int(p[1], 10, &base, what, line) != 0) return NULL;
     if (v->kind == JV_UNDEFINED) return jinja_fail_undefined(line, v);
-    if (v->kind == JV_INT) return v;
+    if (v->kind == JV_INT || v->kind == JV_BIGINT) return v;
     if (v->kind == JV_BOOL) return jv_int(c->arena, v->u.b);
     double d;
     if (v->kind == JV_STRING) {
         int64_t i;
         if (pystr_to_int(v->u.s, base, &i)) return jv_int(c->arena, i);
+        JValue *big = base == 10 ? jv_int_from_text(c->arena, v->u.s.s, v->u.s.n) : NULL;
+        if (big) return big; /* Python's int(str) has no size limit */
         if (!pystr_to_float(v->u.s, &d)) return dflt;
     } else if (v->kind == JV_FLOAT) {
         d = v->u.f;
     } else {
         return dflt;
     }
-    if (isnan(d) || isinf(d) || fabs(d) >= 9.2e18) return dflt;
-    return jv_int(c->arena, (int64_t)d);
+    /* jinja2's do_int: int(value), then int(float(value)) on ValueError; int(inf) raises
+     * OverflowError, which it does not catch. Past int64 the result is exact (bigint.c). */
+    if (isnan(d)) return dflt;
+    if (isinf(d))
+        return jinja_fail(line, "OverflowError: cannot convert float infinity to integer");
+    return jv_int_from_double(c->arena, d);
 }
 
 JValue *jf_lower(JCtx *c, JValue *v, const JArgs *a, const char *what, int line) {

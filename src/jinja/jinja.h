@@ -93,7 +93,8 @@ typedef enum {
     JV_NAMESPACE,
     JV_FUNC,
     JV_LOOP,
-    JV_ITER, /* a one-pass Python iterator (generator, reversed()): u.list holds what is left */
+    JV_ITER,   /* a one-pass Python iterator (generator, reversed()): u.list holds what is left */
+    JV_BIGINT, /* a Python int outside int64: u.s is its decimal text (bigint.c) */
 } JKind;
 
 /* How a JV_LIST prints and what Python type it stands for. */
@@ -172,7 +173,18 @@ JValue *jv_undefined_item(JArena *a, const JValue *obj, const JValue *key);
 JValue *jv_dict_get(const JDict *d, const char *key, size_t n);
 void jv_dict_set(JArena *a, JDict *d, JStr key, JValue *val); /* replaces or appends */
 
+/* A JSON value as the Python json module reads it; a bignum (json_util.h) becomes a big int or
+ * a float (inf past the double range). */
 JValue *jv_from_json(JArena *a, const json_t *j);
+
+/* Python ints beyond int64 (bigint.c). int(s) for a decimal string (surrounding whitespace and
+ * a sign allowed): a JV_INT when it fits, else a JV_BIGINT; NULL when s is not one. */
+JValue *jv_int_from_text(JArena *a, const char *s, size_t n);
+/* int(f): the exact integer, JV_INT or JV_BIGINT; NULL for inf and nan. */
+JValue *jv_int_from_double(JArena *a, double f);
+/* For JV_INT, JV_BOOL or JV_BIGINT values: -1, 0 or 1 as x <, ==, > y. */
+int jv_int_compare(const JValue *x, const JValue *y);
+double jv_bigint_double(const JValue *v); /* the nearest double (+-inf past the range) */
 
 bool jv_truthy(const JValue *v);
 bool jv_is_number(const JValue *v); /* int, float or bool (Python bool is an int) */

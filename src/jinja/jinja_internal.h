@@ -19,6 +19,8 @@ struct JFunc {
     const char *name;
     JValue *self;       /* JF_METHOD */
     const JNode *macro; /* JF_MACRO */
+    JFrame *scope;      /* JF_MACRO: the frame its body sees (a call block's caller: where the
+                           block is); NULL: the template's top level */
 };
 
 struct JLoop {
@@ -123,7 +125,10 @@ typedef enum {
     N_MACRO,    /* name, params (items: N_NAME), defaults (kwvals, aligned to the last params) */
     N_BREAK,
     N_CONTINUE,
-    N_GENERATION, /* body */
+    N_GENERATION,  /* body */
+    N_CALLBLOCK,   /* {% call(params) f(args) %}body{% endcall %}: a the N_CALL, b the caller
+                      (an N_MACRO named "caller": params, defaults, body) */
+    N_UNSUPPORTED, /* a tag jinja2 has and this renderer does not: name; fails when executed */
 } JNodeKind;
 
 /* Comparison operators in N_COMPARE. */
@@ -141,6 +146,7 @@ struct JNode {
     int *cmp_ops;
     JStr *kwnames;
     JNodeList kwvals;
+    JNode *star, *dstar; /* calls, filters, tests: f(*star, **dstar), or NULL */
     JNodeList body, orelse;
 };
 
@@ -170,6 +176,8 @@ int jinja_charge_values(JCtx *ctx, JValue *const *values, size_t n, int line);
 /* Evaluates an expression node. Returns the value (in ctx->arena), or NULL with
  * "line N: ..." set. */
 JValue *jinja_eval(JCtx *ctx, JFrame *frame, const JNode *n);
+/* Evaluates N_CALL node n, with `caller` (NULL: none) passed as caller= (a call block). */
+JValue *jinja_eval_call(JCtx *ctx, JFrame *frame, const JNode *n, JValue *caller);
 /* Applies a filter chain whose innermost input is NULL (a filter block: N_SETBLOCK's c) to v.
  * Returns the result, or NULL with "line N: ..." set. */
 JValue *jinja_apply_filter_chain(JCtx *ctx, JFrame *frame, const JNode *chain, JValue *v);

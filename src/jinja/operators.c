@@ -49,6 +49,13 @@ JValue *jinja_binop(JCtx *c, int op, JValue *a, JValue *b, int line) {
     if (a->kind == JV_UNDEFINED) return jinja_fail_undefined(line, a);
     if (b->kind == JV_UNDEFINED) return jinja_fail_undefined(line, b);
     const char *sym = jop_text[op];
+    if ((a->kind == JV_BIGINT && (jv_is_number(b) || b->kind == JV_BIGINT)) ||
+        (b->kind == JV_BIGINT && jv_is_number(a)))
+        return jinja_fail(line,
+                          "arithmetic on integers beyond 64 bits (%s %s %s) is not "
+                          "supported",
+                          a->kind == JV_BIGINT ? a->u.s.s : jv_type_name(a), sym,
+                          b->kind == JV_BIGINT ? b->u.s.s : jv_type_name(b));
     bool nums = jv_is_number(a) && jv_is_number(b);
     bool ints = nums && a->kind != JV_FLOAT && b->kind != JV_FLOAT;
     switch (op) {

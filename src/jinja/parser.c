@@ -2,8 +2,9 @@
  * (parser.h), and the statements. Expressions are parsed in parser_expr.c and
  * parser_primary.c.
  * Tags: if/elif/else, for (+ else, + `if` filter), set (incl. ns.attr and block set),
- * macro, break/continue, print, generation. Tags jinja2 has but this renderer does not
- * (include, extends, block, import, call, filter, with, ...) fail with their name. */
+ * macro, call, break/continue, print, generation. Tags jinja2 has but this renderer does not
+ * (include, extends, block, import, filter, with, ...) become N_UNSUPPORTED nodes that fail
+ * with their name when a render reaches them. */
 #include "jinja/parser.h"
 
 #include "common/error.h"
@@ -283,6 +284,44 @@ static JNode *parse_set(JParser *p) {
     return n;
 }
 
+/* `(a, b=1, ...)`: a macro's or a caller's parameters into n->items and n->kwvals. */
+static int parse_params(JParser *p, JNode *n) {
+    if (jp_expect_op(p, OP_LPAREN) != 0) return -1;
+    JNodeVec params = {0}, defaults = {0};
+    while (!jp_is_op(jp_cur(p), OP_RPAREN)) {
+        if (params.n && jp_expect_op(p, OP_COMMA) != 0) return -1;
+        if (jp_cur(p)->kind != JT_NAME) return jp_expect_kind(p, JT_NAME, "a parameter name");
+        JNode *param = jp_node(p, N_NAME, jp_cur(p)->line);
+        param->name = jp_cur(p)->text;
+        jp_advance(p);
+        if (jp_is_op(jp_cur(p), OP_ASSIGN)) {
+            jp_advance(p);
+            JNode *d = jp_parse_expression(p, true);
+            if (!d) return -1;
+            jp_vec_push(p, &defaults, d);
+        } else if (defaults.n) {
+            return jp_fail(param->line, "non-default argument follows default argument");
+        }
+        jp_vec_push(p, &params, param);
+    }
+    jp_advance(p);
+    n->items = jp_vec_list(&params);
+    n->kwvals = jp_vec_list(&defaults);
+    return 0;
+}
+
+/* A macro's (or a caller's) body up to `end`, outside any loop of the template. */
+static int parse_macro_body(JParser *p, JNode *n, const char *end) {
+    const char *const ends[] = {end, NULL};
+    int saved = p->loop_depth;
+    p->loop_depth = 0;
+    int rc = parse_body(p, ends, &n->body);
+    p->loop_depth = saved;
+    if (rc != 0) return -1;
+    jp_advance(p);
+    return 0;
+}
+
 static JNode *parse_macro(JParser *p) {
     JNode *n = jp_node(p, N_MACRO, jp_cur(p)->line);
     jp_advance(p);
@@ -292,37 +331,44 @@ static JNode *parse_macro(JParser *p) {
     }
     n->name = jp_cur(p)->text;
     jp_advance(p);
-    if (jp_expect_op(p, OP_LPAREN) != 0) return NULL;
-    JNodeVec params = {0}, defaults = {0};
-    while (!jp_is_op(jp_cur(p), OP_RPAREN)) {
-        if (params.n && jp_expect_op(p, OP_COMMA) != 0) return NULL;
-        if (jp_cur(p)->kind != JT_NAME) {
-            jp_expect_kind(p, JT_NAME, "a parameter name");
-            return NULL;
-        }
-        JNode *param = jp_node(p, N_NAME, jp_cur(p)->line);
-        param->name = jp_cur(p)->text;
-        jp_advance(p);
-        if (jp_is_op(jp_cur(p), OP_ASSIGN)) {
-            jp_advance(p);
-            JNode *d = jp_parse_expression(p, true);
-            if (!d) return NULL;
-            jp_vec_push(p, &defaults, d);
-        } else if (defaults.n) {
-            jp_fail(param->line, "non-default argument follows default argument");
-            return NULL;
-        }
-        jp_vec_push(p, &params, param);
-    }
+    if (parse_params(p, n) != 0 || parse_macro_body(p, n, "endmacro") != 0) return NULL;
+    return n;
+}
+
+/* {% call [(params)] f(args) %}body{% endcall %}: the body becomes a macro named caller that
+ * f receives as caller=, as jinja2 compiles it. */
+static JNode *parse_call_block(JParser *p) {
+    int line = jp_cur(p)->line;
+    JNode *n = jp_node(p, N_CALLBLOCK, line);
+    JNode *caller = jp_node(p, N_MACRO, line);
+    caller->name = (JStr){"caller", 6};
     jp_advance(p);
-    n->items = jp_vec_list(&params);
-    n->kwvals = jp_vec_list(&defaults);
-    static const char *const ends[] = {"endmacro", NULL};
-    int saved = p->loop_depth;
-    p->loop_depth = 0;
-    int rc = parse_body(p, ends, &n->body);
-    p->loop_depth = saved;
-    if (rc != 0) return NULL;
+    if (jp_is_op(jp_cur(p), OP_LPAREN) && parse_params(p, caller) != 0) return NULL;
+    JNode *call = jp_parse_expression(p, true);
+    if (!call) return NULL;
+    if (call->kind != N_CALL) {
+        jp_fail(line, "expected call");
+        return NULL;
+    }
+    if (parse_macro_body(p, caller, "endcall") != 0) return NULL;
+    n->a = call;
+    n->b = caller;
+    return n;
+}
+
+/* A tag jinja2 has and this renderer does not: its header skipped and its body (if it has
+ * one, up to end<name>) parsed, so that it fails only when a render reaches it, as a
+ * template that never executes it renders in Python. */
+static JNode *parse_unsupported(JParser *p, const char *name, bool has_body) {
+    JNode *n = jp_node(p, N_UNSUPPORTED, jp_cur(p)->line);
+    n->name = jp_cur(p)->text;
+    while (jp_cur(p)->kind != JT_BLOCK_END && jp_cur(p)->kind != JT_EOF)
+        jp_advance(p);
+    if (!has_body) return n;
+    char end[32];
+    snprintf(end, sizeof end, "end%s", name);
+    const char *const ends[] = {end, NULL};
+    if (parse_body(p, ends, &n->body) != 0) return NULL;
     jp_advance(p);
     return n;
 }
@@ -368,10 +414,14 @@ static JNode *parse_statement(JParser *p) {
         static const char *const ends[] = {"endgeneration", NULL};
         if (parse_body(p, ends, &n->body) != 0) return NULL;
         jp_advance(p);
-    } else if (!strcmp(name, "block") || !strcmp(name, "extends") || !strcmp(name, "include") ||
-               !strcmp(name, "import") || !strcmp(name, "from") || !strcmp(name, "with") ||
-               !strcmp(name, "autoescape") || !strcmp(name, "call") || !strcmp(name, "filter")) {
-        jp_fail(t->line, "the '{%% %s %%}' tag is not supported by this renderer", name);
+    } else if (!strcmp(name, "call")) {
+        n = parse_call_block(p);
+    } else if (!strcmp(name, "block") || !strcmp(name, "with") || !strcmp(name, "autoescape") ||
+               !strcmp(name, "filter")) {
+        n = parse_unsupported(p, name, true);
+    } else if (!strcmp(name, "extends") || !strcmp(name, "include") || !strcmp(name, "import") ||
+               !strcmp(name, "from")) {
+        n = parse_unsupported(p, name, false);
     } else {
         p->ntags--;
         jp_fail(t->line, "Encountered unknown tag '%s'.%s%s%s", name,

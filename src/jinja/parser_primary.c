@@ -20,8 +20,23 @@ static int parse_call_args(JParser *p, JNode *n) {
             if (jp_expect_op(p, OP_COMMA) != 0) return -1;
             if (jp_is_op(jp_cur(p), OP_RPAREN)) break;
         }
-        if (jp_is_op(jp_cur(p), OP_MUL) || jp_is_op(jp_cur(p), OP_POW))
-            return jp_fail(jp_cur(p)->line, "*args / **kwargs in calls are not supported");
+        /* jinja2's parse_call_args: *x after the positional arguments (once, before any **),
+         * **x last; anything out of that order is invalid syntax. */
+        if (jp_is_op(jp_cur(p), OP_MUL) || jp_is_op(jp_cur(p), OP_POW)) {
+            bool dstar = jp_is_op(jp_cur(p), OP_POW);
+            if (n->dstar || (!dstar && n->star))
+                return jp_fail(line, "invalid syntax for function call expression");
+            jp_advance(p);
+            JNode *v = jp_parse_expression(p, true);
+            if (!v) return -1;
+            if (dstar)
+                n->dstar = v;
+            else
+                n->star = v;
+            require_comma = true;
+            continue;
+        }
+        if (n->dstar) return jp_fail(line, "invalid syntax for function call expression");
         if (jp_cur(p)->kind == JT_NAME && jp_is_op(jp_peek(p, 1), OP_ASSIGN)) {
             if (nkw == sizeof names / sizeof *names)
                 return jp_fail(line, "too many keyword arguments");
@@ -32,7 +47,7 @@ static int parse_call_args(JParser *p, JNode *n) {
             if (!v) return -1;
             jp_vec_push(p, &kwvals, v);
         } else {
-            if (nkw) return jp_fail(line, "invalid syntax for function call expression");
+            if (nkw || n->star) return jp_fail(line, "invalid syntax for function call expression");
             JNode *v = jp_parse_expression(p, true);
             if (!v) return -1;
             jp_vec_push(p, &args, v);
@@ -82,8 +97,11 @@ JNode *jp_parse_filter(JParser *p, JNode *n, bool start_inline) {
         int line = jp_cur(p)->line;
         JNode *f = jp_node(p, N_FILTER, line);
         if (parse_dotted_name(p, &f->name) != 0) return NULL;
-        f->op = jinja_filter_resolve(f->name.s, line);
-        if (f->op < 0) return NULL;
+        /* A filter jinja2 has and this renderer does not fails where it is applied (op -2),
+         * as a template that never reaches it renders in Python; an unknown name fails here,
+         * as in jinja2. */
+        f->op = jinja_filter_id(f->name.s);
+        if (f->op == -1 && jinja_filter_resolve(f->name.s, line) < 0) return NULL;
         if (jp_is_op(jp_cur(p), OP_LPAREN) && parse_call_args(p, f) != 0) return NULL;
         f->a = n;
         n = f;

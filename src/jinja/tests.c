@@ -81,11 +81,11 @@ KIND_TEST(none, v->kind == JV_NONE)
 KIND_TEST(boolean, v->kind == JV_BOOL)
 KIND_TEST(false, v->kind == JV_BOOL && !v->u.b)
 KIND_TEST(true, v->kind == JV_BOOL && v->u.b)
-KIND_TEST(integer, v->kind == JV_INT)
+KIND_TEST(integer, v->kind == JV_INT || v->kind == JV_BIGINT)
 KIND_TEST(float, v->kind == JV_FLOAT)
 KIND_TEST(string, v->kind == JV_STRING)
 KIND_TEST(mapping, v->kind == JV_DICT)
-KIND_TEST(number, jv_is_number(v))
+KIND_TEST(number, jv_is_number(v) || v->kind == JV_BIGINT)
 KIND_TEST(sequence, v->kind == JV_STRING ||
                         (v->kind == JV_LIST && (v->view == JVIEW_NONE || v->view == JVIEW_RANGE)) ||
                         v->kind == JV_DICT || v->kind == JV_UNDEFINED)

@@ -3,6 +3,7 @@
 #include "jinja/jinja_internal.h"
 
 #include "common/error.h"
+#include "common/json_util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -108,6 +109,7 @@ static const char *object_type_repr(const JValue *v) {
     case JV_BOOL:
         return "bool object";
     case JV_INT:
+    case JV_BIGINT:
         return "int object";
     case JV_FLOAT:
         return "float object";
@@ -187,8 +189,12 @@ JValue *jv_from_json(JArena *a, const json_t *j) {
             v->u.list.items[i] = jv_from_json(a, json_array_get(j, i));
         return v;
     }
-    case JSON_STRING:
-        return jv_str(a, json_string_value(j), json_string_length(j));
+    case JSON_STRING: {
+        const char *big = json_bignum_text(j);
+        if (!big) return jv_str(a, json_string_value(j), json_string_length(j));
+        JValue *v = json_bignum_is_integer(big) ? jv_int_from_text(a, big, strlen(big)) : NULL;
+        return v ? v : jv_float(a, strtod(big, NULL));
+    }
     case JSON_INTEGER:
         return jv_int(a, (int64_t)json_integer_value(j));
     case JSON_REAL:
@@ -234,6 +240,7 @@ int64_t jv_as_int(const JValue *v) {
 }
 
 double jv_as_double(const JValue *v) {
+    if (v->kind == JV_BIGINT) return jv_bigint_double(v);
     return v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : v->u.b ? 1.0 : 0.0;
 }
 
@@ -246,6 +253,7 @@ const char *jv_type_name(const JValue *v) {
     case JV_BOOL:
         return "bool";
     case JV_INT:
+    case JV_BIGINT:
         return "int";
     case JV_FLOAT:
         return "float";
@@ -281,6 +289,13 @@ const char *jv_type_name(const JValue *v) {
 /* ---------------------------------------------------------------- comparison */
 
 bool jv_equal(const JValue *a, const JValue *b) {
+    if (a->kind == JV_BIGINT || b->kind == JV_BIGINT) {
+        if (a->kind == JV_FLOAT || b->kind == JV_FLOAT)
+            return jv_as_double(a) == jv_as_double(b); /* exact enough: floats that big are */
+        bool ia = a->kind == JV_INT || a->kind == JV_BOOL || a->kind == JV_BIGINT,
+             ib = b->kind == JV_INT || b->kind == JV_BOOL || b->kind == JV_BIGINT;
+        return ia && ib && jv_int_compare(a, b) == 0;
+    }
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a->kind != JV_FLOAT && b->kind != JV_FLOAT) {
             int64_t x = a->kind == JV_INT ? a->u.i : a->u.b,
@@ -333,6 +348,18 @@ typedef enum { ORDER_LESS, ORDER_EQUAL, ORDER_OTHER } JOrder;
  * the first unequal items with == and then comparing them with < again costs the square of
  * the nesting. */
 static int order_of(const JValue *a, const JValue *b, bool in_list, JOrder *o) {
+    if ((a->kind == JV_BIGINT && (jv_is_number(b) || b->kind == JV_BIGINT)) ||
+        (b->kind == JV_BIGINT && jv_is_number(a))) {
+        int c;
+        if (a->kind == JV_FLOAT || b->kind == JV_FLOAT) {
+            double x = jv_as_double(a), y = jv_as_double(b);
+            c = x < y ? -1 : x == y ? 0 : 1;
+        } else {
+            c = jv_int_compare(a, b);
+        }
+        *o = c < 0 ? ORDER_LESS : c == 0 ? ORDER_EQUAL : ORDER_OTHER;
+        return 0;
+    }
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a->kind != JV_FLOAT && b->kind != JV_FLOAT) {
             int64_t x = a->kind == JV_INT ? a->u.i : a->u.b,

@@ -180,6 +180,9 @@ int jv_to_str(JBuf *b, const JValue *v) {
     case JV_INT:
         jb_printf(b, "%" PRId64, v->u.i);
         return 0;
+    case JV_BIGINT:
+        jb_put(b, v->u.s.s, v->u.s.n);
+        return 0;
     case JV_FLOAT:
         jv_format_float(b, v->u.f);
         return 0;
@@ -294,6 +297,9 @@ static int to_json(JBuf *b, const JValue *v, const JJsonOpts *o, int level) {
         return 0;
     case JV_INT:
         jb_printf(b, "%" PRId64, v->u.i);
+        return 0;
+    case JV_BIGINT:
+        jb_put(b, v->u.s.s, v->u.s.n);
         return 0;
     case JV_FLOAT:
         if (isnan(v->u.f))

@@ -1,10 +1,12 @@
 #include "python/py_json.h"
 
 #include "common/error.h"
+#include "common/json_util.h"
 #include "python/py_error.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Deeper nesting than this is not data anyone writes by hand; it is a list that contains itself. */
@@ -58,8 +60,13 @@ static PyObject *from_json(const json_t *v, int depth) {
         return dict_from_object(v, depth);
     case JSON_ARRAY:
         return list_from_array(v, depth);
-    case JSON_STRING:
+    case JSON_STRING: {
+        /* A number jansson cannot hold (json_util.h): Python's json gives an int or a float. */
+        const char *big = json_bignum_text(v);
+        if (big && json_bignum_is_integer(big)) return PyLong_FromString(big, NULL, 10);
+        if (big) return PyFloat_FromDouble(strtod(big, NULL));
         return PyUnicode_FromStringAndSize(json_string_value(v), (Py_ssize_t)json_string_length(v));
+    }
     case JSON_INTEGER:
         return PyLong_FromLongLong(json_integer_value(v));
     case JSON_REAL:
@@ -167,7 +174,14 @@ static json_t *to_json(PyObject *o, JsonPath *p, int depth) {
     if (PyLong_Check(o)) {
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow) return path_error(p, "an int outside the 64-bit range JSON rows hold", o);
+        if (overflow) { /* a bignum (json_util.h), as a JSON file would give it */
+            PyObject *s = PyObject_Str(o);
+            const char *digits = s ? PyUnicode_AsUTF8(s) : NULL;
+            json_t *big = digits ? json_bignum(digits) : NULL;
+            Py_XDECREF(s);
+            if (!big) PyErr_Clear();
+            return big ? big : path_error(p, "an int that cannot be read", o);
+        }
         if (v == -1 && PyErr_Occurred()) {
             PyErr_Clear();
             return path_error(p, "an int that cannot be read", o);

@@ -5,14 +5,14 @@
  *     object       dict (str keys, order kept)
  *     array        list
  *     string       str
- *     integer      int
+ *     integer      int (a bignum, json_util.h, beyond int64)
  *     real         float
  *     true/false   True/False
  *     null         None
  *
  * Going back, a tuple reads as an array (what `datasets` would store for it) and a dict subclass
  * (DictDefault) as an object. Anything else (sets, bytes, other objects, NaN or infinite floats,
- * ints outside int64, keys that are not str) is an error naming where it sits. Both directions
+ * keys that are not str) is an error naming where it sits. Both directions
  * need the GIL. */
 #ifndef RLHF_PYTHON_PY_JSON_H
 #define RLHF_PYTHON_PY_JSON_H

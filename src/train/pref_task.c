@@ -75,6 +75,11 @@ static void pref_flush(void *ctx, json_t *entry, const char *prefix) {
     pref_method_flush_metrics(t->pm, entry, prefix);
 }
 
+static double pref_trained_tokens(void *ctx) {
+    PrefTask *t = ctx;
+    return t->pm->metrics.num_tokens;
+}
+
 /* precompute_ref_log_probs: the reference's sums of the pairs of slot 0. */
 static int pref_precompute_batch(void *ctx, size_t first, int count) {
     PrefTask *t = ctx;
@@ -98,7 +103,8 @@ static TrainTask pref_task(PrefTask *t, const PrefDataset *ds, PrefMethod *pm,
                        .release = pref_release,
                        .begin_step = pref_begin_step,
                        .method = pref_method_train_method(pm),
-                       .flush_metrics = pref_flush};
+                       .flush_metrics = pref_flush,
+                       .trained_tokens = pref_trained_tokens};
 }
 
 /* Every pair's reference sums once (into t->pre_chosen, which the caller frees), the

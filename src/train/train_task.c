@@ -68,7 +68,8 @@ static void task_flush(void *ctx, json_t *entry) {
 /* Evaluation on a held-out task: its examples in order, batch_size at a time, through its own
  * method without gradient. Over several ranks, batch b is rank b % world's and the sums are
  * taken over ranks. */
-static int evaluate_held_out(const TrainTask *h, Model *m, int64_t batch_size, json_t *entry) {
+static int evaluate_held_out(const TrainTask *train, const TrainTask *h, Model *m,
+                             int64_t batch_size, json_t *entry) {
     size_t *order = xmalloc(h->n_examples * sizeof *order);
     for (size_t i = 0; i < h->n_examples; i++)
         order[i] = i;
@@ -102,14 +103,20 @@ static int evaluate_held_out(const TrainTask *h, Model *m, int64_t batch_size, j
         json_object_set_new(entry, "eval_loss", json_real(loss_sum / (double)h->n_examples));
         if (h->flush_metrics) h->flush_metrics(h->ctx, entry, "eval_");
     }
+    if (rc == 0 && train->trained_tokens) {
+        double tokens = train->trained_tokens(train->ctx);
+        dist_allreduce_sum_f64(&tokens, 1);
+        json_object_set_new(entry, "eval_num_tokens", json_real(tokens));
+    }
     return rc;
 }
 
 static int task_evaluate(void *ctx, Model *m, json_t *entry) {
     TaskSteps *s = ctx;
     const TrainTask *task = s->task;
-    return task->held_out ? evaluate_held_out(task->held_out, m, s->cfg->micro_batch_size, entry)
-                          : task->evaluate(task->ctx, m, entry);
+    return task->held_out
+               ? evaluate_held_out(task, task->held_out, m, s->cfg->micro_batch_size, entry)
+               : task->evaluate(task->ctx, m, entry);
 }
 
 /* The opening lines: the plan, and how the work is split over several processes. */

@@ -43,6 +43,11 @@ typedef struct TrainTask {
     /* Adds the method's metrics since the last log line to a log entry, each key after prefix
      * ("" or "eval_"). May be NULL. */
     void (*flush_metrics)(void *ctx, json_t *entry, const char *prefix);
+    /* The tokens (attention mask) this rank has trained on so far: the running count logged as
+     * num_tokens. With a held_out task, evaluations log the sum over ranks as eval_num_tokens,
+     * as TRL does (its counter, which only training batches add to, logged in eval mode too).
+     * May be NULL (no num_tokens). */
+    double (*trained_tokens)(void *ctx);
     /* Evaluation, either of the two (or neither):
      *  - evaluate: the task's own evaluation on its n_eval held-out examples, adding eval_loss
      *    (and any eval_* keys) to entry;
