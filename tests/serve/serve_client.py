@@ -105,9 +105,12 @@ for temp, seed in ((0, None), (1.0, 11)):
 ref = generate([{"prompt": "3+4="}], "--temperature", "1.3", "--n", "4", "--seed", "3",
                "--max-new-tokens", "20")[0]
 full = texts(ref)
-longest = max(full, key=len)
-check(len(longest) >= 5, f"no completion long enough to hold a stop string: {full}")
-stop = longest[2:5]  # several characters: the stream must hold back a partial match
+# the stop string: a completion of 3 tokens or more without its first character, so that it
+# starts inside the first token and ends in a later one: a stream must hold back its beginning
+longest = max(ref["completions"], key=lambda c: len(c["text"]))
+check(len(longest["token_ids"]) >= 3 and len(longest["text"]) >= 3,
+      f"no completion long enough to hold a stop string: {full}")
+stop = longest["text"][1:]
 for streamed in (False, True):
     kw = dict(model=model_name, prompt="3+4=", temperature=1.3, n=4, seed=3, max_tokens=20,
               stop=[stop, "never-generated"])
@@ -185,7 +188,8 @@ check(client.models.list().data[0].id == model_name, "still serving after the lo
 
 # rlhf chat: a piped conversation; each reply is generate's on the conversation rendered so far
 for temp, seed in (("0", "0"), ("1.0", "5")):
-    turns = ["What is 2 + 3?", "And 7 + 8?", "/reset", "What is 9 + 9?"]
+    # (the second turn's reply differs when the first reply is left out of the conversation)
+    turns = ["What is 2 + 3?", "Add 5", "/reset", "What is 9 + 9?"]
     out = subprocess.run([rlhf, "chat", model_dir, "--temperature", temp, "--seed", seed,
                           "--max-new-tokens", "12"], input="\n".join(turns) + "\n/exit\nignored\n",
                          check=True, capture_output=True, text=True).stdout
