@@ -8,6 +8,7 @@
 #include "common/error.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -197,24 +198,27 @@ static int parse_args(int argc, char **argv, ServeArgs *a) {
     return 0;
 }
 
-/* The daemon on host:port (IPv4 or IPv6 literal); NULL with an error. */
+/* The daemon on host:port (an address, or a name such as localhost: its first address); NULL
+ * with an error. */
 static struct MHD_Daemon *start_daemon(const char *host, int port, Server *s) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0) {
+        err_set("--host \"%s\": %s (expected an address of this host, e.g. 127.0.0.1 or ::1)", host,
+                gai_strerror(gai));
+        return NULL;
+    }
     struct sockaddr_storage addr;
     memset(&addr, 0, sizeof addr);
+    memcpy(&addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
     unsigned flags =
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
+    if (addr.ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
         flags |= MHD_USE_IPv6;
     } else {
-        err_set("--host: expected an IPv4 or IPv6 address, got \"%s\"", host);
-        return NULL;
+        ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
     }
     struct MHD_Daemon *d =
         MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
