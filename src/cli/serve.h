@@ -103,22 +103,30 @@ char *serve_usage_event(const ServeContext *ctx, const ServeRequest *req, long p
 /* ---- the engine (serve_engine.c) ---- */
 
 /* A request in the queue; shared by the connection that made it and the engine thread
- * (reference counted). Invariants:
- *   1. done is set once, by the engine, after the last byte of `events` (streaming) or after
- *      `out` is complete; it is never unset.
- *   2. events only grows, under `lock`; a reader takes bytes from `read_pos`. */
+ * (reference counted). The engine thread alone parses, tokenises, generates and detokenises, so
+ * that the connections' short-lived threads never touch the tokenizer (whose per-thread match
+ * data would be left behind by every thread that exits). Invariants:
+ *   1. parsed is set once, by the engine, when req holds the parsed request or the request was
+ *      refused (then rc is -1, error says why and done is set too); never unset.
+ *   2. done is set once, by the engine, after the last byte of `events` (streaming) or after
+ *      `response` is complete; never unset.
+ *   3. events only grows, under `lock`; a reader takes bytes from `read_pos`. */
 typedef struct ServeJob {
+    ServeKind kind;
+    char *body; /* the request body as received */
+    size_t body_len;
     ServeRequest req;
-    Completion *out; /* n_prompts * n, filled by generate() (non-streaming response) */
-    int rc;          /* generate()'s result once done */
+    Completion *out; /* n_prompts * n, filled by generate() */
+    int rc;          /* 0, or -1 with `error` */
     ServeError error;
+    char *response; /* the whole JSON response (non-streaming) */
     /* streaming state, per choice */
     size_t *sent;   /* bytes of the decoded text already sent */
     bool *finished; /* a stop string ended it: later tokens are dropped */
     int *tokens;    /* tokens up to the end of what is sent */
     char *events;
     size_t events_len, events_cap, read_pos;
-    bool done;
+    bool parsed, done;
     int refs;
     pthread_mutex_t lock;
     pthread_cond_t changed;
@@ -129,9 +137,11 @@ typedef struct ServeEngine ServeEngine;
 
 /* Starts the engine thread over ctx (which must outlive it). Returns NULL with an error. */
 ServeEngine *serve_engine_start(const ServeContext *ctx);
-/* Queues req (moved into a new job, refs 2: the caller's and the engine's). Returns NULL after
- * serve_engine_stop (the request is then freed). */
-ServeJob *serve_engine_submit(ServeEngine *e, ServeRequest *req);
+/* Queues a request body (copied) of kind `kind` as a new job, refs 2: the caller's and the
+ * engine's. Returns NULL after serve_engine_stop. */
+ServeJob *serve_engine_submit(ServeEngine *e, ServeKind kind, const char *body, size_t len);
+/* Blocks until the job is parsed (invariant 1): then job->req.stream says how to answer. */
+void serve_job_wait_parsed(ServeJob *job);
 /* Blocks until the job is done (non-streaming). */
 void serve_job_wait(ServeJob *job);
 /* Copies up to max bytes of the job's stream to buf, waiting for some; returns 0 at its end. */

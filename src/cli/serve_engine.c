@@ -36,7 +36,7 @@ static void append_event(ServeJob *job, char *ev) {
 
 static void mark_done(ServeJob *job) {
     pthread_mutex_lock(&job->lock);
-    job->done = true;
+    job->parsed = job->done = true;
     pthread_cond_broadcast(&job->changed);
     pthread_mutex_unlock(&job->lock);
 }
@@ -111,8 +111,21 @@ static void finish_stream(const ServeContext *ctx, ServeJob *job, int total) {
     append_event(job, xstrdup("data: [DONE]\n\n"));
 }
 
+static void mark_parsed(ServeJob *job) {
+    pthread_mutex_lock(&job->lock);
+    job->parsed = true;
+    pthread_cond_broadcast(&job->changed);
+    pthread_mutex_unlock(&job->lock);
+}
+
 static void run_job(const ServeContext *ctx, ServeJob *job) {
     ServeRequest *req = &job->req;
+    if (serve_request_parse(ctx, job->kind, job->body, job->body_len, req, &job->error) != 0) {
+        job->rc = -1;
+        mark_done(job);
+        return;
+    }
+    mark_parsed(job);
     int total = req->n_prompts * req->opt.n_per_prompt;
     job->out = xcalloc((size_t)total, sizeof *job->out);
     StreamCtx sc = {ctx, job};
@@ -133,7 +146,13 @@ static void run_job(const ServeContext *ctx, ServeJob *job) {
         snprintf(job->error.message, sizeof job->error.message, "%s", err_msg());
     }
     req->opt.on_token = NULL;
-    if (req->stream) finish_stream(ctx, job, total);
+    if (req->stream) {
+        finish_stream(ctx, job, total);
+    } else if (job->rc == 0 && !(job->response = serve_response_json(ctx, req, job->out))) {
+        job->rc = -1;
+        job->error.status = 500;
+        snprintf(job->error.message, sizeof job->error.message, "%s", err_msg());
+    }
     mark_done(job);
 }
 
@@ -141,10 +160,7 @@ static void fail_job(const ServeContext *ctx, ServeJob *job) {
     job->rc = -1;
     job->error.status = 503;
     snprintf(job->error.message, sizeof job->error.message, "the server is shutting down");
-    if (job->req.stream) {
-        stream_error(ctx, job);
-        append_event(job, xstrdup("data: [DONE]\n\n"));
-    }
+    (void)ctx; /* not parsed: answered with a JSON error, not a stream */
     mark_done(job);
 }
 
@@ -186,10 +202,13 @@ ServeEngine *serve_engine_start(const ServeContext *ctx) {
     return e;
 }
 
-ServeJob *serve_engine_submit(ServeEngine *e, ServeRequest *req) {
+ServeJob *serve_engine_submit(ServeEngine *e, ServeKind kind, const char *body, size_t len) {
     ServeJob *job = xcalloc(1, sizeof *job);
-    job->req = *req;
-    memset(req, 0, sizeof *req);
+    job->kind = kind;
+    job->body = xmalloc(len + 1);
+    memcpy(job->body, body, len);
+    job->body[len] = '\0';
+    job->body_len = len;
     job->refs = 2;
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->changed, NULL);
@@ -208,6 +227,13 @@ ServeJob *serve_engine_submit(ServeEngine *e, ServeRequest *req) {
     pthread_cond_signal(&e->queued);
     pthread_mutex_unlock(&e->lock);
     return job;
+}
+
+void serve_job_wait_parsed(ServeJob *job) {
+    pthread_mutex_lock(&job->lock);
+    while (!job->parsed)
+        pthread_cond_wait(&job->changed, &job->lock);
+    pthread_mutex_unlock(&job->lock);
 }
 
 void serve_job_wait(ServeJob *job) {
@@ -239,6 +265,8 @@ void serve_job_release(ServeJob *job) {
         free(job->out);
     }
     serve_request_free(&job->req);
+    free(job->body);
+    free(job->response);
     free(job->sent);
     free(job->finished);
     free(job->tokens);

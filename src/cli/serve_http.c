@@ -70,14 +70,10 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result generate_route(const Server *s, struct MHD_Connection *c, ServeKind kind,
                                       const Body *body) {
-    ServeRequest req;
-    ServeError err;
-    if (serve_request_parse(s->ctx, kind, body->data ? body->data : "", body->len, &req, &err) != 0)
-        return send_json(c, (unsigned)err.status, serve_error_json(&err));
-    bool stream = req.stream;
-    ServeJob *job = serve_engine_submit(s->engine, &req);
+    ServeJob *job = serve_engine_submit(s->engine, kind, body->data ? body->data : "", body->len);
     if (!job) return send_error(c, 503, NULL, "the server is shutting down");
-    if (stream) {
+    serve_job_wait_parsed(job);
+    if (job->rc == 0 && job->req.stream) {
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
                                                                    stream_read, job, stream_free);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -91,8 +87,8 @@ static enum MHD_Result generate_route(const Server *s, struct MHD_Connection *c,
     if (job->rc != 0) {
         ret = send_json(c, (unsigned)job->error.status, serve_error_json(&job->error));
     } else {
-        char *resp = serve_response_json(s->ctx, &job->req, job->out);
-        ret = resp ? send_json(c, MHD_HTTP_OK, resp) : send_error(c, 500, NULL, err_msg());
+        ret = send_json(c, MHD_HTTP_OK, job->response);
+        job->response = NULL; /* MHD frees it */
     }
     serve_job_release(job);
     return ret;
