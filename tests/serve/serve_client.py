@@ -161,29 +161,45 @@ except openai.BadRequestError as e:
     check("n" in str(e), f"n=0 error {e}")
 
 # load: concurrent clients, malformed requests among them; every valid one answered as generate
-prompts = [f"{a}+{b}=" for a in range(8) for b in range(6)]  # 48 valid requests
+prompts = [f"{a}+{b}=" for a in range(8) for b in range(6)]
 ref = generate([{"prompt": p} for p in prompts], "--temperature", "0", "--max-new-tokens", "6")
 want = {p: texts(x)[0] for p, x in zip(prompts, ref)}
 
 
+def abandoned_stream():
+    """A streaming request whose client goes away after the first bytes."""
+    body = json.dumps({"model": model_name, "prompt": "1+1=", "stream": True, "n": 4,
+                       "temperature": 1.0, "max_tokens": 40}).encode()
+    req = urllib.request.Request(base_url + "/completions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.status, resp.read(20)
+
+
 def one(i):
-    if i % 7 == 3:  # 8 malformed ones mixed in
+    if i % 7 == 3:  # 9 malformed ones mixed in
         return ("bad", raw_post("/completions", b'{"model": 1, "prompt": [[]]}')[0])
+    if i % 7 == 5:  # 9 streams dropped by their clients
+        status, head = abandoned_stream()
+        return ("dropped", status == 200 and head.startswith(b"data: "))
     p = prompts[i % len(prompts)]
     r = client.completions.create(model=model_name, prompt=p, temperature=0, max_tokens=6)
     return (p, r.choices[0].text)
 
 
 start = time.time()
-with concurrent.futures.ThreadPoolExecutor(max_workers=56) as pool:
-    results = list(pool.map(one, range(56)))
+with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+    results = list(pool.map(one, range(64)))
 elapsed = time.time() - start
-answered = [(p, t) for p, t in results if p != "bad"]
+answered = [(p, t) for p, t in results if p not in ("bad", "dropped")]
+check(all(t for p, t in results if p == "dropped"), "a dropped stream did not start as one")
 check(all(t == want[p] for p, t in answered), "a load-test answer differs from generate's")
-check(len(answered) == 48, f"{len(answered)} valid answers of 48")
+n_valid = sum(1 for i in range(64) if i % 7 not in (3, 5))
+check(len(answered) == n_valid, f"{len(answered)} valid answers of {n_valid}")
 check(all(t == 400 for p, t in results if p == "bad"), "a malformed load-test request was not a 400")
 check(elapsed < 60, f"the load test took {elapsed:.1f}s")
-print(f"load: 56 concurrent requests (8 malformed) in {elapsed:.2f}s", flush=True)
+print(f"load: 64 concurrent clients (9 malformed requests, 9 streams dropped) in {elapsed:.2f}s",
+      flush=True)
 check(client.models.list().data[0].id == model_name, "still serving after the load")
 
 # rlhf chat: a piped conversation; each reply is generate's on the conversation rendered so far
