@@ -1,8 +1,10 @@
-/* The engine of `rlhf serve`: one thread takes the queued requests in arrival order and runs one
- * generate() call for each (its prompts and its n completions per prompt batched together in
- * that call's continuous batching). generate() uses every core already, so requests are not run
- * side by side; one whose sampling differs from another's cannot share its call either (a call
- * has one set of sampling settings and one seed). */
+/* The engine of `rlhf serve`: one thread takes the queued requests in arrival order and runs
+ * them through generate(), a request's prompts and its n completions per prompt batched together
+ * in one call (continuous batching). Greedy requests waiting together with the same max_tokens,
+ * n and repetition penalty share one call too (their tokens do not depend on it); sampled ones
+ * run alone, since a call has one seed and one set of sampling settings, and each request's
+ * `seed` must give `rlhf generate`'s tokens. generate() uses every core already, so calls are
+ * not run side by side. */
 #include "cli/serve.h"
 
 #include "common/error.h"
@@ -41,32 +43,43 @@ static void mark_done(ServeJob *job) {
     pthread_mutex_unlock(&job->lock);
 }
 
+/* The jobs of one generate() call: job b's sequences are first[b] .. first[b + 1] - 1. */
 typedef struct {
     const ServeContext *ctx;
-    ServeJob *job;
-} StreamCtx;
+    ServeJob **jobs;
+    int *first;
+    int count;
+} Batch;
 
-/* After each token of choice j: the text it gained that can no longer turn into a stop string
- * goes out as one chunk; a stop string ends the choice there. */
-static void on_token(int j, const int32_t *ids, int len, void *arg) {
-    StreamCtx *s = arg;
-    ServeJob *job = s->job;
+/* After each token of choice j of a streamed job: the text it gained that can no longer turn
+ * into a stop string goes out as one chunk; a stop string ends the choice there. */
+static void stream_token(const ServeContext *ctx, ServeJob *job, int j, const int32_t *ids,
+                         int len) {
     if (job->finished[j]) return;
     char *text;
     size_t n;
-    if (tokenizer_decode(s->ctx->tok, ids, (size_t)len, true, &text, &n) != 0) return;
+    if (tokenizer_decode(ctx->tok, ids, (size_t)len, true, &text, &n) != 0) return;
     bool hit;
     size_t safe = serve_stream_safe_len(&job->req, text, n, &hit);
-    if (safe > job->sent[j])
-        append_event(job, serve_chunk_event(s->ctx, &job->req, j, text + job->sent[j],
+    if (safe > job->sent[j]) {
+        append_event(job, serve_chunk_event(ctx, &job->req, j, text + job->sent[j],
                                             safe - job->sent[j], NULL, false));
-    if (safe > job->sent[j]) job->sent[j] = safe;
+        job->sent[j] = safe;
+    }
     job->tokens[j] = len;
     if (hit) {
         job->finished[j] = true;
-        append_event(job, serve_chunk_event(s->ctx, &job->req, j, NULL, 0, "stop", false));
+        append_event(job, serve_chunk_event(ctx, &job->req, j, NULL, 0, "stop", false));
     }
     free(text);
+}
+
+static void on_token(int seq, const int32_t *ids, int len, void *arg) {
+    Batch *b = arg;
+    int k = 0;
+    while (k + 1 < b->count && seq >= b->first[k + 1])
+        k++;
+    if (b->jobs[k]->req.stream) stream_token(b->ctx, b->jobs[k], seq - b->first[k], ids, len);
 }
 
 static void stream_error(const ServeContext *ctx, ServeJob *job) {
@@ -118,36 +131,32 @@ static void mark_parsed(ServeJob *job) {
     pthread_mutex_unlock(&job->lock);
 }
 
-static void run_job(const ServeContext *ctx, ServeJob *job) {
+/* Parses the job's request (a refused one is done here: returns -1) and sets up its results. */
+static int prepare_job(const ServeContext *ctx, ServeJob *job) {
     ServeRequest *req = &job->req;
     if (serve_request_parse(ctx, job->kind, job->body, job->body_len, req, &job->error) != 0) {
         job->rc = -1;
         mark_done(job);
-        return;
+        return -1;
     }
     mark_parsed(job);
     int total = req->n_prompts * req->opt.n_per_prompt;
     job->out = xcalloc((size_t)total, sizeof *job->out);
-    StreamCtx sc = {ctx, job};
     if (req->stream) {
         job->sent = xcalloc((size_t)total, sizeof *job->sent);
         job->finished = xcalloc((size_t)total, sizeof *job->finished);
         job->tokens = xcalloc((size_t)total, sizeof *job->tokens);
-        req->opt.on_token = on_token;
-        req->opt.on_token_ctx = &sc;
         if (req->kind == SERVE_CHAT) /* the first chunk of each choice names the role */
             for (int j = 0; j < total; j++)
                 append_event(job, serve_chunk_event(ctx, req, j, NULL, 0, NULL, true));
     }
-    job->rc = generate(ctx->model, (const int32_t *const *)req->ids, req->lens, req->n_prompts,
-                       &req->opt, job->out);
-    if (job->rc != 0) {
-        job->error.status = 400;
-        snprintf(job->error.message, sizeof job->error.message, "%s", err_msg());
-    }
-    req->opt.on_token = NULL;
+    return 0;
+}
+
+static void finish_job(const ServeContext *ctx, ServeJob *job) {
+    ServeRequest *req = &job->req;
     if (req->stream) {
-        finish_stream(ctx, job, total);
+        finish_stream(ctx, job, req->n_prompts * req->opt.n_per_prompt);
     } else if (job->rc == 0 && !(job->response = serve_response_json(ctx, req, job->out))) {
         job->rc = -1;
         job->error.status = 500;
@@ -156,33 +165,132 @@ static void run_job(const ServeContext *ctx, ServeJob *job) {
     mark_done(job);
 }
 
+/* Whether job b can share a's generate() call: both greedy (the seed then plays no part) with
+ * the same length limit, n and repetition penalty. A greedy token depends on its own sequence
+ * alone, so sharing a call changes no token. */
+static bool shareable(const ServeJob *a, const ServeJob *b) {
+    const GenerateOptions *x = &a->req.opt, *y = &b->req.opt;
+    return !x->sampling.do_sample && !y->sampling.do_sample &&
+           x->max_new_tokens == y->max_new_tokens && x->n_per_prompt == y->n_per_prompt &&
+           x->sampling.repetition_penalty == y->sampling.repetition_penalty;
+}
+
+/* One generate() call over the prompts of jobs[0..count), each job's completions moved into its
+ * own `out`; then each job is finished. */
+static void run_batch(const ServeContext *ctx, ServeJob **jobs, int count) {
+    int n_prompts = 0, per = jobs[0]->req.opt.n_per_prompt;
+    for (int b = 0; b < count; b++)
+        n_prompts += jobs[b]->req.n_prompts;
+    const int32_t **ids = xmalloc((size_t)n_prompts * sizeof *ids);
+    int *lens = xmalloc((size_t)n_prompts * sizeof *lens);
+    int *first = xmalloc((size_t)(count + 1) * sizeof *first);
+    for (int b = 0, p = 0; b < count; b++) {
+        first[b] = p * per;
+        for (int i = 0; i < jobs[b]->req.n_prompts; i++, p++) {
+            ids[p] = jobs[b]->req.ids[i];
+            lens[p] = jobs[b]->req.lens[i];
+        }
+    }
+    first[count] = n_prompts * per;
+    Completion *out = count == 1 ? jobs[0]->out : xcalloc((size_t)n_prompts * per, sizeof *out);
+    Batch batch = {ctx, jobs, first, count};
+    GenerateOptions opt = jobs[0]->req.opt;
+    opt.on_token = on_token;
+    opt.on_token_ctx = &batch;
+    int rc = generate(ctx->model, ids, lens, n_prompts, &opt, out);
+    for (int b = 0; b < count; b++) {
+        ServeJob *job = jobs[b];
+        job->rc = rc;
+        if (rc != 0) {
+            job->error.status = 400;
+            snprintf(job->error.message, sizeof job->error.message, "%s", err_msg());
+        } else if (count > 1) {
+            memcpy(job->out, out + first[b], (size_t)(first[b + 1] - first[b]) * sizeof *out);
+        }
+        finish_job(ctx, job);
+    }
+    if (count > 1) free(out);
+    free(ids);
+    free(lens);
+    free(first);
+}
+
 static void fail_job(const ServeContext *ctx, ServeJob *job) {
     job->rc = -1;
     job->error.status = 503;
     snprintf(job->error.message, sizeof job->error.message, "the server is shutting down");
-    (void)ctx; /* not parsed: answered with a JSON error, not a stream */
+    if (job->parsed && job->req.stream) { /* its stream has begun: the error ends it */
+        stream_error(ctx, job);
+        append_event(job, xstrdup("data: [DONE]\n\n"));
+    }
     mark_done(job);
 }
 
+/* At most this many sequences share one generate() call. */
+#define SERVE_BATCH_SEQUENCES 64
+
+/* Takes everything queued at once, in arrival order: each request is parsed, then runs with the
+ * queued requests after it that can share its call (shareable), the others keeping their order.
+ * Stopping: what is left fails with 503. */
 static void *engine_main(void *arg) {
     ServeEngine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->lock);
         while (!e->head && !e->stopping)
             pthread_cond_wait(&e->queued, &e->lock);
-        ServeJob *job = e->head;
+        ServeJob *list = e->head;
+        e->head = e->tail = NULL;
         bool stopping = e->stopping;
-        if (job) {
-            e->head = job->next;
-            if (!e->head) e->tail = NULL;
-        }
         pthread_mutex_unlock(&e->lock);
-        if (!job) break;
-        if (stopping)
-            fail_job(e->ctx, job);
-        else
-            run_job(e->ctx, job);
-        serve_job_release(job);
+        if (!list) break;
+        int n = 0;
+        for (ServeJob *j = list; j; j = j->next)
+            n++;
+        ServeJob **jobs = xmalloc((size_t)n * sizeof *jobs),
+                 **batch = xmalloc((size_t)n * sizeof *batch);
+        bool *ready = xcalloc((size_t)n, sizeof *ready), *taken = xcalloc((size_t)n, sizeof *taken);
+        n = 0;
+        for (ServeJob *j = list; j; j = j->next)
+            jobs[n++] = j;
+        for (int i = 0; i < n; i++) {
+            if (taken[i]) continue;
+            pthread_mutex_lock(&e->lock);
+            stopping |= e->stopping;
+            pthread_mutex_unlock(&e->lock);
+            if (stopping || (!ready[i] && prepare_job(e->ctx, jobs[i]) != 0)) {
+                if (stopping && !jobs[i]->done) fail_job(e->ctx, jobs[i]);
+                taken[i] = true;
+                continue;
+            }
+            ready[i] = true;
+            int count = 0, sequences = 0;
+            batch[count++] = jobs[i];
+            sequences += jobs[i]->req.n_prompts * jobs[i]->req.opt.n_per_prompt;
+            for (int k = i + 1; k < n && !jobs[i]->req.opt.sampling.do_sample; k++) {
+                if (taken[k]) continue;
+                if (!ready[k]) {
+                    if (prepare_job(e->ctx, jobs[k]) != 0) {
+                        taken[k] = true; /* refused: answered already */
+                        continue;
+                    }
+                    ready[k] = true;
+                }
+                int seqs = jobs[k]->req.n_prompts * jobs[k]->req.opt.n_per_prompt;
+                if (!shareable(jobs[i], jobs[k]) || sequences + seqs > SERVE_BATCH_SEQUENCES)
+                    continue;
+                batch[count++] = jobs[k];
+                sequences += seqs;
+                taken[k] = true;
+            }
+            taken[i] = true;
+            run_batch(e->ctx, batch, count);
+        }
+        for (int i = 0; i < n; i++)
+            serve_job_release(jobs[i]);
+        free(jobs);
+        free(batch);
+        free(ready);
+        free(taken);
     }
     return NULL;
 }

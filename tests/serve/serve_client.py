@@ -160,10 +160,25 @@ try:
 except openai.BadRequestError as e:
     check("n" in str(e), f"n=0 error {e}")
 
-# load: concurrent clients, malformed requests among them; every valid one answered as generate
-prompts = [f"{a}+{b}=" for a in range(8) for b in range(6)]
-ref = generate([{"prompt": p} for p in prompts], "--temperature", "0", "--max-new-tokens", "6")
-want = {p: texts(x)[0] for p, x in zip(prompts, ref)}
+# load: concurrent clients, malformed requests among them; every valid one answered as generate.
+# Greedy requests waiting together with the same max_tokens share one generate() call: two
+# max_tokens among them, and seeded sampled requests (which run alone) mixed in.
+# (chat: the tiny model's greedy replies to "Add N" differ in length, so that a request given
+# the wrong max_tokens shows)
+prompts = [f"Add {n}" for n in range(48)]
+want = {}
+for max_tokens in (2, 6):
+    ref = generate([{"messages": [{"role": "user", "content": p}]} for p in prompts],
+                   "--temperature", "0", "--max-new-tokens", str(max_tokens))
+    want.update({(p, max_tokens): texts(x)[0] for p, x in zip(prompts, ref)})
+check(any(want[(p, 2)] != want[(p, 6)] for p in prompts), "max_tokens 2 and 6 give the same texts")
+
+
+def sampled(i):
+    """Request i's sampled completions (seed i, n 2) as generate gives them."""
+    p = prompts[i % len(prompts)]
+    return texts(generate([{"messages": [{"role": "user", "content": p}]}], "--temperature",
+                          "1.0", "--n", "2", "--seed", str(i), "--max-new-tokens", "6")[0])
 
 
 def abandoned_stream():
@@ -183,8 +198,16 @@ def one(i):
         status, head = abandoned_stream()
         return ("dropped", status == 200 and head.startswith(b"data: "))
     p = prompts[i % len(prompts)]
-    r = client.completions.create(model=model_name, prompt=p, temperature=0, max_tokens=6)
-    return (p, r.choices[0].text)
+    messages = [{"role": "user", "content": p}]
+    if i % 7 == 1:
+        r = client.chat.completions.create(model=model_name, messages=messages, temperature=1.0,
+                                           n=2, seed=i, max_tokens=6)
+        return (("sampled", i),
+                [ch.message.content for ch in sorted(r.choices, key=lambda ch: ch.index)])
+    max_tokens = 2 + 4 * (i % 2)
+    r = client.chat.completions.create(model=model_name, messages=messages, temperature=0,
+                                       max_tokens=max_tokens)
+    return ((p, max_tokens), r.choices[0].message.content)
 
 
 start = time.time()
@@ -193,7 +216,9 @@ with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
 elapsed = time.time() - start
 answered = [(p, t) for p, t in results if p not in ("bad", "dropped")]
 check(all(t for p, t in results if p == "dropped"), "a dropped stream did not start as one")
-check(all(t == want[p] for p, t in answered), "a load-test answer differs from generate's")
+for key, t in answered:
+    expected = sampled(key[1]) if key[0] == "sampled" else want[key]
+    check(t == expected, f"load-test request {key}: {t!r}, generate {expected!r}")
 n_valid = sum(1 for i in range(64) if i % 7 not in (3, 5))
 check(len(answered) == n_valid, f"{len(answered)} valid answers of {n_valid}")
 check(all(t == 400 for p, t in results if p == "bad"), "a malformed load-test request was not a 400")
