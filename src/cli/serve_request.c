@@ -289,6 +289,11 @@ static int sampling_fields(const ServeContext *ctx, const json_t *body, ServeReq
     return 0;
 }
 
+/* The field a prompt came from, for errors. */
+static const char *kind_field(const ServeRequest *req) {
+    return req->kind == SERVE_CHAT ? "messages" : "prompt";
+}
+
 /* max_tokens (chat: max_completion_tokens too) against the context: vLLM's rule, the prompt and
  * the completion must fit in max_position_embeddings; absent, whatever room is left. */
 static int length_fields(const ServeContext *ctx, const json_t *body, ServeRequest *req,
@@ -306,6 +311,14 @@ static int length_fields(const ServeContext *ctx, const json_t *body, ServeReque
         if (req->lens[i] == 0)
             return refuse(err, 400, "prompt", "prompt %d is empty (no tokens)", i);
         if (req->lens[i] > longest) longest = req->lens[i];
+        /* a tokenizer may know ids the model has no row for: refused here, before the request
+         * can share (and fail) a generate() call with others */
+        for (int t = 0; t < req->lens[i]; t++)
+            if (req->ids[i][t] < 0 || req->ids[i][t] >= ctx->model->cfg.vocab_size)
+                return refuse(err, 400, kind_field(req),
+                              "prompt %d: token id %d is outside the "
+                              "model's vocabulary (%d)",
+                              i, req->ids[i][t], ctx->model->cfg.vocab_size);
     }
     if (!given) max_tokens = ctx->context - longest;
     if (longest + max_tokens > ctx->context || max_tokens < 1)
