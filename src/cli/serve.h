@@ -147,7 +147,11 @@ void serve_job_wait(ServeJob *job);
 /* Copies up to max bytes of the job's stream to buf, waiting for some; returns 0 at its end. */
 size_t serve_job_read(ServeJob *job, char *buf, size_t max);
 void serve_job_release(ServeJob *job);
-/* Finishes the request being generated, fails the queued ones (503) and joins the thread. */
+/* Asks the engine to stop: the call in progress completes, queued requests fail (503). */
+void serve_engine_request_stop(ServeEngine *e);
+/* Whether the engine thread has finished (after serve_engine_request_stop). */
+bool serve_engine_stopped(ServeEngine *e);
+/* serve_engine_request_stop, then waits for the thread and frees the engine. */
 void serve_engine_stop(ServeEngine *e);
 
 #endif

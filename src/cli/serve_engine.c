@@ -19,7 +19,7 @@ struct ServeEngine {
     pthread_mutex_t lock;
     pthread_cond_t queued;
     ServeJob *head, *tail;
-    bool stopping;
+    bool stopping, exited; /* exited: the thread has left engine_main (set once) */
 };
 
 static void append_event(ServeJob *job, char *ev) {
@@ -292,6 +292,9 @@ static void *engine_main(void *arg) {
         free(ready);
         free(taken);
     }
+    pthread_mutex_lock(&e->lock);
+    e->exited = true;
+    pthread_mutex_unlock(&e->lock);
     return NULL;
 }
 
@@ -384,11 +387,22 @@ void serve_job_release(ServeJob *job) {
     free(job);
 }
 
-void serve_engine_stop(ServeEngine *e) {
+void serve_engine_request_stop(ServeEngine *e) {
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
     pthread_cond_broadcast(&e->queued);
     pthread_mutex_unlock(&e->lock);
+}
+
+bool serve_engine_stopped(ServeEngine *e) {
+    pthread_mutex_lock(&e->lock);
+    bool exited = e->exited;
+    pthread_mutex_unlock(&e->lock);
+    return exited;
+}
+
+void serve_engine_stop(ServeEngine *e) {
+    serve_engine_request_stop(e);
     pthread_join(e->thread, NULL);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->queued);

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char serve_usage[] =
     "usage: rlhf serve MODEL [--adapter DIR] [--host 127.0.0.1] [--port 8000] [--bf16]\n"
@@ -29,6 +31,8 @@ static const char serve_usage[] =
     "`rlhf generate --seed S`. SIGTERM or SIGINT stops the server (exit 0). See docs/serve.md.\n";
 
 #define MAX_BODY (16u << 20)
+/* How long a stop signal waits for the generate() call in progress (seconds). */
+#define SERVE_STOP_GRACE_S 10
 
 typedef struct {
     const ServeContext *ctx;
@@ -277,9 +281,23 @@ static int serve_local(const ServeArgs *a) {
     fflush(stdout);
     int sig = 0;
     sigwait(&stop, &sig);
-    fprintf(stderr, "rlhf serve: %s: finishing the request in progress, then stopping\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
-    serve_engine_stop(engine); /* queued requests answered 503 */
+    fprintf(stderr,
+            "rlhf serve: %s: stopping (the request in progress may finish within %d s; a second "
+            "signal ends it now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", SERVE_STOP_GRACE_S);
+    /* the call in progress may finish within the grace period; a second signal, or the end of
+     * it, abandons it: the process ends at once (its connections reset), still with status 0 */
+    serve_engine_request_stop(engine); /* queued requests answered 503 */
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    for (int waited = 0; !serve_engine_stopped(engine); waited++) {
+        if (sigtimedwait(&stop, NULL, &tick) > 0 || waited >= SERVE_STOP_GRACE_S * 10) {
+            fprintf(stderr, "rlhf serve: the request in progress is abandoned\n");
+            fflush(stdout);
+            fflush(stderr);
+            _exit(CLI_EXIT_OK);
+        }
+    }
+    serve_engine_stop(engine);
     MHD_stop_daemon(d);
     pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 done:

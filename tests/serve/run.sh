@@ -36,6 +36,7 @@ if [ "$(cat "$venv/.pins" 2> /dev/null)" != "$pins" ]; then
 fi
 
 model=$src/models/tiny-arith
+: > "$work/serve.out" # (before the server opens it: the loop below reads it at once)
 "$rlhf" serve "$model" --port 0 --served-model-name tiny-arith > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
 port=
@@ -67,4 +68,45 @@ wait "$server" || rc=$?
 server=
 [ "$rc" -eq 0 ] || { cat "$work/serve.err"; echo "FAILED: rlhf serve exited $rc after SIGTERM"; exit 1; }
 echo "SIGTERM: rlhf serve exited 0"
+
+# A long streamed request in progress: SIGTERM, then a second SIGTERM, ends it at once (exit 0)
+: > "$work/serve2.out"
+"$rlhf" serve "$model" --port 0 > "$work/serve2.out" 2> "$work/serve2.err" &
+server=$!
+port=
+for _ in $(seq 200); do
+    port=$(sed -n 's|^rlhf serve: listening on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$work/serve2.out")
+    [ -n "$port" ] && break
+    sleep 0.1
+done
+[ -n "$port" ] || { cat "$work/serve2.err"; echo "FAILED: the second rlhf serve printed no port"; exit 1; }
+"$venv/bin/python" - "$port" "$model" > /dev/null 2>&1 <<'PY' &
+import json, sys, urllib.request
+body = json.dumps({"model": sys.argv[2], "prompt": "1", "temperature": 5, "top_k": 0, "n": 16,
+                   "max_tokens": 500, "stream": True}).encode()
+try:
+    url = f"http://127.0.0.1:{sys.argv[1]}/v1/completions"
+    urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30).read()
+except Exception:
+    pass
+PY
+client=$!
+sleep 0.5
+kill -TERM "$server"
+sleep 0.2
+kill -TERM "$server" 2> /dev/null || true
+for _ in $(seq 50); do
+    kill -0 "$server" 2> /dev/null || break
+    sleep 0.1
+done
+if kill -0 "$server" 2> /dev/null; then
+    echo "FAILED: rlhf serve still running 5 s after a second SIGTERM"
+    exit 1
+fi
+rc=0
+wait "$server" || rc=$?
+server=
+wait "$client" || true
+[ "$rc" -eq 0 ] || { cat "$work/serve2.err"; echo "FAILED: rlhf serve exited $rc after two SIGTERMs"; exit 1; }
+echo "second SIGTERM: rlhf serve exited 0 ($(tail -1 "$work/serve2.err"))"
 exit $status
