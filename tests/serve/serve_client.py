@@ -2,7 +2,7 @@
 text comes from `rlhf generate` run here on the same prompt, seed and settings.
 
 usage: serve_client.py RLHF MODEL_DIR BASE_URL MODEL_NAME WORKDIR
-Exits non-zero with a message on the first mismatch."""
+Prints a FAILED line for each mismatch and exits 1 when there was any."""
 import concurrent.futures
 import json
 import subprocess
