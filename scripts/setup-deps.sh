@@ -9,6 +9,8 @@ packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-d
           libprotobuf-c-dev protobuf-c-compiler libisal-dev
           # `rlhf plot` (optional to CMake, -DRLHF_CAIRO): PNG and SVG
           libcairo2-dev
+          # `rlhf serve` (optional to CMake, -DRLHF_MICROHTTPD): its HTTP server
+          libmicrohttpd-dev
           # embedded CPython for users' rewards.py (optional to CMake, -DRLHF_PYTHON; a normal
           # build has it)
           libpython3-dev

@@ -30,6 +30,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,8 +286,20 @@ void tokregex_free(TokRegex *re) {
     free(re);
 }
 
-/* One match data block per thread, grown on demand: match data is not tied to a pattern. */
+/* One match data block per thread, grown on demand: match data is not tied to a pattern. A
+ * thread that exits frees its block (the key's destructor): a server's connection or engine
+ * threads come and go. */
 static _Thread_local pcre2_match_data *tls_match_data;
+static pthread_key_t match_data_key;
+static pthread_once_t match_data_once = PTHREAD_ONCE_INIT;
+
+static void match_data_free(void *md) {
+    pcre2_match_data_free(md);
+}
+
+static void match_data_key_create(void) {
+    pthread_key_create(&match_data_key, match_data_free);
+}
 
 static pcre2_match_data *match_data(void) {
     if (!tls_match_data) {
@@ -295,6 +308,8 @@ static pcre2_match_data *match_data(void) {
             err_set("out of memory (regex match data)");
             return NULL;
         }
+        pthread_once(&match_data_once, match_data_key_create);
+        pthread_setspecific(match_data_key, tls_match_data);
     }
     return tls_match_data;
 }

@@ -1,0 +1,330 @@
+/* rlhf serve MODEL [--adapter DIR] [--host H] [--port P] [--bf16] [--served-model-name NAME]
+ * OpenAI-compatible HTTP over libmicrohttpd: a thread per connection (a handler may block on
+ * its request's generation), the engine thread behind them (serve_engine.c). SIGTERM or SIGINT
+ * stops it: the request being generated completes, queued ones get 503, exit status 0. */
+#include "cli/commands.h"
+#include "cli/serve.h"
+
+#include "common/error.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char serve_usage[] =
+    "usage: rlhf serve MODEL [--adapter DIR] [--host 127.0.0.1] [--port 8000] [--bf16]\n"
+    "                  [--served-model-name NAME]\n"
+    "\n"
+    "Serves MODEL (a model directory or Hub id) over OpenAI's API: POST /v1/completions,\n"
+    "POST /v1/chat/completions (the model's chat template applied), GET /v1/models, GET /health.\n"
+    "Requests are served in arrival order, each in one batched generate() call (n completions per\n"
+    "prompt decoding together). --port 0 picks a free port. The first line on standard output\n"
+    "is \"rlhf serve: listening on http://HOST:PORT\". Request fields left out take the model's\n"
+    "generation_config.json defaults, as `rlhf generate` does; `seed` S gives the tokens of\n"
+    "`rlhf generate --seed S`. SIGTERM or SIGINT stops the server (exit 0). See docs/serve.md.\n";
+
+#define MAX_BODY (16u << 20)
+/* How long a stop signal waits for the generate() call in progress (seconds). */
+#define SERVE_STOP_GRACE_S 10
+
+typedef struct {
+    const ServeContext *ctx;
+    ServeEngine *engine;
+} Server;
+
+typedef struct {
+    char *data;
+    size_t len;
+    bool too_big;
+} Body;
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, char *body) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, int status, const char *param,
+                                  const char *message) {
+    ServeError err = {.status = status};
+    snprintf(err.message, sizeof err.message, "%s", message);
+    snprintf(err.param, sizeof err.param, "%s", param ? param : "");
+    return send_json(c, (unsigned)status, serve_error_json(&err));
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    size_t n = serve_job_read(cls, buf, max);
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void stream_free(void *cls) {
+    serve_job_release(cls);
+}
+
+static enum MHD_Result generate_route(const Server *s, struct MHD_Connection *c, ServeKind kind,
+                                      const Body *body) {
+    ServeJob *job = serve_engine_submit(s->engine, kind, body->data ? body->data : "", body->len);
+    if (!job) return send_error(c, 503, NULL, "the server is shutting down");
+    serve_job_wait_parsed(job);
+    if (job->rc == 0 && job->req.stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
+                                                                   stream_read, job, stream_free);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r); /* the job goes with the response (stream_free) */
+        return ret;
+    }
+    serve_job_wait(job);
+    enum MHD_Result ret;
+    if (job->rc != 0) {
+        ret = send_json(c, (unsigned)job->error.status, serve_error_json(&job->error));
+    } else {
+        ret = send_json(c, MHD_HTTP_OK, job->response);
+        job->response = NULL; /* MHD frees it */
+    }
+    serve_job_release(job);
+    return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls) {
+    (void)version;
+    const Server *s = cls;
+    bool post = strcmp(method, "POST") == 0;
+    if (!*con_cls) { /* first call: headers only */
+        *con_cls = xcalloc(1, sizeof(Body));
+        return MHD_YES;
+    }
+    Body *body = *con_cls;
+    if (*upload_size) { /* a piece of the body */
+        if (body->len + *upload_size > MAX_BODY) {
+            body->too_big = true;
+        } else {
+            body->data = xrealloc(body->data, body->len + *upload_size + 1);
+            memcpy(body->data + body->len, upload, *upload_size);
+            body->len += *upload_size;
+            body->data[body->len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (body->too_big) return send_error(c, 413, NULL, "the request body is over 16 MiB");
+    bool completions = strcmp(url, "/v1/completions") == 0;
+    bool chat = strcmp(url, "/v1/chat/completions") == 0;
+    bool models = strcmp(url, "/v1/models") == 0;
+    bool health = strcmp(url, "/health") == 0;
+    if (completions || chat) {
+        if (!post) return send_error(c, 405, NULL, "use POST for this endpoint");
+        return generate_route(s, c, chat ? SERVE_CHAT : SERVE_COMPLETIONS, body);
+    }
+    if (models || health) {
+        if (strcmp(method, "GET") != 0)
+            return send_error(c, 405, NULL, "use GET for this endpoint");
+        return send_json(c, MHD_HTTP_OK, models ? serve_models_json(s->ctx) : xstrdup("{}"));
+    }
+    char message[300];
+    snprintf(message, sizeof message, "Invalid URL (%s %.200s)", method, url);
+    return send_error(c, 404, NULL, message);
+}
+
+static void request_done(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    Body *body = *con_cls;
+    if (body) free(body->data);
+    free(body);
+    *con_cls = NULL;
+}
+
+typedef struct {
+    const char *model, *adapter, *host, *port, *name;
+    bool bf16;
+} ServeArgs;
+
+static int parse_args(int argc, char **argv, ServeArgs *a) {
+    memset(a, 0, sizeof *a);
+    a->host = "127.0.0.1";
+    a->port = "8000";
+    for (int i = 0; i < argc; i++) {
+        const struct {
+            const char *name;
+            const char **slot;
+        } opts[] = {{"--adapter", &a->adapter},
+                    {"--host", &a->host},
+                    {"--port", &a->port},
+                    {"--served-model-name", &a->name}};
+        bool matched = false;
+        for (size_t k = 0; k < sizeof opts / sizeof *opts && !matched; k++) {
+            int r = cli_option(argc, argv, &i, opts[k].name, opts[k].slot);
+            if (r < 0) return CLI_EXIT_USAGE;
+            matched = r == 1;
+        }
+        if (matched) continue;
+        if (strcmp(argv[i], "--bf16") == 0) {
+            a->bf16 = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(serve_usage, stdout);
+            return -1;
+        } else if (argv[i][0] != '-' && !a->model) {
+            a->model = argv[i];
+        } else {
+            fprintf(stderr, "rlhf serve: unknown argument \"%s\"\n%s", argv[i], serve_usage);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!a->model) {
+        fprintf(stderr, "rlhf serve: a MODEL is required\n%s", serve_usage);
+        return CLI_EXIT_USAGE;
+    }
+    char *end;
+    long port = strtol(a->port, &end, 10);
+    if (*end || end == a->port || port < 0 || port > 65535) {
+        fprintf(stderr, "rlhf serve: --port: expected 0..65535, got \"%s\"\n", a->port);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* The daemon on host:port (an address, or a name such as localhost: its first address); NULL
+ * with an error. */
+static struct MHD_Daemon *start_daemon(const char *host, int port, Server *s) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0) {
+        err_set("--host \"%s\": %s (expected an address of this host, e.g. 127.0.0.1 or ::1)", host,
+                gai_strerror(gai));
+        return NULL;
+    }
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
+    memcpy(&addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)port);
+    }
+    struct MHD_Daemon *d =
+        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL,
+                         MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_END);
+    if (!d)
+        err_set("could not listen on %s port %d (in use, or not an address of this host)", host,
+                port);
+    return d;
+}
+
+static int serve_local(const ServeArgs *a) {
+    Model m;
+    LoraAdapter lora = {0};
+    if (cli_load_model(&m, a->model, a->adapter, &lora) != 0) return cli_fail(err_msg());
+    Tokenizer tok = {0};
+    ChatTemplateSource src = {0};
+    ChatTemplate *tpl = NULL;
+    ServeContext ctx = {.model = &m, .tok = &tok, .model_name = a->name ? a->name : a->model};
+    int rc = CLI_EXIT_OK;
+    if ((a->bf16 && model_store_bf16(&m) != 0) || tokenizer_load(&tok, a->model) != 0 ||
+        generation_defaults_load(&ctx.defaults, a->model, &tok, a->model) != 0 ||
+        chat_template_source_load(a->model, &src) != 0) {
+        rc = cli_fail(err_msg());
+        goto done;
+    }
+    if (src.ntemplates > 0) {
+        const char *text = chat_template_source_pick(&src, false);
+        if (!text || chat_template_compile(text, strlen(text), &tpl) != 0) {
+            rc = cli_fail(err_msg());
+            goto done;
+        }
+    }
+    ctx.chat = tpl;
+    ctx.special_tokens = src.special_tokens;
+    ctx.context = (int)m.cfg.max_position_embeddings;
+    /* the signals go to sigwait below: every thread started from here on blocks them */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    ServeEngine *engine = serve_engine_start(&ctx);
+    if (!engine) {
+        rc = cli_fail(err_msg());
+        goto done;
+    }
+    Server server = {&ctx, engine};
+    struct MHD_Daemon *d = start_daemon(a->host, atoi(a->port), &server);
+    if (!d) {
+        serve_engine_stop(engine);
+        rc = cli_fail(err_msg());
+        goto done;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    bool v6 = strchr(a->host, ':') != NULL;
+    printf("rlhf serve: listening on http://%s%s%s:%u (model %s)\n", v6 ? "[" : "", a->host,
+           v6 ? "]" : "", info ? (unsigned)info->port : 0u, ctx.model_name);
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr,
+            "rlhf serve: %s: stopping (the request in progress may finish within %d s; a second "
+            "signal ends it now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", SERVE_STOP_GRACE_S);
+    /* the call in progress may finish within the grace period; a second signal, or the end of
+     * it, abandons it: the process ends at once (its connections reset), still with status 0 */
+    serve_engine_request_stop(engine); /* queued requests answered 503 */
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    for (int waited = 0; !serve_engine_stopped(engine); waited++) {
+        if (sigtimedwait(&stop, NULL, &tick) > 0 || waited >= SERVE_STOP_GRACE_S * 10) {
+            fprintf(stderr, "rlhf serve: the request in progress is abandoned\n");
+            fflush(stdout);
+            fflush(stderr);
+            _exit(CLI_EXIT_OK);
+        }
+    }
+    serve_engine_stop(engine);
+    MHD_stop_daemon(d);
+    pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+done:
+    if (tpl) chat_template_free(tpl);
+    chat_template_source_free(&src);
+    tokenizer_free(&tok);
+    model_free(&m);
+    lora_free(&lora);
+    return rc;
+}
+
+int cli_serve(int argc, char **argv) {
+    ServeArgs a;
+    int pr = parse_args(argc, argv, &a);
+    if (pr == -1) return CLI_EXIT_OK;
+    if (pr != 0) return pr;
+    /* MODEL may be a Hub id: the HF cache, or a download (as `rlhf generate --model`) */
+    char *model_owned = NULL, *adapter_owned = NULL;
+    const char *given = a.model; /* the name clients use: as the user wrote it */
+    if (cli_resolve_dir(&a.model, "MODEL", HUB_MODEL, &model_owned) != 0 ||
+        cli_resolve_dir(&a.adapter, "--adapter", HUB_ADAPTER, &adapter_owned) != 0) {
+        free(model_owned);
+        return cli_fail(err_msg());
+    }
+    if (!a.name) a.name = given;
+    int rc = serve_local(&a);
+    free(model_owned);
+    free(adapter_owned);
+    return rc;
+}

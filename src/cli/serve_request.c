@@ -1,0 +1,637 @@
+/* OpenAI request bodies to generate() calls, and generate()'s results to OpenAI's response and
+ * stream-chunk JSON (platform.openai.com/docs/api-reference: completions, chat, models). */
+#include "cli/serve.h"
+
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static int refuse(ServeError *err, int status, const char *param, const char *fmt, ...)
+    RLHF_PRINTF(4, 5);
+
+static int refuse(ServeError *err, int status, const char *param, const char *fmt, ...) {
+    err->status = status;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A member that is present and not null. */
+static json_t *field(const json_t *body, const char *name) {
+    json_t *v = json_object_get(body, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static uint64_t random_u64(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15u;
+    return v;
+}
+
+static int number_field(const json_t *body, const char *name, double lo, double hi, double *out,
+                        bool *given, ServeError *err) {
+    json_t *v = field(body, name);
+    *given = v != NULL;
+    if (!v) return 0;
+    if (!json_is_number(v)) return refuse(err, 400, name, "'%s' must be a number", name);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return refuse(err, 400, name, "'%s' must be between %g and %g, got %g", name, lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+static int int_field(const json_t *body, const char *name, long lo, long hi, long *out, bool *given,
+                     ServeError *err) {
+    json_t *v = field(body, name);
+    *given = v != NULL;
+    if (!v) return 0;
+    if (!json_is_integer(v)) return refuse(err, 400, name, "'%s' must be an integer", name);
+    long x = (long)json_integer_value(v);
+    if (x < lo || x > hi)
+        return refuse(err, 400, name, "'%s' must be between %ld and %ld, got %ld", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+/* Fields that change the output which this server does not implement: refused by name rather
+ * than ignored (their default values are accepted). */
+static int refuse_unsupported(const json_t *body, ServeError *err) {
+    json_t *v;
+    if ((v = field(body, "echo")) && json_is_true(v))
+        return refuse(err, 400, "echo", "'echo' is not supported by rlhf serve");
+    if ((v = field(body, "suffix")) && !(json_is_string(v) && !*json_string_value(v)))
+        return refuse(err, 400, "suffix", "'suffix' is not supported by rlhf serve");
+    if ((v = field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return refuse(err, 400, "best_of", "'best_of' other than 1 is not supported by rlhf serve");
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++)
+        if ((v = field(body, penalties[i])) && !(json_is_number(v) && json_number_value(v) == 0))
+            return refuse(err, 400, penalties[i],
+                          "'%s' is not supported by rlhf serve (repetition_penalty is)",
+                          penalties[i]);
+    if ((v = field(body, "logit_bias")) && json_object_size(v) > 0)
+        return refuse(err, 400, "logit_bias", "'logit_bias' is not supported by rlhf serve");
+    static const char *const tools[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++)
+        if ((v = field(body, tools[i])) && json_array_size(v) > 0)
+            return refuse(err, 400, tools[i], "'%s' is not supported by rlhf serve", tools[i]);
+    if ((v = field(body, "response_format"))) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (!type || strcmp(type, "text") != 0)
+            return refuse(err, 400, "response_format",
+                          "'response_format' other than {\"type\": \"text\"} is not supported by "
+                          "rlhf serve");
+    }
+    return 0;
+}
+
+static void add_prompt(ServeRequest *req, int32_t *ids, int n) {
+    req->ids = xrealloc(req->ids, (size_t)(req->n_prompts + 1) * sizeof *req->ids);
+    req->lens = xrealloc(req->lens, (size_t)(req->n_prompts + 1) * sizeof *req->lens);
+    req->ids[req->n_prompts] = ids;
+    req->lens[req->n_prompts++] = n;
+}
+
+static int token_prompt(const ServeContext *ctx, ServeRequest *req, const json_t *list,
+                        ServeError *err) {
+    size_t n = json_array_size(list);
+    int32_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(list, i);
+        json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (v < 0 || v >= ctx->model->cfg.vocab_size) {
+            free(ids);
+            return refuse(err, 400, "prompt",
+                          "token %zu of a prompt is not an id in [0, %" PRId64 ")", i,
+                          (int64_t)ctx->model->cfg.vocab_size);
+        }
+        ids[i] = (int32_t)v;
+    }
+    add_prompt(req, ids, (int)n);
+    return 0;
+}
+
+static int text_prompt(const ServeContext *ctx, ServeRequest *req, const char *text, size_t len,
+                       bool add_special, ServeError *err) {
+    int32_t *ids;
+    size_t n;
+    if (tokenizer_encode(ctx->tok, text, len, add_special, &ids, &n) != 0)
+        return refuse(err, 400, "prompt", "%s", err_msg());
+    add_prompt(req, ids, (int)n);
+    return 0;
+}
+
+/* prompt: a string, a list of strings, a list of token ids, or a list of such lists. */
+static int completion_prompts(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                              ServeError *err) {
+    json_t *p = field(body, "prompt");
+    if (!p) return refuse(err, 400, "prompt", "'prompt' is a required property");
+    if (json_is_string(p))
+        return text_prompt(ctx, req, json_string_value(p), json_string_length(p), true, err);
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return refuse(err, 400, "prompt",
+                      "'prompt' must be a string, a list of strings, or token ids (a list of "
+                      "integers or of lists of integers)");
+    if (json_is_integer(json_array_get(p, 0))) return token_prompt(ctx, req, p, err);
+    size_t i;
+    json_t *item;
+    json_array_foreach(p, i, item) {
+        int rc;
+        if (json_is_string(item))
+            rc =
+                text_prompt(ctx, req, json_string_value(item), json_string_length(item), true, err);
+        else if (json_is_array(item))
+            rc = token_prompt(ctx, req, item, err);
+        else
+            rc = refuse(err, 400, "prompt", "'prompt' item %zu must be a string or a list of ids",
+                        i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The messages as the template reads them: a content given as parts [{type: text, text}] is
+ * joined into one string (the form transformers' templates expect). */
+static json_t *template_messages(const json_t *messages, ServeError *err) {
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        refuse(err, 400, "messages", "'messages' must be a non-empty list of messages");
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !role) {
+            refuse(err, 400, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *copy = json_deep_copy(m);
+        if (json_is_array(content)) {
+            size_t k, total = 0;
+            json_t *part;
+            char *joined = xstrdup("");
+            json_array_foreach(content, k, part) {
+                const char *type = json_string_value(json_object_get(part, "type"));
+                const char *text = json_string_value(json_object_get(part, "text"));
+                if (!type || strcmp(type, "text") != 0 || !text) {
+                    refuse(err, 400, "messages",
+                           "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} "
+                           "parts are supported",
+                           i, k);
+                    free(joined);
+                    json_decref(copy);
+                    json_decref(out);
+                    return NULL;
+                }
+                size_t n = strlen(text);
+                joined = xrealloc(joined, total + n + 1);
+                memcpy(joined + total, text, n + 1);
+                total += n;
+            }
+            json_object_set_new(copy, "content", json_stringn(joined, total));
+            free(joined);
+        } else if (content && !json_is_string(content) && !json_is_null(content)) {
+            refuse(err, 400, "messages",
+                   "messages[%zu].content must be a string or a list of parts", i);
+            json_decref(copy);
+            json_decref(out);
+            return NULL;
+        }
+        json_array_append_new(out, copy);
+    }
+    return out;
+}
+
+static int chat_prompt(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                       ServeError *err) {
+    if (!ctx->chat)
+        return refuse(err, 400, "messages",
+                      "this model has no chat template (use /v1/completions with a prompt)");
+    json_t *messages = template_messages(field(body, "messages"), err);
+    if (!messages) return -1;
+    ChatApplyArgs args = {
+        .messages = messages, .add_generation_prompt = true, .special_tokens = ctx->special_tokens};
+    ChatRenderResult res;
+    int rc = chat_template_apply(ctx->chat, &args, &res);
+    json_decref(messages);
+    if (rc != 0) return refuse(err, 400, "messages", "%s", err_msg());
+    rc = text_prompt(ctx, req, res.text, res.len, false, err);
+    chat_render_result_free(&res);
+    return rc;
+}
+
+static int stop_field(const json_t *body, ServeRequest *req, ServeError *err) {
+    json_t *s = field(body, "stop");
+    if (!s) return 0;
+    if (json_is_string(s)) {
+        if (!*json_string_value(s)) return 0;
+        req->stop[req->n_stop++] = xstrdup(json_string_value(s));
+        return 0;
+    }
+    if (!json_is_array(s) || json_array_size(s) > SERVE_MAX_STOP)
+        return refuse(err, 400, "stop", "'stop' must be a string or a list of up to %d strings",
+                      SERVE_MAX_STOP);
+    size_t i;
+    json_t *item;
+    json_array_foreach(s, i, item) {
+        if (!json_is_string(item))
+            return refuse(err, 400, "stop", "'stop' must be a string or a list of up to %d strings",
+                          SERVE_MAX_STOP);
+        if (*json_string_value(item)) req->stop[req->n_stop++] = xstrdup(json_string_value(item));
+    }
+    return 0;
+}
+
+/* Sampling over the model's generation_config.json defaults, as `rlhf generate`'s options. */
+static int sampling_fields(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                           ServeError *err) {
+    GenerateOptions *opt = &req->opt;
+    opt->sampling = ctx->defaults.sampling;
+    double d;
+    long x;
+    bool given;
+    if (number_field(body, "temperature", 0, 100, &d, &given, err)) return -1;
+    if (given) {
+        opt->sampling.do_sample = d > 0;
+        if (d > 0) opt->sampling.temperature = (float)d;
+    }
+    if (number_field(body, "top_p", 0, 1, &d, &given, err)) return -1;
+    if (given) opt->sampling.top_p = (float)d;
+    if (number_field(body, "min_p", 0, 1, &d, &given, err)) return -1;
+    if (given) opt->sampling.min_p = (float)d;
+    if (number_field(body, "repetition_penalty", 0, 1e6, &d, &given, err)) return -1;
+    if (given) opt->sampling.repetition_penalty = (float)d;
+    if (int_field(body, "top_k", -1, 1L << 30, &x, &given, err)) return -1;
+    if (given) opt->sampling.top_k = x < 0 ? 0 : (int)x; /* -1 (vLLM) or 0: no top-k */
+    if (sampling_params_check(&opt->sampling) != 0) return refuse(err, 400, NULL, "%s", err_msg());
+    if (int_field(body, "n", 1, 128, &x, &given, err)) return -1;
+    opt->n_per_prompt = given ? (int)x : 1;
+    json_t *seed = field(body, "seed");
+    if (seed && !json_is_integer(seed))
+        return refuse(err, 400, "seed", "'seed' must be an integer");
+    opt->seed = seed ? (uint64_t)json_integer_value(seed) : random_u64();
+    opt->eos_ids = ctx->defaults.eos_ids;
+    opt->n_eos = ctx->defaults.n_eos;
+    return 0;
+}
+
+/* The field a prompt came from, for errors. */
+static const char *kind_field(const ServeRequest *req) {
+    return req->kind == SERVE_CHAT ? "messages" : "prompt";
+}
+
+/* max_tokens (chat: max_completion_tokens too) against the context: vLLM's rule, the prompt and
+ * the completion must fit in max_position_embeddings; absent, whatever room is left. */
+static int length_fields(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                         ServeError *err) {
+    long max_tokens = 0;
+    bool given;
+    const char *name = "max_tokens";
+    if (int_field(body, name, 1, 1L << 30, &max_tokens, &given, err)) return -1;
+    if (!given && req->kind == SERVE_CHAT) {
+        name = "max_completion_tokens";
+        if (int_field(body, name, 1, 1L << 30, &max_tokens, &given, err)) return -1;
+    }
+    int longest = 0;
+    for (int i = 0; i < req->n_prompts; i++) {
+        if (req->lens[i] == 0)
+            return refuse(err, 400, "prompt", "prompt %d is empty (no tokens)", i);
+        if (req->lens[i] > longest) longest = req->lens[i];
+        /* a tokenizer may know ids the model has no row for: refused here, before the request
+         * can share (and fail) a generate() call with others */
+        for (int t = 0; t < req->lens[i]; t++)
+            if (req->ids[i][t] < 0 || req->ids[i][t] >= ctx->model->cfg.vocab_size)
+                return refuse(err, 400, kind_field(req),
+                              "prompt %d: token id %d is outside the "
+                              "model's vocabulary (%d)",
+                              i, req->ids[i][t], ctx->model->cfg.vocab_size);
+    }
+    if (!given) max_tokens = ctx->context - longest;
+    if (longest + max_tokens > ctx->context || max_tokens < 1)
+        return refuse(err, 400, given ? name : "messages",
+                      "This model's maximum context length is %d tokens. However, you requested "
+                      "%ld tokens (%d in the prompt, %ld in the completion). Please reduce the "
+                      "length of the prompt or completion.",
+                      ctx->context, longest + (given ? max_tokens : 1), longest,
+                      given ? max_tokens : 1);
+    req->opt.max_new_tokens = (int)max_tokens;
+    return 0;
+}
+
+static int stream_fields(const json_t *body, ServeRequest *req, ServeError *err) {
+    json_t *v = field(body, "stream");
+    if (v && !json_is_boolean(v)) return refuse(err, 400, "stream", "'stream' must be a boolean");
+    req->stream = json_is_true(v);
+    json_t *so = field(body, "stream_options");
+    if (so) {
+        if (!req->stream)
+            return refuse(err, 400, "stream_options",
+                          "'stream_options' is only allowed when 'stream' is true");
+        req->include_usage = json_is_true(json_object_get(so, "include_usage"));
+    }
+    if (req->kind == SERVE_COMPLETIONS) {
+        long lp;
+        bool given;
+        if (int_field(body, "logprobs", 0, 20, &lp, &given, err)) return -1;
+        if (given && lp > 0)
+            return refuse(err, 400, "logprobs",
+                          "'logprobs' > 0 asks for the top alternatives, which rlhf serve does not "
+                          "compute; 'logprobs': 0 gives each sampled token's log-probability");
+        req->logprobs = given;
+    } else {
+        v = field(body, "logprobs");
+        if (v && !json_is_boolean(v))
+            return refuse(err, 400, "logprobs", "'logprobs' must be a boolean");
+        req->logprobs = json_is_true(v);
+        long top;
+        bool given;
+        if (int_field(body, "top_logprobs", 0, 20, &top, &given, err)) return -1;
+        if (given && top > 0)
+            return refuse(err, 400, "top_logprobs",
+                          "'top_logprobs' > 0 is not supported by rlhf serve (logprobs: true gives "
+                          "each sampled token's log-probability)");
+    }
+    if (req->logprobs && req->stream)
+        return refuse(err, 400, "logprobs",
+                      "'logprobs' with 'stream' is not supported by rlhf serve");
+    return 0;
+}
+
+int serve_request_parse(const ServeContext *ctx, ServeKind kind, const char *body, size_t len,
+                        ServeRequest *req, ServeError *err) {
+    memset(req, 0, sizeof *req);
+    memset(err, 0, sizeof *err);
+    req->kind = kind;
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return refuse(err, 400, NULL,
+                      "We could not parse the JSON body of your request: %s (line %d, column %d). "
+                      "The request body must be a JSON object.",
+                      root ? "not an object" : jerr.text, jerr.line, jerr.column);
+    }
+    json_t *model = field(root, "model");
+    int rc = 0;
+    if (!json_is_string(model))
+        rc = refuse(err, 400, "model", "'model' is a required property (a string)");
+    else if (strcmp(json_string_value(model), ctx->model_name) != 0)
+        rc = refuse(err, 404, "model", "The model `%s` does not exist (this server has `%s`).",
+                    json_string_value(model), ctx->model_name);
+    if (rc == 0) rc = refuse_unsupported(root, err);
+    if (rc == 0)
+        rc = kind == SERVE_CHAT ? chat_prompt(ctx, root, req, err)
+                                : completion_prompts(ctx, root, req, err);
+    if (rc == 0) rc = sampling_fields(ctx, root, req, err);
+    if (rc == 0) rc = length_fields(ctx, root, req, err);
+    if (rc == 0) rc = stop_field(root, req, err);
+    if (rc == 0) rc = stream_fields(root, req, err);
+    json_decref(root);
+    if (rc != 0) {
+        serve_request_free(req);
+        return -1;
+    }
+    uint64_t a = random_u64(), b = random_u64();
+    snprintf(req->id, sizeof req->id, "%s-%016" PRIx64 "%08" PRIx64,
+             kind == SERVE_CHAT ? "chatcmpl" : "cmpl", a, b >> 32);
+    req->created = (long)time(NULL);
+    return 0;
+}
+
+void serve_request_free(ServeRequest *req) {
+    for (int i = 0; i < req->n_prompts; i++)
+        free(req->ids[i]);
+    free(req->ids);
+    free(req->lens);
+    for (int i = 0; i < req->n_stop; i++)
+        free(req->stop[i]);
+    memset(req, 0, sizeof *req);
+}
+
+char *serve_error_json(const ServeError *err) {
+    bool bad_model = err->status == 404 && strcmp(err->param, "model") == 0;
+    const char *type = err->status >= 500 ? "server_error" : "invalid_request_error";
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
+                          type, "param", *err->param ? json_string(err->param) : json_null(),
+                          "code", bad_model ? json_string("model_not_found") : json_null());
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* Text as a JSON string; bytes that are not UTF-8 (which a decode never gives) become "". */
+static json_t *text_json(const char *text, size_t n) {
+    json_t *s = json_stringn(text, n);
+    return s ? s : json_string("");
+}
+
+int serve_finish(const ServeContext *ctx, const ServeRequest *req, const Completion *c, char **text,
+                 size_t *text_len, int *tokens, bool *stopped) {
+    if (tokenizer_decode(ctx->tok, c->ids, (size_t)c->len, true, text, text_len) != 0) return -1;
+    *tokens = c->len;
+    *stopped = false;
+    for (int e = 0; e < req->opt.n_eos && c->len; e++)
+        *stopped |= c->ids[c->len - 1] == req->opt.eos_ids[e];
+    if (req->n_stop == 0) return 0;
+    bool hit;
+    size_t cut = serve_stream_safe_len(req, *text, *text_len, &hit);
+    if (!hit) return 0;
+    /* the token that completed the stop string: the shortest prefix whose text holds it */
+    for (int t = 1; t <= c->len; t++) {
+        char *part;
+        size_t n;
+        if (tokenizer_decode(ctx->tok, c->ids, (size_t)t, true, &part, &n) != 0) {
+            free(*text);
+            return -1;
+        }
+        bool found;
+        serve_stream_safe_len(req, part, n, &found);
+        free(part);
+        if (found) {
+            *tokens = t;
+            break;
+        }
+    }
+    *text_len = cut;
+    (*text)[cut] = '\0';
+    *stopped = true;
+    return 0;
+}
+
+size_t serve_stream_safe_len(const ServeRequest *req, const char *text, size_t n, bool *hit) {
+    *hit = false;
+    size_t first = n;
+    for (int s = 0; s < req->n_stop; s++) {
+        const char *at = memmem(text, n, req->stop[s], strlen(req->stop[s]));
+        if (at && (size_t)(at - text) < first) {
+            first = (size_t)(at - text);
+            *hit = true;
+        }
+    }
+    if (*hit) return first;
+    size_t safe = n;
+    while (safe >= 3 && memcmp(text + safe - 3, "\xEF\xBF\xBD", 3) == 0)
+        safe -= 3;
+    /* a tail that is the start of a stop string may still become one */
+    size_t limit = safe;
+    for (int s = 0; s < req->n_stop; s++) {
+        size_t m = strlen(req->stop[s]);
+        for (size_t k = m - 1 < safe ? m - 1 : safe; k >= 1; k--) {
+            if (memcmp(text + safe - k, req->stop[s], k) == 0) {
+                if (safe - k < limit) limit = safe - k;
+                break;
+            }
+        }
+    }
+    return limit;
+}
+
+static json_t *logprobs_json(const ServeContext *ctx, const ServeRequest *req, const Completion *c,
+                             int tokens) {
+    json_t *toks = json_array(), *lps = json_array(), *offsets = json_array(),
+           *content = json_array();
+    size_t offset = 0;
+    for (int t = 0; t < tokens; t++) {
+        char *piece;
+        size_t n;
+        if (tokenizer_decode(ctx->tok, &c->ids[t], 1, false, &piece, &n) != 0) {
+            piece = xstrdup("");
+            n = 0;
+        }
+        json_array_append_new(toks, text_json(piece, n));
+        json_array_append_new(lps, json_real(c->logprobs[t]));
+        json_array_append_new(offsets, json_integer((json_int_t)offset));
+        json_t *bytes = json_array();
+        for (size_t b = 0; b < n; b++)
+            json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
+        json_array_append_new(
+            content, json_pack("{s:o, s:f, s:o, s:[]}", "token", text_json(piece, n), "logprob",
+                               (double)c->logprobs[t], "bytes", bytes, "top_logprobs"));
+        offset += n;
+        free(piece);
+    }
+    if (req->kind == SERVE_CHAT) {
+        json_decref(toks);
+        json_decref(lps);
+        json_decref(offsets);
+        return json_pack("{s:o, s:n}", "content", content, "refusal");
+    }
+    json_decref(content);
+    return json_pack("{s:o, s:o, s:n, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
+                     "text_offset", offsets);
+}
+
+static json_t *usage_json(long prompt, long completion) {
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                     (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
+}
+
+static json_t *envelope(const ServeContext *ctx, const ServeRequest *req, const char *object) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:n}", "id", req->id, "object", object, "created",
+                     (json_int_t)req->created, "model", ctx->model_name, "system_fingerprint");
+}
+
+char *serve_response_json(const ServeContext *ctx, const ServeRequest *req, const Completion *out) {
+    bool chat = req->kind == SERVE_CHAT;
+    json_t *resp = envelope(ctx, req, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    long prompt_tokens = 0, completion_tokens = 0;
+    int per = req->opt.n_per_prompt;
+    for (int i = 0; i < req->n_prompts; i++)
+        prompt_tokens += req->lens[i];
+    for (int j = 0; j < req->n_prompts * per; j++) {
+        char *text;
+        size_t n;
+        int tokens;
+        bool stopped;
+        if (serve_finish(ctx, req, &out[j], &text, &n, &tokens, &stopped) != 0) {
+            json_decref(choices);
+            json_decref(resp);
+            return NULL;
+        }
+        completion_tokens += tokens;
+        json_t *lp = req->logprobs ? logprobs_json(ctx, req, &out[j], tokens) : json_null();
+        const char *reason = stopped ? "stop" : "length";
+        json_t *choice =
+            chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", j, "message", "role",
+                             "assistant", "content", text_json(text, n), "logprobs", lp,
+                             "finish_reason", reason)
+                 : json_pack("{s:i, s:o, s:o, s:s}", "index", j, "text", text_json(text, n),
+                             "logprobs", lp, "finish_reason", reason);
+        json_array_append_new(choices, choice);
+        free(text);
+    }
+    json_object_set_new(resp, "choices", choices);
+    json_object_set_new(resp, "usage", usage_json(prompt_tokens, completion_tokens));
+    char *s = json_dumps(resp, JSON_COMPACT);
+    json_decref(resp);
+    return s;
+}
+
+char *serve_models_json(const ServeContext *ctx) {
+    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
+                          ctx->model_name, "object", "model", "created", (json_int_t)time(NULL),
+                          "owned_by", "rlhf");
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static char *event(json_t *chunk) {
+    char *s = json_dumps(chunk, JSON_COMPACT);
+    json_decref(chunk);
+    size_t n = strlen(s);
+    char *ev = xmalloc(n + 9);
+    memcpy(ev, "data: ", 6);
+    memcpy(ev + 6, s, n);
+    memcpy(ev + 6 + n, "\n\n", 3);
+    free(s);
+    return ev;
+}
+
+char *serve_chunk_event(const ServeContext *ctx, const ServeRequest *req, int index,
+                        const char *delta, size_t delta_len, const char *finish_reason,
+                        bool first) {
+    bool chat = req->kind == SERVE_CHAT;
+    json_t *chunk = envelope(ctx, req, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *reason = finish_reason ? json_string(finish_reason) : json_null();
+    json_t *choice;
+    if (chat) {
+        json_t *d = json_object();
+        if (first) json_object_set_new(d, "role", json_string("assistant"));
+        if (delta || first)
+            json_object_set_new(d, "content", text_json(delta ? delta : "", delta_len));
+        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "delta", d, "logprobs",
+                           "finish_reason", reason);
+    } else {
+        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "text",
+                           text_json(delta ? delta : "", delta ? delta_len : 0), "logprobs",
+                           "finish_reason", reason);
+    }
+    json_object_set_new(chunk, "choices", json_pack("[o]", choice));
+    if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
+    return event(chunk);
+}
+
+char *serve_usage_event(const ServeContext *ctx, const ServeRequest *req, long prompt_tokens,
+                        long completion_tokens) {
+    json_t *chunk =
+        envelope(ctx, req, req->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(chunk, "choices", json_array());
+    json_object_set_new(chunk, "usage", usage_json(prompt_tokens, completion_tokens));
+    return event(chunk);
+}
