@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static const char *const used_keys[] = {"beta",
                                         "replay_buffer_size",
                                         "chat_template_kwargs",
                                         "shuffle_dataset",
-                                        "log_completions"};
+                                        "log_completions",
+                                        "num_completions_to_print"};
 
 /* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
  * meaning here; saying so is kinder than a generic "unknown key". */
@@ -253,7 +255,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .scale_rewards = REWARD_SCALE_GROUP,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
-                      .shuffle_dataset = true};
+                      .shuffle_dataset = true,
+                      .num_completions_to_print = INT_MAX};
     Block b = {.trl = trl};
     if (line > 0)
         snprintf(b.at, sizeof b.at, "%s:%d", source, line);
@@ -284,7 +287,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         read_bool(&b, "use_bias_correction_kl", &g->use_bias_correction_kl) ||
         read_int(&b, "replay_buffer_size", -(1 << 30), &g->replay_buffer_size) ||
         read_bool(&b, "shuffle_dataset", &g->shuffle_dataset) ||
-        read_bool(&b, "log_completions", &g->log_completions))
+        read_bool(&b, "log_completions", &g->log_completions) ||
+        read_int(&b, "num_completions_to_print", -(1 << 30), &g->num_completions_to_print))
         return -1;
     g->sequence_level_is = level == 1;
     if (gdpo && aggregation == 0)

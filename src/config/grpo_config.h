@@ -36,6 +36,7 @@ typedef struct {
     const json_t *chat_template_kwargs; /* borrowed; NULL: none */
     bool shuffle_dataset;               /* true */
     bool log_completions;
+    int num_completions_to_print; /* INT_MAX: all (TRL's None); <= 0: none */
 } GrpoConfig;
 
 /* The batch sizes the trl: block is checked against. */

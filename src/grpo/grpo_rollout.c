@@ -177,6 +177,40 @@ static void finish_batch(GrpoRollout *r, const GrpoDataset *ds, const size_t *id
     free(truncated);
 }
 
+/* A decoded text as a JSON string (special tokens skipped, as TRL's batch_decode). */
+static json_t *decoded(const GrpoRollout *r, const int32_t *ids, int n) {
+    char *text;
+    size_t len;
+    if (tokenizer_decode(r->tok, ids, (size_t)n, true, &text, &len) != 0) return NULL;
+    json_t *s = json_stringn(text, len);
+    free(text);
+    return s;
+}
+
+/* trl.log_completions' rows of the whole batch (completion_log.h), appended to rows. */
+static int log_rows(const GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int rows, int G,
+                    const Completion *comp, const double *rewards, const GrpoBatch *b,
+                    json_t *out) {
+    int K = r->cfg->n_reward_funcs;
+    for (int i = 0; i < rows; i++) {
+        size_t p = idx[i / G];
+        json_t *prompt = decoded(r, ds->prompt_ids[p], ds->prompt_lens[p]);
+        json_t *completion = decoded(r, comp[i].ids, comp[i].len);
+        if (!prompt || !completion) {
+            json_decref(prompt), json_decref(completion);
+            return err_prefix("log_completions: decoding completion %d", i);
+        }
+        json_t *row = json_pack("{s:o,s:o}", "prompt", prompt, "completion", completion);
+        for (int k = 0; k < K; k++) {
+            double v = rewards[(size_t)i * K + k];
+            json_object_set_new(row, r->funcs[k].name, isnan(v) ? json_null() : json_real(v));
+        }
+        json_object_set_new(row, "advantage", json_real(b->advantages[i]));
+        json_array_append_new(out, row);
+    }
+    return 0;
+}
+
 int grpo_rollout(GrpoRollout *r, const RolloutRequest *req, GrpoBatch *out, float *group_std) {
     const GrpoDataset *ds = req->ds;
     const size_t *idx = req->idx;
@@ -202,6 +236,10 @@ int grpo_rollout(GrpoRollout *r, const RolloutRequest *req, GrpoBatch *out, floa
     if (rc == 0)
         finish_batch(r, ds, idx, n_prompts, G, comp, rewards, req->metrics, req->training, out,
                      group_std);
+    if (rc == 0 && req->log_rows) {
+        rc = log_rows(r, ds, idx, rows, G, comp, rewards, out, req->log_rows);
+        if (rc != 0) grpo_batch_free(out);
+    }
     for (int i = 0; times && rc == 0 && i < rows; i++) /* the whole job's, for tokens/s */
         times->generated_tokens += comp[i].len;
     free(rewards);

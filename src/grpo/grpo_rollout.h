@@ -51,6 +51,9 @@ typedef struct {
     bool training;               /* a training batch: the token count of the metrics grows */
     StepMetrics *metrics;        /* receives the generation metrics; NULL: none added */
     RolloutTimes *times;         /* receives the wall times and token count; may be NULL */
+    json_t *log_rows;            /* when not NULL, receives one object per completion for
+                                    trl.log_completions (completion_log.h): decoded prompt and completion,
+                                    each reward function's reward (null: None), advantage */
 } RolloutRequest;
 
 /* Generates and scores G completions for each of the n_prompts dataset rows idx[]. `stream`

@@ -7,6 +7,7 @@
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
+#include "grpo/completion_log.h"
 #include "grpo/grpo_rollout.h"
 #include "grpo/grpo_trainer.h"
 #include "grpo/replay_buffer.h"
@@ -49,6 +50,8 @@ typedef struct {
     RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
     double logged_train_s;
     int64_t logged_step;
+    CompletionLog completions; /* trl.log_completions, rank 0 only */
+    bool log_completions;
     FILE *log;
 } GrpoRun;
 
@@ -140,9 +143,14 @@ static int add_generation(GrpoRun *r, int64_t index) {
                           .shared = true,
                           .training = true,
                           .metrics = dist_is_root() ? &r->gt.metrics : NULL,
-                          .times = &r->times};
+                          .times = &r->times,
+                          .log_rows = r->log_completions ? json_array() : NULL};
     int rc = grpo_rollout(&r->rollout, &req, &b, group_std);
     json_decref(state);
+    if (rc == 0 && req.log_rows)
+        completion_log_keep(&r->completions, req.log_rows); /* TRL keeps the latest batch's */
+    else
+        json_decref(req.log_rows);
     if (rc == 0) {
         double t0 = clock_seconds();
         rc = grpo_trainer_logprobs(&r->gt, &b);
@@ -173,9 +181,13 @@ static int grpo_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
     return rc;
 }
 
+/* The logging step's metrics, and trl.log_completions' table of the latest generation batch
+ * (rank 0). A table that cannot be written is a warning: training goes on. */
 static void grpo_flush(void *ctx, json_t *entry) {
     GrpoRun *r = ctx;
     step_metrics_flush_ranks(&r->gt.metrics, entry, "");
+    if (r->log_completions && completion_log_write(&r->completions, r->tr->step, r->log) != 0)
+        fprintf(r->log, "warning: trl.log_completions: %s\n", err_msg());
 }
 
 /* The step's wall time, and the time of generation, rewards and training per step averaged
@@ -289,6 +301,11 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     r->gt.batches_added = r->next_generation; /* the row shuffles continue where they were */
     r->gt.metrics.num_tokens = metrics_last_logged(log_history, "num_tokens");
     r->logged_step = tr->step;
+    r->log_completions = r->g->log_completions && dist_is_root();
+    if (r->log_completions &&
+        completion_log_open(&r->completions, cfg->output_dir, resumed_from[0] != '\0',
+                            r->g->num_completions_to_print, (uint64_t)cfg->seed) != 0)
+        return -1;
     return 0;
 }
 
@@ -370,6 +387,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                           .extra_ctx = &r.replay};
         rc = train_loop_run(cfg, m, lora, &src, out, log);
         grpo_trainer_free(&r.gt);
+        completion_log_close(&r.completions);
         reward_metric_keys_free(&r.rollout.keys);
         packed_model_free(&r.rollout.packed);
         free(r.order);
