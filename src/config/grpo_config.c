@@ -37,7 +37,8 @@ static const char *const used_keys[] = {"beta",
                                         "chat_template_kwargs",
                                         "shuffle_dataset",
                                         "log_completions",
-                                        "num_completions_to_print"};
+                                        "num_completions_to_print",
+                                        "rollout_func"};
 
 /* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
  * meaning here; saying so is kinder than a generic "unknown key". */
@@ -313,6 +314,18 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
     if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", b.at);
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
+    const json_t *rollout = member(&b, "rollout_func");
+    if (rollout && (!json_is_string(rollout) || !strchr(json_string_value(rollout), '.')))
+        return bad(&b, "rollout_func", "a Python function 'module.function'");
+    g->rollout_func = rollout ? json_string_value(rollout) : NULL;
+    if (g->rollout_func && g->replay_buffer_size > 0)
+        return err_set("%s: key 'trl.rollout_func' with trl.replay_buffer_size: not supported "
+                       "together by rlhf.c yet",
+                       b.at);
+    if (g->rollout_func && shape->world_size > 1)
+        return err_set("%s: key 'trl.rollout_func': not supported with several processes by "
+                       "rlhf.c yet (each would need its own share of the prompts)",
+                       b.at);
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");
     g->chat_template_kwargs = kw;

@@ -37,6 +37,7 @@ typedef struct {
     bool shuffle_dataset;               /* true */
     bool log_completions;
     int num_completions_to_print; /* INT_MAX: all (TRL's None); <= 0: none */
+    const char *rollout_func;     /* trl.rollout_func "module.fn" (borrowed); NULL: the sampler */
 } GrpoConfig;
 
 /* The batch sizes the trl: block is checked against. */

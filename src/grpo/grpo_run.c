@@ -309,8 +309,10 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     return 0;
 }
 
-/* Whether a reward function or a dataset transform is Python (module.fn). */
+/* Whether a reward function, the rollout function or a dataset transform is Python
+ * (module.fn). */
 static bool uses_python(const TrainConfig *cfg) {
+    if (cfg->grpo.rollout_func) return true;
     for (size_t i = 0; i < json_array_size(cfg->grpo.reward_funcs); i++) {
         const json_t *spec = json_array_get(cfg->grpo.reward_funcs, i);
         const json_t *fn = json_is_object(spec) ? json_object_get(spec, "function") : spec;
@@ -349,6 +351,9 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
     if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source, callbacks);
     bool funcs_open = rc == 0;
+    PythonRollout *python = NULL; /* resolved before training: a bad name stops nothing midway */
+    if (rc == 0 && r.g->rollout_func)
+        rc = python_rollout_open(&python, r.g->rollout_func, cfg, tok, eos, pad);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
@@ -367,7 +372,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .funcs = r.funcs,
                                   .seed = (uint64_t)cfg->seed,
                                   .log = log,
-                                  .scripted = test_hook_scripted_completions()};
+                                  .scripted = test_hook_scripted_completions(),
+                                  .python = python};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
@@ -397,6 +403,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
         fprintf(log, "GRPO per step: generation %.2f s, rewards %.3f s, training %.2f s\n",
                 r.times.generate_s / steps, r.times.reward_s / steps, r.train_s / steps);
     }
+    python_rollout_close(python);
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
     reference_policy_close(&ref);

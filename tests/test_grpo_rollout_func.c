@@ -1,0 +1,292 @@
+/* trl.rollout_func (grpo/python_rollout.h) in real runs on the llama_text fixture:
+ *  - Axolotl's contract: the function is called once per generation batch, with one dataset row
+ *    per completion (each prompt num_generations times); the reward functions receive exactly
+ *    the strings it returned; what is trained on is those strings tokenised (the logged
+ *    completion lengths are theirs, counted here with the tokenizer, EOS added) and the run ends
+ *    at the very weights of a TRL-contract run returning the same tokens;
+ *  - TRL's contract with an env_mask: tokens masked at the end of each completion train exactly
+ *    as if they were absent (the loss never sees them; what follows nothing cannot change), the
+ *    lengths logged count the policy's tokens only, extra fields reach the reward functions;
+ *  - failures: a name that resolves to nothing stops the run before training; a function that
+ *    raises, returns the wrong count or the wrong type stops it with one error naming it, the
+ *    checkpoints written until then whole. A build without Python refuses the key, saying so. */
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "harness.h"
+#include "trained_weights.h"
+#include "python/py_embed.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { G = 4, ROWS = 8, STEPS = 3 };
+
+static char dir[4096];
+
+/* A reward that needs no Python and takes any completion. */
+#define LENGTH "{function: builtin.length, target: 3}"
+
+/* dir/NAME.py holding `body`, with LOG replaced by dir/NAME.log (what the function records). */
+static void write_module(const char *name, const char *body) {
+    char path[4300], log[4300], text[16384];
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    size_t n = 0;
+    for (const char *p = body; *p && n + 4400 < sizeof text;) {
+        if (!strncmp(p, "LOG", 3)) {
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s", log);
+            p += 3;
+        } else {
+            text[n++] = *p++;
+        }
+    }
+    text[n] = '\0';
+    snprintf(path, sizeof path, "%s/%s.py", dir, name);
+    harness_write_file(path, text, n);
+}
+
+static const char *write_config(const char *name, const char *rollout, const char *rewards,
+                                const char *extra) {
+    static char path[4300];
+    char text[16384];
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s/prompts.jsonl\n"
+             "trl:\n  num_generations: %d\n  max_completion_length: 6\n  rollout_func: %s\n"
+             "  reward_funcs: [%s]\n"
+             "micro_batch_size: %d\nmax_steps: %d\nlearning_rate: 1e-2\nlogging_steps: 1\n"
+             "seed: 3\n%s",
+             harness_source_path("tests/fixtures/models/llama_text"), dir, G, rollout, rewards,
+             ROWS, STEPS, extra);
+    snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+    harness_write_file(path, text, strlen(text));
+    return path;
+}
+
+static int train(const char *config, const char *out) {
+    char *args[] = {(char *)config, "--output_dir", (char *)out};
+    err_clear();
+    return cli_train(3, args);
+}
+
+static json_t *read_log(const char *name) {
+    char path[4300], line[1 << 16];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    json_t *rows = json_array();
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        json_array_append_new(rows, json_loads(line, 0, NULL));
+    if (f) fclose(f);
+    return rows;
+}
+
+/* The rows both contracts return: row i of a call gets " <(prompt number + i) % 50>". */
+static const char *const AXOLOTL_FIXED =
+    "import json\n"
+    "def fixed(model, processing_class, prompts, generation_config=None):\n"
+    "    out = [' %d' % ((int(p['prompt'][1:p['prompt'].index(':')]) + i) % 50)\n"
+    "           for i, p in enumerate(prompts)]\n"
+    "    with open('LOG', 'a') as f:\n"
+    "        f.write(json.dumps({'prompts': [p['prompt'] for p in prompts], 'out': out,\n"
+    "                            'keys': sorted(prompts[0])}) + '\\n')\n"
+    "    return out\n"
+    "def seen(prompts, completions, **kwargs):\n"
+    "    with open('LOG', 'a') as f:\n"
+    "        f.write(json.dumps(completions) + '\\n')\n"
+    "    return [float(c) for c in completions]\n";
+
+/* The same tokens through TRL's contract: the dataset's prompt ids (tokenised with the special
+ * tokens, as the dataset is), the completion text without them, then EOS. */
+static const char *const TRL_FIXED =
+    "def fixed(prompts, trainer):\n"
+    "    tok = trainer.processing_class\n"
+    "    texts = [' %d' % ((int(p[1:p.index(':')]) + i) % 50) for i, p in enumerate(prompts)]\n"
+    "    return {'prompt_ids': [tok.encode(p) for p in prompts],\n"
+    "            'completion_ids': [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id]\n"
+    "                               for t in texts],\n"
+    "            'logprobs': None}\n"
+    "def value(completions, **kwargs):\n"
+    "    return [float(c) for c in completions]\n";
+
+static void test_axolotl_contract(void) {
+    write_module("ax_fixed", AXOLOTL_FIXED);
+    write_module("trl_fixed", TRL_FIXED);
+    const char *cfg = write_config("ax", "ax_fixed.fixed", "ax_fixed.seen", "");
+    char out[4300], out_trl[4300];
+    snprintf(out, sizeof out, "%s/out-ax", dir);
+    CHECK(train(cfg, out) == CLI_EXIT_OK, "Axolotl's contract: %s", err_msg());
+    json_t *log = read_log("ax_fixed");
+    /* the log alternates: the rollout's call, then the reward's */
+    CHECK(json_array_size(log) == 2 * STEPS,
+          "%zu log lines: the rollout is called once per "
+          "generation batch (%d)",
+          json_array_size(log), STEPS);
+    Tokenizer tok = {0};
+    CHECK(tokenizer_load(&tok, harness_source_path("tests/fixtures/models/llama_text")) == 0, "%s",
+          err_msg());
+    json_t *metrics = harness_read_metrics(out);
+    for (int s = 0; s < STEPS && json_array_size(log) == 2 * STEPS; s++) {
+        json_t *call = json_array_get(log, (size_t)2 * s), *scored = json_array_get(log, 2 * s + 1);
+        json_t *prompts = json_object_get(call, "prompts"), *ret = json_object_get(call, "out");
+        CHECK(json_array_size(prompts) == ROWS, "call %d: %zu prompt rows", s,
+              json_array_size(prompts));
+        for (int i = 0; i < ROWS; i++)
+            CHECK(json_equal(json_array_get(prompts, (size_t)i),
+                             json_array_get(prompts, (size_t)(i / G * G))),
+                  "call %d: each prompt comes num_generations times in a row", s);
+        CHECK(json_equal(json_object_get(call, "keys"), json_pack("[s,s]", "answer", "prompt")),
+              "the rows carry their columns");
+        CHECK(json_equal(scored, ret), "step %d: the rewards saw what the rollout returned", s + 1);
+        double tokens = 0;
+        for (int i = 0; i < ROWS; i++) {
+            const char *t = json_string_value(json_array_get(ret, (size_t)i));
+            int32_t *ids;
+            size_t n;
+            CHECK(tokenizer_encode(&tok, t, strlen(t), false, &ids, &n) == 0, "%s", err_msg());
+            tokens += (double)n + 1; /* + EOS */
+            free(ids);
+        }
+        double logged = harness_metric(metrics, (size_t)s, "completions/mean_length");
+        CHECK(fabs(logged - tokens / ROWS) < 1e-9,
+              "step %d: mean length %g, the returned "
+              "strings tokenised %g",
+              s + 1, logged, tokens / ROWS);
+    }
+    tokenizer_free(&tok);
+    json_decref(metrics);
+    json_decref(log);
+    /* the same tokens through TRL's contract: the same training, to the bit */
+    cfg = write_config("trl", "trl_fixed.fixed", "trl_fixed.value", "");
+    snprintf(out_trl, sizeof out_trl, "%s/out-trl", dir);
+    CHECK(train(cfg, out_trl) == CLI_EXIT_OK, "TRL's contract: %s", err_msg());
+    double gap = saved_weights_gap(out, out_trl, NULL);
+    CHECK(gap == 0, "the two contracts' runs end %g apart", gap);
+}
+
+/* TRL's contract, completions of 4 policy tokens then `tail` environment tokens masked out. */
+static const char *const TRL_MASKED =
+    "import json\n"
+    "TAIL = %d\n"
+    "def fn(prompts, trainer):\n"
+    "    tok = trainer.processing_class\n"
+    "    rows = [[(7 * i + k) %% 200 + 3 for k in range(4)] + [5] * TAIL\n"
+    "            for i in range(len(prompts))]\n"
+    "    return {'prompt_ids': [tok.encode(p) for p in prompts], 'completion_ids': rows,\n"
+    "            'logprobs': [[0.0] * len(r) for r in rows],\n"
+    "            'env_mask': [[1] * 4 + [0] * TAIL for r in rows],\n"
+    "            'turns': [i %% 3 for i in range(len(prompts))], 'env': 'calc'}\n"
+    "def r(completions, turns, env, **kwargs):\n"
+    "    assert env == ['calc'] * len(completions), env\n"
+    "    return [float(t) for t in turns]\n";
+
+static void test_env_mask(void) {
+    char body[4096], name[64], out[2][4300];
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, TRL_MASKED, k ? 3 : 0);
+        snprintf(name, sizeof name, "masked%d", k);
+        write_module(name, body);
+        char fn[80], rw[80];
+        snprintf(fn, sizeof fn, "%s.fn", name);
+        snprintf(rw, sizeof rw, "%s.r", name);
+        const char *cfg = write_config(name, fn, rw, "");
+        snprintf(out[k], sizeof out[k], "%s/out-%s", dir, name);
+        CHECK(train(cfg, out[k]) == CLI_EXIT_OK, "env_mask run %d: %s", k, err_msg());
+        json_t *m = harness_read_metrics(out[k]);
+        CHECK(harness_metric(m, 0, "completions/mean_length") == 4,
+              "the logged length counts the policy's 4 tokens: %g",
+              harness_metric(m, 0, "completions/mean_length"));
+        CHECK(harness_metric(m, 0, "rewards/r/mean") == (3 * 0 + 3 * 1 + 2 * 2) / 8.0,
+              "the extra field reached the reward function");
+        json_decref(m);
+    }
+    double scale = 0, gap = saved_weights_gap(out[0], out[1], &scale);
+    CHECK(gap <= 1e-6 * scale, "masked environment tokens train as absent ones: %g apart", gap);
+}
+
+static void expect_failure(const char *name, const char *body, const char *fn, const char *want,
+                           int checkpoints) {
+    write_module(name, body);
+    char spec[128], out[4300];
+    snprintf(spec, sizeof spec, "%s.%s", name, fn);
+    const char *cfg = write_config(name, spec, LENGTH, "save_steps: 1\n");
+    snprintf(out, sizeof out, "%s/out-%s", dir, name);
+    CHECK(train(cfg, out) == CLI_EXIT_FAILURE, "%s: the run fails", name);
+    CHECK(strstr(err_msg(), spec) && strstr(err_msg(), want), "%s: \"%s\" lacks \"%s\"", name,
+          err_msg(), want);
+    int tmp = 0;
+    int whole = harness_check_checkpoints(out, &tmp);
+    CHECK(whole == checkpoints && tmp == 0, "%s: %d whole checkpoints (%d unfinished), want %d",
+          name, whole, tmp, checkpoints);
+}
+
+static void test_failures(void) {
+    /* raises in its second call: checkpoint-1 stays whole */
+    expect_failure("raises",
+                   "calls = []\n"
+                   "def fn(prompts, trainer):\n"
+                   "    calls.append(1)\n"
+                   "    if len(calls) == 2:\n"
+                   "        raise ValueError('the environment is down')\n"
+                   "    tok = trainer.processing_class\n"
+                   "    return {'prompt_ids': [tok.encode(p) for p in prompts],\n"
+                   "            'completion_ids': [[5, 6]] * len(prompts), 'logprobs': None}\n",
+                   "fn", "ValueError: the environment is down", 1);
+    expect_failure("count",
+                   "def fn(model, processing_class, prompts, generation_config=None):\n"
+                   "    return [' 1'] * (len(prompts) - 1)\n",
+                   "fn", "returned 7 completions for 8 prompts", 0);
+    expect_failure("kind",
+                   "def fn(prompts, trainer):\n"
+                   "    return [[1, 2]] * len(prompts)\n",
+                   "fn", "must return a dict", 0);
+    expect_failure("keys",
+                   "def fn(prompts, trainer):\n"
+                   "    return {'completion_ids': [[1, 2]] * len(prompts)}\n",
+                   "fn", "must return keys ['logprobs', 'prompt_ids']", 0);
+    expect_failure("vocab",
+                   "def fn(prompts, trainer):\n"
+                   "    return {'prompt_ids': [[1]] * len(prompts),\n"
+                   "            'completion_ids': [[10 ** 6]] * len(prompts), 'logprobs': None}\n",
+                   "fn", "not a token id", 0);
+    expect_failure("params", "def fn(prompts):\n    return []\n", "fn",
+                   "a rollout function is fn(prompts, trainer)", 0);
+    expect_failure("missing", "x = 1\n", "nope", "not found", 0);
+    /* a module that does not exist: before training, nothing written */
+    const char *cfg = write_config("nomodule", "no_such_env.rollout", LENGTH, "");
+    char out[4300];
+    snprintf(out, sizeof out, "%s/out-nomodule", dir);
+    CHECK(train(cfg, out) == CLI_EXIT_FAILURE &&
+              strstr(err_msg(), "trl.rollout_func': rollout function no_such_env.rollout not "
+                                "found"),
+          "unresolvable name: %s", err_msg());
+    CHECK(harness_check_checkpoints(out, NULL) == 0, "nothing trained");
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s", harness_tmpdir());
+    char rows[4096];
+    size_t n = 0;
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              "{\"prompt\": \"Q%d: add %d and %d\", \"answer\": \"%d\"}\n", i, i,
+                              i + 2, 2 * i + 2);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/prompts.jsonl", dir);
+    harness_write_file(path, rows, n);
+    if (!py_embed_compiled()) {
+        write_module("trl_fixed", TRL_FIXED);
+        const char *cfg = write_config("nopython", "trl_fixed.fixed", LENGTH, "");
+        CHECK(train(cfg, harness_tmp_path("out")) == CLI_EXIT_FAILURE &&
+                  strstr(err_msg(), "key 'trl.rollout_func': 'trl_fixed.fixed' is a Python "
+                                    "rollout function, " PY_EMBED_ABSENT),
+              "without Python: %s", err_msg());
+        return harness_finish("test_grpo_rollout_func");
+    }
+    test_axolotl_contract();
+    test_env_mask();
+    test_failures();
+    return harness_finish("test_grpo_rollout_func");
+}
