@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/json_util.h"
 #include "harness.h"
 #include "trained_weights.h"
 #include "python/py_embed.h"
@@ -265,6 +266,81 @@ static void test_failures(void) {
     CHECK(harness_check_checkpoints(out, NULL) == 0, "nothing trained");
 }
 
+/* TRL's contract against TRL 1.9's GRPOTrainer with the same rollout function
+ * (tests/fixtures/grpo_rollout/rollout_env.py, tools/reference/make_grpo_rollout_fixtures.py):
+ * multi-turn completions with environment tokens masked, an extra field for the reward, a
+ * truncated row per group; every logged value within 1e-4 (relative; 1e-6 absolute near 0) and
+ * the trained weights within 1e-4 of their largest. */
+static void test_trl_parity(void) {
+    char *py = NULL, path[4300], text[16384], out[4300];
+    size_t len = 0;
+    json_t *c = NULL;
+    CHECK(read_file(harness_source_path("tests/fixtures/grpo_rollout/rollout_env.py"), &py, &len) ==
+              0,
+          "%s", err_msg());
+    snprintf(path, sizeof path, "%s/rollout_env.py", dir);
+    harness_write_file(path, py, len);
+    free(py);
+    CHECK(json_load_path(harness_source_path("tests/fixtures/grpo_rollout/case.json"), &c) == 0,
+          "%s", err_msg());
+    const json_t *k = json_object_get(c, "config");
+    char model[4096], prompts[4096];
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    snprintf(prompts, sizeof prompts, "%s",
+             harness_source_path("tests/fixtures/grpo_rollout/prompts.jsonl"));
+#define NUM(key) json_number_value(json_object_get(k, key))
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
+             "trl:\n  num_generations: %g\n  max_completion_length: %g\n"
+             "  rollout_func: rollout_env.rollout\n  reward_funcs: [rollout_env.reward]\n"
+             "  beta: %g\n  loss_type: %s\n  scale_rewards: %s\n  temperature: %g\n"
+             "micro_batch_size: %g\ngradient_accumulation_steps: %g\nlearning_rate: %g\n"
+             "lr_scheduler: %s\nwarmup_steps: %g\nweight_decay: %g\nadam_beta1: %g\n"
+             "adam_beta2: %g\nadam_epsilon: %g\nmax_grad_norm: %g\nmax_steps: %g\n"
+             "logging_steps: 1\nseed: %g\n",
+             model, prompts, NUM("num_generations"), NUM("max_completion_length"), NUM("beta"),
+             json_string_value(json_object_get(k, "loss_type")),
+             json_string_value(json_object_get(k, "scale_rewards")), NUM("temperature"),
+             NUM("per_device_train_batch_size"), NUM("gradient_accumulation_steps"),
+             NUM("learning_rate"), json_string_value(json_object_get(k, "lr_scheduler_type")),
+             NUM("warmup_steps"), NUM("weight_decay"), NUM("adam_beta1"), NUM("adam_beta2"),
+             NUM("adam_epsilon"), NUM("max_grad_norm"), NUM("max_steps"), NUM("seed"));
+#undef NUM
+    snprintf(path, sizeof path, "%s/parity.yaml", dir);
+    harness_write_file(path, text, strlen(text));
+    snprintf(out, sizeof out, "%s/out-parity", dir);
+    CHECK(train(path, out) == CLI_EXIT_OK, "TRL parity run: %s", err_msg());
+    json_t *ours = harness_read_metrics(out), *theirs = json_object_get(c, "log_history");
+    int compared = 0;
+    double worst = 0;
+    for (size_t s = 0; s < json_array_size(ours); s++) {
+        const json_t *a = json_array_get(ours, s), *b = json_array_get(theirs, s);
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)b, key, v) {
+            const json_t *mine = json_object_get(a, key);
+            if (!json_is_number(v) || !strcmp(key, "step_time") || !strcmp(key, "epoch") ||
+                !strcmp(key, "step"))
+                continue;
+            CHECK(json_is_number(mine), "step %zu: \"%s\" not logged", s + 1, key);
+            double x = json_number_value(mine), y = json_number_value(v);
+            CHECK(harness_close(x, y, 1e-4, 1e-6), "step %zu: %s %.8g, TRL %.8g", s + 1, key, x, y);
+            if (fabs(y) > 1e-6) worst = fmax(worst, fabs(x - y) / fabs(y));
+            compared++;
+        }
+    }
+    CHECK(json_array_size(ours) == 3 && compared >= 60, "%zu steps, %d values compared with TRL",
+          json_array_size(ours), compared);
+    double scale = 0, gap = saved_weights_gap(
+                          out, harness_source_path("tests/fixtures/grpo_rollout/final"), &scale);
+    CHECK(gap <= 1e-4 * scale, "trained weights %g from TRL's (largest %g)", gap, scale);
+    printf("TRL parity: %d logged values, worst relative difference %.3g; weights %.3g from "
+           "TRL's (largest %.3g)\n",
+           compared, worst, gap, scale);
+    json_decref(ours);
+    json_decref(c);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s", harness_tmpdir());
     char rows[4096];
@@ -287,6 +363,7 @@ int main(void) {
     }
     test_axolotl_contract();
     test_env_mask();
+    test_trl_parity();
     test_failures();
     return harness_finish("test_grpo_rollout_func");
 }
