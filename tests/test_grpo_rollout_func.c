@@ -9,7 +9,9 @@
  *    lengths logged count the policy's tokens only, extra fields reach the reward functions;
  *  - failures: a name that resolves to nothing stops the run before training; a function that
  *    raises, returns the wrong count or the wrong type stops it with one error naming it, the
- *    checkpoints written until then whole. A build without Python refuses the key, saying so. */
+ *    checkpoints written until then whole. A build without Python refuses the key, saying so;
+ *  - TRL parity (both contracts share the path from here): a TRL-contract rollout with an
+ *    env_mask, and the same with sync_ref_model, against TRL's GRPOTrainer. */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -270,45 +272,54 @@ static void test_failures(void) {
  * (tests/fixtures/grpo_rollout/rollout_env.py, tools/reference/make_grpo_rollout_fixtures.py):
  * multi-turn completions with environment tokens masked, an extra field for the reward, a
  * truncated row per group; every logged value within 1e-4 (relative; 1e-6 absolute near 0) and
- * the trained weights within 1e-4 of their largest. */
-static void test_trl_parity(void) {
-    char *py = NULL, path[4300], text[16384], out[4300];
+ * the trained weights within 1e-4 of their largest. Case `sub` (a directory of the fixture, ""
+ * for the first), the module copied as `module` (a fresh import: its call count from 0). The
+ * sync_ref case adds beta and TRL's sync_ref_model (the reference follows the policy after every
+ * step), which moves the KL term and so the weights. */
+static void test_trl_parity(const char *sub, const char *module) {
+    char *py = NULL, path[4300], text[16384], out[4300], rel[256];
     size_t len = 0;
     json_t *c = NULL;
     CHECK(read_file(harness_source_path("tests/fixtures/grpo_rollout/rollout_env.py"), &py, &len) ==
               0,
           "%s", err_msg());
-    snprintf(path, sizeof path, "%s/rollout_env.py", dir);
+    snprintf(path, sizeof path, "%s/%s.py", dir, module);
     harness_write_file(path, py, len);
     free(py);
-    CHECK(json_load_path(harness_source_path("tests/fixtures/grpo_rollout/case.json"), &c) == 0,
-          "%s", err_msg());
+    snprintf(rel, sizeof rel, "tests/fixtures/grpo_rollout/%s/case.json", sub);
+    CHECK(json_load_path(harness_source_path(rel), &c) == 0, "%s", err_msg());
     const json_t *k = json_object_get(c, "config");
     char model[4096], prompts[4096];
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     snprintf(prompts, sizeof prompts, "%s",
              harness_source_path("tests/fixtures/grpo_rollout/prompts.jsonl"));
 #define NUM(key) json_number_value(json_object_get(k, key))
+    char sync[256] = "";
+    if (json_is_true(json_object_get(k, "sync_ref_model")))
+        snprintf(
+            sync, sizeof sync,
+            "  sync_ref_model: true\n  ref_model_mixup_alpha: %g\n  ref_model_sync_steps: %g\n",
+            NUM("ref_model_mixup_alpha"), NUM("ref_model_sync_steps"));
     snprintf(text, sizeof text,
              "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
              "trl:\n  num_generations: %g\n  max_completion_length: %g\n"
-             "  rollout_func: rollout_env.rollout\n  reward_funcs: [rollout_env.reward]\n"
-             "  beta: %g\n  loss_type: %s\n  scale_rewards: %s\n  temperature: %g\n"
+             "  rollout_func: %s.rollout\n  reward_funcs: [%s.reward]\n"
+             "  beta: %g\n  loss_type: %s\n  scale_rewards: %s\n  temperature: %g\n%s"
              "micro_batch_size: %g\ngradient_accumulation_steps: %g\nlearning_rate: %g\n"
              "lr_scheduler: %s\nwarmup_steps: %g\nweight_decay: %g\nadam_beta1: %g\n"
              "adam_beta2: %g\nadam_epsilon: %g\nmax_grad_norm: %g\nmax_steps: %g\n"
              "logging_steps: 1\nseed: %g\n",
-             model, prompts, NUM("num_generations"), NUM("max_completion_length"), NUM("beta"),
-             json_string_value(json_object_get(k, "loss_type")),
-             json_string_value(json_object_get(k, "scale_rewards")), NUM("temperature"),
+             model, prompts, NUM("num_generations"), NUM("max_completion_length"), module, module,
+             NUM("beta"), json_string_value(json_object_get(k, "loss_type")),
+             json_string_value(json_object_get(k, "scale_rewards")), NUM("temperature"), sync,
              NUM("per_device_train_batch_size"), NUM("gradient_accumulation_steps"),
              NUM("learning_rate"), json_string_value(json_object_get(k, "lr_scheduler_type")),
              NUM("warmup_steps"), NUM("weight_decay"), NUM("adam_beta1"), NUM("adam_beta2"),
              NUM("adam_epsilon"), NUM("max_grad_norm"), NUM("max_steps"), NUM("seed"));
 #undef NUM
-    snprintf(path, sizeof path, "%s/parity.yaml", dir);
+    snprintf(path, sizeof path, "%s/parity-%s.yaml", dir, module);
     harness_write_file(path, text, strlen(text));
-    snprintf(out, sizeof out, "%s/out-parity", dir);
+    snprintf(out, sizeof out, "%s/out-%s", dir, module);
     CHECK(train(path, out) == CLI_EXIT_OK, "TRL parity run: %s", err_msg());
     json_t *ours = harness_read_metrics(out), *theirs = json_object_get(c, "log_history");
     int compared = 0;
@@ -331,14 +342,37 @@ static void test_trl_parity(void) {
     }
     CHECK(json_array_size(ours) == 3 && compared >= 60, "%zu steps, %d values compared with TRL",
           json_array_size(ours), compared);
-    double scale = 0, gap = saved_weights_gap(
-                          out, harness_source_path("tests/fixtures/grpo_rollout/final"), &scale);
+    snprintf(rel, sizeof rel, "tests/fixtures/grpo_rollout/%s/final", sub);
+    double scale = 0, gap = saved_weights_gap(out, harness_source_path(rel), &scale);
     CHECK(gap <= 1e-4 * scale, "trained weights %g from TRL's (largest %g)", gap, scale);
-    printf("TRL parity: %d logged values, worst relative difference %.3g; weights %.3g from "
+    printf("TRL parity (%s): %d logged values, worst relative difference %.3g; weights %.3g from "
            "TRL's (largest %.3g)\n",
-           compared, worst, gap, scale);
+           module, compared, worst, gap, scale);
     json_decref(ours);
     json_decref(c);
+}
+
+/* sync_ref_model where TRL refuses it: without the KL term, and with an adapter. */
+static void test_sync_errors(void) {
+    char text[16384], model[4096], out[4300];
+    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    const char *cases[][2] = {
+        {"  beta: 0.0\n", "You passed `sync_ref_model=True` while `beta=0.0`"},
+        {"  beta: 0.1\nadapter: lora\nlora_r: 4\n", "TRL raises NotImplementedError for PEFT"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text,
+                 "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s/prompts.jsonl\n"
+                 "micro_batch_size: 8\nmax_steps: 1\nlearning_rate: 1e-3\n"
+                 "trl:\n  num_generations: 4\n  sync_ref_model: true\n"
+                 "  reward_funcs: [" LENGTH "]\n%s",
+                 model, dir, cases[i][0]);
+        char path[4300];
+        snprintf(path, sizeof path, "%s/sync%d.yaml", dir, i);
+        harness_write_file(path, text, strlen(text));
+        snprintf(out, sizeof out, "%s/out-sync%d", dir, i);
+        CHECK(train(path, out) == CLI_EXIT_FAILURE && strstr(err_msg(), cases[i][1]),
+              "sync_ref_model case %d: %s", i, err_msg());
+    }
 }
 
 int main(void) {
@@ -352,6 +386,7 @@ int main(void) {
     char path[4300];
     snprintf(path, sizeof path, "%s/prompts.jsonl", dir);
     harness_write_file(path, rows, n);
+    test_sync_errors();
     if (!py_embed_compiled()) {
         write_module("trl_fixed", TRL_FIXED);
         const char *cfg = write_config("nopython", "trl_fixed.fixed", LENGTH, "");
@@ -363,7 +398,8 @@ int main(void) {
     }
     test_axolotl_contract();
     test_env_mask();
-    test_trl_parity();
+    test_trl_parity("", "rollout_env");
+    test_trl_parity("sync_ref", "rollout_sync");
     test_failures();
     return harness_finish("test_grpo_rollout_func");
 }

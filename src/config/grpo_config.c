@@ -38,7 +38,10 @@ static const char *const used_keys[] = {"beta",
                                         "shuffle_dataset",
                                         "log_completions",
                                         "num_completions_to_print",
-                                        "rollout_func"};
+                                        "rollout_func",
+                                        "sync_ref_model",
+                                        "ref_model_mixup_alpha",
+                                        "ref_model_sync_steps"};
 
 /* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
  * meaning here; saying so is kinder than a generic "unknown key". */
@@ -257,7 +260,9 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
                       .shuffle_dataset = true,
-                      .num_completions_to_print = INT_MAX};
+                      .num_completions_to_print = INT_MAX,
+                      .ref_model_mixup_alpha = 0.6,
+                      .ref_model_sync_steps = 512};
     Block b = {.trl = trl};
     if (line > 0)
         snprintf(b.at, sizeof b.at, "%s:%d", source, line);
@@ -289,7 +294,10 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         read_int(&b, "replay_buffer_size", -(1 << 30), &g->replay_buffer_size) ||
         read_bool(&b, "shuffle_dataset", &g->shuffle_dataset) ||
         read_bool(&b, "log_completions", &g->log_completions) ||
-        read_int(&b, "num_completions_to_print", -(1 << 30), &g->num_completions_to_print))
+        read_int(&b, "num_completions_to_print", -(1 << 30), &g->num_completions_to_print) ||
+        read_bool(&b, "sync_ref_model", &g->sync_ref_model) ||
+        read_double(&b, "ref_model_mixup_alpha", &g->ref_model_mixup_alpha) ||
+        read_int(&b, "ref_model_sync_steps", 1, &g->ref_model_sync_steps))
         return -1;
     g->sequence_level_is = level == 1;
     if (gdpo && aggregation == 0)
@@ -313,6 +321,13 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
     if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
     if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", b.at);
+    if (g->sync_ref_model && g->beta == 0)
+        return err_set("%s: You passed `sync_ref_model=True` while `beta=0.0`, which means the "
+                       "reference model is not used during training. Consequently, GRPOTrainer "
+                       "does not create a `ref_model` instance, and there is nothing to "
+                       "synchronize. Please set `sync_ref_model=False`, or set `beta` to a "
+                       "non-zero value.",
+                       b.at);
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *rollout = member(&b, "rollout_func");
     if (rollout && (!json_is_string(rollout) || !strchr(json_string_value(rollout), '.')))

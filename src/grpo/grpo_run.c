@@ -35,7 +35,7 @@ typedef struct {
     const GrpoConfig *g;
     GrpoDataset train, held_out;
     RewardFunc *funcs;
-    const ReferencePolicy *ref; /* beta != 0 only */
+    ReferencePolicy *ref; /* beta != 0 only */
     GrpoRollout rollout;
     GrpoTrainer gt;
     Trainer *tr;         /* the loop's, from start on */
@@ -169,13 +169,16 @@ static int add_generation(GrpoRun *r, int64_t index) {
  * optimizer steps, grpo_trainer.h), then the step over the queue. */
 static int grpo_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
     GrpoRun *r = ctx;
-    (void)tr;
     r->step_start = clock_seconds();
     long generated = r->times.generated_tokens;
     while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
         if (add_generation(r, r->next_generation++) != 0) return -1;
     double t0 = clock_seconds();
     int rc = grpo_trainer_step(&r->gt, st);
+    /* TRL's SyncRefModelCallback.on_step_end: after the optimizer step, every
+     * ref_model_sync_steps steps (tr->step counts this one already) */
+    if (rc == 0 && r->g->sync_ref_model && tr->step % r->g->ref_model_sync_steps == 0)
+        rc = train_reference_sync(r->ref, tr->model, r->g->ref_model_mixup_alpha);
     r->train_s += clock_seconds() - t0;
     *tokens += (double)(r->times.generated_tokens - generated); /* generated tokens/s */
     return rc;
@@ -358,6 +361,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
     if (rc == 0 && with_ref) rc = train_reference_open(&ref, cfg, m, lora, log);
+    if (rc == 0 && r.g->sync_ref_model && train_reference_can_sync(&ref, lora) != 0)
+        rc = err_prefix("%s: key 'trl.sync_ref_model'", cfg->source);
     m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
     if (ref.owned_model) ref.owned_model->logit_temperature = m->logit_temperature;
     if (rc == 0) {
