@@ -6,12 +6,15 @@
  * their prompt, which is a dataset prompt; each row's advantage is TRL's group-normalised
  * reward computed here from the logged rewards ((r - mean) / (std + 1e-4), torch's unbiased std);
  * a step's mean logged reward is the `reward` metrics.jsonl logged for it; a resumed run
- * appends, a fresh one starts the file afresh. */
+ * appends, a fresh one starts the file afresh. trl.max_prompt_length's cut prompts are the ones
+ * logged. */
 #include "common/error.h"
 #include "harness.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +43,13 @@ static int reward_command(void) {
     return 0;
 }
 
+static const char *write_config_with(const char *name, const char *extra_trl);
+
 static const char *write_config(void) {
+    return write_config_with("log.yaml", "");
+}
+
+static const char *write_config_with(const char *name, const char *extra_trl) {
     static char path[4096];
     char text[16384], model[2048], prompts[4096];
     snprintf(prompts, sizeof prompts, "%s", harness_write_grpo_prompts());
@@ -48,12 +57,12 @@ static const char *write_config(void) {
     snprintf(text, sizeof text,
              "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
              "trl:\n  num_generations: %d\n  max_completion_length: 6\n"
-             "  log_completions: true\n  num_completions_to_print: %d\n"
+             "  log_completions: true\n  num_completions_to_print: %d\n%s"
              "  reward_funcs:\n    - {command: \"%s reward\", name: bytes}\n"
              "micro_batch_size: %d\ngradient_accumulation_steps: 1\nmax_steps: %d\n"
              "logging_steps: 1\nsave_steps: 2\nlearning_rate: 5e-3\nseed: 5\n",
-             model, prompts, G, PRINTED, self_path, ROWS, STEPS);
-    snprintf(path, sizeof path, "%s", harness_tmp_path("log.yaml"));
+             model, prompts, G, PRINTED, extra_trl, self_path, ROWS, STEPS);
+    snprintf(path, sizeof path, "%s", harness_tmp_path(name));
     harness_write_file(path, text, strlen(text));
     return path;
 }
@@ -179,6 +188,50 @@ static void check_printed(const char *log_path, const json_t *rows, int first, i
     free(text);
 }
 
+/* trl.max_prompt_length (TRL <= 0.27: left truncation, the tokenizer's leading BOS kept): every
+ * logged prompt is a dataset prompt cut so, computed here with the tokenizer. */
+static void test_max_prompt_length(void) {
+    enum { MAX = 4 };
+    char extra[64], out[4096], path[4200];
+    snprintf(extra, sizeof extra, "  max_prompt_length: %d\n", MAX);
+    const char *cfg = write_config_with("maxp.yaml", extra);
+    snprintf(out, sizeof out, "%s", harness_tmp_path("out-maxp"));
+    CHECK(run(cfg, out, harness_tmp_path("maxp.log"), NULL) == 0, "max_prompt_length run failed");
+    Tokenizer tok = {0};
+    CHECK(tokenizer_load(&tok, harness_source_path("tests/fixtures/models/llama_text")) == 0, "%s",
+          err_msg());
+    json_t *want = json_array();
+    for (int q = 0; q < 12; q++) {
+        char text[64];
+        int32_t *ids;
+        size_t n, lead = 0;
+        snprintf(text, sizeof text, "Q%d: add %d and %d", q, q, q + 2);
+        CHECK(tokenizer_encode(&tok, text, strlen(text), true, &ids, &n) == 0, "%s", err_msg());
+        CHECK(n > MAX, "prompt %d has %zu tokens: more than %d", q, n, MAX);
+        while (lead < n && lead < MAX - 1 && tokenizer_is_special(&tok, ids[lead]))
+            lead++;
+        memmove(ids + lead, ids + n - (MAX - lead), (MAX - lead) * sizeof *ids);
+        char *cut;
+        size_t len;
+        CHECK(tokenizer_decode(&tok, ids, MAX, true, &cut, &len) == 0, "%s", err_msg());
+        json_array_append_new(want, json_stringn(cut, len));
+        free(cut), free(ids);
+    }
+    snprintf(path, sizeof path, "%s/completions.jsonl", out);
+    json_t *rows = read_jsonl(path);
+    CHECK(json_array_size(rows) == STEPS * ROWS, "%zu rows", json_array_size(rows));
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        const json_t *p = json_object_get(json_array_get(rows, i), "prompt");
+        bool found = false;
+        for (size_t k = 0; k < json_array_size(want) && !found; k++)
+            found = json_equal(p, json_array_get(want, k));
+        CHECK(found, "logged prompt \"%s\" is no dataset prompt cut to its last %d tokens",
+              json_string_value(p), MAX);
+    }
+    json_decref(rows), json_decref(want);
+    tokenizer_free(&tok);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "reward")) return reward_command();
     ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
@@ -218,5 +271,6 @@ int main(int argc, char **argv) {
     check_rows(rows, metrics, 1, STEPS);
     json_decref(rows);
     json_decref(metrics);
+    test_max_prompt_length();
     return harness_finish("test_grpo_log_completions");
 }

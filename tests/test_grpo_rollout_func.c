@@ -140,8 +140,9 @@ static void test_axolotl_contract(void) {
             CHECK(json_equal(json_array_get(prompts, (size_t)i),
                              json_array_get(prompts, (size_t)(i / G * G))),
                   "call %d: each prompt comes num_generations times in a row", s);
-        CHECK(json_equal(json_object_get(call, "keys"), json_pack("[s,s]", "answer", "prompt")),
-              "the rows carry their columns");
+        json_t *keys = json_pack("[s,s]", "answer", "prompt");
+        CHECK(json_equal(json_object_get(call, "keys"), keys), "the rows carry their columns");
+        json_decref(keys);
         CHECK(json_equal(scored, ret), "step %d: the rewards saw what the rollout returned", s + 1);
         double tokens = 0;
         for (int i = 0; i < ROWS; i++) {

@@ -41,7 +41,8 @@ static const char *const used_keys[] = {"beta",
                                         "rollout_func",
                                         "sync_ref_model",
                                         "ref_model_mixup_alpha",
-                                        "ref_model_sync_steps"};
+                                        "ref_model_sync_steps",
+                                        "max_prompt_length"};
 
 /* Keys about vLLM or Axolotl's async machinery: rlhf.c generates in-process, so they have no
  * meaning here; saying so is kinder than a generic "unknown key". */
@@ -297,7 +298,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         read_int(&b, "num_completions_to_print", -(1 << 30), &g->num_completions_to_print) ||
         read_bool(&b, "sync_ref_model", &g->sync_ref_model) ||
         read_double(&b, "ref_model_mixup_alpha", &g->ref_model_mixup_alpha) ||
-        read_int(&b, "ref_model_sync_steps", 1, &g->ref_model_sync_steps))
+        read_int(&b, "ref_model_sync_steps", 1, &g->ref_model_sync_steps) ||
+        read_int(&b, "max_prompt_length", 1, &g->max_prompt_length))
         return -1;
     g->sequence_level_is = level == 1;
     if (gdpo && aggregation == 0)

@@ -41,6 +41,7 @@ typedef struct {
     bool sync_ref_model;          /* TR-DPO: the reference follows the policy (TRL's callback) */
     double ref_model_mixup_alpha; /* 0.6: reference = alpha * policy + (1 - alpha) * reference */
     int ref_model_sync_steps;     /* 512: every so many optimizer steps */
+    int max_prompt_length;        /* 0: none (TRL 1.x); else prompts keep their last tokens */
 } GrpoConfig;
 
 /* The batch sizes the trl: block is checked against. */

@@ -68,6 +68,23 @@ static int held_out_prompts(GrpoRun *r, const Tokenizer *tok) {
     return 0;
 }
 
+/* trl.max_prompt_length, as TRL up to 0.27 applied it (its tokenizer loaded with
+ * truncation_side="left", prompts tokenised with truncation to max_prompt_length; TRL 1.x
+ * dropped the key): a longer prompt keeps its last tokens, after the special tokens the
+ * tokenizer put in front of a text prompt (a BOS), which truncation keeps. */
+static void truncate_prompts(GrpoDataset *ds, int max, const Tokenizer *tok) {
+    for (size_t i = 0; max > 0 && i < ds->n; i++) {
+        int32_t *ids = ds->prompt_ids[i];
+        int len = ds->prompt_lens[i], lead = 0;
+        if (len <= max) continue;
+        while (!ds->conversational && lead < len && lead < max - 1 &&
+               tokenizer_is_special(tok, ids[lead]))
+            lead++;
+        memmove(ids + lead, ids + len - (max - lead), (size_t)(max - lead) * sizeof *ids);
+        ds->prompt_lens[i] = max;
+    }
+}
+
 /* TRL's geometry (trl-methods.md §5.1): each generation batch takes gbs / G distinct prompts;
  * an epoch is floor(N / (gbs / G)) of them, each used num_iterations x spg micro-steps. */
 static int plan_steps(GrpoRun *r) {
@@ -349,6 +366,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = grpo_dataset_load(&r.train, cfg, cfg->datasets, cfg->n_datasets, tok, log);
     if (rc == 0) rc = held_out_prompts(&r, tok);
+    truncate_prompts(&r.train, r.g->max_prompt_length, tok);
+    truncate_prompts(&r.held_out, r.g->max_prompt_length, tok);
     if (rc == 0) rc = plan_steps(&r);
     int n_funcs = r.g->n_reward_funcs;
     r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
