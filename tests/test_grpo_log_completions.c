@@ -43,13 +43,16 @@ static int reward_command(void) {
     return 0;
 }
 
-static const char *write_config_with(const char *name, const char *extra_trl);
+static const char *write_config_with(const char *name, const char *extra_trl, const char *reward);
 
 static const char *write_config(void) {
-    return write_config_with("log.yaml", "");
+    return write_config_with("log.yaml", "", NULL);
 }
 
-static const char *write_config_with(const char *name, const char *extra_trl) {
+/* reward: the trl.reward_funcs entry; NULL: the byte-length command. */
+static const char *write_config_with(const char *name, const char *extra_trl, const char *reward) {
+    char bytes[4300];
+    snprintf(bytes, sizeof bytes, "{command: \"%s reward\", name: bytes}", self_path);
     static char path[4096];
     char text[16384], model[2048], prompts[4096];
     snprintf(prompts, sizeof prompts, "%s", harness_write_grpo_prompts());
@@ -58,10 +61,10 @@ static const char *write_config_with(const char *name, const char *extra_trl) {
              "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
              "trl:\n  num_generations: %d\n  max_completion_length: 6\n"
              "  log_completions: true\n  num_completions_to_print: %d\n%s"
-             "  reward_funcs:\n    - {command: \"%s reward\", name: bytes}\n"
+             "  reward_funcs:\n    - %s\n"
              "micro_batch_size: %d\ngradient_accumulation_steps: 1\nmax_steps: %d\n"
              "logging_steps: 1\nsave_steps: 2\nlearning_rate: 5e-3\nseed: 5\n",
-             model, prompts, G, PRINTED, extra_trl, self_path, ROWS, STEPS);
+             model, prompts, G, PRINTED, extra_trl, reward ? reward : bytes, ROWS, STEPS);
     snprintf(path, sizeof path, "%s", harness_tmp_path(name));
     harness_write_file(path, text, strlen(text));
     return path;
@@ -194,7 +197,7 @@ static void test_max_prompt_length(void) {
     enum { MAX = 4 };
     char extra[64], out[4096], path[4200];
     snprintf(extra, sizeof extra, "  max_prompt_length: %d\n", MAX);
-    const char *cfg = write_config_with("maxp.yaml", extra);
+    const char *cfg = write_config_with("maxp.yaml", extra, NULL);
     snprintf(out, sizeof out, "%s", harness_tmp_path("out-maxp"));
     CHECK(run(cfg, out, harness_tmp_path("maxp.log"), NULL) == 0, "max_prompt_length run failed");
     Tokenizer tok = {0};
@@ -232,8 +235,75 @@ static void test_max_prompt_length(void) {
     tokenizer_free(&tok);
 }
 
+/* The reward command `... stopcheck STOP MAX`: checks generation_kwargs' stop rule on each
+ * completion's ids with the tokenizer: the text before its last token holds no STOP; a
+ * completion ends with the token completing STOP (score 2), or with EOS or at MAX tokens
+ * (score 1); anything else scores 0. */
+static int stopcheck_command(const char *stop, int max) {
+    Tokenizer tok = {0};
+    if (tokenizer_load(&tok, harness_source_path("tests/fixtures/models/llama_text")) != 0)
+        return 1;
+    char line[1 << 16];
+    while (fgets(line, sizeof line, stdin)) {
+        json_t *batch = json_loads(line, JSON_ALLOW_NUL, NULL), *scores = json_array();
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(batch, "completion_ids"), i, c) {
+            int n = (int)json_array_size(c);
+            int32_t ids[4096];
+            for (int t = 0; t < n && t < 4096; t++)
+                ids[t] = (int32_t)json_integer_value(json_array_get(c, (size_t)t));
+            char *before = NULL, *all = NULL;
+            size_t lb = 0, la = 0;
+            tokenizer_decode(&tok, ids, (size_t)(n - 1), false, &before, &lb);
+            tokenizer_decode(&tok, ids, (size_t)n, false, &all, &la);
+            bool early = before && strstr(before, stop), hit = all && strstr(all, stop);
+            bool eos = n > 0 && tokenizer_is_special(&tok, ids[n - 1]);
+            double score = early ? 0 : hit ? 2 : (eos || n == max) ? 1 : 0;
+            json_array_append_new(scores, json_real(score));
+            free(before), free(all);
+        }
+        char *text = json_dumps(scores, JSON_COMPACT);
+        printf("%s\n", text);
+        fflush(stdout);
+        free(text);
+        json_decref(scores), json_decref(batch);
+    }
+    tokenizer_free(&tok);
+    return 0;
+}
+
+/* trl.generation_kwargs stop strings: every completion ends at the first stop string (none
+ * earlier), at EOS or at max_new_tokens (another generation_kwargs key, over
+ * max_completion_length), and some end at the stop string. */
+static void test_stop_strings(void) {
+    char reward[4300], out[4096];
+    snprintf(reward, sizeof reward, "{command: \"%s stopcheck e 5\", name: stopcheck}", self_path);
+    const char *cfg = write_config_with(
+        "stop.yaml", "  generation_kwargs: {stop_strings: [\"e\"], max_new_tokens: 5}\n", reward);
+    snprintf(out, sizeof out, "%s", harness_tmp_path("out-stop"));
+    CHECK(run(cfg, out, harness_tmp_path("stop.log"), NULL) == 0, "stop strings run failed");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/completions.jsonl", out);
+    json_t *rows = read_jsonl(path);
+    int stopped = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        double v = json_number_value(json_object_get(json_array_get(rows, i), "stopcheck"));
+        CHECK(v >= 1, "completion %zu breaks the stop rule: %s", i,
+              json_string_value(json_object_get(json_array_get(rows, i), "completion")));
+        stopped += v == 2;
+    }
+    CHECK(json_array_size(rows) == STEPS * ROWS && stopped > 0,
+          "%zu rows, %d ended by the stop "
+          "string",
+          json_array_size(rows), stopped);
+    printf("stop strings: %d of %zu completions ended at \"e\"\n", stopped, json_array_size(rows));
+    json_decref(rows);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "reward")) return reward_command();
+    if (argc > 3 && !strcmp(argv[1], "stopcheck")) return stopcheck_command(argv[2], atoi(argv[3]));
     ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
     CHECK(n > 0, "readlink /proc/self/exe");
     self_path[n > 0 ? n : 0] = '\0';
@@ -272,5 +342,6 @@ int main(int argc, char **argv) {
     json_decref(rows);
     json_decref(metrics);
     test_max_prompt_length();
+    test_stop_strings();
     return harness_finish("test_grpo_log_completions");
 }

@@ -359,8 +359,11 @@ static void test_sync_errors(void) {
     snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
     const char *cases[][2] = {
         {"  beta: 0.0\n", "You passed `sync_ref_model=True` while `beta=0.0`"},
-        {"  beta: 0.1\nadapter: lora\nlora_r: 4\n", "TRL raises NotImplementedError for PEFT"}};
-    for (int i = 0; i < 2; i++) {
+        {"  beta: 0.1\nadapter: lora\nlora_r: 4\n", "TRL raises NotImplementedError for PEFT"},
+        /* (not a sync case: generation_kwargs that would change generation are never ignored) */
+        {"  beta: 0.1\n  generation_kwargs: {num_beams: 2}\n",
+         "key 'trl.generation_kwargs.num_beams' is not supported by rlhf.c's generation"}};
+    for (int i = 0; i < 3; i++) {
         snprintf(text, sizeof text,
                  "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s/prompts.jsonl\n"
                  "micro_batch_size: 8\nmax_steps: 1\nlearning_rate: 1e-3\n"

@@ -11,13 +11,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The trl settings, with trl.generation_kwargs over them (TRL updates its generation kwargs so). */
 static SamplingParams sampling_of(const GrpoConfig *c) {
-    return (SamplingParams){.do_sample = true,
-                            .temperature = (float)c->temperature,
-                            .top_k = c->top_k,
-                            .top_p = (float)c->top_p,
-                            .min_p = (float)c->min_p,
-                            .repetition_penalty = (float)c->repetition_penalty};
+#define OVER(x, base) (isnan(x) ? (base) : (x))
+    return (SamplingParams){.do_sample = c->gen_do_sample != 0,
+                            .temperature = (float)OVER(c->gen_temperature, c->temperature),
+                            .top_k = c->gen_top_k >= 0 ? c->gen_top_k : c->top_k,
+                            .top_p = (float)OVER(c->gen_top_p, c->top_p),
+                            .min_p = (float)OVER(c->gen_min_p, c->min_p),
+                            .repetition_penalty =
+                                (float)OVER(c->gen_repetition_penalty, c->repetition_penalty)};
+#undef OVER
+}
+
+/* generation_kwargs' stop strings: a completion ends with the token that completes one (kept, as
+ * transformers' StopStringCriteria and vLLM's token ids keep it; TRL then decodes it with the
+ * rest). The whole completion is decoded after each token: the text a stop string ends in may
+ * be spread over several tokens. */
+static bool stop_string_done(int job, const int32_t *ids, int len, void *ctx) {
+    (void)job;
+    const GrpoRollout *r = ctx;
+    char *text;
+    size_t n;
+    if (tokenizer_decode(r->tok, ids, (size_t)len, false, &text, &n) != 0) return false;
+    bool hit = false;
+    size_t i;
+    json_t *s;
+    json_array_foreach(r->cfg->stop_strings, i, s) {
+        size_t k = json_string_length(s);
+        for (size_t at = 0; !hit && k <= n && at + k <= n; at++)
+            hit = memcmp(text + at, json_string_value(s), k) == 0;
+    }
+    free(text);
+    return hit;
 }
 
 /* Row i's prompt: the rollout function's (TRL's contract), else its dataset row's. */
@@ -154,7 +180,11 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
     int *lens = xmalloc((size_t)n_prompts * sizeof *lens);
     for (int i = 0; i < n_prompts; i++)
         prompts[i] = ds->prompt_ids[idx[i]], lens[i] = ds->prompt_lens[idx[i]];
-    GenerateOptions opt = {.max_new_tokens = r->cfg->max_completion_length,
+    GenerateOptions opt = {.max_new_tokens = r->cfg->gen_max_new_tokens > 0
+                                                 ? r->cfg->gen_max_new_tokens
+                                                 : r->cfg->max_completion_length,
+                           .stop_after = r->cfg->stop_strings ? stop_string_done : NULL,
+                           .stop_ctx = r,
                            .eos_ids = &r->eos_id,
                            .n_eos = r->eos_id >= 0,
                            .n_per_prompt = G,

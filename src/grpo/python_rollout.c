@@ -7,6 +7,7 @@
 #include "python/py_json.h"
 #include "python/py_support.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,11 +109,18 @@ static int make_objects(PythonRollout *pr) {
     PyObject *special = Py_BuildValue(
         "{s:i,s:i,s:N,s:N}", "eos_token_id", pr->eos_id, "pad_token_id", pr->pad_id, "eos_token",
         token_text(pr->tok, pr->eos_id), "pad_token", token_text(pr->tok, pr->pad_id));
-    PyObject *gen = Py_BuildValue("{s:O,s:d,s:i,s:d,s:d,s:d,s:i,s:i,s:i}", "do_sample", Py_True,
-                                  "temperature", g->temperature, "top_k", g->top_k, "top_p",
-                                  g->top_p, "min_p", g->min_p, "repetition_penalty",
-                                  g->repetition_penalty, "max_new_tokens", g->max_completion_length,
-                                  "eos_token_id", pr->eos_id, "pad_token_id", pr->pad_id);
+    /* the trl settings with generation_kwargs' sampling values over them (its stop strings are
+     * the built-in sampler's: a rollout function stops its generation as it likes) */
+#define OVER(x, base) (isnan(x) ? (base) : (x))
+    PyObject *gen = Py_BuildValue(
+        "{s:O,s:d,s:i,s:d,s:d,s:d,s:i,s:i,s:i}", "do_sample", g->gen_do_sample ? Py_True : Py_False,
+        "temperature", OVER(g->gen_temperature, g->temperature), "top_k",
+        g->gen_top_k >= 0 ? g->gen_top_k : g->top_k, "top_p", OVER(g->gen_top_p, g->top_p), "min_p",
+        OVER(g->gen_min_p, g->min_p), "repetition_penalty",
+        OVER(g->gen_repetition_penalty, g->repetition_penalty), "max_new_tokens",
+        g->gen_max_new_tokens > 0 ? g->gen_max_new_tokens : g->max_completion_length,
+        "eos_token_id", pr->eos_id, "pad_token_id", pr->pad_id);
+#undef OVER
     PyObject *args = trainer_args(pr->cfg), *state = py_support_get("trainer_state");
     PyObject *gen_class = PyObject_GetAttrString(mod, "GenerationConfig");
     PyObject *empty = PyTuple_New(0);
