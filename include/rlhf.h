@@ -186,6 +186,43 @@ RLHF_API int rlhf_trainer_param_info(const rlhf_trainer *t, size_t i, rlhf_param
  * numel. */
 RLHF_API int rlhf_trainer_param_read(const rlhf_trainer *t, size_t i, float *out, size_t n);
 
+/* ---- the replay buffer (TRL's experimental ReplayBuffer) ----
+ * The bounded buffer GRPO's replay training keeps (src/grpo/replay_buffer.h), for items the
+ * caller holds: the library keeps each item's score and an id, the caller keeps the item under
+ * its id. It holds the max_size items of greatest score offered so far: a new item replaces the
+ * held minimum only when its score is strictly greater, so among equal scores the earliest
+ * offered is kept. Draws are proportional to score. */
+
+typedef struct rlhf_replay_buffer rlhf_replay_buffer;
+
+/* A buffer of at most max_size items (max_size <= 0: a buffer that keeps nothing). */
+RLHF_API int rlhf_replay_buffer_create(int max_size, rlhf_replay_buffer **out);
+
+/* Frees the buffer. NULL is allowed. */
+RLHF_API void rlhf_replay_buffer_free(rlhf_replay_buffer *rb);
+
+/* Offers one item of `score` (finite, >= 0: a draw's weight; anything else fails, naming the
+ * score, and the buffer is unchanged). *id receives the item's id (0, 1, 2, ... in the order of
+ * offers, whether kept or not); *kept whether the buffer now holds it. An item the buffer held
+ * may have been dropped to make room: compare the ids rlhf_replay_buffer_entry lists. */
+RLHF_API int rlhf_replay_buffer_add(rlhf_replay_buffer *rb, double score, uint64_t *id, int *kept);
+
+/* How many items the buffer holds. */
+RLHF_API size_t rlhf_replay_buffer_size(const rlhf_replay_buffer *rb);
+
+/* The i-th held item (0 <= i < size) in the layout of a binary min-heap (item 0 is the one
+ * dropped next: the lowest score, the latest offered among equals; each item is below its
+ * children 2i+1 and 2i+2), as Python's heapq lays out TRL's buffer. */
+RLHF_API int rlhf_replay_buffer_entry(const rlhf_replay_buffer *rb, size_t i, double *score,
+                                      uint64_t *id);
+
+/* Draws n held items' ids into ids[0..n), each with probability proportional to its score (all
+ * alike when every score is 0): without replacement when at least n items have a positive
+ * score, else with replacement. The draws depend only on the held items, seed and n. Fails when
+ * the buffer is empty (and n > 0). */
+RLHF_API int rlhf_replay_buffer_sample(const rlhf_replay_buffer *rb, size_t n, uint64_t seed,
+                                       uint64_t *ids);
+
 #ifdef __cplusplus
 }
 #endif

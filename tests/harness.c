@@ -162,7 +162,7 @@ pid_t harness_spawn_train(const char *config, const char *out, const char *log_p
     CHECK(pid >= 0, "fork");
     if (pid == 0) {
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) dup2(fd, 2), close(fd);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }

@@ -64,7 +64,8 @@ json_t *harness_read_metrics(const char *out_dir);
 double harness_metric(const json_t *rows, size_t i, const char *key);
 
 /* Starts `build/rlhf train config --output_dir out [extra...]` (RLHF_BINARY_DIR "/rlhf") as a
- * child process, its stderr to log_path (appended); extra ends with NULL. Returns the pid. The
+ * child process, its stdout (progress) and stderr (warnings, errors) to log_path (appended);
+ * extra ends with NULL. Returns the pid. The
  * tests that signal or kill a run need it in a process of its own. */
 pid_t harness_spawn_train(const char *config, const char *out, const char *log_path,
                           const char *const *extra);

@@ -290,7 +290,47 @@ static void test_warnings_and_versions(void) {
     rlhf_trainer_free(t);
 }
 
+/* The replay buffer: the max_size greatest scores held (strictly greater replaces the held
+ * minimum), heap layout with the minimum first, draws among the held ids, bad scores refused. */
+static void test_replay_buffer(void) {
+    rlhf_replay_buffer *rb = NULL;
+    CHECK(rlhf_replay_buffer_create(3, &rb) == RLHF_OK && rb, "create");
+    const double scores[] = {0.5, 2.0, 1.0, 3.0, 1.0};
+    const int want_kept[] = {1, 1, 1, 1, 0}; /* 3.0 evicts 0.5; 1.0 is not above the held 1.0 */
+    for (int i = 0; i < 5; i++) {
+        uint64_t id = 99;
+        int kept = -1;
+        CHECK(rlhf_replay_buffer_add(rb, scores[i], &id, &kept) == RLHF_OK, "%s",
+              rlhf_last_error());
+        CHECK(id == (uint64_t)i && kept == want_kept[i], "offer %d: id %llu kept %d", i,
+              (unsigned long long)id, kept);
+    }
+    CHECK(rlhf_replay_buffer_size(rb) == 3, "size %zu", rlhf_replay_buffer_size(rb));
+    double s0 = 0;
+    uint64_t id0 = 0;
+    CHECK(rlhf_replay_buffer_entry(rb, 0, &s0, &id0) == RLHF_OK && s0 == 1.0 && id0 == 2,
+          "heap[0] is the minimum: score %g id %llu", s0, (unsigned long long)id0);
+    uint64_t drawn[3];
+    CHECK(rlhf_replay_buffer_sample(rb, 3, 7, drawn) == RLHF_OK, "%s", rlhf_last_error());
+    CHECK(drawn[0] != drawn[1] && drawn[1] != drawn[2] && drawn[0] != drawn[2],
+          "3 draws from 3 held items: without replacement");
+    for (int k = 0; k < 3; k++)
+        CHECK(drawn[k] == 1 || drawn[k] == 2 || drawn[k] == 3, "drew id %llu",
+              (unsigned long long)drawn[k]);
+    uint64_t id;
+    int kept;
+    CHECK(rlhf_replay_buffer_add(rb, -1, &id, &kept) == RLHF_ERROR &&
+              strstr(rlhf_last_error(), "not a finite number >= 0"),
+          "negative score: %s", rlhf_last_error());
+    CHECK(rlhf_replay_buffer_size(rb) == 3, "a refused score changes nothing");
+    rlhf_replay_buffer_free(rb);
+    CHECK(rlhf_replay_buffer_create(2, &rb) == RLHF_OK, "create");
+    CHECK(rlhf_replay_buffer_sample(rb, 1, 7, drawn) == RLHF_ERROR, "sampling an empty buffer");
+    rlhf_replay_buffer_free(rb);
+}
+
 int main(void) {
+    test_replay_buffer();
     test_warnings_and_versions();
     test_config_errors();
     test_train_with_callback();

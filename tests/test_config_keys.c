@@ -240,11 +240,12 @@ static void test_statuses(void) {
     CHECK(load("sample_packing: true\n", &c) != 0 && strstr(err_msg(), "cfg.yaml:5:") &&
               strstr(err_msg(), "sample_packing"),
           "sample_packing: true: %s", err_msg());
-    CHECK(load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
-               "  rollout_func: my.rollout\n",
-               &c) != 0 &&
-              strstr(err_msg(), "cfg.yaml:9: key 'trl.rollout_func' is not supported"),
-          "trl.rollout_func: %s", err_msg());
+    CHECK(
+        load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
+             "  vllm_guided_decoding_regex: \"[0-9]+\"\n",
+             &c) != 0 &&
+            strstr(err_msg(), "cfg.yaml:9: key 'trl.vllm_guided_decoding_regex' is not supported"),
+        "trl.vllm_guided_decoding_regex: %s", err_msg());
     CHECK(load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
                "  temperature: hot\n",
                &c) != 0 &&

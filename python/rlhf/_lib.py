@@ -84,6 +84,31 @@ _SIGNATURES = {
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t],
     ),
+    "rlhf_replay_buffer_create": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
+    "rlhf_replay_buffer_free": (None, [ctypes.c_void_p]),
+    "rlhf_replay_buffer_add": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,
+            ctypes.c_double,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_int),
+        ],
+    ),
+    "rlhf_replay_buffer_size": (ctypes.c_size_t, [ctypes.c_void_p]),
+    "rlhf_replay_buffer_entry": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_double),
+            ctypes.POINTER(ctypes.c_uint64),
+        ],
+    ),
+    "rlhf_replay_buffer_sample": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)],
+    ),
 }
 
 _lib = None

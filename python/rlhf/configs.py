@@ -45,9 +45,9 @@ _NO_EFFECT = {
     "torch_compile_mode", "torch_empty_cache_steps", "trackio_bucket_id", "trackio_space_id",
     "trackio_static_space_id", "trust_remote_code", "use_cache", "use_cpu",
     "use_liger_kernel", "precompute_ref_batch_size", "generate_during_eval",
-    "is_encoder_decoder", "padding_value", "log_multimodal", "num_completions_to_print",
+    "is_encoder_decoder", "padding_value", "log_multimodal",
     "log_unique_prompts", "log_completions_hub_repo", "cache_implementation",
-    "generation_kwargs", "eval_on_start", "eval_delay", "train_sampling_strategy",
+    "eval_on_start", "eval_delay", "train_sampling_strategy",
     "logging_strategy", "resume_from_checkpoint", "data_seed",
 }
 
@@ -281,7 +281,8 @@ _GRPO_TRL_FIELDS = (
     "repetition_penalty", "chat_template_kwargs", "beta", "num_iterations", "epsilon", "delta",
     "epsilon_high", "importance_sampling_level", "reward_weights", "multi_objective_aggregation",
     "scale_rewards", "loss_type", "mask_truncated_completions", "top_entropy_quantile",
-    "use_bias_correction_kl", "log_completions", "replay_buffer_size",
+    "use_bias_correction_kl", "log_completions", "num_completions_to_print", "replay_buffer_size",
+    "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps", "generation_kwargs",
 )
 
 

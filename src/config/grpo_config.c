@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,67 @@ static int read_scale_rewards(const Block *b, RewardScaling *out) {
     if (!json_is_string(v) || read_choice(b, "scale_rewards", names, 3, "", &i) != 0)
         return bad(b, "scale_rewards", "group, batch, none, true or false");
     *out = (RewardScaling)i;
+    return 0;
+}
+
+/* trl.generation_kwargs: the generation settings rlhf.c's engine has (transformers'
+ * GenerationConfig names, and vLLM's `stop` / `max_tokens`); any other key is refused rather than
+ * ignored, since it would change what is generated. */
+static int read_generation_kwargs(const Block *b, GrpoConfig *g) {
+    g->gen_temperature = g->gen_top_p = g->gen_min_p = g->gen_repetition_penalty = NAN;
+    g->gen_top_k = g->gen_max_new_tokens = g->gen_do_sample = -1;
+    const json_t *kw = member(b, "generation_kwargs");
+    if (!kw) return 0;
+    if (!json_is_object(kw)) return bad(b, "generation_kwargs", "a mapping");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)kw, k, v) {
+        double *d = !strcmp(k, "temperature")          ? &g->gen_temperature
+                    : !strcmp(k, "top_p")              ? &g->gen_top_p
+                    : !strcmp(k, "min_p")              ? &g->gen_min_p
+                    : !strcmp(k, "repetition_penalty") ? &g->gen_repetition_penalty
+                                                       : NULL;
+        int *i = !strcmp(k, "top_k")                                        ? &g->gen_top_k
+                 : !strcmp(k, "max_new_tokens") || !strcmp(k, "max_tokens") ? &g->gen_max_new_tokens
+                                                                            : NULL;
+        if (json_is_null(v)) continue;
+        if (d) {
+            if (!json_is_number(v))
+                return bad(b, "generation_kwargs", "numbers for the sampling keys");
+            *d = json_number_value(v);
+        } else if (i) {
+            if (!json_is_integer(v) || json_integer_value(v) < (i == &g->gen_top_k ? 0 : 1) ||
+                json_integer_value(v) > 1 << 20)
+                return err_set("%s: key 'trl.generation_kwargs.%s': expected an integer >= %d",
+                               b->at, k, i == &g->gen_top_k ? 0 : 1);
+            *i = (int)json_integer_value(v);
+        } else if (!strcmp(k, "do_sample")) {
+            if (!json_is_boolean(v)) return bad(b, "generation_kwargs", "do_sample: true or false");
+            g->gen_do_sample = json_is_true(v);
+        } else if (!strcmp(k, "stop_strings") || !strcmp(k, "stop")) {
+            json_t *list = json_is_string(v) ? json_pack("[O]", v) : json_incref(v);
+            size_t n;
+            json_t *s;
+            bool ok = json_is_array(list) && json_array_size(list) > 0;
+            json_array_foreach(list, n, s) ok =
+                ok && json_is_string(s) && json_string_length(s) > 0;
+            if (!ok) {
+                json_decref(list);
+                return err_set("%s: key 'trl.generation_kwargs.%s': expected a non-empty string "
+                               "or a list of them",
+                               b->at, k);
+            }
+            if (!g->stop_strings) g->stop_strings = json_array();
+            json_array_extend(g->stop_strings, list);
+            json_decref(list);
+        } else {
+            return err_set("%s: key 'trl.generation_kwargs.%s' is not supported by rlhf.c's "
+                           "generation (it has temperature, top_p, top_k, min_p, "
+                           "repetition_penalty, max_new_tokens / max_tokens, do_sample, "
+                           "stop_strings / stop)",
+                           b->at, k);
+        }
+    }
     return 0;
 }
 
@@ -200,7 +262,17 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                       .scale_rewards = REWARD_SCALE_GROUP,
                       .loss_type = GRPO_LOSS_DAPO,
                       .top_entropy_quantile = 1,
-                      .shuffle_dataset = true};
+                      .shuffle_dataset = true,
+                      .num_completions_to_print = INT_MAX,
+                      .ref_model_mixup_alpha = 0.6,
+                      .ref_model_sync_steps = 512,
+                      .gen_temperature = NAN,
+                      .gen_top_p = NAN,
+                      .gen_min_p = NAN,
+                      .gen_repetition_penalty = NAN,
+                      .gen_top_k = -1,
+                      .gen_max_new_tokens = -1,
+                      .gen_do_sample = -1};
     Block b = {.trl = trl, .source = source, .lines = key_lines};
     if (line > 0)
         snprintf(b.at, sizeof b.at, "%s:%d", source, line);
@@ -231,7 +303,12 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         read_bool(&b, "use_bias_correction_kl", &g->use_bias_correction_kl) ||
         read_int(&b, "replay_buffer_size", -(1 << 30), &g->replay_buffer_size) ||
         read_bool(&b, "shuffle_dataset", &g->shuffle_dataset) ||
-        read_bool(&b, "log_completions", &g->log_completions))
+        read_bool(&b, "log_completions", &g->log_completions) ||
+        read_int(&b, "num_completions_to_print", -(1 << 30), &g->num_completions_to_print) ||
+        read_bool(&b, "sync_ref_model", &g->sync_ref_model) ||
+        read_double(&b, "ref_model_mixup_alpha", &g->ref_model_mixup_alpha) ||
+        read_int(&b, "ref_model_sync_steps", 1, &g->ref_model_sync_steps) ||
+        read_int(&b, "max_prompt_length", 1, &g->max_prompt_length))
         return -1;
     g->sequence_level_is = level == 1;
     if (gdpo && aggregation == 0)
@@ -255,11 +332,31 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
     if (g->top_entropy_quantile < 0 || g->top_entropy_quantile > 1)
         return bad(&b, "top_entropy_quantile", "a number in [0, 1]");
     if (g->beta < 0) return err_set("%s: key 'trl.beta': must not be negative", key_at(&b, "beta"));
+    if (g->sync_ref_model && g->beta == 0)
+        return err_set("%s: You passed `sync_ref_model=True` while `beta=0.0`, which means the "
+                       "reference model is not used during training. Consequently, GRPOTrainer "
+                       "does not create a `ref_model` instance, and there is nothing to "
+                       "synchronize. Please set `sync_ref_model=False`, or set `beta` to a "
+                       "non-zero value.",
+                       key_at(&b, "sync_ref_model"));
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
+    const json_t *rollout = member(&b, "rollout_func");
+    if (rollout && (!json_is_string(rollout) || !strchr(json_string_value(rollout), '.')))
+        return bad(&b, "rollout_func", "a Python function 'module.function'");
+    g->rollout_func = rollout ? json_string_value(rollout) : NULL;
+    if (g->rollout_func && g->replay_buffer_size > 0)
+        return err_set("%s: key 'trl.rollout_func' with trl.replay_buffer_size: not supported "
+                       "together by rlhf.c yet",
+                       b.at);
+    if (g->rollout_func && shape->world_size > 1)
+        return err_set("%s: key 'trl.rollout_func': not supported with several processes by "
+                       "rlhf.c yet (each would need its own share of the prompts)",
+                       b.at);
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");
     g->chat_template_kwargs = kw;
-    if (derive_geometry(&b, g, shape, gbs_set, spg_set) != 0 || read_rewards(&b, g) != 0) {
+    if (read_generation_kwargs(&b, g) != 0 ||
+        derive_geometry(&b, g, shape, gbs_set, spg_set) != 0 || read_rewards(&b, g) != 0) {
         grpo_config_free(g);
         return -1;
     }
@@ -267,6 +364,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
 }
 
 void grpo_config_free(GrpoConfig *g) {
+    json_decref(g->stop_strings);
+    g->stop_strings = NULL;
     free(g->reward_weights);
     g->reward_weights = NULL;
 }

@@ -7,6 +7,8 @@
 #include "methods/grpo_advantages.h"
 #include "methods/grpo_loss.h"
 
+#include <math.h>
+
 #include <jansson.h>
 #include <stdbool.h>
 
@@ -36,6 +38,18 @@ typedef struct {
     const json_t *chat_template_kwargs; /* borrowed; NULL: none */
     bool shuffle_dataset;               /* true */
     bool log_completions;
+    int num_completions_to_print; /* INT_MAX: all (TRL's None); <= 0: none */
+    const char *rollout_func;     /* trl.rollout_func "module.fn" (borrowed); NULL: the sampler */
+    bool sync_ref_model;          /* TR-DPO: the reference follows the policy (TRL's callback) */
+    double ref_model_mixup_alpha; /* 0.6: reference = alpha * policy + (1 - alpha) * reference */
+    int ref_model_sync_steps;     /* 512: every so many optimizer steps */
+    int max_prompt_length;        /* 0: none (TRL 1.x); else prompts keep their last tokens */
+    /* trl.generation_kwargs: what generation uses over the settings above (TRL updates its
+     * generation kwargs with them): NAN / -1 where not given. Training still scores at
+     * `temperature`, as TRL does. */
+    double gen_temperature, gen_top_p, gen_min_p, gen_repetition_penalty;
+    int gen_top_k, gen_max_new_tokens, gen_do_sample;
+    json_t *stop_strings; /* owned array of strings (stop_strings / stop); NULL: none */
 } GrpoConfig;
 
 /* The batch sizes the trl: block is checked against. */

@@ -34,6 +34,6 @@ void grpo_batch_alloc(GrpoBatch *b, int n_rows, int group_size, int prompt_w, in
 void grpo_batch_free(GrpoBatch *b) {
     free(b->prompt_ids), free(b->prompt_mask), free(b->completion_ids), free(b->completion_mask);
     free(b->prompt_len), free(b->completion_len), free(b->advantages);
-    free(b->old_logps), free(b->ref_logps);
+    free(b->old_logps), free(b->ref_logps), free(b->env_mask);
     memset(b, 0, sizeof *b);
 }

@@ -22,6 +22,9 @@ typedef struct {
     float *advantages;        /* (n_rows) */
     float *old_logps;         /* (n_rows, completion_w) or NULL: not computed for this batch */
     float *ref_logps;         /* (n_rows, completion_w) or NULL: beta == 0 */
+    uint8_t *env_mask;        /* (n_rows, completion_w) or NULL (all 1): 0 on completion tokens an
+                                 environment wrote (a rollout function's env_mask, TRL's
+                                 tool_mask), attended to but left out of the loss */
     int32_t pad_id;
 } GrpoBatch;
 

@@ -36,6 +36,11 @@ void grpo_metrics_generation(StepMetrics *m, const GrpoBatch *b, const bool *tru
     double tokens = 0, sum_len = 0, sum_term = 0;
     for (int i = 0; i < n; i++) {
         int len = b->completion_len[i];
+        if (b->env_mask) { /* TRL counts only the policy's tokens (tool_mask 1) */
+            len = 0;
+            for (int t = 0; t < b->completion_len[i]; t++)
+                len += b->env_mask[(size_t)i * b->completion_w + t];
+        }
         tokens += b->prompt_len[i] + len;
         sum_len += len;
         if (i == 0 || len < min_len) min_len = len;

@@ -13,13 +13,14 @@
 #include "tokenizer/tokenizer.h"
 #include "grpo/grpo_batch.h"
 #include "grpo/grpo_metrics.h"
+#include "grpo/python_rollout.h"
 #include "train/step_metrics.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct {
+typedef struct GrpoRollout {
     const GrpoConfig *cfg;
     const Model *model;
     const Tokenizer *tok;
@@ -33,6 +34,8 @@ typedef struct {
     /* the policy's weights packed for decoding, refilled by every step's generation in the same
      * memory (packed_model_free when done) */
     PackedModel packed;
+    /* trl.rollout_func: makes the completions in place of the sampler; NULL: none */
+    PythonRollout *python;
 } GrpoRollout;
 
 typedef struct {
@@ -51,6 +54,9 @@ typedef struct {
     bool training;               /* a training batch: the token count of the metrics grows */
     StepMetrics *metrics;        /* receives the generation metrics; NULL: none added */
     RolloutTimes *times;         /* receives the wall times and token count; may be NULL */
+    json_t *log_rows;            /* when not NULL, receives one object per completion for
+                                    trl.log_completions (completion_log.h): decoded prompt and completion,
+                                    each reward function's reward (null: None), advantage */
 } RolloutRequest;
 
 /* Generates and scores G completions for each of the n_prompts dataset rows idx[]. `stream`

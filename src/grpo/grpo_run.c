@@ -7,6 +7,7 @@
 #include "data/grpo_dataset.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
+#include "grpo/completion_log.h"
 #include "grpo/grpo_rollout.h"
 #include "grpo/grpo_trainer.h"
 #include "grpo/replay_buffer.h"
@@ -34,7 +35,7 @@ typedef struct {
     const GrpoConfig *g;
     GrpoDataset train, held_out;
     RewardFunc *funcs;
-    const ReferencePolicy *ref; /* beta != 0 only */
+    ReferencePolicy *ref; /* beta != 0 only */
     GrpoRollout rollout;
     GrpoTrainer gt;
     Trainer *tr;         /* the loop's, from start on */
@@ -49,6 +50,8 @@ typedef struct {
     RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
     double logged_train_s;
     int64_t logged_step;
+    CompletionLog completions; /* trl.log_completions, rank 0 only */
+    bool log_completions;
     FILE *log;
 } GrpoRun;
 
@@ -63,6 +66,23 @@ static int held_out_prompts(GrpoRun *r, const Tokenizer *tok) {
     if (order) grpo_dataset_split(&r->train, order, n_val, &r->held_out);
     free(order);
     return 0;
+}
+
+/* trl.max_prompt_length, as TRL up to 0.27 applied it (its tokenizer loaded with
+ * truncation_side="left", prompts tokenised with truncation to max_prompt_length; TRL 1.x
+ * dropped the key): a longer prompt keeps its last tokens, after the special tokens the
+ * tokenizer put in front of a text prompt (a BOS), which truncation keeps. */
+static void truncate_prompts(GrpoDataset *ds, int max, const Tokenizer *tok) {
+    for (size_t i = 0; max > 0 && i < ds->n; i++) {
+        int32_t *ids = ds->prompt_ids[i];
+        int len = ds->prompt_lens[i], lead = 0;
+        if (len <= max) continue;
+        while (!ds->conversational && lead < len && lead < max - 1 &&
+               tokenizer_is_special(tok, ids[lead]))
+            lead++;
+        memmove(ids + lead, ids + len - (max - lead), (size_t)(max - lead) * sizeof *ids);
+        ds->prompt_lens[i] = max;
+    }
 }
 
 /* TRL's geometry (trl-methods.md §5.1): each generation batch takes gbs / G distinct prompts;
@@ -140,9 +160,14 @@ static int add_generation(GrpoRun *r, int64_t index) {
                           .shared = true,
                           .training = true,
                           .metrics = dist_is_root() ? &r->gt.metrics : NULL,
-                          .times = &r->times};
+                          .times = &r->times,
+                          .log_rows = r->log_completions ? json_array() : NULL};
     int rc = grpo_rollout(&r->rollout, &req, &b, group_std);
     json_decref(state);
+    if (rc == 0 && req.log_rows)
+        completion_log_keep(&r->completions, req.log_rows); /* TRL keeps the latest batch's */
+    else
+        json_decref(req.log_rows);
     if (rc == 0) {
         double t0 = clock_seconds();
         rc = grpo_trainer_logprobs(&r->gt, &b);
@@ -161,21 +186,28 @@ static int add_generation(GrpoRun *r, int64_t index) {
  * optimizer steps, grpo_trainer.h), then the step over the queue. */
 static int grpo_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
     GrpoRun *r = ctx;
-    (void)tr;
     r->step_start = clock_seconds();
     long generated = r->times.generated_tokens;
     while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
         if (add_generation(r, r->next_generation++) != 0) return -1;
     double t0 = clock_seconds();
     int rc = grpo_trainer_step(&r->gt, st);
+    /* TRL's SyncRefModelCallback.on_step_end: after the optimizer step, every
+     * ref_model_sync_steps steps (tr->step counts this one already) */
+    if (rc == 0 && r->g->sync_ref_model && tr->step % r->g->ref_model_sync_steps == 0)
+        rc = train_reference_sync(r->ref, tr->model, r->g->ref_model_mixup_alpha);
     r->train_s += clock_seconds() - t0;
     *tokens += (double)(r->times.generated_tokens - generated); /* generated tokens/s */
     return rc;
 }
 
+/* The logging step's metrics, and trl.log_completions' table of the latest generation batch
+ * (rank 0). A table that cannot be written is a warning: training goes on. */
 static void grpo_flush(void *ctx, json_t *entry) {
     GrpoRun *r = ctx;
     step_metrics_flush_ranks(&r->gt.metrics, entry, "");
+    if (r->log_completions && completion_log_write(&r->completions, r->tr->step, r->log) != 0)
+        fprintf(r->log, "warning: trl.log_completions: %s\n", err_msg());
 }
 
 /* The step's wall time, and the time of generation, rewards and training per step averaged
@@ -294,11 +326,18 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     r->gt.batches_added = r->next_generation; /* the row shuffles continue where they were */
     r->gt.metrics.num_tokens = metrics_last_logged(log_history, "num_tokens");
     r->logged_step = tr->step;
+    r->log_completions = r->g->log_completions && dist_is_root();
+    if (r->log_completions &&
+        completion_log_open(&r->completions, cfg->output_dir, resumed_from[0] != '\0',
+                            r->g->num_completions_to_print, (uint64_t)cfg->seed) != 0)
+        return -1;
     return 0;
 }
 
-/* Whether a reward function or a dataset transform is Python (module.fn). */
+/* Whether a reward function, the rollout function or a dataset transform is Python
+ * (module.fn). */
 static bool uses_python(const TrainConfig *cfg) {
+    if (cfg->grpo.rollout_func) return true;
     for (size_t i = 0; i < json_array_size(cfg->grpo.reward_funcs); i++) {
         const json_t *spec = json_array_get(cfg->grpo.reward_funcs, i);
         const json_t *fn = json_is_object(spec) ? json_object_get(spec, "function") : spec;
@@ -330,15 +369,22 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = tokenizer_special_ids(cfg->tokenizer_config, tok, &eos, &pad);
     if (rc == 0) rc = grpo_dataset_load(&r.train, cfg, cfg->datasets, cfg->n_datasets, tok, log);
     if (rc == 0) rc = held_out_prompts(&r, tok);
+    truncate_prompts(&r.train, r.g->max_prompt_length, tok);
+    truncate_prompts(&r.held_out, r.g->max_prompt_length, tok);
     if (rc == 0) rc = plan_steps(&r);
     int n_funcs = r.g->n_reward_funcs;
     r.funcs = xcalloc((size_t)n_funcs, sizeof *r.funcs);
     if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source, callbacks);
     bool funcs_open = rc == 0;
+    PythonRollout *python = NULL; /* resolved before training: a bad name stops nothing midway */
+    if (rc == 0 && r.g->rollout_func)
+        rc = python_rollout_open(&python, r.g->rollout_func, cfg, tok, eos, pad);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
     if (rc == 0 && with_ref) rc = train_reference_open(&ref, cfg, m, lora, log);
+    if (rc == 0 && r.g->sync_ref_model && train_reference_can_sync(&ref, lora) != 0)
+        rc = err_prefix("%s: key 'trl.sync_ref_model'", cfg->source);
     m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
     if (ref.owned_model) ref.owned_model->logit_temperature = m->logit_temperature;
     if (rc == 0) {
@@ -353,7 +399,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .funcs = r.funcs,
                                   .seed = (uint64_t)cfg->seed,
                                   .log = log,
-                                  .scripted = test_hook_scripted_completions()};
+                                  .scripted = test_hook_scripted_completions(),
+                                  .python = python};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
@@ -373,6 +420,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                           .extra_ctx = &r.replay};
         rc = train_loop_run(cfg, m, lora, &src, out, log);
         grpo_trainer_free(&r.gt);
+        completion_log_close(&r.completions);
         reward_metric_keys_free(&r.rollout.keys);
         packed_model_free(&r.rollout.packed);
         free(r.order);
@@ -382,6 +430,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
         fprintf(log, "GRPO per step: generation %.2f s, rewards %.3f s, training %.2f s\n",
                 r.times.generate_s / steps, r.times.reward_s / steps, r.train_s / steps);
     }
+    python_rollout_close(python);
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
     reference_policy_close(&ref);

@@ -87,12 +87,15 @@ static void rows_batch(RowsBatch *rb, const GrpoBatch *b, const int *rows, int n
         const uint8_t *pm = b->prompt_mask + (size_t)r * b->prompt_w + (b->prompt_w - pw);
         const int32_t *c = b->completion_ids + (size_t)r * b->completion_w;
         const uint8_t *cm = b->completion_mask + (size_t)r * b->completion_w;
+        const uint8_t *em = b->env_mask ? b->env_mask + (size_t)r * b->completion_w : NULL;
         for (int t = 0; t < pw; t++)
             tok[t] = p[t], attn[t] = pm[t];
         for (int t = 0; t < cw; t++) {
             tok[pw + t] = t < b->completion_w ? c[t] : b->pad_id;
             /* TRL's attention mask is the (possibly truncation-masked) completion mask */
             attn[pw + t] = mark[pw + t] = t < b->completion_w && cm[t];
+            /* TRL's loss mask: completion_mask x tool_mask */
+            if (em && t < b->completion_w && !em[t]) mark[pw + t] = 0;
         }
     }
     rb->batch = (TokenBatch){.batch = n, .t_len = T, .tokens = rb->tokens, .attn_mask = rb->attn};
@@ -186,7 +189,7 @@ void grpo_trainer_add(GrpoTrainer *g, GrpoBatch *b) {
     memset(b, 0, sizeof *b);
     q->loss_tokens = 0;
     for (size_t c = 0; c < (size_t)q->b.n_rows * q->b.completion_w; c++)
-        q->loss_tokens += q->b.completion_mask[c] != 0;
+        q->loss_tokens += q->b.completion_mask[c] != 0 && (!q->b.env_mask || q->b.env_mask[c]);
     int n = q->b.n_rows, mb = g->micro_batch_size, chunks = n / mb;
     int *order = xmalloc((size_t)n * sizeof *order);
     if (g->shuffle_rows)

@@ -2,6 +2,9 @@
 
 #include "python/py_error.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #define PY_SUPPORT_MODULE "_rlhf_support"
 
 /* Python, because these are questions about Python objects (signatures, coroutines, attribute
@@ -238,4 +241,29 @@ void py_support_keep_exception(void) {
     PyObject *mod = support_module();
     if (mod && value && PyObject_SetAttrString(mod, "last_exception", value) != 0) PyErr_Clear();
     PyErr_Restore(type, value, tb);
+}
+
+void py_support_first_search_dir(char *out, size_t cap) {
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    PyObject *first = path && PyList_Check(path) && PyList_Size(path) > 0 ? PyList_GetItem(path, 0)
+                                                                          : NULL; /* borrowed */
+    const char *s = first && PyUnicode_Check(first) ? PyUnicode_AsUTF8(first) : NULL;
+    PyErr_Clear();
+    snprintf(out, cap, "%s", s ? s : "?");
+}
+
+bool py_support_module_missing(const char *module_name) {
+    if (!PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) return false;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *name = value ? PyObject_GetAttrString(value, "name") : NULL;
+    const char *missing = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    PyErr_Clear();
+    size_t len = missing ? strlen(missing) : 0;
+    bool itself = missing && strncmp(module_name, missing, len) == 0 &&
+                  (module_name[len] == '\0' || module_name[len] == '.');
+    Py_XDECREF(name);
+    PyErr_Restore(type, value, tb);
+    return itself;
 }

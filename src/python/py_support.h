@@ -22,6 +22,9 @@
 
 #include "python/py_embed.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 /* getattr(_rlhf_support, name) as a new reference, or NULL with an error. GIL held. */
 PyObject *py_support_get(const char *name);
 
@@ -34,5 +37,13 @@ PyObject *py_support_import(const char *module);
  * a program hosting the library in its own interpreter (the Python binding) re-raises the
  * reward function's own exception, traceback and all, rather than only our message. GIL held. */
 void py_support_keep_exception(void);
+
+/* sys.path[0] (where a user's module is looked for first) into out, "?" when unknown. GIL
+ * held. */
+void py_support_first_search_dir(char *out, size_t cap);
+
+/* Whether the exception now set (left set) says module_name itself, or a package above it, does
+ * not exist, as opposed to the module existing and importing something missing. GIL held. */
+bool py_support_module_missing(const char *module_name);
 
 #endif

@@ -49,41 +49,13 @@ static const char *reward_model_hint(const char *spec, char *buf, size_t cap) {
     return "";
 }
 
-/* sys.path[0], to say where the module was looked for. */
-static void first_search_dir(char *out, size_t cap) {
-    PyObject *path = PySys_GetObject("path"); /* borrowed */
-    PyObject *first = path && PyList_Check(path) && PyList_Size(path) > 0 ? PyList_GetItem(path, 0)
-                                                                          : NULL; /* borrowed */
-    const char *s = first && PyUnicode_Check(first) ? PyUnicode_AsUTF8(first) : NULL;
-    PyErr_Clear();
-    snprintf(out, cap, "%s", s ? s : "?");
-}
-
-/* Whether the import failed because module_name (or a package above it) does not exist, as
- * opposed to the module existing and importing something missing. GIL held, exception set. */
-static bool module_itself_missing(const char *module_name) {
-    if (!PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) return false;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyObject *name = value ? PyObject_GetAttrString(value, "name") : NULL;
-    const char *missing = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-    PyErr_Clear();
-    size_t len = missing ? strlen(missing) : 0;
-    bool itself = missing && strncmp(module_name, missing, len) == 0 &&
-                  (module_name[len] == '\0' || module_name[len] == '.');
-    Py_XDECREF(name);
-    PyErr_Restore(type, value, tb);
-    return itself;
-}
-
 static int import_failure(const char *spec, const char *module_name) {
     char why[1536], hint[1024], dir[1024];
-    bool not_found = module_itself_missing(module_name);
+    bool not_found = py_support_module_missing(module_name);
     py_error_take(why, sizeof why);
     if (!not_found)
         return err_set("Reward function %s: importing %s failed: %s", spec, module_name, why);
-    first_search_dir(dir, sizeof dir);
+    py_support_first_search_dir(dir, sizeof dir);
     return err_set("Reward function %s not found. %s (searched the working directory %s first, "
                    "then sys.path).%s",
                    spec, why, dir, reward_model_hint(spec, hint, sizeof hint));

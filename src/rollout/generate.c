@@ -85,7 +85,8 @@ static void record_token(Run *r, int s, Draw d) {
     c->logprobs[c->len] = d.logprob;
     c->ids[c->len++] = d.id;
     if (r->opt->on_token) r->opt->on_token(j, c->ids, c->len, r->opt->on_token_ctx);
-    if (is_eos(r->opt, d.id) || c->len == r->opt->max_new_tokens) {
+    bool stop = r->opt->stop_after && r->opt->stop_after(j, c->ids, c->len, r->opt->stop_ctx);
+    if (stop || is_eos(r->opt, d.id) || c->len == r->opt->max_new_tokens) {
         r->done++;
         kv_cache_reset_slot(&r->kv, s);
         *slot = (Slot){r->next_job < r->n_jobs ? r->next_job++ : -1, false};

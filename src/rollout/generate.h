@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "rollout/sampler.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
@@ -27,6 +28,10 @@ typedef struct {
     /* called after each token a completion receives (streaming); may be NULL */
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
     void *on_token_ctx;
+    /* called after each token a completion receives; true ends that completion there, the
+     * token kept (a stop string completed); may be NULL */
+    bool (*stop_after)(int job, const int32_t *ids, int len, void *ctx);
+    void *stop_ctx;
     struct GenerateStats *stats; /* filled in when not NULL */
     /* Where to keep the weights packed for decoding several sequences at once (see
      * model/packed_model.h), kept by the caller between calls so that its memory stays mapped;

@@ -24,3 +24,26 @@ int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m,
     }
     return 0;
 }
+
+int train_reference_can_sync(const ReferencePolicy *ref, const LoraAdapter *policy_adapter) {
+    if (policy_adapter || !ref->owned_model || ref->adapter || ref->initial)
+        return err_set("sync_ref_model: with an adapter the reference is the base model with the "
+                       "adapter switched off, not a model of its own: there is nothing to "
+                       "synchronize (TRL raises NotImplementedError for PEFT models)");
+    if (ref->owned_model->params16)
+        return err_set("sync_ref_model: a reference kept in bf16 (bf16: true) is not supported by "
+                       "rlhf.c yet");
+    return 0;
+}
+
+int train_reference_sync(ReferencePolicy *ref, const Model *policy, double alpha) {
+    if (train_reference_can_sync(ref, policy->lora) != 0) return -1;
+    Model *r = ref->owned_model;
+    if (r->n_params != policy->n_params)
+        return err_set("sync_ref_model: the reference has %zu parameters, the policy %zu",
+                       r->n_params, policy->n_params);
+    float keep = (float)(1.0 - alpha), mix = (float)alpha;
+    for (size_t i = 0; i < r->n_params; i++)
+        r->params[i] = r->params[i] * keep + mix * policy->params[i];
+    return 0;
+}

@@ -16,4 +16,15 @@
 int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m, LoraAdapter *lora,
                          FILE *log);
 
+/* TRL's SyncRefModelCallback (TR-DPO): every parameter of the reference becomes
+ * alpha * policy + (1 - alpha) * reference, in fp32 as torch's mul_(1 - alpha).add_(p, alpha)
+ * computes it. Only a reference that is a model of its own in fp32 (a frozen copy): with an
+ * adapter TRL has no separate reference to move either, and one kept in bf16 is refused too.
+ * Returns 0, or -1 with an error saying which. */
+int train_reference_sync(ReferencePolicy *ref, const Model *policy, double alpha);
+
+/* Whether train_reference_sync can move ref towards a policy with policy_adapter (NULL: full
+ * fine-tuning): 0, or -1 with its error. */
+int train_reference_can_sync(const ReferencePolicy *ref, const LoraAdapter *policy_adapter);
+
 #endif
