@@ -33,21 +33,14 @@ typedef struct {
 static int parse_args(int argc, char **argv, ChatArgs *a) {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < argc; i++) {
-        const struct {
-            const char *name;
-            const char **slot;
-        } opts[] = {{"--adapter", &a->adapter},
-                    {"--system", &a->system},
-                    {"--max-new-tokens", &a->max_new},
-                    {"--temperature", &a->temperature},
-                    {"--seed", &a->seed}};
-        bool matched = false;
-        for (size_t k = 0; k < sizeof opts / sizeof *opts && !matched; k++) {
-            int r = cli_option(argc, argv, &i, opts[k].name, opts[k].slot);
-            if (r < 0) return CLI_EXIT_USAGE;
-            matched = r == 1;
-        }
-        if (matched) continue;
+        const CliStringOption opts[] = {{"--adapter", &a->adapter},
+                                        {"--system", &a->system},
+                                        {"--max-new-tokens", &a->max_new},
+                                        {"--temperature", &a->temperature},
+                                        {"--seed", &a->seed}};
+        int r = cli_string_options(argc, argv, &i, opts, sizeof opts / sizeof *opts);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
         if (strcmp(argv[i], "--bf16") == 0) {
             a->bf16 = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -104,29 +97,6 @@ static int options_from_args(const ChatArgs *a, const GenerationDefaults *g, Gen
 
 typedef struct {
     const Tokenizer *tok;
-    size_t printed;
-} Stream;
-
-/* Prints what the reply's text gained with this token, holding back a trailing U+FFFD (a
- * character whose last byte has not come yet). */
-static void stream_token(int job, const int32_t *ids, int len, void *ctx) {
-    Stream *s = ctx;
-    (void)job;
-    char *text;
-    size_t n;
-    if (tokenizer_decode(s->tok, ids, (size_t)len, true, &text, &n) != 0) return;
-    while (n >= 3 && memcmp(text + n - 3, "\xEF\xBF\xBD", 3) == 0)
-        n -= 3;
-    if (n > s->printed) {
-        fwrite(text + s->printed, 1, n - s->printed, stdout);
-        fflush(stdout);
-        s->printed = n;
-    }
-    free(text);
-}
-
-typedef struct {
-    const Tokenizer *tok;
     const ChatTemplate *tpl;
     const json_t *special_tokens;
     const Model *model;
@@ -144,8 +114,8 @@ static int reply(const Chat *c, const json_t *messages, GenerateOptions *opt, ch
     int rc = tokenizer_encode(c->tok, res.text, res.len, false, &ids, &n);
     chat_render_result_free(&res);
     if (rc != 0) return -1;
-    Stream stream = {c->tok, 0};
-    opt->on_token = stream_token;
+    CliTextStream stream = {c->tok, 0};
+    opt->on_token = cli_stream_token;
     opt->on_token_ctx = &stream;
     Completion out = {0};
     int len = (int)n;

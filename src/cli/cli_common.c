@@ -26,6 +26,30 @@ int cli_option(int argc, char **argv, int *i, const char *name, const char **val
     return 1;
 }
 
+int cli_string_options(int argc, char **argv, int *i, const CliStringOption *opts, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        int r = cli_option(argc, argv, i, opts[k].name, opts[k].slot);
+        if (r != 0) return r;
+    }
+    return 0;
+}
+
+void cli_stream_token(int job, const int32_t *ids, int len, void *ctx) {
+    CliTextStream *s = ctx;
+    (void)job;
+    char *text;
+    size_t n;
+    if (tokenizer_decode(s->tok, ids, (size_t)len, true, &text, &n) != 0) return;
+    while (n >= 3 && memcmp(text + n - 3, "\xEF\xBF\xBD", 3) == 0)
+        n -= 3;
+    if (n > s->printed) {
+        fwrite(text + s->printed, 1, n - s->printed, stdout);
+        fflush(stdout);
+        s->printed = n;
+    }
+    free(text);
+}
+
 int cli_positive_int(const char *name, const char *text, int *out) {
     char *end;
     errno = 0;

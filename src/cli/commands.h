@@ -6,6 +6,10 @@
 #include "config/train_config.h"
 #include "io/hub_resolve.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 #define CLI_EXIT_OK      0
 #define CLI_EXIT_FAILURE 1
@@ -30,6 +34,26 @@ int cli_fail(const char *message);
  * *value, advances *i past it and returns 1; returns -1 (message printed) when the value is
  * missing; 0 when argv[*i] is another option. */
 int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+
+/* One option of a table that takes a string value: `--name VALUE` stores VALUE in *slot. */
+typedef struct {
+    const char *name;
+    const char **slot;
+} CliStringOption;
+
+/* cli_option over a table: 1 when argv[*i] is one of opts (its value stored, *i advanced), 0
+ * when it is none of them, -1 when its value is missing (message printed). */
+int cli_string_options(int argc, char **argv, int *i, const CliStringOption *opts, size_t n);
+
+/* Streams generated text to stdout as it grows: the on_token callback of GenerateOptions, with
+ * ctx a CliTextStream. Each call decodes the sequence so far and prints what the text gained,
+ * holding back a trailing U+FFFD (the first bytes of a character whose last byte has not come
+ * yet). */
+typedef struct {
+    const Tokenizer *tok;
+    size_t printed; /* bytes of the text printed so far */
+} CliTextStream;
+void cli_stream_token(int job, const int32_t *ids, int len, void *ctx);
 
 /* Parses a positive integer option value; prints a message and returns -1 when it is not. */
 int cli_positive_int(const char *name, const char *text, int *out);

@@ -56,31 +56,24 @@ static int parse_float(const char *name, const char *text, float *out) {
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < argc; i++) {
-        const struct {
-            const char *name;
-            const char **slot;
-        } opts[] = {{"--model", &a->model},
-                    {"--tokenizer", &a->tokenizer},
-                    {"--prompt", &a->prompt},
-                    {"--prompts", &a->prompts},
-                    {"--out", &a->out},
-                    {"--adapter", &a->adapter},
-                    {"--n", &a->n},
-                    {"--max-new-tokens", &a->max_new},
-                    {"--temperature", &a->temperature},
-                    {"--top-p", &a->top_p},
-                    {"--top-k", &a->top_k},
-                    {"--min-p", &a->min_p},
-                    {"--repetition-penalty", &a->rep},
-                    {"--seed", &a->seed},
-                    {"--batch-size", &a->batch}};
-        bool matched = false;
-        for (size_t k = 0; k < sizeof opts / sizeof *opts && !matched; k++) {
-            int r = cli_option(argc, argv, &i, opts[k].name, opts[k].slot);
-            if (r < 0) return CLI_EXIT_USAGE;
-            matched = r == 1;
-        }
-        if (matched) continue;
+        const CliStringOption opts[] = {{"--model", &a->model},
+                                        {"--tokenizer", &a->tokenizer},
+                                        {"--prompt", &a->prompt},
+                                        {"--prompts", &a->prompts},
+                                        {"--out", &a->out},
+                                        {"--adapter", &a->adapter},
+                                        {"--n", &a->n},
+                                        {"--max-new-tokens", &a->max_new},
+                                        {"--temperature", &a->temperature},
+                                        {"--top-p", &a->top_p},
+                                        {"--top-k", &a->top_k},
+                                        {"--min-p", &a->min_p},
+                                        {"--repetition-penalty", &a->rep},
+                                        {"--seed", &a->seed},
+                                        {"--batch-size", &a->batch}};
+        int r = cli_string_options(argc, argv, &i, opts, sizeof opts / sizeof *opts);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
         if (strcmp(argv[i], "--chat") == 0) {
             a->chat = true;
         } else if (strcmp(argv[i], "--bf16") == 0) {
@@ -133,29 +126,6 @@ static int sampling_from_args(const GenerateArgs *a, GenerationDefaults *g, Gene
     opt->n_eos = g->n_eos;
     if (a->seed) opt->seed = strtoull(a->seed, NULL, 10);
     return 0;
-}
-
-typedef struct {
-    const Tokenizer *tok;
-    size_t printed;
-} Stream;
-
-/* Prints what the decoded text gained since the last token, holding back a trailing U+FFFD
- * (the first bytes of a character whose last byte has not come yet). */
-static void stream_token(int job, const int32_t *ids, int len, void *ctx) {
-    Stream *s = ctx;
-    (void)job;
-    char *text;
-    size_t n;
-    if (tokenizer_decode(s->tok, ids, (size_t)len, true, &text, &n) != 0) return;
-    while (n >= 3 && memcmp(text + n - 3, "\xEF\xBF\xBD", 3) == 0)
-        n -= 3;
-    if (n > s->printed) {
-        fwrite(text + s->printed, 1, n - s->printed, stdout);
-        fflush(stdout);
-        s->printed = n;
-    }
-    free(text);
 }
 
 /* Prompt text to ids: as plain text (with the tokenizer's special tokens), or through the chat
@@ -344,10 +314,10 @@ static int generate_local(int argc, char **argv) {
         rc = cli_fail(err_msg());
         goto done;
     }
-    Stream stream = {&tok, 0};
+    CliTextStream stream = {&tok, 0};
     bool streaming = a.prompt && opt.n_per_prompt == 1 && !a.out;
     if (streaming) {
-        opt.on_token = stream_token;
+        opt.on_token = cli_stream_token;
         opt.on_token_ctx = &stream;
     }
     out = xcalloc((size_t)prompts.n * opt.n_per_prompt, sizeof *out);

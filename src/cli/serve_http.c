@@ -159,20 +159,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a) {
     a->host = "127.0.0.1";
     a->port = "8000";
     for (int i = 0; i < argc; i++) {
-        const struct {
-            const char *name;
-            const char **slot;
-        } opts[] = {{"--adapter", &a->adapter},
-                    {"--host", &a->host},
-                    {"--port", &a->port},
-                    {"--served-model-name", &a->name}};
-        bool matched = false;
-        for (size_t k = 0; k < sizeof opts / sizeof *opts && !matched; k++) {
-            int r = cli_option(argc, argv, &i, opts[k].name, opts[k].slot);
-            if (r < 0) return CLI_EXIT_USAGE;
-            matched = r == 1;
-        }
-        if (matched) continue;
+        const CliStringOption opts[] = {{"--adapter", &a->adapter},
+                                        {"--host", &a->host},
+                                        {"--port", &a->port},
+                                        {"--served-model-name", &a->name}};
+        int r = cli_string_options(argc, argv, &i, opts, sizeof opts / sizeof *opts);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
         if (strcmp(argv[i], "--bf16") == 0) {
             a->bf16 = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
