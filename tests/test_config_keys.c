@@ -246,6 +246,12 @@ static void test_statuses(void) {
              &c) != 0 &&
             strstr(err_msg(), "cfg.yaml:9: key 'trl.vllm_guided_decoding_regex' is not supported"),
         "trl.vllm_guided_decoding_regex: %s", err_msg());
+    CHECK(load("rl: dpo\ntrl:\n  sync_ref_model: true\n", &c) != 0 &&
+              strstr(err_msg(), "cfg.yaml:7: key 'trl.sync_ref_model'") &&
+              strstr(err_msg(), "not rl: dpo"),
+          "trl.sync_ref_model with rl: dpo: %s", err_msg());
+    CHECK(load("rl: dpo\ntrl:\n  sync_ref_model: false\n", &c) == 0, "%s", err_msg());
+    train_config_free(&c);
     CHECK(load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
                "  temperature: hot\n",
                &c) != 0 &&

@@ -219,6 +219,12 @@ static int check_trl_keys(TrainConfig *cfg, YamlDoc *d, const char *const *overr
             } else if (row->methods && !(row->methods & (1u << cfg->rl))) {
                 char names[128];
                 method_names(row->methods, names, sizeof names);
+                /* TRL's DPO and KTO trainers read it too, and it changes what they train
+                 * (TR-DPO): never ignored where it is not built */
+                if (strcmp(k, "sync_ref_model") == 0 && json_is_true(v))
+                    return err_set("%s: key 'trl.sync_ref_model': reference syncing (TR-DPO) is "
+                                   "built for rl: %s only, not rl: %s",
+                                   where, names, rl_method_name(cfg->rl));
                 train_config_warn(cfg,
                                   "%s: key 'trl.%s' is read by rl: %s only; ignored with rl: %s",
                                   where, k, names, rl_method_name(cfg->rl));
