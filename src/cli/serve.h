@@ -1,8 +1,9 @@
 /* `rlhf serve`: OpenAI-compatible completions over the in-process engine (rollout/generate.h).
  *
  * Three parts, each in its own file:
- *   serve_request.c  an OpenAI request body to a ServeRequest (token ids and generate() options),
- *                    and the response and stream-chunk JSON; no HTTP, no threads;
+ *   serve_request.c  an OpenAI (or TRL vllm-serve) request body to a ServeRequest (token ids and
+ *                    generate() options), and the response and stream-chunk JSON; no HTTP, no
+ *                    threads;
  *   serve_engine.c   the queue of requests and the one thread that runs generate() on them;
  *   serve_http.c     libmicrohttpd: routes, bodies, server-sent events, signals (serve_absent.c
  *                    stands in when the build has no libmicrohttpd).
