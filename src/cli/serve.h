@@ -1,8 +1,9 @@
 /* `rlhf serve`: OpenAI-compatible completions over the in-process engine (rollout/generate.h).
  *
  * Three parts, each in its own file:
- *   serve_request.c  an OpenAI request body to a ServeRequest (token ids and generate() options),
- *                    and the response and stream-chunk JSON; no HTTP, no threads;
+ *   serve_request.c  an OpenAI (or TRL vllm-serve) request body to a ServeRequest (token ids and
+ *                    generate() options), and the response and stream-chunk JSON; no HTTP, no
+ *                    threads;
  *   serve_engine.c   the queue of requests and the one thread that runs generate() on them;
  *   serve_http.c     libmicrohttpd: routes, bodies, server-sent events, signals (serve_absent.c
  *                    stands in when the build has no libmicrohttpd).
@@ -36,7 +37,11 @@ typedef struct {
     int context;            /* max_position_embeddings: prompt + max_tokens must fit */
 } ServeContext;
 
-typedef enum { SERVE_COMPLETIONS, SERVE_CHAT } ServeKind;
+/* SERVE_TRL_GENERATE and SERVE_TRL_CHAT are TRL's vLLM server protocol (POST /generate/ and
+ * /chat/ of trl/scripts/vllm_serve.py, what trl.generation.vllm_client.VLLMClient sends): a batch
+ * of prompts (or conversations) in, {prompt_ids, completion_ids, logprobs, logprob_token_ids}
+ * out; never streamed, no `model` field. */
+typedef enum { SERVE_COMPLETIONS, SERVE_CHAT, SERVE_TRL_GENERATE, SERVE_TRL_CHAT } ServeKind;
 
 #define SERVE_MAX_STOP 4
 
@@ -50,7 +55,7 @@ typedef struct {
     char *stop[SERVE_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
-    bool logprobs; /* completions: `logprobs: 0`; chat: `logprobs: true` */
+    bool logprobs; /* completions: `logprobs: 0`; chat: `logprobs: true`; TRL: `logprobs: 0` */
     char id[48];   /* "cmpl-..." / "chatcmpl-..." */
     long created;
 } ServeRequest;

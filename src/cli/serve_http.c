@@ -23,7 +23,9 @@ static const char serve_usage[] =
     "                  [--served-model-name NAME]\n"
     "\n"
     "Serves MODEL (a model directory or Hub id) over OpenAI's API: POST /v1/completions,\n"
-    "POST /v1/chat/completions (the model's chat template applied), GET /v1/models, GET /health.\n"
+    "POST /v1/chat/completions (the model's chat template applied), GET /v1/models, GET /health;\n"
+    "and TRL's vLLM server endpoints (VLLMClient): GET /health/, GET /get_world_size/,\n"
+    "POST /generate/, POST /chat/ (weight updates answer 501).\n"
     "Requests are served in arrival order, each in one batched generate() call (n completions per\n"
     "prompt decoding together). --port 0 picks a free port. The first line on standard output\n"
     "is \"rlhf serve: listening on http://HOST:PORT\". Request fields left out take the model's\n"
@@ -98,6 +100,57 @@ static enum MHD_Result generate_route(const Server *s, struct MHD_Connection *c,
     return ret;
 }
 
+/* Whether url (with or without its trailing slash) is TRL's `path` ("/generate/"). */
+static bool trl_path(const char *url, const char *path) {
+    size_t n = strlen(path) - 1; /* without the slash */
+    return strncmp(url, path, n) == 0 && (url[n] == '\0' || strcmp(url + n, "/") == 0);
+}
+
+/* TRL's vLLM server endpoints (trl/scripts/vllm_serve.py, what VLLMClient calls): health, world
+ * size, generate and chat; the weight-update ones answer 501, since weights reach this server
+ * only from disk. Returns false when url is none of them. */
+static bool trl_route(const Server *s, struct MHD_Connection *c, const char *url,
+                      const char *method, const Body *body, enum MHD_Result *ret) {
+    static const char *const weight_paths[] = {
+        "/init_communicator/",   "/update_named_param/", "/batch_update_named_params/",
+        "/close_communicator/",  "/update_weights/",     "/start_weight_update/",
+        "/finish_weight_update/"};
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (trl_path(url, "/health/") && strcmp(url, "/health") != 0) {
+        *ret = get ? send_json(c, MHD_HTTP_OK, xstrdup("{\"status\":\"ok\"}"))
+                   : send_error(c, 405, NULL, "use GET for this endpoint");
+    } else if (trl_path(url, "/get_world_size/")) {
+        /* one process holds the whole model: tensor_parallel_size * data_parallel_size = 1 */
+        *ret = get ? send_json(c, MHD_HTTP_OK, xstrdup("{\"world_size\":1}"))
+                   : send_error(c, 405, NULL, "use GET for this endpoint");
+    } else if (trl_path(url, "/generate/") || trl_path(url, "/chat/")) {
+        *ret = post ? generate_route(
+                          s, c, trl_path(url, "/chat/") ? SERVE_TRL_CHAT : SERVE_TRL_GENERATE, body)
+                    : send_error(c, 405, NULL, "use POST for this endpoint");
+    } else if (trl_path(url, "/reset_prefix_cache/")) {
+        /* no prefix cache is kept, so none can be stale */
+        *ret = post ? send_json(c, MHD_HTTP_OK,
+                                xstrdup("{\"message\":\"Request received, resetting prefix cache "
+                                        "status: True\"}"))
+                    : send_error(c, 405, NULL, "use POST for this endpoint");
+    } else {
+        for (size_t i = 0; i < sizeof weight_paths / sizeof *weight_paths; i++)
+            if (trl_path(url, weight_paths[i])) {
+                char message[300];
+                snprintf(message, sizeof message,
+                         "%.60s: weight updates over NCCL are not supported by rlhf serve (it "
+                         "serves the weights it loaded from disk; restart it on a saved "
+                         "checkpoint to serve new weights)",
+                         weight_paths[i]);
+                *ret = send_error(c, 501, NULL, message);
+                return true;
+            }
+        if (!trl_path(url, "/get_sequence_logprobs/")) return false;
+        *ret = send_error(c, 501, NULL, "/get_sequence_logprobs/ is not supported by rlhf serve");
+    }
+    return true;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls) {
@@ -135,6 +188,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             return send_error(c, 405, NULL, "use GET for this endpoint");
         return send_json(c, MHD_HTTP_OK, models ? serve_models_json(s->ctx) : xstrdup("{}"));
     }
+    enum MHD_Result trl;
+    if (trl_route(s, c, url, method, body, &trl)) return trl;
     char message[300];
     snprintf(message, sizeof message, "Invalid URL (%s %.200s)", method, url);
     return send_error(c, 404, NULL, message);

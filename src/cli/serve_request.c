@@ -216,12 +216,13 @@ static json_t *template_messages(const json_t *messages, ServeError *err) {
     return out;
 }
 
-static int chat_prompt(const ServeContext *ctx, const json_t *body, ServeRequest *req,
-                       ServeError *err) {
+/* One conversation through the chat template (the generation prompt added) as a prompt. */
+static int conversation_prompt(const ServeContext *ctx, const json_t *conversation,
+                               ServeRequest *req, ServeError *err) {
     if (!ctx->chat)
         return refuse(err, 400, "messages",
                       "this model has no chat template (use /v1/completions with a prompt)");
-    json_t *messages = template_messages(field(body, "messages"), err);
+    json_t *messages = template_messages(conversation, err);
     if (!messages) return -1;
     ChatApplyArgs args = {
         .messages = messages, .add_generation_prompt = true, .special_tokens = ctx->special_tokens};
@@ -232,6 +233,11 @@ static int chat_prompt(const ServeContext *ctx, const json_t *body, ServeRequest
     rc = text_prompt(ctx, req, res.text, res.len, false, err);
     chat_render_result_free(&res);
     return rc;
+}
+
+static int chat_prompt(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                       ServeError *err) {
+    return conversation_prompt(ctx, field(body, "messages"), req, err);
 }
 
 static int stop_field(const json_t *body, ServeRequest *req, ServeError *err) {
@@ -291,7 +297,9 @@ static int sampling_fields(const ServeContext *ctx, const json_t *body, ServeReq
 
 /* The field a prompt came from, for errors. */
 static const char *kind_field(const ServeRequest *req) {
-    return req->kind == SERVE_CHAT ? "messages" : "prompt";
+    return req->kind == SERVE_CHAT || req->kind == SERVE_TRL_CHAT ? "messages"
+           : req->kind == SERVE_TRL_GENERATE                      ? "prompts"
+                                                                  : "prompt";
 }
 
 /* max_tokens (chat: max_completion_tokens too) against the context: vLLM's rule, the prompt and
@@ -371,6 +379,205 @@ static int stream_fields(const json_t *body, ServeRequest *req, ServeError *err)
     return 0;
 }
 
+/* ---- TRL's vLLM server protocol (trl/scripts/vllm_serve.py of TRL 1.9) ---- */
+
+/* Fields of TRL's requests this server cannot honour, refused by name when they ask for
+ * something (null, empty and all-null values are what VLLMClient sends by default). */
+static int trl_unsupported(const json_t *body, ServeError *err) {
+    json_t *v = field(body, "images");
+    if (v) {
+        size_t i;
+        json_t *item;
+        if (!json_is_array(v)) return refuse(err, 400, "images", "'images' must be a list or null");
+        json_array_foreach(v, i, item) if (!json_is_null(item)) return refuse(
+            err, 400, "images",
+            "'images' is not supported by rlhf serve (text models only): send null");
+    }
+    static const char *const regex[] = {"structured_outputs_regex", "guided_decoding_regex"};
+    for (int i = 0; i < 2; i++)
+        if (field(body, regex[i]))
+            return refuse(err, 400, regex[i],
+                          "'%s' (structured outputs / guided decoding) is not supported by rlhf "
+                          "serve: send null",
+                          regex[i]);
+    if ((v = field(body, "chat_template_kwargs")) && json_object_size(v) > 0)
+        return refuse(err, 400, "chat_template_kwargs",
+                      "'chat_template_kwargs' is not supported by rlhf serve: send {}");
+    if ((v = field(body, "tools")) && json_array_size(v) > 0)
+        return refuse(err, 400, "tools", "'tools' is not supported by rlhf serve");
+    return 0;
+}
+
+/* The request's sampling fields with generation_kwargs laid over them (TRL: "keys that conflict
+ * with the other parameters override them") and TRL's defaults where neither gives one (its
+ * GenerateRequest: temperature 1, top_p 1, top_k -1, min_p 0, repetition_penalty 1,
+ * max_tokens 16, n 1; not generation_config.json's, which vLLM's SamplingParams never reads).
+ * A generation_kwargs key other than these (and seed, truncate_prompt_tokens) is refused.
+ * Returns a new object, or NULL with *err. */
+static json_t *trl_sampling(const json_t *body, ServeError *err) {
+    static const char *const keys[] = {
+        "n",          "repetition_penalty", "temperature",           "top_p", "top_k", "min_p",
+        "max_tokens", "logprobs",           "truncate_prompt_tokens"};
+    const size_t n_keys = sizeof keys / sizeof *keys;
+    json_t *out = json_object();
+    for (size_t i = 0; i < n_keys; i++) {
+        json_t *v = json_object_get(body, keys[i]);
+        if (v) json_object_set(out, keys[i], v);
+    }
+    json_t *kwargs = field(body, "generation_kwargs");
+    if (kwargs && !json_is_object(kwargs)) {
+        json_decref(out);
+        refuse(err, 400, "generation_kwargs", "'generation_kwargs' must be an object");
+        return NULL;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(kwargs, key, v) {
+        bool known = strcmp(key, "seed") == 0;
+        for (size_t i = 0; i < n_keys && !known; i++)
+            known = strcmp(key, keys[i]) == 0;
+        if (!known) {
+            json_decref(out);
+            refuse(err, 400, "generation_kwargs",
+                   "generation_kwargs['%.100s'] is not supported by rlhf serve (supported: n, "
+                   "temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, logprobs, "
+                   "seed, truncate_prompt_tokens)",
+                   key);
+            return NULL;
+        }
+        json_object_set(out, key, v);
+    }
+    static const struct {
+        const char *key;
+        double value;
+        bool integer;
+    } defaults[] = {{"temperature", 1, false},
+                    {"top_p", 1, false},
+                    {"top_k", -1, true},
+                    {"min_p", 0, false},
+                    {"repetition_penalty", 1, false},
+                    {"max_tokens", 16, true},
+                    {"n", 1, true}};
+    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++)
+        if (json_is_null(json_object_get(out, defaults[i].key)) ||
+            !json_object_get(out, defaults[i].key))
+            json_object_set_new(out, defaults[i].key,
+                                defaults[i].integer ? json_integer((json_int_t)defaults[i].value)
+                                                    : json_real(defaults[i].value));
+    return out;
+}
+
+/* prompts: a list of strings (tokenised with the tokenizer's special tokens, as vLLM's
+ * LLM.generate does) or a list of token-id lists; messages: a list of conversations. */
+static int trl_prompts(const ServeContext *ctx, const json_t *body, ServeRequest *req,
+                       ServeError *err) {
+    bool chat = req->kind == SERVE_TRL_CHAT;
+    const char *name = chat ? "messages" : "prompts";
+    json_t *list = field(body, name);
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return refuse(err, 400, name,
+                      chat ? "'messages' must be a non-empty list of conversations (lists of "
+                             "messages)"
+                           : "'prompts' must be a non-empty list of strings or of token-id lists");
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item) {
+        int rc;
+        if (chat)
+            rc = conversation_prompt(ctx, item, req, err);
+        else if (json_is_string(item))
+            rc =
+                text_prompt(ctx, req, json_string_value(item), json_string_length(item), true, err);
+        else if (json_is_array(item))
+            rc = token_prompt(ctx, req, item, err);
+        else
+            rc = refuse(err, 400, "prompts", "prompts[%zu] must be a string or a list of token ids",
+                        i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* truncate_prompt_tokens k (vLLM): each prompt keeps its last k tokens. */
+static int trl_truncate(const json_t *sampling, ServeRequest *req, ServeError *err) {
+    long k;
+    bool given;
+    if (int_field(sampling, "truncate_prompt_tokens", 1, 1L << 30, &k, &given, err)) return -1;
+    for (int i = 0; given && i < req->n_prompts; i++)
+        if (req->lens[i] > k) {
+            memmove(req->ids[i], req->ids[i] + (req->lens[i] - k), (size_t)k * sizeof(int32_t));
+            req->lens[i] = (int)k;
+        }
+    return 0;
+}
+
+/* logprobs: null (none returned) or 0 (the sampled token's); N > 0 asks for the top N, which
+ * generate() does not compute. */
+static int trl_logprobs(const json_t *sampling, ServeRequest *req, ServeError *err) {
+    long lp;
+    bool given;
+    if (int_field(sampling, "logprobs", 0, 1L << 20, &lp, &given, err)) return -1;
+    if (given && lp > 0)
+        return refuse(err, 400, "logprobs",
+                      "'logprobs' > 0 asks for the top alternatives, which rlhf serve does not "
+                      "compute; 'logprobs': 0 gives each sampled token's log-probability");
+    req->logprobs = given;
+    return 0;
+}
+
+static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *req,
+                     ServeError *err) {
+    if (trl_unsupported(root, err)) return -1;
+    json_t *sampling = trl_sampling(root, err);
+    if (!sampling) return -1;
+    int rc = trl_prompts(ctx, root, req, err);
+    if (rc == 0) rc = trl_truncate(sampling, req, err);
+    if (rc == 0) rc = sampling_fields(ctx, sampling, req, err);
+    if (rc == 0) rc = length_fields(ctx, sampling, req, err);
+    if (rc == 0) rc = trl_logprobs(sampling, req, err);
+    json_decref(sampling);
+    return rc;
+}
+
+/* TRL's GenerateResponse / ChatResponse: prompt_ids per prompt, completion_ids per completion
+ * (n per prompt, in order; the eos token that ended one included, as vLLM's token_ids), and with
+ * logprobs 0 each token's log-probability as a one-entry list (logprob_token_ids the same shape),
+ * else null for both. */
+static char *trl_response_json(const ServeRequest *req, const Completion *out) {
+    json_t *prompt_ids = json_array(), *completion_ids = json_array();
+    json_t *logprobs = req->logprobs ? json_array() : json_null();
+    json_t *logprob_ids = req->logprobs ? json_array() : json_null();
+    for (int p = 0; p < req->n_prompts; p++) {
+        json_t *ids = json_array();
+        for (int t = 0; t < req->lens[p]; t++)
+            json_array_append_new(ids, json_integer(req->ids[p][t]));
+        json_array_append_new(prompt_ids, ids);
+    }
+    for (int j = 0; j < req->n_prompts * req->opt.n_per_prompt; j++) {
+        const Completion *c = &out[j];
+        json_t *ids = json_array(), *lps = json_array(), *lp_ids = json_array();
+        for (int t = 0; t < c->len; t++) {
+            json_array_append_new(ids, json_integer(c->ids[t]));
+            double lp = c->logprobs ? (double)c->logprobs[t] : NAN;
+            json_array_append_new(lps, json_pack("[o]", isnan(lp) ? json_null() : json_real(lp)));
+            json_array_append_new(lp_ids, json_pack("[i]", c->ids[t]));
+        }
+        json_array_append_new(completion_ids, ids);
+        if (req->logprobs) {
+            json_array_append_new(logprobs, lps);
+            json_array_append_new(logprob_ids, lp_ids);
+        } else {
+            json_decref(lps);
+            json_decref(lp_ids);
+        }
+    }
+    json_t *o = json_pack("{s:o, s:o, s:o, s:o}", "prompt_ids", prompt_ids, "completion_ids",
+                          completion_ids, "logprobs", logprobs, "logprob_token_ids", logprob_ids);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 int serve_request_parse(const ServeContext *ctx, ServeKind kind, const char *body, size_t len,
                         ServeRequest *req, ServeError *err) {
     memset(req, 0, sizeof *req);
@@ -385,21 +592,26 @@ int serve_request_parse(const ServeContext *ctx, ServeKind kind, const char *bod
                       "The request body must be a JSON object.",
                       root ? "not an object" : jerr.text, jerr.line, jerr.column);
     }
+    bool trl = kind == SERVE_TRL_GENERATE || kind == SERVE_TRL_CHAT;
     json_t *model = field(root, "model");
     int rc = 0;
-    if (!json_is_string(model))
+    if (trl)
+        rc = trl_parse(ctx, root, req, err);
+    else if (!json_is_string(model))
         rc = refuse(err, 400, "model", "'model' is a required property (a string)");
     else if (strcmp(json_string_value(model), ctx->model_name) != 0)
         rc = refuse(err, 404, "model", "The model `%s` does not exist (this server has `%s`).",
                     json_string_value(model), ctx->model_name);
-    if (rc == 0) rc = refuse_unsupported(root, err);
-    if (rc == 0)
-        rc = kind == SERVE_CHAT ? chat_prompt(ctx, root, req, err)
-                                : completion_prompts(ctx, root, req, err);
-    if (rc == 0) rc = sampling_fields(ctx, root, req, err);
-    if (rc == 0) rc = length_fields(ctx, root, req, err);
-    if (rc == 0) rc = stop_field(root, req, err);
-    if (rc == 0) rc = stream_fields(root, req, err);
+    if (rc == 0 && !trl) {
+        rc = refuse_unsupported(root, err);
+        if (rc == 0)
+            rc = kind == SERVE_CHAT ? chat_prompt(ctx, root, req, err)
+                                    : completion_prompts(ctx, root, req, err);
+        if (rc == 0) rc = sampling_fields(ctx, root, req, err);
+        if (rc == 0) rc = length_fields(ctx, root, req, err);
+        if (rc == 0) rc = stop_field(root, req, err);
+        if (rc == 0) rc = stream_fields(root, req, err);
+    }
     json_decref(root);
     if (rc != 0) {
         serve_request_free(req);
@@ -546,6 +758,8 @@ static json_t *envelope(const ServeContext *ctx, const ServeRequest *req, const 
 }
 
 char *serve_response_json(const ServeContext *ctx, const ServeRequest *req, const Completion *out) {
+    if (req->kind == SERVE_TRL_GENERATE || req->kind == SERVE_TRL_CHAT)
+        return trl_response_json(req, out);
     bool chat = req->kind == SERVE_CHAT;
     json_t *resp = envelope(ctx, req, chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();

@@ -5,7 +5,8 @@
 # against `rlhf serve models/tiny-arith --port 0` on 127.0.0.1 (serve_client.py: completions,
 # chat, streaming, n > 1, stop strings, errors, a load test, `rlhf chat` through a pipe, each
 # compared with `rlhf generate`); then SIGTERM must end the server with exit status 0 within
-# seconds. Skipped (77) only when PyPI cannot be reached.
+# seconds. vllm_client.py replays TRL's VLLMClient (requests) against the same server. Skipped (77)
+# only when PyPI cannot be reached.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd) bin=$(cd "$3" && pwd)
 work=$(mktemp -d)
@@ -17,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-pins="openai==3.57.0"
+pins="openai==3.57.0 requests==2.32.3"
 venv=$bin/serve-venv
 if [ "$(cat "$venv/.pins" 2> /dev/null)" != "$pins" ]; then
     rm -rf "$venv"
@@ -52,6 +53,9 @@ echo "rlhf serve on port $port"
 status=0
 "$venv/bin/python" "$src/tests/serve/serve_client.py" "$rlhf" "$model" \
     "http://127.0.0.1:$port/v1" tiny-arith "$work" || status=1
+# TRL's vLLM server protocol, as VLLMClient calls it (vllm_client.py)
+"$venv/bin/python" "$src/tests/serve/vllm_client.py" "$rlhf" "$model" \
+    "http://127.0.0.1:$port" "$work" || status=1
 
 # SIGTERM: a clean stop, exit status 0, within seconds
 kill -TERM "$server"
