@@ -32,32 +32,13 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, ChatArgs *a) {
     memset(a, 0, sizeof *a);
-    for (int i = 0; i < argc; i++) {
-        const CliStringOption opts[] = {{"--adapter", &a->adapter},
-                                        {"--system", &a->system},
-                                        {"--max-new-tokens", &a->max_new},
-                                        {"--temperature", &a->temperature},
-                                        {"--seed", &a->seed}};
-        int r = cli_string_options(argc, argv, &i, opts, sizeof opts / sizeof *opts);
-        if (r < 0) return CLI_EXIT_USAGE;
-        if (r > 0) continue;
-        if (strcmp(argv[i], "--bf16") == 0) {
-            a->bf16 = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(chat_usage, stdout);
-            return -1;
-        } else if (argv[i][0] != '-' && !a->model) {
-            a->model = argv[i];
-        } else {
-            fprintf(stderr, "rlhf chat: unknown argument \"%s\"\n%s", argv[i], chat_usage);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    if (!a->model) {
-        fprintf(stderr, "rlhf chat: a MODEL is required\n%s", chat_usage);
-        return CLI_EXIT_USAGE;
-    }
-    return 0;
+    const CliStringOption opts[] = {{"--adapter", &a->adapter},
+                                    {"--system", &a->system},
+                                    {"--max-new-tokens", &a->max_new},
+                                    {"--temperature", &a->temperature},
+                                    {"--seed", &a->seed}};
+    return cli_model_arguments(argc, argv, "chat", chat_usage, opts, sizeof opts / sizeof *opts,
+                               &a->model, &a->bf16);
 }
 
 static int options_from_args(const ChatArgs *a, const GenerationDefaults *g, GenerateOptions *opt) {

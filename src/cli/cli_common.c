@@ -34,6 +34,31 @@ int cli_string_options(int argc, char **argv, int *i, const CliStringOption *opt
     return 0;
 }
 
+int cli_model_arguments(int argc, char **argv, const char *command, const char *usage,
+                        const CliStringOption *opts, size_t n, const char **model, bool *bf16) {
+    for (int i = 0; i < argc; i++) {
+        int r = cli_string_options(argc, argv, &i, opts, n);
+        if (r < 0) return CLI_EXIT_USAGE;
+        if (r > 0) continue;
+        if (strcmp(argv[i], "--bf16") == 0) {
+            *bf16 = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return CLI_HELP_SHOWN;
+        } else if (argv[i][0] != '-' && !*model) {
+            *model = argv[i];
+        } else {
+            fprintf(stderr, "rlhf %s: unknown argument \"%s\"\n%s", command, argv[i], usage);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!*model) {
+        fprintf(stderr, "rlhf %s: a MODEL is required\n%s", command, usage);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
 void cli_stream_token(int job, const int32_t *ids, int len, void *ctx) {
     CliTextStream *s = ctx;
     (void)job;

@@ -45,6 +45,12 @@ typedef struct {
  * when it is none of them, -1 when its value is missing (message printed). */
 int cli_string_options(int argc, char **argv, int *i, const CliStringOption *opts, size_t n);
 
+/* The arguments of a command run on one MODEL (`rlhf chat`, `rlhf serve`): MODEL, the string
+ * options of `opts`, --bf16 (sets *bf16) and --help. Returns 0 with *model set, CLI_HELP_SHOWN
+ * after printing `usage`, or CLI_EXIT_USAGE (message printed, naming `command`). */
+int cli_model_arguments(int argc, char **argv, const char *command, const char *usage,
+                        const CliStringOption *opts, size_t n, const char **model, bool *bf16);
+
 /* Streams generated text to stdout as it grows: the on_token callback of GenerateOptions, with
  * ctx a CliTextStream. Each call decodes the sequence so far and prints what the text gained,
  * holding back a trailing U+FFFD (the first bytes of a character whose last byte has not come

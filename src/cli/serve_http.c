@@ -213,30 +213,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a) {
     memset(a, 0, sizeof *a);
     a->host = "127.0.0.1";
     a->port = "8000";
-    for (int i = 0; i < argc; i++) {
-        const CliStringOption opts[] = {{"--adapter", &a->adapter},
-                                        {"--host", &a->host},
-                                        {"--port", &a->port},
-                                        {"--served-model-name", &a->name}};
-        int r = cli_string_options(argc, argv, &i, opts, sizeof opts / sizeof *opts);
-        if (r < 0) return CLI_EXIT_USAGE;
-        if (r > 0) continue;
-        if (strcmp(argv[i], "--bf16") == 0) {
-            a->bf16 = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(serve_usage, stdout);
-            return -1;
-        } else if (argv[i][0] != '-' && !a->model) {
-            a->model = argv[i];
-        } else {
-            fprintf(stderr, "rlhf serve: unknown argument \"%s\"\n%s", argv[i], serve_usage);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    if (!a->model) {
-        fprintf(stderr, "rlhf serve: a MODEL is required\n%s", serve_usage);
-        return CLI_EXIT_USAGE;
-    }
+    const CliStringOption opts[] = {{"--adapter", &a->adapter},
+                                    {"--host", &a->host},
+                                    {"--port", &a->port},
+                                    {"--served-model-name", &a->name}};
+    int rc = cli_model_arguments(argc, argv, "serve", serve_usage, opts, sizeof opts / sizeof *opts,
+                                 &a->model, &a->bf16);
+    if (rc != 0) return rc;
     char *end;
     long port = strtol(a->port, &end, 10);
     if (*end || end == a->port || port < 0 || port > 65535) {

@@ -13,27 +13,14 @@ import urllib.request
 
 import openai
 
+import serve_common
+from serve_common import check, run_generate
+
 rlhf, model_dir, base_url, model_name, work = sys.argv[1:6]
 client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAILED:", what, flush=True)
-
-
 def generate(rows, *args):
     """`rlhf generate` over a prompts file: one result line per row."""
-    path = f"{work}/prompts.jsonl"
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    out = subprocess.run([rlhf, "generate", "--model", model_dir, "--prompts", path, *args],
-                         check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    return run_generate(rlhf, model_dir, f"{work}/prompts.jsonl", rows, *args)
 
 
 def texts(result):
@@ -248,5 +235,5 @@ for temp, seed in (("0", "0"), ("1.0", "5")):
     check(replies == expected, f"rlhf chat (temperature {temp}) replied {replies}, "
                                f"generate {expected}")
 
-print("serve_client: %s" % ("ok" if failures == 0 else f"{failures} failures"), flush=True)
-sys.exit(1 if failures else 0)
+print("serve_client: %s" % ("ok" if serve_common.failures == 0 else f"{serve_common.failures} failures"), flush=True)
+sys.exit(1 if serve_common.failures else 0)

@@ -12,27 +12,14 @@ import sys
 
 import requests
 
+import serve_common
+from serve_common import check, run_generate
+
 rlhf, model_dir, base_url, work = sys.argv[1:5]
 session = requests.Session()
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAILED:", what, flush=True)
-
-
 def generate(rows, *args):
     """`rlhf generate` over a prompts file: one result line per row."""
-    path = f"{work}/vllm_prompts.jsonl"
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    out = subprocess.run([rlhf, "generate", "--model", model_dir, "--prompts", path, *args],
-                         check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    return run_generate(rlhf, model_dir, f"{work}/vllm_prompts.jsonl", rows, *args)
 
 
 def body(prompts_key, prompts, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0,
@@ -147,5 +134,5 @@ for path, b in [("/init_communicator/", {"host": "0.0.0.0", "port": 51216, "worl
     check(r.status_code == 501 and "NCCL" in r.json()["error"]["message"],
           f"{path}: {r.status_code} {r.text}")
 
-print(f"vllm_client.py: {'FAILED' if failures else 'ok'} ({failures} failures)")
-sys.exit(1 if failures else 0)
+print(f"vllm_client.py: {'FAILED' if serve_common.failures else 'ok'} ({serve_common.failures} failures)")
+sys.exit(1 if serve_common.failures else 0)
