@@ -329,8 +329,9 @@ static int serve_local(const ServeArgs *a) {
         }
     }
     serve_engine_stop(engine);
+    /* the signals stay blocked to the end: a second one arriving while the daemon closes its
+     * connections would otherwise end the process with 128 + signal instead of 0 */
     MHD_stop_daemon(d);
-    pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 done:
     if (tpl) chat_template_free(tpl);
     chat_template_source_free(&src);
