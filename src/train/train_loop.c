@@ -53,21 +53,30 @@ void train_loop_log_optimizer(FILE *log, const Trainer *tr) {
             quantised, total, (double)bytes / 1e6, (double)(2 * total * sizeof(float)) / 1e6);
 }
 
-/* Everything before the first step: output_dir, the checkpoint resumed from, metrics.jsonl and
- * the source's own set-up. Collective; the first agreement point is that every rank got
- * through its set-up (model, data, reference). */
+/* Everything before the first step: output_dir, the checkpoint resumed from and the source's
+ * own set-up. Collective; the first agreement point is that every rank got through its set-up
+ * (model, data, reference). */
 static int begin(const TrainConfig *cfg, const StepSource *src, Trainer *tr, json_t *log_history,
-                 MetricsFile *metrics, FILE *log) {
+                 FILE *log) {
     if (dist_agree(dist_is_root() ? make_dirs(cfg->output_dir) : 0) != 0) return -1;
     char resumed_from[4096] = "";
     if (cfg->resume_from_checkpoint &&
         train_state_resume(cfg, tr, log_history, log, resumed_from, sizeof resumed_from) != 0)
         return -1;
-    if (dist_agree(dist_is_root() ? metrics_file_open(metrics, cfg->output_dir, tr->step > 0)
-                                  : 0) != 0)
+    return src->start ? src->start(src->ctx, tr, log_history, resumed_from, log) : 0;
+}
+
+/* The run's first files, once its first step is done and before anything of it is logged or
+ * saved: its record (output_dir.h), then metrics.jsonl and the reporters' files (runs/, W&B).
+ * In this order a run that fails or is killed earlier leaves no file behind, and one killed
+ * after leaves files its record accounts for, so output_dir_prepare lets the same config start
+ * again there (a metrics.jsonl with no record beside it would be another run's). Collective. */
+static int open_run_files(const TrainConfig *cfg, bool resumed, MetricsFile *metrics, FILE *log) {
+    if (output_dir_write_record(cfg) != 0) return -1;
+    if (dist_agree(dist_is_root() ? metrics_file_open(metrics, cfg->output_dir, resumed) : 0) != 0)
         return -1;
     metrics_reporters_open(metrics, cfg, log); /* rank 0 only: never fails */
-    return src->start ? src->start(src->ctx, tr, log_history, resumed_from, log) : 0;
+    return 0;
 }
 
 int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const StepSource *src,
@@ -77,9 +86,9 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
     if (trainer_init(&tr, m, lora, &opt) != 0) return -1;
     json_t *log_history = json_array();
     MetricsFile metrics = {0};
-    int rc = begin(cfg, src, &tr, log_history, &metrics, log);
+    int rc = begin(cfg, src, &tr, log_history, log);
+    bool resumed = tr.step > 0, recorded = false;
     StepHooks hooks = step_hooks_init(cfg, src, &tr, &metrics, log_history, log);
-    bool recorded = false;
     while (rc == 0 && tr.step < src->total_steps) {
         StepStats st;
         int step_rc = src->step(src->ctx, &tr, &st, &hooks.tokens);
@@ -87,9 +96,7 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
             rc = -1;
             break;
         }
-        /* the run's record (output_dir.h), once its first step is done and before anything of
-         * it is logged or saved: a run that fails before that leaves no file behind */
-        if (!recorded && (rc = output_dir_write_record(cfg)) != 0) break;
+        if (!recorded && (rc = open_run_files(cfg, resumed, &metrics, log)) != 0) break;
         recorded = true;
         rc = step_hooks_after_step(&hooks, step_rc, &st);
     }
