@@ -35,9 +35,17 @@ const char *harness_tmpdir(void) {
     return tmpdir;
 }
 
+/* The build's directory, or the environment's override: a test binary carried to another machine
+ * (scripts/gpu-check.sh on a lent GPU) finds the repository and rlhf where they are there. */
+static const char *dir_or_override(const char *env, const char *built) {
+    const char *v = getenv(env);
+    return v && *v ? v : built;
+}
+
 const char *harness_source_path(const char *rel) {
     static char buf[4096];
-    snprintf(buf, sizeof buf, "%s/%s", RLHF_SOURCE_DIR, rel);
+    snprintf(buf, sizeof buf, "%s/%s", dir_or_override("RLHF_TEST_SOURCE_DIR", RLHF_SOURCE_DIR),
+             rel);
     return buf;
 }
 
@@ -152,7 +160,10 @@ int harness_foreach_case(const char *root, const char *marker, void (*fn)(const 
 
 pid_t harness_spawn_train(const char *config, const char *out, const char *log_path,
                           const char *const *extra) {
-    const char *argv[32] = {RLHF_BINARY_DIR "/rlhf", "train", config, "--output_dir", out};
+    char rlhf[4200];
+    snprintf(rlhf, sizeof rlhf, "%s/rlhf",
+             dir_or_override("RLHF_TEST_BINARY_DIR", RLHF_BINARY_DIR));
+    const char *argv[32] = {rlhf, "train", config, "--output_dir", out};
     int argc = 5;
     for (int i = 0; extra && extra[i] && argc < 31; i++)
         argv[argc++] = extra[i];

@@ -35,7 +35,8 @@ const char *harness_tmp_path(const char *name);
 /* Whether two files exist and hold the same bytes. */
 bool harness_same_file(const char *a, const char *b);
 
-/* A path inside the source tree: RLHF_SOURCE_DIR "/" rel (static buffer, one at a time). */
+/* A path inside the source tree: RLHF_SOURCE_DIR "/" rel (static buffer, one at a time), or
+ * $RLHF_TEST_SOURCE_DIR "/" rel where that is set (a test binary run on another machine). */
 const char *harness_source_path(const char *rel);
 
 /* Writes `len` bytes to `path` (plain write; test set-up only). Returns 0 or -1. */
@@ -63,7 +64,8 @@ const char *harness_write_untied_llama_text(void);
 json_t *harness_read_metrics(const char *out_dir);
 double harness_metric(const json_t *rows, size_t i, const char *key);
 
-/* Starts `build/rlhf train config --output_dir out [extra...]` (RLHF_BINARY_DIR "/rlhf") as a
+/* Starts `build/rlhf train config --output_dir out [extra...]` (RLHF_BINARY_DIR "/rlhf", or
+ * $RLHF_TEST_BINARY_DIR "/rlhf" where that is set) as a
  * child process, its stdout (progress) and stderr (warnings, errors) to log_path (appended);
  * extra ends with NULL. Returns the pid. The
  * tests that signal or kill a run need it in a process of its own. */
