@@ -267,17 +267,17 @@ static void run_ops(const Side *s, const Inputs *x, Outputs *o) {
 }
 
 static void test_ops(const Side *ref, const Side *gpu) {
-    Inputs x = {rand_f(N_ROWS * IN),
-                rand_f(OUT * IN),
-                rand_f(OUT),
-                rand_f(N_ROWS * OUT),
-                rand_f(RANK * IN),
-                rand_f(OUT * RANK),
-                rand_f(LM_V * LM_H > OUT * IN ? LM_V * LM_H : OUT * IN),
-                rand_f(OUT),
-                rand_f(N_ROWS * LM_H),
-                rand_f(LM_V * LM_H),
-                rand_f(N_ROWS * LD)};
+    Inputs x = {.in = rand_f(N_ROWS * IN),
+                .w = rand_f(OUT * IN),
+                .bias = rand_f(OUT),
+                .dout = rand_f(N_ROWS * OUT),
+                .A = rand_f(RANK * IN),
+                .B = rand_f(OUT * RANK),
+                .dw0 = rand_f(LM_V * LM_H > OUT * IN ? LM_V * LM_H : OUT * IN),
+                .db0 = rand_f(OUT),
+                .hid = rand_f(N_ROWS * LM_H),
+                .lm = rand_f(LM_V * LM_H),
+                .dz = rand_f(N_ROWS * LD)};
     Outputs want = outputs_new(), got = outputs_new(), again = outputs_new();
     run_ops(ref, &x, &want);
     run_ops(gpu, &x, &got);

@@ -55,7 +55,22 @@ int gemm_lt_bias(GemmLt *g, GemmOp op_a, GemmOp op_b, int m, int n, int k, float
         return err_set("gemm_lt: A is %s but B is %s: both must be fp32 or both bf16",
                        type_name(a_type), type_name(b_type)),
                GEMM_INVALID_VALUE;
-    GemmCall c = {op_a, op_b, m, n, k, alpha, beta, A, B, a_type, lda, ldb, C, c_type, ldc, bias};
+    GemmCall c = {.op_a = op_a,
+                  .op_b = op_b,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .alpha = alpha,
+                  .beta = beta,
+                  .A = A,
+                  .B = B,
+                  .ab_type = a_type,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .C = C,
+                  .c_type = c_type,
+                  .ldc = ldc,
+                  .bias = bias};
     int rc = check_call(&c);
     if (rc) return rc;
     g->error[0] = '\0';
