@@ -19,6 +19,7 @@
 #include "kernels/cuda/gemm_ops.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,27 @@ static void test_gemm_checks(GemmLt *g) {
     CHECK(gemm_lt(g, GEMM_OP_T, GEMM_OP_T, 4, 3, 5, 1.0f, A, GEMM_F32, 5, B, GEMM_F32, 3, 0.0f, C,
                   GEMM_F32, 4) == 0,
           "a legal call refused: %s", err_msg());
+}
+
+/* Rule 6: the reference's bits do not depend on how many threads compute them (each element is
+ * one thread's chain over l in order), so the emulated backend reproduces itself anywhere. */
+static void test_gemm_thread_count(GemmLt *g) {
+    const int m = 45, n = 38, k = 301;
+    float *A = rand_f((size_t)k * m), *B = rand_f((size_t)k * n);
+    float *one = nan_f((size_t)m * n), *many = nan_f((size_t)m * n);
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    CHECK(gemm_lt(g, GEMM_OP_T, GEMM_OP_N, m, n, k, 1.0f, A, GEMM_F32, k, B, GEMM_F32, k, 0.0f, one,
+                  GEMM_F32, m) == 0,
+          "%s", err_msg());
+    omp_set_num_threads(threads > 1 ? threads : 2);
+    CHECK(gemm_lt(g, GEMM_OP_T, GEMM_OP_N, m, n, k, 1.0f, A, GEMM_F32, k, B, GEMM_F32, k, 0.0f,
+                  many, GEMM_F32, m) == 0,
+          "%s", err_msg());
+    omp_set_num_threads(threads);
+    CHECK(memcmp(one, many, (size_t)m * n * sizeof(float)) == 0,
+          "gemm_lt: one thread and several give different bits");
+    free(A), free(B), free(one), free(many);
 }
 
 /* --------------------------------------- the row-major products against the CPU backend */
@@ -428,6 +450,7 @@ int main(void) {
     CHECK(strcmp(gemm_lt_name(g), "reference") == 0, "name %s", gemm_lt_name(g));
     test_gemm_definition(g);
     test_gemm_checks(g);
+    test_gemm_thread_count(g);
     test_linear_ops(g);
     test_lora_ops(g);
     test_lm_head_ops(g);
