@@ -248,6 +248,67 @@ static void check_embedding(int vocab, int n, int h, bool bf16) {
     free(table), free(dx), free(dtable0), free(table16), free(ids), free(want), free(want_dt);
 }
 
+static void check_add_scale(size_t n) {
+    char what[64];
+    float *a = host_random(n), *b = host_random(n), f = frand();
+    float *want = malloc(n * 4), *want_s = malloc(n * 4);
+    CPU->add(CPU, want, a, b, n);
+    memcpy(want_s, a, n * 4);
+    CPU->scale(CPU, want_s, f, n);
+    float *a_d = dev(a, n * 4), *b_d = dev(b, n * 4);
+    float *got[2], *got_alias[2], *got_s[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *out = dev(NULL, n * 4), *alias = dev(a, n * 4), *x = dev(a, n * 4);
+        CHECK(cuda_add(out, a_d, b_d, n, NULL) == 0, "launch");
+        CHECK(cuda_add(alias, alias, b_d, n, NULL) == 0, "launch"); /* out aliasing a */
+        CHECK(cuda_scale(x, f, n, NULL) == 0, "launch");
+        got[run] = fetch(out, n * 4), got_alias[run] = fetch(alias, n * 4);
+        got_s[run] = fetch(x, n * 4);
+        cudaFree(out), cudaFree(alias), cudaFree(x);
+    }
+    snprintf(what, sizeof what, "add %zu", n);
+    expect(what, got[0], got[1], want, n);
+    snprintf(what, sizeof what, "add out=a %zu", n);
+    expect(what, got_alias[0], got_alias[1], want, n);
+    snprintf(what, sizeof what, "scale %zu", n);
+    expect(what, got_s[0], got_s[1], want_s, n);
+    for (int run = 0; run < 2; run++)
+        free(got[run]), free(got_alias[run]), free(got_s[run]);
+    cudaFree(a_d), cudaFree(b_d);
+    free(a), free(b), free(want), free(want_s);
+}
+
+static void check_rows(int src_rows, int n, int width) {
+    char what[80];
+    size_t ns = (size_t)src_rows * width, nd = (size_t)n * width;
+    float *src = host_random(ns), *rows = host_random(nd), *dst0 = host_random(ns);
+    int *idx = host_ids((size_t)n, src_rows); /* n > src_rows: repeated rows */
+    float *want = malloc(nd * 4), *want_sc = malloc(ns * 4);
+    CPU->rows_gather(CPU, want, src, idx, n, width);
+    memcpy(want_sc, dst0, ns * 4);
+    CPU->rows_scatter_add(CPU, want_sc, rows, idx, n, width);
+    float *src_d = dev(src, ns * 4), *rows_d = dev(rows, nd * 4);
+    int *idx_d = dev(idx, (size_t)n * 4);
+    float *got[2], *got_sc[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *out = dev(NULL, nd * 4), *acc = dev(dst0, ns * 4);
+        CHECK(cuda_rows_gather(out, src_d, idx_d, n, width, NULL) == 0, "launch");
+        CHECK(cuda_rows_scatter_add(acc, rows_d, idx_d, n, width, NULL) == 0, "launch");
+        got[run] = fetch(out, nd * 4), got_sc[run] = fetch(acc, ns * 4);
+        cudaFree(out), cudaFree(acc);
+    }
+    snprintf(what, sizeof what, "rows_gather %d of %d x %d", n, src_rows, width);
+    expect(what, got[0], got[1], want, nd);
+    snprintf(what, sizeof what, "rows_scatter_add %d into %d x %d", n, src_rows, width);
+    expect(what, got_sc[0], got_sc[1], want_sc, ns);
+    for (int run = 0; run < 2; run++)
+        free(got[run]), free(got_sc[run]);
+    cudaFree(src_d), cudaFree(rows_d), cudaFree(idx_d);
+    free(src), free(rows), free(dst0), free(idx), free(want), free(want_sc);
+}
+
 static void check_adamw(size_t n) {
     char what[64];
     float *p = host_random(n), *m = host_random(n), *v = host_random(n), *g = host_random(n);
@@ -328,6 +389,11 @@ int main(void) {
     check_embedding(11, 9, 24, false);
     check_embedding(7, 13, 300, true);
     check_embedding(50, 4, 896, false);
+    size_t add_sizes[] = {1, 300, 5000};
+    for (size_t i = 0; i < sizeof add_sizes / sizeof *add_sizes; i++)
+        check_add_scale(add_sizes[i]);
+    check_rows(5, 12, 7);
+    check_rows(9, 20, 300);
     size_t adamw_sizes[] = {3, 1000, 9000};
     for (size_t i = 0; i < sizeof adamw_sizes / sizeof *adamw_sizes; i++)
         check_adamw(adamw_sizes[i]);

@@ -49,6 +49,16 @@ int cuda_embedding_gather(float *out, const float *table_f32, const uint16_t *ta
 int cuda_embedding_scatter_add(float *dtable, const float *dx, const int *ids, int n, int h,
                                int skip_id, void *stream);
 
+/* backend.h's rows_gather (dst row j = src row idx[j]) and rows_scatter_add (dst row idx[j] +=
+ * src row j, j ascending per column). */
+int cuda_rows_gather(float *dst, const float *src, const int *idx, int n, int width, void *stream);
+int cuda_rows_scatter_add(float *dst, const float *src, const int *idx, int n, int width,
+                          void *stream);
+
+/* backend.h's add (out may alias a or b) and scale (in place) over n values. */
+int cuda_add(float *out, const float *a, const float *b, size_t n, void *stream);
+int cuda_scale(float *x, float f, size_t n, void *stream);
+
 /* backend.h's adamw: one torch AdamW step on numel values (c read on the host at the call). */
 int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const AdamWStepCoefs *c,
                float step_size, float inv_bc2_sqrt, void *stream);

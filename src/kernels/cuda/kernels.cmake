@@ -3,9 +3,11 @@
 # (emu/CMakeLists.txt), which test_backend_ops checks on every CI run. Listed, not globbed.
 set(RLHF_CUDA_OWN_KERNELS
   adamw.cu
+  elementwise.cu
   embedding.cu
   rmsnorm.cu
   rope.cu
+  rows.cu
   sum_squares.cu
   swiglu.cu
 )

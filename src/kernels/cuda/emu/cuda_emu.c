@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,8 @@ typedef struct {
 } Block;
 
 static CUDA_EMU_TLS Block blk;
+/* Launches under way in the process: one __shared__ section serves them all (rule 3). */
+static atomic_int launches_running;
 static CUDA_EMU_TLS cudaError_t last_error;
 static uint64_t seed = 1;
 static bool seed_from_env_done;
@@ -372,6 +375,9 @@ cudaError_t cuda_emu_launch(uint3 grid, uint3 block, size_t dynamic_smem, void (
         abort();
     }
     blk.kernel = kernel;
+    if (atomic_fetch_add(&launches_running, 1) != 0)
+        fail(NULL, "launched while another host thread's launch runs; cuda-emu runs one launch "
+                   "at a time (one __shared__ memory for the process)");
     if (dynamic_smem > 0)
         fail(NULL,
              "launch asks for %zu bytes of dynamic shared memory, which cuda-emu does not "
@@ -379,8 +385,10 @@ cudaError_t cuda_emu_launch(uint3 grid, uint3 block, size_t dynamic_smem, void (
              dynamic_smem);
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     if (bad_dim(block, 1024, 1024, 64) || threads > MAX_BLOCK_THREADS ||
-        bad_dim(grid, 0x7fffffffu, 65535, 65535))
+        bad_dim(grid, 0x7fffffffu, 65535, 65535)) {
+        atomic_fetch_sub(&launches_running, 1);
         return last_error = cudaErrorInvalidConfiguration;
+    }
     if (!seed_from_env_done) {
         const char *env = getenv("CUDA_EMU_SEED");
         if (env) seed = strtoull(env, NULL, 0);
@@ -408,6 +416,7 @@ cudaError_t cuda_emu_launch(uint3 grid, uint3 block, size_t dynamic_smem, void (
     }
     free(order);
     blk.kernel = NULL;
+    atomic_fetch_sub(&launches_running, 1);
     return cudaSuccess;
 }
 
