@@ -309,6 +309,50 @@ static void check_rows(int src_rows, int n, int width) {
     free(src), free(rows), free(dst0), free(idx), free(want), free(want_sc);
 }
 
+/* A batch in the shared-prefix layout: a prompt of P rows (its own segment), two responses
+ * after it that both see it as their prefix, and one plain sequence of C rows (more than the
+ * kernel's 128-key tile: the online softmax's rescaling); two rows at the end belong
+ * to no segment. seq_index is each row's position in its sequence. */
+static void check_attention(int nh, int nkv, int hd, int window, int C) {
+    char what[96];
+    enum { P = 6, A = 10, B = 12, PAD = 2 };
+    int n = P + A + B + C + PAD;
+    AttnSegment segs[4] = {{.start = 0, .len = P},
+                           {.start = P, .len = A, .prefix_start = 0, .prefix_len = P},
+                           {.start = P + A, .len = B, .prefix_start = 0, .prefix_len = P},
+                           {.start = P + A + B, .len = C}};
+    int32_t *seq_index = malloc((size_t)n * sizeof *seq_index);
+    for (int r = 0; r < n; r++)
+        seq_index[r] = r < P ? r : r < P + A ? r : r < P + A + B ? r - A : r - (P + A + B);
+    size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
+    float *q = host_random(nq), *k = host_random(nk), *v = host_random(nk);
+    float *want = malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++)
+        want[i] = NAN;
+    CPU->attention(CPU, want, q, k, v, segs, 4, seq_index, nh, nkv, hd, window);
+    float *q_d = dev(q, nq * 4), *k_d = dev(k, nk * 4), *v_d = dev(v, nk * 4);
+    AttnSegment *segs_d = dev(segs, sizeof segs);
+    int *si_d = dev(seq_index, (size_t)n * sizeof *seq_index);
+    float *got[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *out = dev(NULL, nq * 4);
+        CHECK(cuda_attention_forward(out, q_d, k_d, v_d, segs_d, 4, C > B ? C : B, si_d, nh, nkv,
+                                     hd, window, NULL) == 0,
+              "launch");
+        got[run] = fetch(out, nq * 4);
+        cudaFree(out);
+    }
+    size_t seg_values = (size_t)(n - PAD) * nh * hd; /* the padding rows are not written */
+    snprintf(what, sizeof what, "attention nh %d nkv %d hd %d window %d long %d", nh, nkv, hd,
+             window, C);
+    expect(what, got[0], got[1], want, seg_values);
+    for (int run = 0; run < 2; run++)
+        free(got[run]);
+    cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(segs_d), cudaFree(si_d);
+    free(q), free(k), free(v), free(want), free(seq_index);
+}
+
 static void check_adamw(size_t n) {
     char what[64];
     float *p = host_random(n), *m = host_random(n), *v = host_random(n), *g = host_random(n);
@@ -394,6 +438,11 @@ int main(void) {
         check_add_scale(add_sizes[i]);
     check_rows(5, 12, 7);
     check_rows(9, 20, 300);
+    check_attention(4, 2, 16, 0, 20);
+    check_attention(2, 1, 64, 5, 20);
+    check_attention(1, 1, 32, 0, 130);
+    check_attention(1, 1, 32, 2, 130); /* the last rows' first tile wholly outside the window */
+    check_attention(2, 2, 200, 0, 9);  /* hd > the block: two output dims per thread */
     size_t adamw_sizes[] = {3, 1000, 9000};
     for (size_t i = 0; i < sizeof adamw_sizes / sizeof *adamw_sizes; i++)
         check_adamw(adamw_sizes[i]);

@@ -59,6 +59,15 @@ int cuda_rows_scatter_add(float *dst, const float *src, const int *idx, int n, i
 int cuda_add(float *out, const float *a, const float *b, size_t n, void *stream);
 int cuda_scale(float *x, float f, size_t n, void *stream);
 
+/* backend.h's attention forward: causal over the segments (segs: n_segs AttnSegment in device
+ * memory; max_len: the longest segment's len, from the host), GQA, window > 0 a sliding window
+ * over seq_index. hd <= CUDA_ATTENTION_MAX_HD, n_heads a multiple of n_kv_heads, else
+ * cudaErrorInvalidValue. out written for the segments' rows only. */
+#define CUDA_ATTENTION_MAX_HD 256
+int cuda_attention_forward(float *out, const float *q, const float *k, const float *v,
+                           const AttnSegment *segs, int n_segs, int max_len, const int *seq_index,
+                           int n_heads, int n_kv_heads, int hd, int window, void *stream);
+
 /* backend.h's adamw: one torch AdamW step on numel values (c read on the host at the call). */
 int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const AdamWStepCoefs *c,
                float step_size, float inv_bc2_sqrt, void *stream);

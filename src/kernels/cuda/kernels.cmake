@@ -3,6 +3,7 @@
 # (emu/CMakeLists.txt), which test_backend_ops checks on every CI run. Listed, not globbed.
 set(RLHF_CUDA_OWN_KERNELS
   adamw.cu
+  attention.cu
   elementwise.cu
   embedding.cu
   rmsnorm.cu

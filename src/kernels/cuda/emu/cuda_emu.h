@@ -208,6 +208,12 @@ static inline double rsqrt(double x) {
 static inline float __fdividef(float a, float b) {
     return a / b;
 }
+static inline int min(int a, int b) {
+    return a < b ? a : b;
+}
+static inline int max(int a, int b) {
+    return a > b ? a : b;
+}
 static inline float __uint_as_float(unsigned u) {
     float f;
     memcpy(&f, &u, sizeof f);
