@@ -72,10 +72,12 @@ static void *fetch(const void *d, size_t bytes) {
     return h;
 }
 
-/* Run `run` of two: under cuda-emu each with its own scheduler seed. */
+/* Run `run` of two: under cuda-emu each with its own scheduler seed, from CUDA_EMU_SEED (1 when
+ * unset) and that plus one. */
 static void start_run(int run) {
 #ifdef RLHF_CUDA_EMU
-    cuda_emu_set_seed(run == 0 ? 1 : 0x9e3779b97f4a7c15ull);
+    const char *env = getenv("CUDA_EMU_SEED");
+    cuda_emu_set_seed((env ? strtoull(env, NULL, 0) : 1) + (uint64_t)run);
 #else
     (void)run;
 #endif
