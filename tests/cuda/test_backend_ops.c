@@ -355,6 +355,45 @@ static void check_attention(int nh, int nkv, int hd, int window, int C) {
     free(q), free(k), free(v), free(want), free(seq_index);
 }
 
+/* Decoding rows over a KV cache of 3 slots: positions in the first tile, past it (two tiles),
+ * the first position; the cache rows past each position are poison (never read). */
+static void check_attention_cached(int nh, int nkv, int hd, int window) {
+    char what[96];
+    enum { SLOTS = 3, MAX_LEN = 150, N = 5 };
+    int32_t slot[N] = {0, 2, 1, 2, 0}, pos[N] = {7, 140, 0, 129, 64};
+    size_t kvd = (size_t)nkv * hd, nc = (size_t)SLOTS * MAX_LEN * kvd, nq = (size_t)N * nh * hd;
+    float *kc = host_random(nc), *vc = host_random(nc), *q = host_random(nq);
+    for (int sl = 0; sl < SLOTS; sl++) {
+        int last = -1;
+        for (int r = 0; r < N; r++)
+            if (slot[r] == sl && pos[r] > last) last = pos[r];
+        for (size_t i = ((size_t)sl * MAX_LEN + (size_t)last + 1) * kvd;
+             i < (size_t)(sl + 1) * MAX_LEN * kvd; i++)
+            kc[i] = vc[i] = NAN;
+    }
+    float *want = malloc(nq * 4);
+    CPU->attention_cached(CPU, want, q, kc, vc, slot, pos, N, MAX_LEN, nh, nkv, hd, window);
+    float *kc_d = dev(kc, nc * 4), *vc_d = dev(vc, nc * 4), *q_d = dev(q, nq * 4);
+    int *slot_d = dev(slot, sizeof slot), *pos_d = dev(pos, sizeof pos);
+    float *got[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *out = dev(NULL, nq * 4);
+        CHECK(cuda_attention_cached(out, q_d, kc_d, vc_d, slot_d, pos_d, N, MAX_LEN, nh, nkv, hd,
+                                    window, NULL) == 0,
+              "launch");
+        got[run] = fetch(out, nq * 4);
+        cudaFree(out);
+    }
+    snprintf(what, sizeof what, "attention_cached nh %d nkv %d hd %d window %d", nh, nkv, hd,
+             window);
+    expect(what, got[0], got[1], want, nq);
+    for (int run = 0; run < 2; run++)
+        free(got[run]);
+    cudaFree(kc_d), cudaFree(vc_d), cudaFree(q_d), cudaFree(slot_d), cudaFree(pos_d);
+    free(kc), free(vc), free(q), free(want);
+}
+
 static void check_adamw(size_t n) {
     char what[64];
     float *p = host_random(n), *m = host_random(n), *v = host_random(n), *g = host_random(n);
@@ -445,6 +484,8 @@ int main(void) {
     check_attention(1, 1, 32, 0, 130);
     check_attention(1, 1, 32, 2, 130); /* the last rows' first tile wholly outside the window */
     check_attention(2, 2, 200, 0, 9);  /* hd > the block: two output dims per thread */
+    check_attention_cached(4, 2, 16, 0);
+    check_attention_cached(2, 1, 64, 3);
     size_t adamw_sizes[] = {3, 1000, 9000};
     for (size_t i = 0; i < sizeof adamw_sizes / sizeof *adamw_sizes; i++)
         check_adamw(adamw_sizes[i]);

@@ -67,6 +67,12 @@ int cuda_scale(float *x, float f, size_t n, void *stream);
 int cuda_attention_forward(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, int max_len, const int *seq_index,
                            int n_heads, int n_kv_heads, int hd, int window, void *stream);
+/* backend.h's attention_cached: query row r (q, out (n, nh, hd)) over positions
+ * [max(0, pos[r] - window + 1) (window > 0) or 0, pos[r]] of KV cache slot slot[r]; k_cache,
+ * v_cache (slots, max_len, nkv*hd). Limits as cuda_attention_forward's. */
+int cuda_attention_cached(float *out, const float *q, const float *k_cache, const float *v_cache,
+                          const int *slot, const int *pos, int n, int max_len, int n_heads,
+                          int n_kv_heads, int hd, int window, void *stream);
 
 /* backend.h's adamw: one torch AdamW step on numel values (c read on the host at the call). */
 int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const AdamWStepCoefs *c,
