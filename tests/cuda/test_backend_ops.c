@@ -335,9 +335,22 @@ static void check_attention(int nh, int nkv, int hd, int window, int C) {
     float *q_d = dev(q, nq * 4), *k_d = dev(k, nk * 4), *v_d = dev(v, nk * 4);
     AttnSegment *segs_d = dev(segs, sizeof segs);
     int *si_d = dev(seq_index, (size_t)n * sizeof *seq_index);
+    float *dout = host_random(nq);
+    float *want_dq = malloc(nq * 4), *want_dk = malloc(nk * 4), *want_dv = malloc(nk * 4);
+    CPU->attention_backward(CPU, want_dq, want_dk, want_dv, dout, q, k, v, segs, 4, seq_index, n,
+                            nh, nkv, hd, window);
+    float *dout_d = dev(dout, nq * 4), *stats = dev(NULL, 2 * (size_t)n * nh * 4);
+    float *got_dq[2], *got_dk[2], *got_dv[2];
     float *got[2];
     for (int run = 0; run < 2; run++) {
         start_run(run);
+        float *dq = dev(NULL, nq * 4), *dk = dev(NULL, nk * 4), *dv = dev(NULL, nk * 4);
+        CHECK(cuda_attention_backward(dq, dk, dv, dout_d, q_d, k_d, v_d, segs_d, 4, C > B ? C : B,
+                                      si_d, n, nh, nkv, hd, window, stats, NULL) == 0,
+              "launch");
+        got_dq[run] = fetch(dq, nq * 4), got_dk[run] = fetch(dk, nk * 4);
+        got_dv[run] = fetch(dv, nk * 4);
+        cudaFree(dq), cudaFree(dk), cudaFree(dv);
         float *out = dev(NULL, nq * 4);
         CHECK(cuda_attention_forward(out, q_d, k_d, v_d, segs_d, 4, C > B ? C : B, si_d, nh, nkv,
                                      hd, window, NULL) == 0,
@@ -349,8 +362,19 @@ static void check_attention(int nh, int nkv, int hd, int window, int C) {
     snprintf(what, sizeof what, "attention nh %d nkv %d hd %d window %d long %d", nh, nkv, hd,
              window, C);
     expect(what, got[0], got[1], want, seg_values);
+    snprintf(what, sizeof what, "attention_backward dq nh %d nkv %d hd %d window %d long %d", nh,
+             nkv, hd, window, C);
+    expect(what, got_dq[0], got_dq[1], want_dq, seg_values);
+    snprintf(what, sizeof what, "attention_backward dk nh %d nkv %d hd %d window %d long %d", nh,
+             nkv, hd, window, C);
+    expect(what, got_dk[0], got_dk[1], want_dk, nk);
+    snprintf(what, sizeof what, "attention_backward dv nh %d nkv %d hd %d window %d long %d", nh,
+             nkv, hd, window, C);
+    expect(what, got_dv[0], got_dv[1], want_dv, nk);
     for (int run = 0; run < 2; run++)
-        free(got[run]);
+        free(got[run]), free(got_dq[run]), free(got_dk[run]), free(got_dv[run]);
+    cudaFree(dout_d), cudaFree(stats);
+    free(dout), free(want_dq), free(want_dk), free(want_dv);
     cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(segs_d), cudaFree(si_d);
     free(q), free(k), free(v), free(want), free(seq_index);
 }

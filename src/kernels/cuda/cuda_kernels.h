@@ -67,6 +67,13 @@ int cuda_scale(float *x, float f, size_t n, void *stream);
 int cuda_attention_forward(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, int max_len, const int *seq_index,
                            int n_heads, int n_kv_heads, int hd, int window, void *stream);
+/* backend.h's attention_backward: dq written for the segments' rows, dk, dv (n_rows, nkv, hd)
+ * written for every row (zero where no query looks). stats_scratch: 2 * n_rows * n_heads floats
+ * of device memory the call may overwrite. Limits as cuda_attention_forward's. */
+int cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                            const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                            int max_len, const int *seq_index, int n_rows, int n_heads,
+                            int n_kv_heads, int hd, int window, float *stats_scratch, void *stream);
 /* backend.h's attention_cached: query row r (q, out (n, nh, hd)) over positions
  * [max(0, pos[r] - window + 1) (window > 0) or 0, pos[r]] of KV cache slot slot[r]; k_cache,
  * v_cache (slots, max_len, nkv*hd). Limits as cuda_attention_forward's. */
