@@ -137,11 +137,17 @@ struct dim3 {
     }
 };
 
+/* Other fibers run inside these calls, so memory (shared memory above all) may have changed:
+ * a compiler barrier keeps no value of it in a register across one, as a GPU's barriers do. */
+#define CUDA_EMU_COMPILER_BARRIER() __asm__ __volatile__("" ::: "memory")
+
 static inline void __syncthreads(void) {
     cuda_emu_syncthreads();
+    CUDA_EMU_COMPILER_BARRIER();
 }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     cuda_emu_warp_op(CUDA_EMU_SYNCWARP, mask, 0, 0, 32);
+    CUDA_EMU_COMPILER_BARRIER();
 }
 
 template <class T>
@@ -150,6 +156,7 @@ static inline T cuda_emu_shuffle(CudaEmuWarpOp op, unsigned mask, T var, int arg
     uint64_t bits = 0;
     memcpy(&bits, &var, sizeof var);
     bits = cuda_emu_warp_op(op, mask, bits, arg, width);
+    CUDA_EMU_COMPILER_BARRIER();
     T out;
     memcpy(&out, &bits, sizeof out);
     return out;
@@ -170,7 +177,9 @@ static inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width =
     return cuda_emu_shuffle(CUDA_EMU_SHFL_UP, mask, var, (int)delta, width);
 }
 static inline unsigned __ballot_sync(unsigned mask, int predicate) {
-    return (unsigned)cuda_emu_warp_op(CUDA_EMU_BALLOT, mask, predicate != 0, 0, 32);
+    unsigned ballot = (unsigned)cuda_emu_warp_op(CUDA_EMU_BALLOT, mask, predicate != 0, 0, 32);
+    CUDA_EMU_COMPILER_BARRIER();
+    return ballot;
 }
 static inline int __any_sync(unsigned mask, int predicate) {
     return __ballot_sync(mask, predicate) != 0;
