@@ -7,8 +7,9 @@
  *  - blocks start, and the threads of a block run, in a seeded random order: a permutation,
  *    the same for the same seed, another for another seed;
  *  - a block of 1025 threads is cudaErrorInvalidConfiguration;
- *  - a divergent barrier, a mask naming a lane that returned, a caller outside its mask and
- *    lanes disagreeing about the mask each abort the process with a message naming the case. */
+ *  - a divergent barrier, a mask naming a lane that returned or that the block does not have, a
+ *    caller outside its mask, lanes disagreeing about the mask and a launch asking for dynamic
+ *    shared memory each abort the process with a message naming the case. */
 #include "harness.h"
 #include "emu/probes.h"
 #include "kernels/cuda/emu/cuda_emu.h"
@@ -163,5 +164,10 @@ int main(void) {
     expect_abort("caller_outside_mask", probe_caller_outside_mask,
                  "__shfl_down_sync with mask 0xfffffffe that leaves out the calling lane 0");
     expect_abort("mask_disagreement", probe_mask_disagreement, "but lane ");
+    expect_abort("partial_warp", probe_partial_warp,
+                 "__shfl_xor_sync mask 0xffffffff names lanes >= 16, which warp "
+                 "1 of this block does not have");
+    expect_abort("dynamic_shared", probe_dynamic_shared,
+                 "launch asks for 1024 bytes of dynamic shared memory");
     return harness_finish("test_cuda_emu");
 }

@@ -72,6 +72,11 @@ __global__ void mask_disagreement_kernel(void) {
     (void)__shfl_xor_sync(mask, 1.0f, 1);
 }
 
+// Rule 5: a block of 48 threads, whose second warp has 16 lanes, shuffles with the full mask.
+__global__ void partial_warp_kernel(void) {
+    (void)__shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
 extern "C" int probe_shuffles(int *out) {
     return (int)CUDA_LAUNCH(shuffle_kernel, 1, 64, 0, (cudaStream_t)0, out);
 }
@@ -101,4 +106,10 @@ extern "C" int probe_caller_outside_mask(void) {
 }
 extern "C" int probe_mask_disagreement(void) {
     return (int)CUDA_LAUNCH(mask_disagreement_kernel, 1, 32, 0, (cudaStream_t)0);
+}
+extern "C" int probe_partial_warp(void) {
+    return (int)CUDA_LAUNCH(partial_warp_kernel, 1, 48, 0, (cudaStream_t)0);
+}
+extern "C" int probe_dynamic_shared(void) {
+    return (int)CUDA_LAUNCH(partial_warp_kernel, 1, 32, 1024, (cudaStream_t)0);
 }

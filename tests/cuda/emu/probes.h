@@ -26,6 +26,8 @@ int probe_divergent_barrier(void);
 int probe_missing_lane(void);
 int probe_caller_outside_mask(void);
 int probe_mask_disagreement(void);
+int probe_partial_warp(void);
+int probe_dynamic_shared(void);
 
 #ifdef __cplusplus
 }
