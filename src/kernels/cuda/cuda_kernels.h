@@ -1,22 +1,94 @@
-/* The CUDA backend's kernels, callable from C (issue 29). Built only with RLHF_WITH_CUDA
- * (-DRLHF_CUDA=ON, or AUTO where nvcc and cuBLASLt are found), for Hopper (sm_90a). So far one
- * kernel, the first op of kernels/backend.h's table on the device; the rest of the table (and the
- * Backend that fills it, cuBLASLt for the products) come next, each checked against backend_cpu
- * as tests/cuda/test_cuda_rmsnorm.c checks this one.
+/* The CUDA backend's own kernels, callable from C (issue 29): the ops of kernels/backend.h's
+ * table that are not cuBLASLt products. Built by nvcc for Hopper (sm_90a) into rlhf_cuda with
+ * RLHF_WITH_CUDA, and from the same sources by the host compiler into rlhf_cuda_emu (cuda-emu,
+ * emu/cuda_emu.h); tests/cuda/test_backend_ops.c checks each against backend_cpu on both.
  *
- * Pointers are device memory; calls are asynchronous on `stream` (a cudaStream_t, NULL: the
- * default stream). Each returns 0, or the cudaError_t of a failed launch. */
+ * Common contract:
+ *  1. Pointers are device memory; calls are asynchronous on `stream` (a cudaStream_t, NULL: the
+ *     default stream). Each returns 0, or the cudaError_t of a failed launch.
+ *  2. Semantics, shapes and aliasing are those of the backend.h op named; int32 index arrays are
+ *     `const int *`.
+ *  3. fp32 accumulation, every sum in a tree or order fixed by the shapes, no float atomics: two
+ *     runs give the same bits. */
 #ifndef RLHF_KERNELS_CUDA_CUDA_KERNELS_H
 #define RLHF_KERNELS_CUDA_CUDA_KERNELS_H
+
+#include "kernels/tensor_types.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* backend.h's rmsnorm: out (n, c) = w ⊙ in / sqrt(mean(in²) + eps) per row, the mean of squares
- * summed in fp32 in a fixed tree order (bitwise reproducible); out may be in. One block per row. */
+/* backend.h's rmsnorm: out (n, c) = w ⊙ in / sqrt(mean(in²) + eps) per row; out may be in. One
+ * block per row. */
 int cuda_rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps,
                          void *stream);
+/* backend.h's rmsnorm_backward: din (n, c) written (may alias dout), dw (c) accumulated (may be
+ * NULL). rstd_scratch: n floats of device memory the call may overwrite. */
+int cuda_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                          int n, int c, float eps, float *rstd_scratch, void *stream);
+
+/* backend.h's rope / rope_backward, in place on x (n, heads, hd); positions may be NULL. */
+int cuda_rope_forward(float *x, const int *positions, const float *cos_table,
+                      const float *sin_table, int n, int heads, int hd, void *stream);
+int cuda_rope_backward(float *dx, const int *positions, const float *cos_table,
+                       const float *sin_table, int n, int heads, int hd, void *stream);
+
+/* backend.h's swiglu / swiglu_backward over n values. */
+int cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n, void *stream);
+int cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n, void *stream);
+
+/* backend.h's embedding_gather: exactly one of table_f32, table_bf16 (bf16 bits) is set. */
+int cuda_embedding_gather(float *out, const float *table_f32, const uint16_t *table_bf16,
+                          const int *ids, int n, int h, void *stream);
+/* backend.h's embedding_scatter_add (rows in order per column; skip_id -1: none). */
+int cuda_embedding_scatter_add(float *dtable, const float *dx, const int *ids, int n, int h,
+                               int skip_id, void *stream);
+
+/* backend.h's rows_gather (dst row j = src row idx[j]) and rows_scatter_add (dst row idx[j] +=
+ * src row j, j ascending per column). */
+int cuda_rows_gather(float *dst, const float *src, const int *idx, int n, int width, void *stream);
+int cuda_rows_scatter_add(float *dst, const float *src, const int *idx, int n, int width,
+                          void *stream);
+
+/* backend.h's add (out may alias a or b) and scale (in place) over n values. */
+int cuda_add(float *out, const float *a, const float *b, size_t n, void *stream);
+int cuda_scale(float *x, float f, size_t n, void *stream);
+
+/* backend.h's attention forward: causal over the segments (segs: n_segs AttnSegment in device
+ * memory; max_len: the longest segment's len, from the host), GQA, window > 0 a sliding window
+ * over seq_index. hd <= CUDA_ATTENTION_MAX_HD, n_heads a multiple of n_kv_heads, else
+ * cudaErrorInvalidValue. out written for the segments' rows only. */
+#define CUDA_ATTENTION_MAX_HD 256
+int cuda_attention_forward(float *out, const float *q, const float *k, const float *v,
+                           const AttnSegment *segs, int n_segs, int max_len, const int *seq_index,
+                           int n_heads, int n_kv_heads, int hd, int window, void *stream);
+/* backend.h's attention_backward: dq written for the segments' rows, dk, dv (n_rows, nkv, hd)
+ * written for every row (zero where no query looks). stats_scratch: 2 * n_rows * n_heads floats
+ * of device memory the call may overwrite. Limits as cuda_attention_forward's. */
+int cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                            const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                            int max_len, const int *seq_index, int n_rows, int n_heads,
+                            int n_kv_heads, int hd, int window, float *stats_scratch, void *stream);
+/* backend.h's attention_cached: query row r (q, out (n, nh, hd)) over positions
+ * [max(0, pos[r] - window + 1) (window > 0) or 0, pos[r]] of KV cache slot slot[r]; k_cache,
+ * v_cache (slots, max_len, nkv*hd). Limits as cuda_attention_forward's. */
+int cuda_attention_cached(float *out, const float *q, const float *k_cache, const float *v_cache,
+                          const int *slot, const int *pos, int n, int max_len, int n_heads,
+                          int n_kv_heads, int hd, int window, void *stream);
+
+/* backend.h's adamw: one torch AdamW step on numel values (c read on the host at the call). */
+int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const AdamWStepCoefs *c,
+               float step_size, float inv_bc2_sqrt, void *stream);
+
+/* backend.h's sum_squares: *out (one device double) written = Σ g[i]². partials:
+ * CUDA_SUM_SQUARES_PARTIALS floats of device memory the call may overwrite. */
+#define CUDA_SUM_SQUARES_PARTIALS 128
+int cuda_sum_squares(double *out, const float *g, size_t n, float *partials, void *stream);
 
 #ifdef __cplusplus
 }

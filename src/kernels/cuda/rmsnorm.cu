@@ -1,41 +1,90 @@
 // RMSNorm on the device: one block of RMSNORM_THREADS threads per row. Each thread sums the
-// squares of a strided slice of the row, then warps reduce with shuffles and the first warp
-// reduces the warps' sums: a tree fixed by the block size, so a row always gives the same bits.
+// squares of a strided slice of the row, then block_sum reduces them in a tree fixed by the
+// block size, so a row always gives the same bits. The backward's dw sums over rows with one
+// thread per column, rows in order: no float atomics, the CPU's order exactly.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
-
-#include <cuda_runtime.h>
 
 #define RMSNORM_THREADS 256
 #define WARPS           (RMSNORM_THREADS / 32)
+#define COLUMN_THREADS  256
 
 __global__ void __launch_bounds__(RMSNORM_THREADS)
     rmsnorm_forward_kernel(float *out, const float *in, const float *w, int c, float eps) {
-    __shared__ float warp_sums[WARPS];
+    __shared__ float scratch[WARPS + 1];
     const float *x = in + (size_t)blockIdx.x * c;
     float *y = out + (size_t)blockIdx.x * c;
     float ss = 0.0f;
     for (int j = threadIdx.x; j < c; j += RMSNORM_THREADS)
         ss += x[j] * x[j];
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) warp_sums[warp] = ss;
-    __syncthreads(); // every warp's sum is written before the first warp reads them
-    if (warp == 0) {
-        ss = lane < WARPS ? warp_sums[lane] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        if (lane == 0) warp_sums[0] = ss;
-    }
-    __syncthreads(); // the row's sum is in warp_sums[0] before anyone scales by it
-    float rstd = rsqrtf(warp_sums[0] / (float)c + eps);
+    float rstd = rsqrtf(block_sum<RMSNORM_THREADS>(ss, scratch) / (float)c + eps);
     for (int j = threadIdx.x; j < c; j += RMSNORM_THREADS)
         y[j] = w[j] * (x[j] * rstd);
+}
+
+// rstd[row] = 1 / sqrt(mean(x²) + eps), as the forward computes it.
+__global__ void __launch_bounds__(RMSNORM_THREADS)
+    rmsnorm_rstd_kernel(float *rstd, const float *in, int c, float eps) {
+    __shared__ float scratch[WARPS + 1];
+    const float *x = in + (size_t)blockIdx.x * c;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < c; j += RMSNORM_THREADS)
+        ss += x[j] * x[j];
+    float total = block_sum<RMSNORM_THREADS>(ss, scratch);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = rsqrtf(total / (float)c + eps);
+}
+
+// dw[j] += Σ_rows dy x rstd, one thread per column, rows in order.
+__global__ void __launch_bounds__(COLUMN_THREADS)
+    rmsnorm_dw_kernel(float *dw, const float *dout, const float *in, const float *rstd, int n,
+                      int c) {
+    int j = blockIdx.x * COLUMN_THREADS + threadIdx.x;
+    if (j >= c) return;
+    float s = 0.0f;
+    for (int r = 0; r < n; r++)
+        s += dout[(size_t)r * c + j] * in[(size_t)r * c + j] * rstd[r];
+    dw[j] += s;
+}
+
+// dx = r (w ⊙ dy) - x r³/C Σ_k w_k dy_k x_k; each thread reads dy[j] before it writes dx[j] of
+// the same j, so dx may alias dy.
+__global__ void __launch_bounds__(RMSNORM_THREADS)
+    rmsnorm_dx_kernel(float *din, const float *dout, const float *in, const float *w,
+                      const float *rstd, int c) {
+    __shared__ float scratch[WARPS + 1];
+    size_t row = (size_t)blockIdx.x * c;
+    const float *x = in + row, *dy = dout + row;
+    float *dx = din + row;
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j < c; j += RMSNORM_THREADS)
+        dot += w[j] * dy[j] * x[j];
+    float rs = rstd[blockIdx.x];
+    float k = block_sum<RMSNORM_THREADS>(dot, scratch) / (float)c * rs * rs * rs;
+    for (int j = threadIdx.x; j < c; j += RMSNORM_THREADS)
+        dx[j] = rs * w[j] * dy[j] - k * x[j];
 }
 
 extern "C" int cuda_rmsnorm_forward(float *out, const float *in, const float *w, int n, int c,
                                     float eps, void *stream) {
     if (n <= 0) return 0;
-    rmsnorm_forward_kernel<<<n, RMSNORM_THREADS, 0, (cudaStream_t)stream>>>(out, in, w, c, eps);
-    return (int)cudaGetLastError();
+    return (int)CUDA_LAUNCH(rmsnorm_forward_kernel, n, RMSNORM_THREADS, 0, (cudaStream_t)stream,
+                            out, in, w, c, eps);
+}
+
+extern "C" int cuda_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
+                                     const float *w, int n, int c, float eps, float *rstd_scratch,
+                                     void *stream) {
+    if (n <= 0) return 0;
+    cudaStream_t s = (cudaStream_t)stream;
+    int err =
+        (int)CUDA_LAUNCH(rmsnorm_rstd_kernel, n, RMSNORM_THREADS, 0, s, rstd_scratch, in, c, eps);
+    // dw before dx: dx may overwrite dout
+    if (!err && dw)
+        err = (int)CUDA_LAUNCH(rmsnorm_dw_kernel, (c + COLUMN_THREADS - 1) / COLUMN_THREADS,
+                               COLUMN_THREADS, 0, s, dw, dout, in, rstd_scratch, n, c);
+    if (!err)
+        err = (int)CUDA_LAUNCH(rmsnorm_dx_kernel, n, RMSNORM_THREADS, 0, s, din, dout, in, w,
+                               rstd_scratch, c);
+    return err;
 }

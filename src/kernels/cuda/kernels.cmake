@@ -1,0 +1,14 @@
+# The CUDA backend's own kernels (not the cuBLASLt products): built by nvcc into rlhf_cuda
+# (CMakeLists.txt here) and, the same sources, by the host C++ compiler into rlhf_cuda_emu
+# (emu/CMakeLists.txt), which test_backend_ops checks on every CI run. Listed, not globbed.
+set(RLHF_CUDA_OWN_KERNELS
+  adamw.cu
+  attention.cu
+  elementwise.cu
+  embedding.cu
+  rmsnorm.cu
+  rope.cu
+  rows.cu
+  sum_squares.cu
+  swiglu.cu
+)
