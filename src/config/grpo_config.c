@@ -341,7 +341,14 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                        key_at(&b, "sync_ref_model"));
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *rollout = member(&b, "rollout_func");
-    if (rollout && (!json_is_string(rollout) || !strchr(json_string_value(rollout), '.')))
+    /* {callback: NAME}: what the Python API's GRPOTrainer(rollout_func=callable) writes */
+    const json_t *callback = json_is_object(rollout) && json_object_size(rollout) == 1
+                                 ? json_object_get(rollout, "callback")
+                                 : NULL;
+    g->rollout_callback = json_is_string(callback) && *json_string_value(callback);
+    if (g->rollout_callback) rollout = callback;
+    if (rollout && (!json_is_string(rollout) ||
+                    (!g->rollout_callback && !strchr(json_string_value(rollout), '.'))))
         return bad(&b, "rollout_func", "a Python function 'module.function'");
     g->rollout_func = rollout ? json_string_value(rollout) : NULL;
     if (g->rollout_func && g->replay_buffer_size > 0)

@@ -40,6 +40,8 @@ typedef struct {
     bool log_completions;
     int num_completions_to_print; /* INT_MAX: all (TRL's None); <= 0: none */
     const char *rollout_func;     /* trl.rollout_func "module.fn" (borrowed); NULL: the sampler */
+    bool rollout_callback;        /* trl.rollout_func {callback: NAME}: rollout_func is NAME, a
+                                     callable an embedding program registered (include/rlhf.h) */
     bool sync_ref_model;          /* TR-DPO: the reference follows the policy (TRL's callback) */
     double ref_model_mixup_alpha; /* 0.6: reference = alpha * policy + (1 - alpha) * reference */
     int ref_model_sync_steps;     /* 512: every so many optimizer steps */

@@ -361,7 +361,8 @@ int grpo_python_search_path(const TrainConfig *cfg) {
 }
 
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-             const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log) {
+             const RewardCallbacks *callbacks, void *rollout_callable, TrainOutcome *out,
+             FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
@@ -377,8 +378,16 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source, callbacks);
     bool funcs_open = rc == 0;
     PythonRollout *python = NULL; /* resolved before training: a bad name stops nothing midway */
-    if (rc == 0 && r.g->rollout_func)
-        rc = python_rollout_open(&python, r.g->rollout_func, cfg, tok, eos, pad);
+    if (rc == 0 && r.g->rollout_func) {
+        if (r.g->rollout_callback && !rollout_callable)
+            rc = err_set("%s: key 'trl.rollout_func': {callback: %s} names a function an "
+                         "embedding program passes (rlhf_trainer_set_python_rollout); none was",
+                         cfg->source, r.g->rollout_func);
+        if (rc == 0)
+            rc = python_rollout_open(&python, r.g->rollout_func,
+                                     r.g->rollout_callback ? rollout_callable : NULL, cfg, tok, eos,
+                                     pad);
+    }
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
