@@ -226,6 +226,12 @@ static void fail_job(const ServeContext *ctx, ServeJob *job) {
     mark_done(job);
 }
 
+/* A weight update, between two generate() calls (the engine thread's alone). */
+static void run_weights(const ServeContext *ctx, ServeJob *job) {
+    job->rc = serve_load_weights(ctx, job->body, job->body_len, &job->updated, &job->error);
+    mark_done(job);
+}
+
 /* At most this many sequences share one generate() call. */
 #define SERVE_BATCH_SEQUENCES 64
 
@@ -257,6 +263,11 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->lock);
             stopping |= e->stopping;
             pthread_mutex_unlock(&e->lock);
+            if (!stopping && jobs[i]->kind == SERVE_LOAD_WEIGHTS) {
+                run_weights(e->ctx, jobs[i]);
+                taken[i] = true;
+                continue;
+            }
             if (stopping || (!ready[i] && prepare_job(e->ctx, jobs[i]) != 0)) {
                 if (stopping && !jobs[i]->done) fail_job(e->ctx, jobs[i]);
                 taken[i] = true;
@@ -268,6 +279,7 @@ static void *engine_main(void *arg) {
             sequences += jobs[i]->req.n_prompts * jobs[i]->req.opt.n_per_prompt;
             for (int k = i + 1; k < n && !jobs[i]->req.opt.sampling.do_sample; k++) {
                 if (taken[k]) continue;
+                if (jobs[k]->kind == SERVE_LOAD_WEIGHTS) break; /* later jobs see new weights */
                 if (!ready[k]) {
                     if (prepare_job(e->ctx, jobs[k]) != 0) {
                         taken[k] = true; /* refused: answered already */

@@ -11,6 +11,7 @@
 #include "grpo/grpo_rollout.h"
 #include "grpo/grpo_trainer.h"
 #include "grpo/replay_buffer.h"
+#include "grpo/vllm_server.h"
 #include "python/py_embed.h"
 #include "rewards/reward_registry.h"
 #include "train/data_order.h"
@@ -388,6 +389,12 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                      r.g->rollout_callback ? rollout_callable : NULL, cfg, tok, eos,
                                      pad);
     }
+    VllmServer *server = NULL; /* vllm_mode: server: reached before training, or refused */
+    if (rc == 0 && r.g->vllm_server_url && lora)
+        rc = err_set("%s: key 'trl.vllm_mode': server with adapter: lora is not supported by "
+                     "rlhf.c yet (the server would need the merged weights after every step)",
+                     cfg->source);
+    if (rc == 0 && r.g->vllm_server_url) rc = vllm_server_open(&server, r.g, log);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
@@ -409,7 +416,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .seed = (uint64_t)cfg->seed,
                                   .log = log,
                                   .scripted = test_hook_scripted_completions(),
-                                  .python = python};
+                                  .python = python,
+                                  .server = server};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
@@ -440,6 +448,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                 r.times.generate_s / steps, r.times.reward_s / steps, r.train_s / steps);
     }
     python_rollout_close(python);
+    vllm_server_close(server);
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
     reference_policy_close(&ref);
