@@ -167,3 +167,28 @@ def test_rollout_func_errors(prompt_only):
     with pytest.raises(Exception, match="broken.*ValueError: the environment is down"):
         trainer.train()
     assert trainer.state.global_step == 0
+
+
+def test_vllm_server_fields_reach_the_trainer(prompt_only):
+    """GRPOConfig's use_vllm/vllm_mode="server" fields are read (generation on `rlhf serve`,
+    tests/serve/grpo_server.sh), not dropped: with no server listening the run stops before any
+    step, naming the key and the URL."""
+    import socket
+
+    from rlhf import GRPOConfig, GRPOTrainer, RLHFError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def length(completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    args = GRPOConfig(output_dir="out", per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=4, max_steps=1, report_to="none", use_vllm=True,
+                      vllm_mode="server", vllm_server_host="127.0.0.1", vllm_server_port=port,
+                      vllm_server_timeout=0.5)
+    trainer = GRPOTrainer(model=LLAMA, reward_funcs=length, args=args, train_dataset=prompt_only)
+    with pytest.raises(RLHFError, match=f"key 'trl.vllm_mode'.*127.0.0.1:{port}"):
+        trainer.train()
+    assert trainer.state.global_step == 0
