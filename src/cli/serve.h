@@ -64,6 +64,7 @@ typedef struct {
     int32_t **ids;
     int *lens;
     GenerateOptions opt; /* n_per_prompt = n, seed, sampling, max_new_tokens, eos ids */
+    int32_t eos_buf[16]; /* TRL requests' eos ids (stop_token_ids, ignore_eos): opt.eos_ids */
     char *stop[SERVE_MAX_STOP];
     int n_stop;
     bool stream, include_usage;

@@ -166,10 +166,13 @@ static void finish_job(const ServeContext *ctx, ServeJob *job) {
 }
 
 /* Whether job b can share a's generate() call: both greedy (the seed then plays no part) with
- * the same length limit, n and repetition penalty. A greedy token depends on its own sequence
- * alone, so sharing a call changes no token. */
+ * the same length limit, n, repetition penalty and eos ids. A greedy token depends on its own
+ * sequence alone, so sharing a call changes no token. */
 static bool shareable(const ServeJob *a, const ServeJob *b) {
     const GenerateOptions *x = &a->req.opt, *y = &b->req.opt;
+    if (x->n_eos != y->n_eos ||
+        (x->n_eos > 0 && memcmp(x->eos_ids, y->eos_ids, (size_t)x->n_eos * sizeof *x->eos_ids)))
+        return false;
     return !x->sampling.do_sample && !y->sampling.do_sample &&
            x->max_new_tokens == y->max_new_tokens && x->n_per_prompt == y->n_per_prompt &&
            x->sampling.repetition_penalty == y->sampling.repetition_penalty;

@@ -212,6 +212,13 @@ static json_t *generate_body(const int32_t *const *prompts, const int *lens, int
     /* the seed as the in-process engine's (a uint64: sent as the int64 of the same bits, which
      * the server reads back as its uint64) */
     json_t *kwargs = json_pack("{s:I}", "seed", (json_int_t)opt->seed);
+    /* the completion ends at the trainer's eos ids alone (vLLM's ignore_eos + stop_token_ids),
+     * not at the server's generation_config ones, which may hold others */
+    json_t *stop = json_array();
+    for (int e = 0; e < opt->n_eos; e++)
+        json_array_append_new(stop, json_integer(opt->eos_ids[e]));
+    json_object_set_new(kwargs, "stop_token_ids", stop);
+    json_object_set_new(kwargs, "ignore_eos", json_true());
     return json_pack("{s:o,s:i,s:f,s:f,s:f,s:i,s:f,s:i,s:i,s:o}", "prompts", list, "n",
                      opt->n_per_prompt > 0 ? opt->n_per_prompt : 1, "repetition_penalty",
                      (double)p->repetition_penalty, "temperature",

@@ -11,6 +11,7 @@
 #    function, an unknown vllm_mode, adapter: lora with a server.
 # 3. The server refuses a bad weights body (not safetensors, an unknown tensor, a wrong shape)
 #    with a 400 naming it, changes nothing and keeps serving.
+# 4. /generate/ takes vLLM's stop_token_ids and ignore_eos.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd)
 work=$(mktemp -d)
@@ -195,3 +196,22 @@ for case in "junk.bin:invalid safetensors file" \
 done
 [ "$(greedy)" = "$before" ] || fail "a refused weights body changed the served model"
 echo "ok: bad weight bodies refused with 400, the served model unchanged"
+
+# 4. vLLM's stop_token_ids + ignore_eos (what the trainer sends so that a completion ends at its
+#    tokenizer's EOS alone): a greedy completion ends at the first listed id, which it keeps
+python3 - "$port" << 'EOF'
+import json, sys, urllib.request
+def generate(**kwargs):
+    body = {"prompts": ["Q3: add 3 and 2"], "temperature": 0, "max_tokens": 8}
+    body.update(kwargs)
+    req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/generate/",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req))["completion_ids"][0]
+full = generate()
+k = next(k for k in range(1, len(full)) if full[k] not in full[:k])
+cut = generate(generation_kwargs={"stop_token_ids": [full[k]], "ignore_eos": True})
+if cut != full[:k + 1]:
+    sys.exit(f"FAILED: stop_token_ids [{full[k]}]: {cut}, expected {full[:k + 1]}")
+print(f"ok: stop_token_ids end a completion at the listed id ({len(cut)} of {len(full)} tokens)")
+EOF
