@@ -28,21 +28,22 @@ fail() {
     exit 1
 }
 
-# `rlhf serve` on a free port; echoes the port
+# `rlhf serve` on a free port, started from this shell (so that `wait` has its exit status):
+# sets $server (its pid) and $port
 start_server() {
-    local out=$work/serve$1.out
+    local out=$work/serve.out
     : > "$out"
-    "$rlhf" serve "$model" --port 0 > "$out" 2> "$work/serve$1.err" &
-    pids+=($!)
-    local pid=$! port=
+    "$rlhf" serve "$model" --port 0 > "$out" 2> "$work/serve.err" &
+    server=$!
+    pids+=("$server")
+    port=
     for _ in $(seq 300); do
         port=$(sed -n 's|^rlhf serve: listening on http://127.0.0.1:\([0-9]*\) .*|\1|p' "$out")
         [ -n "$port" ] && break
-        kill -0 "$pid" 2> /dev/null || { cat "$work/serve$1.err"; fail "rlhf serve exited"; }
+        kill -0 "$server" 2> /dev/null || { cat "$work/serve.err"; fail "rlhf serve exited"; }
         sleep 0.1
     done
     [ -n "$port" ] || fail "rlhf serve printed no port"
-    echo "$port"
 }
 
 for i in $(seq 0 7); do echo "{\"prompt\": \"Q$i: add $i and 2\"}"; done > "$work/prompts.jsonl"
@@ -70,7 +71,7 @@ ${3:-}
 EOF
 }
 
-port=$(start_server 1)
+start_server
 echo "rlhf serve on port $port"
 server_keys="  use_vllm: true
   vllm_mode: server
@@ -215,3 +216,10 @@ if cut != full[:k + 1]:
     sys.exit(f"FAILED: stop_token_ids [{full[k]}]: {cut}, expected {full[:k + 1]}")
 print(f"ok: stop_token_ids end a completion at the listed id ({len(cut)} of {len(full)} tokens)")
 EOF
+
+# SIGTERM: the server that took weight updates stops cleanly (exit 0; under ASan, no leak)
+kill -TERM "$server"
+rc=0
+wait "$server" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$work/serve.err"; fail "rlhf serve exited $rc after SIGTERM"; }
+echo "ok: rlhf serve stopped cleanly after the weight updates"
