@@ -130,7 +130,9 @@ int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *call
                        "running inside a Python interpreter",
                        name),
                RLHF_ERROR;
-    if (py_embed_keep_callable(callable, name) != 0) return RLHF_ERROR;
+    char what[300];
+    snprintf(what, sizeof what, "reward function %.250s", name);
+    if (py_embed_keep_callable(callable, what) != 0) return RLHF_ERROR;
     RewardCallback *cb = callback_slot(t, name);
     cb->name = xstrdup(name);
     cb->python = callable;
@@ -145,7 +147,7 @@ int rlhf_trainer_set_python_rollout(rlhf_trainer *t, void *callable) {
         return err_set("rlhf_trainer_set_python_rollout: the library is not running inside a "
                        "Python interpreter"),
                RLHF_ERROR;
-    if (py_embed_keep_callable(callable, "rollout_func") != 0) return RLHF_ERROR;
+    if (py_embed_keep_callable(callable, "rollout function") != 0) return RLHF_ERROR;
     py_embed_release(t->rollout);
     t->rollout = callable;
     return RLHF_OK;
