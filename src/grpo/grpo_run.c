@@ -390,10 +390,6 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                      pad);
     }
     VllmServer *server = NULL; /* vllm_mode: server: reached before training, or refused */
-    if (rc == 0 && r.g->vllm_server_url && lora)
-        rc = err_set("%s: key 'trl.vllm_mode': server with adapter: lora is not supported by "
-                     "rlhf.c yet (the server would need the merged weights after every step)",
-                     cfg->source);
     if (rc == 0 && r.g->vllm_server_url) rc = vllm_server_open(&server, r.g, log);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};

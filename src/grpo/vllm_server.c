@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/json_util.h"
 
+#include <cblas.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -159,6 +160,53 @@ void vllm_server_close(VllmServer *s) {
     free(s);
 }
 
+/* Writes m's parameters in fp32 to path, an attached (enabled) adapter merged into the matrices
+ * it adapts, W + scaling * B A, as PEFT's merge_adapter (what TRL does before it sends a PEFT
+ * model's weights to vLLM): the server holds a plain model that computes what base + adapter
+ * computes here. */
+static int write_weights(const Model *m, const char *path) {
+    const LoraAdapter *a = m->lora;
+    if (!a || !a->enabled) return model_save_safetensors(m, path, ST_F32);
+    if (a->n_layers != m->cfg.n_layers) return err_set("the adapter does not fit the model");
+    int n = m->n_param_tensors;
+    SafetensorsWriteTensor *t = xcalloc((size_t)(n ? n : 1), sizeof *t);
+    float **merged = xcalloc((size_t)(n ? n : 1), sizeof *merged);
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *p = &m->param_info[i];
+        t[i] = (SafetensorsWriteTensor){
+            p->name, ST_F32, p->ndim, {p->shape[0], p->shape[1]}, m->params + p->offset};
+    }
+    int rc = 0;
+    for (int l = 0; l < a->n_layers && rc == 0; l++) {
+        const LayerWeights *w = &m->layers[l];
+        const float *weights[LORA_N_MODULES] = {w->wq,     w->wk,   w->wv,    w->wo,
+                                                w->w_gate, w->w_up, w->w_down};
+        for (int mod = 0; mod < LORA_N_MODULES && rc == 0; mod++) {
+            const LoraLinear *lin = &a->linears[l * LORA_N_MODULES + mod];
+            if (!lin->A) continue;
+            int i = 0;
+            while (i < n && m->params + m->param_info[i].offset != weights[mod])
+                i++;
+            if (i == n || m->param_info[i].numel != (size_t)lin->out * (size_t)lin->in) {
+                rc = err_set("layer %d %s: the adapted matrix is not a parameter of the model", l,
+                             lora_module_name((LoraModule)mod));
+                break;
+            }
+            merged[i] = xmalloc(m->param_info[i].numel * sizeof(float));
+            memcpy(merged[i], weights[mod], m->param_info[i].numel * sizeof(float));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, lin->out, lin->in, a->r,
+                        a->scaling, lin->B, a->r, lin->A, lin->in, 1.0f, merged[i], lin->in);
+            t[i].data = merged[i];
+        }
+    }
+    if (rc == 0) rc = safetensors_write(path, t, (size_t)n);
+    for (int i = 0; i < n; i++)
+        free(merged[i]);
+    free(merged);
+    free(t);
+    return rc;
+}
+
 int vllm_server_sync(VllmServer *s, const Model *m, int64_t version) {
     if (s->pushed_any && version >= 0 && version == s->pushed) return 0;
     const char *dir = getenv("TMPDIR");
@@ -167,7 +215,7 @@ int vllm_server_sync(VllmServer *s, const Model *m, int64_t version) {
     int fd = mkstemp(path);
     if (fd < 0) return err_set("pushing the weights to %s: cannot make a file in %s", s->url, path);
     close(fd);
-    int rc = model_save_safetensors(m, path, ST_F32);
+    int rc = write_weights(m, path);
     FILE *f = rc == 0 ? fopen(path, "rb") : NULL;
     long status = 0, size = -1;
     char *reply = NULL;

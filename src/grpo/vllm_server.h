@@ -6,7 +6,8 @@
  *
  * The weights: TRL broadcasts them over NCCL (/init_communicator/, /update_named_param/), which
  * needs GPUs on both ends. Here they go over the same HTTP connection as one safetensors file
- * (POST /update_safetensors/, every parameter in fp32 by its transformers name): it works
+ * (POST /update_safetensors/, every parameter in fp32 by its transformers name, a LoRA adapter
+ * merged into the matrices it adapts, as TRL merges a PEFT model before it sends it): it works
  * between any two hosts, needs no shared file system, and is exact (the server then samples from
  * the very weights the trainer holds). The first generation pushes them too, so a resumed run
  * or a server started from another checkpoint generates with the trainer's weights. A server
