@@ -73,7 +73,8 @@ static int read_choice(const Block *b, const char *key, const char *const *names
 }
 
 /* TRL's generation-server keys: use_vllm with vllm_mode server (colocate: the in-process
- * engine, which is what rlhf.c's colocated generation is) and where the server is:
+ * engine, which is what rlhf.c's colocated generation is; absent: server, Axolotl's default)
+ * and where the server is:
  * vllm_server_base_url, else http://vllm_server_host:vllm_server_port (TRL's VLLMClient rule). */
 static int read_vllm_server(const Block *b, GrpoConfig *g) {
     static const char *const modes[] = {"colocate", "server"};
@@ -93,6 +94,10 @@ static int read_vllm_server(const Block *b, GrpoConfig *g) {
         return bad(b, "vllm_server_host", "a host name or address");
     if (url && (!json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0))
         return bad(b, "vllm_server_base_url", "an http:// URL (e.g. http://127.0.0.1:8000)");
+    /* Axolotl: use_vllm without vllm_mode means server (the caller warns, as Axolotl does); the
+     * Python API always gives vllm_mode (TRL's default there: colocate) */
+    g->vllm_mode_defaulted = use && !member(b, "vllm_mode");
+    if (g->vllm_mode_defaulted) mode = 1;
     if (!use || mode != 1) return 0;
     char buf[1024];
     if (url)

@@ -47,6 +47,7 @@ typedef struct {
      * are pushed to before each generation (grpo/vllm_server.h); NULL: the in-process engine */
     char *vllm_server_url;
     double vllm_server_timeout;   /* 240: seconds to wait for the server to answer /health/ */
+    bool vllm_mode_defaulted;     /* use_vllm without vllm_mode: server, as Axolotl (it warns) */
     bool sync_ref_model;          /* TR-DPO: the reference follows the policy (TRL's callback) */
     double ref_model_mixup_alpha; /* 0.6: reference = alpha * policy + (1 - alpha) * reference */
     int ref_model_sync_steps;     /* 512: every so many optimizer steps */

@@ -132,6 +132,15 @@ config noserver "  use_vllm: true
   vllm_server_timeout: 1"
 expect_error noserver "key 'trl.vllm_mode': server: the generation server at http://127.0.0.1:$closed did not answer within 1 s"
 
+# Axolotl: use_vllm without vllm_mode is server mode, with Axolotl's warning
+config nomode "  use_vllm: true
+  vllm_server_host: 127.0.0.1
+  vllm_server_port: $closed
+  vllm_server_timeout: 1"
+expect_error nomode "key 'trl.vllm_mode': server: the generation server at http://127.0.0.1:$closed did not answer"
+grep -qF "vllm_mode must be set to either \`server\` or \`colocate\` when using vllm, using default value \`server\`" \
+    "$work/nomode.log" || fail "nomode: no warning that vllm_mode defaults to server"
+
 # a vLLM stand-in: health and world size as vllm-serve answers them, no HTTP weight endpoint
 cat > "$work/fake_vllm.py" << 'EOF'
 import http.server, json, sys
