@@ -72,7 +72,8 @@ static const char R_ASYNC_ONLY[] =
     "only Axolotl's async GRPO trainer reads it (Axolotl drops it for the standard trainer, "
     "which is what rlhf.c implements)";
 static const char R_VLLM_BLOCK[] =
-    "the vllm: block configures Axolotl's vLLM server; rlhf.c generates in-process";
+    "the vllm: block configures `axolotl vllm-serve`, which rlhf.c has no counterpart of yet: "
+    "start `rlhf serve MODEL --host H --port P` for vllm_mode: server";
 
 static const KeyStatusRow top_rows[] = {
     /* model and tokenizer */
