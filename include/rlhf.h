@@ -110,6 +110,15 @@ RLHF_API int rlhf_trainer_set_reward(rlhf_trainer *t, const char *name, rlhf_rew
  * without Python refuses the callable, saying so. */
 RLHF_API int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *callable);
 
+/* For a Python program that loaded the library into its own interpreter: the rollout function
+ * (`callable` is a PyObject *; the trainer keeps a reference until it is freed or another is
+ * set) that a config's `trl.rollout_func: {callback: NAME}` stands for, NAME being its name in
+ * messages. It is called as `trl.rollout_func: module.fn` is (either contract: TRL 1.9's
+ * fn(prompts, trainer) -> dict, or Axolotl's fn(model, processing_class, prompts,
+ * generation_config=None) -> strings; see README's GRPO section). A library built without
+ * Python refuses the callable, saying so. */
+RLHF_API int rlhf_trainer_set_python_rollout(rlhf_trainer *t, void *callable);
+
 /* ---- training ---- */
 
 /* Flags for rlhf_trainer_train. */

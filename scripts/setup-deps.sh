@@ -11,6 +11,9 @@ packages=(build-essential cmake pkg-config libjansson-dev libyaml-dev libpcre2-d
           libcairo2-dev
           # `rlhf serve` (optional to CMake, -DRLHF_MICROHTTPD): its HTTP server
           libmicrohttpd-dev
+          # GRPO generating on a server (`vllm_mode: server`, optional to CMake, -DRLHF_CURL):
+          # its HTTP client
+          libcurl4-openssl-dev
           # embedded CPython for users' rewards.py (optional to CMake, -DRLHF_PYTHON; a normal
           # build has it)
           libpython3-dev

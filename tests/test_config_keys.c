@@ -280,8 +280,9 @@ static void test_statuses(void) {
     CHECK(has_warning(&c, "cfg.yaml:10: key 'trl.num_generations' is read by rl: grpo, gdpo only",
                       "rl: kto"),
           "a GRPO key with rl: kto: warned on its own line");
-    CHECK(has_warning(&c, "cfg.yaml:11: key 'trl.use_vllm' has no effect", "in-process"),
-          "trl.use_vllm: true");
+    CHECK(has_warning(&c, "cfg.yaml:11: key 'trl.use_vllm' is read by rl: grpo, gdpo only",
+                      "rl: kto"),
+          "trl.use_vllm: true with rl: kto (GRPO's generation server key)");
     CHECK(!has_warning(&c, "remove_unused_columns", NULL) && !has_warning(&c, "trl.beta", NULL),
           "remove_unused_columns and trl.beta are silent for KTO");
     CHECK(c.beta == 0.2, "trl.beta read");

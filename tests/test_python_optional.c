@@ -60,7 +60,7 @@ static void test_python_reward_function(void) {
           "a bare name: %s", err_msg());
     /* what the Python package would hand over (never dereferenced without Python) */
     static int not_an_object;
-    CHECK(py_embed_keep_callable(&not_an_object, "f") == -1 &&
+    CHECK(py_embed_keep_callable(&not_an_object, "reward function f") == -1 &&
               strstr(err_msg(), "reward function f is a Python callable, but this build of rlhf "
                                 "has no Python"),
           "a Python callable: %s", err_msg());

@@ -66,6 +66,7 @@ _SIGNATURES = {
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_char_p, ctypes.py_object],
     ),
+    "rlhf_trainer_set_python_rollout": (ctypes.c_int, [ctypes.c_void_p, ctypes.py_object]),
     "rlhf_trainer_train": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]),
     "rlhf_request_stop": (None, []),
     "rlhf_trainer_state": (ctypes.c_char_p, [ctypes.c_void_p]),

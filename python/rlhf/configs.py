@@ -283,6 +283,9 @@ _GRPO_TRL_FIELDS = (
     "scale_rewards", "loss_type", "mask_truncated_completions", "top_entropy_quantile",
     "use_bias_correction_kl", "log_completions", "num_completions_to_print", "replay_buffer_size",
     "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps", "generation_kwargs",
+    # generation on `rlhf serve` (use_vllm=True, vllm_mode="server"; docs/grpo.md)
+    "use_vllm", "vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_base_url",
+    "vllm_server_timeout",
 )
 
 

@@ -95,6 +95,7 @@ class _Trainer:
 
     _config_class = SFTConfig
     _suffix = "SFT"
+    _rollout = None  # GRPOTrainer's rollout_func callable, handed to the C trainer
 
     def _setup(self, model, args, train_dataset, eval_dataset, processing_class, peft_config,
                reward_funcs=None):
@@ -150,6 +151,8 @@ class _Trainer:
             warnings.warn(lib.rlhf_trainer_warning(handle, i).decode(), stacklevel=3)
         for name, fn in self._callables:
             _lib.check(lib.rlhf_trainer_set_python_reward(handle, name.encode(), fn))
+        if self._rollout is not None:
+            _lib.check(lib.rlhf_trainer_set_python_rollout(handle, self._rollout))
         self.model = PolicyModel(self, model_path)
 
     def _adjust_keys(self, keys):
@@ -371,7 +374,16 @@ class GRPOTrainer(_Trainer):
     """TRL's GRPOTrainer. reward_funcs: Python callables called as TRL calls them (keyword
     arguments prompts, completions, completion_ids, every dataset column, trainer_state,
     log_extra, log_metric; one number or None per completion), or strings naming rlhf.c reward
-    functions ("builtin.accuracy", "module.function")."""
+    functions ("builtin.accuracy", "module.function").
+
+    rollout_func: a callable that makes each generation batch's completions in place of the
+    built-in sampler, called as `trl.rollout_func: module.fn` is in YAML: TRL 1.9's
+    rollout_func(prompts, trainer) returning a dict with prompt_ids, completion_ids, logprobs
+    (optionally env_mask and extra reward columns), or Axolotl's rollout_func(model,
+    processing_class, prompts, generation_config=None) returning one completion string per
+    prompt row. Its trainer/model/processing_class arguments are objects over the C engine (see
+    README's GRPO section), not this Python object. A string "module.function" is resolved as
+    the YAML key is."""
 
     _config_class = GRPOConfig
     _suffix = "GRPO"
@@ -381,8 +393,13 @@ class GRPOTrainer(_Trainer):
                  optimizers=(None, None), peft_config=None, tools=None, rollout_func=None,
                  environment_factory=None):
         _unsupported(reward_processing_classes=reward_processing_classes, callbacks=callbacks,
-                     optimizers=optimizers, tools=tools, rollout_func=rollout_func,
-                     environment_factory=environment_factory)
+                     optimizers=optimizers, tools=tools, environment_factory=environment_factory)
+        if rollout_func is not None and not isinstance(rollout_func, str):
+            if not callable(rollout_func):
+                raise TypeError("rollout_func: expected a callable (or a 'module.function' "
+                                f"name), got {type(rollout_func).__name__}")
+            self._rollout = rollout_func
+        self._rollout_spec = rollout_func
         self._setup(model, args, train_dataset, eval_dataset, processing_class, peft_config,
                     reward_funcs=reward_funcs)
 
@@ -393,6 +410,12 @@ class GRPOTrainer(_Trainer):
         # the replay buffer is GRPOWithReplayBufferTrainer's: GRPOTrainer ignores the field
         if not isinstance(self, GRPOWithReplayBufferTrainer):
             keys.get("trl", {}).pop("replay_buffer_size", None)
+        spec = self._rollout_spec
+        if spec is not None:  # a callable is named in messages by its __name__
+            name = spec if isinstance(spec, str) else (
+                getattr(spec, "__qualname__", None) or type(spec).__name__)
+            keys.setdefault("trl", {})["rollout_func"] = (
+                spec if isinstance(spec, str) else {"callback": name})
 
     def _reward_specs(self, reward_funcs, keys):
         funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]

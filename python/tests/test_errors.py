@@ -127,8 +127,9 @@ def test_config_fields():
     assert GRPOConfig().num_generations == 8 and GRPOConfig().max_completion_length == 256
     assert SFTConfig().max_length == 1024 and SFTConfig().logging_steps == 10
     # a field that changes the method but is not implemented: a warning naming it
-    args = grpo_args(use_vllm=True)
-    with pytest.warns(UserWarning, match=r"GRPOConfig.use_vllm=True is not supported"):
+    args = grpo_args(vllm_tensor_parallel_size=2)
+    with pytest.warns(UserWarning,
+                      match=r"GRPOConfig.vllm_tensor_parallel_size=2 is not supported"):
         GRPOTrainer(model=TINY_MODEL, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                     args=args, train_dataset=[{"prompt": "1 + 1 ="}] * 4)
     with pytest.raises(ValueError, match="save_strategy='epoch'"):

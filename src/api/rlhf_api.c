@@ -22,6 +22,7 @@ struct rlhf_trainer {
     TrainConfig cfg;
     TrainSession session;
     RewardCallbacks rewards;
+    void *rollout;        /* a Python callable (rlhf_trainer_set_python_rollout); NULL: none */
     TrainOutcome outcome; /* the last run's; log_history NULL before any */
     json_t *train_output; /* the last completed run's TrainOutput; NULL: none yet */
     char *state_text;     /* what rlhf_trainer_state returned last */
@@ -75,6 +76,7 @@ void rlhf_trainer_free(rlhf_trainer *t) {
     for (int i = 0; i < t->rewards.n; i++)
         release_callback(&t->rewards.items[i]);
     free(t->rewards.items);
+    py_embed_release(t->rollout);
     json_decref(t->outcome.log_history);
     json_decref(t->train_output);
     free(t->state_text);
@@ -128,10 +130,26 @@ int rlhf_trainer_set_python_reward(rlhf_trainer *t, const char *name, void *call
                        "running inside a Python interpreter",
                        name),
                RLHF_ERROR;
-    if (py_embed_keep_callable(callable, name) != 0) return RLHF_ERROR;
+    char what[300];
+    snprintf(what, sizeof what, "reward function %.250s", name);
+    if (py_embed_keep_callable(callable, what) != 0) return RLHF_ERROR;
     RewardCallback *cb = callback_slot(t, name);
     cb->name = xstrdup(name);
     cb->python = callable;
+    return RLHF_OK;
+}
+
+int rlhf_trainer_set_python_rollout(rlhf_trainer *t, void *callable) {
+    if (!t || !callable)
+        return err_set("rlhf_trainer_set_python_rollout: a trainer and a callable are required"),
+               RLHF_ERROR;
+    if (py_embed_compiled() && !py_embed_hosted())
+        return err_set("rlhf_trainer_set_python_rollout: the library is not running inside a "
+                       "Python interpreter"),
+               RLHF_ERROR;
+    if (py_embed_keep_callable(callable, "rollout function") != 0) return RLHF_ERROR;
+    py_embed_release(t->rollout);
+    t->rollout = callable;
     return RLHF_OK;
 }
 
@@ -178,7 +196,7 @@ int rlhf_trainer_train(rlhf_trainer *t, const char *resume_from_checkpoint, unsi
         stop_signal_install();
     else
         stop_signal_clear();
-    TrainHooks hooks = {.rewards = &t->rewards, .outcome = &t->outcome};
+    TrainHooks hooks = {.rewards = &t->rewards, .rollout = t->rollout, .outcome = &t->outcome};
     int rc = train_session_run(&t->session, &t->cfg, &hooks, stderr);
     int sig = stop_signal_received();
     if (handlers) stop_signal_uninstall();

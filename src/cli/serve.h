@@ -35,13 +35,25 @@ typedef struct {
     GenerationDefaults defaults;
     const char *model_name; /* the id /v1/models lists and requests must name */
     int context;            /* max_position_embeddings: prompt + max_tokens must fit */
+    /* The same model, written by the engine thread alone and only between two generate()
+     * calls (POST /update_safetensors/, serve_load_weights); NULL: updates refused. */
+    Model *weights;
 } ServeContext;
 
 /* SERVE_TRL_GENERATE and SERVE_TRL_CHAT are TRL's vLLM server protocol (POST /generate/ and
  * /chat/ of trl/scripts/vllm_serve.py, what trl.generation.vllm_client.VLLMClient sends): a batch
  * of prompts (or conversations) in, {prompt_ids, completion_ids, logprobs, logprob_token_ids}
  * out; never streamed, no `model` field. */
-typedef enum { SERVE_COMPLETIONS, SERVE_CHAT, SERVE_TRL_GENERATE, SERVE_TRL_CHAT } ServeKind;
+/* SERVE_LOAD_WEIGHTS is POST /update_safetensors/ (serve_load_weights): run by the engine in
+ * arrival order, so that requests queued after it generate with the new weights and requests
+ * before it with the old. */
+typedef enum {
+    SERVE_COMPLETIONS,
+    SERVE_CHAT,
+    SERVE_TRL_GENERATE,
+    SERVE_TRL_CHAT,
+    SERVE_LOAD_WEIGHTS
+} ServeKind;
 
 #define SERVE_MAX_STOP 4
 
@@ -52,6 +64,7 @@ typedef struct {
     int32_t **ids;
     int *lens;
     GenerateOptions opt; /* n_per_prompt = n, seed, sampling, max_new_tokens, eos ids */
+    int32_t eos_buf[16]; /* TRL requests' eos ids (stop_token_ids, ignore_eos): opt.eos_ids */
     char *stop[SERVE_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
@@ -105,6 +118,14 @@ char *serve_chunk_event(const ServeContext *ctx, const ServeRequest *req, int in
 char *serve_usage_event(const ServeContext *ctx, const ServeRequest *req, long prompt_tokens,
                         long completion_tokens);
 
+/* Copies the tensors of a safetensors file (body, len bytes) into ctx->weights by name: every
+ * tensor must be a parameter of the model with its shape and a floating dtype (converted to the
+ * model's fp32), all checked before any is copied. Tensors not in the body keep their values.
+ * Engine thread only. Returns 0 with *updated (the tensor count), or -1 with *err (400 for a bad
+ * body, 409 for a server that cannot take updates: --bf16, --adapter) and nothing changed. */
+int serve_load_weights(const ServeContext *ctx, const char *body, size_t len, int *updated,
+                       ServeError *err);
+
 /* ---- the engine (serve_engine.c) ---- */
 
 /* A request in the queue; shared by the connection that made it and the engine thread
@@ -123,6 +144,7 @@ typedef struct ServeJob {
     ServeRequest req;
     Completion *out; /* n_prompts * n, filled by generate() */
     int rc;          /* 0, or -1 with `error` */
+    int updated;     /* SERVE_LOAD_WEIGHTS: the tensors replaced */
     ServeError error;
     char *response; /* the whole JSON response (non-streaming) */
     /* streaming state, per choice */

@@ -166,10 +166,13 @@ static void finish_job(const ServeContext *ctx, ServeJob *job) {
 }
 
 /* Whether job b can share a's generate() call: both greedy (the seed then plays no part) with
- * the same length limit, n and repetition penalty. A greedy token depends on its own sequence
- * alone, so sharing a call changes no token. */
+ * the same length limit, n, repetition penalty and eos ids. A greedy token depends on its own
+ * sequence alone, so sharing a call changes no token. */
 static bool shareable(const ServeJob *a, const ServeJob *b) {
     const GenerateOptions *x = &a->req.opt, *y = &b->req.opt;
+    if (x->n_eos != y->n_eos ||
+        (x->n_eos > 0 && memcmp(x->eos_ids, y->eos_ids, (size_t)x->n_eos * sizeof *x->eos_ids)))
+        return false;
     return !x->sampling.do_sample && !y->sampling.do_sample &&
            x->max_new_tokens == y->max_new_tokens && x->n_per_prompt == y->n_per_prompt &&
            x->sampling.repetition_penalty == y->sampling.repetition_penalty;
@@ -226,6 +229,12 @@ static void fail_job(const ServeContext *ctx, ServeJob *job) {
     mark_done(job);
 }
 
+/* A weight update, between two generate() calls (the engine thread's alone). */
+static void run_weights(const ServeContext *ctx, ServeJob *job) {
+    job->rc = serve_load_weights(ctx, job->body, job->body_len, &job->updated, &job->error);
+    mark_done(job);
+}
+
 /* At most this many sequences share one generate() call. */
 #define SERVE_BATCH_SEQUENCES 64
 
@@ -257,6 +266,11 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->lock);
             stopping |= e->stopping;
             pthread_mutex_unlock(&e->lock);
+            if (!stopping && jobs[i]->kind == SERVE_LOAD_WEIGHTS) {
+                run_weights(e->ctx, jobs[i]);
+                taken[i] = true;
+                continue;
+            }
             if (stopping || (!ready[i] && prepare_job(e->ctx, jobs[i]) != 0)) {
                 if (stopping && !jobs[i]->done) fail_job(e->ctx, jobs[i]);
                 taken[i] = true;
@@ -268,6 +282,7 @@ static void *engine_main(void *arg) {
             sequences += jobs[i]->req.n_prompts * jobs[i]->req.opt.n_per_prompt;
             for (int k = i + 1; k < n && !jobs[i]->req.opt.sampling.do_sample; k++) {
                 if (taken[k]) continue;
+                if (jobs[k]->kind == SERVE_LOAD_WEIGHTS) break; /* later jobs see new weights */
                 if (!ready[k]) {
                     if (prepare_job(e->ctx, jobs[k]) != 0) {
                         taken[k] = true; /* refused: answered already */

@@ -25,7 +25,8 @@ static const char serve_usage[] =
     "Serves MODEL (a model directory or Hub id) over OpenAI's API: POST /v1/completions,\n"
     "POST /v1/chat/completions (the model's chat template applied), GET /v1/models, GET /health;\n"
     "and TRL's vLLM server endpoints (VLLMClient): GET /health/, GET /get_world_size/,\n"
-    "POST /generate/, POST /chat/ (weight updates answer 501).\n"
+    "POST /generate/, POST /chat/; POST /update_safetensors/ takes new weights as a safetensors\n"
+    "body (what `rlhf train` with vllm_mode: server sends; TRL's NCCL weight updates answer 501).\n"
     "Requests are served in arrival order, each in one batched generate() call (n completions per\n"
     "prompt decoding together). --port 0 picks a free port. The first line on standard output\n"
     "is \"rlhf serve: listening on http://HOST:PORT\". Request fields left out take the model's\n"
@@ -39,6 +40,7 @@ static const char serve_usage[] =
 typedef struct {
     const ServeContext *ctx;
     ServeEngine *engine;
+    size_t weights_body_max; /* POST /update_safetensors/: the whole model in fp32, and a header */
 } Server;
 
 typedef struct {
@@ -106,6 +108,26 @@ static bool trl_path(const char *url, const char *path) {
     return strncmp(url, path, n) == 0 && (url[n] == '\0' || strcmp(url + n, "/") == 0);
 }
 
+/* POST /update_safetensors/: the body is a safetensors file of the tensors to replace; answers
+ * {"updated": N} once the engine has copied them (requests queued after this one generate with
+ * them). */
+static enum MHD_Result weights_route(const Server *s, struct MHD_Connection *c, const Body *body) {
+    ServeJob *job =
+        serve_engine_submit(s->engine, SERVE_LOAD_WEIGHTS, body->data ? body->data : "", body->len);
+    if (!job) return send_error(c, 503, NULL, "the server is shutting down");
+    serve_job_wait(job);
+    enum MHD_Result ret;
+    if (job->rc != 0) {
+        ret = send_json(c, (unsigned)job->error.status, serve_error_json(&job->error));
+    } else {
+        char text[64];
+        snprintf(text, sizeof text, "{\"updated\":%d}", job->updated);
+        ret = send_json(c, MHD_HTTP_OK, xstrdup(text));
+    }
+    serve_job_release(job);
+    return ret;
+}
+
 /* TRL's vLLM server endpoints (trl/scripts/vllm_serve.py, what VLLMClient calls): health, world
  * size, generate and chat; the weight-update ones answer 501, since weights reach this server
  * only from disk. Returns false when url is none of them. */
@@ -127,6 +149,9 @@ static bool trl_route(const Server *s, struct MHD_Connection *c, const char *url
         *ret = post ? generate_route(
                           s, c, trl_path(url, "/chat/") ? SERVE_TRL_CHAT : SERVE_TRL_GENERATE, body)
                     : send_error(c, 405, NULL, "use POST for this endpoint");
+    } else if (trl_path(url, "/update_safetensors/")) {
+        *ret = post ? weights_route(s, c, body)
+                    : send_error(c, 405, NULL, "use POST for this endpoint");
     } else if (trl_path(url, "/reset_prefix_cache/")) {
         /* no prefix cache is kept, so none can be stale */
         *ret = post ? send_json(c, MHD_HTTP_OK,
@@ -138,9 +163,9 @@ static bool trl_route(const Server *s, struct MHD_Connection *c, const char *url
             if (trl_path(url, weight_paths[i])) {
                 char message[300];
                 snprintf(message, sizeof message,
-                         "%.60s: weight updates over NCCL are not supported by rlhf serve (it "
-                         "serves the weights it loaded from disk; restart it on a saved "
-                         "checkpoint to serve new weights)",
+                         "%.60s: weight updates over NCCL are not supported by rlhf serve "
+                         "(POST /update_safetensors/ takes new weights as a safetensors body, "
+                         "which `rlhf train` with vllm_mode: server sends)",
                          weight_paths[i]);
                 *ret = send_error(c, 501, NULL, message);
                 return true;
@@ -163,7 +188,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     Body *body = *con_cls;
     if (*upload_size) { /* a piece of the body */
-        if (body->len + *upload_size > MAX_BODY) {
+        size_t max = trl_path(url, "/update_safetensors/") ? s->weights_body_max : MAX_BODY;
+        if (body->len + *upload_size > max) {
             body->too_big = true;
         } else {
             body->data = xrealloc(body->data, body->len + *upload_size + 1);
@@ -174,7 +200,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
-    if (body->too_big) return send_error(c, 413, NULL, "the request body is over 16 MiB");
+    if (body->too_big)
+        return send_error(c, 413, NULL,
+                          trl_path(url, "/update_safetensors/")
+                              ? "the request body is larger than the served model's weights"
+                              : "the request body is over 16 MiB");
     bool completions = strcmp(url, "/v1/completions") == 0;
     bool chat = strcmp(url, "/v1/chat/completions") == 0;
     bool models = strcmp(url, "/v1/models") == 0;
@@ -268,7 +298,8 @@ static int serve_local(const ServeArgs *a) {
     Tokenizer tok = {0};
     ChatTemplateSource src = {0};
     ChatTemplate *tpl = NULL;
-    ServeContext ctx = {.model = &m, .tok = &tok, .model_name = a->name ? a->name : a->model};
+    ServeContext ctx = {
+        .model = &m, .tok = &tok, .model_name = a->name ? a->name : a->model, .weights = &m};
     int rc = CLI_EXIT_OK;
     if ((a->bf16 && model_store_bf16(&m) != 0) || tokenizer_load(&tok, a->model) != 0 ||
         generation_defaults_load(&ctx.defaults, a->model, &tok, a->model) != 0 ||
@@ -298,7 +329,7 @@ static int serve_local(const ServeArgs *a) {
         rc = cli_fail(err_msg());
         goto done;
     }
-    Server server = {&ctx, engine};
+    Server server = {&ctx, engine, m.n_params * sizeof(float) + MAX_BODY};
     struct MHD_Daemon *d = start_daemon(a->host, atoi(a->port), &server);
     if (!d) {
         serve_engine_stop(engine);

@@ -433,7 +433,8 @@ static json_t *trl_sampling(const json_t *body, ServeError *err) {
     const char *key;
     json_t *v;
     json_object_foreach(kwargs, key, v) {
-        bool known = strcmp(key, "seed") == 0;
+        bool known =
+            !strcmp(key, "seed") || !strcmp(key, "stop_token_ids") || !strcmp(key, "ignore_eos");
         for (size_t i = 0; i < n_keys && !known; i++)
             known = strcmp(key, keys[i]) == 0;
         if (!known) {
@@ -441,7 +442,7 @@ static json_t *trl_sampling(const json_t *body, ServeError *err) {
             refuse(err, 400, "generation_kwargs",
                    "generation_kwargs['%.100s'] is not supported by rlhf serve (supported: n, "
                    "temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, logprobs, "
-                   "seed, truncate_prompt_tokens)",
+                   "seed, truncate_prompt_tokens, stop_token_ids, ignore_eos)",
                    key);
             return NULL;
         }
@@ -525,6 +526,35 @@ static int trl_logprobs(const json_t *sampling, ServeRequest *req, ServeError *e
     return 0;
 }
 
+/* vLLM's SamplingParams stop_token_ids (ids that end a completion, kept in it) and ignore_eos
+ * (the model's eos ids no longer do): the completion ends where the client's tokenizer says, e.g.
+ * `rlhf train` with vllm_mode: server, which stops at its tokenizer's EOS alone. */
+static int trl_stop_ids(const json_t *sampling, ServeRequest *req, ServeError *err) {
+    const json_t *ids = json_object_get(sampling, "stop_token_ids");
+    const json_t *ignore = json_object_get(sampling, "ignore_eos");
+    if (ignore && !json_is_null(ignore) && !json_is_boolean(ignore))
+        return refuse(err, 400, "ignore_eos", "'ignore_eos' must be true or false");
+    int n = json_is_true(ignore) ? 0 : req->opt.n_eos;
+    if (n > 0) memcpy(req->eos_buf, req->opt.eos_ids, (size_t)n * sizeof *req->eos_buf);
+    if (ids && !json_is_null(ids) && !json_is_array(ids))
+        return refuse(err, 400, "stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    size_t i;
+    const json_t *id;
+    json_array_foreach(ids, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) > INT32_MAX ||
+            n >= (int)(sizeof req->eos_buf / sizeof *req->eos_buf))
+            return refuse(err, 400, "stop_token_ids",
+                          "'stop_token_ids' must be a list of token ids (with the eos ids kept, "
+                          "at most %zu)",
+                          sizeof req->eos_buf / sizeof *req->eos_buf);
+        req->eos_buf[n++] = (int32_t)json_integer_value(id);
+    }
+    req->opt.eos_ids = req->eos_buf;
+    req->opt.n_eos = n;
+    return 0;
+}
+
 static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *req,
                      ServeError *err) {
     if (trl_unsupported(root, err)) return -1;
@@ -533,6 +563,7 @@ static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *
     int rc = trl_prompts(ctx, root, req, err);
     if (rc == 0) rc = trl_truncate(sampling, req, err);
     if (rc == 0) rc = sampling_fields(ctx, sampling, req, err);
+    if (rc == 0) rc = trl_stop_ids(sampling, req, err);
     if (rc == 0) rc = length_fields(ctx, sampling, req, err);
     if (rc == 0) rc = trl_logprobs(sampling, req, err);
     json_decref(sampling);

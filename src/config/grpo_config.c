@@ -72,6 +72,45 @@ static int read_choice(const Block *b, const char *key, const char *const *names
     return bad(b, key, expected);
 }
 
+/* TRL's generation-server keys: use_vllm with vllm_mode server (colocate: the in-process
+ * engine, which is what rlhf.c's colocated generation is; absent: server, Axolotl's default)
+ * and where the server is:
+ * vllm_server_base_url, else http://vllm_server_host:vllm_server_port (TRL's VLLMClient rule). */
+static int read_vllm_server(const Block *b, GrpoConfig *g) {
+    static const char *const modes[] = {"colocate", "server"};
+    bool use = false;
+    int mode = 0, port = 8000;
+    g->vllm_server_timeout = 240;
+    if (read_bool(b, "use_vllm", &use) ||
+        read_choice(b, "vllm_mode", modes, 2, "server or colocate", &mode) ||
+        read_int(b, "vllm_server_port", 1, &port) ||
+        read_double(b, "vllm_server_timeout", &g->vllm_server_timeout))
+        return -1;
+    if (port > 65535) return bad(b, "vllm_server_port", "a port number (1..65535)");
+    if (!(g->vllm_server_timeout > 0))
+        return bad(b, "vllm_server_timeout", "a number of seconds > 0");
+    const json_t *host = member(b, "vllm_server_host"), *url = member(b, "vllm_server_base_url");
+    if (host && (!json_is_string(host) || !*json_string_value(host)))
+        return bad(b, "vllm_server_host", "a host name or address");
+    if (url && (!json_is_string(url) || strncmp(json_string_value(url), "http://", 7) != 0))
+        return bad(b, "vllm_server_base_url", "an http:// URL (e.g. http://127.0.0.1:8000)");
+    /* Axolotl: use_vllm without vllm_mode means server (the caller warns, as Axolotl does); the
+     * Python API always gives vllm_mode (TRL's default there: colocate) */
+    g->vllm_mode_defaulted = use && !member(b, "vllm_mode");
+    if (g->vllm_mode_defaulted) mode = 1;
+    if (!use || mode != 1) return 0;
+    char buf[1024];
+    if (url)
+        snprintf(buf, sizeof buf, "%s", json_string_value(url));
+    else
+        snprintf(buf, sizeof buf, "http://%s:%d", host ? json_string_value(host) : "0.0.0.0", port);
+    size_t n = strlen(buf);
+    while (n > 7 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    g->vllm_server_url = xstrdup(buf);
+    return 0;
+}
+
 static int read_loss_type(const Block *b, GrpoLossType *out) {
     static const char *const names[] = {"grpo", "bnpo", "dr_grpo", "dapo"};
     const json_t *v = member(b, "loss_type");
@@ -341,7 +380,14 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
                        key_at(&b, "sync_ref_model"));
     if (g->replay_buffer_size < 0) g->replay_buffer_size = 0; /* <= 0 disables */
     const json_t *rollout = member(&b, "rollout_func");
-    if (rollout && (!json_is_string(rollout) || !strchr(json_string_value(rollout), '.')))
+    /* {callback: NAME}: what the Python API's GRPOTrainer(rollout_func=callable) writes */
+    const json_t *callback = json_is_object(rollout) && json_object_size(rollout) == 1
+                                 ? json_object_get(rollout, "callback")
+                                 : NULL;
+    g->rollout_callback = json_is_string(callback) && *json_string_value(callback);
+    if (g->rollout_callback) rollout = callback;
+    if (rollout && (!json_is_string(rollout) ||
+                    (!g->rollout_callback && !strchr(json_string_value(rollout), '.'))))
         return bad(&b, "rollout_func", "a Python function 'module.function'");
     g->rollout_func = rollout ? json_string_value(rollout) : NULL;
     if (g->rollout_func && g->replay_buffer_size > 0)
@@ -352,6 +398,19 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return err_set("%s: key 'trl.rollout_func': not supported with several processes by "
                        "rlhf.c yet (each would need its own share of the prompts)",
                        b.at);
+    int rc = read_vllm_server(&b, g);
+    if (rc == 0 && g->vllm_server_url && g->rollout_func)
+        rc = err_set("%s: key 'trl.rollout_func' with vllm_mode: server: not supported together "
+                     "by rlhf.c (the rollout function generates with the in-process engine)",
+                     b.at);
+    if (rc == 0 && g->vllm_server_url && shape->world_size > 1)
+        rc = err_set("%s: key 'trl.vllm_mode': server with several processes is not supported "
+                     "by rlhf.c yet (one process generates on the server)",
+                     key_at(&b, "vllm_mode"));
+    if (rc != 0) {
+        grpo_config_free(g);
+        return -1;
+    }
     const json_t *kw = member(&b, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return bad(&b, "chat_template_kwargs", "a mapping");
     g->chat_template_kwargs = kw;
@@ -364,6 +423,8 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
 }
 
 void grpo_config_free(GrpoConfig *g) {
+    free(g->vllm_server_url);
+    g->vllm_server_url = NULL;
     json_decref(g->stop_strings);
     g->stop_strings = NULL;
     free(g->reward_weights);

@@ -40,6 +40,14 @@ typedef struct {
     bool log_completions;
     int num_completions_to_print; /* INT_MAX: all (TRL's None); <= 0: none */
     const char *rollout_func;     /* trl.rollout_func "module.fn" (borrowed); NULL: the sampler */
+    bool rollout_callback;        /* trl.rollout_func {callback: NAME}: rollout_func is NAME, a
+                                     callable an embedding program registered (include/rlhf.h) */
+    /* use_vllm: true with vllm_mode: server: completions come from a running `rlhf serve` at
+     * this base URL ("http://HOST:PORT", or vllm_server_base_url), which the policy's weights
+     * are pushed to before each generation (grpo/vllm_server.h); NULL: the in-process engine */
+    char *vllm_server_url;
+    double vllm_server_timeout;   /* 240: seconds to wait for the server to answer /health/ */
+    bool vllm_mode_defaulted;     /* use_vllm without vllm_mode: server, as Axolotl (it warns) */
     bool sync_ref_model;          /* TR-DPO: the reference follows the policy (TRL's callback) */
     double ref_model_mixup_alpha; /* 0.6: reference = alpha * policy + (1 - alpha) * reference */
     int ref_model_sync_steps;     /* 512: every so many optimizer steps */

@@ -66,12 +66,14 @@ static const char R_EVAL_EXTRA[] =
 static const char R_REMOVED[] =
     "removed upstream (Axolotl refuses any value): see the migration note in Axolotl's docs";
 static const char R_MULTIMODAL[] = "multimodal models: rlhf.c trains text-only causal LMs";
-static const char R_VLLM[] = "rlhf.c generates with its own in-process engine (no vLLM server)";
+static const char R_VLLM[] = "a vLLM engine setting: rlhf.c generates with its own engine (in "
+                             "process, or `rlhf serve` with vllm_mode: server)";
 static const char R_ASYNC_ONLY[] =
     "only Axolotl's async GRPO trainer reads it (Axolotl drops it for the standard trainer, "
     "which is what rlhf.c implements)";
 static const char R_VLLM_BLOCK[] =
-    "the vllm: block configures Axolotl's vLLM server; rlhf.c generates in-process";
+    "the vllm: block configures `axolotl vllm-serve`, which rlhf.c has no counterpart of yet: "
+    "start `rlhf serve MODEL --host H --port P` for vllm_mode: server";
 
 static const KeyStatusRow top_rows[] = {
     /* model and tokenizer */
@@ -567,11 +569,16 @@ static const KeyStatusRow top_rows[] = {
 static const KeyStatusRow trl_rows[] = {
     USED("beta", "the method's beta (every method)"),
     USED_BY("max_completion_length", M_GRPO, "GRPOConfig"),
-    NOOP("use_vllm", "false", R_VLLM),
-    NOOP("vllm_mode", "*", R_VLLM),
-    NOOP("vllm_server_host", "*", R_VLLM),
-    NOOP("vllm_server_port", "*", R_VLLM),
-    NOOP("vllm_server_timeout", "*", R_VLLM),
+    USED_BY("use_vllm", M_GRPO,
+            "GRPOConfig: with vllm_mode: server, generation on `rlhf serve` (grpo/vllm_server.c); "
+            "colocate is the in-process engine"),
+    USED_BY("vllm_mode", M_GRPO, "GRPOConfig: server (rlhf serve) or colocate (in-process)"),
+    USED_BY("vllm_server_host", M_GRPO, "GRPOConfig: the generation server's host"),
+    USED_BY("vllm_server_port", M_GRPO, "GRPOConfig: the generation server's port"),
+    USED_BY("vllm_server_base_url", M_GRPO,
+            "GRPOConfig: the generation server's URL (over host and port)"),
+    USED_BY("vllm_server_timeout", M_GRPO,
+            "GRPOConfig: how long to wait for the server's /health/"),
     REFUSE("vllm_guided_decoding_regex", "",
            "guided (constrained) decoding changes the "
            "completions sampled: not implemented"),
@@ -616,8 +623,9 @@ static const KeyStatusRow trl_rows[] = {
     NOOP("streaming_partial_batch", "*", R_ASYNC_ONLY),
     NOOP("streaming_min_groups", "*", R_ASYNC_ONLY),
     NOOP("vllm_importance_sampling_correction", "*",
-         "generation and training share the weights and kernels here, so there is no "
-         "vLLM/trainer mismatch to correct"),
+         "generation and training share the weights and kernels here (rlhf serve is given the "
+         "trainer's exact weights before each generation), so there is no vLLM/trainer mismatch "
+         "to correct"),
     NOOP("vllm_importance_sampling_mode", "*", "only read with vLLM generation"),
     NOOP("vllm_importance_sampling_cap", "*", "only read with vLLM generation"),
     REFUSE("off_policy_mask_threshold", "",

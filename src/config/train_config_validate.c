@@ -72,6 +72,11 @@ static int validate_grpo(TrainConfig *cfg, double beta) {
     if (grpo_config_read(&cfg->grpo, cfg->trl, cfg->rl == RL_GDPO, beta, &shape, cfg->source,
                          cfg->trl_line, cfg->trl_lines) != 0)
         return -1;
+    if (cfg->grpo.vllm_mode_defaulted) /* Axolotl's warning, word for word */
+        train_config_warn(cfg,
+                          "%s: key 'trl.use_vllm': vllm_mode must be set to either `server` or "
+                          "`colocate` when using vllm, using default value `server`",
+                          cfg->source);
     cfg->beta = cfg->grpo.beta;
     return 0;
 }

@@ -6,6 +6,7 @@
 #include "methods/grpo_advantages.h"
 #include "rollout/generate.h"
 #include "grpo/grpo_share.h"
+#include "grpo/vllm_server.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -194,10 +195,16 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
                            .packed = &r->packed};
     double t0 = clock_seconds();
     int rc = 0;
-    if (r->scripted)
+    if (r->scripted) {
         generate_scripted(r->model->cfg.vocab_size, n_prompts, &opt, comp);
-    else
+    } else if (r->server) { /* the same draws, on the server, with the weights of this step */
+        json_int_t step = json_integer_value(json_object_get(trainer_state, "global_step"));
+        rc = first == 0 ? 0 : err_set("vllm_mode: server: a rank's share of a batch");
+        if (rc == 0) rc = vllm_server_sync(r->server, r->model, trainer_state ? step : -1);
+        if (rc == 0) rc = vllm_server_generate(r->server, prompts, lens, n_prompts, &opt, comp);
+    } else {
         rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
+    }
     double t1 = clock_seconds();
     free(prompts), free(lens);
     if (rc != 0) return err_prefix("GRPO generation");

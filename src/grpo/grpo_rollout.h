@@ -36,6 +36,9 @@ typedef struct GrpoRollout {
     PackedModel packed;
     /* trl.rollout_func: makes the completions in place of the sampler; NULL: none */
     PythonRollout *python;
+    /* vllm_mode: server: the completions come from this server, given the policy's weights
+     * first whenever the trainer's global_step moved (grpo/vllm_server.h); NULL: in-process */
+    struct VllmServer *server;
 } GrpoRollout;
 
 typedef struct {

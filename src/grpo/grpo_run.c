@@ -11,6 +11,7 @@
 #include "grpo/grpo_rollout.h"
 #include "grpo/grpo_trainer.h"
 #include "grpo/replay_buffer.h"
+#include "grpo/vllm_server.h"
 #include "python/py_embed.h"
 #include "rewards/reward_registry.h"
 #include "train/data_order.h"
@@ -361,7 +362,8 @@ int grpo_python_search_path(const TrainConfig *cfg) {
 }
 
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-             const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log) {
+             const RewardCallbacks *callbacks, void *rollout_callable, TrainOutcome *out,
+             FILE *log) {
     GrpoRun r = {.cfg = cfg, .g = &cfg->grpo, .log = log, .order_epoch = -1};
     replay_buffer_init(&r.replay, cfg->grpo.replay_buffer_size);
     int32_t eos = -1, pad = 0;
@@ -377,8 +379,18 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0) rc = reward_funcs_open(r.funcs, r.g->reward_funcs, cfg->source, callbacks);
     bool funcs_open = rc == 0;
     PythonRollout *python = NULL; /* resolved before training: a bad name stops nothing midway */
-    if (rc == 0 && r.g->rollout_func)
-        rc = python_rollout_open(&python, r.g->rollout_func, cfg, tok, eos, pad);
+    if (rc == 0 && r.g->rollout_func) {
+        if (r.g->rollout_callback && !rollout_callable)
+            rc = err_set("%s: key 'trl.rollout_func': {callback: %s} names a function an "
+                         "embedding program passes (rlhf_trainer_set_python_rollout); none was",
+                         cfg->source, r.g->rollout_func);
+        if (rc == 0)
+            rc = python_rollout_open(&python, r.g->rollout_func,
+                                     r.g->rollout_callback ? rollout_callable : NULL, cfg, tok, eos,
+                                     pad);
+    }
+    VllmServer *server = NULL; /* vllm_mode: server: reached before training, or refused */
+    if (rc == 0 && r.g->vllm_server_url) rc = vllm_server_open(&server, r.g, log);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;
@@ -400,7 +412,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .seed = (uint64_t)cfg->seed,
                                   .log = log,
                                   .scripted = test_hook_scripted_completions(),
-                                  .python = python};
+                                  .python = python,
+                                  .server = server};
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
@@ -431,6 +444,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                 r.times.generate_s / steps, r.times.reward_s / steps, r.train_s / steps);
     }
     python_rollout_close(python);
+    vllm_server_close(server);
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
     reference_policy_close(&ref);

@@ -14,10 +14,12 @@
 
 /* Trains m (lora: the adapter to train; NULL: full fine-tuning) in the one training loop
  * (train_loop.h), its steps fed by generation batches. callbacks (may be NULL): reward
- * functions registered by an embedding program ({callback: NAME}); out (may be NULL) receives
- * the outcome. Returns 0, or -1 with an error. */
+ * functions registered by an embedding program ({callback: NAME}); rollout_callable (a
+ * PyObject *, may be NULL): the rollout function trl.rollout_func: {callback: NAME} stands for;
+ * out (may be NULL) receives the outcome. Returns 0, or -1 with an error. */
 int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
-             const RewardCallbacks *callbacks, TrainOutcome *out, FILE *log);
+             const RewardCallbacks *callbacks, void *rollout_callable, TrainOutcome *out,
+             FILE *log);
 
 /* Python modules (reward functions, dataset transforms) are looked up in the working directory
  * first (Axolotl's rule), then next to the config file: `rlhf train examples/grpo.yaml` finds

@@ -146,8 +146,9 @@ static void release(PythonRollout *pr) {
     Py_XDECREF(pr->trainer);
 }
 
-int python_rollout_open(PythonRollout **out, const char *spec, const TrainConfig *cfg,
-                        const Tokenizer *tok, int32_t eos_id, int32_t pad_id) {
+int python_rollout_open(PythonRollout **out, const char *spec, void *callable,
+                        const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id,
+                        int32_t pad_id) {
     *out = NULL;
     PythonRollout *pr = xcalloc(1, sizeof *pr);
     *pr = (PythonRollout){
@@ -157,7 +158,11 @@ int python_rollout_open(PythonRollout **out, const char *spec, const TrainConfig
         free(pr->spec), free(pr);
         return err_prefix("key 'trl.rollout_func' (%s)", spec);
     }
-    int rc = (pr->fn = resolve(spec)) ? 0 : -1;
+    if (callable) {
+        pr->fn = callable;
+        Py_INCREF(pr->fn);
+    }
+    int rc = pr->fn || (pr->fn = resolve(spec)) ? 0 : -1;
     if (rc == 0) {
         PyObject *args = Py_BuildValue("(O)", pr->fn);
         PyObject *kind = call_helper("contract", args);

@@ -60,10 +60,13 @@ typedef struct {
 } RolloutOutput;
 
 /* Resolves spec ("module.fn") and checks it takes one of the two contracts; cfg gives the
- * tokenizer directory and chat template its processing_class uses. Returns 0 with *out, or -1
- * with an error naming trl.rollout_func and spec. */
-int python_rollout_open(PythonRollout **out, const char *spec, const TrainConfig *cfg,
-                        const Tokenizer *tok, int32_t eos_id, int32_t pad_id);
+ * tokenizer directory and chat template its processing_class uses. callable (a PyObject *, or
+ * NULL): the function itself, as an embedding Python program passed it (GRPOTrainer's
+ * rollout_func=); spec is then only its name in messages, and a reference is kept until close.
+ * Returns 0 with *out, or -1 with an error naming trl.rollout_func and spec. */
+int python_rollout_open(PythonRollout **out, const char *spec, void *callable,
+                        const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id,
+                        int32_t pad_id);
 void python_rollout_close(PythonRollout *pr);
 
 /* Calls the function for the n_prompts x G completion rows of dataset rows idx[] (each G

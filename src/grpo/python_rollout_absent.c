@@ -12,9 +12,10 @@ struct PythonRollout {
     int unused;
 };
 
-int python_rollout_open(PythonRollout **out, const char *spec, const TrainConfig *cfg,
-                        const Tokenizer *tok, int32_t eos_id, int32_t pad_id) {
-    (void)cfg, (void)tok, (void)eos_id, (void)pad_id;
+int python_rollout_open(PythonRollout **out, const char *spec, void *callable,
+                        const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id,
+                        int32_t pad_id) {
+    (void)callable, (void)cfg, (void)tok, (void)eos_id, (void)pad_id;
     *out = NULL;
     return err_set("key 'trl.rollout_func': '%s' is a Python rollout function, " PY_EMBED_ABSENT,
                    spec);

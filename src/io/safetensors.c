@@ -185,6 +185,29 @@ done:
     return rc;
 }
 
+/* Invariants 1-4 over the file's bytes base[0..file_len): fills f's tensors. */
+static int parse_bytes(SafetensorsFile *f, const uint8_t *base, uint64_t file_len) {
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; i--)
+        header_len = (header_len << 8) | base[i];
+    if (header_len > MAX_HEADER_BYTES) {
+        err_set("invalid safetensors file: header length %llu exceeds the 100 MB limit",
+                (unsigned long long)header_len);
+        return -1;
+    }
+    if (8 + header_len > file_len) {
+        err_set("invalid safetensors file: header length %llu runs past the end of the file "
+                "(%llu bytes; truncated?)",
+                (unsigned long long)header_len, (unsigned long long)file_len);
+        return -1;
+    }
+    if (header_len == 0 || base[8] != '{') {
+        err_set("invalid safetensors file: header does not start with '{'");
+        return -1;
+    }
+    return parse_header(f, base, header_len, file_len);
+}
+
 int safetensors_open(SafetensorsFile *f, const char *path) {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY);
@@ -208,29 +231,23 @@ int safetensors_open(SafetensorsFile *f, const char *path) {
     f->map = map;
     f->map_len = (size_t)file_len;
 
-    const uint8_t *base = map;
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--)
-        header_len = (header_len << 8) | base[i];
-    if (header_len > MAX_HEADER_BYTES) {
-        err_set("invalid safetensors file: header length %llu exceeds the 100 MB limit",
-                (unsigned long long)header_len);
-        goto fail;
-    }
-    if (8 + header_len > file_len) {
-        err_set("invalid safetensors file: header length %llu runs past the end of the file "
-                "(%llu bytes; truncated?)",
-                (unsigned long long)header_len, (unsigned long long)file_len);
-        goto fail;
-    }
-    if (header_len == 0 || base[8] != '{') {
-        err_set("invalid safetensors file: header does not start with '{'");
-        goto fail;
-    }
-    if (parse_header(f, base, header_len, file_len) != 0) goto fail;
+    if (parse_bytes(f, map, file_len) != 0) goto fail;
     return 0;
 fail:
     err_prefix("%s", path);
+    safetensors_close(f);
+    return -1;
+}
+
+int safetensors_open_buffer(SafetensorsFile *f, const void *data, size_t len, const char *name) {
+    memset(f, 0, sizeof *f);
+    f->path = xstrdup(name);
+    if (len < 8) {
+        err_set("invalid safetensors file: %zu bytes, too short for the 8-byte header length", len);
+    } else if (parse_bytes(f, data, len) == 0) {
+        return 0;
+    }
+    err_prefix("%s", name);
     safetensors_close(f);
     return -1;
 }

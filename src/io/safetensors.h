@@ -59,6 +59,9 @@ size_t safetensors_dtype_size(SafetensorsDtype dt);
 /* Maps and validates `path`. Returns 0, or -1 with an error naming the file and the rule
  * it breaks; on failure *f is left closed. */
 int safetensors_open(SafetensorsFile *f, const char *path);
+/* The same over `len` bytes at `data` (a file's bytes received in memory, e.g. an HTTP body),
+ * which the caller keeps alive and frees after safetensors_close; `name` names it in errors. */
+int safetensors_open_buffer(SafetensorsFile *f, const void *data, size_t len, const char *name);
 void safetensors_close(SafetensorsFile *f);
 
 /* The tensor called `name`, or NULL. */

@@ -20,8 +20,8 @@ int py_embed_add_path(const char *dir) {
     return 0;
 }
 
-int py_embed_keep_callable(void *object, const char *name) {
-    return err_set("reward function %s is a Python callable, " PY_EMBED_ABSENT, name);
+int py_embed_keep_callable(void *object, const char *what) {
+    return err_set("%s is a Python callable, " PY_EMBED_ABSENT, what);
 }
 
 void py_embed_release(void *object) {}

@@ -167,13 +167,13 @@ const char *py_embed_version(void) {
     return PY_EMBED_STR(PY_MAJOR_VERSION) "." PY_EMBED_STR(PY_MINOR_VERSION);
 }
 
-int py_embed_keep_callable(void *object, const char *name) {
+int py_embed_keep_callable(void *object, const char *what) {
     PyGILState_STATE gil;
     if (py_embed_enter(&gil) != 0) return -1;
     bool callable = PyCallable_Check((PyObject *)object);
     if (callable) Py_INCREF((PyObject *)object);
     py_embed_leave(gil);
-    return callable ? 0 : err_set("reward function %s is not callable", name);
+    return callable ? 0 : err_set("%s is not callable", what);
 }
 
 void py_embed_release(void *object) {

@@ -75,10 +75,11 @@ void py_embed_leave(PyGILState_STATE gil);
 int py_embed_add_path(const char *dir);
 
 /* Takes a new reference to `object`, a PyObject * handed over by a program hosting the library
- * in its own interpreter, when it is callable; `name` names it in the error. Returns 0, or -1
+ * in its own interpreter, when it is callable; `what` names it in the error ("reward function
+ * NAME", "rollout function"). Returns 0, or -1
  * with an error (not callable; Python cannot be entered; without Python: PY_EMBED_ABSENT). The
  * caller gives the reference back with py_embed_release. */
-int py_embed_keep_callable(void *object, const char *name);
+int py_embed_keep_callable(void *object, const char *what);
 
 /* Drops one reference to `object` (a PyObject *; NULL: nothing) under the GIL. Once the
  * interpreter has stopped, the object went with it and nothing is done. */

@@ -114,7 +114,8 @@ static int run_method(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
         return kto_task_run(cfg, m, trained, &s->tok, out, log);
     case RL_GRPO:
     case RL_GDPO:
-        return grpo_run(cfg, m, trained, &s->tok, hooks ? hooks->rewards : NULL, out, log);
+        return grpo_run(cfg, m, trained, &s->tok, hooks ? hooks->rewards : NULL,
+                        hooks ? hooks->rollout : NULL, out, log);
     case RL_DPO:
     case RL_IPO:
     case RL_ORPO:

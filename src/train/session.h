@@ -47,7 +47,8 @@ typedef struct {
 /* What an embedding program adds to a run; every member may be NULL. */
 typedef struct {
     const RewardCallbacks *rewards; /* functions named {callback: NAME} in trl.reward_funcs */
-    TrainOutcome *outcome;          /* receives the run's outcome */
+    void *rollout;         /* the Python callable trl.rollout_func: {callback: NAME} stands for */
+    TrainOutcome *outcome; /* receives the run's outcome */
 } TrainHooks;
 
 /* Loads base_model, makes or loads the adapter (adapter: lora) and the tokenizer. Returns 0, or
