@@ -1,5 +1,6 @@
 /* Exact parity with the `tokenizers` library on one fixture tokenizer (run once per directory
- * under tests/fixtures/tokenizers/, made by tools/reference/make_tokenizer_fixtures.py):
+ * under tests/fixtures/tokenizers/, made by tools/reference/make_tokenizer_fixtures.py; the
+ * directories of make_auto_tokenizer_fixtures.py record transformers' AutoTokenizer instead):
  * every corpus string must encode to exactly the recorded ids, with and without special
  * tokens, and decode to exactly the recorded text, with and without skip_special_tokens; plus
  * the recorded decodings of arbitrary id lists. */
@@ -133,7 +134,10 @@ int main(int argc, char **argv) {
           "len(tokenizer) %d", tok.n_tokens);
 
     Jsonl corpus, expected, decode_cases;
-    snprintf(path, sizeof path, "%s/corpus.jsonl", pdir);
+    /* the shared corpus, or the one meta.json names (make_auto_tokenizer_fixtures.py's) */
+    const json_t *corpus_name = json_object_get(meta, "corpus");
+    snprintf(path, sizeof path, "%s/%s", pdir,
+             json_is_string(corpus_name) ? json_string_value(corpus_name) : "corpus.jsonl");
     jsonl_read(path, &corpus);
     snprintf(path, sizeof path, "%s/expected.jsonl", dir);
     jsonl_read(path, &expected);

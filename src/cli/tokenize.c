@@ -166,7 +166,7 @@ static int tokenize_local(int argc, char **argv) {
     }
     Tokenizer tok;
     if (tokenizer_load(&tok, dir) != 0) return cli_fail(err_msg());
-    tokenizer_set_encode_special_tokens(&tok, split_special);
+    if (split_special) tokenizer_set_encode_special_tokens(&tok, true);
     int rc = 0;
     if (file) {
         rc = run_file(&tok, file, decode, special, skip);
