@@ -82,9 +82,7 @@ static const KeyStatusRow top_rows[] = {
     USED("tokenizer_config", R_READ),
     NOOP("tokenizer_use_fast", "true",
          "rlhf.c implements the fast tokenizer (tokenizer.json) only"),
-    NOOP("tokenizer_legacy", "",
-         "only read by slow SentencePiece tokenizers; rlhf.c reads "
-         "tokenizer.json"),
+    USED("tokenizer_legacy", R_READ),
     REFUSE("tokenizer_use_mistral_common", "false",
            "mistral-common tokenizers are not "
            "implemented (tokenizer.json only)"),

@@ -25,6 +25,7 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->gradient_accumulation_steps = 1;
     cfg->num_epochs = 1.0;
     cfg->max_steps = -1;
+    cfg->tokenizer_legacy = -1;
     cfg->learning_rate = NAN; /* required: NAN until set */
     cfg->adam_beta1 = 0.9;
     cfg->adam_beta2 = 0.999;

@@ -26,6 +26,8 @@ It writes, in the format of make_tokenizer_fixtures.py (tests/test_tokenizer_par
                          decode(ids); "decoded_skip" = decode(ids with specials,
                          skip_special_tokens=True) (absent when equal to the previous one)
         decode.jsonl     decode of arbitrary id lists, both skip settings
+        legacy_override.jsonl   (phi3_auto) ids of the first 120 strings with
+                         from_pretrained(dir, legacy=True), Axolotl's tokenizer_legacy: true
         meta.json        versions, the special prefix/suffix, sizes, and how many strings the
                          raw tokenizer.json (tokenizers.Tokenizer.from_file) encodes otherwise:
                          what the fixture tests beyond make_tokenizer_fixtures.py's
@@ -290,6 +292,13 @@ def make_dir(name, make, corpus):
                         "decoder": str(bt.decoder)},
             "strings_tokenizer_json_encodes_otherwise": differ}
     write_json(os.path.join(d, "meta.json"), meta)
+    if name == "phi3_auto":
+        # Axolotl's tokenizer_legacy: true reaches from_pretrained as legacy=True
+        hf_legacy = AutoTokenizer.from_pretrained(d, legacy=True)
+        with open(os.path.join(d, "legacy_override.jsonl"), "w", encoding="utf-8") as fp:
+            for c in corpus[:120]:
+                fp.write(base.dump_line({"ids": hf_legacy.encode(c["text"],
+                                                                 add_special_tokens=False)}) + "\n")
     print(f"{name:24s} {type(hf).__name__:18s} prefix {prefix} suffix {suffix}: {len(corpus)} "
           f"strings, {n_tokens} tokens, tokenizer.json alone differs on {differ}")
 
