@@ -342,69 +342,6 @@ static void test_auto_tokenizer_bad_configs(void) {
     free(text);
 }
 
-/* tokenizer_load_options' legacy override equals AutoTokenizer.from_pretrained(dir, legacy=True)
- * (phi3_auto/legacy_override.jsonl, for the first strings of corpus_auto.jsonl), and differs
- * from the directory's own legacy: false on some of them. */
-static void test_legacy_override(void) {
-    Tokenizer plain, legacy;
-    TokenizerLoadOptions opts = {.legacy = 1};
-    const char *dir = harness_source_path(FIXTURE "phi3_auto");
-    char dcopy[4096];
-    snprintf(dcopy, sizeof dcopy, "%s", dir);
-    if (tokenizer_load(&plain, dcopy) != 0 || tokenizer_load_options(&legacy, dcopy, &opts) != 0) {
-        CHECK(0, "load: %s", err_msg());
-        return;
-    }
-    json_t *corpus = NULL, *want = NULL;
-    char *a, *b;
-    size_t alen, blen;
-    CHECK(read_file(harness_source_path(FIXTURE "corpus_auto.jsonl"), &a, &alen) == 0 &&
-              read_file(harness_source_path(FIXTURE "phi3_auto/legacy_override.jsonl"), &b,
-                        &blen) == 0,
-          "%s", err_msg());
-    size_t n = 0, same = 0, differs = 0;
-    for (char *pa = a, *pb = b; pa < a + alen && pb < b + blen; n++) {
-        char *ea = memchr(pa, '\n', (size_t)(a + alen - pa)),
-             *eb = memchr(pb, '\n', (size_t)(b + blen - pb));
-        json_error_t jerr;
-        corpus = json_loadb(pa, (size_t)(ea - pa), JSON_ALLOW_NUL, &jerr);
-        want = json_loadb(pb, (size_t)(eb - pb), 0, &jerr);
-        pa = ea + 1;
-        pb = eb + 1;
-        if (!corpus || !want || json_object_get(corpus, "hex")) { /* the strings are valid UTF-8 */
-            json_decref(corpus);
-            json_decref(want);
-            continue;
-        }
-        const json_t *t = json_object_get(corpus, "text");
-        int32_t *ids, *ids_plain;
-        size_t nids, nplain;
-        const json_t *w = json_object_get(want, "ids");
-        if (tokenizer_encode(&legacy, json_string_value(t), json_string_length(t), false, &ids,
-                             &nids) == 0 &&
-            tokenizer_encode(&plain, json_string_value(t), json_string_length(t), false, &ids_plain,
-                             &nplain) == 0) {
-            bool eq = nids == json_array_size(w);
-            for (size_t i = 0; eq && i < nids; i++)
-                eq = ids[i] == json_integer_value(json_array_get(w, i));
-            same += eq;
-            CHECK(eq, "legacy override: string %zu \"%s\" differs from transformers", n,
-                  json_string_value(t));
-            differs += nplain != nids || memcmp(ids, ids_plain, nids * sizeof *ids) != 0;
-            free(ids);
-            free(ids_plain);
-        }
-        json_decref(corpus);
-        json_decref(want);
-    }
-    CHECK(n == 120 && same == n && differs > 0, "legacy override: %zu/%zu equal, %zu change", same,
-          n, differs);
-    free(a);
-    free(b);
-    tokenizer_free(&plain);
-    tokenizer_free(&legacy);
-}
-
 /* Encoding the corpus from several threads at once gives the single-thread ids. */
 static void test_threads(void) {
     Tokenizer tok;
@@ -594,7 +531,6 @@ int main(void) {
     test_added_token_ids();
     test_bad_inputs();
     test_auto_tokenizer_bad_configs();
-    test_legacy_override();
     test_threads();
     test_encode_special_tokens();
     test_unicode_classes();

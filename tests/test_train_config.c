@@ -392,7 +392,8 @@ static void test_hub_keys(void) {
 }
 
 /* tokenizer_legacy: unset/null leaves the tokenizer_config.json's value (-1); true/false are
- * passed on; anything else is an error naming the key. */
+ * passed on; anything else is an error naming the key. tokenizer_type: a class rlhf.c builds, or
+ * an error. */
 static void test_tokenizer_legacy(void) {
     static const struct {
         const char *yaml;
@@ -411,6 +412,16 @@ static void test_tokenizer_legacy(void) {
               c.tokenizer_legacy);
         train_config_free(&c);
     }
+    TrainConfig c;
+    CHECK(train_config_load(&c,
+                            write_yaml("type.yaml", BASE "learning_rate: 1e-5\n"
+                                                         "tokenizer_type: LlamaTokenizerFast\n"),
+                            NULL, 0) == 0 &&
+              c.tokenizer_type && strcmp(c.tokenizer_type, "LlamaTokenizerFast") == 0,
+          "tokenizer_type read: %s", err_msg());
+    train_config_free(&c);
+    expect_error("type-bad.yaml", BASE "learning_rate: 1e-5\ntokenizer_type: GemmaTokenizer\n",
+                 "key 'tokenizer_type': \"GemmaTokenizer\" is not built", NULL);
     expect_error("legacy-bad.yaml", BASE "learning_rate: 1e-5\ntokenizer_legacy: \"yes\"\n",
                  "tokenizer_legacy", "expected true or false");
 }

@@ -86,8 +86,7 @@ static const KeyStatusRow top_rows[] = {
     REFUSE("tokenizer_use_mistral_common", "false",
            "mistral-common tokenizers are not "
            "implemented (tokenizer.json only)"),
-    NOOP("tokenizer_type", "\"AutoTokenizer\"|\"PreTrainedTokenizerFast\"",
-         "rlhf.c builds what AutoTokenizer builds from tokenizer.json and tokenizer_config.json"),
+    USED("tokenizer_type", R_READ),
     REFUSE("processor_type", "", R_MULTIMODAL),
     REFUSE("processor_kwargs", "{}", R_MULTIMODAL),
     NOOP("tokenizer_save_jinja_files", "true",

@@ -14,6 +14,7 @@ static const KeySpec key_specs[] = {
     KEY(base_model_config, K_STRING),
     KEY(tokenizer_config, K_STRING),
     KEY(tokenizer_legacy, K_OPT_BOOL),
+    KEY(tokenizer_type, K_STRING),
     KEY(revision_of_model, K_STRING),
     {"model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)}, /* Axolotl's alias */
     {"base_model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)},

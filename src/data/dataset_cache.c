@@ -87,6 +87,7 @@ int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
     fnv1a(&h, &cfg->sequence_len, sizeof cfg->sequence_len);
     fnv1a(&h, &eos_id, sizeof eos_id);
     fnv1a(&h, &cfg->tokenizer_legacy, sizeof cfg->tokenizer_legacy);
+    hash_string(&h, cfg->tokenizer_type);
     char path[4096];
     /* config.json too: its model_type can change the class AutoTokenizer builds */
     const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "config.json"};

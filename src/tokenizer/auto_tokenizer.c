@@ -29,10 +29,19 @@ static int opt_string(const json_t *obj, const char *key, const char **out, cons
     return 0;
 }
 
-/* The class AutoTokenizer picks is LlamaTokenizer (rule 1 of auto_tokenizer.h). */
+static bool is_llama_class(const char *name) {
+    return strcmp(name, "LlamaTokenizer") == 0 || strcmp(name, "LlamaTokenizerFast") == 0;
+}
+
+/* The class AutoTokenizer (or the forced class) builds is LlamaTokenizer (rule 1 of
+ * auto_tokenizer.h). */
 static int picks_llama(const AutoTokenizerInputs *in, const char *json_text, size_t len,
                        bool *out) {
     *out = false;
+    if (in->forced_class && strcmp(in->forced_class, "AutoTokenizer") != 0) {
+        *out = is_llama_class(in->forced_class);
+        return 0;
+    }
     const char *declared = NULL, *model_type = NULL;
     if (opt_string(in->tokenizer_config, "tokenizer_class", &declared, in->config_source) != 0)
         return -1;
@@ -41,9 +50,7 @@ static int picks_llama(const AutoTokenizerInputs *in, const char *json_text, siz
         return -1;
     if (opt_string(in->model_config, "model_type", &model_type, in->model_config_source) != 0)
         return -1;
-    if (!declared ||
-        !(strcmp(declared, "LlamaTokenizer") == 0 || strcmp(declared, "LlamaTokenizerFast") == 0))
-        return 0;
+    if (!declared || !is_llama_class(declared)) return 0;
     /* transformers looks for the text "ByteLevel" (quoted) anywhere in the file */
     if (memmem(json_text, len, "\"ByteLevel\"", 11)) return 0;
     *out = !llama_overridden(model_type);

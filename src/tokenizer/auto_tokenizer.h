@@ -25,6 +25,9 @@
  *  2. Every class: tokenizer_config.json's add_bos_token / add_eos_token are dropped when a
  *     tokenizer.json is present (PreTrainedTokenizerBase._from_pretrained pops them), so the
  *     file's post-processor stays: a Phi-3 folder gets no BOS, a Llama 2 folder its <s>.
+ *     An explicit class (Axolotl's tokenizer_type: getattr(transformers, name).from_pretrained)
+ *     skips the choice: LlamaTokenizer(Fast) always rebuilds, even a byte-level file;
+ *     PreTrainedTokenizerFast / TokenizersBackend read the file as it is.
  *  3. "split_special_tokens": true makes the special added tokens ordinary text
  *     (tokenizer_set_encode_special_tokens).
  *
@@ -43,6 +46,8 @@ typedef struct {
     const json_t *tokenizer_config;  /* tokenizer_config.json */
     const json_t *model_config;      /* config.json */
     int legacy;                      /* -1: as tokenizer_config.json says; else an override */
+    const char *forced_class;        /* NULL: AutoTokenizer's choice; else the class whose
+                                        from_pretrained is called (tokenizer_load_classes) */
     const char *config_source;       /* tokenizer_config.json's path, for messages */
     const char *model_config_source; /* config.json's path, for messages */
 } AutoTokenizerInputs;

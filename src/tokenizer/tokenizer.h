@@ -48,7 +48,13 @@ int tokenizer_load(Tokenizer *tok, const char *path);
 typedef struct {
     int legacy; /* -1: tokenizer_config.json's "legacy"; 0 or 1: that value instead (Axolotl's
                    tokenizer_legacy, passed to from_pretrained as legacy=) */
+    const char *tokenizer_class; /* NULL or "AutoTokenizer": the class AutoTokenizer picks; else
+                                    the class whose from_pretrained loads the directory (Axolotl's
+                                    tokenizer_type): one of tokenizer_load_classes */
 } TokenizerLoadOptions;
+
+/* The class names TokenizerLoadOptions.tokenizer_class may give, NULL-terminated. */
+extern const char *const tokenizer_load_classes[];
 
 /* tokenizer_load with options (NULL: none). */
 int tokenizer_load_options(Tokenizer *tok, const char *path, const TokenizerLoadOptions *opts);

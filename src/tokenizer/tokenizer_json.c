@@ -186,8 +186,22 @@ static int load_optional(const char *dir, const char *name, char *path, size_t c
     return file_exists(path) ? json_load_path(path, root) : 0;
 }
 
+const char *const tokenizer_load_classes[] = {"AutoTokenizer",      "PreTrainedTokenizerFast",
+                                              "TokenizersBackend",  "LlamaTokenizer",
+                                              "LlamaTokenizerFast", NULL};
+
 int tokenizer_load_options(Tokenizer *tok, const char *path, const TokenizerLoadOptions *opts) {
     memset(tok, 0, sizeof *tok);
+    if (opts && opts->tokenizer_class) {
+        bool known = false;
+        for (size_t i = 0; tokenizer_load_classes[i]; i++)
+            known |= strcmp(opts->tokenizer_class, tokenizer_load_classes[i]) == 0;
+        if (!known)
+            return err_set("tokenizer class \"%s\" is not built (expected AutoTokenizer, "
+                           "PreTrainedTokenizerFast, TokenizersBackend, LlamaTokenizer or "
+                           "LlamaTokenizerFast)",
+                           opts->tokenizer_class);
+    }
     char file[4096], config_path[4096], model_config_path[4096];
     bool is_dir = dir_exists(path);
     if (is_dir) {
@@ -222,7 +236,11 @@ int tokenizer_load_options(Tokenizer *tok, const char *path, const TokenizerLoad
     size_t len;
     int rc = read_file(file, &text, &len);
     if (rc == 0) {
-        AutoTokenizerInputs in = {config, model_config, opts ? opts->legacy : -1, config_path,
+        AutoTokenizerInputs in = {config,
+                                  model_config,
+                                  opts ? opts->legacy : -1,
+                                  opts ? opts->tokenizer_class : NULL,
+                                  config_path,
                                   model_config_path};
         rc = load_text(tok, text, len, file, is_dir ? &in : NULL);
         free(text);

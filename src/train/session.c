@@ -60,7 +60,8 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
         fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
                 s->lora.n_params, s->lora.n_params + s->model.n_params,
                 100.0 * (double)s->lora.n_params / (double)(s->lora.n_params + s->model.n_params));
-    TokenizerLoadOptions tok_opts = {.legacy = cfg->tokenizer_legacy};
+    TokenizerLoadOptions tok_opts = {.legacy = cfg->tokenizer_legacy,
+                                     .tokenizer_class = cfg->tokenizer_type};
     if (tokenizer_load_options(&s->tok, cfg->tokenizer_config, &tok_opts) != 0) {
         lora_free(&s->lora);
         model_free(&s->model);

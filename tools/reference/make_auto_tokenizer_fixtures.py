@@ -26,8 +26,10 @@ It writes, in the format of make_tokenizer_fixtures.py (tests/test_tokenizer_par
                          decode(ids); "decoded_skip" = decode(ids with specials,
                          skip_special_tokens=True) (absent when equal to the previous one)
         decode.jsonl     decode of arbitrary id lists, both skip settings
-        legacy_override.jsonl   (phi3_auto) ids of the first 120 strings with
-                         from_pretrained(dir, legacy=True), Axolotl's tokenizer_legacy: true
+        overrides.json   (phi3_auto, mistral_auto_modeltype) ids of the first 120 strings
+                         loaded as Axolotl's tokenizer_legacy / tokenizer_type load them
+                         (from_pretrained(dir, legacy=True), PreTrainedTokenizerFast /
+                         LlamaTokenizerFast.from_pretrained(dir))
         meta.json        versions, the special prefix/suffix, sizes, and how many strings the
                          raw tokenizer.json (tokenizers.Tokenizer.from_file) encodes otherwise:
                          what the fixture tests beyond make_tokenizer_fixtures.py's
@@ -292,15 +294,36 @@ def make_dir(name, make, corpus):
                         "decoder": str(bt.decoder)},
             "strings_tokenizer_json_encodes_otherwise": differ}
     write_json(os.path.join(d, "meta.json"), meta)
-    if name == "phi3_auto":
-        # Axolotl's tokenizer_legacy: true reaches from_pretrained as legacy=True
-        hf_legacy = AutoTokenizer.from_pretrained(d, legacy=True)
-        with open(os.path.join(d, "legacy_override.jsonl"), "w", encoding="utf-8") as fp:
-            for c in corpus[:120]:
-                fp.write(base.dump_line({"ids": hf_legacy.encode(c["text"],
-                                                                 add_special_tokens=False)}) + "\n")
-    print(f"{name:24s} {type(hf).__name__:18s} prefix {prefix} suffix {suffix}: {len(corpus)} "
-          f"strings, {n_tokens} tokens, tokenizer.json alone differs on {differ}")
+    overrides = OVERRIDES.get(name, []) if len(corpus) >= OVERRIDE_ROWS else []
+    if overrides:
+        out = []
+        for opts, load in overrides:
+            hf_o = load(d)
+            ids = [hf_o.encode(c["text"], add_special_tokens=False) for c in corpus[:OVERRIDE_ROWS]]
+            changed = sum(a != json.loads(b)["ids"] for a, b in
+                          zip(ids, open(os.path.join(d, "expected.jsonl"), encoding="utf-8")))
+            assert changed > 0, (name, opts)  # the override must matter on these strings
+            out.append({"options": opts, "class": type(hf_o).__name__, "changed": changed,
+                        "ids": ids})
+        with open(os.path.join(d, "overrides.json"), "w", encoding="utf-8") as fp:
+            json.dump(out, fp, ensure_ascii=False, separators=(",", ":"))
+            fp.write("\n")
+
+
+# Loads with Axolotl's tokenizer_legacy / tokenizer_type (tokenizer_load_options): the ids of
+# the first OVERRIDE_ROWS corpus strings, in <dir>/overrides.json.
+OVERRIDE_ROWS = 120
+OVERRIDES = {
+    "phi3_auto": [
+        ({"legacy": True}, lambda d: AutoTokenizer.from_pretrained(d, legacy=True)),
+        ({"tokenizer_class": "PreTrainedTokenizerFast"},
+         lambda d: transformers.PreTrainedTokenizerFast.from_pretrained(d)),
+    ],
+    "mistral_auto_modeltype": [
+        ({"tokenizer_class": "LlamaTokenizerFast"},
+         lambda d: transformers.LlamaTokenizerFast.from_pretrained(d)),
+    ],
+}
 
 
 def main():
