@@ -58,13 +58,10 @@ static int picks_llama(const AutoTokenizerInputs *in, const char *json_text, siz
 }
 
 /* An optional bool of tokenizer_config.json; null counts as absent. */
-static int config_bool(const AutoTokenizerInputs *in, const char *key, bool dflt, bool *out,
-                       bool *present) {
+static int config_bool(const AutoTokenizerInputs *in, const char *key, bool dflt, bool *out) {
     *out = dflt;
-    if (present) *present = false;
-    int rc = in->tokenizer_config ? json_get_bool(in->tokenizer_config, key, out) : 0;
-    if (rc < 0) return err_prefix("%s", in->config_source);
-    if (present) *present = rc == 1;
+    if (in->tokenizer_config && json_get_bool(in->tokenizer_config, key, out) < 0)
+        return err_prefix("%s", in->config_source);
     return 0;
 }
 
@@ -130,8 +127,8 @@ static int added_tokens_from_config(const json_t *dec, const char *file, json_t 
 /* Rule 1: the backend LlamaTokenizer.__init__ builds. */
 static int rewrite_llama(json_t *root, const AutoTokenizerInputs *in) {
     bool add_prefix_space, legacy;
-    if (config_bool(in, "add_prefix_space", true, &add_prefix_space, NULL) != 0 ||
-        config_bool(in, "legacy", false, &legacy, NULL) != 0)
+    if (config_bool(in, "add_prefix_space", true, &add_prefix_space) != 0 ||
+        config_bool(in, "legacy", false, &legacy) != 0)
         return -1;
     if (in->legacy >= 0) legacy = in->legacy != 0;
     const char *scheme = !add_prefix_space ? "never" : legacy ? "always" : "first";
@@ -168,5 +165,5 @@ int auto_tokenizer_rewrite(json_t *root, const char *json_text, size_t len,
     bool llama;
     if (picks_llama(in, json_text, len, &llama) != 0) return -1;
     if (llama && rewrite_llama(root, in) != 0) return -1;
-    return config_bool(in, "split_special_tokens", false, split_special_tokens, NULL);
+    return config_bool(in, "split_special_tokens", false, split_special_tokens);
 }
