@@ -159,11 +159,92 @@ static int rewrite_llama(json_t *root, const AutoTokenizerInputs *in) {
     return 0;
 }
 
+/* Whether an added token has this content. */
+static bool is_added(const json_t *added, const char *content) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(added, i, t) {
+        const json_t *c = json_object_get(t, "content");
+        if (json_is_string(c) && strcmp(json_string_value(c), content) == 0) return true;
+    }
+    return false;
+}
+
+/* Appends a special token named in tokenizer_config.json (`v`: a string, or a serialized
+ * AddedToken whose flags it keeps) unless an added token already has its content. Its id is
+ * the one added_vocab_build gives every added token, as tokenizers' AddedVocabulary does: its
+ * vocabulary id, else the next id after the vocabulary and the tokens before it. */
+static int add_named(json_t *root, const json_t *v, const char *key, const char *file) {
+    if (!v || json_is_null(v)) return 0;
+    const json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
+    if (!json_is_string(content))
+        return err_set("%s: key '%s': expected a token string or {\"content\": ...}", file, key);
+    const char *s = json_string_value(content);
+    json_t *added = json_object_get(root, "added_tokens");
+    if (!json_is_array(added)) {
+        added = json_array();
+        json_object_set_new(root, "added_tokens", added);
+    }
+    if (*s == '\0' || is_added(added, s)) return 0;
+    json_t *tok = json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", s, "single_word", 0,
+                            "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
+    if (json_is_object(v)) { /* a serialized AddedToken keeps its flags, but is special */
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip", "normalized"};
+        for (size_t f = 0; f < 4; f++)
+            if (json_is_boolean(json_object_get(v, flags[f])))
+                json_object_set(tok, flags[f], json_object_get(v, flags[f]));
+    }
+    json_array_append_new(added, tok);
+    return 0;
+}
+
+/* Rule 4: the special tokens tokenizer_config.json names that no added token has are added, in
+ * transformers' order: bos, eos, unk, sep, pad, cls, mask (LlamaTokenizer's defaults <s>, </s>,
+ * <unk> for keys left out), the model-specific ones (a dict
+ * "extra_special_tokens"), then the extra ones (a list "extra_special_tokens", else
+ * "additional_special_tokens"). */
+static int add_named_special_tokens(json_t *root, const AutoTokenizerInputs *in, bool llama) {
+    static const char *const named[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                        "pad_token", "cls_token", "mask_token"};
+    /* LlamaTokenizer's defaults for a key the config leaves out (null stays none) */
+    static const char *const llama_defaults[] = {"<s>", "</s>", "<unk>", NULL, NULL, NULL, NULL};
+    const json_t *cfg = in->tokenizer_config;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        const json_t *v = json_object_get(cfg, named[i]);
+        json_t *dflt = !v && llama && llama_defaults[i] ? json_string(llama_defaults[i]) : NULL;
+        int rc = add_named(root, dflt ? dflt : v, named[i], in->config_source);
+        json_decref(dflt);
+        if (rc != 0) return -1;
+    }
+    const json_t *extra = json_object_get(cfg, "extra_special_tokens");
+    const json_t *extras = extra;
+    if (json_is_object(extra)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)extra, k, v) {
+            if (add_named(root, v, "extra_special_tokens", in->config_source) != 0) return -1;
+        }
+        extras = NULL;
+    }
+    if (!json_is_array(extras) || json_array_size(extras) == 0)
+        extras = json_object_get(cfg, "additional_special_tokens");
+    if (extras && !json_is_null(extras) && !json_is_array(extras))
+        return err_set("%s: key '%s': expected a list of tokens", in->config_source,
+                       extras == extra ? "extra_special_tokens" : "additional_special_tokens");
+    size_t i;
+    json_t *v;
+    json_array_foreach(extras, i, v) {
+        if (add_named(root, v, "extra_special_tokens", in->config_source) != 0) return -1;
+    }
+    return 0;
+}
+
 int auto_tokenizer_rewrite(json_t *root, const char *json_text, size_t len,
                            const AutoTokenizerInputs *in, bool *split_special_tokens) {
     *split_special_tokens = false;
     bool llama;
     if (picks_llama(in, json_text, len, &llama) != 0) return -1;
     if (llama && rewrite_llama(root, in) != 0) return -1;
+    if (in->tokenizer_config && add_named_special_tokens(root, in, llama) != 0) return -1;
     return config_bool(in, "split_special_tokens", false, split_special_tokens);
 }

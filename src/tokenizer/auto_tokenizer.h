@@ -31,9 +31,13 @@
  *  3. "split_special_tokens": true makes the special added tokens ordinary text
  *     (tokenizer_set_encode_special_tokens).
  *
+ *  4. Special tokens tokenizer_config.json names (bos_token ... mask_token, extra_special_tokens,
+ *     additional_special_tokens) that are not added tokens are added, special, with the ids
+ *     tokenizers gives new tokens (TokenizersBackend.__init__).
+ *
  * Not reproduced (the file is used as it is): other classes that rebuild the backend
- * (GemmaTokenizer, CodeLlamaTokenizer, T5Tokenizer, ...), remote code (auto_map), and
- * special tokens named in tokenizer_config.json that are in neither added-token list. */
+ * (GPT2Tokenizer, Qwen2Tokenizer and GemmaTokenizer build what their published files hold;
+ * CodeLlamaTokenizer, T5Tokenizer, ...), and remote code (auto_map). */
 #ifndef RLHF_TOKENIZER_AUTO_TOKENIZER_H
 #define RLHF_TOKENIZER_AUTO_TOKENIZER_H
 

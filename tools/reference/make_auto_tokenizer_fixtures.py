@@ -80,6 +80,8 @@ LLAMA_CASES = [
     "<|end|>\n\n\nx", "<unk>", "a<unk>b", "<|placeholder1|>", "<|user|>",
     "naïve café 日本語 🤗 ∑ x² ‖ ẞ", "\u00a0non-breaking\u00a0space", "\u3000ideographic",
     "emoji 👩‍👩‍👧‍👦 flags 🇫🇷🇯🇵", "\x00nul\x00", "trailing newline\n", "\r\nwindows\r\n",
+    "a<pad>b", "<pad><pad> x", "x <mask>y", "x<mask> y", "<img>\n<img>", "see <extra1>.",
+    "<extra1><pad></s>", " </s> ",
 ]
 
 CONVERSATIONS = [
@@ -201,6 +203,27 @@ def mistral_model_type():
     return tj, cfg, {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}
 
 
+def sp_named_specials():
+    """Special tokens the config names but the file's added tokens lack: eos_token left out
+    (LlamaTokenizer's default "</s>", a vocabulary entry), pad_token "<pad>" (new), mask_token
+    as a serialized AddedToken (lstrip, normalized), a model-specific image_token (dict
+    extra_special_tokens) and additional_special_tokens."""
+    j = base.sp_train(2500, 250, base.BYTES)
+    model = base.bpe_model(j, unk_token="<unk>", fuse_unk=True, byte_fallback=True)
+    base.legacy_merges(model)
+    added = [base.added(0, "<unk>"), base.added(1, "<s>")]
+    tj = base.tokenizer_json(model, added, PREPEND_REPLACE, None,
+                             base.template(["<s>", "$A"], {"<s>": 1}), base.SP_DECODER)
+    cfg = {"tokenizer_class": "LlamaTokenizer", "legacy": False, "bos_token": "<s>",
+           "unk_token": "<unk>", "pad_token": "<pad>",
+           "mask_token": {"__type": "AddedToken", "content": "<mask>", "lstrip": True,
+                          "rstrip": False, "normalized": True, "single_word": False,
+                          "special": False},
+           "extra_special_tokens": {"image_token": "<img>"},
+           "additional_special_tokens": ["<extra1>"], "clean_up_tokenization_spaces": False}
+    return tj, cfg, None
+
+
 def llama3_declared_llama():
     """A byte-level (Llama 3 style) file whose config still declares LlamaTokenizerFast, as
     DeepSeek-R1-Distill-Llama's does: AutoTokenizer reads the file as it is."""
@@ -215,6 +238,7 @@ FIXTURES = {
     "llama_auto_noprefix": llama_no_prefix_split,
     "mistral_auto_modeltype": mistral_model_type,
     "llama3_auto_declared_llama": llama3_declared_llama,
+    "sp_auto_named_specials": sp_named_specials,
 }
 
 
