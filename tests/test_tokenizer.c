@@ -290,6 +290,63 @@ static void test_bad_inputs(void) {
     tokenizer_free(&tok);
 }
 
+/* A directory's tokenizer_config.json / config.json with a wrong value: the error names the file
+ * and the key, and the tokenizer is left empty. */
+static void test_auto_tokenizer_bad_configs(void) {
+    static const struct {
+        const char *config, *model_config, *want1, *want2;
+    } cases[] = {
+        {"{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": \"yes\"}", NULL,
+         "tokenizer_config.json", "key 'legacy': expected true or false"},
+        {"{\"tokenizer_class\": \"LlamaTokenizer\", \"add_prefix_space\": 1}", NULL,
+         "tokenizer_config.json", "key 'add_prefix_space'"},
+        {"{\"tokenizer_class\": \"LlamaTokenizer\", \"added_tokens_decoder\": {\"x\": "
+         "{\"content\": \"a\"}}}",
+         NULL, "tokenizer_config.json", "added_tokens_decoder[\"x\"]"},
+        {"{\"tokenizer_class\": \"LlamaTokenizer\", \"added_tokens_decoder\": [1]}", NULL,
+         "tokenizer_config.json", "key 'added_tokens_decoder': expected an object"},
+        {"{\"tokenizer_class\": 3}", NULL, "tokenizer_config.json", "key 'tokenizer_class'"},
+        {"{\"split_special_tokens\": \"no\"}", NULL, "tokenizer_config.json",
+         "key 'split_special_tokens'"},
+        {"{\"pad_token\": 5}", NULL, "tokenizer_config.json", "key 'pad_token': expected a token"},
+        {"{\"additional_special_tokens\": \"<x>\"}", NULL, "tokenizer_config.json",
+         "key 'additional_special_tokens': expected a list"},
+        {"{\"extra_special_tokens\": {\"image_token\": [1]}}", NULL, "tokenizer_config.json",
+         "key 'extra_special_tokens'"},
+        {"{\"legacy\": tru", NULL, "tokenizer_config.json:1:", "invalid"},
+        {"[1]", NULL, "tokenizer_config.json", "expected a JSON object"},
+        {"{\"tokenizer_class\": \"LlamaTokenizer\"}", "{\"model_type\": 7}", "config.json",
+         "key 'model_type'"},
+    };
+    char *text;
+    size_t len;
+    if (read_file(harness_source_path(FIXTURE "phi3_auto/tokenizer.json"), &text, &len) != 0) {
+        CHECK(0, "%s", err_msg());
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dcopy[4096], path[4200];
+        snprintf(dcopy, sizeof dcopy, "%s/auto-config-%zu", harness_tmpdir(), i);
+        mkdir(dcopy, 0755);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dcopy);
+        harness_write_file(path, text, len);
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dcopy);
+        harness_write_file(path, cases[i].config, strlen(cases[i].config));
+        if (cases[i].model_config) {
+            snprintf(path, sizeof path, "%s/config.json", dcopy);
+            harness_write_file(path, cases[i].model_config, strlen(cases[i].model_config));
+        }
+        Tokenizer tok;
+        int rc = tokenizer_load(&tok, dcopy);
+        CHECK(rc == -1 && tok.impl == NULL, "case %zu (%s): loaded", i, cases[i].config);
+        CHECK(strstr(err_msg(), cases[i].want1) && strstr(err_msg(), cases[i].want2),
+              "case %zu: message \"%s\" lacks \"%s\" / \"%s\"", i, err_msg(), cases[i].want1,
+              cases[i].want2);
+        tokenizer_free(&tok);
+    }
+    free(text);
+}
+
 /* Encoding the corpus from several threads at once gives the single-thread ids. */
 static void test_threads(void) {
     Tokenizer tok;
@@ -478,6 +535,7 @@ int main(void) {
     test_split_behaviors();
     test_added_token_ids();
     test_bad_inputs();
+    test_auto_tokenizer_bad_configs();
     test_threads();
     test_encode_special_tokens();
     test_unicode_classes();

@@ -1,5 +1,6 @@
 /* Exact parity with the `tokenizers` library on one fixture tokenizer (run once per directory
- * under tests/fixtures/tokenizers/, made by tools/reference/make_tokenizer_fixtures.py):
+ * under tests/fixtures/tokenizers/, made by tools/reference/make_tokenizer_fixtures.py; the
+ * directories of make_auto_tokenizer_fixtures.py record transformers' AutoTokenizer instead):
  * every corpus string must encode to exactly the recorded ids, with and without special
  * tokens, and decode to exactly the recorded text, with and without skip_special_tokens; plus
  * the recorded decodings of arbitrary id lists. */
@@ -102,6 +103,57 @@ static bool same_text(const char *a, size_t na, const json_t *want) {
     return json_string_length(want) == na && memcmp(json_string_value(want), a, na) == 0;
 }
 
+/* <dir>/overrides.json (make_auto_tokenizer_fixtures.py): the directory loaded with
+ * tokenizer_load_options as Axolotl's tokenizer_legacy / tokenizer_type load it must give the ids
+ * transformers gave for the first corpus strings. */
+static void check_overrides(const char *dir, const char *name, const Jsonl *corpus) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/overrides.json", dir);
+    if (!file_exists(path)) return;
+    json_t *all;
+    if (json_load_path(path, &all) != 0) {
+        CHECK(0, "%s", err_msg());
+        return;
+    }
+    size_t k;
+    json_t *o;
+    json_array_foreach(all, k, o) {
+        const json_t *opts = json_object_get(o, "options"), *rows = json_object_get(o, "ids");
+        const json_t *legacy = json_object_get(opts, "legacy");
+        TokenizerLoadOptions lo = {.legacy = legacy ? json_is_true(legacy) : -1,
+                                   .tokenizer_class =
+                                       json_string_value(json_object_get(opts, "tokenizer_class"))};
+        Tokenizer tok;
+        if (tokenizer_load_options(&tok, dir, &lo) != 0) {
+            CHECK(0, "%s: override %zu: %s", name, k, err_msg());
+            continue;
+        }
+        size_t same = 0, n = json_array_size(rows), reports = 0;
+        for (size_t i = 0; i < n && i < corpus->n; i++) {
+            size_t len, n_want, n_got = 0;
+            char *text = row_bytes(corpus->rows[i], &len);
+            int32_t *want = int_array(json_array_get(rows, i), &n_want), *got = NULL;
+            bool ok = tokenizer_encode(&tok, text, len, false, &got, &n_got) == 0 &&
+                      same_ids(got, n_got, want, n_want);
+            same += ok;
+            if (!ok && reports++ < 3) {
+                fprintf(stderr, "%s: override %zu: string %zu \"%s\" differs\n", name, k, i, text);
+                print_ids("want", want, n_want);
+                print_ids("got ", got, n_got);
+            }
+            free(text);
+            free(want);
+            free(got);
+        }
+        CHECK(same == n && n > 0, "%s: override %zu: %zu/%zu strings give transformers' ids", name,
+              k, same, n);
+        printf("%s: override %zu (%s): ids exact on %zu/%zu strings\n", name, k,
+               json_string_value(json_object_get(o, "class")), same, n);
+        tokenizer_free(&tok);
+    }
+    json_decref(all);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
@@ -133,7 +185,10 @@ int main(int argc, char **argv) {
           "len(tokenizer) %d", tok.n_tokens);
 
     Jsonl corpus, expected, decode_cases;
-    snprintf(path, sizeof path, "%s/corpus.jsonl", pdir);
+    /* the shared corpus, or the one meta.json names (make_auto_tokenizer_fixtures.py's) */
+    const json_t *corpus_name = json_object_get(meta, "corpus");
+    snprintf(path, sizeof path, "%s/%s", pdir,
+             json_is_string(corpus_name) ? json_string_value(corpus_name) : "corpus.jsonl");
     jsonl_read(path, &corpus);
     snprintf(path, sizeof path, "%s/expected.jsonl", dir);
     jsonl_read(path, &expected);
@@ -228,6 +283,8 @@ int main(int argc, char **argv) {
            "decode %zu/%zu, decode skip-special %zu/%zu, decode cases %zu/%zu\n",
            name, ok_ids, total, n_tokens, ok_special, total, ok_dec, total, ok_dec_skip, total,
            ok_cases, decode_cases.n);
+
+    check_overrides(dir, name, &corpus);
 
     jsonl_free(&corpus);
     jsonl_free(&expected);

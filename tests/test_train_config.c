@@ -391,7 +391,43 @@ static void test_hub_keys(void) {
                  "'hub_strategy': \"sometimes\" is not one of end, every_save");
 }
 
+/* tokenizer_legacy: unset/null leaves the tokenizer_config.json's value (-1); true/false are
+ * passed on; anything else is an error naming the key. tokenizer_type: a class rlhf.c builds, or
+ * an error. */
+static void test_tokenizer_legacy(void) {
+    static const struct {
+        const char *yaml;
+        int want;
+    } cases[] = {{"", -1},
+                 {"tokenizer_legacy: ~\n", -1},
+                 {"tokenizer_legacy: true\n", 1},
+                 {"tokenizer_legacy: false\n", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, BASE "learning_rate: 1e-5\n%s", cases[i].yaml);
+        TrainConfig c;
+        CHECK(train_config_load(&c, write_yaml("legacy.yaml", text), NULL, 0) == 0, "%s",
+              err_msg());
+        CHECK(c.tokenizer_legacy == cases[i].want, "\"%s\": tokenizer_legacy %d", cases[i].yaml,
+              c.tokenizer_legacy);
+        train_config_free(&c);
+    }
+    TrainConfig c;
+    CHECK(train_config_load(&c,
+                            write_yaml("type.yaml", BASE "learning_rate: 1e-5\n"
+                                                         "tokenizer_type: LlamaTokenizerFast\n"),
+                            NULL, 0) == 0 &&
+              c.tokenizer_type && strcmp(c.tokenizer_type, "LlamaTokenizerFast") == 0,
+          "tokenizer_type read: %s", err_msg());
+    train_config_free(&c);
+    expect_error("type-bad.yaml", BASE "learning_rate: 1e-5\ntokenizer_type: GemmaTokenizer\n",
+                 "key 'tokenizer_type': \"GemmaTokenizer\" is not built", NULL);
+    expect_error("legacy-bad.yaml", BASE "learning_rate: 1e-5\ntokenizer_legacy: \"yes\"\n",
+                 "tokenizer_legacy", "expected true or false");
+}
+
 int main(void) {
+    test_tokenizer_legacy();
     test_hub_dataset_keys();
     test_hub_keys();
     test_preference_keys();

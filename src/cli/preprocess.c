@@ -133,7 +133,9 @@ int cli_preprocess(int argc, char **argv) {
                             .text_only = debug.text_only,
                             .color = isatty(fileno(stdout)) && !getenv("NO_COLOR")};
     const DebugPrinter *p = debug.debug ? &printer : NULL;
-    if (tokenizer_load(&tok, cfg.tokenizer_config) != 0 ||
+    TokenizerLoadOptions tok_opts = {.legacy = cfg.tokenizer_legacy,
+                                     .tokenizer_class = cfg.tokenizer_type};
+    if (tokenizer_load_options(&tok, cfg.tokenizer_config, &tok_opts) != 0 ||
         tokenizer_special_ids(cfg.tokenizer_config, &tok, &eos, &pad) != 0) {
         rc = -1;
     } else {

@@ -1,7 +1,7 @@
 /* rlhf tokenize --tokenizer DIR (--text STR | --file FILE.jsonl) [--decode] [--no-special]
  *               [--skip-special] [--split-special]
- * Encodes text to token ids (or, with --decode, ids to text) with a tokenizer.json, printing
- * JSON. */
+ * Encodes text to token ids (or, with --decode, ids to text) with a tokenizer directory (as
+ * AutoTokenizer loads it) or a tokenizer.json file, printing JSON. */
 #include "cli/commands.h"
 
 #include "common/error.h"
@@ -17,8 +17,10 @@ static const char tokenize_usage[] =
     "usage: rlhf tokenize --tokenizer DIR (--text STR | --file FILE.jsonl) [--decode]\n"
     "                     [--no-special] [--skip-special] [--split-special]\n"
     "\n"
-    "Encodes text with DIR/tokenizer.json (or a tokenizer.json file) and prints the ids as a\n"
-    "JSON array. With --file, each line {\"text\": \"...\"} gives one line {\"ids\": [...]}.\n"
+    "Encodes text with the tokenizer of DIR, as transformers' AutoTokenizer loads it (its\n"
+    "tokenizer.json, tokenizer_config.json and config.json), or with a tokenizer.json file as\n"
+    "it is, and prints the ids as a JSON array. With --file, each line {\"text\": \"...\"}\n"
+    "gives one line {\"ids\": [...]}.\n"
     "Special tokens are added as the tokenizer's post-processor says (like transformers'\n"
     "tokenizer(text)); --no-special leaves them out. --split-special encodes special tokens\n"
     "written in the text (\"<|im_start|>\") as ordinary text (transformers'\n"
@@ -166,7 +168,7 @@ static int tokenize_local(int argc, char **argv) {
     }
     Tokenizer tok;
     if (tokenizer_load(&tok, dir) != 0) return cli_fail(err_msg());
-    tokenizer_set_encode_special_tokens(&tok, split_special);
+    if (split_special) tokenizer_set_encode_special_tokens(&tok, true);
     int rc = 0;
     if (file) {
         rc = run_file(&tok, file, decode, special, skip);

@@ -84,14 +84,11 @@ static const KeyStatusRow top_rows[] = {
     USED("tokenizer_config", R_READ),
     NOOP("tokenizer_use_fast", "true",
          "rlhf.c implements the fast tokenizer (tokenizer.json) only"),
-    NOOP("tokenizer_legacy", "",
-         "only read by slow SentencePiece tokenizers; rlhf.c reads "
-         "tokenizer.json"),
+    USED("tokenizer_legacy", R_READ),
     REFUSE("tokenizer_use_mistral_common", "false",
            "mistral-common tokenizers are not "
            "implemented (tokenizer.json only)"),
-    NOOP("tokenizer_type", "\"AutoTokenizer\"|\"PreTrainedTokenizerFast\"",
-         "rlhf.c builds what AutoTokenizer builds from tokenizer.json and tokenizer_config.json"),
+    USED("tokenizer_type", R_READ),
     REFUSE("processor_type", "", R_MULTIMODAL),
     REFUSE("processor_kwargs", "{}", R_MULTIMODAL),
     NOOP("tokenizer_save_jinja_files", "true",

@@ -50,6 +50,9 @@ typedef struct {
                                 after train_config_resolve_models, the local directory */
     char *base_model_config; /* NULL, or the same model as base_model */
     char *tokenizer_config;  /* default: base_model_config, else base_model */
+    char *tokenizer_type;    /* NULL (AutoTokenizer) or a class of tokenizer_load_classes */
+    int tokenizer_legacy;    /* -1: unset (tokenizer_config.json's "legacy"); 0 or 1: passed to
+                                the tokenizer as AutoTokenizer.from_pretrained(legacy=) */
     char *revision_of_model; /* the Hub revision of a base_model given by id (model_revision) */
     char *base_model_id;     /* set by train_config_resolve_models: the Hub id base_model
                                 came from; NULL when it was a local directory */

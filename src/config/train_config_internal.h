@@ -19,6 +19,7 @@ typedef enum {
     K_INT,
     K_FLOAT, /* a number, or a numeric string ("2e-5", as PyYAML leaves it) */
     K_BOOL,
+    K_OPT_BOOL,     /* true/false into an int that stays -1 when the key is absent or null */
     K_BF16,         /* true/false/"auto"/"full": the CPU computes in fp32 either way */
     K_PATH_OR_BOOL, /* resume_from_checkpoint: true (latest), false, or a path */
     K_RL,

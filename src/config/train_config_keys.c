@@ -13,6 +13,8 @@ static const KeySpec key_specs[] = {
     KEY(base_model, K_STRING),
     KEY(base_model_config, K_STRING),
     KEY(tokenizer_config, K_STRING),
+    KEY(tokenizer_legacy, K_OPT_BOOL),
+    KEY(tokenizer_type, K_STRING),
     KEY(revision_of_model, K_STRING),
     {"model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)}, /* Axolotl's alias */
     {"base_model_revision", K_STRING, offsetof(TrainConfig, revision_of_model)},
@@ -214,6 +216,13 @@ int train_config_set_key(TrainConfig *cfg, const KeySpec *spec, const char *text
         if (quoted || yaml_text_to_bool(text, &v) != 0)
             return err_set("key '%s': expected true or false, got \"%s\"", spec->name, text);
         *(bool *)field = v;
+        return 0;
+    }
+    case K_OPT_BOOL: {
+        bool v;
+        if (quoted || yaml_text_to_bool(text, &v) != 0)
+            return err_set("key '%s': expected true or false, got \"%s\"", spec->name, text);
+        *(int *)field = v;
         return 0;
     }
     case K_BF16: {

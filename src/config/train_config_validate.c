@@ -3,6 +3,7 @@
 #include "config/train_config_internal.h"
 
 #include "dist/dist_launch.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -210,6 +211,16 @@ int train_config_validate(TrainConfig *cfg) {
                        "constant_with_warmup, linear, cosine)",
                        cfg->lr_scheduler);
     if (validate_adapter(cfg) != 0 || validate_preference(cfg) != 0) return -1;
+    if (cfg->tokenizer_type) {
+        bool known_class = false;
+        for (size_t i = 0; tokenizer_load_classes[i]; i++)
+            known_class |= strcmp(cfg->tokenizer_type, tokenizer_load_classes[i]) == 0;
+        if (!known_class)
+            return err_set("key 'tokenizer_type': \"%s\" is not built (AutoTokenizer, "
+                           "PreTrainedTokenizerFast, TokenizersBackend, LlamaTokenizer or "
+                           "LlamaTokenizerFast)",
+                           cfg->tokenizer_type);
+    }
     if (!cfg->tokenizer_config)
         cfg->tokenizer_config =
             xstrdup(cfg->base_model_config ? cfg->base_model_config : cfg->base_model);

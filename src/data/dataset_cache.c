@@ -86,11 +86,14 @@ int dataset_cache_key(const TrainConfig *cfg, int32_t eos_id, uint64_t *key) {
     hash_string(&h, CACHE_MAGIC);
     fnv1a(&h, &cfg->sequence_len, sizeof cfg->sequence_len);
     fnv1a(&h, &eos_id, sizeof eos_id);
+    fnv1a(&h, &cfg->tokenizer_legacy, sizeof cfg->tokenizer_legacy);
+    hash_string(&h, cfg->tokenizer_type);
     char path[4096];
-    const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 2; i++) {
+    /* config.json too: its model_type can change the class AutoTokenizer builds */
+    const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json", "config.json"};
+    for (int i = 0; i < 3; i++) {
         if (path_join(path, sizeof path, cfg->tokenizer_config, tok_files[i]) != 0 ||
-            hash_file(&h, path, i == 1) != 0)
+            hash_file(&h, path, i > 0) != 0)
             return -1;
     }
     /* the chat template choice shapes chat_template datasets */

@@ -6,7 +6,8 @@
  *     hash (hex) of everything that shapes the tokens: each dataset's entry (type and every
  *     option), files and their bytes (a directory: its whole tree; a Hub dataset: the commit
  *     its revision names now), the chat template choice, sequence_len, the tokenizer's
- *     tokenizer.json and tokenizer_config.json bytes, and the EOS id. Any change gives another key,
+ *     tokenizer.json, tokenizer_config.json and config.json bytes, and the EOS id. Any change
+ *     gives another key,
  * so a stale cache is never read.
  *  2. examples.bin is written atomically: "RLHFSFT1", u64 example count, u64 count dropped for
  *     length, then per example u32 length, int32 ids, u8 labels; little-endian. A file that does

@@ -9,10 +9,11 @@
  * strings and runs the decoder chain.
  *
  * What is followed, and what is not:
- *  - tokenizer.json is followed as it is (as `tokenizers` and transformers' fast tokenizers do);
- *    tokenizer_config.json is not read for encoding (transformers 5 ignores its add_bos_token /
- *    add_eos_token for tokenizers loaded from tokenizer.json, and `legacy` only matters for
- *    slow/SentencePiece tokenizers).
+ *  - A tokenizer.json file is followed as it is (as `tokenizers`' Tokenizer.from_file does). A
+ *    directory is loaded as transformers 5's AutoTokenizer loads it: tokenizer_config.json and
+ *    config.json beside tokenizer.json pick the class, and the class may rebuild parts of the
+ *    file (LlamaTokenizer's Metaspace for Llama 2 / Mistral / Phi-3 folders, add_bos_token /
+ *    add_eos_token, split_special_tokens): auto_tokenizer.h lists what is reproduced.
  *  - "truncation" and "padding" are ignored: the trainer truncates and pads by itself.
  *  - Any component we do not implement makes tokenizer_load fail with a message naming it; we
  *    never guess.
@@ -37,12 +38,29 @@ typedef struct {
     int32_t n_tokens;   /* len(tokenizer): vocab + added tokens that are not in the vocab */
 } Tokenizer;
 
-/* Loads `path`: a tokenizer.json file, or a directory holding one. Returns 0, or -1 with an
- * error naming the file and the key that is wrong or unsupported; *tok is then left empty (and
+/* Loads `path`: a tokenizer.json file, or a directory holding one (and maybe
+ * tokenizer_config.json and config.json, read as AutoTokenizer reads them). Returns 0, or -1 with
+ * an error naming the file and the key that is wrong or unsupported; *tok is then left empty (and
  * tokenizer_free on it is harmless). */
 int tokenizer_load(Tokenizer *tok, const char *path);
 
-/* Same, from the JSON text in memory; `source` names it in messages. */
+/* How a directory is loaded beyond its files. */
+typedef struct {
+    int legacy; /* -1: tokenizer_config.json's "legacy"; 0 or 1: that value instead (Axolotl's
+                   tokenizer_legacy, passed to from_pretrained as legacy=) */
+    const char *tokenizer_class; /* NULL or "AutoTokenizer": the class AutoTokenizer picks; else
+                                    the class whose from_pretrained loads the directory (Axolotl's
+                                    tokenizer_type): one of tokenizer_load_classes */
+} TokenizerLoadOptions;
+
+/* The class names TokenizerLoadOptions.tokenizer_class may give, NULL-terminated. */
+extern const char *const tokenizer_load_classes[];
+
+/* tokenizer_load with options (NULL: none). */
+int tokenizer_load_options(Tokenizer *tok, const char *path, const TokenizerLoadOptions *opts);
+
+/* Same as tokenizer_load of a tokenizer.json file, from its JSON text in memory; `source`
+ * names it in messages. */
 int tokenizer_load_json(Tokenizer *tok, const char *json_text, size_t len, const char *source);
 
 void tokenizer_free(Tokenizer *tok);

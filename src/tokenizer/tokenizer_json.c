@@ -1,6 +1,8 @@
 /* Loading tokenizer.json: the top level, and the JSON helpers the component parsers share. */
 #include "tokenizer/tok_internal.h"
 
+#include "tokenizer/auto_tokenizer.h"
+
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
@@ -138,13 +140,23 @@ void tokenizer_free(Tokenizer *tok) {
     tok->vocab_size = tok->n_tokens = 0;
 }
 
-int tokenizer_load_json(Tokenizer *tok, const char *json_text, size_t len, const char *source) {
+/* Builds the tokenizer from tokenizer.json's text; with `in`, after the rewrite of
+ * auto_tokenizer.h (what AutoTokenizer builds from the directory). */
+static int load_text(Tokenizer *tok, const char *json_text, size_t len, const char *source,
+                     const AutoTokenizerInputs *in) {
     memset(tok, 0, sizeof *tok);
     /* Vocabularies may hold "\u0000": allow NUL in strings (all our reads use lengths). */
     json_error_t jerr;
     json_t *root = json_loadb(json_text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root)
         return err_set("%s:%d:%d: invalid JSON: %s", source, jerr.line, jerr.column, jerr.text);
+    bool split_special = false;
+    if (in && (!json_is_object(root) ||
+               auto_tokenizer_rewrite(root, json_text, len, in, &split_special) != 0)) {
+        if (!json_is_object(root)) err_set("%s: expected a JSON object at the top level", source);
+        json_decref(root);
+        return -1;
+    }
     TokenizerImpl *impl = xcalloc(1, sizeof *impl);
     int rc = parse_root(impl, root);
     json_decref(root);
@@ -152,6 +164,7 @@ int tokenizer_load_json(Tokenizer *tok, const char *json_text, size_t len, const
         impl_free(impl);
         return err_prefix("%s", source);
     }
+    impl->encode_special_tokens = split_special;
     tok->impl = impl;
     tok->vocab_size = bpe_vocab_count(impl->bpe);
     /* len(tokenizer): model vocab plus added tokens whose id is not a model id */
@@ -162,10 +175,36 @@ int tokenizer_load_json(Tokenizer *tok, const char *json_text, size_t len, const
     return 0;
 }
 
-int tokenizer_load(Tokenizer *tok, const char *path) {
+int tokenizer_load_json(Tokenizer *tok, const char *json_text, size_t len, const char *source) {
+    return load_text(tok, json_text, len, source, NULL);
+}
+
+/* Reads dir/name when it exists (*root NULL when not). */
+static int load_optional(const char *dir, const char *name, char *path, size_t cap, json_t **root) {
+    *root = NULL;
+    if (path_join(path, cap, dir, name) != 0) return -1;
+    return file_exists(path) ? json_load_path(path, root) : 0;
+}
+
+const char *const tokenizer_load_classes[] = {"AutoTokenizer",      "PreTrainedTokenizerFast",
+                                              "TokenizersBackend",  "LlamaTokenizer",
+                                              "LlamaTokenizerFast", NULL};
+
+int tokenizer_load_options(Tokenizer *tok, const char *path, const TokenizerLoadOptions *opts) {
     memset(tok, 0, sizeof *tok);
-    char file[4096];
-    if (dir_exists(path)) {
+    if (opts && opts->tokenizer_class) {
+        bool known = false;
+        for (size_t i = 0; tokenizer_load_classes[i]; i++)
+            known |= strcmp(opts->tokenizer_class, tokenizer_load_classes[i]) == 0;
+        if (!known)
+            return err_set("tokenizer class \"%s\" is not built (expected AutoTokenizer, "
+                           "PreTrainedTokenizerFast, TokenizersBackend, LlamaTokenizer or "
+                           "LlamaTokenizerFast)",
+                           opts->tokenizer_class);
+    }
+    char file[4096], config_path[4096], model_config_path[4096];
+    bool is_dir = dir_exists(path);
+    if (is_dir) {
         if (path_join(file, sizeof file, path, "tokenizer.json") != 0) return -1;
         if (!file_exists(file))
             return err_set("%s: no tokenizer.json in this directory (only the tokenizer.json "
@@ -175,10 +214,42 @@ int tokenizer_load(Tokenizer *tok, const char *path) {
         if (snprintf(file, sizeof file, "%s", path) >= (int)sizeof file)
             return err_set("%s: path too long", path);
     }
+    /* A directory is what AutoTokenizer.from_pretrained reads: tokenizer_config.json and
+     * config.json beside tokenizer.json decide the class (auto_tokenizer.h). A file is read
+     * as tokenizers.Tokenizer.from_file reads it. */
+    json_t *config = NULL, *model_config = NULL;
+    if (is_dir && (load_optional(path, "tokenizer_config.json", config_path, sizeof config_path,
+                                 &config) != 0 ||
+                   load_optional(path, "config.json", model_config_path, sizeof model_config_path,
+                                 &model_config) != 0)) {
+        json_decref(config);
+        return -1;
+    }
+    if ((config && !json_is_object(config)) || (model_config && !json_is_object(model_config))) {
+        err_set("%s: expected a JSON object",
+                config && !json_is_object(config) ? config_path : model_config_path);
+        json_decref(config);
+        json_decref(model_config);
+        return -1;
+    }
     char *text;
     size_t len;
-    if (read_file(file, &text, &len) != 0) return -1;
-    int rc = tokenizer_load_json(tok, text, len, file);
-    free(text);
+    int rc = read_file(file, &text, &len);
+    if (rc == 0) {
+        AutoTokenizerInputs in = {config,
+                                  model_config,
+                                  opts ? opts->legacy : -1,
+                                  opts ? opts->tokenizer_class : NULL,
+                                  config_path,
+                                  model_config_path};
+        rc = load_text(tok, text, len, file, is_dir ? &in : NULL);
+        free(text);
+    }
+    json_decref(config);
+    json_decref(model_config);
     return rc;
+}
+
+int tokenizer_load(Tokenizer *tok, const char *path) {
+    return tokenizer_load_options(tok, path, NULL);
 }

@@ -60,7 +60,9 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
         fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
                 s->lora.n_params, s->lora.n_params + s->model.n_params,
                 100.0 * (double)s->lora.n_params / (double)(s->lora.n_params + s->model.n_params));
-    if (tokenizer_load(&s->tok, cfg->tokenizer_config) != 0) {
+    TokenizerLoadOptions tok_opts = {.legacy = cfg->tokenizer_legacy,
+                                     .tokenizer_class = cfg->tokenizer_type};
+    if (tokenizer_load_options(&s->tok, cfg->tokenizer_config, &tok_opts) != 0) {
         lora_free(&s->lora);
         model_free(&s->model);
         return -1;
