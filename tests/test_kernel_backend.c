@@ -163,7 +163,7 @@ static void check_dense(const Backend *be) {
     float *dw0 = rand_host((size_t)out_dim * in_dim), *db0 = rand_host(out_dim);
     float *din = poisoned(be, (size_t)n * in_dim), *dw = up(be, dw0, (size_t)out_dim * in_dim);
     float *db = up(be, db0, out_dim);
-    be->linear_backward(be, din, dw, db, d_dout, d_in, d_w, n, in_dim, out_dim);
+    be->linear_backward(be, din, dw, db, d_dout, d_in, (WeightRef){d_w, NULL}, n, in_dim, out_dim);
     double *w_din = calloc((size_t)n * in_dim, sizeof *w_din);
     double *w_dw = calloc((size_t)out_dim * in_dim, sizeof *w_dw), *w_db = calloc(out_dim, 8);
     for (int o = 0; o < out_dim; o++) {
@@ -482,7 +482,7 @@ static void check_lm_head(const Backend *be) {
               "%s: logprob stats row %d: argmax %d mean %g entropy %g, want %d %g %g", be->name, r,
               hs[r].argmax, hs[r].mean_logit, hs[r].entropy, amax[r], mean[r], ent[r]);
     float *dh = poisoned(be, (size_t)n * h), *dW = up(be, dW0, (size_t)V * h);
-    be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, d_W, n, h, V);
+    be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, (WeightRef){d_W, NULL}, n, h, V);
     compare_dev(be, dh, w_dh, (size_t)n * h, 1e-5, "logprob_backward dhidden");
     compare_dev(be, dW, w_dW, (size_t)V * h, 1e-5, "logprob_backward dlm_head");
     void *dev_bufs[] = {d_hid, d_W, d_dl, d_tgt, logp, st, dh, dW};

@@ -111,7 +111,9 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
     p.n_params = memory_plan_model_params(mc);
     uint64_t n_lora = memory_plan_lora_params(cfg, mc);
     p.n_trained = cfg->adapter ? n_lora : p.n_params;
-    p.weights = 4.0 * (double)(p.n_params + n_lora);
+    /* an adapter with bf16: true keeps the frozen base in bf16 (train/session.c) */
+    double base_bytes = cfg->adapter && cfg->bf16 ? 2.0 : 4.0;
+    p.weights = base_bytes * (double)p.n_params + 4.0 * (double)n_lora;
     p.gradients = 4.0 * (double)p.n_trained;
     p.optimizer = optimizer_is_8bit(cfg->optimizer) && !cfg->adapter
                       ? adamw8bit_bytes(mc, p.n_params)
@@ -212,6 +214,8 @@ int memory_plan_check(const MemoryPlan *p, const TrainConfig *cfg) {
     if (!optimizer_is_8bit(cfg->optimizer))
         KNOB("; optimizer: adamw_bnb_8bit (a quarter of the optimizer's %.2f GB)",
              p->optimizer / GB);
+    if (cfg->adapter && !cfg->bf16)
+        KNOB("; bf16: true (the frozen base in bf16: half of %.2f GB)", p->weights / GB);
     if (p->reference > 0 && !cfg->bf16)
         KNOB("; bf16: true (the reference in bf16: half of %.2f GB)", p->reference / GB);
 #undef KNOB

@@ -56,6 +56,18 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
         return -1;
     }
     s->has_lora = cfg->adapter != NULL;
+    /* An adapter over a frozen base with bf16: true keeps the base in bf16, as transformers loads
+     * it with torch_dtype=bfloat16 under Axolotl (peft keeps the adapter fp32): half the memory,
+     * and the gradients flow through the bf16 weights to the adapter (model/backward.c). */
+    if (cfg->adapter && cfg->bf16) {
+        if (model_store_bf16(&s->model) != 0) {
+            lora_free(&s->lora);
+            model_free(&s->model);
+            return err_prefix("%s: bf16: true with adapter: %s: the base model", cfg->source,
+                              cfg->adapter);
+        }
+        fprintf(log, "base model: frozen, its weights kept in bf16 (bf16: true with an adapter)\n");
+    }
     if (cfg->adapter)
         fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
                 s->lora.n_params, s->lora.n_params + s->model.n_params,
