@@ -205,7 +205,7 @@ static void check_kernels(void) {
     float *want = malloc((size_t)n * in_dim * sizeof *want);
     float *got = malloc((size_t)n * in_dim * sizeof *got);
     matmul_backward(want, NULL, NULL, dout, NULL, w, n, in_dim, out_dim);
-    linear_backward(got, NULL, NULL, dout, NULL, (WeightRef){NULL, w16}, n, in_dim, out_dim);
+    linear_backward(got, NULL, NULL, dout, NULL, (WeightRef){.bf16 = w16}, n, in_dim, out_dim);
     double gap = rel_gap(want, got, (size_t)n * in_dim);
     CHECK(gap <= 1e-5, "din through bf16 W (3 panels) off by %.3g", gap);
 
@@ -218,7 +218,7 @@ static void check_kernels(void) {
     for (int r = 0; r < rows; r++)
         dlogp[r] = rand_unit(&seed);
     fused_logprob_backward(want, NULL, dlogp, hidden, target, w, rows, h, vocab);
-    fused_logprob_backward_weights(got, NULL, dlogp, hidden, target, (WeightRef){NULL, w16}, rows,
+    fused_logprob_backward_weights(got, NULL, dlogp, hidden, target, (WeightRef){.bf16 = w16}, rows,
                                    h, vocab);
     gap = rel_gap(want, got, (size_t)rows * h);
     CHECK(gap <= 1e-5, "lm_head dhidden through bf16 W (2 tiles) off by %.3g", gap);

@@ -34,7 +34,8 @@ static const char R_SHARDING[] =
     "AdamW moments (zero_stage: 1 with --nproc N)";
 static const char R_QUANT[] =
     "quantised base weights change the arithmetic and the memory: rlhf.c keeps fp32 weights "
-    "(bf16: true keeps frozen copies in bf16), and has no 4-bit or 8-bit weights";
+    "(bf16: true keeps frozen copies in bf16) and has 4-bit weights only as QLoRA's NF4 "
+    "(adapter: qlora with load_in_4bit: true)";
 static const char R_PRECISION[] =
     "rlhf.c computes in fp32 on the CPU (bf16: true keeps frozen weights in bf16); this "
     "precision switch does not apply";
@@ -110,7 +111,9 @@ static const KeyStatusRow top_rows[] = {
     USED("base_model_revision", "the Hub revision of base_model (io/hub_resolve.c)"),
     NOOP("save_safetensors", "true", "rlhf.c always writes safetensors"),
     REFUSE("load_in_8bit", "false", R_QUANT),
-    REFUSE("load_in_4bit", "false", R_QUANT),
+    USED("load_in_4bit",
+         "with adapter: qlora, the frozen base's layer matrices quantised to NF4 with double "
+         "quantisation at load, as bitsandbytes does for Axolotl's QLoRA (model/model_nf4.c)"),
     USED("adapter", R_READ),
     USED("lora_model_dir", R_READ),
     USED("lora_r", R_READ),

@@ -46,6 +46,7 @@ static const KeySpec key_specs[] = {
     KEY(seed, K_INT),
     KEY(bf16, K_BF16),
     KEY(gradient_checkpointing, K_BOOL),
+    KEY(load_in_4bit, K_BOOL),
     KEY(chat_template, K_STRING),
     KEY(chat_template_jinja, K_STRING),
     KEY(dataset_prepared_path, K_STRING),

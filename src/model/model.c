@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "io/hf_weights.h"
+#include "kernels/cpu/nf4.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +98,11 @@ void model_init_empty(Model *m, ModelConfig *cfg) {
 }
 
 void model_free(Model *m) {
+    if (m->nf4) {
+        for (size_t i = 0; i < (size_t)m->cfg.n_layers * LORA_N_MODULES; i++)
+            nf4_free(&m->nf4[i]);
+        free(m->nf4);
+    }
     free(m->params);
     free(m->params16);
     free(m->params_small);

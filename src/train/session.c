@@ -9,6 +9,7 @@
 #include "io/hub_resolve.h"
 #include "io/model_card.h"
 #include "io/model_dir.h"
+#include "kernels/cpu/nf4.h"
 #include "train/hub_push.h"
 #include "train/output_dir.h"
 #include "train/pref_task.h"
@@ -59,7 +60,21 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     /* An adapter over a frozen base with bf16: true keeps the base in bf16, as transformers loads
      * it with torch_dtype=bfloat16 under Axolotl (peft keeps the adapter fp32): half the memory,
      * and the gradients flow through the bf16 weights to the adapter (model/backward.c). */
-    if (cfg->adapter && cfg->bf16) {
+    /* QLoRA: the layer matrices to NF4 as bitsandbytes quantises them (from their bf16 values
+     * with bf16: true, as transformers loads them with torch_dtype=bfloat16); the embedding,
+     * lm_head, norms and biases kept in bf16 (exact for a bf16 checkpoint). */
+    if (cfg->load_in_4bit) {
+        if (model_store_nf4(&s->model, cfg->bf16) != 0) {
+            lora_free(&s->lora);
+            model_free(&s->model);
+            return err_prefix("%s: load_in_4bit: the base model", cfg->source);
+        }
+        fprintf(log,
+                "base model: frozen, its layer matrices quantised to NF4 (blocks of %d, "
+                "double quantisation) from their %s values, embedding, lm_head and norms "
+                "kept in bf16 (load_in_4bit: true)\n",
+                NF4_BLOCK, cfg->bf16 ? "bf16" : "fp32");
+    } else if (cfg->adapter && cfg->bf16) {
         if (model_store_bf16(&s->model) != 0) {
             lora_free(&s->lora);
             model_free(&s->model);

@@ -131,7 +131,7 @@ static void scratch_free(LogprobScratch *s) {
 void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
                                  const int32_t *target, const float *lm_head, int n_rows, int h,
                                  int vocab) {
-    fused_logprob_forward_weights(logp, stats, hidden, target, (WeightRef){lm_head, NULL}, n_rows,
+    fused_logprob_forward_weights(logp, stats, hidden, target, (WeightRef){.f32 = lm_head}, n_rows,
                                   h, vocab);
 }
 
@@ -167,7 +167,7 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             const float *hidden, const int32_t *target, const float *lm_head,
                             int n_rows, int h, int vocab) {
     fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hidden, target,
-                                   (WeightRef){lm_head, NULL}, n_rows, h, vocab);
+                                   (WeightRef){.f32 = lm_head}, n_rows, h, vocab);
 }
 
 /* A frozen lm_head stored narrower (bf16) is widened one vocabulary tile at a time into `panel`

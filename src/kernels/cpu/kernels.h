@@ -23,7 +23,12 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
 void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const float *bias, int n,
                          int in_dim, int out_dim);
 
-/* matmul_forward or matmul_forward_bf16, as w is stored. */
+/* matmul_forward for a frozen W stored narrower (bf16 or NF4, matmul_frozen.c): widened to fp32
+ * one ~8 MB panel of rows at a time, each panel one BLAS product. */
+void frozen_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
+                           int in_dim, int out_dim);
+
+/* matmul_forward, matmul_forward_bf16 or frozen_linear_forward, as w is stored. */
 void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
                     int out_dim);
 
@@ -155,7 +160,8 @@ int fused_logprob_chunk_rows(int vocab);
 void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
                      const float *w, int n, int in_dim, int out_dim);
 
-/* matmul_backward with W as it is stored (matmul_frozen.c): fp32, or frozen and narrower (bf16),
+/* matmul_backward with W as it is stored (matmul_frozen.c): fp32, or frozen and narrower (bf16,
+ * NF4),
  * then widened panel by panel and dw must be NULL. */
 void linear_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
                      WeightRef w, int n, int in_dim, int out_dim);
