@@ -5,7 +5,12 @@
  *    backward computes what the whole dequantised matrix would; the NF4 base has no gradient, is
  *    neither saved nor merged;
  * 2. the memory plan's weights are the bytes the quantised model holds;
- * 3. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
+ * 3. over a bf16 checkpoint (tests/fixtures/qlora, tools/reference/make_qlora_fixture.py),
+ *    transformers + bitsandbytes' 4-bit load holds the NF4 state rlhf.c computes, bit for bit,
+ *    and a PEFT adapter over it gives peft's log-probs (adapter on and off): those of an fp32
+ *    copy of the dequantised base to fp32 rounding, those of bitsandbytes' own 4-bit matmul
+ *    within its error against that copy;
+ * 4. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
  *    saves loads as a PEFT adapter; bad combinations are clear errors. */
 #include "cli/commands.h"
 #include "common/error.h"
@@ -13,6 +18,7 @@
 #include "common/json_util.h"
 #include "config/train_config.h"
 #include "harness.h"
+#include "io/safetensors.h"
 #include "kernels/cpu/nf4.h"
 #include "model/backward.h"
 #include "model/forward.h"
@@ -162,6 +168,80 @@ static void check_gradients(const char *adapter) {
     model_free(&quant);
 }
 
+static void check_against_peft(void) {
+    Model m;
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/qlora/model")) == 0, "%s", err_msg());
+    CHECK(model_store_nf4(&m, true) == 0, "%s", err_msg());
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, harness_source_path("tests/fixtures/qlora/quant.safetensors")) == 0,
+          "%s", err_msg());
+    const Nf4Weight *q = m.layers[0].wq4;
+    const SafetensorsTensor *packed = safetensors_find(&f, "packed"),
+                            *qabsmax = safetensors_find(&f, "qabsmax"),
+                            *absmax2 = safetensors_find(&f, "absmax2"),
+                            *offset = safetensors_find(&f, "offset");
+    CHECK(packed && qabsmax && absmax2 && offset, "quant.safetensors holds the NF4 state");
+    if (packed && qabsmax && absmax2 && offset)
+        CHECK((size_t)packed->numel == (q->numel + 1) / 2 &&
+                  memcmp(packed->data, q->packed, (size_t)packed->numel) == 0 &&
+                  (size_t)qabsmax->numel == nf4_blocks(q->numel) &&
+                  memcmp(qabsmax->data, q->qabsmax, (size_t)qabsmax->numel) == 0 &&
+                  memcmp(absmax2->data, q->absmax2, (size_t)absmax2->nbytes) == 0 &&
+                  memcmp(offset->data, &q->offset, 4) == 0,
+              "layer 0's q_proj: the NF4 state differs from what transformers + bitsandbytes "
+              "hold after a 4-bit load");
+    safetensors_close(&f);
+
+    json_t *ref;
+    CHECK(json_load_path(harness_source_path("tests/fixtures/qlora/reference.json"), &ref) == 0,
+          "%s", err_msg());
+    json_t *ids = json_object_get(ref, "input_ids"), *mask = json_object_get(ref, "attention_mask");
+    int B = (int)json_array_size(ids), T = (int)json_array_size(json_array_get(ids, 0));
+    int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);
+    uint8_t *attn = malloc((size_t)B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            tokens[b * T + t] =
+                (int32_t)json_integer_value(json_array_get(json_array_get(ids, b), t));
+            attn[b * T + t] =
+                (uint8_t)json_integer_value(json_array_get(json_array_get(mask, b), t));
+        }
+    LoraAdapter a;
+    char adir[4096];
+    snprintf(adir, sizeof adir, "%s", harness_source_path("tests/fixtures/qlora/adapter"));
+    CHECK(lora_load(&a, &m.cfg, adir) == 0, "%s", err_msg());
+    m.lora = &a;
+    TokenBatch batch = {.batch = B, .t_len = T, .tokens = tokens, .attn_mask = attn};
+    float *logp = calloc((size_t)B * T, sizeof *logp);
+    /* exact: over an fp32 copy of the dequantised matrices, fp32 arithmetic as ours; bnb: over
+     * bitsandbytes' own 4-bit matmul, whose error against exact the fixture records */
+    const char *exact[2] = {"token_logp_adapter_dequant", "token_logp_base_dequant"};
+    const char *bnb[2] = {"token_logp_adapter", "token_logp_base"};
+    double bnb_error = json_number_value(json_object_get(ref, "bnb_error"));
+    for (int pass = 0; pass < 2; pass++) {
+        a.enabled = pass == 0;
+        CHECK(model_token_logprobs(&m, &batch, NULL, logp) == 0, "%s", err_msg());
+        double off_exact = 0, off_bnb = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 1; t < T; t++) {
+                if (!attn[b * T + t]) continue;
+                double x = json_number_value(
+                    json_array_get(json_array_get(json_object_get(ref, exact[pass]), b), t));
+                double y = json_number_value(
+                    json_array_get(json_array_get(json_object_get(ref, bnb[pass]), b), t));
+                off_exact = fmax(off_exact, fabs(logp[b * T + t] - x) / fmax(1.0, fabs(x)));
+                off_bnb = fmax(off_bnb, fabs(logp[b * T + t] - y));
+            }
+        CHECK(off_exact <= 1e-5, "%s: off by %.3g", exact[pass], off_exact);
+        CHECK(bnb_error > 0 && off_bnb <= 1.5 * bnb_error,
+              "%s: off by %.3g, bitsandbytes' own error %.3g", bnb[pass], off_bnb, bnb_error);
+    }
+    free(logp), free(tokens), free(attn);
+    json_decref(ref);
+    lora_free(&a);
+    model_free(&m);
+}
+
 static char config[4096];
 
 static int train(const char *const *kv, int n) {
@@ -228,6 +308,7 @@ static void check_dpo_run(void) {
 int main(void) {
     check_gradients("qwen2_qv");
     check_gradients("llama_all_linear");
+    check_against_peft();
     check_dpo_run();
     return harness_finish("test_qlora");
 }
