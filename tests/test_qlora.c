@@ -11,7 +11,7 @@
  *    copy of the dequantised base to fp32 rounding, those of bitsandbytes' own 4-bit matmul
  *    within its error against that copy;
  * 4. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
- *    saves loads as a PEFT adapter; bad combinations are clear errors. */
+ *    saves loads as a PEFT adapter; bad combinations are clear errors; rl: grpo runs over it. */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/float16.h"
@@ -305,10 +305,34 @@ static void check_dpo_run(void) {
           "load_in_4bit with adapter: lora: %s", err_msg());
 }
 
+/* GRPO over the NF4 base: rollouts generate through the NF4 matrices (no packed copy), the
+ * reference is the base with the adapter off (KL 0 at step 1), and the adapter trains. */
+static void check_grpo_run(void) {
+    char text[4096], path[4200];
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
+             "trl:\n  num_generations: 4\n  max_completion_length: 6\n  beta: 0.05\n"
+             "  reward_funcs:\n    - {function: builtin.length, target: 3}\n"
+             "micro_batch_size: 8\nmax_steps: 2\nlearning_rate: 5e-3\nseed: 5\nbf16: true\n"
+             "adapter: qlora\nload_in_4bit: true\nlora_r: 4\nlora_target_linear: true\n",
+             harness_source_path("tests/fixtures/models/llama_text"), harness_write_grpo_prompts());
+    snprintf(path, sizeof path, "%s", harness_tmp_path("grpo_qlora.yaml"));
+    harness_write_file(path, text, strlen(text));
+    const char *out = harness_tmp_path("grpo-qlora-out");
+    char *args[] = {path, "--output_dir", (char *)out};
+    CHECK(cli_train(3, args) == CLI_EXIT_OK, "grpo qlora: %s", err_msg());
+    json_t *m = harness_read_metrics(out);
+    CHECK(json_array_size(m) == 2 && fabs(harness_metric(m, 0, "kl")) < 1e-6,
+          "grpo qlora: 2 steps, step 1 kl %.3g (0: the reference is the base)",
+          harness_metric(m, 0, "kl"));
+    json_decref(m);
+}
+
 int main(void) {
     check_gradients("qwen2_qv");
     check_gradients("llama_all_linear");
     check_against_peft();
     check_dpo_run();
+    check_grpo_run();
     return harness_finish("test_qlora");
 }

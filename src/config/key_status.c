@@ -383,7 +383,9 @@ static const KeyStatusRow top_rows[] = {
     NOOP("float16", "false", R_PRECISION),
     NOOP("tf32", "false|\"auto\"", R_PRECISION),
     NOOP("float32", "*", "rlhf.c computes in fp32"),
-    USED("gradient_checkpointing", R_READ),
+    USED("gradient_checkpointing",
+         "recompute each layer's activations in the backward; unset, it is turned on when the "
+         "memory plan fits only with it (train/session.c)"),
     NOOP("gradient_checkpointing_kwargs", "*",
          "PyTorch checkpointing details (use_reentrant): "
          "rlhf.c recomputes activations its own way"),

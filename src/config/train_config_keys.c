@@ -191,6 +191,9 @@ static int set_string_list(TrainConfig *cfg, const KeySpec *spec, const char *te
 /* Sets a scalar-kind field from text; `quoted` says the YAML scalar was quoted (a string). */
 int train_config_set_key(TrainConfig *cfg, const KeySpec *spec, const char *text, bool quoted) {
     void *field = (char *)cfg + spec->offset;
+    /* an explicit choice the memory plan must not override (train/session.c) */
+    if (spec->offset == offsetof(TrainConfig, gradient_checkpointing))
+        cfg->gradient_checkpointing_set = true;
     switch (spec->kind) {
     case K_STRING:
         free(*(char **)field);

@@ -40,10 +40,24 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
-int train_memory_plan(const TrainConfig *cfg, FILE *log) {
+int train_memory_plan(TrainConfig *cfg, FILE *log) {
     ModelConfig mc;
     if (model_config_load(&mc, cfg->base_model) != 0) return -1;
     MemoryPlan plan = memory_plan_make(cfg, &mc);
+    if (plan.available >= 0 && plan.total > plan.available && !cfg->gradient_checkpointing &&
+        !cfg->gradient_checkpointing_set) {
+        TrainConfig with = *cfg; /* shallow: read by memory_plan_make only */
+        with.gradient_checkpointing = true;
+        MemoryPlan recomputed = memory_plan_make(&with, &mc);
+        if (recomputed.total <= recomputed.available) {
+            fprintf(log,
+                    "gradient_checkpointing: on (not set, and the run fits only with it: "
+                    "activations %.2f GB instead of %.2f GB)\n",
+                    recomputed.activations / 1e9, plan.activations / 1e9);
+            cfg->gradient_checkpointing = true;
+            plan = recomputed;
+        }
+    }
     model_config_free(&mc);
     memory_plan_print(&plan, log);
     return memory_plan_check(&plan, cfg);
@@ -228,11 +242,14 @@ void train_session_close(TrainSession *s) {
     memset(s, 0, sizeof *s);
 }
 
-int train_run(const TrainConfig *cfg, FILE *log) {
+int train_run(const TrainConfig *config, FILE *log) {
     TrainSession s;
+    /* a shallow copy the memory plan may turn gradient checkpointing on in; it owns nothing */
+    TrainConfig run = *config;
+    const TrainConfig *cfg = &run;
     /* before anything is loaded or written: a run that cannot fit, then another run in
      * output_dir, stop this one at once */
-    if (train_memory_plan(cfg, log) != 0) return -1;
+    if (train_memory_plan(&run, log) != 0) return -1;
     if (output_dir_prepare(cfg, log) != 0) return -1;
     if (cfg->push_to_hub && dist_agree(dist_is_root() ? hub_push_init(cfg, log) : 0) != 0)
         return -1;
