@@ -10,7 +10,10 @@
  *    and a PEFT adapter over it gives peft's log-probs (adapter on and off): those of an fp32
  *    copy of the dequantised base to fp32 rounding, those of bitsandbytes' own 4-bit matmul
  *    within its error against that copy;
- * 4. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
+ * 4. model_load_frozen (straight from the checkpoint, no fp32 copy) gives what model_load and
+ *    then model_store_bf16 / model_store_nf4 give: the same NF4 states and the same log-probs, bit
+ *    for bit, on fixture models with biases, q/k norms, tied embeddings, shards, bf16 storage;
+ * 5. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
  *    saves loads as a PEFT adapter; bad combinations are clear errors; rl: grpo runs over it. */
 #include "cli/commands.h"
 #include "common/error.h"
@@ -242,6 +245,39 @@ static void check_against_peft(void) {
     model_free(&m);
 }
 
+static void check_frozen_load(const char *base) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "tests/fixtures/models/%s", base);
+    TokenBatch b = load_batch(base);
+    size_t cells = (size_t)b.batch * b.t_len;
+    for (int nf4 = 0; nf4 < 2; nf4++) {
+        Model want, got;
+        CHECK(model_load(&want, harness_source_path(dir)) == 0, "%s", err_msg());
+        CHECK((nf4 ? model_store_nf4(&want, true) : model_store_bf16(&want)) == 0, "%s", err_msg());
+        CHECK(model_load_frozen(&got, harness_source_path(dir), nf4, true) == 0, "%s: %s", base,
+              err_msg());
+        CHECK(got.params == NULL && (nf4 ? got.nf4 != NULL : got.nf4 == NULL), "%s: frozen storage",
+              base);
+        for (size_t i = 0; nf4 && i < (size_t)got.cfg.n_layers * LORA_N_MODULES; i++) {
+            const Nf4Weight *x = &want.nf4[i], *y = &got.nf4[i];
+            CHECK(x->numel == y->numel && memcmp(x->packed, y->packed, (x->numel + 1) / 2) == 0 &&
+                      memcmp(x->absmax, y->absmax, nf4_blocks(x->numel) * sizeof(float)) == 0 &&
+                      x->offset == y->offset,
+                  "%s: NF4 matrix %zu differs when loaded straight", base, i);
+        }
+        float *lw = calloc(cells, sizeof *lw), *lg = calloc(cells, sizeof *lg);
+        CHECK(model_token_logprobs(&want, &b, NULL, lw) == 0 &&
+                  model_token_logprobs(&got, &b, NULL, lg) == 0,
+              "%s", err_msg());
+        CHECK(memcmp(lw, lg, cells * sizeof *lw) == 0,
+              "%s (%s): log-probs of the straight load differ", base, nf4 ? "nf4" : "bf16");
+        free(lw), free(lg);
+        model_free(&want);
+        model_free(&got);
+    }
+    free((void *)b.tokens), free((void *)b.attn_mask);
+}
+
 static char config[4096];
 
 static int train(const char *const *kv, int n) {
@@ -332,6 +368,10 @@ int main(void) {
     check_gradients("qwen2_qv");
     check_gradients("llama_all_linear");
     check_against_peft();
+    const char *frozen[] = {"qwen2_bias", "qwen3_qknorm", "llama_tied", "llama_sharded",
+                            "llama_bf16"};
+    for (size_t i = 0; i < sizeof frozen / sizeof *frozen; i++)
+        check_frozen_load(frozen[i]);
     check_dpo_run();
     check_grpo_run();
     return harness_finish("test_qlora");

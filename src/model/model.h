@@ -92,6 +92,13 @@ int model_store_bf16(Model *m);
  * unchanged then. */
 int model_store_nf4(Model *m, bool round_bf16);
 
+/* Loads a model directory (as model_load) straight into frozen storage: what model_load and
+ * then model_store_bf16 (nf4 false) or model_store_nf4(m, round_bf16) (nf4 true) compute, the
+ * same values bit for bit (params16 may be laid out more compactly), without ever holding the
+ * fp32 weights: one layer matrix at a time in fp32 at most. Returns 0, or -1 with an error as
+ * model_load's (the model then empty). */
+int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16);
+
 /* model_store_bf16 for all but the layer matrices, which the caller has moved elsewhere (their
  * fp32 pointers are set NULL): the embedding and an untied lm_head in a bf16 block of their own
  * (params16), norms and biases widened from bf16 into params_small; params freed. Returns 0, or

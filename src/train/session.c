@@ -65,38 +65,29 @@ int train_memory_plan(TrainConfig *cfg, FILE *log) {
 
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
-    if (model_load(&s->model, cfg->base_model) != 0) return -1;
-    if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
-        model_free(&s->model);
-        return -1;
-    }
-    s->has_lora = cfg->adapter != NULL;
-    /* An adapter over a frozen base with bf16: true keeps the base in bf16, as transformers loads
-     * it with torch_dtype=bfloat16 under Axolotl (peft keeps the adapter fp32): half the memory,
-     * and the gradients flow through the bf16 weights to the adapter (model/backward.c). */
     /* QLoRA: the layer matrices to NF4 as bitsandbytes quantises them (from their bf16 values
      * with bf16: true, as transformers loads them with torch_dtype=bfloat16); the embedding,
-     * lm_head, norms and biases kept in bf16 (exact for a bf16 checkpoint). */
-    if (cfg->load_in_4bit) {
-        if (model_store_nf4(&s->model, cfg->bf16) != 0) {
-            lora_free(&s->lora);
-            model_free(&s->model);
-            return err_prefix("%s: load_in_4bit: the base model", cfg->source);
-        }
+     * lm_head, norms and biases kept in bf16 (exact for a bf16 checkpoint). An adapter with bf16:
+     * true keeps the base in bf16, as transformers loads it under Axolotl (peft keeps the
+     * adapter fp32); gradients flow through the frozen weights to the adapter
+     * (model/backward.c). Either is read straight from the checkpoint: no fp32 copy. */
+    bool frozen = cfg->load_in_4bit || (cfg->adapter && cfg->bf16);
+    int rc = frozen ? model_load_frozen(&s->model, cfg->base_model, cfg->load_in_4bit, cfg->bf16)
+                    : model_load(&s->model, cfg->base_model);
+    if (rc != 0) return -1;
+    if (cfg->load_in_4bit)
         fprintf(log,
                 "base model: frozen, its layer matrices quantised to NF4 (blocks of %d, "
                 "double quantisation) from their %s values, embedding, lm_head and norms "
                 "kept in bf16 (load_in_4bit: true)\n",
                 NF4_BLOCK, cfg->bf16 ? "bf16" : "fp32");
-    } else if (cfg->adapter && cfg->bf16) {
-        if (model_store_bf16(&s->model) != 0) {
-            lora_free(&s->lora);
-            model_free(&s->model);
-            return err_prefix("%s: bf16: true with adapter: %s: the base model", cfg->source,
-                              cfg->adapter);
-        }
+    else if (frozen)
         fprintf(log, "base model: frozen, its weights kept in bf16 (bf16: true with an adapter)\n");
+    if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
+        model_free(&s->model);
+        return -1;
     }
+    s->has_lora = cfg->adapter != NULL;
     if (cfg->adapter)
         fprintf(log, "trainable params: %zu || all params: %zu || trainable%%: %.4f\n",
                 s->lora.n_params, s->lora.n_params + s->model.n_params,
