@@ -8,8 +8,11 @@
 #include "kernels/cpu/nf4.h"
 #include "model/model_loading.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Values converted at a time for the tensors read in chunks (the embedding: 1 GB of fp32 on a
  * 7B vocabulary otherwise). */
@@ -25,6 +28,20 @@ static int tensor_range(const SafetensorsTensor *t, size_t first, size_t n, floa
     view.ndim = 1;
     view.shape[0] = (int64_t)n;
     return safetensors_to_f32(&view, out);
+}
+
+/* Gives back the pages of the read-only checkpoint mapping that held t: once converted, a
+ * tensor is not read again, and the mapped file would otherwise stay in the process's resident
+ * memory (the whole checkpoint, 15 GB for a 7B model in bf16) until the file is closed. The
+ * mapping is private and never written, so a page shared with the next tensor is simply read
+ * from the file again. */
+static void release_pages(const SafetensorsTensor *t) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !t->nbytes) return;
+    uintptr_t start = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
+    uintptr_t end = (uintptr_t)t->data + t->nbytes;
+    (void)madvise((void *)start, end - start,
+                  MADV_DONTNEED); /* advice: failure costs memory only */
 }
 
 /* Tensor i into bf16 at dst (numel values), through `scratch` (CHUNK_VALUES floats). */
@@ -172,6 +189,7 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
             if (rc == 0)
                 rc = nf4_quantize(&m->nf4[(size_t)l * LORA_N_MODULES + k], scratch, p->numel);
         }
+        if (t) release_pages(t);
     }
     free(scratch);
     if (rc == 0) rc = model_check_no_extra(m, &ck);
