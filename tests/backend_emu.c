@@ -114,11 +114,11 @@ static void emu_linear(const Backend *be, float *out, const float *in, WeightRef
 }
 
 static void emu_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
-                                const float *dout, const float *in, const float *w, int n,
-                                int in_dim, int out_dim) {
+                                const float *dout, const float *in, WeightRef w, int n, int in_dim,
+                                int out_dim) {
     (void)be;
     emu_op_calls[OP_LINEAR_BACKWARD]++;
-    dev(din), dev(dw), dev(dbias), dev(dout), dev(in), dev(w);
+    dev(din), dev(dw), dev(dbias), dev(dout), dev(in), dev(w.f32), dev(w.bf16);
     CPU->linear_backward(CPU, din, dw, dbias, dout, in, w, n, in_dim, out_dim);
 }
 
@@ -246,10 +246,11 @@ static void emu_logprob(const Backend *be, float *logp, LogitStats *stats, const
 
 static void emu_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
                                  const float *dlogp, const float *hidden, const int32_t *target,
-                                 const float *lm_head, int n, int h, int vocab) {
+                                 WeightRef lm_head, int n, int h, int vocab) {
     (void)be;
     emu_op_calls[OP_LOGPROB_BACKWARD]++;
-    dev(dhidden), dev(dlm_head), dev(dlogp), dev(hidden), dev(target), dev(lm_head);
+    dev(dhidden), dev(dlm_head), dev(dlogp), dev(hidden), dev(target), dev(lm_head.f32),
+        dev(lm_head.bf16);
     CPU->logprob_backward(CPU, dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab);
 }
 

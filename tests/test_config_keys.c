@@ -234,9 +234,12 @@ static void test_statuses(void) {
     train_config_free(&c);
 
     CHECK(load("adapter: lora\nlora_r: 8\nload_in_4bit: true\n", &c) != 0 &&
-              strstr(err_msg(), "cfg.yaml:7: key 'load_in_4bit' is not supported") &&
-              strstr(err_msg(), "set it to false"),
+              strstr(err_msg(), "'load_in_4bit': true needs adapter: qlora"),
           "load_in_4bit: true with adapter: lora: %s", err_msg());
+    CHECK(load("adapter: lora\nlora_r: 8\nload_in_8bit: true\n", &c) != 0 &&
+              strstr(err_msg(), "cfg.yaml:7: key 'load_in_8bit' is not supported") &&
+              strstr(err_msg(), "set it to false"),
+          "load_in_8bit: true: %s", err_msg());
     CHECK(load("sample_packing: true\n", &c) != 0 && strstr(err_msg(), "cfg.yaml:5:") &&
               strstr(err_msg(), "sample_packing"),
           "sample_packing: true: %s", err_msg());

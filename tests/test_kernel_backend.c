@@ -145,7 +145,7 @@ static void check_dense(const Backend *be) {
     float *d_bias = up(be, bias, out_dim), *d_dout = up(be, dout, (size_t)n * out_dim);
 
     float *out = poisoned(be, (size_t)n * out_dim);
-    be->linear(be, out, d_in, (WeightRef){d_w, NULL}, NULL, d_bias, n, in_dim, out_dim);
+    be->linear(be, out, d_in, (WeightRef){.f32 = d_w}, NULL, d_bias, n, in_dim, out_dim);
     ref_linear(want, in, w, bias, n, in_dim, out_dim);
     compare_dev(be, out, want, (size_t)n * out_dim, 1e-5, "linear");
 
@@ -155,7 +155,7 @@ static void check_dense(const Backend *be) {
     for (int i = 0; i < out_dim * in_dim; i++)
         w16[i] = f32_to_bf16(w[i]), w16f[i] = bf16_to_f32(w16[i]);
     uint16_t *d_w16 = up_bytes(be, w16, (size_t)out_dim * in_dim * sizeof *w16);
-    be->linear(be, out, d_in, (WeightRef){NULL, d_w16}, NULL, NULL, n, in_dim, out_dim);
+    be->linear(be, out, d_in, (WeightRef){.bf16 = d_w16}, NULL, NULL, n, in_dim, out_dim);
     ref_linear(want, in, w16f, NULL, n, in_dim, out_dim);
     compare_dev(be, out, want, (size_t)n * out_dim, 1e-5, "linear bf16");
 
@@ -163,7 +163,7 @@ static void check_dense(const Backend *be) {
     float *dw0 = rand_host((size_t)out_dim * in_dim), *db0 = rand_host(out_dim);
     float *din = poisoned(be, (size_t)n * in_dim), *dw = up(be, dw0, (size_t)out_dim * in_dim);
     float *db = up(be, db0, out_dim);
-    be->linear_backward(be, din, dw, db, d_dout, d_in, d_w, n, in_dim, out_dim);
+    be->linear_backward(be, din, dw, db, d_dout, d_in, (WeightRef){.f32 = d_w}, n, in_dim, out_dim);
     double *w_din = calloc((size_t)n * in_dim, sizeof *w_din);
     double *w_dw = calloc((size_t)out_dim * in_dim, sizeof *w_dw), *w_db = calloc(out_dim, 8);
     for (int o = 0; o < out_dim; o++) {
@@ -442,7 +442,7 @@ static void check_lm_head(const Backend *be) {
     int32_t *d_tgt = up_bytes(be, tgt, sizeof tgt);
     float *logp = poisoned(be, n);
     LogitStats *st = be->alloc(be, n * sizeof *st, "stats");
-    be->logprob(be, logp, st, d_hid, d_tgt, (WeightRef){d_W, NULL}, n, h, V);
+    be->logprob(be, logp, st, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
     double want[6], mean[6], ent[6], *p = malloc(V * sizeof *p);
     double *w_dh = calloc((size_t)n * h, 8), *w_dW = malloc((size_t)V * h * 8);
     int amax[6];
@@ -482,7 +482,7 @@ static void check_lm_head(const Backend *be) {
               "%s: logprob stats row %d: argmax %d mean %g entropy %g, want %d %g %g", be->name, r,
               hs[r].argmax, hs[r].mean_logit, hs[r].entropy, amax[r], mean[r], ent[r]);
     float *dh = poisoned(be, (size_t)n * h), *dW = up(be, dW0, (size_t)V * h);
-    be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, d_W, n, h, V);
+    be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
     compare_dev(be, dh, w_dh, (size_t)n * h, 1e-5, "logprob_backward dhidden");
     compare_dev(be, dW, w_dW, (size_t)V * h, 1e-5, "logprob_backward dlm_head");
     void *dev_bufs[] = {d_hid, d_W, d_dl, d_tgt, logp, st, dh, dW};
@@ -501,7 +501,7 @@ static void check_gather_scatter(const Backend *be) {
     int32_t *d_ids = up_bytes(be, ids, sizeof ids);
     double *want = malloc((size_t)V * h * sizeof *want);
     float *out = poisoned(be, (size_t)n * h);
-    be->embedding_gather(be, out, (WeightRef){d_table, NULL}, d_ids, n, h);
+    be->embedding_gather(be, out, (WeightRef){.f32 = d_table}, d_ids, n, h);
     for (int r = 0; r < n; r++)
         for (int j = 0; j < h; j++)
             want[r * h + j] = table[ids[r] * h + j];

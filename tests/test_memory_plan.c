@@ -16,6 +16,7 @@
 #include "io/model_dir.h"
 #include "model/model.h"
 #include "train/memory_plan.h"
+#include "train/session.h"
 
 #include <dirent.h>
 #include <spawn.h>
@@ -249,10 +250,47 @@ static void check_refusal(void) {
     CHECK(p.available > 0, "free memory unknown on this machine");
 }
 
+/* A run that fits only with gradient checkpointing gets it when the config leaves it unset, and
+ * is refused when the config says gradient_checkpointing: false. */
+static void check_auto_checkpointing(void) {
+    const char *cfg = write_config("auto_gc.yaml", "models/tiny-arith", harness_tmp_path("gc"));
+    char path[4096];
+    snprintf(path, sizeof path, "%s", cfg);
+    TrainConfig c;
+    ModelConfig mc;
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(model_config_load(&mc, c.base_model) == 0, "%s", err_msg());
+    MemoryPlan off = memory_plan_make(&c, &mc);
+    c.gradient_checkpointing = true;
+    MemoryPlan on = memory_plan_make(&c, &mc);
+    model_config_free(&mc);
+    train_config_free(&c);
+    CHECK(on.total < off.total, "checkpointing shrinks the plan (%.0f vs %.0f)", on.total,
+          off.total);
+    char mb[64];
+    snprintf(mb, sizeof mb, "%.3f", (on.total + off.total) / 2 / (1024.0 * 1024.0));
+    setenv("RLHF_TEST_MEMORY_AVAILABLE_MB", mb, 1);
+    FILE *log = fopen("/dev/null", "w");
+    CHECK(train_config_load(&c, path, NULL, 0) == 0, "%s", err_msg());
+    CHECK(train_memory_plan(&c, log) == 0 && c.gradient_checkpointing,
+          "unset, and needed: gradient checkpointing turned on (%s)", err_msg());
+    train_config_free(&c);
+    const char *args[] = {"gradient_checkpointing", "false"};
+    CHECK(train_config_load(&c, path, args, 1) == 0, "%s", err_msg());
+    err_clear();
+    CHECK(train_memory_plan(&c, log) != 0 && !c.gradient_checkpointing &&
+              strstr(err_msg(), "gradient_checkpointing: true"),
+          "gradient_checkpointing: false is kept, and the run refused: %s", err_msg());
+    train_config_free(&c);
+    fclose(log);
+    unsetenv("RLHF_TEST_MEMORY_AVAILABLE_MB");
+}
+
 int main(void) {
     CHECK(chdir(harness_source_path(".")) == 0, "cd to the source tree");
     check_param_counts();
     check_refusal();
+    check_auto_checkpointing();
     check_against_peak_rss();
     return harness_finish("test_memory_plan");
 }

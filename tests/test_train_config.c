@@ -208,7 +208,9 @@ static void test_errors(void) {
                  "warm.yaml", "mutually exclusive");
     expect_error("neg.yaml", BASE "learning_rate: -1e-5\n", "neg.yaml", "must be positive");
     expect_error("qlora.yaml", BASE "learning_rate: 1\nadapter: qlora\nlora_r: 8\n", "qlora.yaml",
-                 "qlora needs 4-bit");
+                 "Require cfg.load_in_4bit to be True for qlora");
+    expect_error("4bit.yaml", BASE "learning_rate: 1\nload_in_4bit: true\n", "4bit.yaml",
+                 "not supported without setting an adapter");
     expect_error("adapter.yaml", BASE "learning_rate: 1\nadapter: ia3\n", "adapter.yaml",
                  "'adapter': \"ia3\" is not supported");
     expect_error("nor.yaml", BASE "learning_rate: 1\nadapter: lora\n", "nor.yaml",

@@ -34,7 +34,8 @@ static const char R_SHARDING[] =
     "AdamW moments (zero_stage: 1 with --nproc N)";
 static const char R_QUANT[] =
     "quantised base weights change the arithmetic and the memory: rlhf.c keeps fp32 weights "
-    "(bf16: true keeps frozen copies in bf16), and has no 4-bit or 8-bit weights";
+    "(bf16: true keeps frozen copies in bf16) and has 4-bit weights only as QLoRA's NF4 "
+    "(adapter: qlora with load_in_4bit: true)";
 static const char R_PRECISION[] =
     "rlhf.c computes in fp32 on the CPU (bf16: true keeps frozen weights in bf16); this "
     "precision switch does not apply";
@@ -109,7 +110,9 @@ static const KeyStatusRow top_rows[] = {
     USED("base_model_revision", "the Hub revision of base_model (io/hub_resolve.c)"),
     NOOP("save_safetensors", "true", "rlhf.c always writes safetensors"),
     REFUSE("load_in_8bit", "false", R_QUANT),
-    REFUSE("load_in_4bit", "false", R_QUANT),
+    USED("load_in_4bit",
+         "with adapter: qlora, the frozen base's layer matrices quantised to NF4 with double "
+         "quantisation at load, as bitsandbytes does for Axolotl's QLoRA (model/model_nf4.c)"),
     USED("adapter", R_READ),
     USED("lora_model_dir", R_READ),
     USED("lora_r", R_READ),
@@ -379,7 +382,9 @@ static const KeyStatusRow top_rows[] = {
     NOOP("float16", "false", R_PRECISION),
     NOOP("tf32", "false|\"auto\"", R_PRECISION),
     NOOP("float32", "*", "rlhf.c computes in fp32"),
-    USED("gradient_checkpointing", R_READ),
+    USED("gradient_checkpointing",
+         "recompute each layer's activations in the backward; unset, it is turned on when the "
+         "memory plan fits only with it (train/session.c)"),
     NOOP("gradient_checkpointing_kwargs", "*",
          "PyTorch checkpointing details (use_reentrant): "
          "rlhf.c recomputes activations its own way"),

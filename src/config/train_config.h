@@ -86,6 +86,9 @@ typedef struct {
     int64_t seed;                 /* 42 */
     bool bf16; /* frozen weights (a reference model) kept in bf16; the arithmetic stays fp32 */
     bool gradient_checkpointing;
+    bool gradient_checkpointing_set; /* the key was given: the memory plan leaves it alone */
+    /* QLoRA (adapter: qlora): the frozen base's layer matrices quantised to NF4 at load */
+    bool load_in_4bit;
     /* Over several processes (mpirun): 1 shards the AdamW moments over the ranks (DeepSpeed's
      * ZeRO stage 1: zero_optimization.stage); 0 (default) keeps them whole on every rank */
     int64_t zero_stage;

@@ -48,6 +48,7 @@ static const KeySpec key_specs[] = {
     KEY(seed, K_INT),
     KEY(bf16, K_BF16),
     KEY(gradient_checkpointing, K_BOOL),
+    KEY(load_in_4bit, K_BOOL),
     KEY(chat_template, K_STRING),
     KEY(chat_template_jinja, K_STRING),
     KEY(dataset_prepared_path, K_STRING),
@@ -192,6 +193,9 @@ static int set_string_list(TrainConfig *cfg, const KeySpec *spec, const char *te
 /* Sets a scalar-kind field from text; `quoted` says the YAML scalar was quoted (a string). */
 int train_config_set_key(TrainConfig *cfg, const KeySpec *spec, const char *text, bool quoted) {
     void *field = (char *)cfg + spec->offset;
+    /* an explicit choice the memory plan must not override (train/session.c) */
+    if (spec->offset == offsetof(TrainConfig, gradient_checkpointing))
+        cfg->gradient_checkpointing_set = true;
     switch (spec->kind) {
     case K_STRING:
         free(*(char **)field);

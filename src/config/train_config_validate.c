@@ -19,6 +19,15 @@ static int validate_adapter(TrainConfig *cfg) {
     bool lora_keys = cfg->lora_r != -1 || !isnan(cfg->lora_alpha) || cfg->lora_dropout != 0 ||
                      cfg->n_lora_target_modules || cfg->lora_target_linear ||
                      cfg->peft_use_rslora || cfg->lora_model_dir;
+    if (cfg->load_in_4bit && !cfg->adapter) /* Axolotl's own words */
+        return err_set("key 'load_in_4bit': load_in_8bit and load_in_4bit are not supported "
+                       "without setting an adapter for training. If you want to full finetune, "
+                       "please turn off load_in_8bit and load_in_4bit.");
+    if (cfg->load_in_4bit && strcmp(cfg->adapter, "qlora") != 0)
+        return err_set("key 'load_in_4bit': true needs adapter: qlora (rlhf.c quantises to NF4 "
+                       "with double quantisation, as Axolotl configures bitsandbytes for QLoRA), "
+                       "not adapter: %s",
+                       cfg->adapter);
     if (!cfg->adapter) {
         if (lora_keys)
             train_config_warn(cfg,
@@ -27,11 +36,11 @@ static int validate_adapter(TrainConfig *cfg) {
                               cfg->source);
         return 0;
     }
-    if (strcmp(cfg->adapter, "qlora") == 0)
-        return err_set("key 'adapter': qlora needs 4-bit quantised base weights, which rlhf.c "
-                       "does not have; use adapter: lora");
-    if (strcmp(cfg->adapter, "lora") != 0)
-        return err_set("key 'adapter': \"%s\" is not supported (lora)", cfg->adapter);
+    if (strcmp(cfg->adapter, "qlora") == 0 && !cfg->load_in_4bit)
+        return err_set("key 'adapter': qlora: Require cfg.load_in_4bit to be True for qlora "
+                       "(set load_in_4bit: true)");
+    if (strcmp(cfg->adapter, "lora") != 0 && strcmp(cfg->adapter, "qlora") != 0)
+        return err_set("key 'adapter': \"%s\" is not supported (lora, qlora)", cfg->adapter);
     if (!cfg->lora_model_dir && cfg->lora_r == -1)
         return err_set("key 'lora_r': missing (the adapter's rank, required with adapter: lora)");
     if (cfg->lora_r != -1 && cfg->lora_r <= 0)

@@ -70,11 +70,12 @@ struct Backend {
     void (*linear)(const Backend *be, float *out, const float *in, WeightRef w,
                    const struct PackedWeight *packed, const float *bias, int n, int in_dim,
                    int out_dim);
-    /* Its backward with W in fp32 (a trained or frozen fp32 model): din (N, in_dim) written =
-     * dout · W; dw (out_dim, in_dim) accumulated += dout^T · in; dbias (out_dim) accumulated +=
-     * column sums of dout. Any of din, dw, dbias may be NULL. */
+    /* Its backward: din (N, in_dim) written = dout · W; dw (out_dim, in_dim) accumulated +=
+     * dout^T · in; dbias (out_dim) accumulated += column sums of dout. Any of din, dw, dbias may
+     * be NULL; dw only with W in fp32 (a frozen W stored narrower, bf16 or NF4, has no
+     * gradient: din flows through it in fp32 arithmetic to an adapter). */
     void (*linear_backward)(const Backend *be, float *din, float *dw, float *dbias,
-                            const float *dout, const float *in, const float *w, int n, int in_dim,
+                            const float *dout, const float *in, WeightRef w, int n, int in_dim,
                             int out_dim);
     /* LoRA's term, accumulated: out (N, out_dim) += scaling * (drop(in) A^T) B^T, A (r, in_dim),
      * B (out_dim, r); drop() is inverted dropout with probability dropout_p whose mask is a pure
@@ -141,10 +142,10 @@ struct Backend {
     void (*logprob)(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
                     const int32_t *target, WeightRef lm_head, int n, int h, int vocab);
     /* Gradient of Σ dlogp[r] logp[r]: dhidden (N, h) written, dlm_head (V, h) accumulated (may
-     * be NULL); W in fp32. */
+     * be NULL, and must be with a frozen bf16 W). */
     void (*logprob_backward)(const Backend *be, float *dhidden, float *dlm_head, const float *dlogp,
-                             const float *hidden, const int32_t *target, const float *lm_head,
-                             int n, int h, int vocab);
+                             const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                             int h, int vocab);
 
     /* ---- gathers and scatters ---- */
     /* out (N, h) written: row r = table row ids[r] (int32 N, in [0, V)), widened from bf16. */

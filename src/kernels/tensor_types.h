@@ -6,11 +6,15 @@
 
 #include <stdint.h>
 
+struct Nf4Weight; /* kernels/cpu/nf4.h: bitsandbytes' NF4 blocks (host struct) */
+
 /* A weight matrix (out_dim, in_dim), row-major: fp32, or bf16 for a frozen model kept in bf16
- * (model_store_bf16). Exactly one of the two is set. */
+ * (model_store_bf16), or NF4 for a frozen base quantised as QLoRA does (model_store_nf4).
+ * Exactly one of the three is set. */
 typedef struct {
     const float *f32;
     const uint16_t *bf16;
+    const struct Nf4Weight *nf4;
 } WeightRef;
 
 /* Rows of q/k/v that attend as one sequence. Its own rows start .. start+len-1 are queries and

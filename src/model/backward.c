@@ -77,20 +77,23 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
 #define G(p) grad_of(m, grads, (p))
 
     /* MLP block: x_out = x_mid + down(silu(gate(xn)) * up(xn)), xn = norm(x_mid) */
-    be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), dx, a->act, w->w_down, n, I, H);
+    be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), dx, a->act,
+                        LAYER_WEIGHT(w, w_down), n, I, H);
     lora_back(m, l, LORA_DOWN, g->dact, dx, a->act, n, lora_grads);
     be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
     be->rmsnorm(be, a->xn, a->x_mid, w->post_norm, n, H, eps);
-    be->linear_backward(be, g->dxn, G(w->w_gate), G(w->b_gate), g->dact, a->xn, w->w_gate, n, H, I);
+    be->linear_backward(be, g->dxn, G(w->w_gate), G(w->b_gate), g->dact, a->xn,
+                        LAYER_WEIGHT(w, w_gate), n, H, I);
     lora_back(m, l, LORA_GATE, g->dxn, g->dact, a->xn, n, lora_grads);
-    be->linear_backward(be, g->tmp, G(w->w_up), G(w->b_up), g->dup, a->xn, w->w_up, n, H, I);
+    be->linear_backward(be, g->tmp, G(w->w_up), G(w->b_up), g->dup, a->xn, LAYER_WEIGHT(w, w_up), n,
+                        H, I);
     lora_back(m, l, LORA_UP, g->tmp, g->dup, a->xn, n, lora_grads);
     be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
     be->rmsnorm_backward(be, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H, eps);
     be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
 
     /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in) */
-    be->linear_backward(be, g->datt, G(w->wo), G(w->bo), dx, a->att, w->wo, n, qd, H);
+    be->linear_backward(be, g->datt, G(w->wo), G(w->bo), dx, a->att, LAYER_WEIGHT(w, wo), n, qd, H);
     lora_back(m, l, LORA_O, g->datt, dx, a->att, n, lora_grads);
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
     be->attention_backward(be, g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, dev->segs,
@@ -104,12 +107,15 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                              hd, eps);
     }
     be->rmsnorm(be, a->xn, a->x_in, w->input_norm, n, H, eps);
-    be->linear_backward(be, g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, w->wq, n, H, qd);
+    be->linear_backward(be, g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, LAYER_WEIGHT(w, wq), n, H,
+                        qd);
     lora_back(m, l, LORA_Q, g->dxn, g->dq, a->xn, n, lora_grads);
-    be->linear_backward(be, g->tmp, G(w->wk), G(w->bk), g->dk, a->xn, w->wk, n, H, kvd);
+    be->linear_backward(be, g->tmp, G(w->wk), G(w->bk), g->dk, a->xn, LAYER_WEIGHT(w, wk), n, H,
+                        kvd);
     lora_back(m, l, LORA_K, g->tmp, g->dk, a->xn, n, lora_grads);
     be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
-    be->linear_backward(be, g->tmp, G(w->wv), G(w->bv), g->dv, a->xn, w->wv, n, H, kvd);
+    be->linear_backward(be, g->tmp, G(w->wv), G(w->bv), g->dv, a->xn, LAYER_WEIGHT(w, wv), n, H,
+                        kvd);
     lora_back(m, l, LORA_V, g->tmp, g->dv, a->xn, n, lora_grads);
     be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
     be->rmsnorm_backward(be, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H, eps);
@@ -123,7 +129,9 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     const ModelConfig *c = &m->cfg;
     const TokenBatch *b = &tape->batch;
     size_t n = tape->n, H = (size_t)c->hidden_size, cells = (size_t)b->batch * b->t_len;
-    if (m->params16) return err_set("a model kept in bf16 is frozen: it has no backward pass");
+    /* a base kept in bf16 is frozen: gradients flow through it to an adapter, none into it */
+    if (m->params16 && grads)
+        return err_set("a model kept in bf16 is frozen: only an adapter over it trains");
     float *dx = be->alloc(be, (n ? n : 1) * H * sizeof(float), "backward residual gradient");
     LayerGrads g = {0};
     if (!dx || layer_grads_alloc(be, &g, c, n ? n : 1) != 0) {
@@ -156,7 +164,7 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
         be->rows_gather(be, rows, tape->hidden, from_dev, (int)n_sel, (int)H);
         model_scale_logit_rows(m, rows, n_sel, H); /* the lm_head saw row / T ... */
         be->logprob_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows, targets_dev,
-                             m->lm_head, (int)n_sel, (int)H, c->vocab_size);
+                             model_lm_head(m), (int)n_sel, (int)H, c->vocab_size);
         model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
         float *dhidden = g.tmp;
         be->memset(be, dhidden, 0, n * H * sizeof(float));

@@ -185,7 +185,7 @@ static void forward_setup_free(const Backend *be, ForwardSetup *fs) {
 
 static void embed_rows(const Model *m, const LayoutMirror *dev, size_t n, float *x) {
     const Backend *be = model_backend(m);
-    WeightRef table = {m->embed, m->embed16};
+    WeightRef table = {.f32 = m->embed, .bf16 = m->embed16};
     be->embedding_gather(be, x, table, dev->tokens, (int)n, m->cfg.hidden_size);
 }
 

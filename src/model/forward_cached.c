@@ -146,7 +146,7 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
     int rc =
         ids_dev && cos_dev && sin_dev && b.slot_dev && b.pos_dev && last && logits_dev ? 0 : -1;
     if (rc == 0) {
-        WeightRef embed = {m->embed, m->embed16};
+        WeightRef embed = {.f32 = m->embed, .bf16 = m->embed16};
         be->embedding_gather(be, b.a.x_in, embed, ids_dev, n, (int)H);
         DecoderRows rows = {n, NULL, cos_dev, sin_dev}; /* tables built for these rows */
         DecoderHooks hooks = {cached_linear, cached_attention, &b};

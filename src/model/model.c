@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 #include "io/hf_weights.h"
+#include "kernels/cpu/nf4.h"
+#include "model/model_loading.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +81,19 @@ static void build_layout(Model *m, LayoutBuilder *lb) {
         add_param(lb, &m->lm_head, c->vocab_size, H, "lm_head.weight", -1, NULL);
 }
 
+void model_init_layout(Model *m, ModelConfig *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    m->layers = xcalloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+    LayoutBuilder lb = {0};
+    build_layout(m, &lb);
+    m->n_params = lb.total;
+    m->param_info = lb.info;
+    m->n_param_tensors = lb.n;
+    free(lb.slots);
+}
+
 void model_init_empty(Model *m, ModelConfig *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -97,6 +112,11 @@ void model_init_empty(Model *m, ModelConfig *cfg) {
 }
 
 void model_free(Model *m) {
+    if (m->nf4) {
+        for (size_t i = 0; i < (size_t)m->cfg.n_layers * LORA_N_MODULES; i++)
+            nf4_free(&m->nf4[i]);
+        free(m->nf4);
+    }
     free(m->params);
     free(m->params16);
     free(m->params_small);
@@ -137,33 +157,53 @@ static int check_expected(const SafetensorsTensor *t, const char *file, void *ct
                    t->name, model_arch_name(m->cfg.arch));
 }
 
+const SafetensorsTensor *model_checkpoint_tensor(const Model *m, const HfWeights *ck,
+                                                 const char *dir, int i) {
+    const ParamInfo *p = &m->param_info[i];
+    const SafetensorsTensor *t = hf_weights_find(ck, p->name);
+    if (!t) {
+        err_set("%s: tensor \"%s\" is missing", dir, p->name);
+        return NULL;
+    }
+    bool same = t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++)
+        same = t->shape[d] == p->shape[d];
+    if (!same) {
+        char got[96], want[96];
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        format_shape(want, sizeof want, p->ndim, p->shape);
+        err_set("%s: tensor \"%s\" has shape %s but config.json implies %s", dir, p->name, got,
+                want);
+        return NULL;
+    }
+    return t;
+}
+
+int model_check_finite(const float *w, size_t numel, const char *dir, const char *name) {
+    /* A NaN or Inf weight poisons every logit downstream; name it here, not as a NaN loss. */
+    for (size_t k = 0; k < numel; k++)
+        if (!isfinite(w[k]))
+            return err_set("%s: tensor \"%s\" holds %s at flat index %zu: the checkpoint is "
+                           "corrupt",
+                           dir, name, isnan(w[k]) ? "NaN" : "an infinity", k);
+    return 0;
+}
+
+int model_check_no_extra(const Model *m, const HfWeights *ck) {
+    ExtraCheck ctx = {m};
+    return hf_weights_for_each(ck, check_expected, &ctx);
+}
+
 static int load_tensors(Model *m, const HfWeights *ck, const char *dir) {
     for (int i = 0; i < m->n_param_tensors; i++) {
         const ParamInfo *p = &m->param_info[i];
-        const SafetensorsTensor *t = hf_weights_find(ck, p->name);
-        if (!t) return err_set("%s: tensor \"%s\" is missing", dir, p->name);
-        bool same = t->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++)
-            same = t->shape[d] == p->shape[d];
-        if (!same) {
-            char got[96], want[96];
-            format_shape(got, sizeof got, t->ndim, t->shape);
-            format_shape(want, sizeof want, p->ndim, p->shape);
-            return err_set("%s: tensor \"%s\" has shape %s but config.json implies %s", dir,
-                           p->name, got, want);
-        }
+        const SafetensorsTensor *t = model_checkpoint_tensor(m, ck, dir, i);
+        if (!t) return -1;
         float *w = m->params + p->offset;
         if (safetensors_to_f32(t, w) != 0) return err_prefix("%s", dir);
-        /* A NaN or Inf weight poisons every logit downstream; name it here, not as a NaN loss. */
-        size_t numel = (size_t)t->numel;
-        for (size_t k = 0; k < numel; k++)
-            if (!isfinite(w[k]))
-                return err_set("%s: tensor \"%s\" holds %s at flat index %zu: the checkpoint is "
-                               "corrupt",
-                               dir, p->name, isnan(w[k]) ? "NaN" : "an infinity", k);
+        if (model_check_finite(w, (size_t)t->numel, dir, p->name) != 0) return -1;
     }
-    ExtraCheck ctx = {m};
-    return hf_weights_for_each(ck, check_expected, &ctx);
+    return model_check_no_extra(m, ck);
 }
 
 int model_load(Model *m, const char *dir) {

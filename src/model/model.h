@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/lora.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,9 @@ typedef struct {
     /* A model kept in bf16 (model_store_bf16): its matrices, and the fp32 pointers above of the
      * matrices are NULL (norms and biases stay fp32 pointers). NULL otherwise. */
     const uint16_t *wq16, *wk16, *wv16, *wo16, *w_gate16, *w_up16, *w_down16;
+    /* A base quantised to NF4 (model_store_nf4): its matrices (the fp32 and bf16 pointers of the
+     * matrices are then NULL). NULL otherwise. */
+    const struct Nf4Weight *wq4, *wk4, *wv4, *wo4, *w_gate4, *w_up4, *w_down4;
 } LayerWeights;
 
 typedef struct {
@@ -52,6 +56,10 @@ typedef struct {
      * saves or merges it. */
     uint16_t *params16;
     float *params_small;
+    /* Quantised to NF4 (model_store_nf4): the 7 matrices of every layer, layer by layer in
+     * LoraModule order, owned; params16 then holds only the embedding and an untied lm_head.
+     * NULL otherwise. */
+    struct Nf4Weight *nf4;
     const uint16_t *embed16, *lm_head16;
     LayerWeights *layers;    /* [L] */
     const LoraAdapter *lora; /* an adapter applied on top of the weights; NULL: none */
@@ -76,12 +84,33 @@ static inline const Backend *model_backend(const Model *m) {
  * then. */
 int model_store_bf16(Model *m);
 
-/* A layer's matrix `name` (wq, ..., w_down) as it is stored (fp32 or bf16). */
-#define LAYER_WEIGHT(w, name) ((WeightRef){(w)->name, (w)->name##16})
+/* Quantises the layer matrices of a loaded fp32 model to NF4 as bitsandbytes does for QLoRA
+ * (kernels/cpu/nf4.h: blocks of 64, double quantisation), from their values rounded to bf16
+ * first when round_bf16 (a model loaded with torch_dtype=bfloat16); the embedding, lm_head,
+ * norms and biases are kept as model_store_bf16 keeps them. Frozen, like a bf16 model; the fp32
+ * weights are freed. Returns 0, or -1 with an error (out of memory, not fp32); the model is
+ * unchanged then. */
+int model_store_nf4(Model *m, bool round_bf16);
+
+/* Loads a model directory (as model_load) straight into frozen storage: what model_load and
+ * then model_store_bf16 (nf4 false) or model_store_nf4(m, round_bf16) (nf4 true) compute, the
+ * same values bit for bit (params16 may be laid out more compactly), without ever holding the
+ * fp32 weights: one layer matrix at a time in fp32 at most. Returns 0, or -1 with an error as
+ * model_load's (the model then empty). */
+int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16);
+
+/* model_store_bf16 for all but the layer matrices, which the caller has moved elsewhere (their
+ * fp32 pointers are set NULL): the embedding and an untied lm_head in a bf16 block of their own
+ * (params16), norms and biases widened from bf16 into params_small; params freed. Returns 0, or
+ * -1 with an error (out of memory; the model unchanged). */
+int model_store_bf16_except_matrices(Model *m);
+
+/* A layer's matrix `name` (wq, ..., w_down) as it is stored (fp32, bf16 or NF4). */
+#define LAYER_WEIGHT(w, name) ((WeightRef){(w)->name, (w)->name##16, (w)->name##4})
 
 /* The lm_head as it is stored (fp32 or bf16). */
 static inline WeightRef model_lm_head(const Model *m) {
-    return (WeightRef){m->lm_head, m->lm_head16};
+    return (WeightRef){.f32 = m->lm_head, .bf16 = m->lm_head16};
 }
 
 /* The factor the lm_head's input rows are multiplied by: logits / T = (row / T) · W^T. */

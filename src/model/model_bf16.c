@@ -71,3 +71,50 @@ int model_store_bf16(Model *m) {
     m->params_small = small;
     return 0;
 }
+
+/* Widens the norms and biases into `small` (laid out by `at`) from their bf16 rounding, and
+ * points every 1-D tensor pointer at its copy. */
+static void move_vectors(Model *m, float *small, const size_t *at) {
+    for (int i = 0; i < m->n_param_tensors; i++)
+        if (at[i] != SIZE_MAX)
+            for (size_t k = 0; k < m->param_info[i].numel; k++)
+                small[at[i] + k] = bf16_to_f32(f32_to_bf16(m->params[m->param_info[i].offset + k]));
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        float **vectors[] = {&w->input_norm, &w->bq,     &w->bk,     &w->bv,
+                             &w->bo,         &w->q_norm, &w->k_norm, &w->post_norm,
+                             &w->b_gate,     &w->b_up,   &w->b_down};
+        for (size_t k = 0; k < sizeof vectors / sizeof *vectors; k++)
+            *vectors[k] = small_copy(m, *vectors[k], small, at);
+    }
+    m->final_norm = small_copy(m, m->final_norm, small, at);
+}
+
+int model_store_bf16_except_matrices(Model *m) {
+    if (!m->params) return err_set("the model's weights are already stored in bf16");
+    size_t vh = (size_t)m->cfg.vocab_size * (size_t)m->cfg.hidden_size;
+    bool tied = m->lm_head == m->embed;
+    uint16_t *half = xmalloc_checked((tied ? 1 : 2) * vh * sizeof *half, "bf16 embedding");
+    if (!half) return -1;
+    size_t n_small;
+    size_t *at = small_offsets(m, &n_small);
+    float *small = xmalloc((n_small ? n_small : 1) * sizeof *small);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < vh; i++)
+        half[i] = f32_to_bf16(m->embed[i]);
+    if (!tied) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < vh; i++)
+            half[vh + i] = f32_to_bf16(m->lm_head[i]);
+    }
+    move_vectors(m, small, at);
+    m->embed16 = half;
+    m->lm_head16 = tied ? half : half + vh;
+    m->embed = m->lm_head = NULL;
+    free(at);
+    free(m->params);
+    m->params = NULL;
+    m->params16 = half;
+    m->params_small = small;
+    return 0;
+}

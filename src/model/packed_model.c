@@ -20,6 +20,7 @@
 #define PACKED_MIN_PREFILL_ROWS_BF16 64
 
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) {
+    if (m->nf4) return false; /* a packed copy of NF4 weights would be the base in 16 or 32 bits */
     if (!m->params && !packed_bf16_available()) return false;
     if (packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS) return true;
     /* the prefill's products take the packed path only where it suits that many rows */

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/test_hooks.h"
 #include "kernels/cpu/adamw8bit.h"
+#include "kernels/cpu/nf4.h"
 #include "model/lora.h"
 
 #include <math.h>
@@ -49,6 +50,22 @@ uint64_t memory_plan_lora_params(const TrainConfig *cfg, const ModelConfig *mc) 
         n = a.n_params;
     lora_free(&a);
     return n;
+}
+
+/* Bytes of the layer matrices quantised to NF4 (kernels/cpu/nf4.h); *values receives how many
+ * values they hold. */
+static double nf4_base_bytes(const ModelConfig *c, uint64_t *values) {
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t shapes[7] = {qd * H, kvd * H, kvd * H, H * qd, I * H, I * H, H * I};
+    double bytes = 0;
+    *values = 0;
+    for (int k = 0; k < 7; k++) {
+        bytes += (double)nf4_bytes(shapes[k]);
+        *values += shapes[k];
+    }
+    *values *= (uint64_t)c->n_layers;
+    return bytes * c->n_layers;
 }
 
 static bool needs_frozen_reference(const TrainConfig *cfg) {
@@ -111,7 +128,15 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
     p.n_params = memory_plan_model_params(mc);
     uint64_t n_lora = memory_plan_lora_params(cfg, mc);
     p.n_trained = cfg->adapter ? n_lora : p.n_params;
-    p.weights = 4.0 * (double)(p.n_params + n_lora);
+    /* an adapter with bf16: true keeps the frozen base in bf16 (train/session.c); QLoRA its
+     * layer matrices in NF4 and the rest in bf16 */
+    double base_bytes = cfg->adapter && cfg->bf16 ? 2.0 : 4.0;
+    p.weights = base_bytes * (double)p.n_params + 4.0 * (double)n_lora;
+    if (cfg->load_in_4bit) {
+        uint64_t matrices;
+        double nf4 = nf4_base_bytes(mc, &matrices);
+        p.weights = nf4 + 2.0 * (double)(p.n_params - matrices) + 4.0 * (double)n_lora;
+    }
     p.gradients = 4.0 * (double)p.n_trained;
     p.optimizer = optimizer_is_8bit(cfg->optimizer) && !cfg->adapter
                       ? adamw8bit_bytes(mc, p.n_params)
@@ -212,6 +237,8 @@ int memory_plan_check(const MemoryPlan *p, const TrainConfig *cfg) {
     if (!optimizer_is_8bit(cfg->optimizer))
         KNOB("; optimizer: adamw_bnb_8bit (a quarter of the optimizer's %.2f GB)",
              p->optimizer / GB);
+    if (cfg->adapter && !cfg->bf16)
+        KNOB("; bf16: true (the frozen base in bf16: half of %.2f GB)", p->weights / GB);
     if (p->reference > 0 && !cfg->bf16)
         KNOB("; bf16: true (the reference in bf16: half of %.2f GB)", p->reference / GB);
 #undef KNOB

@@ -9,6 +9,7 @@
 #include "io/hub_resolve.h"
 #include "io/model_card.h"
 #include "io/model_dir.h"
+#include "kernels/cpu/nf4.h"
 #include "train/hub_push.h"
 #include "train/output_dir.h"
 #include "train/pref_task.h"
@@ -39,10 +40,24 @@ static int make_adapter(const TrainConfig *cfg, const Model *m, LoraAdapter *lor
     return 0;
 }
 
-int train_memory_plan(const TrainConfig *cfg, FILE *log) {
+int train_memory_plan(TrainConfig *cfg, FILE *log) {
     ModelConfig mc;
     if (model_config_load(&mc, cfg->base_model) != 0) return -1;
     MemoryPlan plan = memory_plan_make(cfg, &mc);
+    if (plan.available >= 0 && plan.total > plan.available && !cfg->gradient_checkpointing &&
+        !cfg->gradient_checkpointing_set) {
+        TrainConfig with = *cfg; /* shallow: read by memory_plan_make only */
+        with.gradient_checkpointing = true;
+        MemoryPlan recomputed = memory_plan_make(&with, &mc);
+        if (recomputed.total <= recomputed.available) {
+            fprintf(log,
+                    "gradient_checkpointing: on (not set, and the run fits only with it: "
+                    "activations %.2f GB instead of %.2f GB)\n",
+                    recomputed.activations / 1e9, plan.activations / 1e9);
+            cfg->gradient_checkpointing = true;
+            plan = recomputed;
+        }
+    }
     model_config_free(&mc);
     memory_plan_print(&plan, log);
     return memory_plan_check(&plan, cfg);
@@ -50,7 +65,24 @@ int train_memory_plan(const TrainConfig *cfg, FILE *log) {
 
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
-    if (model_load(&s->model, cfg->base_model) != 0) return -1;
+    /* QLoRA: the layer matrices to NF4 as bitsandbytes quantises them (from their bf16 values
+     * with bf16: true, as transformers loads them with torch_dtype=bfloat16); the embedding,
+     * lm_head, norms and biases kept in bf16 (exact for a bf16 checkpoint). An adapter with bf16:
+     * true keeps the base in bf16, as transformers loads it under Axolotl (peft keeps the
+     * adapter fp32); gradients flow through the frozen weights to the adapter
+     * (model/backward.c). Either is read straight from the checkpoint: no fp32 copy. */
+    bool frozen = cfg->load_in_4bit || (cfg->adapter && cfg->bf16);
+    int rc = frozen ? model_load_frozen(&s->model, cfg->base_model, cfg->load_in_4bit, cfg->bf16)
+                    : model_load(&s->model, cfg->base_model);
+    if (rc != 0) return -1;
+    if (cfg->load_in_4bit)
+        fprintf(log,
+                "base model: frozen, its layer matrices quantised to NF4 (blocks of %d, "
+                "double quantisation) from their %s values, embedding, lm_head and norms "
+                "kept in bf16 (load_in_4bit: true)\n",
+                NF4_BLOCK, cfg->bf16 ? "bf16" : "fp32");
+    else if (frozen)
+        fprintf(log, "base model: frozen, its weights kept in bf16 (bf16: true with an adapter)\n");
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
         return -1;
@@ -204,11 +236,14 @@ void train_session_close(TrainSession *s) {
     memset(s, 0, sizeof *s);
 }
 
-int train_run(const TrainConfig *cfg, FILE *log) {
+int train_run(const TrainConfig *config, FILE *log) {
     TrainSession s;
+    /* a shallow copy the memory plan may turn gradient checkpointing on in; it owns nothing */
+    TrainConfig run = *config;
+    const TrainConfig *cfg = &run;
     /* before anything is loaded or written: a run that cannot fit, then another run in
      * output_dir, stop this one at once */
-    if (train_memory_plan(cfg, log) != 0) return -1;
+    if (train_memory_plan(&run, log) != 0) return -1;
     if (output_dir_prepare(cfg, log) != 0) return -1;
     if (cfg->push_to_hub && dist_agree(dist_is_root() ? hub_push_init(cfg, log) : 0) != 0)
         return -1;

@@ -21,10 +21,12 @@
 
 /* The start-up memory plan (train/memory_plan.h), from config.json alone: printed to `log`, and
  * a run that cannot fit is refused (-1 with an error naming the numbers and the settings that
- * shrink it) before anything is loaded or written. train_run calls it first; an embedding
- * program calls it before train_session_open. Returns 0 when the run fits or free memory is
- * unknown. */
-int train_memory_plan(const TrainConfig *cfg, FILE *log);
+ * shrink it) before anything is loaded or written. A run that fits only with gradient
+ * checkpointing, where the config does not set gradient_checkpointing, gets it turned on in
+ * *cfg (with a line in `log`): it changes the memory and the time a step takes, not what is
+ * trained. train_run calls it first; an embedding program calls it before train_session_open.
+ * Returns 0 when the run fits or free memory is unknown. */
+int train_memory_plan(TrainConfig *cfg, FILE *log);
 
 /* Returns 0, or -1 with an error. Progress lines go to `log`. Loads the model, trains it and
  * writes it to output_dir: train_session_open + train_session_run + train_session_save; then

@@ -47,10 +47,10 @@ static void cpu_linear(const Backend *be, float *out, const float *in, WeightRef
 }
 
 static void cpu_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
-                                const float *dout, const float *in, const float *w, int n,
-                                int in_dim, int out_dim) {
+                                const float *dout, const float *in, WeightRef w, int n, int in_dim,
+                                int out_dim) {
     (void)be;
-    matmul_backward(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
+    linear_backward(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
 }
 
 static void cpu_lora(const Backend *be, float *out, const float *in, const float *A, const float *B,
@@ -154,9 +154,9 @@ static void cpu_logprob(const Backend *be, float *logp, LogitStats *stats, const
 
 static void cpu_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
                                  const float *dlogp, const float *hidden, const int32_t *target,
-                                 const float *lm_head, int n, int h, int vocab) {
+                                 WeightRef lm_head, int n, int h, int vocab) {
     (void)be;
-    fused_logprob_backward(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab);
+    fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab);
 }
 
 static void cpu_embedding_gather(const Backend *be, float *out, WeightRef table, const int32_t *ids,

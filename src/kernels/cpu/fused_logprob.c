@@ -131,7 +131,7 @@ static void scratch_free(LogprobScratch *s) {
 void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hidden,
                                  const int32_t *target, const float *lm_head, int n_rows, int h,
                                  int vocab) {
-    fused_logprob_forward_weights(logp, stats, hidden, target, (WeightRef){lm_head, NULL}, n_rows,
+    fused_logprob_forward_weights(logp, stats, hidden, target, (WeightRef){.f32 = lm_head}, n_rows,
                                   h, vocab);
 }
 
@@ -166,18 +166,31 @@ void fused_logprob_forward(float *logp, const float *hidden, const int32_t *targ
 void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             const float *hidden, const int32_t *target, const float *lm_head,
                             int n_rows, int h, int vocab) {
+    fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hidden, target,
+                                   (WeightRef){.f32 = lm_head}, n_rows, h, vocab);
+}
+
+/* A frozen lm_head stored narrower (bf16) is widened one vocabulary tile at a time into `panel`
+ * (VOCAB_BLOCK x h floats), which both products of the tile then read: never all of it in fp32. */
+void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float *dlogp,
+                                    const float *hidden, const int32_t *target, WeightRef lm_head,
+                                    int n_rows, int h, int vocab) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
+    float *panel = NULL;
+    if (!lm_head.f32)
+        panel = xmalloc((size_t)(vocab < VOCAB_BLOCK ? vocab : VOCAB_BLOCK) * h * sizeof(float));
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         const float *hb = hidden + (size_t)r0 * h;
         float *dhb = dhidden + (size_t)r0 * h;
-        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, (WeightRef){lm_head, NULL},
-                        rows, h, vocab, false);
+        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
+                        false);
         memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
-            const float *w = lm_head + (size_t)c0 * h;
+            const float *w = lm_head.f32 ? lm_head.f32 + (size_t)c0 * h : panel;
+            if (!lm_head.f32) weight_rows_widen(panel, lm_head, (size_t)c0, cols, h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hb, h, w, h,
                         0.0f, s.tile, cols);
 #pragma omp parallel for schedule(static)
@@ -198,5 +211,6 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             cols, hb, h, 1.0f, dlm_head + (size_t)c0 * h, h);
         }
     }
+    free(panel);
     scratch_free(&s);
 }

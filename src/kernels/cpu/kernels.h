@@ -23,7 +23,12 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
 void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const float *bias, int n,
                          int in_dim, int out_dim);
 
-/* matmul_forward or matmul_forward_bf16, as w is stored. */
+/* matmul_forward for a frozen W stored narrower (bf16 or NF4, matmul_frozen.c): widened to fp32
+ * one ~8 MB panel of rows at a time, each panel one BLAS product. */
+void frozen_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
+                           int in_dim, int out_dim);
+
+/* matmul_forward, matmul_forward_bf16 or frozen_linear_forward, as w is stored. */
 void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
                     int out_dim);
 
@@ -155,6 +160,16 @@ int fused_logprob_chunk_rows(int vocab);
 void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
                      const float *w, int n, int in_dim, int out_dim);
 
+/* matmul_backward with W as it is stored (matmul_frozen.c): fp32, or frozen and narrower (bf16,
+ * NF4),
+ * then widened panel by panel and dw must be NULL. */
+void linear_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                     WeightRef w, int n, int in_dim, int out_dim);
+
+/* dst (rows, in_dim) written = rows row0 .. row0 + rows - 1 of W (out_dim, in_dim) in fp32,
+ * widened from how W is stored. */
+void weight_rows_widen(float *dst, WeightRef w, size_t row0, int rows, int in_dim);
+
 /* din (N, C) = d/din of rmsnorm_forward; dw (C) += its weight gradient. din may alias dout. */
 void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
                       int n, int c, float eps);
@@ -197,6 +212,11 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             const float *hidden, const int32_t *target, const float *lm_head,
                             int n_rows, int h, int vocab);
+
+/* fused_logprob_backward with an lm_head stored in fp32 or (frozen, dlm_head NULL) bf16. */
+void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float *dlogp,
+                                    const float *hidden, const int32_t *target, WeightRef lm_head,
+                                    int n_rows, int h, int vocab);
 
 /* One torch AdamW step on numel fp32 values (backend.h's adamw). */
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,

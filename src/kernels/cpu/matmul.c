@@ -200,7 +200,7 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
                     int in_dim, int out_dim) {
     if (n == 0) return;
     if (n <= FEW_ROWS) /* BLAS would pack all of W for a handful of rows */
-        forward_few_rows(out, in, (WeightRef){w, NULL}, n, in_dim, out_dim);
+        forward_few_rows(out, in, (WeightRef){.f32 = w}, n, in_dim, out_dim);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
                     w, in_dim, 0.0f, out, out_dim);
@@ -258,7 +258,7 @@ void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const f
                          int in_dim, int out_dim) {
     if (n == 0) return;
     if (n <= FEW_ROWS)
-        forward_few_rows(out, in, (WeightRef){NULL, w}, n, in_dim, out_dim);
+        forward_few_rows(out, in, (WeightRef){.bf16 = w}, n, in_dim, out_dim);
     else
         forward_panels(out, in, w, n, in_dim, out_dim);
     bias_add_rows(out, bias, n, out_dim);
@@ -266,7 +266,9 @@ void matmul_forward_bf16(float *out, const float *in, const uint16_t *w, const f
 
 void linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n, int in_dim,
                     int out_dim) {
-    if (w.bf16)
+    if (w.nf4)
+        frozen_linear_forward(out, in, w, bias, n, in_dim, out_dim);
+    else if (w.bf16)
         matmul_forward_bf16(out, in, w.bf16, bias, n, in_dim, out_dim);
     else
         matmul_forward(out, in, w.f32, bias, n, in_dim, out_dim);

@@ -1,0 +1,234 @@
+/* LoRA over a frozen base kept in bf16 (model_store_bf16; `adapter: lora` with `bf16: true`):
+ * 1. the adapter's gradients over the bf16 base equal those over an fp32 model holding the same
+ *    bf16-rounded weights (peft's fixture adapters on two models: q/v with biases, all-linear);
+ *    the bf16 base itself has no gradient (a clear error);
+ * 2. the kernels, on shapes that span several widened panels (weights) and vocabulary tiles
+ *    (lm_head): din = dout · W and the lm_head's dhidden over bf16 weights equal those over their
+ *    fp32 widening;
+ * 3. a DPO run with adapter: lora and bf16: true, on a checkpoint stored in bf16 (so keeping the
+ *    base in bf16 rounds nothing), starts at ln 2 and trains the adapter the fp32 base trains. */
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/float16.h"
+#include "common/json_util.h"
+#include "harness.h"
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "kernels/cpu/kernels.h"
+#include "model/backward.h"
+#include "model/forward.h"
+#include "model/lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The reference batch of a fixture model (tests/fixtures/models/<base>/reference.json). */
+static TokenBatch load_batch(const char *base) {
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s/reference.json", base);
+    json_t *ref;
+    if (json_load_path(harness_source_path(path), &ref) != 0) exit(1);
+    json_t *ids = json_object_get(ref, "input_ids"), *m = json_object_get(ref, "attention_mask");
+    int B = (int)json_array_size(ids), T = (int)json_array_size(json_array_get(ids, 0));
+    int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);
+    uint8_t *mask = malloc((size_t)B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            tokens[b * T + t] =
+                (int32_t)json_integer_value(json_array_get(json_array_get(ids, b), t));
+            mask[b * T + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(m, b), t));
+        }
+    json_decref(ref);
+    return (TokenBatch){.batch = B, .t_len = T, .tokens = tokens, .attn_mask = mask};
+}
+
+/* The adapter's gradients of the mean token NLL under m (lora attached), and the log-probs. */
+static float *adapter_grads(Model *m, const LoraAdapter *a, const TokenBatch *b, float *logp) {
+    int cells = b->batch * b->t_len, count = 0;
+    for (int i = 0; i < cells; i++)
+        count += b->attn_mask[i] && i % b->t_len;
+    float *dlogp = calloc((size_t)cells, sizeof *dlogp);
+    for (int i = 0; i < cells; i++)
+        if (b->attn_mask[i] && i % b->t_len) dlogp[i] = -1.0f / (float)count;
+    ForwardTape tape = {0};
+    float *lg = calloc(a->n_params, sizeof *lg);
+    CHECK(model_forward_tape(m, b, false, &tape) == 0, "%s", err_msg());
+    model_tape_logprobs(m, &tape, NULL, logp);
+    CHECK(model_backward(m, &tape, NULL, dlogp, NULL, lg) == 0, "%s", err_msg());
+    if (m->params16) { /* the frozen bf16 base has no gradient slots */
+        float *grads = calloc(1, sizeof *grads);
+        err_clear();
+        CHECK(model_backward(m, &tape, NULL, dlogp, grads, lg) != 0 && strstr(err_msg(), "frozen"),
+              "a gradient for the bf16 base is refused: %s", err_msg());
+        free(grads);
+    }
+    forward_tape_free(&tape);
+    free(dlogp);
+    return lg;
+}
+
+static void check_gradients(const char *adapter) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "tests/fixtures/lora/%s", adapter);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    json_t *ref;
+    CHECK(json_load_path(harness_source_path(path), &ref) == 0, "%s", err_msg());
+    char base[64], base_dir[512], adir[4096];
+    snprintf(base, sizeof base, "%s", json_string_value(json_object_get(ref, "base")));
+    json_decref(ref);
+    snprintf(base_dir, sizeof base_dir, "tests/fixtures/models/%s", base);
+    snprintf(adir, sizeof adir, "%s", harness_source_path(dir));
+
+    Model rounded, half;
+    CHECK(model_load(&rounded, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    CHECK(model_load(&half, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    for (size_t i = 0; i < rounded.n_params; i++) /* the fp32 copy of the rounded weights */
+        rounded.params[i] = bf16_to_f32(f32_to_bf16(rounded.params[i]));
+    CHECK(model_store_bf16(&half) == 0 && half.params == NULL, "%s", err_msg());
+    LoraAdapter a;
+    CHECK(lora_load(&a, &rounded.cfg, adir) == 0, "%s: %s", adapter, err_msg());
+    rounded.lora = half.lora = &a;
+
+    TokenBatch b = load_batch(base);
+    size_t cells = (size_t)b.batch * b.t_len;
+    float *lp32 = calloc(cells, sizeof *lp32), *lp16 = calloc(cells, sizeof *lp16);
+    float *g32 = adapter_grads(&rounded, &a, &b, lp32), *g16 = adapter_grads(&half, &a, &b, lp16);
+    double lp_err = 0;
+    for (size_t i = 0; i < cells; i++)
+        if (b.attn_mask[i] && i % b.t_len) lp_err = fmax(lp_err, fabs(lp32[i] - lp16[i]));
+    CHECK(lp_err <= 1e-4, "%s: log-probs over the bf16 base off by %.3g", adapter, lp_err);
+    for (int t = 0; t < a.n_info; t++) {
+        const float *x = g32 + a.info[t].offset, *y = g16 + a.info[t].offset;
+        double scale = 0, err = 0;
+        for (size_t k = 0; k < a.info[t].numel; k++)
+            scale = fmax(scale, fabs(x[k])), err = fmax(err, fabs(x[k] - y[k]));
+        CHECK(scale > 0 && err <= 1e-5 * scale, "%s: %s over the bf16 base off by %.3g (max %.3g)",
+              adapter, a.info[t].name, err, scale);
+    }
+    free(g32), free(g16), free(lp32), free(lp16);
+    free((void *)b.tokens), free((void *)b.attn_mask);
+    lora_free(&a);
+    model_free(&rounded);
+    model_free(&half);
+}
+
+/* Largest difference between two runs' adapter_model.safetensors, relative to the first's
+ * largest entry per tensor; -1 when they cannot be read or differ in tensors. */
+static double adapter_gap(const char *a_dir, const char *b_dir) {
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/adapter_model.safetensors", a_dir);
+    snprintf(pb, sizeof pb, "%s/adapter_model.safetensors", b_dir);
+    SafetensorsFile fa, fb;
+    if (safetensors_open(&fa, pa) != 0) return -1;
+    if (safetensors_open(&fb, pb) != 0) {
+        safetensors_close(&fa);
+        return -1;
+    }
+    double worst = fa.n_tensors == fb.n_tensors && fa.n_tensors > 0 ? 0 : -1;
+    for (size_t t = 0; t < fa.n_tensors && worst >= 0; t++) {
+        const SafetensorsTensor *x = &fa.tensors[t], *y = safetensors_find(&fb, x->name);
+        if (!y || y->numel != x->numel) {
+            worst = -1;
+            break;
+        }
+        float *u = malloc((size_t)x->numel * sizeof *u), *v = malloc((size_t)x->numel * sizeof *v);
+        safetensors_to_f32(x, u);
+        safetensors_to_f32(y, v);
+        double scale = 0, err = 0;
+        for (int64_t k = 0; k < x->numel; k++)
+            scale = fmax(scale, fabs(u[k])), err = fmax(err, fabs(u[k] - v[k]));
+        if (scale > 0) worst = fmax(worst, err / scale);
+        free(u), free(v);
+    }
+    safetensors_close(&fa);
+    safetensors_close(&fb);
+    return worst;
+}
+
+static void check_dpo_run(void) {
+    Model m;
+    char text_bf16[4096], config[4096], text[8192];
+    const char *src = harness_source_path("tests/fixtures/models/llama_text");
+    snprintf(text_bf16, sizeof text_bf16, "%s", harness_tmp_path("text_bf16"));
+    CHECK(model_load(&m, src) == 0 && model_dir_write(&m, src, src, text_bf16, ST_BF16) == 0,
+          "a bf16 copy of llama_text: %s", err_msg());
+    model_free(&m);
+    harness_write_arith_pairs("pairs.jsonl", 16);
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: dpo\nrl_beta: 0.1\ndatasets:\n  - path: %s\n"
+             "sequence_len: 64\nmicro_batch_size: 4\nmax_steps: 3\nlearning_rate: 2e-2\n"
+             "lr_scheduler: constant\nwarmup_steps: 0\nseed: 3\n"
+             "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n",
+             text_bf16, harness_tmp_path("pairs.jsonl"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("dpo_lora.yaml"));
+    harness_write_file(config, text, strlen(text));
+    char fp32_out[4096], bf16_out[4096];
+    snprintf(fp32_out, sizeof fp32_out, "%s", harness_tmp_path("base_fp32"));
+    snprintf(bf16_out, sizeof bf16_out, "%s", harness_tmp_path("base_bf16"));
+    char *a[] = {config, "--output_dir", fp32_out};
+    char *b[] = {config, "--output_dir", bf16_out, "--bf16", "true"};
+    CHECK(cli_train(3, a) == CLI_EXIT_OK, "fp32 base: %s", err_msg());
+    CHECK(cli_train(5, b) == CLI_EXIT_OK, "bf16 base: %s", err_msg());
+    json_t *metrics = harness_read_metrics(bf16_out);
+    CHECK(fabs(harness_metric(metrics, 0, "loss") - log(2.0)) < 1e-5,
+          "bf16 base, step 1: loss %.7f (ln 2)", harness_metric(metrics, 0, "loss"));
+    json_decref(metrics);
+    double gap = adapter_gap(fp32_out, bf16_out);
+    CHECK(gap >= 0 && gap <= 1e-4, "adapter over the bf16 base off by %.3g of its scale", gap);
+}
+
+static float rand_unit(unsigned *state) {
+    *state = *state * 1103515245u + 12345u;
+    return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* The largest |x - y| relative to max |x| over n values. */
+static double rel_gap(const float *x, const float *y, size_t n) {
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(x[i])), err = fmax(err, fabs(x[i] - y[i]));
+    return scale > 0 ? err / scale : 1.0;
+}
+
+static void check_kernels(void) {
+    unsigned seed = 7;
+    /* 600 rows of 8192: three panels of 256 rows (matmul_frozen.c) */
+    int n = 3, in_dim = 8192, out_dim = 600;
+    size_t nw = (size_t)out_dim * in_dim;
+    uint16_t *w16 = malloc(nw * sizeof *w16);
+    float *w = malloc(nw * sizeof *w), *dout = malloc((size_t)n * out_dim * sizeof *dout);
+    for (size_t i = 0; i < nw; i++)
+        w16[i] = f32_to_bf16(rand_unit(&seed)), w[i] = bf16_to_f32(w16[i]);
+    for (int i = 0; i < n * out_dim; i++)
+        dout[i] = rand_unit(&seed);
+    float *want = malloc((size_t)n * in_dim * sizeof *want);
+    float *got = malloc((size_t)n * in_dim * sizeof *got);
+    matmul_backward(want, NULL, NULL, dout, NULL, w, n, in_dim, out_dim);
+    linear_backward(got, NULL, NULL, dout, NULL, (WeightRef){.bf16 = w16}, n, in_dim, out_dim);
+    double gap = rel_gap(want, got, (size_t)n * in_dim);
+    CHECK(gap <= 1e-5, "din through bf16 W (3 panels) off by %.3g", gap);
+
+    /* lm_head of 5000 x 16: two vocabulary tiles of 4096 (fused_logprob.c) */
+    int rows = 5, h = 16, vocab = 5000;
+    float *hidden = malloc((size_t)rows * h * sizeof *hidden), dlogp[5];
+    int32_t target[5] = {3, 4095, 4096, 4999, 17};
+    for (int i = 0; i < rows * h; i++)
+        hidden[i] = rand_unit(&seed);
+    for (int r = 0; r < rows; r++)
+        dlogp[r] = rand_unit(&seed);
+    fused_logprob_backward(want, NULL, dlogp, hidden, target, w, rows, h, vocab);
+    fused_logprob_backward_weights(got, NULL, dlogp, hidden, target, (WeightRef){.bf16 = w16}, rows,
+                                   h, vocab);
+    gap = rel_gap(want, got, (size_t)rows * h);
+    CHECK(gap <= 1e-5, "lm_head dhidden through bf16 W (2 tiles) off by %.3g", gap);
+    free(w16), free(w), free(dout), free(want), free(got), free(hidden);
+}
+
+int main(void) {
+    check_kernels();
+    check_gradients("qwen2_qv");
+    check_gradients("llama_all_linear");
+    check_dpo_run();
+    return harness_finish("test_lora_bf16_base");
+}
