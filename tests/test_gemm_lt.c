@@ -262,7 +262,7 @@ static void test_linear_ops(GemmLt *g) {
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         const float *bias = with_bias ? d.bias : NULL;
         float *want = nan_f(N_ROWS * OUT), *got = nan_f(N_ROWS * OUT);
-        cpu->linear(cpu, want, d.in, (WeightRef){d.w, NULL}, NULL, bias, N_ROWS, IN, OUT);
+        cpu->linear(cpu, want, d.in, (WeightRef){.f32 = d.w}, NULL, bias, N_ROWS, IN, OUT);
         CHECK(gemm_linear(g, got, d.in, d.w, bias, N_ROWS, IN, OUT, GEMM_F32, GEMM_F32) == 0,
               "gemm_linear: %s", err_msg());
         int bad = count_off(got, want, N_ROWS * OUT, 1e-5);
@@ -274,7 +274,8 @@ static void test_linear_ops(GemmLt *g) {
     float *dw0 = rand_f(OUT * IN), *db0 = rand_f(OUT);
     float *din_w = nan_f(N_ROWS * IN), *dw_w = copy_f(dw0, OUT * IN), *db_w = copy_f(db0, OUT);
     float *din_g = nan_f(N_ROWS * IN), *dw_g = copy_f(dw0, OUT * IN), *db_g = copy_f(db0, OUT);
-    cpu->linear_backward(cpu, din_w, dw_w, db_w, d.dout, d.in, d.w, N_ROWS, IN, OUT);
+    cpu->linear_backward(cpu, din_w, dw_w, db_w, d.dout, d.in, (WeightRef){.f32 = d.w}, N_ROWS, IN,
+                         OUT);
     CHECK(gemm_linear_backward(g, din_g, dw_g, db_g, d.dout, d.in, d.w, N_ROWS, IN, OUT, GEMM_F32,
                                GEMM_F32) == 0,
           "gemm_linear_backward: %s", err_msg());
@@ -357,7 +358,7 @@ static void test_lm_head_ops(GemmLt *g) {
         lse[r] = mx + log(s);
         logp_g[r] = (float)(logits[(size_t)r * LM_V + target[r]] - lse[r]);
     }
-    cpu->logprob(cpu, logp_w, NULL, hidden, target, (WeightRef){w, NULL}, LM_ROWS, LM_H, LM_V);
+    cpu->logprob(cpu, logp_w, NULL, hidden, target, (WeightRef){.f32 = w}, LM_ROWS, LM_H, LM_V);
     CHECK(count_off(logp_g, logp_w, LM_ROWS, 1e-5) == 0, "lm_head logits: logp off the CPU's");
 
     /* backward: dz = g (onehot - softmax) per chunk, dhidden summed over the chunks */
@@ -377,7 +378,8 @@ static void test_lm_head_ops(GemmLt *g) {
                                     GEMM_F32) == 0,
               "gemm_lm_head_backward: %s", err_msg());
     }
-    cpu->logprob_backward(cpu, dh_w, dw_w, dlogp, hidden, target, w, LM_ROWS, LM_H, LM_V);
+    cpu->logprob_backward(cpu, dh_w, dw_w, dlogp, hidden, target, (WeightRef){.f32 = w}, LM_ROWS,
+                          LM_H, LM_V);
     CHECK(count_off(dh_g, dh_w, LM_ROWS * LM_H, 1e-5) == 0,
           "lm_head backward: dhidden off the CPU's");
     CHECK(count_off(dw_g, dw_w, LM_V * LM_H, 1e-5) == 0, "lm_head backward: dW off the CPU's");
@@ -401,8 +403,8 @@ static void test_bf16_ops(GemmLt *g) {
 
     float *want_r = nan_f(N_ROWS * OUT), *want_f = nan_f(N_ROWS * OUT);
     float *got = nan_f(N_ROWS * OUT);
-    cpu->linear(cpu, want_r, in_r, (WeightRef){w_r, NULL}, NULL, NULL, N_ROWS, IN, OUT);
-    cpu->linear(cpu, want_f, d.in, (WeightRef){d.w, NULL}, NULL, NULL, N_ROWS, IN, OUT);
+    cpu->linear(cpu, want_r, in_r, (WeightRef){.f32 = w_r}, NULL, NULL, N_ROWS, IN, OUT);
+    cpu->linear(cpu, want_f, d.in, (WeightRef){.f32 = d.w}, NULL, NULL, N_ROWS, IN, OUT);
     CHECK(gemm_linear(g, got, in16, w16, NULL, N_ROWS, IN, OUT, GEMM_BF16, GEMM_F32) == 0,
           "gemm_linear bf16: %s", err_msg());
     CHECK(count_off(got, want_r, N_ROWS * OUT, 1e-5) == 0,
@@ -431,7 +433,8 @@ static void test_bf16_ops(GemmLt *g) {
     float *dw0 = rand_f(OUT * IN), *db0 = rand_f(OUT);
     float *din_w = nan_f(N_ROWS * IN), *dw_w = copy_f(dw0, OUT * IN), *db_w = copy_f(db0, OUT);
     float *din_g = nan_f(N_ROWS * IN), *dw_g = copy_f(dw0, OUT * IN), *db_g = copy_f(db0, OUT);
-    cpu->linear_backward(cpu, din_w, dw_w, db_w, dout_r, in_r, w_r, N_ROWS, IN, OUT);
+    cpu->linear_backward(cpu, din_w, dw_w, db_w, dout_r, in_r, (WeightRef){.f32 = w_r}, N_ROWS, IN,
+                         OUT);
     CHECK(gemm_linear_backward(g, din_g, dw_g, db_g, dout16, in16, w16, N_ROWS, IN, OUT, GEMM_BF16,
                                GEMM_F32) == 0,
           "gemm_linear_backward bf16: %s", err_msg());
