@@ -39,8 +39,9 @@ static const char R_PRECISION[] =
     "rlhf.c computes in fp32 on the CPU (bf16: true keeps frozen weights in bf16); this "
     "precision switch does not apply";
 static const char R_PACKING[] =
-    "sample packing changes the batches trained on; rlhf.c packs the real tokens of each "
-    "micro-batch itself (padding dropped), never several examples into one row";
+    "this packing variant changes the batches trained on and is not implemented (rlhf.c drops "
+    "padding from every batch itself; sample_packing: true packs SFT examples as Axolotl's "
+    "multipack does)";
 static const char R_TRACKING[] =
     "experiment tracking: not built into rlhf.c on this branch; metrics go to "
     "output_dir/metrics.jsonl";
@@ -401,16 +402,23 @@ static const KeyStatusRow top_rows[] = {
     NOOP("eval_sequence_len", "", "rlhf.c evaluates with sequence_len"),
     REFUSE("min_sample_len", "", R_DATA),
     USED("max_prompt_len", R_READ),
-    REFUSE("sample_packing", "false", R_PACKING),
-    NOOP("sample_packing_group_size", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_bin_size", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_sequentially", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_mp_start_method", "*", "only read with sample_packing: true"),
+    USED("sample_packing", "SFT only: Axolotl's multipack, several examples per row of "
+                           "micro_batch_size x sequence_len tokens, attention and positions "
+                           "reset at each example (data/sample_packing.h); refused with rl set"),
+    USED("sample_packing_group_size", "examples first-fit packed at a time (sample_packing)"),
+    USED("sample_packing_bin_size", "most examples per packed row (sample_packing)"),
+    USED("sample_packing_sequentially", "next-fit packing in the shuffled order (sample_packing)"),
+    NOOP("sample_packing_mp_start_method", "*",
+         "packing worker processes: rlhf.c packs in-process"),
     REFUSE("eval_sample_packing", "false", R_PACKING),
-    NOOP("pad_to_sequence_len", "*", "padding does not change the arithmetic: rlhf.c drops it"),
+    NOOP("pad_to_sequence_len", "*",
+         "padding does not change the arithmetic: rlhf.c drops it (packed rows too)"),
     NOOP("pad_to_multiple_of", "*", "padding does not change the arithmetic: rlhf.c drops it"),
     REFUSE("curriculum_sampling", "false", R_DATA),
-    REFUSE("multipack_real_batches", "false", R_PACKING),
+    REFUSE("multipack_real_batches", "false",
+           "sample_packing packs each micro-batch into one row of micro_batch_size x "
+           "sequence_len tokens (Axolotl's default with varlen attention); micro_batch_size rows "
+           "of sequence_len each are not implemented"),
     REFUSE("batch_flattening", "false", R_PACKING),
     REFUSE("use_pose", "false", R_TRAINER),
     REFUSE("pose_split_on_token_ids", "", R_TRAINER),

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "data/dataset_cache.h"
+#include "data/sample_packing.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
 #include "model/forward.h"
@@ -14,6 +15,7 @@
 typedef struct {
     int32_t *tokens;
     uint8_t *attn, *labels;
+    PackedRows packed; /* sample_packing: the arrays of the micro-batch instead */
 } BatchBuffers;
 
 /* Right-pads examples order[first .. first+count) into one micro-batch. */
@@ -23,6 +25,7 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
     for (int i = 0; i < count; i++)
         if (ds->items[order[first + i]].len > t_len) t_len = ds->items[order[first + i]].len;
     size_t cells = (size_t)count * t_len;
+    memset(&buf->packed, 0, sizeof buf->packed);
     buf->tokens = xmalloc(cells * sizeof *buf->tokens);
     buf->attn = xcalloc(cells, 1);
     buf->labels = xcalloc(cells, 1);
@@ -41,6 +44,44 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
 
 static void free_buffers(BatchBuffers *buf) {
     free(buf->tokens), free(buf->attn), free(buf->labels);
+    sample_packing_rows_free(&buf->packed);
+    buf->tokens = NULL, buf->attn = NULL, buf->labels = NULL;
+}
+
+/* Packed rows bins[order[first .. first+count)] as one micro-batch: the bins are the task's
+ * items (one per micro-batch, as Axolotl's multipack batch sampler yields them). */
+static MicroBatch build_packed_micro_batch(const SftDataset *ds, const PackedBins *bins,
+                                           const size_t *order, size_t first, int count,
+                                           int32_t pad_id, BatchBuffers *buf, size_t *tokens) {
+    memset(buf, 0, sizeof *buf);
+    /* bins of the window need not be adjacent: gather them into one PackedBins view */
+    PackedBins view = {.n_bins = (size_t)count};
+    view.start = xmalloc((size_t)(count + 1) * sizeof *view.start);
+    size_t members = 0;
+    for (int r = 0; r < count; r++) {
+        size_t b = order[first + (size_t)r];
+        members += bins->start[b + 1] - bins->start[b];
+    }
+    view.members = xmalloc((members ? members : 1) * sizeof *view.members);
+    size_t m = 0;
+    for (int r = 0; r < count; r++) {
+        size_t b = order[first + (size_t)r];
+        view.start[r] = m;
+        for (size_t k = bins->start[b]; k < bins->start[b + 1]; k++)
+            view.members[m++] = bins->members[k];
+    }
+    view.start[count] = m;
+    sample_packing_rows(ds, &view, 0, count, pad_id, &buf->packed);
+    sample_packing_free(&view);
+    const PackedRows *r = &buf->packed;
+    *tokens = r->tokens_real;
+    return (MicroBatch){{.batch = r->rows,
+                         .t_len = r->t_len,
+                         .tokens = r->tokens,
+                         .attn_mask = r->attn,
+                         .positions = r->positions,
+                         .packed = true},
+                        r->labels};
 }
 
 /* val_set_size: the drawn examples move from `all` to `val`. */
@@ -90,6 +131,7 @@ static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int
 
 typedef struct {
     const SftDataset *ds, *val;
+    const PackedBins *bins; /* sample_packing: the task's items are these rows */
     int32_t pad_id;
     int64_t batch_size;
     BatchBuffers *bufs; /* one per micro-batch of a window */
@@ -99,6 +141,11 @@ typedef struct {
 static void sft_build(void *ctx, int slot, const size_t *order, size_t first, int count,
                       MicroBatch *mb, size_t *tokens) {
     SftTask *t = ctx;
+    if (t->bins) {
+        *mb = build_packed_micro_batch(t->ds, t->bins, order, first, count, t->pad_id,
+                                       &t->bufs[slot], tokens);
+        return;
+    }
     *mb = build_micro_batch(t->ds, order, first, count, t->pad_id, &t->bufs[slot]);
     *tokens = 0;
     for (int e = 0; e < count; e++)
@@ -116,6 +163,27 @@ static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     if (evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss) != 0) return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;
+}
+
+/* sample_packing: the training examples, in the order of a (seed, epoch 0) shuffle, packed
+ * into rows of micro_batch_size x sequence_len tokens once for the run; the training loop then
+ * shuffles the rows every epoch. Logs what the packing made. */
+static void pack_training_rows(const TrainConfig *cfg, const SftDataset *ds, PackedBins *bins,
+                               FILE *log) {
+    PackingOptions opt = {.capacity = cfg->micro_batch_size * cfg->sequence_len,
+                          .bin_size = cfg->sample_packing_bin_size,
+                          .group_size = cfg->sample_packing_group_size,
+                          .sequential = cfg->sample_packing_sequentially};
+    size_t *order = xmalloc((ds->n ? ds->n : 1) * sizeof *order);
+    data_order_shuffle(order, ds->n, cfg->seed, 0);
+    sample_packing_pack(ds, order, ds->n, &opt, bins);
+    free(order);
+    fprintf(log,
+            "sample packing (%s): %zu examples, %zu tokens, into %zu rows of up to %lld tokens "
+            "(micro_batch_size %lld x sequence_len %lld): efficiency %.1f%%\n",
+            opt.sequential ? "next-fit" : "first-fit", ds->n, bins->tokens, bins->n_bins,
+            (long long)opt.capacity, (long long)cfg->micro_batch_size, (long long)cfg->sequence_len,
+            100.0 * sample_packing_efficiency(bins, opt.capacity));
 }
 
 int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
@@ -138,14 +206,19 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
     } else if (rc == 0) {
         rc = split_validation(&ds, cfg, &val);
     }
+    PackedBins bins = {0};
+    if (rc == 0 && cfg->sample_packing) pack_training_rows(cfg, &ds, &bins, log);
     if (rc == 0) {
         SftTask t = {.ds = &ds,
+                     .bins = cfg->sample_packing ? &bins : NULL,
                      .val = &val,
                      .pad_id = pad,
                      .batch_size = cfg->micro_batch_size,
                      .bufs = xmalloc((size_t)cfg->gradient_accumulation_steps * sizeof *t.bufs)};
         TrainTask task = {.ctx = &t,
-                          .n_examples = ds.n,
+                          .n_examples = cfg->sample_packing ? bins.n_bins : ds.n,
+                          .micro_batch_items = cfg->sample_packing ? 1 : 0,
+                          .item_name = cfg->sample_packing ? "packed rows" : NULL,
                           .build = sft_build,
                           .release = sft_release,
                           .method = trainer_sft_method(&t.window_tokens),
@@ -154,6 +227,7 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         rc = train_task_run(cfg, m, lora, &task, out, log);
         free(t.bufs);
     }
+    sample_packing_free(&bins);
     sft_dataset_free(&val);
     sft_dataset_free(&ds);
     return rc;

@@ -1,0 +1,210 @@
+/* Sample packing (data/sample_packing.h) against Axolotl (tests/fixtures/packing, made by
+ * tools/reference/make_packing_fixtures.py from Axolotl's own MultipackBatchSampler and collator
+ * with transformers on the llama_text fixture model):
+ *  1. the bins of first-fit, bin_size 3, group_size 7 and next-fit (sample_packing_sequentially)
+ *     are Axolotl's, member for member;
+ *  2. one optimizer window of two packed rows: the loss, its label-token count
+ *     (num_items_in_batch) and the gradient norm are transformers' (1e-4 relative);
+ *  3. invariant, on every packed row: each token's log-prob equals that of its example run
+ *     alone, and an example's first token is predicted from the example before it alone (its
+ *     last position's logits), so the packed loss is the unpacked examples' losses plus those
+ *     boundary terms, over the same label-token count. */
+#include "common/error.h"
+#include "common/json_util.h"
+#include "data/sample_packing.h"
+#include "harness.h"
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void read_examples(const json_t *arr, SftDataset *ds) {
+    memset(ds, 0, sizeof *ds);
+    ds->n = json_array_size(arr);
+    ds->items = calloc(ds->n, sizeof *ds->items);
+    for (size_t i = 0; i < ds->n; i++) {
+        const json_t *ids = json_object_get(json_array_get(arr, i), "input_ids");
+        const json_t *lab = json_object_get(json_array_get(arr, i), "label_mask");
+        SftExample *e = &ds->items[i];
+        e->len = (int)json_array_size(ids);
+        e->ids = malloc((size_t)e->len * sizeof *e->ids);
+        e->labels = malloc((size_t)e->len);
+        for (int t = 0; t < e->len; t++) {
+            e->ids[t] = (int32_t)json_integer_value(json_array_get(ids, (size_t)t));
+            e->labels[t] = (uint8_t)json_integer_value(json_array_get(lab, (size_t)t));
+        }
+    }
+}
+
+/* 1. The C packer's bins are Axolotl's for each case. */
+static void check_bins(const json_t *j, const SftDataset *ds, const size_t *order,
+                       PackedBins *first_fit) {
+    int64_t capacity = json_integer_value(json_object_get(j, "micro_batch_size")) *
+                       json_integer_value(json_object_get(j, "sequence_len"));
+    const json_t *cases = json_object_get(j, "cases");
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        const json_t *cs = json_array_get(cases, c);
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        PackingOptions opt = {.capacity = capacity,
+                              .bin_size = json_integer_value(json_object_get(cs, "bin_size")),
+                              .group_size = json_integer_value(json_object_get(cs, "group_size")),
+                              .sequential = json_is_true(json_object_get(cs, "sequential"))};
+        PackedBins bins;
+        sample_packing_pack(ds, order, ds->n, &opt, &bins);
+        const json_t *want = json_object_get(cs, "bins");
+        bool same = bins.n_bins == json_array_size(want);
+        for (size_t b = 0; same && b < bins.n_bins; b++) {
+            const json_t *wb = json_array_get(want, b);
+            same = bins.start[b + 1] - bins.start[b] == json_array_size(wb);
+            for (size_t k = 0; same && k < json_array_size(wb); k++)
+                same = bins.members[bins.start[b] + k] ==
+                       (size_t)json_integer_value(json_array_get(wb, k));
+        }
+        CHECK(same, "%s: %zu bins, Axolotl's MultipackBatchSampler made %zu (or other members)",
+              name, bins.n_bins, json_array_size(want));
+        printf("%s: %zu bins as Axolotl's, efficiency %.3f\n", name, bins.n_bins,
+               sample_packing_efficiency(&bins, capacity));
+        if (c == 0)
+            *first_fit = bins;
+        else
+            sample_packing_free(&bins);
+    }
+}
+
+static MicroBatch packed_micro_batch(const PackedRows *r) {
+    return (MicroBatch){{.batch = r->rows,
+                         .t_len = r->t_len,
+                         .tokens = r->tokens,
+                         .attn_mask = r->attn,
+                         .positions = r->positions,
+                         .packed = true},
+                        r->labels};
+}
+
+/* 2. One optimizer window of the first two first-fit rows against transformers. */
+static void check_window(const json_t *j, Model *m, const SftDataset *ds, const PackedBins *bins) {
+    const json_t *w = json_object_get(j, "window");
+    TrainerOptions opt = {.learning_rate = 1e-3,
+                          .max_grad_norm = 0,
+                          .adamw = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
+                          .total_steps = 1};
+    CHECK(lr_schedule_parse("constant", &opt.schedule) == 0, "schedule");
+    Trainer tr;
+    CHECK(trainer_init(&tr, m, NULL, &opt) == 0, "%s", err_msg());
+    PackedRows rows[2];
+    MicroBatch mbs[2];
+    for (int r = 0; r < 2; r++) {
+        sample_packing_rows(ds, bins, (size_t)r, 1, 0, &rows[r]);
+        mbs[r] = packed_micro_batch(&rows[r]);
+    }
+    StepStats st;
+    CHECK(trainer_sft_step(&tr, mbs, 2, &st) == 0, "step: %s", err_msg());
+    double want_loss = json_number_value(json_object_get(w, "loss"));
+    double want_norm = json_number_value(json_object_get(w, "grad_norm"));
+    size_t want_items = (size_t)json_integer_value(json_object_get(w, "num_items_in_batch"));
+    CHECK(st.tokens == want_items, "label tokens %zu, HF's num_items_in_batch %zu", st.tokens,
+          want_items);
+    CHECK(harness_close(st.loss, want_loss, 1e-4, 0), "packed loss %.7f, transformers %.7f",
+          st.loss, want_loss);
+    CHECK(harness_close(st.grad_norm, want_norm, 1e-4, 0), "grad_norm %.6f, transformers %.6f",
+          st.grad_norm, want_norm);
+    printf("window of 2 packed rows: loss %.6f (transformers %.6f), grad_norm %.6f (%.6f), "
+           "%zu label tokens\n",
+           st.loss, want_loss, st.grad_norm, want_norm, st.tokens);
+    for (int r = 0; r < 2; r++)
+        sample_packing_rows_free(&rows[r]);
+    trainer_free(&tr);
+}
+
+/* log p(token | the logits of example e alone at its last position), in double */
+static double boundary_logp(const Model *m, const SftExample *e, int32_t token) {
+    int V = m->cfg.vocab_size;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    TokenBatch b = {.batch = 1, .t_len = e->len, .tokens = e->ids};
+    CHECK(model_logits(m, &b, 0, e->len - 1, e->len, logits) == 0, "%s", err_msg());
+    double mx = -INFINITY, sum = 0;
+    for (int v = 0; v < V; v++)
+        mx = fmax(mx, logits[v]);
+    for (int v = 0; v < V; v++)
+        sum += exp((double)logits[v] - mx);
+    double lp = (double)logits[token] - mx - log(sum);
+    free(logits);
+    return lp;
+}
+
+/* 3. Packed rows against their examples run alone. */
+static void check_invariant(const Model *m, const SftDataset *ds, const PackedBins *bins) {
+    double packed_sum = 0, combined_sum = 0, worst = 0;
+    size_t packed_n = 0, combined_n = 0, boundaries = 0;
+    for (size_t b = 0; b < bins->n_bins; b++) {
+        PackedRows r;
+        sample_packing_rows(ds, bins, b, 1, 0, &r);
+        MicroBatch mb = packed_micro_batch(&r);
+        float *logp = calloc((size_t)r.t_len, sizeof *logp);
+        CHECK(model_token_logprobs(m, &mb.batch, NULL, logp) == 0, "%s", err_msg());
+        for (int t = 0; t < r.t_len; t++)
+            if (r.labels[t]) packed_sum += logp[t], packed_n++;
+        int at = 0;
+        for (size_t k = bins->start[b]; k < bins->start[b + 1]; k++) {
+            const SftExample *e = &ds->items[bins->members[k]];
+            float *alone = calloc((size_t)e->len, sizeof *alone);
+            TokenBatch one = {.batch = 1, .t_len = e->len, .tokens = e->ids};
+            CHECK(model_token_logprobs(m, &one, NULL, alone) == 0, "%s", err_msg());
+            for (int t = 1; t < e->len; t++) {
+                worst = fmax(worst, fabs(logp[at + t] - alone[t]));
+                if (e->labels[t]) combined_sum += alone[t], combined_n++;
+            }
+            if (k > bins->start[b]) {
+                const SftExample *prev = &ds->items[bins->members[k - 1]];
+                double lp = boundary_logp(m, prev, e->ids[0]);
+                worst = fmax(worst, fabs(logp[at] - lp));
+                if (e->labels[0]) combined_sum += lp, combined_n++, boundaries++;
+            }
+            at += e->len;
+            free(alone);
+        }
+        free(logp);
+        sample_packing_rows_free(&r);
+    }
+    CHECK(worst < 2e-5, "a packed token's log-prob differs from its example's alone by %.2e",
+          worst);
+    CHECK(packed_n == combined_n, "label tokens: packed %zu, unpacked + boundaries %zu", packed_n,
+          combined_n);
+    double packed = -packed_sum / (double)packed_n, combined = -combined_sum / (double)combined_n;
+    CHECK(harness_close(packed, combined, 1e-5, 0),
+          "packed loss %.7f, unpacked examples + boundary terms %.7f", packed, combined);
+    printf("%zu packed rows: loss %.6f = unpacked + %zu boundary terms %.6f (worst token %.1e)\n",
+           bins->n_bins, packed, boundaries, combined, worst);
+}
+
+int main(void) {
+    json_t *j;
+    if (json_load_path(harness_source_path("tests/fixtures/packing/multipack.json"), &j) != 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    SftDataset ds;
+    read_examples(json_object_get(j, "examples"), &ds);
+    const json_t *ord = json_object_get(j, "order");
+    size_t *order = malloc(ds.n * sizeof *order);
+    for (size_t i = 0; i < ds.n; i++)
+        order[i] = (size_t)json_integer_value(json_array_get(ord, i));
+    PackedBins first_fit = {0};
+    check_bins(j, &ds, order, &first_fit);
+
+    char model_rel[256];
+    snprintf(model_rel, sizeof model_rel, "tests/fixtures/models/%s",
+             json_string_value(json_object_get(j, "model")));
+    Model m;
+    CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
+    check_invariant(&m, &ds, &first_fit);
+    check_window(j, &m, &ds, &first_fit);
+
+    model_free(&m);
+    sample_packing_free(&first_fit);
+    free(order);
+    sft_dataset_free(&ds);
+    json_decref(j);
+    return harness_finish("test_sample_packing");
+}
