@@ -5,7 +5,9 @@
  *     are Axolotl's, member for member;
  *  2. one optimizer window of two packed rows: the loss, its label-token count
  *     (num_items_in_batch) and the gradient norm are transformers' (1e-4 relative);
- *  3. invariant, on every packed row: each token's log-prob equals that of its example run
+ *  3. evaluation (eval_sample_packing): the held-out examples packed in dataset order as
+ *     Axolotl's eval sampler packs them, and eval_loss = HF's mean of the rows' mean losses;
+ *  4. invariant, on every packed row: each token's log-prob equals that of its example run
  *     alone, and an example's first token is predicted from the example before it alone (its
  *     last position's logits), so the packed loss is the unpacked examples' losses plus those
  *     boundary terms, over the same label-token count. */
@@ -13,6 +15,7 @@
 #include "common/json_util.h"
 #include "data/sample_packing.h"
 #include "harness.h"
+#include "train/sft_packed.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -37,6 +40,18 @@ static void read_examples(const json_t *arr, SftDataset *ds) {
     }
 }
 
+static bool same_bins(const PackedBins *bins, const json_t *want) {
+    bool same = bins->n_bins == json_array_size(want);
+    for (size_t b = 0; same && b < bins->n_bins; b++) {
+        const json_t *wb = json_array_get(want, b);
+        same = bins->start[b + 1] - bins->start[b] == json_array_size(wb);
+        for (size_t k = 0; same && k < json_array_size(wb); k++)
+            same = bins->members[bins->start[b] + k] ==
+                   (size_t)json_integer_value(json_array_get(wb, k));
+    }
+    return same;
+}
+
 /* 1. The C packer's bins are Axolotl's for each case. */
 static void check_bins(const json_t *j, const SftDataset *ds, const size_t *order,
                        PackedBins *first_fit) {
@@ -53,16 +68,9 @@ static void check_bins(const json_t *j, const SftDataset *ds, const size_t *orde
         PackedBins bins;
         sample_packing_pack(ds, order, ds->n, &opt, &bins);
         const json_t *want = json_object_get(cs, "bins");
-        bool same = bins.n_bins == json_array_size(want);
-        for (size_t b = 0; same && b < bins.n_bins; b++) {
-            const json_t *wb = json_array_get(want, b);
-            same = bins.start[b + 1] - bins.start[b] == json_array_size(wb);
-            for (size_t k = 0; same && k < json_array_size(wb); k++)
-                same = bins.members[bins.start[b] + k] ==
-                       (size_t)json_integer_value(json_array_get(wb, k));
-        }
-        CHECK(same, "%s: %zu bins, Axolotl's MultipackBatchSampler made %zu (or other members)",
-              name, bins.n_bins, json_array_size(want));
+        CHECK(same_bins(&bins, want),
+              "%s: %zu bins, Axolotl's MultipackBatchSampler made %zu (or other members)", name,
+              bins.n_bins, json_array_size(want));
         printf("%s: %zu bins as Axolotl's, efficiency %.3f\n", name, bins.n_bins,
                sample_packing_efficiency(&bins, capacity));
         if (c == 0)
@@ -117,6 +125,28 @@ static void check_window(const json_t *j, Model *m, const SftDataset *ds, const 
     trainer_free(&tr);
 }
 
+/* 3. Packed evaluation against HF's evaluation loop. */
+static void check_evaluation(const json_t *j, Model *m, const SftDataset *ds) {
+    const json_t *ev = json_object_get(j, "evaluation");
+    TrainConfig cfg = {.micro_batch_size =
+                           json_integer_value(json_object_get(j, "micro_batch_size")),
+                       .sequence_len = json_integer_value(json_object_get(j, "sequence_len")),
+                       .sample_packing = true,
+                       .sample_packing_bin_size = 200,
+                       .sample_packing_group_size = 100000,
+                       .eval_sample_packing = true};
+    PackedBins bins;
+    sft_packed_plan(&cfg, ds, false, &bins, stdout);
+    CHECK(same_bins(&bins, json_object_get(ev, "bins")),
+          "evaluation rows differ from Axolotl's eval sampler's");
+    double loss = 0, want = json_number_value(json_object_get(ev, "eval_loss"));
+    CHECK(sft_packed_evaluate(m, ds, &bins, 0, &loss) == 0, "%s", err_msg());
+    CHECK(harness_close(loss, want, 1e-4, 0), "packed eval_loss %.7f, HF's evaluation loop %.7f",
+          loss, want);
+    printf("evaluation: %zu rows, eval_loss %.6f (HF %.6f)\n", bins.n_bins, loss, want);
+    sample_packing_free(&bins);
+}
+
 /* log p(token | the logits of example e alone at its last position), in double */
 static double boundary_logp(const Model *m, const SftExample *e, int32_t token) {
     int V = m->cfg.vocab_size;
@@ -133,7 +163,7 @@ static double boundary_logp(const Model *m, const SftExample *e, int32_t token) 
     return lp;
 }
 
-/* 3. Packed rows against their examples run alone. */
+/* 4. Packed rows against their examples run alone. */
 static void check_invariant(const Model *m, const SftDataset *ds, const PackedBins *bins) {
     double packed_sum = 0, combined_sum = 0, worst = 0;
     size_t packed_n = 0, combined_n = 0, boundaries = 0;
@@ -199,7 +229,8 @@ int main(void) {
     Model m;
     CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
     check_invariant(&m, &ds, &first_fit);
-    check_window(j, &m, &ds, &first_fit);
+    check_evaluation(j, &m, &ds);
+    check_window(j, &m, &ds, &first_fit); /* last: its optimizer step changes the weights */
 
     model_free(&m);
     sample_packing_free(&first_fit);

@@ -410,7 +410,9 @@ static const KeyStatusRow top_rows[] = {
     USED("sample_packing_sequentially", "next-fit packing in the shuffled order (sample_packing)"),
     NOOP("sample_packing_mp_start_method", "*",
          "packing worker processes: rlhf.c packs in-process"),
-    REFUSE("eval_sample_packing", "false", R_PACKING),
+    USED("eval_sample_packing",
+         "with sample_packing (unset: true, as Axolotl sets it): held-out examples packed in "
+         "dataset order, eval_loss the mean of the rows' mean losses; false: unpacked"),
     NOOP("pad_to_sequence_len", "*",
          "padding does not change the arithmetic: rlhf.c drops it (packed rows too)"),
     NOOP("pad_to_multiple_of", "*", "padding does not change the arithmetic: rlhf.c drops it"),

@@ -2,11 +2,11 @@
 
 #include "common/error.h"
 #include "data/dataset_cache.h"
-#include "data/sample_packing.h"
 #include "data/sft_dataset.h"
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "train/data_order.h"
+#include "train/sft_packed.h"
 #include "train/train_task.h"
 
 #include <stdlib.h>
@@ -46,42 +46,6 @@ static void free_buffers(BatchBuffers *buf) {
     free(buf->tokens), free(buf->attn), free(buf->labels);
     sample_packing_rows_free(&buf->packed);
     buf->tokens = NULL, buf->attn = NULL, buf->labels = NULL;
-}
-
-/* Packed rows bins[order[first .. first+count)] as one micro-batch: the bins are the task's
- * items (one per micro-batch, as Axolotl's multipack batch sampler yields them). */
-static MicroBatch build_packed_micro_batch(const SftDataset *ds, const PackedBins *bins,
-                                           const size_t *order, size_t first, int count,
-                                           int32_t pad_id, BatchBuffers *buf, size_t *tokens) {
-    memset(buf, 0, sizeof *buf);
-    /* bins of the window need not be adjacent: gather them into one PackedBins view */
-    PackedBins view = {.n_bins = (size_t)count};
-    view.start = xmalloc((size_t)(count + 1) * sizeof *view.start);
-    size_t members = 0;
-    for (int r = 0; r < count; r++) {
-        size_t b = order[first + (size_t)r];
-        members += bins->start[b + 1] - bins->start[b];
-    }
-    view.members = xmalloc((members ? members : 1) * sizeof *view.members);
-    size_t m = 0;
-    for (int r = 0; r < count; r++) {
-        size_t b = order[first + (size_t)r];
-        view.start[r] = m;
-        for (size_t k = bins->start[b]; k < bins->start[b + 1]; k++)
-            view.members[m++] = bins->members[k];
-    }
-    view.start[count] = m;
-    sample_packing_rows(ds, &view, 0, count, pad_id, &buf->packed);
-    sample_packing_free(&view);
-    const PackedRows *r = &buf->packed;
-    *tokens = r->tokens_real;
-    return (MicroBatch){{.batch = r->rows,
-                         .t_len = r->t_len,
-                         .tokens = r->tokens,
-                         .attn_mask = r->attn,
-                         .positions = r->positions,
-                         .packed = true},
-                        r->labels};
 }
 
 /* val_set_size: the drawn examples move from `all` to `val`. */
@@ -131,7 +95,8 @@ static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int
 
 typedef struct {
     const SftDataset *ds, *val;
-    const PackedBins *bins; /* sample_packing: the task's items are these rows */
+    const PackedBins *bins;     /* sample_packing: the task's items are these rows */
+    const PackedBins *val_bins; /* eval_sample_packing: the held-out rows */
     int32_t pad_id;
     int64_t batch_size;
     BatchBuffers *bufs; /* one per micro-batch of a window */
@@ -142,8 +107,9 @@ static void sft_build(void *ctx, int slot, const size_t *order, size_t first, in
                       MicroBatch *mb, size_t *tokens) {
     SftTask *t = ctx;
     if (t->bins) {
-        *mb = build_packed_micro_batch(t->ds, t->bins, order, first, count, t->pad_id,
-                                       &t->bufs[slot], tokens);
+        memset(&t->bufs[slot], 0, sizeof t->bufs[slot]);
+        *mb = sft_packed_micro_batch(t->ds, t->bins, order, first, count, t->pad_id,
+                                     &t->bufs[slot].packed, tokens);
         return;
     }
     *mb = build_micro_batch(t->ds, order, first, count, t->pad_id, &t->bufs[slot]);
@@ -160,30 +126,11 @@ static void sft_release(void *ctx, int slot) {
 static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     SftTask *t = ctx;
     double loss;
-    if (evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss) != 0) return -1;
+    if (t->val_bins ? sft_packed_evaluate(m, t->val, t->val_bins, t->pad_id, &loss)
+                    : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
+        return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;
-}
-
-/* sample_packing: the training examples, in the order of a (seed, epoch 0) shuffle, packed
- * into rows of micro_batch_size x sequence_len tokens once for the run; the training loop then
- * shuffles the rows every epoch. Logs what the packing made. */
-static void pack_training_rows(const TrainConfig *cfg, const SftDataset *ds, PackedBins *bins,
-                               FILE *log) {
-    PackingOptions opt = {.capacity = cfg->micro_batch_size * cfg->sequence_len,
-                          .bin_size = cfg->sample_packing_bin_size,
-                          .group_size = cfg->sample_packing_group_size,
-                          .sequential = cfg->sample_packing_sequentially};
-    size_t *order = xmalloc((ds->n ? ds->n : 1) * sizeof *order);
-    data_order_shuffle(order, ds->n, cfg->seed, 0);
-    sample_packing_pack(ds, order, ds->n, &opt, bins);
-    free(order);
-    fprintf(log,
-            "sample packing (%s): %zu examples, %zu tokens, into %zu rows of up to %lld tokens "
-            "(micro_batch_size %lld x sequence_len %lld): efficiency %.1f%%\n",
-            opt.sequential ? "next-fit" : "first-fit", ds->n, bins->tokens, bins->n_bins,
-            (long long)opt.capacity, (long long)cfg->micro_batch_size, (long long)cfg->sequence_len,
-            100.0 * sample_packing_efficiency(bins, opt.capacity));
 }
 
 int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
@@ -206,11 +153,14 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
     } else if (rc == 0) {
         rc = split_validation(&ds, cfg, &val);
     }
-    PackedBins bins = {0};
-    if (rc == 0 && cfg->sample_packing) pack_training_rows(cfg, &ds, &bins, log);
+    PackedBins bins = {0}, val_bins = {0};
+    bool eval_packed = cfg->sample_packing && cfg->eval_sample_packing && val.n;
+    if (rc == 0 && cfg->sample_packing) sft_packed_plan(cfg, &ds, true, &bins, log);
+    if (rc == 0 && eval_packed) sft_packed_plan(cfg, &val, false, &val_bins, log);
     if (rc == 0) {
         SftTask t = {.ds = &ds,
                      .bins = cfg->sample_packing ? &bins : NULL,
+                     .val_bins = eval_packed ? &val_bins : NULL,
                      .val = &val,
                      .pad_id = pad,
                      .batch_size = cfg->micro_batch_size,
@@ -228,6 +178,7 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         free(t.bufs);
     }
     sample_packing_free(&bins);
+    sample_packing_free(&val_bins);
     sft_dataset_free(&val);
     sft_dataset_free(&ds);
     return rc;

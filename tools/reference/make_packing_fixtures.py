@@ -17,6 +17,8 @@ is a label), it writes tests/fixtures/packing/multipack.json with:
   cases[]            MultipackBatchSampler's bins (batch_size 1, batch_max_len =
                      micro_batch_size x sequence_len: Axolotl's default with varlen attention)
                      for first-fit, bin_size 3, group_size 7, and sample_packing_sequentially
+  evaluation         the first-fit bins of the examples in dataset order (Axolotl's eval
+                     sampler) and HF's eval_loss over them: the mean of the rows' losses
   window             one optimizer window of the first-fit case's first 2 bins (gradient
                      accumulation 2), as HF's Trainer runs it on Axolotl's sdpa/eager path:
                      the collator's rows with the attention mask dropped (Axolotl's
@@ -196,6 +198,20 @@ def main():
           f"({boundary} predicted across a boundary), loss {sum(losses):.6f}, grad_norm {grad_norm:.6f}")
     assert boundary > 0, "the window should score an example's first token across a boundary"
 
+    # evaluation (eval_sample_packing): Axolotl's eval sampler packs the SequentialSampler's
+    # order; HF's evaluation loop takes each row's loss (no num_items_in_batch: the mean over
+    # the row's labels) and averages over rows
+    eval_bins = pack(multipack, examples, list(range(N_EXAMPLES)), CASES[0])
+    eval_losses = []
+    with torch.no_grad():
+        for b in eval_bins:
+            r = collator([[feature(examples[i]) for i in b]])
+            del r["attention_mask"]
+            eval_losses.append(float(model(input_ids=r["input_ids"], position_ids=r["position_ids"],
+                                           labels=r["labels"]).loss))
+    eval_loss = float(np.mean(eval_losses))
+    print(f"evaluation: {len(eval_bins)} rows, eval_loss {eval_loss:.6f}")
+
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "multipack.json"), "w") as f:
         json.dump(dict(model=MODEL, sequence_len=SEQ_LEN, micro_batch_size=MICRO_BATCH,
@@ -203,6 +219,7 @@ def main():
                        window=dict(bins=window_bins, num_items_in_batch=n_items,
                                    micro_batch_losses=losses, loss=sum(losses),
                                    grad_norm=grad_norm),
+                       evaluation=dict(bins=eval_bins, row_losses=eval_losses, eval_loss=eval_loss),
                        axolotl_version=AXOLOTL_VERSION, torch_version=torch.__version__,
                        transformers_version=transformers.__version__),
                   f, separators=(",", ":"))
