@@ -10,11 +10,14 @@
  *  4. invariant, on every packed row: each token's log-prob equals that of its example run
  *     alone, and an example's first token is predicted from the example before it alone (its
  *     last position's logits), so the packed loss is the unpacked examples' losses plus those
- *     boundary terms, over the same label-token count. */
+ *     boundary terms, over the same label-token count;
+ *  5. a run record tells packed rows of another size apart (micro_batch_size 2 x accumulation 1
+ *     and 1 x 2 train the same examples per step unpacked, not packed). */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "data/sample_packing.h"
 #include "harness.h"
+#include "train/run_record.h"
 #include "train/sft_packed.h"
 #include "train/trainer.h"
 
@@ -208,6 +211,26 @@ static void check_invariant(const Model *m, const SftDataset *ds, const PackedBi
            bins->n_bins, packed, boundaries, combined, worst);
 }
 
+/* 5. */
+static const char *record_hash(bool packed, int64_t mbs, int64_t gas, char *buf) {
+    TrainConfig cfg = {.sequence_len = 128,
+                       .micro_batch_size = mbs,
+                       .gradient_accumulation_steps = gas,
+                       .sample_packing = packed};
+    json_t *r = run_record_make(&cfg);
+    snprintf(buf, 17, "%s", json_string_value(json_object_get(r, "config_hash")));
+    json_decref(r);
+    return buf;
+}
+
+static void check_run_record(void) {
+    char a[17], b[17];
+    CHECK(strcmp(record_hash(false, 2, 1, a), record_hash(false, 1, 2, b)) == 0,
+          "unpacked: the same examples per step, the same run");
+    CHECK(strcmp(record_hash(true, 2, 1, a), record_hash(true, 1, 2, b)) != 0,
+          "packed: rows of 256 and of 128 tokens are different runs");
+}
+
 int main(void) {
     json_t *j;
     if (json_load_path(harness_source_path("tests/fixtures/packing/multipack.json"), &j) != 0) {
@@ -222,6 +245,7 @@ int main(void) {
         order[i] = (size_t)json_integer_value(json_array_get(ord, i));
     PackedBins first_fit = {0};
     check_bins(j, &ds, order, &first_fit);
+    check_run_record();
 
     char model_rel[256];
     snprintf(model_rel, sizeof model_rel, "tests/fixtures/models/%s",
