@@ -12,8 +12,12 @@
  *     last position's logits), so the packed loss is the unpacked examples' losses plus those
  *     boundary terms, over the same label-token count;
  *  5. a run record tells packed rows of another size apart (micro_batch_size 2 x accumulation 1
- *     and 1 x 2 train the same examples per step unpacked, not packed). */
+ *     and 1 x 2 train the same examples per step unpacked, not packed);
+ *  6. `rlhf train` with sample_packing: true end to end: the start-up log's rows are the epoch's
+ *     micro-batches (steps per epoch = rows / accumulation), the rows hold every token and fewer
+ *     rows than examples, every step is logged, and evaluation runs packed. */
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/json_util.h"
 #include "data/sample_packing.h"
 #include "harness.h"
@@ -231,6 +235,82 @@ static void check_run_record(void) {
           "packed: rows of 256 and of 128 tokens are different runs");
 }
 
+/* 6. */
+static void check_train_run(void) {
+    char rows[8192];
+    size_t n = 0;
+    for (int i = 0; i < 40; i++)
+        n += (size_t)snprintf(rows + n, sizeof rows - n,
+                              i % 2 ? "{\"text\": \"The number %d comes after %d.\"}\n"
+                                    : "{\"instruction\": \"What is %d plus %d?\", \"input\": "
+                                      "\"\", \"output\": \"%d\"}\n",
+                              i + 1, i, 2 * i + 1);
+    /* one file per type: the odd rows are completion rows, the even ones alpaca rows */
+    char alpaca[8192], completion[8192];
+    size_t na = 0, nc = 0;
+    for (char *line = strtok(rows, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "\"text\""))
+            nc += (size_t)snprintf(completion + nc, sizeof completion - nc, "%s\n", line);
+        else
+            na += (size_t)snprintf(alpaca + na, sizeof alpaca - na, "%s\n", line);
+    }
+    harness_write_file(harness_tmp_path("alpaca.jsonl"), alpaca, na);
+    harness_write_file(harness_tmp_path("completion.jsonl"), completion, nc);
+    char config[4096];
+    int len = snprintf(config, sizeof config,
+                       "base_model: %s\ndatasets:\n  - path: %s\n    type: alpaca\n"
+                       "  - path: %s\n    type: completion\n"
+                       "sequence_len: 128\nmicro_batch_size: 2\ngradient_accumulation_steps: 2\n"
+                       "num_epochs: 2\nlearning_rate: 1e-3\nlogging_steps: 1\nseed: 3\n"
+                       "val_set_size: 6\neval_steps: 2\nsample_packing: true\n"
+                       "dataset_prepared_path: %s\n",
+                       harness_source_path("tests/fixtures/models/llama_text"),
+                       harness_tmp_path("alpaca.jsonl"), harness_tmp_path("completion.jsonl"),
+                       harness_tmp_path("prepared"));
+    harness_write_file(harness_tmp_path("packed.yaml"), config, (size_t)len);
+    const char *log_path = harness_tmp_path("packed.log");
+    pid_t pid = harness_spawn_train(harness_tmp_path("packed.yaml"), harness_tmp_path("out"),
+                                    log_path, (const char *const[]){NULL});
+    CHECK(harness_wait_child(pid) == 0, "rlhf train with sample_packing: true failed (%s)",
+          log_path);
+    char *log = NULL;
+    size_t log_len = 0;
+    CHECK(read_file(log_path, &log, &log_len) == 0, "%s", err_msg());
+    size_t examples = 0, tokens = 0, n_rows = 0, trained_rows = 0;
+    long long capacity = 0, steps = 0, per_epoch = 0;
+    const char *packing = log ? strstr(log, "sample packing (first-fit): ") : NULL;
+    const char *plan = log ? strstr(log, "\ntraining ") : NULL;
+    CHECK(packing && sscanf(packing,
+                            "sample packing (first-fit): %zu examples, %zu tokens, into %zu "
+                            "rows of up to %lld tokens",
+                            &examples, &tokens, &n_rows, &capacity) == 4,
+          "the start-up log says what the packing made");
+    CHECK(plan && sscanf(plan, "\ntraining %zu packed rows: %lld steps (%lld per epoch)",
+                         &trained_rows, &steps, &per_epoch) == 3,
+          "the plan counts packed rows");
+    CHECK(examples == 34 && capacity == 256,
+          "34 training examples (40 - 6 held out) in rows of 256 tokens: %zu, %lld", examples,
+          capacity);
+    CHECK(trained_rows == n_rows && n_rows < examples && (size_t)capacity * n_rows >= tokens,
+          "%zu rows for %zu examples of %zu tokens", n_rows, examples, tokens);
+    CHECK(per_epoch == (long long)(n_rows + 1) / 2 && steps == 2 * per_epoch,
+          "%lld steps per epoch for %zu rows in windows of 2", per_epoch, n_rows);
+    CHECK(strstr(log, "sample packing (first-fit, evaluation): 6 examples") != NULL,
+          "evaluation packed");
+    json_t *metrics = harness_read_metrics(harness_tmp_path("out"));
+    size_t logged = 0, evals = 0;
+    for (size_t i = 0; i < json_array_size(metrics); i++) {
+        logged += json_object_get(json_array_get(metrics, i), "loss") != NULL;
+        evals += json_object_get(json_array_get(metrics, i), "eval_loss") != NULL;
+    }
+    CHECK(logged == (size_t)steps && evals >= 1, "%zu steps logged of %lld, %zu evaluations",
+          logged, steps, evals);
+    printf("rlhf train: %zu examples into %zu rows, %lld steps (%lld per epoch), %zu evaluations\n",
+           examples, n_rows, steps, per_epoch, evals);
+    json_decref(metrics);
+    free(log);
+}
+
 int main(void) {
     json_t *j;
     if (json_load_path(harness_source_path("tests/fixtures/packing/multipack.json"), &j) != 0) {
@@ -246,6 +326,7 @@ int main(void) {
     PackedBins first_fit = {0};
     check_bins(j, &ds, order, &first_fit);
     check_run_record();
+    check_train_run();
 
     char model_rel[256];
     snprintf(model_rel, sizeof model_rel, "tests/fixtures/models/%s",
