@@ -547,7 +547,10 @@ static const KeyStatusRow top_rows[] = {
     NOOP("preprocess_iterable", "*", R_PERF),
     NOOP("total_num_tokens", "*", R_INTERNAL),
     NOOP("total_supervised_tokens", "*", R_INTERNAL),
-    NOOP("sample_packing_eff_est", "*", R_INTERNAL),
+    NOOP("sample_packing_eff_est", "",
+         "Axolotl's estimate of how full packed rows are, which plans its steps before packing "
+         "when set; rlhf.c packs first and plans on the rows it made (the start-up log gives "
+         "their efficiency)"),
     NOOP("axolotl_config_path", "*", R_INTERNAL),
     NOOP("is_falcon_derived_model", "*", R_INTERNAL),
     NOOP("is_llama_derived_model", "*", R_INTERNAL),
