@@ -402,9 +402,11 @@ static const KeyStatusRow top_rows[] = {
     NOOP("eval_sequence_len", "", "rlhf.c evaluates with sequence_len"),
     REFUSE("min_sample_len", "", R_DATA),
     USED("max_prompt_len", R_READ),
-    USED("sample_packing", "SFT only: Axolotl's multipack, several examples per row of "
-                           "micro_batch_size x sequence_len tokens, attention and positions "
-                           "reset at each example (data/sample_packing.h); refused with rl set"),
+    USED("sample_packing",
+         "SFT only: Axolotl's multipack, several examples per row of micro_batch_size x "
+         "sequence_len tokens, attention and positions reset at each example "
+         "(data/sample_packing.h), one row per micro-batch as Axolotl packs with a varlen "
+         "attention (flash_attention); refused with rl set"),
     USED("sample_packing_group_size", "examples first-fit packed at a time (sample_packing)"),
     USED("sample_packing_bin_size", "most examples per packed row (sample_packing)"),
     USED("sample_packing_sequentially", "next-fit packing in the shuffled order (sample_packing)"),
@@ -418,9 +420,9 @@ static const KeyStatusRow top_rows[] = {
     NOOP("pad_to_multiple_of", "*", "padding does not change the arithmetic: rlhf.c drops it"),
     REFUSE("curriculum_sampling", "false", R_DATA),
     REFUSE("multipack_real_batches", "false",
-           "sample_packing packs each micro-batch into one row of micro_batch_size x "
-           "sequence_len tokens (Axolotl's default with varlen attention); micro_batch_size rows "
-           "of sequence_len each are not implemented"),
+           "sample_packing makes each micro-batch one row of micro_batch_size x sequence_len "
+           "tokens, as Axolotl does with a varlen attention (flash_attention); micro_batch_size "
+           "rows of sequence_len each (Axolotl's layout with sdpa/eager) are not implemented"),
     REFUSE("batch_flattening", "false", R_PACKING),
     REFUSE("use_pose", "false", R_TRAINER),
     REFUSE("pose_split_on_token_ids", "", R_TRAINER),
