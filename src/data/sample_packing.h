@@ -1,6 +1,8 @@
 /* Axolotl's sample packing (multipack) for SFT: which examples share a row, and the row they
- * make. As axolotl.utils.samplers.multipack.MultipackBatchSampler with flash-attn-style varlen
- * attention (multipack_real_batches off, Axolotl's default):
+ * make. As axolotl.utils.samplers.multipack.MultipackBatchSampler with a varlen attention
+ * (flash_attention; multipack_real_batches off: one bin per micro-batch). With sdpa/eager
+ * Axolotl packs micro_batch_size bins of sequence_len instead, which rlhf.c does not implement
+ * (the same arithmetic per row, other groupings):
  *  - a bin holds up to `capacity` tokens (micro_batch_size x sequence_len) and `bin_size`
  *    examples (sample_packing_bin_size, 200);
  *  - examples are taken in the order given (the shuffled order), group_size at a time
