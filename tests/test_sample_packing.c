@@ -5,6 +5,8 @@
  *     are Axolotl's, member for member;
  *  2. one optimizer window of two packed rows: the loss, its label-token count
  *     (num_items_in_batch) and the gradient norm are transformers' (1e-4 relative);
+ *  2b. multipack_real_batches: bins of sequence_len are Axolotl's batches of micro_batch_size
+ *     bins, and a micro-batch of 2 such rows has transformers' loss, count and gradient norm;
  *  3. evaluation (eval_sample_packing): the held-out examples packed in dataset order as
  *     Axolotl's eval sampler packs them, and eval_loss = HF's mean of the rows' mean losses;
  *  4. invariant, on every packed row: each token's log-prob equals that of its example run
@@ -147,10 +149,66 @@ static void check_evaluation(const json_t *j, Model *m, const SftDataset *ds) {
     CHECK(same_bins(&bins, json_object_get(ev, "bins")),
           "evaluation rows differ from Axolotl's eval sampler's");
     double loss = 0, want = json_number_value(json_object_get(ev, "eval_loss"));
-    CHECK(sft_packed_evaluate(m, ds, &bins, 0, &loss) == 0, "%s", err_msg());
+    CHECK(sft_packed_evaluate(m, ds, &bins, 1, 0, &loss) == 0, "%s", err_msg());
     CHECK(harness_close(loss, want, 1e-4, 0), "packed eval_loss %.7f, HF's evaluation loop %.7f",
           loss, want);
     printf("evaluation: %zu rows, eval_loss %.6f (HF %.6f)\n", bins.n_bins, loss, want);
+    sample_packing_free(&bins);
+}
+
+/* 2b. */
+static void check_real_batches(const json_t *j, Model *m, const SftDataset *ds,
+                               const size_t *order) {
+    const json_t *rb = json_object_get(j, "real_batches");
+    TrainConfig cfg = {.micro_batch_size =
+                           json_integer_value(json_object_get(j, "micro_batch_size")),
+                       .sequence_len = json_integer_value(json_object_get(j, "sequence_len")),
+                       .sample_packing = true,
+                       .multipack_real_batches = true,
+                       .sample_packing_bin_size = 200,
+                       .sample_packing_group_size = 100000};
+    CHECK(sft_packed_row_tokens(&cfg) == cfg.sequence_len &&
+              sft_packed_rows_per_micro_batch(&cfg) == cfg.micro_batch_size,
+          "real batches: rows of sequence_len, micro_batch_size of them a micro-batch");
+    PackingOptions opt = {
+        .capacity = sft_packed_row_tokens(&cfg), .bin_size = 200, .group_size = 100000};
+    PackedBins bins;
+    sample_packing_pack(ds, order, ds->n, &opt, &bins);
+    /* Axolotl's batches, flattened: its sampler drops an incomplete last batch, rlhf.c keeps it */
+    json_t *flat = json_array();
+    const json_t *batches = json_object_get(rb, "batches");
+    for (size_t k = 0; k < json_array_size(batches); k++)
+        json_array_extend(flat, json_array_get(batches, k));
+    size_t kept = json_array_size(flat);
+    PackedBins head = bins;
+    head.n_bins = kept <= bins.n_bins ? kept : bins.n_bins;
+    CHECK(same_bins(&head, flat) && bins.n_bins - kept < (size_t)cfg.micro_batch_size,
+          "real batches: %zu bins, Axolotl's batches hold %zu", bins.n_bins, kept);
+    json_decref(flat);
+
+    TrainerOptions topt = {.learning_rate = 1e-3,
+                           .adamw = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},
+                           .total_steps = 1};
+    CHECK(lr_schedule_parse("constant", &topt.schedule) == 0, "schedule");
+    Trainer tr;
+    CHECK(trainer_init(&tr, m, NULL, &topt) == 0, "%s", err_msg());
+    size_t all[2] = {0, 1}, tokens;
+    PackedRows rows;
+    MicroBatch mb = sft_packed_micro_batch(ds, &bins, all, 0, 2, 0, &rows, &tokens);
+    StepStats st;
+    CHECK(trainer_sft_step(&tr, &mb, 1, &st) == 0, "step: %s", err_msg());
+    double want_loss = json_number_value(json_object_get(rb, "loss"));
+    double want_norm = json_number_value(json_object_get(rb, "grad_norm"));
+    size_t want_items = (size_t)json_integer_value(json_object_get(rb, "num_items_in_batch"));
+    CHECK(st.tokens == want_items && harness_close(st.loss, want_loss, 1e-4, 0) &&
+              harness_close(st.grad_norm, want_norm, 1e-4, 0),
+          "a micro-batch of 2 rows: loss %.7f (%.7f), grad_norm %.6f (%.6f), %zu labels (%zu)",
+          st.loss, want_loss, st.grad_norm, want_norm, st.tokens, want_items);
+    printf("real batches: %zu rows of %lld tokens; a micro-batch of 2: loss %.6f (transformers "
+           "%.6f), grad_norm %.6f (%.6f)\n",
+           bins.n_bins, (long long)opt.capacity, st.loss, want_loss, st.grad_norm, want_norm);
+    sample_packing_rows_free(&rows);
+    trainer_free(&tr);
     sample_packing_free(&bins);
 }
 
@@ -335,7 +393,11 @@ int main(void) {
     CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
     check_invariant(&m, &ds, &first_fit);
     check_evaluation(j, &m, &ds);
-    check_window(j, &m, &ds, &first_fit); /* last: its optimizer step changes the weights */
+    /* last: their optimizer steps change the weights, each on a model loaded afresh */
+    check_window(j, &m, &ds, &first_fit);
+    model_free(&m);
+    CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
+    check_real_batches(j, &m, &ds, order);
 
     model_free(&m);
     sample_packing_free(&first_fit);

@@ -403,10 +403,10 @@ static const KeyStatusRow top_rows[] = {
     REFUSE("min_sample_len", "", R_DATA),
     USED("max_prompt_len", R_READ),
     USED("sample_packing",
-         "SFT only: Axolotl's multipack, several examples per row of micro_batch_size x "
-         "sequence_len tokens, attention and positions reset at each example "
-         "(data/sample_packing.h), one row per micro-batch as Axolotl packs with a varlen "
-         "attention (flash_attention); refused with rl set"),
+         "SFT only: Axolotl's multipack, several examples per row, attention and positions "
+         "reset at each example (data/sample_packing.h); a micro-batch is one row of "
+         "micro_batch_size x sequence_len tokens (as Axolotl with flash_attention), or "
+         "micro_batch_size rows of sequence_len with multipack_real_batches; refused with rl set"),
     USED("sample_packing_group_size", "examples first-fit packed at a time (sample_packing)"),
     USED("sample_packing_bin_size", "most examples per packed row (sample_packing)"),
     USED("sample_packing_sequentially", "next-fit packing in the shuffled order (sample_packing)"),
@@ -419,10 +419,10 @@ static const KeyStatusRow top_rows[] = {
          "padding does not change the arithmetic: rlhf.c drops it (packed rows too)"),
     NOOP("pad_to_multiple_of", "*", "padding does not change the arithmetic: rlhf.c drops it"),
     REFUSE("curriculum_sampling", "false", R_DATA),
-    REFUSE("multipack_real_batches", "false",
-           "sample_packing makes each micro-batch one row of micro_batch_size x sequence_len "
-           "tokens, as Axolotl does with a varlen attention (flash_attention); micro_batch_size "
-           "rows of sequence_len each (Axolotl's layout with sdpa/eager) are not implemented"),
+    USED("multipack_real_batches",
+         "with sample_packing: micro_batch_size rows of sequence_len tokens per micro-batch "
+         "(Axolotl's layout with sdpa/eager attention) instead of one row of micro_batch_size x "
+         "sequence_len (its layout with flash_attention, rlhf.c's default)"),
     REFUSE("batch_flattening", "false", R_PACKING),
     REFUSE("use_pose", "false", R_TRAINER),
     REFUSE("pose_split_on_token_ids", "", R_TRAINER),

@@ -67,6 +67,7 @@ typedef struct {
     int64_t sample_packing_bin_size;     /* 200: most examples per row */
     int64_t sample_packing_group_size;   /* 100000: examples packed at a time */
     bool sample_packing_sequentially;    /* next-fit in the shuffled order */
+    bool multipack_real_batches;         /* micro_batch_size rows of sequence_len, not one row */
     bool eval_sample_packing;            /* true: with sample_packing, evaluate packed rows too */
     int64_t gradient_accumulation_steps; /* 1 */
     double num_epochs;                   /* 1 */

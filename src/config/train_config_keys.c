@@ -27,6 +27,7 @@ static const KeySpec key_specs[] = {
     KEY(sample_packing_group_size, K_INT),
     KEY(sample_packing_sequentially, K_BOOL),
     KEY(eval_sample_packing, K_BOOL),
+    KEY(multipack_real_batches, K_BOOL),
     KEY(gradient_accumulation_steps, K_INT),
     KEY(num_epochs, K_FLOAT),
     KEY(max_steps, K_INT),

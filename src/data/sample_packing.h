@@ -1,10 +1,10 @@
 /* Axolotl's sample packing (multipack) for SFT: which examples share a row, and the row they
  * make. As axolotl.utils.samplers.multipack.MultipackBatchSampler with a varlen attention
- * (flash_attention; multipack_real_batches off: one bin per micro-batch). With sdpa/eager
- * Axolotl packs micro_batch_size bins of sequence_len instead, which rlhf.c does not implement
- * (the same arithmetic per row, other groupings):
- *  - a bin holds up to `capacity` tokens (micro_batch_size x sequence_len) and `bin_size`
- *    examples (sample_packing_bin_size, 200);
+ * (flash_attention; multipack_real_batches off: one bin per micro-batch), or with sdpa/eager
+ * (multipack_real_batches: bins of sequence_len, micro_batch_size of them a micro-batch; Axolotl
+ * drops an incomplete last batch, rlhf.c, packing once per run, keeps it):
+ *  - a bin holds up to `capacity` tokens (micro_batch_size x sequence_len, or sequence_len) and
+ *    `bin_size` examples (sample_packing_bin_size, 200);
  *  - examples are taken in the order given (the shuffled order), group_size at a time
  *    (sample_packing_group_size, 100000), each placed in the first bin of its group with room
  *    for it, else a new bin (first-fit, pack_group); bins never mix groups;

@@ -8,9 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t sft_packed_row_tokens(const TrainConfig *cfg) {
+    return cfg->multipack_real_batches ? cfg->sequence_len
+                                       : cfg->micro_batch_size * cfg->sequence_len;
+}
+
+int64_t sft_packed_rows_per_micro_batch(const TrainConfig *cfg) {
+    return cfg->multipack_real_batches ? cfg->micro_batch_size : 1;
+}
+
 void sft_packed_plan(const TrainConfig *cfg, const SftDataset *ds, bool shuffled, PackedBins *bins,
                      FILE *log) {
-    PackingOptions opt = {.capacity = cfg->micro_batch_size * cfg->sequence_len,
+    PackingOptions opt = {.capacity = sft_packed_row_tokens(cfg),
                           .bin_size = cfg->sample_packing_bin_size,
                           .group_size = cfg->sample_packing_group_size,
                           .sequential = cfg->sample_packing_sequentially};
@@ -24,10 +33,12 @@ void sft_packed_plan(const TrainConfig *cfg, const SftDataset *ds, bool shuffled
     free(order);
     fprintf(log,
             "sample packing (%s%s): %zu examples, %zu tokens, into %zu rows of up to %lld tokens "
-            "(micro_batch_size %lld x sequence_len %lld): efficiency %.1f%%\n",
+            "(%s): efficiency %.1f%%\n",
             opt.sequential ? "next-fit" : "first-fit", shuffled ? "" : ", evaluation", ds->n,
-            bins->tokens, bins->n_bins, (long long)opt.capacity, (long long)cfg->micro_batch_size,
-            (long long)cfg->sequence_len, 100.0 * sample_packing_efficiency(bins, opt.capacity));
+            bins->tokens, bins->n_bins, (long long)opt.capacity,
+            cfg->multipack_real_batches ? "sequence_len; micro_batch_size rows a micro-batch"
+                                        : "micro_batch_size x sequence_len; one row a micro-batch",
+            100.0 * sample_packing_efficiency(bins, opt.capacity));
 }
 
 MicroBatch sft_packed_micro_batch(const SftDataset *ds, const PackedBins *bins, const size_t *order,
@@ -62,24 +73,33 @@ MicroBatch sft_packed_micro_batch(const SftDataset *ds, const PackedBins *bins, 
                         rows->labels};
 }
 
-int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins, int32_t pad_id,
-                        double *loss) {
-    double sums[2] = {0, 0}; /* row means, rows */
+int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins,
+                        int64_t rows_per_batch, int32_t pad_id, double *loss) {
+    double sums[2] = {0, 0}; /* batch losses x their rows, rows */
     int rc = 0;
-    for (size_t b = (size_t)dist_rank(); b < bins->n_bins && rc == 0; b += (size_t)dist_size()) {
+    size_t per = (size_t)rows_per_batch, n_batches = (bins->n_bins + per - 1) / per;
+    size_t *order = xmalloc((bins->n_bins ? bins->n_bins : 1) * sizeof *order);
+    for (size_t b = 0; b < bins->n_bins; b++)
+        order[b] = b;
+    for (size_t k = (size_t)dist_rank(); k < n_batches && rc == 0; k += (size_t)dist_size()) {
+        size_t first = k * per;
+        int count = (int)(bins->n_bins - first < per ? bins->n_bins - first : per);
         PackedRows rows;
         size_t tokens;
-        MicroBatch mb = sft_packed_micro_batch(val, bins, &b, 0, 1, pad_id, &rows, &tokens);
-        float *logp = xmalloc((size_t)rows.t_len * sizeof *logp);
+        MicroBatch mb =
+            sft_packed_micro_batch(val, bins, order, first, count, pad_id, &rows, &tokens);
+        size_t cells = (size_t)rows.rows * (size_t)rows.t_len;
+        float *logp = xmalloc(cells * sizeof *logp);
         rc = model_token_logprobs(m, &mb.batch, mb.label_mask, logp);
         double sum = 0;
-        size_t count = 0;
-        for (int t = 0; rc == 0 && t < rows.t_len; t++)
-            if (rows.labels[t]) sum += logp[t], count++;
-        if (rc == 0 && count) sums[0] += -sum / (double)count, sums[1] += 1;
+        size_t labels = 0;
+        for (size_t i = 0; rc == 0 && i < cells; i++)
+            if (rows.labels[i]) sum += logp[i], labels++;
+        if (rc == 0 && labels) sums[0] += -sum / (double)labels * count, sums[1] += count;
         free(logp);
         sample_packing_rows_free(&rows);
     }
+    free(order);
     if (dist_agree(rc) != 0) return -1;
     dist_allreduce_sum_f64(sums, 2);
     *loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;

@@ -12,7 +12,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Packs ds's examples into bins as cfg says (capacity micro_batch_size x sequence_len,
+/* Tokens a packed row holds: micro_batch_size x sequence_len, or sequence_len with
+ * multipack_real_batches; and the rows of a micro-batch (1, or micro_batch_size). */
+int64_t sft_packed_row_tokens(const TrainConfig *cfg);
+int64_t sft_packed_rows_per_micro_batch(const TrainConfig *cfg);
+
+/* Packs ds's examples into bins as cfg says (capacity sft_packed_row_tokens,
  * sample_packing_bin_size / group_size / sequentially) and logs what it made. shuffled: in the
  * order of the (seed, epoch 0) shuffle, as Axolotl packs the RandomSampler's order for
  * training; the training loop then shuffles the rows every epoch (rlhf.c packs once per run,
@@ -27,11 +32,12 @@ MicroBatch sft_packed_micro_batch(const SftDataset *ds, const PackedBins *bins, 
                                   size_t first, int count, int32_t pad_id, PackedRows *rows,
                                   size_t *tokens);
 
-/* HF's evaluation loop over packed rows of one row each: the mean over rows of each row's mean
- * NLL over its label tokens (the model's loss without num_items_in_batch), rows without a label
- * left out as HF drops their NaN. Over several ranks row b is rank b % world's and the sums are
- * taken over ranks. Returns 0, or -1 with an error. */
-int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins, int32_t pad_id,
-                        double *loss);
+/* HF's evaluation loop over batches of rows_per_batch packed rows (the last may be shorter): each
+ * batch's loss is its mean NLL over its label tokens (the model's loss without
+ * num_items_in_batch), weighed by its rows (HF repeats it batch-size times), batches without a
+ * label left out as HF drops their NaN. Over several ranks batch k is rank k % world's and the
+ * sums are taken over ranks. Returns 0, or -1 with an error. */
+int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins,
+                        int64_t rows_per_batch, int32_t pad_id, double *loss);
 
 #endif

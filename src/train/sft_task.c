@@ -97,6 +97,7 @@ typedef struct {
     const SftDataset *ds, *val;
     const PackedBins *bins;     /* sample_packing: the task's items are these rows */
     const PackedBins *val_bins; /* eval_sample_packing: the held-out rows */
+    int64_t rows_per_batch;     /* packed rows in a micro-batch */
     int32_t pad_id;
     int64_t batch_size;
     BatchBuffers *bufs; /* one per micro-batch of a window */
@@ -126,8 +127,9 @@ static void sft_release(void *ctx, int slot) {
 static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     SftTask *t = ctx;
     double loss;
-    if (t->val_bins ? sft_packed_evaluate(m, t->val, t->val_bins, t->pad_id, &loss)
-                    : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
+    if (t->val_bins
+            ? sft_packed_evaluate(m, t->val, t->val_bins, t->rows_per_batch, t->pad_id, &loss)
+            : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
         return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;
@@ -161,13 +163,15 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         SftTask t = {.ds = &ds,
                      .bins = cfg->sample_packing ? &bins : NULL,
                      .val_bins = eval_packed ? &val_bins : NULL,
+                     .rows_per_batch = sft_packed_rows_per_micro_batch(cfg),
                      .val = &val,
                      .pad_id = pad,
                      .batch_size = cfg->micro_batch_size,
                      .bufs = xmalloc((size_t)cfg->gradient_accumulation_steps * sizeof *t.bufs)};
         TrainTask task = {.ctx = &t,
                           .n_examples = cfg->sample_packing ? bins.n_bins : ds.n,
-                          .micro_batch_items = cfg->sample_packing ? 1 : 0,
+                          .micro_batch_items =
+                              cfg->sample_packing ? sft_packed_rows_per_micro_batch(cfg) : 0,
                           .item_name = cfg->sample_packing ? "packed rows" : NULL,
                           .build = sft_build,
                           .release = sft_release,

@@ -17,6 +17,9 @@ is a label), it writes tests/fixtures/packing/multipack.json with:
   cases[]            MultipackBatchSampler's bins (batch_size 1, batch_max_len =
                      micro_batch_size x sequence_len: Axolotl's default with varlen attention)
                      for first-fit, bin_size 3, group_size 7, and sample_packing_sequentially
+  real_batches       multipack_real_batches: MultipackBatchSampler's batches of micro_batch_size
+                     bins of sequence_len, and the first batch as one micro-batch of 2 rows
+                     (loss, num_items_in_batch, grad_norm as for the window)
   evaluation         the first-fit bins of the examples in dataset order (Axolotl's eval
                      sampler) and HF's eval_loss over them: the mean of the rows' losses
   window             one optimizer window of the first-fit case's first 2 bins (gradient
@@ -212,6 +215,25 @@ def main():
     eval_loss = float(np.mean(eval_losses))
     print(f"evaluation: {len(eval_bins)} rows, eval_loss {eval_loss:.6f}")
 
+    # multipack_real_batches (Axolotl's layout with sdpa/eager): micro_batch_size bins of
+    # sequence_len tokens per micro-batch; the first batch as one micro-batch of 2 rows
+    real = multipack.MultipackBatchSampler(
+        order, batch_size=MICRO_BATCH, batch_max_len=SEQ_LEN,
+        lengths=np.array([len(e["input_ids"]) for e in examples]), bin_size=200,
+        group_size=100000, sequential=False, drop_last=True, num_processes=1).generate_batches()
+    model.zero_grad()
+    batch = collator([[feature(examples[i]) for i in b] for b in real[0]])
+    del batch["attention_mask"]
+    real_items = int((batch["labels"][..., 1:] != -100).sum())
+    out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                labels=batch["labels"], num_items_in_batch=torch.tensor(real_items))
+    out.loss.backward()
+    real_norm = float(torch.nn.utils.clip_grad_norm_(params, float("inf")))
+    real_window = dict(batches=real, num_items_in_batch=real_items, loss=float(out.loss.detach()),
+                       grad_norm=real_norm)
+    print(f"real batches: {[len(b) for b in real]} bins per batch; first batch loss "
+          f"{real_window['loss']:.6f} grad_norm {real_norm:.6f}")
+
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "multipack.json"), "w") as f:
         json.dump(dict(model=MODEL, sequence_len=SEQ_LEN, micro_batch_size=MICRO_BATCH,
@@ -220,6 +242,7 @@ def main():
                                    micro_batch_losses=losses, loss=sum(losses),
                                    grad_norm=grad_norm),
                        evaluation=dict(bins=eval_bins, row_losses=eval_losses, eval_loss=eval_loss),
+                       real_batches=real_window,
                        axolotl_version=AXOLOTL_VERSION, torch_version=torch.__version__,
                        transformers_version=transformers.__version__),
                   f, separators=(",", ":"))
