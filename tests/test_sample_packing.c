@@ -6,7 +6,8 @@
  *  2. one optimizer window of two packed rows: the loss, its label-token count
  *     (num_items_in_batch) and the gradient norm are transformers' (1e-4 relative);
  *  2b. multipack_real_batches: bins of sequence_len are Axolotl's batches of micro_batch_size
- *     bins, and a micro-batch of 2 such rows has transformers' loss, count and gradient norm;
+ *     bins, a micro-batch of 2 such rows has transformers' loss, count and gradient norm, and
+ *     evaluation in batches of 2 rows (the last of 1) is HF's evaluation loop;
  *  3. evaluation (eval_sample_packing): the held-out examples packed in dataset order as
  *     Axolotl's eval sampler packs them, and eval_loss = HF's mean of the rows' mean losses;
  *  4. invariant, on every packed row: each token's log-prob equals that of its example run
@@ -185,6 +186,20 @@ static void check_real_batches(const json_t *j, Model *m, const SftDataset *ds,
     CHECK(same_bins(&head, flat) && bins.n_bins - kept < (size_t)cfg.micro_batch_size,
           "real batches: %zu bins, Axolotl's batches hold %zu", bins.n_bins, kept);
     json_decref(flat);
+
+    /* evaluation before the step below changes the weights */
+    PackedBins ebins;
+    sft_packed_plan(&cfg, ds, false, &ebins, stdout);
+    CHECK(same_bins(&ebins, json_object_get(rb, "eval_bins")),
+          "real batches: evaluation rows differ from Axolotl's");
+    double eval_loss = 0, want_eval = json_number_value(json_object_get(rb, "eval_loss"));
+    CHECK(sft_packed_evaluate(m, ds, &ebins, cfg.micro_batch_size, 0, &eval_loss) == 0, "%s",
+          err_msg());
+    CHECK(harness_close(eval_loss, want_eval, 1e-4, 0),
+          "real batches: eval_loss %.7f, HF's evaluation loop %.7f", eval_loss, want_eval);
+    printf("real batches: evaluation of %zu rows in batches of %lld: eval_loss %.6f (HF %.6f)\n",
+           ebins.n_bins, (long long)cfg.micro_batch_size, eval_loss, want_eval);
+    sample_packing_free(&ebins);
 
     TrainerOptions topt = {.learning_rate = 1e-3,
                            .adamw = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8},

@@ -19,7 +19,9 @@ is a label), it writes tests/fixtures/packing/multipack.json with:
                      for first-fit, bin_size 3, group_size 7, and sample_packing_sequentially
   real_batches       multipack_real_batches: MultipackBatchSampler's batches of micro_batch_size
                      bins of sequence_len, and the first batch as one micro-batch of 2 rows
-                     (loss, num_items_in_batch, grad_norm as for the window)
+                     (loss, num_items_in_batch, grad_norm as for the window); eval_bins /
+                     eval_loss: the dataset-order bins in batches of micro_batch_size rows
+                     through HF's evaluation loop
   evaluation         the first-fit bins of the examples in dataset order (Axolotl's eval
                      sampler) and HF's eval_loss over them: the mean of the rows' losses
   window             one optimizer window of the first-fit case's first 2 bins (gradient
@@ -229,8 +231,24 @@ def main():
                 labels=batch["labels"], num_items_in_batch=torch.tensor(real_items))
     out.loss.backward()
     real_norm = float(torch.nn.utils.clip_grad_norm_(params, float("inf")))
+    # its evaluation: every bin of the dataset order (Axolotl's pack_parallel, which the sampler
+    # calls; rlhf.c keeps the incomplete last batch the sampler would drop), batches of
+    # micro_batch_size rows, HF's loop: each batch's loss repeated batch-size times, averaged
+    lengths = np.array([len(e["input_ids"]) for e in examples])
+    real_eval_bins = [[int(i) for i in b] for b in multipack.pack_parallel(
+        lengths, bin_capacity=SEQ_LEN, group_size=100000, bin_size=200, num_processes=1)]
+    repeated = []
+    with torch.no_grad():
+        for k in range(0, len(real_eval_bins), MICRO_BATCH):
+            rows = real_eval_bins[k:k + MICRO_BATCH]
+            r = collator([[feature(examples[i]) for i in b] for b in rows])
+            del r["attention_mask"]
+            loss = float(model(input_ids=r["input_ids"], position_ids=r["position_ids"],
+                               labels=r["labels"]).loss)
+            repeated += [loss] * len(rows)
     real_window = dict(batches=real, num_items_in_batch=real_items, loss=float(out.loss.detach()),
-                       grad_norm=real_norm)
+                       grad_norm=real_norm, eval_bins=real_eval_bins,
+                       eval_loss=float(np.mean(repeated)))
     print(f"real batches: {[len(b) for b in real]} bins per batch; first batch loss "
           f"{real_window['loss']:.6f} grad_norm {real_norm:.6f}")
 
