@@ -240,9 +240,22 @@ static void test_statuses(void) {
               strstr(err_msg(), "cfg.yaml:7: key 'load_in_8bit' is not supported") &&
               strstr(err_msg(), "set it to false"),
           "load_in_8bit: true: %s", err_msg());
-    CHECK(load("sample_packing: true\n", &c) != 0 && strstr(err_msg(), "cfg.yaml:5:") &&
-              strstr(err_msg(), "sample_packing"),
-          "sample_packing: true: %s", err_msg());
+    CHECK(load("sample_packing: true\nsample_packing_bin_size: 7\n", &c) == 0 && c.sample_packing &&
+              c.sample_packing_bin_size == 7 && c.sample_packing_group_size == 100000 &&
+              !c.sample_packing_sequentially,
+          "sample_packing: true is read for SFT: %s", err_msg());
+    train_config_free(&c);
+    CHECK(load("sample_packing: true\nsample_packing_eff_est: 0.9\n", &c) == 0 &&
+              c.n_warnings == 1 && strstr(c.warnings[0], "sample_packing_eff_est"),
+          "sample_packing_eff_est warns (rlhf.c plans on the rows it packed): %d warnings",
+          c.n_warnings);
+    train_config_free(&c);
+    CHECK(load("rl: dpo\nsample_packing: true\n", &c) != 0 &&
+              strstr(err_msg(), "key 'sample_packing'") && strstr(err_msg(), "rl unset"),
+          "sample_packing: true with rl: dpo: %s", err_msg());
+    CHECK(load("sample_packing: true\nsample_packing_group_size: 0\n", &c) != 0 &&
+              strstr(err_msg(), "sample_packing_group_size"),
+          "sample_packing_group_size: 0: %s", err_msg());
     CHECK(
         load("rl: grpo\ntrl:\n  num_generations: 2\n  reward_funcs: [builtin.length]\n"
              "  vllm_guided_decoding_regex: \"[0-9]+\"\n",

@@ -40,8 +40,9 @@ static const char R_PRECISION[] =
     "rlhf.c computes in fp32 on the CPU (bf16: true keeps frozen weights in bf16); this "
     "precision switch does not apply";
 static const char R_PACKING[] =
-    "sample packing changes the batches trained on; rlhf.c packs the real tokens of each "
-    "micro-batch itself (padding dropped), never several examples into one row";
+    "this packing variant changes the batches trained on and is not implemented (rlhf.c drops "
+    "padding from every batch itself; sample_packing: true packs SFT examples as Axolotl's "
+    "multipack does)";
 static const char R_TRACKING[] =
     "experiment tracking: not built into rlhf.c on this branch; metrics go to "
     "output_dir/metrics.jsonl";
@@ -405,16 +406,27 @@ static const KeyStatusRow top_rows[] = {
     NOOP("eval_sequence_len", "", "rlhf.c evaluates with sequence_len"),
     REFUSE("min_sample_len", "", R_DATA),
     USED("max_prompt_len", R_READ),
-    REFUSE("sample_packing", "false", R_PACKING),
-    NOOP("sample_packing_group_size", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_bin_size", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_sequentially", "*", "only read with sample_packing: true"),
-    NOOP("sample_packing_mp_start_method", "*", "only read with sample_packing: true"),
-    REFUSE("eval_sample_packing", "false", R_PACKING),
-    NOOP("pad_to_sequence_len", "*", "padding does not change the arithmetic: rlhf.c drops it"),
+    USED("sample_packing",
+         "SFT only: Axolotl's multipack, several examples per row, attention and positions "
+         "reset at each example (data/sample_packing.h); a micro-batch is one row of "
+         "micro_batch_size x sequence_len tokens (as Axolotl with flash_attention), or "
+         "micro_batch_size rows of sequence_len with multipack_real_batches; refused with rl set"),
+    USED("sample_packing_group_size", "examples first-fit packed at a time (sample_packing)"),
+    USED("sample_packing_bin_size", "most examples per packed row (sample_packing)"),
+    USED("sample_packing_sequentially", "next-fit packing in the shuffled order (sample_packing)"),
+    NOOP("sample_packing_mp_start_method", "*",
+         "packing worker processes: rlhf.c packs in-process"),
+    USED("eval_sample_packing",
+         "with sample_packing (unset: true, as Axolotl sets it): held-out examples packed in "
+         "dataset order, eval_loss the mean of the rows' mean losses; false: unpacked"),
+    NOOP("pad_to_sequence_len", "*",
+         "padding does not change the arithmetic: rlhf.c drops it (packed rows too)"),
     NOOP("pad_to_multiple_of", "*", "padding does not change the arithmetic: rlhf.c drops it"),
     REFUSE("curriculum_sampling", "false", R_DATA),
-    REFUSE("multipack_real_batches", "false", R_PACKING),
+    USED("multipack_real_batches",
+         "with sample_packing: micro_batch_size rows of sequence_len tokens per micro-batch "
+         "(Axolotl's layout with sdpa/eager attention) instead of one row of micro_batch_size x "
+         "sequence_len (its layout with flash_attention, rlhf.c's default)"),
     REFUSE("batch_flattening", "false", R_PACKING),
     REFUSE("use_pose", "false", R_TRAINER),
     REFUSE("pose_split_on_token_ids", "", R_TRAINER),
@@ -541,7 +553,10 @@ static const KeyStatusRow top_rows[] = {
     NOOP("preprocess_iterable", "*", R_PERF),
     NOOP("total_num_tokens", "*", R_INTERNAL),
     NOOP("total_supervised_tokens", "*", R_INTERNAL),
-    NOOP("sample_packing_eff_est", "*", R_INTERNAL),
+    NOOP("sample_packing_eff_est", "",
+         "Axolotl's estimate of how full packed rows are, which plans its steps before packing "
+         "when set; rlhf.c packs first and plans on the rows it made (the start-up log gives "
+         "their efficiency)"),
     NOOP("axolotl_config_path", "*", R_INTERNAL),
     NOOP("is_falcon_derived_model", "*", R_INTERNAL),
     NOOP("is_llama_derived_model", "*", R_INTERNAL),

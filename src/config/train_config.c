@@ -22,6 +22,9 @@ void train_config_warn(TrainConfig *cfg, const char *fmt, ...) {
 static void set_defaults(TrainConfig *cfg) {
     cfg->sequence_len = 512;
     cfg->micro_batch_size = 1;
+    cfg->sample_packing_bin_size = 200;
+    cfg->sample_packing_group_size = 100000;
+    cfg->eval_sample_packing = true; /* what Axolotl sets when sample_packing leaves it unset */
     cfg->gradient_accumulation_steps = 1;
     cfg->num_epochs = 1.0;
     cfg->max_steps = -1;

@@ -61,9 +61,17 @@ typedef struct {
     int n_datasets;
     DatasetConfig *test_datasets; /* evaluation data (Axolotl's test_datasets); may be none */
     int n_test_datasets;
-    double val_set_size;                 /* fraction (< 1) or count */
-    int64_t sequence_len;                /* 512 */
-    int64_t micro_batch_size;            /* 1 */
+    double val_set_size;      /* fraction (< 1) or count */
+    int64_t sequence_len;     /* 512 */
+    int64_t micro_batch_size; /* 1 */
+    /* Axolotl's sample packing (SFT only, data/sample_packing.h): several examples per row of
+     * micro_batch_size x sequence_len tokens */
+    bool sample_packing;
+    int64_t sample_packing_bin_size;     /* 200: most examples per row */
+    int64_t sample_packing_group_size;   /* 100000: examples packed at a time */
+    bool sample_packing_sequentially;    /* next-fit in the shuffled order */
+    bool multipack_real_batches;         /* micro_batch_size rows of sequence_len, not one row */
+    bool eval_sample_packing;            /* true: with sample_packing, evaluate packed rows too */
     int64_t gradient_accumulation_steps; /* 1 */
     double num_epochs;                   /* 1 */
     int64_t max_steps;                   /* -1: from num_epochs */

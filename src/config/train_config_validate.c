@@ -179,6 +179,13 @@ int train_config_validate(TrainConfig *cfg) {
         require_positive("num_epochs", cfg->num_epochs) ||
         require_positive("logging_steps", (double)cfg->logging_steps))
         return -1;
+    if (cfg->sample_packing && cfg->rl != RL_NONE)
+        return err_set("key 'sample_packing': true is supported for supervised fine-tuning "
+                       "only (rl unset); rl: %s trains on unpacked pairs or completions",
+                       rl_method_name(cfg->rl));
+    if (require_positive("sample_packing_bin_size", (double)cfg->sample_packing_bin_size) ||
+        require_positive("sample_packing_group_size", (double)cfg->sample_packing_group_size))
+        return -1;
     if (cfg->max_steps == 0 || cfg->max_steps < -1)
         return err_set("key 'max_steps': must be positive, got %lld", (long long)cfg->max_steps);
     if (cfg->warmup_steps >= 0 && cfg->warmup_ratio >= 0)

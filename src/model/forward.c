@@ -14,6 +14,7 @@
 static int check_batch(const Model *m, const TokenBatch *b, int *max_position) {
     size_t n = (size_t)b->batch * b->t_len;
     *max_position = b->t_len - 1;
+    if (b->packed && !b->positions) return err_set("a packed batch without position ids");
     for (size_t i = 0; i < n; i++) {
         if (b->attn_mask && !b->attn_mask[i]) continue;
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.vocab_size)

@@ -16,6 +16,13 @@ typedef struct {
     const uint8_t *attn_mask; /* (B, T): 1 real token, 0 padding; NULL: all real */
     const int32_t *positions; /* (B, T) or NULL: 0..T-1 on every row, which is what
                                  transformers uses when no position_ids are passed */
+    /* Packed rows (Axolotl's sample packing): a real cell whose position is not the previous
+     * cell's + 1 begins another sequence of its row, which attends only to its own cells, as
+     * transformers finds packed sequences in position_ids (find_packed_sequence_indices) for
+     * flash-attn varlen or a block-diagonal mask. Needs positions. A packed batch never shares a
+     * prefix. A cell's token is still predicted from the cell before it, across a boundary too
+     * (HF's shifted labels on the concatenated row). */
+    bool packed;
     /* Compute every row in full. By default a row's prefix equal to an earlier row's (a shared
      * prompt) is computed once (token_layout.h): the same values, less work. */
     bool unshared;

@@ -55,7 +55,12 @@ void token_layout_build(TokenLayout *lay, const TokenBatch *b, bool share) {
     lay->tokens = xmalloc((cells ? cells : 1) * sizeof *lay->tokens);
     lay->positions = xmalloc((cells ? cells : 1) * sizeof *lay->positions);
     lay->seq_index = xmalloc((cells ? cells : 1) * sizeof *lay->seq_index);
-    lay->segs = xmalloc((size_t)(B ? B : 1) * sizeof *lay->segs);
+    size_t max_segs = (size_t)B;
+    if (b->packed) {
+        share = false;
+        max_segs = cells;
+    }
+    lay->segs = xmalloc((max_segs ? max_segs : 1) * sizeof *lay->segs);
     int *source = xmalloc((size_t)(B ? B : 1) * sizeof *source);
     size_t n = 0;
     for (int r = 0; r < B; r++) {
@@ -80,6 +85,13 @@ void token_layout_build(TokenLayout *lay, const TokenBatch *b, bool share) {
             if (!cell_real(b, i)) {
                 lay->row_of[i] = LAYOUT_NO_ROW;
                 continue;
+            }
+            if (b->packed && (int)n > seg.start &&
+                lay->positions[n - 1] + 1 != cell_position(b, i)) {
+                /* a packed row's next sequence: the one before it is a segment of its own */
+                seg.len = (int)n - seg.start;
+                lay->segs[lay->n_segs++] = seg;
+                seg = (AttnSegment){(int)n, 0, 0, 0};
             }
             lay->row_of[i] = n;
             lay->tokens[n] = b->tokens[i];

@@ -2,7 +2,8 @@
  * runs on `rows`: one per real cell, padding dropped, and a prefix that a row shares with an
  * earlier one (the prompt of a preference pair's rejected response, of a GRPO group's second to
  * last completion) computed once, in the earlier row's rows. Attention then runs over segments
- * (kernels.h AttnSegment): a row's own rows, after the shared prefix's.
+ * (kernels.h AttnSegment): a row's own rows, after the shared prefix's; a packed row
+ * (TokenBatch.packed) is one segment per sequence it holds.
  *
  * Sharing changes no value a model computes, only how often: every row's hidden states are
  * those of the row computed alone. */
@@ -24,7 +25,8 @@ typedef struct {
     int32_t *tokens;    /* (n) */
     int32_t *positions; /* (n) position ids (RoPE) */
     int32_t *seq_index; /* (n) the cell's t: what a sliding window counts */
-    AttnSegment *segs;  /* one per row of the batch that has cells of its own */
+    AttnSegment *segs;  /* one per row of the batch that has cells of its own (per sequence of
+                           a packed row) */
     int n_segs;
     size_t shared_cells; /* cells computed in another row's rows */
 } TokenLayout;
@@ -33,9 +35,10 @@ typedef struct {
  * to be worth splitting the attention. */
 #define LAYOUT_MIN_SHARED 16
 
-/* Lays out b. With `share`, row r computes its longest prefix of cells equal (the same padding,
- * and where real the same token and position) to those of an earlier row that shares nothing
- * itself, when that prefix holds at least LAYOUT_MIN_SHARED real cells. */
+/* Lays out b. With `share` (ignored for a packed batch), row r computes its longest prefix of
+ * cells equal (the same padding, and where real the same token and position) to those of an
+ * earlier row that shares nothing itself, when that prefix holds at least LAYOUT_MIN_SHARED real
+ * cells. */
 void token_layout_build(TokenLayout *lay, const TokenBatch *b, bool share);
 void token_layout_free(TokenLayout *lay);
 

@@ -47,6 +47,14 @@ json_t *run_record_make(const TrainConfig *cfg) {
     json_object_set_new(
         config, "examples_per_step",
         json_integer(cfg->micro_batch_size * cfg->gradient_accumulation_steps * dist_size()));
+    /* a packed row holds micro_batch_size x sequence_len tokens (sequence_len with
+     * multipack_real_batches): which examples share a row (and a step) changes with it even
+     * where examples_per_step does not */
+    if (cfg->sample_packing)
+        json_object_set_new(config, "packed_row_tokens",
+                            json_integer(cfg->multipack_real_batches
+                                             ? cfg->sequence_len
+                                             : cfg->micro_batch_size * cfg->sequence_len));
     char *text = json_dumps(config, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17));
     char hash[17];
     snprintf(hash, sizeof hash, "%016" PRIx64, fnv1a64(text ? text : ""));

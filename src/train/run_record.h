@@ -9,7 +9,8 @@
  * output_dir, resume_from_checkpoint, overwrite_output_dir, dataset_prepared_path,
  * logging_steps, save_steps, save_total_limit, eval_steps, max_consecutive_bad_steps; and with
  * micro_batch_size, gradient_accumulation_steps and zero_stage replaced by examples_per_step,
- * their product with the number of ranks, so that a checkpoint of N ranks resumes on M); the hash
+ * their product with the number of ranks, so that a checkpoint of N ranks resumes on M; with
+ * sample_packing also packed_row_tokens, micro_batch_size x sequence_len); the hash
  * is FNV-1a 64 of its canonical JSON (sorted keys, compact): an identity, not a security
  * measure. */
 #ifndef RLHF_TRAIN_RUN_RECORD_H

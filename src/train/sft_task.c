@@ -6,6 +6,7 @@
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "train/data_order.h"
+#include "train/sft_packed.h"
 #include "train/train_task.h"
 
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 typedef struct {
     int32_t *tokens;
     uint8_t *attn, *labels;
+    PackedRows packed; /* sample_packing: the arrays of the micro-batch instead */
 } BatchBuffers;
 
 /* Right-pads examples order[first .. first+count) into one micro-batch. */
@@ -23,6 +25,7 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
     for (int i = 0; i < count; i++)
         if (ds->items[order[first + i]].len > t_len) t_len = ds->items[order[first + i]].len;
     size_t cells = (size_t)count * t_len;
+    memset(&buf->packed, 0, sizeof buf->packed);
     buf->tokens = xmalloc(cells * sizeof *buf->tokens);
     buf->attn = xcalloc(cells, 1);
     buf->labels = xcalloc(cells, 1);
@@ -41,6 +44,8 @@ static MicroBatch build_micro_batch(const SftDataset *ds, const size_t *order, s
 
 static void free_buffers(BatchBuffers *buf) {
     free(buf->tokens), free(buf->attn), free(buf->labels);
+    sample_packing_rows_free(&buf->packed);
+    buf->tokens = NULL, buf->attn = NULL, buf->labels = NULL;
 }
 
 /* val_set_size: the drawn examples move from `all` to `val`. */
@@ -90,6 +95,9 @@ static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int
 
 typedef struct {
     const SftDataset *ds, *val;
+    const PackedBins *bins;     /* sample_packing: the task's items are these rows */
+    const PackedBins *val_bins; /* eval_sample_packing: the held-out rows */
+    int64_t rows_per_batch;     /* packed rows in a micro-batch */
     int32_t pad_id;
     int64_t batch_size;
     BatchBuffers *bufs; /* one per micro-batch of a window */
@@ -99,6 +107,12 @@ typedef struct {
 static void sft_build(void *ctx, int slot, const size_t *order, size_t first, int count,
                       MicroBatch *mb, size_t *tokens) {
     SftTask *t = ctx;
+    if (t->bins) {
+        memset(&t->bufs[slot], 0, sizeof t->bufs[slot]);
+        *mb = sft_packed_micro_batch(t->ds, t->bins, order, first, count, t->pad_id,
+                                     &t->bufs[slot].packed, tokens);
+        return;
+    }
     *mb = build_micro_batch(t->ds, order, first, count, t->pad_id, &t->bufs[slot]);
     *tokens = 0;
     for (int e = 0; e < count; e++)
@@ -113,7 +127,10 @@ static void sft_release(void *ctx, int slot) {
 static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     SftTask *t = ctx;
     double loss;
-    if (evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss) != 0) return -1;
+    if (t->val_bins
+            ? sft_packed_evaluate(m, t->val, t->val_bins, t->rows_per_batch, t->pad_id, &loss)
+            : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
+        return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;
 }
@@ -138,14 +155,24 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
     } else if (rc == 0) {
         rc = split_validation(&ds, cfg, &val);
     }
+    PackedBins bins = {0}, val_bins = {0};
+    bool eval_packed = cfg->sample_packing && cfg->eval_sample_packing && val.n;
+    if (rc == 0 && cfg->sample_packing) sft_packed_plan(cfg, &ds, true, &bins, log);
+    if (rc == 0 && eval_packed) sft_packed_plan(cfg, &val, false, &val_bins, log);
     if (rc == 0) {
         SftTask t = {.ds = &ds,
+                     .bins = cfg->sample_packing ? &bins : NULL,
+                     .val_bins = eval_packed ? &val_bins : NULL,
+                     .rows_per_batch = sft_packed_rows_per_micro_batch(cfg),
                      .val = &val,
                      .pad_id = pad,
                      .batch_size = cfg->micro_batch_size,
                      .bufs = xmalloc((size_t)cfg->gradient_accumulation_steps * sizeof *t.bufs)};
         TrainTask task = {.ctx = &t,
-                          .n_examples = ds.n,
+                          .n_examples = cfg->sample_packing ? bins.n_bins : ds.n,
+                          .micro_batch_items =
+                              cfg->sample_packing ? sft_packed_rows_per_micro_batch(cfg) : 0,
+                          .item_name = cfg->sample_packing ? "packed rows" : NULL,
                           .build = sft_build,
                           .release = sft_release,
                           .method = trainer_sft_method(&t.window_tokens),
@@ -154,6 +181,8 @@ int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         rc = train_task_run(cfg, m, lora, &task, out, log);
         free(t.bufs);
     }
+    sample_packing_free(&bins);
+    sample_packing_free(&val_bins);
     sft_dataset_free(&val);
     sft_dataset_free(&ds);
     return rc;

@@ -16,6 +16,7 @@
 typedef struct {
     const TrainConfig *cfg;
     const TrainTask *task;
+    size_t mbs;                           /* items per micro-batch */
     size_t micro_per_epoch, window_micro; /* micro-batches per epoch, per (global) window */
     int64_t windows_per_epoch;
     size_t *order;
@@ -26,7 +27,7 @@ typedef struct {
 static int task_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
     TaskSteps *s = ctx;
     const TrainTask *task = s->task;
-    size_t n = task->n_examples, mbs = (size_t)s->cfg->micro_batch_size;
+    size_t n = task->n_examples, mbs = s->mbs;
     size_t world = (size_t)dist_size(), rank = (size_t)dist_rank();
     int64_t epoch = tr->step / s->windows_per_epoch;
     if (epoch != s->order_epoch) {
@@ -126,17 +127,17 @@ static int task_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     const TrainConfig *cfg = s->cfg;
     size_t world = (size_t)dist_size();
     fprintf(log,
-            "training %zu examples: %lld steps (%lld per epoch), micro-batch %lld x %lld "
+            "training %zu %s: %lld steps (%lld per epoch), micro-batch %zu x %lld "
             "accumulation, warm-up %lld, lr %g %s\n",
-            s->task->n_examples, (long long)tr->opt.total_steps, (long long)s->windows_per_epoch,
-            (long long)cfg->micro_batch_size, (long long)cfg->gradient_accumulation_steps,
-            (long long)tr->opt.warmup_steps, cfg->learning_rate, cfg->lr_scheduler);
+            s->task->n_examples, s->task->item_name ? s->task->item_name : "examples",
+            (long long)tr->opt.total_steps, (long long)s->windows_per_epoch, s->mbs,
+            (long long)cfg->gradient_accumulation_steps, (long long)tr->opt.warmup_steps,
+            cfg->learning_rate, cfg->lr_scheduler);
     train_loop_log_optimizer(log, tr);
     if (world > 1)
-        fprintf(log, "%zu processes: global batch %lld x %lld x %zu = %lld examples per step; %s\n",
-                world, (long long)cfg->micro_batch_size,
-                (long long)cfg->gradient_accumulation_steps, world,
-                (long long)(cfg->micro_batch_size * (int64_t)s->window_micro),
+        fprintf(log, "%zu processes: global batch %zu x %lld x %zu = %zu %s per step; %s\n", world,
+                s->mbs, (long long)cfg->gradient_accumulation_steps, world,
+                s->mbs * s->window_micro, s->task->item_name ? s->task->item_name : "examples",
                 tr->sharded ? "AdamW moments sharded over the ranks (zero_stage 1)"
                             : "each rank keeps the whole optimizer state");
     else if (cfg->zero_stage == 1)
@@ -148,10 +149,12 @@ static int task_start(void *ctx, Trainer *tr, const json_t *log_history, const c
 int train_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const TrainTask *task,
                    TrainOutcome *out, FILE *log) {
     size_t n = task->n_examples, gas = (size_t)cfg->gradient_accumulation_steps;
+    size_t mbs =
+        (size_t)(task->micro_batch_items > 0 ? task->micro_batch_items : cfg->micro_batch_size);
     TaskSteps s = {.cfg = cfg,
                    .task = task,
-                   .micro_per_epoch =
-                       (n + (size_t)cfg->micro_batch_size - 1) / (size_t)cfg->micro_batch_size,
+                   .mbs = mbs,
+                   .micro_per_epoch = (n + mbs - 1) / mbs,
                    .window_micro = gas * (size_t)dist_size(),
                    .order = xmalloc((n ? n : 1) * sizeof *s.order),
                    .order_epoch = -1,

@@ -27,6 +27,10 @@
 typedef struct TrainTask {
     void *ctx;
     size_t n_examples;
+    /* Items per micro-batch (0: micro_batch_size), and what an item is in the opening line
+     * (NULL: "examples"): SFT with sample_packing builds each micro-batch from one packed row. */
+    int64_t micro_batch_items;
+    const char *item_name;
     /* Every epoch in dataset order, never shuffled (KTO: TRL's sequential sampler, since each
      * micro-batch's KL rows pair its own prompts and completions). */
     bool sequential;
