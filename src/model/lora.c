@@ -45,6 +45,12 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     memset(a, 0, sizeof *a);
     if (r <= 0) return err_set("lora_r must be positive, got %d", r);
     if (n_targets == 0) return err_set("lora_target_modules is empty");
+    /* PEFT adapts Phi-3's fused qkv_proj / gate_up_proj as one module each (one A shared by the
+     * fused parts); the per-part modules below would train and save something else. */
+    if (cfg->fused_qkv_mlp)
+        return err_set("LoRA on %s (fused qkv_proj and gate_up_proj) is not supported yet; train "
+                       "it without an adapter",
+                       model_arch_name(cfg->arch));
     a->r = r;
     a->alpha = alpha;
     a->rslora = rslora;

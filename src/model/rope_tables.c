@@ -91,6 +91,16 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     case ROPE_YARN:
         yarn_inv_freq(r, d, inv, attention_factor);
         return;
+    case ROPE_LONGROPE: {
+        /* longrope_frequency_update: the long factors once the batch reaches past the original
+         * context (seq_len = largest position + 1), the short ones otherwise; the attention
+         * factor scales cos and sin either way. */
+        const float *ext = seq_len > r->original_max_position ? r->long_factor : r->short_factor;
+        for (int i = 0; i < d / 2; i++)
+            inv[i] = 1.0f / (ext[i] * powf((float)r->theta, (float)(2 * i) / (float)d));
+        *attention_factor = (float)r->attention_factor;
+        return;
+    }
     }
 }
 
