@@ -20,10 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The first three were made and saved by peft; the rlhf_* ones trained and saved by rlhf.c and
+/* The first five were made and saved by peft (the phi3_* on Phi-3's fused qkv_proj and
+ * gate_up_proj); the rlhf_* ones trained and saved by rlhf.c and
  * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py). */
-static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora",
-                                    "rlhf_all_linear_rslora", "rlhf_qvo"};
+static const char *const cases[] = {"qwen2_qv",        "llama_all_linear", "qwen3_rslora",
+                                    "phi3_all_linear", "phi3_qkv_gate_up", "rlhf_all_linear_rslora",
+                                    "rlhf_qvo"};
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
