@@ -12,7 +12,7 @@
 static const char *const fixtures[] = {
     "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn",
     "llama_tied",        "qwen2_bias",        "qwen3_qknorm",       "mistral_window",
-    "llama_bf16",        "phi3_longrope",     "phi3_window"};
+    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial"};
 
 /* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
  * key) or null, and dtype becomes torch_dtype. */
@@ -171,6 +171,7 @@ static void test_phi3(void) {
           "%s", err_msg());
     CHECK(c.fused_qkv_mlp && c.rope.type == ROPE_LONGROPE && c.rope.original_max_position == 4096,
           "phi3 longrope from \"su\"");
+    CHECK(c.rotary_dim == 8, "the whole head rotates by default");
     CHECK(c.rope.short_factor[2] == 1.5f && c.rope.long_factor[3] == 4.0f, "factor lists");
     CHECK(fabs(c.rope.attention_factor - sqrt(1 + log(32.0) / log(4096.0))) < 1e-12,
           "attention factor %g from 131072 / 4096", c.rope.attention_factor);
@@ -186,11 +187,14 @@ static void test_phi3(void) {
     model_config_free(&c);
 
     expect_error("{\"model_type\": \"phi3\", " BASE ", " LONGROPE("[1, 1, 1]") "}",
-                 "'short_factor': 3 numbers, but head_dim 8 needs 4");
+                 "'short_factor': 3 numbers, but the rotary dims 8 need 4");
     expect_error("{\"model_type\": \"phi3\", " BASE ", " LONGROPE("[1, 1, 0, 1]") "}",
                  "'short_factor': entry 2 is 0");
-    expect_error("{\"model_type\": \"phi3\", " BASE ", \"partial_rotary_factor\": 0.75}",
-                 "'partial_rotary_factor': 0.75 is not supported");
+    expect_error("{\"model_type\": \"phi3\", " BASE
+                 ", \"partial_rotary_factor\": 0.5, " LONGROPE("[1, 1, 1, 1]") "}",
+                 "'short_factor': 4 numbers, but the rotary dims 4 need 2");
+    expect_error("{\"model_type\": \"phi3\", " BASE ", \"partial_rotary_factor\": 0.125}",
+                 "'partial_rotary_factor': 0.125 gives 1 rotary dims of head_dim 8");
     expect_error("{\"model_type\": \"phi3\", " BASE
                  ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}}",
                  "Phi-3 takes RoPE type default or longrope");

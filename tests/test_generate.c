@@ -345,6 +345,7 @@ int main(void) {
      * positions for every row's frequencies (issue 34 item 8) */
     check_model_batches("llama_rope_dynamic", false, true);
     check_model_batches("phi3_longrope", false, true);
+    check_model_batches("phi4_mini_partial", false, true);
     test_packed_bf16_decoding();
     test_sampling_independence();
 

@@ -5,6 +5,7 @@
 #include "common/json_util.h"
 #include "model/config_longrope.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,15 +97,18 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
     if (cfg->arch == ARCH_PHI3 && r->type != ROPE_DEFAULT && r->type != ROPE_LONGROPE)
         return err_set("key '%s': Phi-3 takes RoPE type default or longrope, not \"%s\"", key,
                        type);
-    /* The rotary part of a head (Phi-4-mini: 0.75): the kernels rotate whole heads. */
+    /* The rotary part of a head (Phi-4-mini: 0.75); the RoPE dict's value wins, as
+     * standardize_rope_params only fills it in from the top level. */
     double partial = 1.0;
     if (json_get_double(root, "partial_rotary_factor", &partial) < 0 ||
         (p && json_get_double(p, "partial_rotary_factor", &partial) < 0))
         return -1;
-    if (partial != 1.0)
-        return err_set("key 'partial_rotary_factor': %g is not supported (RoPE over part of a "
-                       "head, as Phi-4-mini uses, is not implemented; expected 1.0)",
-                       partial);
+    double rot = floor(cfg->head_dim * partial); /* Python's int() of a positive number */
+    if (!(partial > 0 && partial <= 1) || rot < 2 || (int)rot % 2 != 0)
+        return err_set("key 'partial_rotary_factor': %g gives %g rotary dims of head_dim %d (a "
+                       "factor in (0, 1] giving an even number is required)",
+                       partial, rot, cfg->head_dim);
+    cfg->rotary_dim = (int)rot;
 
     double top_theta;
     if (get_double_or(root, "rope_theta", 10000.0, &top_theta) != 0) return -1;

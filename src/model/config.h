@@ -45,6 +45,8 @@ typedef struct {
     int n_heads;           /* nh */
     int n_kv_heads;        /* nkv; divides nh */
     int head_dim;          /* hd; nh*hd need not equal H */
+    int rotary_dim; /* the leading dims of a head RoPE rotates: int(hd * partial_rotary_factor),
+                       hd unless the config sets the factor (Phi-4-mini: 0.75) */
     double rms_norm_eps;
     int64_t max_position_embeddings;
     bool tie_word_embeddings;

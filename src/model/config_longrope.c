@@ -19,8 +19,8 @@ static int read_factors(const json_t *p, const char *name, int n, float **out) {
     if (!v || !json_is_array(v))
         return err_set("'%s': missing (longrope needs a list of %d numbers)", name, n);
     if ((int)json_array_size(v) != n)
-        return err_set("'%s': %zu numbers, but head_dim %d needs %d", name, json_array_size(v),
-                       2 * n, n);
+        return err_set("'%s': %zu numbers, but the rotary dims %d need %d", name,
+                       json_array_size(v), 2 * n, n);
     *out = xmalloc((size_t)n * sizeof **out);
     for (int i = 0; i < n; i++) {
         const json_t *e = json_array_get(v, (size_t)i);
@@ -44,7 +44,7 @@ int longrope_parse(ModelConfig *cfg, const json_t *root, const json_t *p) {
         return -1;
     if (!(orig >= 1)) return err_set("'original_max_position_embeddings': must be positive");
     r->original_max_position = orig;
-    int half = cfg->head_dim / 2;
+    int half = cfg->rotary_dim / 2;
     if (read_factors(p, "short_factor", half, &r->short_factor) != 0 ||
         read_factors(p, "long_factor", half, &r->long_factor) != 0)
         return -1;

@@ -68,7 +68,7 @@ static void llama3_inv_freq(const RopeConfig *r, int d, float *inv) {
 
 void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *attention_factor) {
     const RopeConfig *r = &cfg->rope;
-    int d = cfg->head_dim;
+    int d = cfg->rotary_dim; /* transformers' `dim`: int(head_dim * partial_rotary_factor) */
     *attention_factor = 1.0f;
     switch (r->type) {
     case ROPE_DEFAULT:
@@ -106,7 +106,7 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
 
 void rope_build_rows(const ModelConfig *cfg, int seq_len, const int32_t *positions, int n,
                      float *cos_rows, float *sin_rows) {
-    int half = cfg->head_dim / 2;
+    int half = cfg->rotary_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     float attn;
     rope_inv_freq(cfg, seq_len, inv, &attn);

@@ -16,13 +16,16 @@ write them):
                                         alone (13 and 7 tokens) the short ones; attention factor
                                         sqrt(1 + ln 4 / ln 16) on cos/sin
   tests/fixtures/models/phi3_window     fused weights, default RoPE, sliding_window 6
+  tests/fixtures/models/phi4_mini_partial  Phi-4-mini's RoPE shape: partial_rotary_factor 0.75
+                                        (6 of head_dim 8 rotated), longrope as phi3_longrope
+                                        with 3 factors, tied embeddings
 
 Score entries are each row alone on a fresh model (what `rlhf score` does); for phi3_longrope that
 differs from the batch (short vs long factors), as for llama_rope_dynamic.
 
 Generation fixtures, tests/fixtures/generate/<model>.json in make_generate_fixtures.py's format
 (transformers' batched greedy generate, left-padded prompts of 3, 7, 12 and 5 tokens, 12 new
-tokens), for phi3_longrope, phi3_window and llama_rope_dynamic. The eos id is the LONGEST prompt's
+tokens), for phi3_longrope, phi3_window, llama_rope_dynamic and phi4_mini_partial. The eos id is the LONGEST prompt's
 second greedy token, so that row stops early; transformers keeps feeding it (pad tokens) and its
 positions keep counting in max(position_ids) + 1, the seq_len that picks dynamic-NTK's base and
 longrope's factor set for every row. Each generate call runs on a freshly loaded model: dynamic
@@ -63,6 +66,14 @@ def specs():
                                rope_parameters=longrope),
          phi3(max_position_embeddings=64, original_max_position_embeddings=16)),
         ("phi3_window", phi3(max_position_embeddings=64, sliding_window=6), phi3(max_position_embeddings=64)),
+        # Phi-4-mini's shape of RoPE: partial_rotary_factor 0.75 (6 of hd 8 rotated, 3 factors
+        # each), longrope, tied embeddings
+        ("phi4_mini_partial",
+         phi3(max_position_embeddings=64, original_max_position_embeddings=16, partial_rotary_factor=0.75,
+              tie_word_embeddings=True,
+              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                               "short_factor": SHORT_FACTOR[:3], "long_factor": LONG_FACTOR[:3]}),
+         phi3(max_position_embeddings=64, original_max_position_embeddings=16, tie_word_embeddings=True)),
     ]
 
 
@@ -145,7 +156,7 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     for i, (name, config, baseline) in enumerate(specs(), start=1):
         build(i, name, config, baseline)
-    for i, name in enumerate(["phi3_longrope", "phi3_window", "llama_rope_dynamic"]):
+    for i, name in enumerate(["phi3_longrope", "phi3_window", "llama_rope_dynamic", "phi4_mini_partial"]):
         generate_fixture(i, name)
 
 
