@@ -22,10 +22,11 @@
 
 /* The first five were made and saved by peft (the phi3_* on Phi-3's fused qkv_proj and
  * gate_up_proj); the rlhf_* ones trained and saved by rlhf.c and
- * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py). */
-static const char *const cases[] = {"qwen2_qv",        "llama_all_linear", "qwen3_rslora",
-                                    "phi3_all_linear", "phi3_qkv_gate_up", "rlhf_all_linear_rslora",
-                                    "rlhf_qvo"};
+ * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py; rlhf_phi3_* on the fused
+ * modules, trained on phi3_text and loaded onto phi3_window, which has the same layer shapes). */
+static const char *const cases[] = {
+    "qwen2_qv",         "llama_all_linear",       "qwen3_rslora", "phi3_all_linear",
+    "phi3_qkv_gate_up", "rlhf_all_linear_rslora", "rlhf_qvo",     "rlhf_phi3_qkv_gate_up"};
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
@@ -173,7 +174,16 @@ static void check_case(const char *name) {
     char saved[4096];
     snprintf(saved, sizeof saved, "%s/%s", harness_tmpdir(), name);
     mkdir(saved, 0755);
-    CHECK(lora_save(&a, saved, base_dir) == 0, "save: %s", err_msg());
+    /* the base model the fixture's adapter names (rlhf_phi3_*: trained on phi3_text) */
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/adapter_config.json", adir);
+    json_t *acfg;
+    CHECK(json_load_path(cfg_path, &acfg) == 0, "%s", err_msg());
+    const char *named = json_string_value(json_object_get(acfg, "base_model_name_or_path"));
+    char base_name[512];
+    snprintf(base_name, sizeof base_name, "%s", named ? named : base_dir);
+    json_decref(acfg);
+    CHECK(lora_save(&a, saved, base_name) == 0, "save: %s", err_msg());
     LoraAdapter back;
     CHECK(lora_load(&back, &m.cfg, saved) == 0, "reload: %s", err_msg());
     CHECK(back.n_params == a.n_params && memcmp(back.params, a.params, a.n_params * 4) == 0 &&

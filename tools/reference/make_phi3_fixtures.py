@@ -34,6 +34,7 @@ RoPE keeps the longest seq_len it has seen between calls.
 
 import json
 import os
+import shutil
 import sys
 
 import torch
@@ -152,10 +153,32 @@ def generate_fixture(idx, name):
     print(f"{name}: eos {eos}, completion lengths {lens} (prompt {longest}, the longest, stops early)")
 
 
+def build_text_model():
+    """tests/fixtures/models/phi3_text: llama_text's tokenizer (and its vocabulary of 3021) on a
+    Phi-3 with fused weights, tied embeddings and random weights, for the TRL training fixtures
+    (make_pref_train_fixtures.py's *_phi3 cases, make_rlhf_adapter_fixtures.py's rlhf_phi3_*)."""
+    src = os.path.join(mf.FIXTURES, "llama_text")
+    path = os.path.join(mf.FIXTURES, "phi3_text")
+    config = Phi3Config(**dict(mf.BASE, vocab_size=3021), rms_norm_eps=1e-5, tie_word_embeddings=True,
+                        hidden_act="silu", bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                        max_position_embeddings=2048)
+    torch.manual_seed(1199)
+    model = mf.make_model(Phi3ForCausalLM, config)
+    mf.reinit_weights(model, 1199)
+    mf.clean_dir(path)
+    model.save_pretrained(path, safe_serialization=True)
+    mf.prune_saved_files(path)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), os.path.join(path, f))
+        os.chmod(os.path.join(path, f), 0o644)
+    print(f"phi3_text: {mf.dir_size(path)} bytes")
+
+
 def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     for i, (name, config, baseline) in enumerate(specs(), start=1):
         build(i, name, config, baseline)
+    build_text_model()
     for i, name in enumerate(["phi3_longrope", "phi3_window", "llama_rope_dynamic", "phi4_mini_partial"]):
         generate_fixture(i, name)
 
