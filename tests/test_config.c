@@ -47,7 +47,7 @@ static void test_v4_equals_v5(void) {
         ModelConfig a, b;
         CHECK(model_config_from_json(&a, v5, "v5") == 0, "%s: %s", fixtures[i], err_msg());
         CHECK(model_config_from_json(&b, v4, "v4") == 0, "%s: %s", fixtures[i], err_msg());
-        size_t n_factors = a.rope.short_factor ? (size_t)a.head_dim / 2 : 0;
+        size_t n_factors = a.rope.short_factor ? (size_t)a.rotary_dim / 2 : 0;
         CHECK(!a.rope.short_factor == !b.rope.short_factor &&
                   (!n_factors ||
                    (memcmp(a.rope.short_factor, b.rope.short_factor, n_factors * 4) == 0 &&
