@@ -266,6 +266,18 @@ static void check_create_errors(void) {
               strstr(err_msg(), "matches no module"),
           "targets matching nothing: %s", err_msg());
     model_free(&m);
+    /* Phi-3 has no q_proj of its own: the message names its fused modules */
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/models/phi3_window")) == 0, "%s",
+          err_msg());
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, qv, 2, 1) != 0 &&
+              strstr(err_msg(), "(it has qkv_proj, o_proj, gate_up_proj, down_proj)"),
+          "phi3 q_proj: %s", err_msg());
+    const char *fused[] = {"qkv_proj"};
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, fused, 1, 1) == 0 && a.n_info == 4 &&
+              a.info[1].shape[0] == 64 && strstr(a.info[1].name, "self_attn.qkv_proj.lora_B"),
+          "phi3 qkv_proj: one A and one B (64 = q 32 + k 16 + v 16 rows) per layer");
+    lora_free(&a);
+    model_free(&m);
 }
 
 int main(void) {
