@@ -159,19 +159,20 @@ static void emu_rmsnorm_backward(const Backend *be, float *din, float *dw, const
 }
 
 static void emu_rope(const Backend *be, float *x, const int32_t *positions, const float *cos_t,
-                     const float *sin_t, int n, int heads, int hd) {
+                     const float *sin_t, int n, int heads, int hd, int rot) {
     (void)be;
     emu_op_calls[OP_ROPE]++;
     dev(x), dev(positions), dev(cos_t), dev(sin_t);
-    CPU->rope(CPU, x, positions, cos_t, sin_t, n, heads, hd);
+    CPU->rope(CPU, x, positions, cos_t, sin_t, n, heads, hd, rot);
 }
 
 static void emu_rope_backward(const Backend *be, float *dx, const int32_t *positions,
-                              const float *cos_t, const float *sin_t, int n, int heads, int hd) {
+                              const float *cos_t, const float *sin_t, int n, int heads, int hd,
+                              int rot) {
     (void)be;
     emu_op_calls[OP_ROPE_BACKWARD]++;
     dev(dx), dev(positions), dev(cos_t), dev(sin_t);
-    CPU->rope_backward(CPU, dx, positions, cos_t, sin_t, n, heads, hd);
+    CPU->rope_backward(CPU, dx, positions, cos_t, sin_t, n, heads, hd, rot);
 }
 
 static void emu_swiglu(const Backend *be, float *out, const float *gate, const float *up,

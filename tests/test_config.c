@@ -6,11 +6,13 @@
 #include "harness.h"
 #include "model/config.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const fixtures[] = {
-    "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn", "llama_tied",
-    "qwen2_bias",        "qwen3_qknorm",      "mistral_window",     "llama_bf16"};
+    "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn",
+    "llama_tied",        "qwen2_bias",        "qwen3_qknorm",       "mistral_window",
+    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial"};
 
 /* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
  * key) or null, and dtype becomes torch_dtype. */
@@ -45,7 +47,15 @@ static void test_v4_equals_v5(void) {
         ModelConfig a, b;
         CHECK(model_config_from_json(&a, v5, "v5") == 0, "%s: %s", fixtures[i], err_msg());
         CHECK(model_config_from_json(&b, v4, "v4") == 0, "%s: %s", fixtures[i], err_msg());
-        CHECK(memcmp(&a.rope, &b.rope, sizeof a.rope) == 0, "%s: rope differs", fixtures[i]);
+        size_t n_factors = a.rope.short_factor ? (size_t)a.rotary_dim / 2 : 0;
+        CHECK(!a.rope.short_factor == !b.rope.short_factor &&
+                  (!n_factors ||
+                   (memcmp(a.rope.short_factor, b.rope.short_factor, n_factors * 4) == 0 &&
+                    memcmp(a.rope.long_factor, b.rope.long_factor, n_factors * 4) == 0)),
+              "%s: longrope factors differ", fixtures[i]);
+        RopeConfig ra = a.rope, rb = b.rope; /* the rest, field by field (the lists compared) */
+        ra.short_factor = ra.long_factor = rb.short_factor = rb.long_factor = NULL;
+        CHECK(memcmp(&ra, &rb, sizeof ra) == 0, "%s: rope differs", fixtures[i]);
         CHECK(a.hidden_size == b.hidden_size && a.head_dim == b.head_dim &&
                   a.sliding_window == b.sliding_window &&
                   strcmp(a.weights_dtype, b.weights_dtype) == 0,
@@ -132,7 +142,10 @@ static void test_errors(void) {
     expect_error("{\"model_type\": \"llama\", " BASE ", \"head_dim\": 7}", "'head_dim'");
     expect_error("{\"model_type\": \"llama\", " BASE
                  ", \"rope_scaling\": {\"rope_type\": \"longrope\"}}",
-                 "\"longrope\" is not supported");
+                 "'short_factor': missing");
+    expect_error("{\"model_type\": \"llama\", " BASE
+                 ", \"rope_scaling\": {\"rope_type\": \"longrope2\"}}",
+                 "\"longrope2\" is not supported");
     expect_error("{\"model_type\": \"llama\", " BASE
                  ", \"rope_scaling\": {\"rope_type\": \"linear\", "
                  "\"factor\": 0}}",
@@ -143,9 +156,54 @@ static void test_errors(void) {
                  "true or false");
 }
 
+#define LONGROPE(shorts)                                                                           \
+    "\"rope_scaling\": {\"type\": \"su\", \"short_factor\": " shorts                               \
+    ", \"long_factor\": [1, 2, 3, 4]}"
+
+/* Phi3Config and _compute_longrope_parameters: "su" means longrope; the top-level
+ * original_max_position_embeddings (default 4096) is the switch point and, against
+ * max_position_embeddings, sets the attention factor; a sliding window covers every layer. */
+static void test_phi3(void) {
+    ModelConfig c;
+    CHECK(parse("{\"model_type\": \"phi3\", " BASE ", \"max_position_embeddings\": 131072, "
+                "\"original_max_position_embeddings\": 4096, " LONGROPE("[1, 1, 1.5, 2]") "}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.fused_qkv_mlp && c.rope.type == ROPE_LONGROPE && c.rope.original_max_position == 4096,
+          "phi3 longrope from \"su\"");
+    CHECK(c.rotary_dim == 8, "the whole head rotates by default");
+    CHECK(c.rope.short_factor[2] == 1.5f && c.rope.long_factor[3] == 4.0f, "factor lists");
+    CHECK(fabs(c.rope.attention_factor - sqrt(1 + log(32.0) / log(4096.0))) < 1e-12,
+          "attention factor %g from 131072 / 4096", c.rope.attention_factor);
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"phi3\", " BASE ", \"max_position_embeddings\": 2048, "
+                "\"sliding_window\": 7, " LONGROPE("[1, 1, 1, 1]") "}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.rope.original_max_position == 4096 && c.rope.attention_factor == 1.0,
+          "Phi3Config's default original context 4096; no extension, factor 1");
+    CHECK(c.sliding_window == 7 && c.layer_sliding[0] && c.layer_sliding[2], "window everywhere");
+    model_config_free(&c);
+
+    expect_error("{\"model_type\": \"phi3\", " BASE ", " LONGROPE("[1, 1, 1]") "}",
+                 "'short_factor': 3 numbers, but the rotary dims 8 need 4");
+    expect_error("{\"model_type\": \"phi3\", " BASE ", " LONGROPE("[1, 1, 0, 1]") "}",
+                 "'short_factor': entry 2 is 0");
+    expect_error("{\"model_type\": \"phi3\", " BASE
+                 ", \"partial_rotary_factor\": 0.5, " LONGROPE("[1, 1, 1, 1]") "}",
+                 "'short_factor': 4 numbers, but the rotary dims 4 need 2");
+    expect_error("{\"model_type\": \"phi3\", " BASE ", \"partial_rotary_factor\": 0.125}",
+                 "'partial_rotary_factor': 0.125 gives 1 rotary dims of head_dim 8");
+    expect_error("{\"model_type\": \"phi3\", " BASE
+                 ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}}",
+                 "Phi-3 takes RoPE type default or longrope");
+}
+
 int main(void) {
     test_v4_equals_v5();
     test_defaults_and_windows();
     test_errors();
+    test_phi3();
     return harness_finish("test_config");
 }

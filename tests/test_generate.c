@@ -1,7 +1,10 @@
 /* Greedy decoding against transformers' generate() (tests/fixtures/generate, made by
  * tools/reference/make_generate_fixtures.py): batched prompts of unequal length, per-sequence
  * stop on eos, token-for-token equal; the same at any batch size (continuous batching), and with
- * a bf16 checkpoint's weights kept in bf16. */
+ * a bf16 checkpoint's weights kept in bf16. With dynamic-NTK and longrope RoPE, whose
+ * frequencies follow the batch's length, the longest prompt stops early and still counts, and
+ * Phi-3 recomputes every sequence when the batch first reaches past the original context, as
+ * transformers' generate does (tools/reference/make_phi3_fixtures.py). */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
@@ -16,11 +19,14 @@
 #include <string.h>
 
 static const char *const models[] = {"llama_rope_llama3", "llama_tied",     "qwen2_bias",
-                                     "qwen3_qknorm",      "mistral_window", "llama_bf16"};
+                                     "qwen3_qknorm",      "mistral_window", "llama_bf16",
+                                     "phi3_window"};
 
 /* bf16_storage: the weights kept in bf16 (rlhf generate --bf16), for a checkpoint stored in bf16,
- * where that rounds nothing: the same tokens as transformers. */
-static void check_model(const char *name, bool bf16_storage) {
+ * where that rounds nothing: the same tokens as transformers. one_batch: only all prompts in one
+ * batch (max_batch 0), for RoPE whose frequencies follow the whole batch's length (dynamic NTK,
+ * longrope), where another batching is another computation in transformers too. */
+static void check_model_batches(const char *name, bool bf16_storage, bool one_batch) {
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/generate/%s.json", name);
     json_t *fx;
@@ -42,7 +48,7 @@ static void check_model(const char *name, bool bf16_storage) {
     }
     int32_t eos = (int32_t)json_integer_value(json_object_get(fx, "eos_token_id"));
     int batches[] = {0, 1, 2};
-    for (int bi = 0; bi < 3; bi++) {
+    for (int bi = 0; bi < (one_batch ? 1 : 3); bi++) {
         GenerateOptions opt = {.max_new_tokens =
                                    (int)json_integer_value(json_object_get(fx, "max_new_tokens")),
                                .eos_ids = &eos,
@@ -70,6 +76,10 @@ static void check_model(const char *name, bool bf16_storage) {
     free(lens);
     model_free(&m);
     json_decref(fx);
+}
+
+static void check_model(const char *name, bool bf16_storage) {
+    check_model_batches(name, bf16_storage, false);
 }
 
 /* The same tokens, and log-probs equal to 1e-4: the batch's row count changes OpenBLAS's
@@ -331,6 +341,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model(models[i], false);
     check_model("llama_bf16", true);
+    /* the longest prompt stops on eos at its second token; transformers keeps counting its
+     * positions for every row's frequencies (issue 34 item 8) */
+    check_model_batches("llama_rope_dynamic", false, true);
+    check_model_batches("phi3_longrope", false, true);
+    check_model_batches("phi4_mini_partial", false, true);
     test_packed_bf16_decoding();
     test_sampling_independence();
 

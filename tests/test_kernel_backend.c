@@ -273,27 +273,31 @@ static void check_rowwise(const Backend *be) {
     compare_dev(be, din, want, nc, 1e-5, "rmsnorm_backward din");
     compare_dev(be, dw, w_dw, c, 1e-5, "rmsnorm_backward dw");
 
-    /* RoPE (rotate_half) at positions, then its backward as the transposed rotation:
+    /* RoPE (rotate_half) at positions over the first `rot` dims of each head (partial rotary:
+     * rot = 3/4 of hd, the rest unchanged), then its backward as the transposed rotation:
      * <rope_backward(y), x> = <y, rope(x)> */
     int32_t pos[5] = {3, 0, 8, 8, 1};
-    float *cos_t = rand_host((size_t)max_pos * hd / 2),
-          *sin_t = rand_host((size_t)max_pos * hd / 2);
-    float *d_cos = up(be, cos_t, (size_t)max_pos * hd / 2);
-    float *d_sin = up(be, sin_t, (size_t)max_pos * hd / 2);
+    int rot = 3 * hd / 4, half = rot / 2;
+    float *cos_t = rand_host((size_t)max_pos * half), *sin_t = rand_host((size_t)max_pos * half);
+    float *d_cos = up(be, cos_t, (size_t)max_pos * half);
+    float *d_sin = up(be, sin_t, (size_t)max_pos * half);
     int32_t *d_pos = up_bytes(be, pos, sizeof pos);
     float *rx = up(be, x, nc);
-    be->rope(be, rx, d_pos, d_cos, d_sin, n, heads, hd);
+    be->rope(be, rx, d_pos, d_cos, d_sin, n, heads, hd, rot);
     for (int r = 0; r < n; r++)
-        for (int h = 0; h < heads; h++)
-            for (int i = 0; i < hd / 2; i++) {
-                const float *v = x + (r * heads + h) * hd;
-                double co = cos_t[pos[r] * hd / 2 + i], si = sin_t[pos[r] * hd / 2 + i];
-                want[(r * heads + h) * hd + i] = v[i] * co - v[i + hd / 2] * si;
-                want[(r * heads + h) * hd + i + hd / 2] = v[i + hd / 2] * co + v[i] * si;
+        for (int h = 0; h < heads; h++) {
+            const float *v = x + (r * heads + h) * hd;
+            for (int i = rot; i < hd; i++)
+                want[(r * heads + h) * hd + i] = v[i];
+            for (int i = 0; i < half; i++) {
+                double co = cos_t[pos[r] * half + i], si = sin_t[pos[r] * half + i];
+                want[(r * heads + h) * hd + i] = v[i] * co - v[i + half] * si;
+                want[(r * heads + h) * hd + i + half] = v[i + half] * co + v[i] * si;
             }
+        }
     compare_dev(be, rx, want, nc, 1e-5, "rope");
     float *ry = up(be, dout, nc);
-    be->rope_backward(be, ry, d_pos, d_cos, d_sin, n, heads, hd);
+    be->rope_backward(be, ry, d_pos, d_cos, d_sin, n, heads, hd, rot);
     float *back = down(be, ry, nc);
     double lhs = 0, rhs = 0;
     for (size_t i = 0; i < nc; i++)

@@ -131,7 +131,7 @@ typedef struct {
 static double rope_loss(void *p) {
     RopeCase *m = p;
     memcpy(m->work, m->x, 3 * 2 * 8 * sizeof(float));
-    rope_forward(m->work, m->pos, m->cos_t, m->sin_t, 3, 2, 8);
+    rope_forward(m->work, m->pos, m->cos_t, m->sin_t, 3, 2, 8, 8);
     return dot(m->work, m->c, 48);
 }
 
@@ -144,7 +144,7 @@ static void test_rope(void) {
         }
     float dx[48];
     memcpy(dx, m.c, sizeof dx);
-    rope_backward(dx, m.pos, m.cos_t, m.sin_t, 3, 2, 8);
+    rope_backward(dx, m.pos, m.cos_t, m.sin_t, 3, 2, 8, 8);
     check_grad("rope d_x", m.x, dx, 48, 1, rope_loss, &m);
     free(m.x), free(m.c), free(m.work);
 }

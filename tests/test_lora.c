@@ -20,10 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The first three were made and saved by peft; the rlhf_* ones trained and saved by rlhf.c and
- * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py). */
-static const char *const cases[] = {"qwen2_qv", "llama_all_linear", "qwen3_rslora",
-                                    "rlhf_all_linear_rslora", "rlhf_qvo"};
+/* The first five were made and saved by peft (the phi3_* on Phi-3's fused qkv_proj and
+ * gate_up_proj); the rlhf_* ones trained and saved by rlhf.c and
+ * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py; rlhf_phi3_* on the fused
+ * modules, trained on phi3_text and loaded onto phi3_window, which has the same layer shapes). */
+static const char *const cases[] = {
+    "qwen2_qv",         "llama_all_linear",       "qwen3_rslora", "phi3_all_linear",
+    "phi3_qkv_gate_up", "rlhf_all_linear_rslora", "rlhf_qvo",     "rlhf_phi3_qkv_gate_up"};
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
@@ -171,7 +174,16 @@ static void check_case(const char *name) {
     char saved[4096];
     snprintf(saved, sizeof saved, "%s/%s", harness_tmpdir(), name);
     mkdir(saved, 0755);
-    CHECK(lora_save(&a, saved, base_dir) == 0, "save: %s", err_msg());
+    /* the base model the fixture's adapter names (rlhf_phi3_*: trained on phi3_text) */
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/adapter_config.json", adir);
+    json_t *acfg;
+    CHECK(json_load_path(cfg_path, &acfg) == 0, "%s", err_msg());
+    const char *named = json_string_value(json_object_get(acfg, "base_model_name_or_path"));
+    char base_name[512];
+    snprintf(base_name, sizeof base_name, "%s", named ? named : base_dir);
+    json_decref(acfg);
+    CHECK(lora_save(&a, saved, base_name) == 0, "save: %s", err_msg());
     LoraAdapter back;
     CHECK(lora_load(&back, &m.cfg, saved) == 0, "reload: %s", err_msg());
     CHECK(back.n_params == a.n_params && memcmp(back.params, a.params, a.n_params * 4) == 0 &&
@@ -253,6 +265,18 @@ static void check_create_errors(void) {
     CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, gpt2, 2, 1) != 0 &&
               strstr(err_msg(), "matches no module"),
           "targets matching nothing: %s", err_msg());
+    model_free(&m);
+    /* Phi-3 has no q_proj of its own: the message names its fused modules */
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/models/phi3_window")) == 0, "%s",
+          err_msg());
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, qv, 2, 1) != 0 &&
+              strstr(err_msg(), "(it has qkv_proj, o_proj, gate_up_proj, down_proj)"),
+          "phi3 q_proj: %s", err_msg());
+    const char *fused[] = {"qkv_proj"};
+    CHECK(lora_create(&a, &m.cfg, 4, 8, false, 0, fused, 1, 1) == 0 && a.n_info == 4 &&
+              a.info[1].shape[0] == 64 && strstr(a.info[1].name, "self_attn.qkv_proj.lora_B"),
+          "phi3 qkv_proj: one A and one B (64 = q 32 + k 16 + v 16 rows) per layer");
+    lora_free(&a);
     model_free(&m);
 }
 

@@ -22,7 +22,10 @@ static const char *write_config(const char *name, const json_t *c) {
     char text[16384], loss_types[256] = "", model[2048], pairs[2048], method[512] = "";
     const char *kind = json_string_value(json_object_get(c, "kind"));
     bool dpo = strcmp(kind, "dpo") == 0;
-    snprintf(model, sizeof model, "%s", harness_source_path("tests/fixtures/models/llama_text"));
+    const char *model_name = json_string_value(json_object_get(c, "model")); /* another family */
+    char rel[600];
+    snprintf(rel, sizeof rel, "tests/fixtures/models/%s", model_name ? model_name : "llama_text");
+    snprintf(model, sizeof model, "%s", harness_source_path(rel));
     snprintf(pairs, sizeof pairs, "%s",
              harness_source_path(dpo ? "tests/fixtures/pref_train/pairs.jsonl"
                                      : "tests/fixtures/pref_train/pairs_orpo.jsonl"));

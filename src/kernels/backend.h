@@ -96,13 +96,15 @@ struct Backend {
     /* din (N, C) written (may alias dout); dw (C) accumulated (may be NULL). */
     void (*rmsnorm_backward)(const Backend *be, float *din, float *dw, const float *dout,
                              const float *in, const float *w, int n, int c, float eps);
-    /* In place on x (N, heads, hd): rotate_half RoPE. Row r uses row positions[r] (int32, N) of
-     * the (max_pos, hd/2) cos/sin tables, or row r itself when positions is NULL. */
+    /* In place on x (N, heads, hd): rotate_half RoPE over the first `rot` dims of each head (even,
+     * <= hd; the rest pass unchanged: partial rotary). Row r uses row positions[r] (int32, N) of
+     * the (max_pos, rot/2) cos/sin tables, or row r itself when positions is NULL. */
     void (*rope)(const Backend *be, float *x, const int32_t *positions, const float *cos_table,
-                 const float *sin_table, int n, int heads, int hd);
+                 const float *sin_table, int n, int heads, int hd, int rot);
     /* In place: the gradient of rope's output into the gradient of its input. */
     void (*rope_backward)(const Backend *be, float *dx, const int32_t *positions,
-                          const float *cos_table, const float *sin_table, int n, int heads, int hd);
+                          const float *cos_table, const float *sin_table, int n, int heads, int hd,
+                          int rot);
     /* out (n) written = silu(gate) ⊙ up; out may alias gate. */
     void (*swiglu)(const Backend *be, float *out, const float *gate, const float *up, size_t n);
     /* dgate, dup (n) written from dout and the forward inputs; dgate may alias dout. */

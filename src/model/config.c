@@ -3,7 +3,9 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "model/config_longrope.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +14,9 @@ static const struct {
     const char *architecture;
     ModelArch arch;
 } known_families[] = {
-    {"llama", "LlamaForCausalLM", ARCH_LLAMA},
-    {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
-    {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2},
-    {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+    {"llama", "LlamaForCausalLM", ARCH_LLAMA}, {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2}, {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+    {"phi3", "Phi3ForCausalLM", ARCH_PHI3},
 };
 #define N_FAMILIES (sizeof known_families / sizeof *known_families)
 
@@ -46,15 +47,15 @@ static int parse_family(ModelConfig *cfg, const json_t *root) {
     const char *model_type = NULL;
     if (json_get_string(root, "model_type", &model_type) < 0) return -1;
     if (!model_type)
-        return err_set("key 'model_type': missing (expected llama, mistral, qwen2 or qwen3)");
+        return err_set("key 'model_type': missing (expected llama, mistral, qwen2, qwen3 or phi3)");
     for (size_t i = 0; i < N_FAMILIES; i++) {
         if (strcmp(model_type, known_families[i].model_type) == 0) {
             cfg->arch = known_families[i].arch;
             return 0;
         }
     }
-    return err_set("key 'model_type': \"%s\" is not supported (expected llama, mistral, qwen2 or "
-                   "qwen3)",
+    return err_set("key 'model_type': \"%s\" is not supported (expected llama, mistral, qwen2, "
+                   "qwen3 or phi3)",
                    model_type);
 }
 
@@ -62,11 +63,8 @@ static int parse_rope_type(const char *s, RopeType *out) {
     static const struct {
         const char *name;
         RopeType type;
-    } types[] = {{"default", ROPE_DEFAULT},
-                 {"linear", ROPE_LINEAR},
-                 {"dynamic", ROPE_DYNAMIC},
-                 {"llama3", ROPE_LLAMA3},
-                 {"yarn", ROPE_YARN}};
+    } types[] = {{"default", ROPE_DEFAULT}, {"linear", ROPE_LINEAR}, {"dynamic", ROPE_DYNAMIC},
+                 {"llama3", ROPE_LLAMA3},   {"yarn", ROPE_YARN},     {"longrope", ROPE_LONGROPE}};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         if (strcmp(s, types[i].name) == 0) {
             *out = types[i].type;
@@ -74,7 +72,7 @@ static int parse_rope_type(const char *s, RopeType *out) {
         }
     }
     return err_set("RoPE type \"%s\" is not supported (expected default, linear, dynamic, "
-                   "llama3 or yarn)",
+                   "llama3, yarn or longrope)",
                    s);
 }
 
@@ -94,7 +92,23 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
     const char *type = "default";
     if (p && (json_get_string(p, "type", &type) < 0 || json_get_string(p, "rope_type", &type) < 0))
         return err_prefix("key '%s'", key);
+    if (cfg->arch == ARCH_PHI3) type = phi3_rope_type(type);
     if (parse_rope_type(type, &r->type) != 0) return err_prefix("key '%s'", key);
+    if (cfg->arch == ARCH_PHI3 && r->type != ROPE_DEFAULT && r->type != ROPE_LONGROPE)
+        return err_set("key '%s': Phi-3 takes RoPE type default or longrope, not \"%s\"", key,
+                       type);
+    /* The rotary part of a head (Phi-4-mini: 0.75); the RoPE dict's value wins, as
+     * standardize_rope_params only fills it in from the top level. */
+    double partial = 1.0;
+    if (json_get_double(root, "partial_rotary_factor", &partial) < 0 ||
+        (p && json_get_double(p, "partial_rotary_factor", &partial) < 0))
+        return -1;
+    double rot = floor(cfg->head_dim * partial); /* Python's int() of a positive number */
+    if (!(partial > 0 && partial <= 1) || rot < 2 || (int)rot % 2 != 0)
+        return err_set("key 'partial_rotary_factor': %g gives %g rotary dims of head_dim %d (a "
+                       "factor in (0, 1] giving an even number is required)",
+                       partial, rot, cfg->head_dim);
+    cfg->rotary_dim = (int)rot;
 
     double top_theta;
     if (get_double_or(root, "rope_theta", 10000.0, &top_theta) != 0) return -1;
@@ -114,6 +128,10 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
         get_double_or(p, "mscale", 0.0, &r->mscale) != 0 ||
         get_double_or(p, "mscale_all_dim", 0.0, &r->mscale_all_dim) != 0)
         return err_prefix("key '%s'", key);
+    if (r->type == ROPE_LONGROPE) {
+        if (!p) return err_set("key '%s': longrope needs short_factor and long_factor", key);
+        return longrope_parse(cfg, root, p) == 0 ? 0 : err_prefix("key '%s'", key);
+    }
     r->truncate = true;
     if (p && json_get_bool(p, "truncate", &r->truncate) < 0) return err_prefix("key '%s'", key);
     if (r->type == ROPE_YARN && (!p || !json_object_get(p, "factor")))
@@ -131,7 +149,8 @@ static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
     int64_t window = 0;
     if (json_get_int64(root, "sliding_window", &window) < 0) return -1;
     if (window < 0) return err_set("key 'sliding_window': must be positive or null");
-    bool use_window = cfg->arch == ARCH_MISTRAL;
+    /* Mistral and Phi-3 build a sliding-window mask for every layer when sliding_window is set. */
+    bool use_window = cfg->arch == ARCH_MISTRAL || cfg->arch == ARCH_PHI3;
     if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
         use_window = false;
         if (json_get_bool(root, "use_sliding_window", &use_window) < 0) return -1;
@@ -197,6 +216,7 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
     if (get_double_or(root, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps) != 0) return -1;
     int64_t default_max_pos = cfg->arch == ARCH_LLAMA     ? 2048
                               : cfg->arch == ARCH_MISTRAL ? 131072
+                              : cfg->arch == ARCH_PHI3    ? 4096
                                                           : 32768;
     cfg->max_position_embeddings = default_max_pos;
     if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0)
@@ -222,6 +242,9 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
     case ARCH_QWEN3:
         cfg->qkv_bias = cfg->o_bias = attention_bias;
         cfg->qk_norm = true;
+        break;
+    case ARCH_PHI3: /* no biases; fused qkv_proj and gate_up_proj */
+        cfg->fused_qkv_mlp = true;
         break;
     }
 
@@ -263,4 +286,7 @@ int model_config_load(ModelConfig *cfg, const char *dir) {
 void model_config_free(ModelConfig *cfg) {
     free(cfg->layer_sliding);
     cfg->layer_sliding = NULL;
+    free(cfg->rope.short_factor);
+    free(cfg->rope.long_factor);
+    cfg->rope.short_factor = cfg->rope.long_factor = NULL;
 }

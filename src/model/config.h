@@ -8,9 +8,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3 } ModelArch;
+typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3 } ModelArch;
 
-typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_DYNAMIC, ROPE_LLAMA3, ROPE_YARN } RopeType;
+typedef enum {
+    ROPE_DEFAULT,
+    ROPE_LINEAR,
+    ROPE_DYNAMIC,
+    ROPE_LLAMA3,
+    ROPE_YARN,
+    ROPE_LONGROPE
+} RopeType;
 
 typedef struct {
     RopeType type;
@@ -18,11 +25,15 @@ typedef struct {
     double factor;                 /* linear, dynamic, llama3, yarn */
     double low_freq_factor;        /* llama3 */
     double high_freq_factor;       /* llama3 */
-    double original_max_position;  /* llama3, yarn */
-    double attention_factor;       /* yarn; < 0 when not given */
+    double original_max_position;  /* llama3, yarn, longrope */
+    double attention_factor;       /* yarn: < 0 when not given; longrope: the resolved factor */
     double beta_fast, beta_slow;   /* yarn */
     double mscale, mscale_all_dim; /* yarn; 0 when not given */
     bool truncate;                 /* yarn */
+    /* longrope: the hd/2 divisors of the frequencies, short_factor while a batch's positions
+     * stay within original_max_position, long_factor once they reach past it (fp32, as
+     * transformers holds them); NULL for the other types. Owned by the config. */
+    float *short_factor, *long_factor;
 } RopeConfig;
 
 typedef struct {
@@ -34,6 +45,8 @@ typedef struct {
     int n_heads;           /* nh */
     int n_kv_heads;        /* nkv; divides nh */
     int head_dim;          /* hd; nh*hd need not equal H */
+    int rotary_dim; /* the leading dims of a head RoPE rotates: int(hd * partial_rotary_factor),
+                       hd unless the config sets the factor (Phi-4-mini: 0.75) */
     double rms_norm_eps;
     int64_t max_position_embeddings;
     bool tie_word_embeddings;
@@ -41,6 +54,8 @@ typedef struct {
     bool o_bias;         /* o_proj has a bias (Llama/Qwen3 attention_bias) */
     bool mlp_bias;       /* gate/up/down have biases (Llama mlp_bias) */
     bool qk_norm;        /* Qwen3: RMSNorm over hd on q and k before RoPE */
+    bool fused_qkv_mlp;  /* Phi-3: one qkv_proj (q, k, v rows) and one gate_up_proj (gate, up
+                            rows) tensor on disk; wk/wv/w_up point into them (model.h) */
     int sliding_window;  /* window length for layers flagged below; 0 = none */
     bool *layer_sliding; /* [n_layers]: this layer uses the sliding window */
     RopeConfig rope;

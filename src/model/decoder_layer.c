@@ -61,8 +61,9 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
         be->rmsnorm(be, a->q, a->q_pre, w->q_norm, n * c->n_heads, hd, eps);
         be->rmsnorm(be, a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, hd, eps);
     }
-    be->rope(be, a->q, rows->positions, rows->cos_t, rows->sin_t, n, c->n_heads, hd);
-    be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd);
+    int rot = c->rotary_dim;
+    be->rope(be, a->q, rows->positions, rows->cos_t, rows->sin_t, n, c->n_heads, hd, rot);
+    be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd, rot);
     hooks->attention(hooks, m, l, a, n, c->layer_sliding[l] ? c->sliding_window : 0);
     linear_with_lora(m, hooks, l, LORA_O, a->proj, a->att, n);
     be->add(be, a->x_mid, a->x_in, a->proj, (size_t)n * H);

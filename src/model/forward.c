@@ -170,7 +170,7 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
     if (b->batch <= 0 || b->t_len <= 0) return err_set("empty batch");
     if (check_batch(m, b, &max_position) != 0) return -1;
     token_layout_build(&fs->lay, b, shares_prefixes(m, b));
-    size_t table = (size_t)(max_position + 1) * (c->head_dim / 2);
+    size_t table = (size_t)(max_position + 1) * (c->rotary_dim / 2);
     fs->cos_t = xmalloc(table * sizeof(float));
     fs->sin_t = xmalloc(table * sizeof(float));
     rope_build_tables(c, max_position + 1, fs->cos_t, fs->sin_t);

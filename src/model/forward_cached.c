@@ -126,8 +126,9 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
             ids[r] = chunks[j].tokens[i];
         }
     }
-    size_t table = (size_t)n * (c->head_dim / 2);
+    size_t table = (size_t)n * (c->rotary_dim / 2);
     float *cos_t = xmalloc(table * sizeof(float)), *sin_t = xmalloc(table * sizeof(float));
+    if (kv->rope_len_floor > max_pos) max_pos = kv->rope_len_floor; /* kv_cache.h invariant 4 */
     rope_build_rows(c, max_pos, b.pos, n, cos_t, sin_t);
     void *owned[4] = {0};
     size_t ints = (size_t)n * sizeof(int32_t);

@@ -5,7 +5,10 @@
  *     for Qwen3, the k norm) and V of every layer, exactly as the full forward computes them.
  *  2. Positions are appended in order and never rewritten; kv_cache_reset_slot empties a slot
  *     for the next sequence (continuous batching) without touching the others.
- *  3. len[s] <= max_len: appending past it is refused by the caller (model_forward_cached). */
+ *  3. len[s] <= max_len: appending past it is refused by the caller (model_forward_cached).
+ *  4. rope_len_floor only raises the seq_len that RoPE types following the batch's length
+ *     (dynamic NTK, longrope) are computed with: the rows of a forward see
+ *     max(rope_len_floor, largest position + 1 among them). 0 after kv_cache_init. */
 #ifndef RLHF_MODEL_KV_CACHE_H
 #define RLHF_MODEL_KV_CACHE_H
 
@@ -16,8 +19,11 @@
 
 typedef struct {
     int n_layers, n_slots, max_len, kv_dim;
-    float *k, *v;      /* (L, slots, max_len, nkv*hd), backend memory */
-    int *len;          /* [slots], host */
+    float *k, *v; /* (L, slots, max_len, nkv*hd), backend memory */
+    int *len;     /* [slots], host */
+    /* Set by the decoding loop before each forward: the longest sequence of its batch counting
+     * those that stopped, which transformers' generate keeps feeding (invariant 4). */
+    int rope_len_floor;
     const Backend *be; /* where k and v live: the model's backend */
 } KvCache;
 

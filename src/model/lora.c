@@ -39,7 +39,36 @@ static bool targeted(const char *full, const char *const *targets, int n) {
     return false;
 }
 
-/* Lays out the adapter for the targeted modules (A and B left uninitialised). */
+/* A module PEFT adapts: its name under the layer, and the layer's linears it is made of. A fused
+ * module (Phi-3's qkv_proj, gate_up_proj) stacks `parts` consecutive linears by rows; PEFT gives
+ * it one A (r, in) and one B (sum of the parts' outputs, r), so each part is adapted with the
+ * shared A and its own rows of B. */
+typedef struct {
+    const char *name;
+    LoraModule first;
+    int parts;
+} PeftModule;
+
+static const PeftModule separate_modules[] = {
+    {"self_attn.q_proj", LORA_Q, 1}, {"self_attn.k_proj", LORA_K, 1},
+    {"self_attn.v_proj", LORA_V, 1}, {"self_attn.o_proj", LORA_O, 1},
+    {"mlp.gate_proj", LORA_GATE, 1}, {"mlp.up_proj", LORA_UP, 1},
+    {"mlp.down_proj", LORA_DOWN, 1}};
+/* in Phi-3's registration order (o_proj before qkv_proj) */
+static const PeftModule fused_modules[] = {{"self_attn.o_proj", LORA_O, 1},
+                                           {"self_attn.qkv_proj", LORA_Q, 3},
+                                           {"mlp.gate_up_proj", LORA_GATE, 2},
+                                           {"mlp.down_proj", LORA_DOWN, 1}};
+
+static const PeftModule *peft_modules(const ModelConfig *cfg, int *n) {
+    *n = cfg->fused_qkv_mlp ? 4 : 7;
+    return cfg->fused_qkv_mlp ? fused_modules : separate_modules;
+}
+
+/* Lays out the adapter for the targeted modules (A and B left uninitialised).
+ * Invariants: 1. info holds A then B of each targeted module, layer by layer, modules in
+ * peft_modules order; 2. every part of a targeted module has a LoraLinear, A the module's A and
+ * B its rows of the module's B. */
 static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                        double dropout, const char *const *targets, int n_targets) {
     memset(a, 0, sizeof *a);
@@ -51,23 +80,32 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     a->scaling = (float)(rslora ? alpha / sqrt((double)r) : alpha / r);
     a->dropout = dropout;
     a->enabled = true;
+    a->fused = cfg->fused_qkv_mlp;
     a->n_layers = cfg->n_layers;
     a->linears = xcalloc((size_t)cfg->n_layers * LORA_N_MODULES, sizeof *a->linears);
     a->info = xcalloc((size_t)cfg->n_layers * LORA_N_MODULES * 2, sizeof *a->info);
+    int n_modules;
+    const PeftModule *modules = peft_modules(cfg, &n_modules);
     size_t total = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
-        for (int mod = 0; mod < LORA_N_MODULES; mod++) {
+        for (int k = 0; k < n_modules; k++) {
+            const PeftModule *pm = &modules[k];
             char full[96];
-            snprintf(full, sizeof full, "model.layers.%d.%s", l, module_names[mod]);
+            snprintf(full, sizeof full, "model.layers.%d.%s", l, pm->name);
             if (!targeted(full, targets, n_targets)) continue;
-            LoraLinear *lin = &a->linears[l * LORA_N_MODULES + mod];
-            module_dims(cfg, (LoraModule)mod, &lin->in, &lin->out);
-            for (int k = 0; k < 2; k++) {
+            int in = 0, out = 0;
+            for (int part = 0; part < pm->parts; part++) {
+                LoraLinear *lin = &a->linears[l * LORA_N_MODULES + pm->first + part];
+                module_dims(cfg, (LoraModule)(pm->first + part), &lin->in, &lin->out);
+                in = lin->in;
+                out += lin->out;
+            }
+            for (int ab = 0; ab < 2; ab++) {
                 LoraParamInfo *p = &a->info[a->n_info++];
                 snprintf(p->name, sizeof p->name, "base_model.model.%s.lora_%c.weight", full,
-                         k ? 'B' : 'A');
-                p->shape[0] = k ? lin->out : r;
-                p->shape[1] = k ? r : lin->in;
+                         ab ? 'B' : 'A');
+                p->shape[0] = ab ? out : r;
+                p->shape[1] = ab ? r : in;
                 p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
                 p->offset = total;
                 total += p->numel;
@@ -76,17 +114,24 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     }
     if (a->n_info == 0) {
         lora_free(a);
-        return err_set("lora_target_modules matches no module of this model (it has q_proj, "
-                       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+        return err_set("lora_target_modules matches no module of this model (it has %s)",
+                       cfg->fused_qkv_mlp ? "qkv_proj, o_proj, gate_up_proj, down_proj"
+                                          : "q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                            "up_proj, down_proj");
     }
     a->params = xcalloc(total, sizeof(float));
     a->n_params = total;
     for (int i = 0, l = 0; l < cfg->n_layers; l++) {
-        for (int mod = 0; mod < LORA_N_MODULES; mod++) {
-            LoraLinear *lin = &a->linears[l * LORA_N_MODULES + mod];
-            if (!lin->in) continue;
-            lin->A = a->params + a->info[i++].offset;
-            lin->B = a->params + a->info[i++].offset;
+        for (int k = 0; k < n_modules; k++) {
+            const PeftModule *pm = &modules[k];
+            if (!a->linears[l * LORA_N_MODULES + pm->first].in) continue;
+            float *A = a->params + a->info[i++].offset, *B = a->params + a->info[i++].offset;
+            for (int part = 0; part < pm->parts; part++) {
+                LoraLinear *lin = &a->linears[l * LORA_N_MODULES + pm->first + part];
+                lin->A = A;
+                lin->B = B;
+                B += (size_t)lin->out * r;
+            }
         }
     }
     a->target_modules = xcalloc((size_t)n_targets, sizeof *a->target_modules);
@@ -100,13 +145,13 @@ int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, boo
                 double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
     uint64_t state = seed ^ 0x10A7A5EEDull;
-    for (int l = 0; l < a->n_layers * LORA_N_MODULES; l++) {
-        LoraLinear *lin = &a->linears[l];
-        if (!lin->A) continue;
+    for (int k = 0; k < a->n_info; k += 2) { /* each module's A (lora_layout invariant 1) */
+        const LoraParamInfo *p = &a->info[k];
+        float *A = a->params + p->offset;
         /* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound 1/sqrt(in); B stays zero */
-        double bound = 1.0 / sqrt((double)lin->in);
-        for (size_t i = 0; i < (size_t)r * lin->in; i++)
-            lin->A[i] = (float)((rng_unit_double(rng_splitmix64_next(&state)) * 2.0 - 1.0) * bound);
+        double bound = 1.0 / sqrt((double)p->shape[1]);
+        for (size_t i = 0; i < p->numel; i++)
+            A[i] = (float)((rng_unit_double(rng_splitmix64_next(&state)) * 2.0 - 1.0) * bound);
     }
     return 0;
 }
@@ -313,6 +358,9 @@ const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m) {
 }
 
 uint64_t lora_dropout_key(const LoraAdapter *a, int layer, LoraModule m) {
+    /* PEFT drops out a fused module's input once: its parts share the first part's mask */
+    if (a->fused && (m == LORA_K || m == LORA_V)) m = LORA_Q;
+    if (a->fused && m == LORA_UP) m = LORA_GATE;
     uint64_t x =
         a->dropout_key ^ ((uint64_t)(layer * LORA_N_MODULES + m) + 1) * 0xD1B54A32D192ED03ull;
     return rng_splitmix64_next(&x);

@@ -44,7 +44,9 @@ typedef struct {
     float scaling;
     double dropout; /* on the adapter input, in training (0 in inference) */
     bool enabled;
-    bool training;        /* dropout applies only while training */
+    bool fused;    /* made for fused qkv_proj / gate_up_proj (Phi-3): K, V share Q's A and dropout
+                      mask, UP shares GATE's; B of each is its rows of the module's B */
+    bool training; /* dropout applies only while training */
     uint64_t dropout_key; /* set per micro-batch by the trainer: the masks of one forward and
                              its backward */
     int n_layers;

@@ -57,7 +57,19 @@ static void build_layout(Model *m, LayoutBuilder *lb) {
     int64_t q_dim = (int64_t)c->n_heads * c->head_dim,
             kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     add_param(lb, &m->embed, c->vocab_size, H, "model.embed_tokens.weight", -1, NULL);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers && c->fused_qkv_mlp; l++) {
+        /* Phi3Attention registers o_proj before qkv_proj; wk, wv and w_up are set to their rows
+         * of the fused tensors by point_into_fused. */
+        LayerWeights *w = &m->layers[l];
+        add_linear(lb, l, "self_attn.o_proj", &w->wo, NULL, false, H, q_dim);
+        add_linear(lb, l, "self_attn.qkv_proj", &w->wq, NULL, false, q_dim + 2 * kv_dim, H);
+        add_linear(lb, l, "mlp.gate_up_proj", &w->w_gate, NULL, false, 2 * I, H);
+        add_linear(lb, l, "mlp.down_proj", &w->w_down, NULL, false, H, I);
+        add_param(lb, &w->input_norm, H, 0, "model.layers.%d.%s", l, "input_layernorm.weight");
+        add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l,
+                  "post_attention_layernorm.weight");
+    }
+    for (int l = 0; l < c->n_layers && !c->fused_qkv_mlp; l++) {
         LayerWeights *w = &m->layers[l];
         add_linear(lb, l, "self_attn.q_proj", &w->wq, &w->bq, c->qkv_bias, q_dim, H);
         add_linear(lb, l, "self_attn.k_proj", &w->wk, &w->bk, c->qkv_bias, kv_dim, H);
@@ -80,6 +92,21 @@ static void build_layout(Model *m, LayoutBuilder *lb) {
     if (!c->tie_word_embeddings)
         add_param(lb, &m->lm_head, c->vocab_size, H, "lm_head.weight", -1, NULL);
 }
+
+/* A fused tensor's rows are its parts one after the other (qkv: q, k, v as Phi3Attention slices
+ * them; gate_up: gate, up as Phi3MLP's chunk(2)), so each part is a matrix of its own at an
+ * offset: every consumer of wq..w_up, gradients and optimizer state (which go by offset) included,
+ * works unchanged, and loading and saving keep the tensor whole. */
+static void point_into_fused(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        w->wk = w->wq + q_dim * H;
+        w->wv = w->wk + kv_dim * H;
+        w->w_up = w->w_gate + I * H;
+    }
 
 void model_init_layout(Model *m, ModelConfig *cfg) {
     memset(m, 0, sizeof *m);
@@ -106,6 +133,7 @@ void model_init_empty(Model *m, ModelConfig *cfg) {
     for (int i = 0; i < lb.n; i++)
         *lb.slots[i] = m->params + lb.info[i].offset;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
+    if (m->cfg.fused_qkv_mlp) point_into_fused(m);
     m->param_info = lb.info;
     m->n_param_tensors = lb.n;
     free(lb.slots);

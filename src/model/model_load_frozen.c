@@ -135,6 +135,21 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
     memset(m, 0, sizeof *m);
     ModelConfig cfg;
     if (model_config_load(&cfg, dir) != 0) return -1;
+    if (cfg.fused_qkv_mlp) {
+        /* Phi-3's fused qkv_proj / gate_up_proj: bitsandbytes quantises each fused tensor as one
+         * matrix (its double quantisation's blocks and offset span q, k and v together), which
+         * the per-module NF4 storage cannot give; a bf16 base goes the way this function
+         * replaces, through one fp32 copy (same values, more memory at load). */
+        model_config_free(&cfg);
+        if (nf4)
+            return err_set("%s: load_in_4bit (QLoRA) is not supported for a model with fused "
+                           "projections (qkv_proj, gate_up_proj: Phi-3); use adapter: lora",
+                           dir);
+        if (model_load(m, dir) != 0) return -1;
+        if (model_store_bf16(m) == 0) return 0;
+        model_free(m);
+        return -1;
+    }
     HfWeights ck;
     if (hf_weights_open(&ck, dir) != 0) {
         model_config_free(&cfg);

@@ -68,7 +68,7 @@ static void llama3_inv_freq(const RopeConfig *r, int d, float *inv) {
 
 void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *attention_factor) {
     const RopeConfig *r = &cfg->rope;
-    int d = cfg->head_dim;
+    int d = cfg->rotary_dim; /* transformers' `dim`: int(head_dim * partial_rotary_factor) */
     *attention_factor = 1.0f;
     switch (r->type) {
     case ROPE_DEFAULT:
@@ -91,12 +91,22 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     case ROPE_YARN:
         yarn_inv_freq(r, d, inv, attention_factor);
         return;
+    case ROPE_LONGROPE: {
+        /* longrope_frequency_update: the long factors once the batch reaches past the original
+         * context (seq_len = largest position + 1), the short ones otherwise; the attention
+         * factor scales cos and sin either way. */
+        const float *ext = seq_len > r->original_max_position ? r->long_factor : r->short_factor;
+        for (int i = 0; i < d / 2; i++)
+            inv[i] = 1.0f / (ext[i] * powf((float)r->theta, (float)(2 * i) / (float)d));
+        *attention_factor = (float)r->attention_factor;
+        return;
+    }
     }
 }
 
 void rope_build_rows(const ModelConfig *cfg, int seq_len, const int32_t *positions, int n,
                      float *cos_rows, float *sin_rows) {
-    int half = cfg->head_dim / 2;
+    int half = cfg->rotary_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
     float attn;
     rope_inv_freq(cfg, seq_len, inv, &attn);

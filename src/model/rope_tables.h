@@ -7,9 +7,10 @@
 
 #include <stdint.h>
 
-/* inv_freq[hd/2] and the factor that scales cos and sin (1 except for yarn).
- * `seq_len` (largest position + 1) matters only for the dynamic type, whose base grows
- * once a batch reaches past max_position_embeddings. */
+/* inv_freq[hd/2] and the factor that scales cos and sin (1 except for yarn and longrope).
+ * `seq_len` (largest position + 1) matters only for the dynamic type, whose base grows once a
+ * batch reaches past max_position_embeddings, and for longrope, which switches from its short to
+ * its long factors once a batch reaches past original_max_position_embeddings. */
 void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv_freq, float *attention_factor);
 
 /* cos/sin tables (n_positions, hd/2) for positions 0..n_positions-1, computed in fp32 as

@@ -45,9 +45,10 @@ int sequence_scores(const Model *m, const SequenceToScore *seqs, size_t n, int b
                     SequenceScore *scores, size_t *failed) {
     if (failed) *failed = n;
     if (batch_size < 1) return err_set("batch size must be at least 1");
-    /* Dynamic NTK RoPE takes its frequencies from the padded batch length, as transformers
-     * does; scoring one sequence at a time keeps a score independent of its neighbours. */
-    if (m->cfg.rope.type == ROPE_DYNAMIC) batch_size = 1;
+    /* Dynamic NTK and longrope RoPE take their frequencies from the padded batch length, as
+     * transformers does; scoring one sequence at a time keeps a score independent of its
+     * neighbours. */
+    if (m->cfg.rope.type == ROPE_DYNAMIC || m->cfg.rope.type == ROPE_LONGROPE) batch_size = 1;
     for (size_t i = 0; i < n; i += (size_t)batch_size) {
         int count = n - i < (size_t)batch_size ? (int)(n - i) : batch_size;
         if (score_batch(m, seqs + i, count, scores + i) != 0) {

@@ -46,6 +46,13 @@ typedef struct {
     KvCache kv;
     Slot *slots;
     int n_slots, next_job, done;
+    /* [n_slots]: for a slot left empty by a finished job, the length its sequence would have
+     * now had it kept decoding, as the row of transformers' generate that stops on eos keeps
+     * taking pad tokens at the next positions: max(position_ids) + 1, the seq_len of dynamic NTK
+     * and longrope RoPE, still counts it (issue 34 item 8). */
+    int *stopped_len;
+    int last_seq_len; /* the RoPE seq_len of the previous forward; 0 before the first */
+    int32_t *refeed;  /* [n_slots][max_len]: sequences fed whole again (refeed_chunk) */
     Completion *out;
     SamplerRng *rngs;
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
@@ -88,9 +95,63 @@ static void record_token(Run *r, int s, Draw d) {
     bool stop = r->opt->stop_after && r->opt->stop_after(j, c->ids, c->len, r->opt->stop_ctx);
     if (stop || is_eos(r->opt, d.id) || c->len == r->opt->max_new_tokens) {
         r->done++;
+        r->stopped_len[s] = r->kv.len[s];
         kv_cache_reset_slot(&r->kv, s);
         *slot = (Slot){r->next_job < r->n_jobs ? r->next_job++ : -1, false};
     }
+}
+
+/* Before a step's forward: every empty slot's stopped sequence advances one position with the
+ * others, and the longest of them floors the RoPE seq_len of the step (kv_cache.h invariant 4).
+ * A slot that took another job counts only its own sequence. */
+static void count_stopped_rows(Run *r) {
+    int floor = 0;
+    for (int s = 0; s < r->n_slots; s++) {
+        if (r->slots[s].job >= 0) continue;
+        r->stopped_len[s]++;
+        if (r->stopped_len[s] > floor) floor = r->stopped_len[s];
+    }
+    r->kv.rope_len_floor = floor;
+}
+
+/* The RoPE seq_len of the coming step, transformers' max(position_ids) + 1 over the whole batch:
+ * the sequences that stopped (rope_len_floor, set by count_stopped_rows just before) and each
+ * active one's length once this step has fed it. */
+static int step_seq_len(const Run *r) {
+    int len = r->kv.rope_len_floor;
+    for (int s = 0; s < r->n_slots; s++) {
+        int j = r->slots[s].job;
+        if (j < 0) continue;
+        int n = r->slots[s].prefilled ? r->kv.len[s] + 1 : r->prompt_lens[j / r->per];
+        if (n > len) len = n;
+    }
+    return len;
+}
+
+/* Phi3ForCausalLM.prepare_inputs_for_generation: at the step where the batch first reaches past
+ * original_max_position_embeddings, generate drops the cache and feeds every sequence whole, so
+ * its earlier keys too are rotated with longrope's long factors from then on. Whether this step
+ * is that one; records its seq_len either way. */
+static bool recompute_at_long_switch(Run *r) {
+    const ModelConfig *c = &r->m->cfg;
+    int len = step_seq_len(r);
+    double orig = c->rope.original_max_position;
+    bool now = c->arch == ARCH_PHI3 && c->rope.type == ROPE_LONGROPE && r->last_seq_len > 0 &&
+               r->last_seq_len <= orig && len > orig;
+    r->last_seq_len = len;
+    return now;
+}
+
+/* Slot s's job fed again from its first token (prompt and completion so far) into an emptied
+ * slot: the last row's logits are those the single next token would have given. */
+static CachedChunk refeed_chunk(Run *r, int s) {
+    int j = r->slots[s].job, p = j / r->per;
+    const Completion *c = &r->out[j];
+    int32_t *ids = r->refeed + (size_t)s * r->max_len;
+    memcpy(ids, r->prompts[p], (size_t)r->prompt_lens[p] * sizeof *ids);
+    memcpy(ids + r->prompt_lens[p], c->ids, (size_t)c->len * sizeof *ids);
+    kv_cache_reset_slot(&r->kv, s);
+    return (CachedChunk){s, ids, r->prompt_lens[p] + c->len};
 }
 
 /* A slot whose job's prompt another active slot already holds gets that slot's prompt rows and
@@ -140,6 +201,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         sampler_rng_seed(&r.rngs[j], opt->seed, opt->first_stream + (uint64_t)j);
     }
     r.slots = xmalloc((size_t)r.n_slots * sizeof *r.slots);
+    r.stopped_len = xcalloc((size_t)r.n_slots, sizeof *r.stopped_len);
+    r.refeed = xmalloc((size_t)r.n_slots * r.max_len * sizeof *r.refeed);
     CachedChunk *chunks = xmalloc((size_t)r.n_slots * sizeof *chunks);
     int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
     float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
@@ -176,6 +239,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         double step_start = omp_get_wtime();
         bool prefill_step = false;
         if (share) share_prefills(&r);
+        count_stopped_rows(&r);
+        bool refeed = recompute_at_long_switch(&r);
         int n_chunks = 0;
         if (share) memset(prefilling, 0, (size_t)n_prompts * sizeof *prefilling);
         for (int s = 0; s < r.n_slots; s++) {
@@ -189,6 +254,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             }
             if (!r.slots[s].prefilled)
                 chunks[n_chunks] = (CachedChunk){s, prompts[p], prompt_lens[p]};
+            else if (refeed)
+                chunks[n_chunks] = refeed_chunk(&r, s);
             else
                 chunks[n_chunks] = (CachedChunk){s, &out[j].ids[out[j].len - 1], 1};
             chunk_slot[n_chunks++] = s;
@@ -238,6 +305,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(chunk_slot);
     free(chunks);
     free(r.slots);
+    free(r.stopped_len);
+    free(r.refeed);
     free(r.rngs);
     kv_cache_free(&r.kv);
     if (rc != 0) completions_free(out, r.n_jobs);

@@ -20,35 +20,40 @@ from make_model_fixtures import forward_logits, load_fp32, token_logp_from_logit
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "models"
 
 
-def main():
+def write_bf16_reference(ref_path):
+    """reference_bf16.json next to the reference.json at ref_path (a pathlib.Path)."""
     torch.manual_seed(0)
+    ref = json.loads(ref_path.read_text())
+    model = load_fp32(str(ref_path.parent))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    ids = torch.tensor(ref["input_ids"])
+    mask = torch.tensor(ref["attention_mask"])
+    logits = forward_logits(model, ids, mask)
+    lp = token_logp_from_logits(logits, ids, mask)
+    fp32 = torch.tensor(ref["token_logp"], dtype=torch.float64)
+    real = (mask.bool() & (fp32 != 0))
+    rel = ((lp - fp32).abs() / fp32.abs())[real].max().item()
+    lc = ref["logits_check"]
+    out = {
+        "model": ref["model"],
+        "transformers_version": ref["transformers_version"],
+        "torch_version": torch.__version__,
+        "token_logp": lp.tolist(),
+        "logits_check": {
+            "batch": lc["batch"], "t0": lc["t0"], "t1": lc["t1"],
+            "values": logits[lc["batch"], lc["t0"]:lc["t1"]].tolist(),
+        },
+        "max_rel_vs_fp32": rel,
+    }
+    (ref_path.parent / "reference_bf16.json").write_text(json.dumps(out) + "\n")
+    print(f"{ref['model']}: max relative change of a token log-prob from fp32 {rel:.3g}")
+
+
+def main():
     for ref_path in sorted(ROOT.glob("*/reference.json")):
-        ref = json.loads(ref_path.read_text())
-        model = load_fp32(str(ref_path.parent))
-        with torch.no_grad():
-            for p in model.parameters():
-                p.copy_(p.to(torch.bfloat16).to(torch.float32))
-        ids = torch.tensor(ref["input_ids"])
-        mask = torch.tensor(ref["attention_mask"])
-        logits = forward_logits(model, ids, mask)
-        lp = token_logp_from_logits(logits, ids, mask)
-        fp32 = torch.tensor(ref["token_logp"], dtype=torch.float64)
-        real = (mask.bool() & (fp32 != 0))
-        rel = ((lp - fp32).abs() / fp32.abs())[real].max().item()
-        lc = ref["logits_check"]
-        out = {
-            "model": ref["model"],
-            "transformers_version": ref["transformers_version"],
-            "torch_version": torch.__version__,
-            "token_logp": lp.tolist(),
-            "logits_check": {
-                "batch": lc["batch"], "t0": lc["t0"], "t1": lc["t1"],
-                "values": logits[lc["batch"], lc["t0"]:lc["t1"]].tolist(),
-            },
-            "max_rel_vs_fp32": rel,
-        }
-        (ref_path.parent / "reference_bf16.json").write_text(json.dumps(out) + "\n")
-        print(f"{ref['model']}: max relative change of a token log-prob from fp32 {rel:.3g}")
+        write_bf16_reference(ref_path)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ save_pretrained), reference.json (token_logp for the base fixture's batch with t
 with it disabled; loss), grads.safetensors (the gradients of every lora_A / lora_B, named as in the
 adapter file), merged.safetensors (merge_and_unload's weights).
 
-    tools/reference/.venv/bin/python tools/reference/make_lora_fixtures.py
+    tools/reference/.venv/bin/python tools/reference/make_lora_fixtures.py [CASE...]
 """
 import json
 import os
@@ -29,6 +29,9 @@ CASES = [
     ("llama_all_linear", "llama_rope_llama3", dict(r=4, lora_alpha=16, target_modules="all-linear")),
     ("qwen3_rslora", "qwen3_qknorm", dict(r=8, lora_alpha=8, use_rslora=True,
                                           target_modules=["q_proj", "k_proj", "o_proj", "down_proj"])),
+    # Phi-3's fused modules: one A and one stacked B for qkv_proj and for gate_up_proj
+    ("phi3_all_linear", "phi3_window", dict(r=4, lora_alpha=16, target_modules="all-linear")),
+    ("phi3_qkv_gate_up", "phi3_longrope", dict(r=2, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"])),
 ]
 
 
@@ -38,7 +41,10 @@ def token_logp(model, ids, mask):
 
 
 def main():
+    only = set(sys.argv[1:])  # case names to (re)make; none: every case
     for idx, (name, base, kw) in enumerate(CASES):
+        if only and name not in only:
+            continue
         path = os.path.join(OUT, name)
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path)
@@ -52,6 +58,8 @@ def main():
                     p.copy_(0.3 * torch.randn(p.shape, generator=g))
         peft_model.eval()
         peft_model.save_pretrained(path)
+        if os.path.exists(os.path.join(path, "README.md")):  # peft's model card: not a fixture
+            os.remove(os.path.join(path, "README.md"))
         write_references(peft_model, base, path, name)
 
 

@@ -67,6 +67,9 @@ for _t, _extra in [("hinge", {}), ("exo_pair", dict(label_smoothing=1e-3)), ("nc
                    ("aot", dict(label_smoothing=0.05)), ("aot_unpaired", {}), ("apo_zero", {}),
                    ("apo_down", {}), ("discopop", {}), ("sft", {}), ("sigmoid_norm", {})]:
     CASES["dpo_" + _t] = ("dpo", dict(beta=0.1, loss_type=[_t], **_extra), True)
+# other model families (a 4th entry: the fixture model, with llama_text's tokenizer): Phi-3, a
+# LoRA adapter on its fused qkv_proj / gate_up_proj (all-linear)
+CASES["dpo_sigmoid_lora_phi3"] = ("dpo", dict(beta=0.2, loss_type=["sigmoid"]), True, "phi3_text")
 
 
 def axolotl_length(tok, prompt, response):
@@ -179,7 +182,7 @@ def make_trainer(kind, tok, model, data, tmp, extra, peft_config):
 AXOLOTL_RL = {"dpo": "DPO", "orpo": "ORPO", "simpo": "SIMPO", "cpo": "SIMPO"}
 
 
-def run_case(name, kind, extra, lora, pairs_path):
+def run_case(name, kind, extra, lora, pairs_path, model_name="llama_text"):
     from datasets import load_dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -188,10 +191,11 @@ def run_case(name, kind, extra, lora, pairs_path):
     out = os.path.join(OUT, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    tok = AutoTokenizer.from_pretrained(MODEL_DIR)
+    model_dir = os.path.join(mf.FIXTURES, model_name)
+    tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # Axolotl's load_tokenizer fallback
-    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     data = load_dataset("json", data_files=pairs_path, split="train")
     rl_type = getattr(axolotl_rl.RLType, AXOLOTL_RL[kind])
     data = data.filter(functools.partial(axolotl_rl.drop_long_sequences, rl=rl_type,
@@ -217,6 +221,8 @@ def run_case(name, kind, extra, lora, pairs_path):
                  if not (tied and k == "lm_head.weight")}
         save_file(state, os.path.join(out, "final.safetensors"), metadata={"format": "pt"})
     config = dict(COMMON, **extra, kind=kind, lora=lora)
+    if model_name != "llama_text":
+        config["model"] = model_name
     import trl
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump({"config": config, "trl_version": trl.__version__, "micro_batches": trainer.recorded,
@@ -231,8 +237,8 @@ def main():
     write_pairs(pairs["dpo"], COMMON["max_length"])
     write_pairs(pairs["orpo"], COMMON["max_length"] - 2)
     for name in sys.argv[1:] or list(CASES):
-        kind, extra, lora = CASES[name]
-        run_case(name, kind, extra, lora, pairs["dpo" if kind == "dpo" else "orpo"])
+        kind, extra, lora, *model = CASES[name]
+        run_case(name, kind, extra, lora, pairs["dpo" if kind == "dpo" else "orpo"], *model)
 
 
 if __name__ == "__main__":

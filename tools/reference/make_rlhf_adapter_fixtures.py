@@ -9,7 +9,7 @@ writes the same references as make_lora_fixtures.py (reference.json with the log
 adapter on and off, grads.safetensors, merged.safetensors), so test_lora checks that peft reads
 what rlhf.c writes exactly as rlhf.c does.
 
-    cmake --build build && tools/reference/.venv/bin/python tools/reference/make_rlhf_adapter_fixtures.py
+    cmake --build build && tools/reference/.venv/bin/python tools/reference/make_rlhf_adapter_fixtures.py [CASE...]
 """
 import json
 import os
@@ -33,10 +33,16 @@ CASES = [
     ("rlhf_qvo",
      "adapter: lora\nlora_r: 2\nlora_alpha: 6\nlora_target_modules:\n  - q_proj\n  - v_proj\n"
      "  - self_attn.o_proj\n"),
+    # Phi-3's fused modules. Extra entries: the model trained (phi3_text has a tokenizer) and the one
+    # peft loads the adapter onto for the references (phi3_window: the same layer shapes, and the
+    # reference.json batch test_lora reads)
+    ("rlhf_phi3_qkv_gate_up",
+     "adapter: lora\nlora_r: 2\nlora_alpha: 4\nlora_target_modules:\n  - qkv_proj\n  - gate_up_proj\n"
+     "  - o_proj\n", "phi3_text", "phi3_window"),
 ]
 
 
-def train(tmp, name, adapter_keys):
+def train(tmp, name, adapter_keys, base=BASE):
     data = os.path.join(tmp, "data.jsonl")
     with open(data, "w") as f:
         for i in range(24):
@@ -45,7 +51,7 @@ def train(tmp, name, adapter_keys):
     config = os.path.join(tmp, f"{name}.yaml")
     out = os.path.join(tmp, name)
     with open(config, "w") as f:
-        f.write(f"base_model: tests/fixtures/models/{BASE}\n"
+        f.write(f"base_model: tests/fixtures/models/{base}\n"
                 f"datasets:\n  - path: {data}\n    type: alpaca\n"
                 "sequence_len: 512\nmicro_batch_size: 4\nmax_steps: 6\nlearning_rate: 0.05\n"
                 f"lr_scheduler: constant\nwarmup_steps: 0\nseed: 3\noutput_dir: {out}\n"
@@ -57,17 +63,21 @@ def train(tmp, name, adapter_keys):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        for name, keys in CASES:
-            trained = train(tmp, name, keys)
+        only = set(sys.argv[1:])  # case names to (re)make; none: every case
+        for name, keys, *bases in CASES:
+            if only and name not in only:
+                continue
+            trained_on, base = bases if bases else (BASE, BASE)
+            trained = train(tmp, name, keys, trained_on)
             path = os.path.join(lf.OUT, name)
             shutil.rmtree(path, ignore_errors=True)
             os.makedirs(path)
             for fn in ("adapter_config.json", "adapter_model.safetensors"):
                 shutil.copy(os.path.join(trained, fn), os.path.join(path, fn))
-            base = mf.load_fp32(os.path.join(mf.FIXTURES, BASE))
-            peft_model = PeftModel.from_pretrained(base, path, is_trainable=True)
+            model = mf.load_fp32(os.path.join(mf.FIXTURES, base))
+            peft_model = PeftModel.from_pretrained(model, path, is_trainable=True)
             peft_model.eval()  # dropout off, as in rlhf.c's inference
-            lf.write_references(peft_model, BASE, path, name)
+            lf.write_references(peft_model, base, path, name)
 
 
 if __name__ == "__main__":

@@ -82,15 +82,16 @@ static void cpu_rmsnorm_backward(const Backend *be, float *din, float *dw, const
 }
 
 static void cpu_rope(const Backend *be, float *x, const int32_t *positions, const float *cos_t,
-                     const float *sin_t, int n, int heads, int hd) {
+                     const float *sin_t, int n, int heads, int hd, int rot) {
     (void)be;
-    rope_forward(x, positions, cos_t, sin_t, n, heads, hd);
+    rope_forward(x, positions, cos_t, sin_t, n, heads, hd, rot);
 }
 
 static void cpu_rope_backward(const Backend *be, float *dx, const int32_t *positions,
-                              const float *cos_t, const float *sin_t, int n, int heads, int hd) {
+                              const float *cos_t, const float *sin_t, int n, int heads, int hd,
+                              int rot) {
     (void)be;
-    rope_backward(dx, positions, cos_t, sin_t, n, heads, hd);
+    rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, rot);
 }
 
 static void cpu_swiglu(const Backend *be, float *out, const float *gate, const float *up,

@@ -100,12 +100,13 @@ void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, 
 /* out (n) = silu(gate) ⊙ up; out may alias gate. */
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 
-/* Rotates, in place, the first half of each head vector against its second half
- * (transformers' rotate_half convention). x is (N, n_heads, hd); row r uses
- * cos/sin rows positions[r] of the (max_pos, hd/2) tables, or row r itself when positions is
- * NULL (tables built for these rows, rope_build_rows). rope_backward alike. */
+/* Rotates, in place, the first half of the first `rot` dims of each head vector against their
+ * second half (transformers' rotate_half convention; rot < hd: partial rotary, the other dims
+ * pass). x is (N, n_heads, hd); row r uses cos/sin rows positions[r] of the (max_pos, rot/2)
+ * tables, or row r itself when positions is NULL (tables built for these rows,
+ * rope_build_rows). rope_backward alike. */
 void rope_forward(float *x, const int32_t *positions, const float *cos_table,
-                  const float *sin_table, int n, int n_heads, int hd);
+                  const float *sin_table, int n, int n_heads, int hd, int rot);
 
 /* Causal self-attention over segments of rows. q (N, nh, hd), k/v (N, nkv, hd), out (N, nh, hd).
  * Query head h reads kv head h / (nh/nkv). A query sees its segment's prefix and its own rows up
@@ -181,7 +182,7 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 /* In place: turns the gradient with respect to rope_forward's output into the gradient with
  * respect to its input (the transposed rotation). */
 void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
-                   const float *sin_table, int n, int n_heads, int hd);
+                   const float *sin_table, int n, int n_heads, int hd, int rot);
 
 /* LoRA on a linear layer: out (N, out_dim) += scaling * (drop(in) A^T) B^T, A (r, in_dim),
  * B (out_dim, r). drop() is inverted dropout with probability dropout_p (0: none) whose mask is a

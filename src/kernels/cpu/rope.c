@@ -1,8 +1,8 @@
 #include "kernels/cpu/kernels.h"
 
 void rope_forward(float *x, const int32_t *positions, const float *cos_table,
-                  const float *sin_table, int n, int n_heads, int hd) {
-    int half = hd / 2;
+                  const float *sin_table, int n, int n_heads, int hd, int rot) {
+    int half = rot / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         size_t row = (size_t)(positions ? positions[r] : r) * half;
@@ -20,8 +20,8 @@ void rope_forward(float *x, const int32_t *positions, const float *cos_table,
 
 /* The forward rotates each pair (a, b) by +θ; the gradient goes back through -θ. */
 void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
-                   const float *sin_table, int n, int n_heads, int hd) {
-    int half = hd / 2;
+                   const float *sin_table, int n, int n_heads, int hd, int rot) {
+    int half = rot / 2;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         size_t row = (size_t)(positions ? positions[r] : r) * half;
