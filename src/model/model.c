@@ -107,6 +107,7 @@ static void point_into_fused(Model *m) {
         w->wv = w->wk + kv_dim * H;
         w->w_up = w->w_gate + I * H;
     }
+}
 
 void model_init_layout(Model *m, ModelConfig *cfg) {
     memset(m, 0, sizeof *m);

@@ -143,29 +143,30 @@ static void check_rmsnorm(int n, int c) {
     free(x), free(w), free(dy), free(dw0), free(want), free(want_dx), free(want_dw);
 }
 
-static void check_rope(int n, int heads, int hd, int max_pos, bool with_positions) {
+static void check_rope(int n, int heads, int hd, int rot, int max_pos, bool with_positions) {
     char what[80];
-    size_t nx = (size_t)n * heads * hd, nt = (size_t)max_pos * (hd / 2);
+    size_t nx = (size_t)n * heads * hd, nt = (size_t)max_pos * (rot / 2);
     float *x = host_random(nx), *cos_t = host_random(nt), *sin_t = host_random(nt);
     int *pos = with_positions ? host_ids((size_t)n, max_pos) : NULL;
     float *want = malloc(nx * 4), *want_back = malloc(nx * 4);
     memcpy(want, x, nx * 4), memcpy(want_back, x, nx * 4);
-    CPU->rope(CPU, want, pos, cos_t, sin_t, n, heads, hd);
-    CPU->rope_backward(CPU, want_back, pos, cos_t, sin_t, n, heads, hd);
+    CPU->rope(CPU, want, pos, cos_t, sin_t, n, heads, hd, rot);
+    CPU->rope_backward(CPU, want_back, pos, cos_t, sin_t, n, heads, hd, rot);
     float *cos_d = dev(cos_t, nt * 4), *sin_d = dev(sin_t, nt * 4);
     int *pos_d = pos ? dev(pos, (size_t)n * 4) : NULL;
     float *got[2], *got_back[2];
     for (int run = 0; run < 2; run++) {
         start_run(run);
         float *a = dev(x, nx * 4), *b = dev(x, nx * 4);
-        CHECK(cuda_rope_forward(a, pos_d, cos_d, sin_d, n, heads, hd, NULL) == 0, "launch");
-        CHECK(cuda_rope_backward(b, pos_d, cos_d, sin_d, n, heads, hd, NULL) == 0, "launch");
+        CHECK(cuda_rope_forward(a, pos_d, cos_d, sin_d, n, heads, hd, rot, NULL) == 0, "launch");
+        CHECK(cuda_rope_backward(b, pos_d, cos_d, sin_d, n, heads, hd, rot, NULL) == 0, "launch");
         got[run] = fetch(a, nx * 4), got_back[run] = fetch(b, nx * 4);
         cudaFree(a), cudaFree(b);
     }
-    snprintf(what, sizeof what, "rope %d x %d x %d%s", n, heads, hd, pos ? " positions" : "");
+    snprintf(what, sizeof what, "rope %d x %d x %d rot %d%s", n, heads, hd, rot,
+             pos ? " positions" : "");
     expect(what, got[0], got[1], want, nx);
-    snprintf(what, sizeof what, "rope_backward %d x %d x %d%s", n, heads, hd,
+    snprintf(what, sizeof what, "rope_backward %d x %d x %d rot %d%s", n, heads, hd, rot,
              pos ? " positions" : "");
     expect(what, got_back[0], got_back[1], want_back, nx);
     for (int run = 0; run < 2; run++)
@@ -489,9 +490,10 @@ int main(void) {
     int rms_shapes[][2] = {{3, 16}, {5, 100}, {4, 256}, {3, 896}, {2, 1536}};
     for (size_t i = 0; i < sizeof rms_shapes / sizeof *rms_shapes; i++)
         check_rmsnorm(rms_shapes[i][0], rms_shapes[i][1]);
-    check_rope(5, 2, 8, 9, false);
-    check_rope(7, 3, 64, 40, true);
-    check_rope(3, 14, 64, 5, true);
+    check_rope(5, 2, 8, 8, 9, false);
+    check_rope(7, 3, 64, 64, 40, true);
+    check_rope(3, 14, 64, 64, 5, true);
+    check_rope(6, 3, 32, 24, 11, true); /* partial rotary: Phi-4-mini's 0.75 */
     size_t swiglu_sizes[] = {1, 255, 4864 + 7};
     for (size_t i = 0; i < sizeof swiglu_sizes / sizeof *swiglu_sizes; i++)
         check_swiglu(swiglu_sizes[i]);

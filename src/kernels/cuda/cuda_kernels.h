@@ -31,11 +31,12 @@ int cuda_rmsnorm_forward(float *out, const float *in, const float *w, int n, int
 int cuda_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
                           int n, int c, float eps, float *rstd_scratch, void *stream);
 
-/* backend.h's rope / rope_backward, in place on x (n, heads, hd); positions may be NULL. */
+/* backend.h's rope / rope_backward, in place on x (n, heads, hd), the first rot dims of a head
+ * (rot even, <= hd; tables rot/2 wide); positions may be NULL. */
 int cuda_rope_forward(float *x, const int *positions, const float *cos_table,
-                      const float *sin_table, int n, int heads, int hd, void *stream);
+                      const float *sin_table, int n, int heads, int hd, int rot, void *stream);
 int cuda_rope_backward(float *dx, const int *positions, const float *cos_table,
-                       const float *sin_table, int n, int heads, int hd, void *stream);
+                       const float *sin_table, int n, int heads, int hd, int rot, void *stream);
 
 /* backend.h's swiglu / swiglu_backward over n values. */
 int cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n, void *stream);

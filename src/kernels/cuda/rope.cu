@@ -1,5 +1,6 @@
-// rotate_half RoPE in place, one thread per rotated pair (row, head, j < hd/2) over a
-// grid-stride loop; the CPU's formulas (kernels/cpu/rope.c). The backward rotates by -θ.
+// rotate_half RoPE in place, one thread per rotated pair (row, head, j < rot/2) over a
+// grid-stride loop; the CPU's formulas (kernels/cpu/rope.c). The backward rotates by -θ. Only a
+// head's first rot dims turn (partial rotary: Phi-4-mini); the tables are rot/2 wide.
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -9,8 +10,8 @@
 template <bool BACKWARD>
 __global__ void __launch_bounds__(ROPE_THREADS)
     rope_kernel(float *x, const int *positions, const float *cos_table, const float *sin_table,
-                int n, int heads, int hd) {
-    int half = hd / 2;
+                int n, int heads, int hd, int rot) {
+    int half = rot / 2;
     size_t pairs = (size_t)n * heads * half;
     for (size_t i = (size_t)blockIdx.x * ROPE_THREADS + threadIdx.x; i < pairs;
          i += (size_t)gridDim.x * ROPE_THREADS) {
@@ -32,25 +33,27 @@ __global__ void __launch_bounds__(ROPE_THREADS)
 }
 
 static int rope_launch(bool backward, float *x, const int *positions, const float *cos_table,
-                       const float *sin_table, int n, int heads, int hd, void *stream) {
-    size_t pairs = (size_t)n * heads * (hd / 2);
+                       const float *sin_table, int n, int heads, int hd, int rot, void *stream) {
+    size_t pairs = (size_t)n * heads * (rot / 2);
     if (pairs == 0) return 0;
     size_t blocks = (pairs + ROPE_THREADS - 1) / ROPE_THREADS;
     int grid = blocks < ROPE_BLOCKS ? (int)blocks : ROPE_BLOCKS;
     cudaStream_t s = (cudaStream_t)stream;
     if (backward)
         return (int)CUDA_LAUNCH(rope_kernel<true>, grid, ROPE_THREADS, 0, s, x, positions,
-                                cos_table, sin_table, n, heads, hd);
+                                cos_table, sin_table, n, heads, hd, rot);
     return (int)CUDA_LAUNCH(rope_kernel<false>, grid, ROPE_THREADS, 0, s, x, positions, cos_table,
-                            sin_table, n, heads, hd);
+                            sin_table, n, heads, hd, rot);
 }
 
 extern "C" int cuda_rope_forward(float *x, const int *positions, const float *cos_table,
-                                 const float *sin_table, int n, int heads, int hd, void *stream) {
-    return rope_launch(false, x, positions, cos_table, sin_table, n, heads, hd, stream);
+                                 const float *sin_table, int n, int heads, int hd, int rot,
+                                 void *stream) {
+    return rope_launch(false, x, positions, cos_table, sin_table, n, heads, hd, rot, stream);
 }
 
 extern "C" int cuda_rope_backward(float *dx, const int *positions, const float *cos_table,
-                                  const float *sin_table, int n, int heads, int hd, void *stream) {
-    return rope_launch(true, dx, positions, cos_table, sin_table, n, heads, hd, stream);
+                                  const float *sin_table, int n, int heads, int hd, int rot,
+                                  void *stream) {
+    return rope_launch(true, dx, positions, cos_table, sin_table, n, heads, hd, rot, stream);
 }
