@@ -81,7 +81,13 @@ typedef struct {
     int64_t eval_steps;           /* 0: no evaluation */
     char *resume_from_checkpoint; /* NULL, "true" (latest in output_dir) or a path */
     int64_t seed;                 /* 42 */
-    bool bf16; /* frozen weights (a reference model) kept in bf16; the arithmetic stays fp32 */
+    /* bf16: true (or auto where this build has AVX512_BF16 dot products, packed_bf16_available):
+     * mixed-precision training as torch's CPU autocast under HF Trainer's bf16=True: the
+     * products of linear layers, attention and lm_head take bf16 inputs and sum in fp32
+     * (backend_cpu_autocast); weights, gradients, optimizer state, norms, softmax, log-probs and
+     * losses stay fp32. A frozen reference model is also kept in bf16. */
+    bool bf16;
+    bool bf16_auto; /* bf16 was resolved from `auto` (for the start-up log) */
     bool gradient_checkpointing;
     /* Over several processes (mpirun): 1 shards the AdamW moments over the ranks (DeepSpeed's
      * ZeRO stage 1: zero_optimization.stage); 0 (default) keeps them whole on every rank */

@@ -9,6 +9,7 @@
 #include "io/hub_resolve.h"
 #include "io/model_card.h"
 #include "io/model_dir.h"
+#include "kernels/cpu/autocast.h"
 #include "train/hub_push.h"
 #include "train/output_dir.h"
 #include "train/pref_task.h"
@@ -51,6 +52,21 @@ int train_memory_plan(const TrainConfig *cfg, FILE *log) {
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
     if (model_load(&s->model, cfg->base_model) != 0) return -1;
+    if (cfg->bf16) {
+        /* every method's forward and backward (and a reference that is the base with the
+         * adapter off) then compute on the autocast table */
+        s->model.backend = backend_cpu_autocast();
+        fprintf(log,
+                "bf16%s: mixed precision as torch's CPU autocast: linear, attention and lm_head "
+                "products take bf16 inputs and sum in fp32 (%s); weights, gradients, optimizer "
+                "state, norms, softmax, log-probs and losses fp32\n",
+                cfg->bf16_auto ? " (auto)" : "",
+                autocast_packed_pays(1 << 20) ? "AVX512_BF16 dot products"
+                                              : "rounded fp32 copies through sgemm: no speed-up "
+                                                "on this CPU/build");
+    } else if (cfg->bf16_auto) {
+        fputs("bf16: auto is off: this build has no AVX512_BF16 dot products\n", log);
+    }
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
         return -1;

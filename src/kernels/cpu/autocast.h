@@ -1,0 +1,39 @@
+/* bf16 autocast on the CPU (bf16: true): the products of matmul_autocast.c and the backend
+ * table of backend_autocast.c that uses them. What runs in bf16 and what stays fp32 follows
+ * torch's CPU autocast under HF Trainer's bf16=True; docs/architecture.md, "Mixed precision". */
+#ifndef RLHF_KERNELS_CPU_AUTOCAST_H
+#define RLHF_KERNELS_CPU_AUTOCAST_H
+
+#include "kernels/tensor_types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* dst[i] = src[i] rounded to the nearest bf16 (ties to even), as an fp32; dst may be src. */
+void bf16_round_copy(float *dst, const float *src, size_t n);
+
+/* bf16_round_copy in place. */
+void bf16_round_inplace(float *x, size_t n);
+
+/* dst[i] = src[i] rounded to the nearest bf16 (ties to even), stored as bf16. */
+void bf16_narrow(uint16_t *dst, const float *src, size_t n);
+
+/* Whether an autocast product of n rows goes through the packed bf16 dot-product kernels
+ * (this build has AVX512_BF16 and n is large enough to repay packing W) rather than through
+ * rounded fp32 copies and sgemm. Both give the same products; only the order of the sums
+ * differs. */
+bool autocast_packed_pays(int n);
+
+/* out (N, out_dim) written = bf16(bf16(in) · bf16(W)^T + bf16(bias)): torch's autocast linear.
+ * W fp32 or bf16; bias may be NULL. */
+void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
+                             int in_dim, int out_dim);
+
+/* Its backward, W fp32. g = bf16(dout); din (N, in_dim) written = bf16(g · bf16(W));
+ * dw (out_dim, in_dim) accumulated += g^T · bf16(in), fp32 sums not rounded; dbias accumulated
+ * += column sums of g. Any of din, dw, dbias may be NULL. */
+void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
+                              const float *in, const float *w, int n, int in_dim, int out_dim);
+
+#endif
