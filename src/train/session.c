@@ -9,7 +9,6 @@
 #include "io/hub_resolve.h"
 #include "io/model_card.h"
 #include "io/model_dir.h"
-#include "kernels/cpu/autocast.h"
 #include "train/hub_push.h"
 #include "train/output_dir.h"
 #include "train/pref_task.h"
@@ -58,12 +57,9 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
         s->model.backend = backend_cpu_autocast();
         fprintf(log,
                 "bf16%s: mixed precision as torch's CPU autocast: linear, attention and lm_head "
-                "products take bf16 inputs and sum in fp32 (%s); weights, gradients, optimizer "
-                "state, norms, softmax, log-probs and losses fp32\n",
-                cfg->bf16_auto ? " (auto)" : "",
-                autocast_packed_pays(1 << 20) ? "AVX512_BF16 dot products"
-                                              : "rounded fp32 copies through sgemm: no speed-up "
-                                                "on this CPU/build");
+                "products take bf16-rounded inputs and sum in fp32; weights, gradients, "
+                "optimizer state, norms, softmax, log-probs and losses fp32\n",
+                cfg->bf16_auto ? " (auto)" : "");
     } else if (cfg->bf16_auto) {
         fputs("bf16: auto is off: this build has no AVX512_BF16 dot products\n", log);
     }

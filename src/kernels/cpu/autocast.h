@@ -6,7 +6,6 @@
 
 #include "kernels/tensor_types.h"
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,12 +17,6 @@ void bf16_round_inplace(float *x, size_t n);
 
 /* dst[i] = src[i] rounded to the nearest bf16 (ties to even), stored as bf16. */
 void bf16_narrow(uint16_t *dst, const float *src, size_t n);
-
-/* Whether an autocast product of n rows goes through the packed bf16 dot-product kernels
- * (this build has AVX512_BF16 and n is large enough to repay packing W) rather than through
- * rounded fp32 copies and sgemm. Both give the same products; only the order of the sums
- * differs. */
-bool autocast_packed_pays(int n);
 
 /* out (N, out_dim) written = bf16(bf16(in) · bf16(W)^T + bf16(bias)): torch's autocast linear.
  * W fp32 or bf16; bias may be NULL. */
