@@ -8,8 +8,14 @@ go into tests/fixtures/autocast/dpo_sigmoid.json with the micro-batches, for
 tests/test_autocast_parity.c: rlhf.c's bf16 run must be as close to torch's fp32 run as torch's
 own autocast run is, and not equal to its own fp32 run.
 
-Also records what autocast did, seen from inside the step: the dtype of the logits the trainer
-received and of the log-probs it computed (`observed`).
+Also records what autocast did, seen from inside the step (`observed`): for the first layer's
+q_proj and input_layernorm and for lm_head of policy and reference, the dtype of input and output
+and whether autocast was on; and the dtype of the logits the loss reads.
+
+SFT likewise (tests/fixtures/autocast/sft.json): make_train_fixtures.py's 5 steps of SFT (its
+model, micro-batches, AdamW, schedule and clipping), once in fp32 and once with each micro-batch's
+forward under torch.autocast("cpu", dtype=torch.bfloat16), as HF Trainer's bf16=True runs the
+forward (the loss upcasts the logits to fp32, as transformers' ForCausalLMLoss does).
 
     /work/venv-ref/bin/python tools/reference/make_autocast_fixtures.py
 """
@@ -101,9 +107,64 @@ def run(bf16):
     return trainer.recorded, history, observed, dict(COMMON, **EXTRA, kind="dpo")
 
 
+def run_sft(bf16):
+    """make_train_fixtures.py's loop, its forward under CPU autocast when bf16."""
+    import contextlib
+
+    import transformers
+
+    import make_model_fixtures as mf
+    import make_train_fixtures as tf
+
+    torch.manual_seed(0)
+    model = mf.load_fp32(os.path.join(mf.FIXTURES, tf.MODEL))
+    model.train(False)
+    names = [n for n, _ in model.named_parameters()]
+    params = [p for _, p in model.named_parameters()]
+    hp = tf.HP
+    decay = set(transformers.Trainer.get_decay_parameter_names(None, model))
+    opt = torch.optim.AdamW(
+        [{"params": [p for n, p in zip(names, params) if n in decay], "weight_decay": hp["weight_decay"]},
+         {"params": [p for n, p in zip(names, params) if n not in decay], "weight_decay": 0.0}],
+        lr=hp["learning_rate"], betas=(hp["adam_beta1"], hp["adam_beta2"]), eps=hp["adam_epsilon"])
+    sched = transformers.get_scheduler(hp["lr_scheduler"], opt, num_warmup_steps=hp["warmup_steps"],
+                                       num_training_steps=tf.STEPS)
+    mbs = tf.make_micro_batches(model.config.vocab_size)
+    losses, norms = [], []
+    for step in range(tf.STEPS):
+        window = mbs[step * tf.ACCUM:(step + 1) * tf.ACCUM]
+        n_window = sum(sum(sum(r) for r in mb["label_mask"]) for mb in window)
+        step_loss = 0.0
+        for mb in window:
+            ids = torch.tensor(mb["input_ids"])
+            attn = torch.tensor(mb["attention_mask"])
+            lab = torch.tensor(mb["label_mask"]).bool()
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+            with ctx:
+                logits = model(input_ids=ids, attention_mask=attn).logits
+            logits = logits.float()
+            lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            loss = -lp[lab[:, 1:]].sum() / n_window
+            loss.backward()
+            step_loss += float(loss)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, hp["max_grad_norm"])))
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(step_loss)
+    return dict(model=tf.MODEL, steps=tf.STEPS, accumulation=tf.ACCUM, hyper=hp, micro_batches=mbs), losses, norms
+
+
 def main():
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
+    sft, loss32, norm32 = run_sft(False)
+    _, loss16, norm16 = run_sft(True)
+    with open(os.path.join(OUT, "sft.json"), "w") as f:
+        json.dump(dict(sft, loss_fp32=loss32, grad_norm_fp32=norm32, loss_bf16=loss16, grad_norm_bf16=norm16,
+                       torch_version=torch.__version__), f, separators=(",", ":"))
+    print("sft loss", loss32, loss16)
+    print("sft grad_norm", norm32, norm16)
     mbs32, hist32, obs32, config = run(False)
     mbs16, hist16, obs16, _ = run(True)
     assert mbs32 == mbs16, "the two runs collated different micro-batches"
