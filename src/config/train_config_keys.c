@@ -223,9 +223,8 @@ int train_config_set_key(TrainConfig *cfg, const KeySpec *spec, const char *text
         if (!quoted && yaml_text_to_bool(text, &v) == 0) {
             cfg->bf16 = v;
         } else if (strcmp(text, "auto") == 0) {
-            /* Axolotl's auto: bf16 where the hardware supports it. Here: where this build
-             * multiplies bf16 with the CPU's own dot products (AVX512_BF16); elsewhere bf16 would
-             * only round without speeding anything up */
+            /* Axolotl's auto: bf16 where the hardware supports it. Here: where this build has
+             * the CPU's bf16 dot products (AVX512_BF16, which every AMX-BF16 CPU has too) */
             cfg->bf16 = packed_bf16_available();
             cfg->bf16_auto = true;
         } else if (strcmp(text, "full") == 0) {

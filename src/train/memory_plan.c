@@ -127,12 +127,15 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
         if (seqs >= 6) p.rollout += 4.0 * (double)p.n_params; /* the packed weights */
     }
     if (cfg->bf16) {
-        /* the lm_head's backward rounds W into an fp32 copy beside the rounded hidden states; a
-         * linear's packed dW rounds and transposes its gradient and input and holds a
-         * weight-sized product (matmul_autocast.c) */
+        /* the rounded copies one product holds at a time (backend_autocast.c,
+         * matmul_autocast.c): the lm_head's W (fp32) beside the hidden states; a linear's W
+         * beside its rounded gradient and input (at most T x I each); the attention's q, k, v
+         * and gradient (at most 4 T x H) */
         double V = mc->vocab_size, H = mc->hidden_size, I = mc->intermediate_size,
                T = (double)p.tokens_per_micro;
-        double head = 4.0 * V * H + 4.0 * T * H, linear = 6.0 * I * H + 4.0 * T * (2.0 * I + H);
+        double head = 4.0 * V * H + 4.0 * T * H, linear = 4.0 * I * H + 8.0 * T * I,
+               attention = 16.0 * T * H;
+        if (attention > linear) linear = attention;
         p.autocast = head > linear ? head : linear;
     }
     p.total = p.weights + p.gradients + p.optimizer + p.reference + p.activations + p.rollout +
