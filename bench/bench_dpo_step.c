@@ -7,18 +7,21 @@
  * Prints one JSON line.
  *
  * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
- *                       [bf16_reference 0|1] [adamw_8bit 0|1] [unshared 0|1]
+ *                       [bf16_reference 0|1] [adamw_8bit 0|1] [unshared 0|1] [autocast 0|1]
  *   bf16_reference: the frozen reference kept in bf16 (bf16: true); the run then also reports
  *   how far its summed completion log-probs are from the fp32 model's.
  *   adamw_8bit: bitsandbytes' 8-bit AdamW (optimizer: adamw_bnb_8bit).
  *   unshared: both rows of a pair compute the prompt (as TRL does); by default the prompt is
  *   computed once (model/token_layout.h).
+ *   autocast: bf16 mixed precision as `bf16: true` trains (policy and reference on
+ *   backend_cpu_autocast; with it the reference is kept in bf16 too, as bf16: true does).
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
  *   OpenBLAS sgemm GFLOP/s on the model's GEMM shapes (ROWS tokens), best of reps: the
  *   ceiling the step's GFLOP/s are compared with. */
 #include "common/error.h"
+#include "kernels/backend.h"
 #include "model/forward.h"
 #include "train/pref_batch.h"
 #include "train/pref_method.h"
@@ -231,11 +234,14 @@ int main(int argc, char **argv) {
     bool bf16_reference = argc > 6 && atoi(argv[6]) != 0 && lora_r == 0;
     bool adamw_8bit = argc > 7 && atoi(argv[7]) != 0;
     bool unshared = argc > 8 && atoi(argv[8]) != 0; /* each row computes its whole prompt */
+    bool autocast = argc > 9 && atoi(argv[9]) != 0;
+    if (autocast && lora_r == 0) bf16_reference = true;
     if (steps < 1) steps = 1;
     PrefDataset ds;
     if (load_pairs(argv[2], &ds) != 0) return fail();
     Model m;
     if (model_load(&m, argv[1]) != 0) return fail();
+    if (autocast) m.backend = backend_cpu_autocast();
 
     /* What run_preference does for `rl: dpo` with the defaults (beta 0.1, sigmoid). */
     char *loss_type = "sigmoid";
@@ -261,6 +267,7 @@ int main(int argc, char **argv) {
     } else {
         if (model_load(&frozen, argv[1]) != 0) return fail();
         if (bf16_reference && model_store_bf16(&frozen) != 0) return fail();
+        if (autocast) frozen.backend = backend_cpu_autocast();
         reference_policy_from_model(&ref, &frozen);
     }
     pm.ref = &ref;
@@ -332,13 +339,13 @@ int main(int argc, char **argv) {
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
         "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
         "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\", "
-        "\"shared_prompt\": %s}\n",
+        "\"shared_prompt\": %s, \"autocast_bf16\": %s}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
         loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
         bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch",
-        unshared ? "false" : "true");
+        unshared ? "false" : "true", autocast ? "true" : "false");
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

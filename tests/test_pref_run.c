@@ -93,8 +93,11 @@ static void test_full_and_precomputed(void) {
     json_decref(m);
 }
 
-/* bf16: true keeps the frozen reference's weights in bf16. On a checkpoint stored in bf16 that
- * rounds nothing: step 1 sits at ln 2 and the run trains to the weights of the fp32 reference. */
+/* bf16: true keeps the frozen reference's weights in bf16 and trains in mixed precision. On a
+ * checkpoint stored in bf16 the stored reference rounds nothing, and policy and reference
+ * compute alike under autocast: step 1 sits at ln 2. The run then trains near the fp32 run's
+ * weights, but not to them: its products rounded their inputs (test_autocast_parity holds the
+ * bf16 run to torch's autocast). */
 static void test_bf16_reference(void) {
     Model m;
     char text_bf16[4096];
@@ -116,7 +119,8 @@ static void test_bf16_reference(void) {
           "bf16 reference, step 1: loss %.7f (ln 2)", harness_metric(metrics, 0, "loss"));
     json_decref(metrics);
     double scale, err = saved_weights_gap(fp32_out, bf16_out, &scale);
-    CHECK(err <= 1e-5 * scale, "bf16 reference: weights off by %.3g (scale %.3g)", err, scale);
+    CHECK(err > 1e-5 * scale && err <= 2e-2 * scale,
+          "bf16 mixed precision: weights %.3g from the fp32 run's (scale %.3g)", err, scale);
 }
 
 static void test_adapter_references(void) {

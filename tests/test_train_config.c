@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "config/train_config.h"
 #include "harness.h"
+#include "kernels/cpu/kernels.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -64,8 +65,10 @@ static void test_sft_config(void) {
           "defaults");
     CHECK(strcmp(c.optimizer, "adamw_torch") == 0 && strcmp(c.output_dir, "./outputs") == 0,
           "optimizer and output_dir defaults");
-    CHECK(!c.bf16 && c.resume_from_checkpoint && strcmp(c.resume_from_checkpoint, "true") == 0,
-          "bf16 auto (no GPU), resume true");
+    /* Axolotl's auto: on where supported; here where the build has AVX512_BF16 dot products */
+    CHECK(c.bf16 == packed_bf16_available() && c.bf16_auto && c.resume_from_checkpoint &&
+              strcmp(c.resume_from_checkpoint, "true") == 0,
+          "bf16 auto (%d, AVX512_BF16 %d), resume true", c.bf16, packed_bf16_available());
     CHECK(has_warning(&c, "sft.yaml:16:", "did you mean 'learning_rate'"), "typo warning");
     CHECK(has_warning(&c, "sft.yaml:17:", "'flash_attention' has no effect in rlhf.c"),
           "documented no-op key");
@@ -188,6 +191,9 @@ static void test_errors(void) {
                  "unknown method \"ppo\"");
     expect_error("type.yaml", BASE "learning_rate: 1e-5\nmicro_batch_size: two\n",
                  "type.yaml:5: key 'micro_batch_size'", "expected an integer");
+    /* pure bf16 weights would change what is trained: refused, not run as true */
+    expect_error("bf16_full.yaml", BASE "learning_rate: 1e-5\nbf16: full\n",
+                 "bf16_full.yaml:5: key 'bf16'", "\"full\" (bf16 weights without fp32 master");
     expect_error("bool.yaml", BASE "learning_rate: 1e-5\ngradient_checkpointing: 3\n",
                  "bool.yaml:5: key 'gradient_checkpointing'", "true or false");
     expect_error("bad_steps.yaml", BASE "learning_rate: 1e-5\nmax_consecutive_bad_steps: -1\n",

@@ -34,11 +34,11 @@ static const char R_SHARDING[] =
     "AdamW moments (zero_stage: 1 with --nproc N)";
 static const char R_QUANT[] =
     "quantised base weights change the arithmetic and the memory: rlhf.c keeps fp32 weights "
-    "(bf16: true keeps frozen copies in bf16) and has 4-bit weights only as QLoRA's NF4 "
-    "(adapter: qlora with load_in_4bit: true)";
+    "(bf16: true keeps frozen copies in bf16 and trains in mixed precision) and has 4-bit "
+    "weights only as QLoRA's NF4 (adapter: qlora with load_in_4bit: true)";
 static const char R_PRECISION[] =
-    "rlhf.c computes in fp32 on the CPU (bf16: true keeps frozen weights in bf16); this "
-    "precision switch does not apply";
+    "rlhf.c computes in fp32 on the CPU, or with bf16: true in bf16 mixed precision as torch's "
+    "CPU autocast; this precision switch does not apply";
 static const char R_PACKING[] =
     "this packing variant changes the batches trained on and is not implemented (rlhf.c drops "
     "padding from every batch itself; sample_packing: true packs SFT examples as Axolotl's "

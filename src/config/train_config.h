@@ -92,7 +92,13 @@ typedef struct {
     int64_t eval_steps;           /* 0: no evaluation */
     char *resume_from_checkpoint; /* NULL, "true" (latest in output_dir) or a path */
     int64_t seed;                 /* 42 */
-    bool bf16; /* frozen weights (a reference model) kept in bf16; the arithmetic stays fp32 */
+    /* bf16: true (or auto where this build has AVX512_BF16 dot products, packed_bf16_available):
+     * mixed-precision training as torch's CPU autocast under HF Trainer's bf16=True: the
+     * products of linear layers, attention and lm_head take bf16 inputs and sum in fp32
+     * (backend_cpu_autocast); weights, gradients, optimizer state, norms, softmax, log-probs and
+     * losses stay fp32. A frozen reference model is also kept in bf16. */
+    bool bf16;
+    bool bf16_auto; /* bf16 was resolved from `auto` (for the start-up log) */
     bool gradient_checkpointing;
     bool gradient_checkpointing_set; /* the key was given: the memory plan leaves it alone */
     /* QLoRA (adapter: qlora): the frozen base's layer matrices quantised to NF4 at load */

@@ -2,6 +2,7 @@
  * (the same for a file and the command line). What happens to every other key Axolotl documents
  * is in the status table (config/key_status.c), whose `used` top-level rows are exactly these. */
 #include "config/train_config_internal.h"
+#include "kernels/cpu/kernels.h" /* packed_bf16_available: what bf16: auto resolves to */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,10 +238,20 @@ int train_config_set_key(TrainConfig *cfg, const KeySpec *spec, const char *text
     }
     case K_BF16: {
         bool v;
+        cfg->bf16_auto = false;
         if (!quoted && yaml_text_to_bool(text, &v) == 0) {
             cfg->bf16 = v;
-        } else if (strcmp(text, "auto") == 0 || strcmp(text, "full") == 0) {
-            cfg->bf16 = strcmp(text, "full") == 0;
+        } else if (strcmp(text, "auto") == 0) {
+            /* Axolotl's auto: bf16 where the hardware supports it. Here: where this build has
+             * the CPU's bf16 dot products (AVX512_BF16, which every AMX-BF16 CPU has too) */
+            cfg->bf16 = packed_bf16_available();
+            cfg->bf16_auto = true;
+        } else if (strcmp(text, "full") == 0) {
+            /* Axolotl's full: bf16 weights trained without fp32 master weights. That changes
+             * what is trained, so it is refused rather than run as true */
+            return err_set("key 'bf16': \"full\" (bf16 weights without fp32 master copies) is not "
+                           "supported by rlhf.c; bf16: true trains with mixed precision (fp32 "
+                           "weights, gradients and optimizer state, bf16 matmul inputs)");
         } else {
             return err_set("key 'bf16': expected true, false, auto or full, got \"%s\"", text);
         }

@@ -181,6 +181,12 @@ struct Backend {
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */
 const Backend *backend_cpu(void);
 
+/* The CPU backend under bf16 autocast (bf16: true, kernels/cpu/backend_autocast.c): the same
+ * table and memory, with linear, attention and the lm_head's log-prob (forward and backward)
+ * computed as torch's CPU autocast does, bf16 inputs summed in fp32. Always available (without
+ * AVX512_BF16 its products are rounded copies multiplied by sgemm). */
+const Backend *backend_cpu_autocast(void);
+
 /* A host array seen by the backend: on a host-memory backend the array itself (nothing copied,
  * nothing owned), else a copy in backend memory that *owned receives (be->free it). NULL with an
  * error when the copy does not fit; bytes == 0 gives host back. */

@@ -151,7 +151,20 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
         p.rollout = 2.0 * 4.0 * seqs * len * mc->n_layers * kvd;
         if (seqs >= 6) p.rollout += 4.0 * (double)p.n_params; /* the packed weights */
     }
-    p.total = p.weights + p.gradients + p.optimizer + p.reference + p.activations + p.rollout;
+    if (cfg->bf16) {
+        /* the rounded copies one product holds at a time (backend_autocast.c,
+         * matmul_autocast.c): the lm_head's W (fp32) beside the hidden states; a linear's W
+         * beside its rounded gradient and input (at most T x I each); the attention's q, k, v
+         * and gradient (at most 4 T x H) */
+        double V = mc->vocab_size, H = mc->hidden_size, I = mc->intermediate_size,
+               T = (double)p.tokens_per_micro;
+        double head = 4.0 * V * H + 4.0 * T * H, linear = 4.0 * I * H + 8.0 * T * I,
+               attention = 16.0 * T * H;
+        if (attention > linear) linear = attention;
+        p.autocast = head > linear ? head : linear;
+    }
+    p.total = p.weights + p.gradients + p.optimizer + p.reference + p.activations + p.rollout +
+              p.autocast;
     p.available = memory_available_bytes();
     return p;
 }
@@ -210,6 +223,11 @@ void memory_plan_print(const MemoryPlan *p, FILE *log) {
             amount(p->total, b[0]), amount(p->weights, b[1]), amount(p->gradients, b[2]),
             amount(p->optimizer, b[3]), amount(p->reference, b[4]), amount(p->activations, b[5]),
             (unsigned long long)p->tokens_per_micro, amount(p->rollout, b[6]));
+    if (p->autocast > 0)
+        fprintf(log,
+                "; bf16 mixed precision: weights, gradients and optimizer fp32, matmul "
+                "inputs rounded to bf16 (up to %s of rounded copies at a time)",
+                amount(p->autocast, b[7]));
     if (p->available >= 0)
         fprintf(log, " of %s free\n", amount(p->available, b[7]));
     else

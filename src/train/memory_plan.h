@@ -36,7 +36,10 @@ typedef struct {
     uint64_t n_trained;        /* trained parameters: n_params, or the adapter's */
     uint64_t tokens_per_micro; /* tokens of one training micro-batch (upper bound) */
     double weights, gradients, optimizer, reference, activations, rollout; /* bytes */
-    double total;                                                          /* their sum */
+    /* bf16: true: the rounded copies one autocast product holds while it runs (the lm_head's
+     * backward, or the widest linear's): backend_autocast.c; 0 without bf16 */
+    double autocast;
+    double total;     /* their sum */
     double available; /* bytes free to this process now; < 0 when unknown */
 } MemoryPlan;
 

@@ -10,8 +10,12 @@ int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m,
             reference_policy_close(ref);
             return err_prefix("bf16: true: the reference model");
         }
+        /* torch runs the reference under the same autocast as the policy (its q_proj's output
+         * is bf16 in a TRL bf16=True step: tools/reference/make_autocast_fixtures.py) */
+        if (cfg->bf16) ref->owned_model->backend = backend_cpu_autocast();
         fprintf(log, "reference: a frozen copy of %s%s\n", cfg->base_model,
-                cfg->bf16 ? ", its weights kept in bf16 (bf16: true)" : "");
+                cfg->bf16 ? ", its weights kept in bf16, computed under bf16 autocast (bf16: true)"
+                          : "");
     } else if (cfg->lora_model_dir) {
         m->lora = lora;
         if (reference_policy_open_initial_adapter(ref, m, cfg->lora_model_dir) != 0) return -1;

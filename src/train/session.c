@@ -83,6 +83,18 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
                 NF4_BLOCK, cfg->bf16 ? "bf16" : "fp32");
     else if (frozen)
         fprintf(log, "base model: frozen, its weights kept in bf16 (bf16: true with an adapter)\n");
+    if (cfg->bf16) {
+        /* every method's forward and backward (and a reference that is the base with the
+         * adapter off) then compute on the autocast table */
+        s->model.backend = backend_cpu_autocast();
+        fprintf(log,
+                "bf16%s: mixed precision as torch's CPU autocast: linear, attention and lm_head "
+                "products take bf16-rounded inputs and sum in fp32; weights, gradients, "
+                "optimizer state, norms, softmax, log-probs and losses fp32\n",
+                cfg->bf16_auto ? " (auto)" : "");
+    } else if (cfg->bf16_auto) {
+        fputs("bf16: auto is off: this build has no AVX512_BF16 dot products\n", log);
+    }
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
         return -1;

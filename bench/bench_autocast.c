@@ -1,0 +1,98 @@
+/* The products of one linear layer under bf16 autocast against fp32, on a model's shapes: what
+ * kernels/cpu/matmul_autocast.c's choice of path rests on. For each (rows, in, out): fp32 sgemm
+ * (matmul_forward, matmul_backward's dX and dW); autocast_linear_forward / _backward as built
+ * (bf16-rounded copies through sgemm, the rounding included); and the forward through the packed
+ * AVX512_BF16 kernel of the decode path (packed_matmul_bf16_forward), W rounded and packed
+ * outside the timing (its best case; "pack" is that packing's own time). Best of reps,
+ * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure.
+ *
+ * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] */
+#include "kernels/cpu/autocast.h"
+#include "kernels/cpu/kernels.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float *random_floats(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    return x;
+}
+
+typedef enum { FP32, AUTOCAST, PACKED_BF16 } Way;
+
+static void forward(Way way, float *out, const float *x, const float *w, const PackedWeight *p,
+                    int n, int in, int o) {
+    if (way == FP32)
+        matmul_forward(out, x, w, NULL, n, in, o);
+    else if (way == AUTOCAST)
+        autocast_linear_forward(out, x, (WeightRef){.f32 = w}, NULL, n, in, o);
+    else
+        packed_matmul_bf16_forward(out, x, p, NULL, n);
+}
+
+static void backward(Way way, float *din, float *dw, const float *g, const float *x, const float *w,
+                     int n, int in, int o) {
+    if (way == FP32)
+        matmul_backward(din, dw, NULL, g, x, w, n, in, o);
+    else if (way == AUTOCAST)
+        autocast_linear_backward(din, dw, NULL, g, x, (WeightRef){.f32 = w}, n, in, o);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps]\n", argv[0]);
+        return 2;
+    }
+    int n = atoi(argv[1]), h = atoi(argv[2]), inter = atoi(argv[3]);
+    int reps = argc > 4 ? atoi(argv[4]) : 3;
+    int shapes[2][2] = {{h, inter}, {inter, h}}; /* gate/up, then down */
+    const char *names[] = {"fp32 sgemm", "autocast (rounded+sgemm)", "packed bf16 dot"};
+    printf("rows %d, AVX512_BF16 packed kernel: %s\n", n, packed_bf16_available() ? "yes" : "no");
+    for (int s = 0; s < 2; s++) {
+        int in = shapes[s][0], o = shapes[s][1];
+        float *x = random_floats((size_t)n * in), *w = random_floats((size_t)in * o),
+              *g = random_floats((size_t)n * o), *out = malloc((size_t)n * o * 4),
+              *din = malloc((size_t)n * in * 4), *dw = calloc((size_t)in * o, 4);
+        uint16_t *w16 = malloc((size_t)in * o * 2);
+        bf16_narrow(w16, w, (size_t)in * o);
+        size_t count = packed_weight_bf16_count(in, o);
+        uint16_t *panels = aligned_alloc(64, (count * 2 + 63) / 64 * 64);
+        PackedWeight p;
+        double t_pack = now_seconds();
+        packed_weight_fill_bf16(&p, panels, w16, in, o);
+        t_pack = now_seconds() - t_pack;
+        double flops = 2.0 * n * in * o;
+        for (int way = 0; way < (packed_bf16_available() ? 3 : 2); way++) {
+            double best_f = 1e30, best_b = 1e30;
+            for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
+                double t0 = now_seconds();
+                forward((Way)way, out, x, w, &p, n, in, o);
+                double t1 = now_seconds();
+                backward((Way)way, din, dw, g, x, w, n, in, o);
+                double t2 = now_seconds();
+                if (r > 0 && t1 - t0 < best_f) best_f = t1 - t0;
+                if (r > 0 && t2 - t1 < best_b) best_b = t2 - t1;
+            }
+            printf("%5d x %5d -> %5d  %-24s forward %8.2f ms %6.1f GFLOP/s", n, in, o, names[way],
+                   1e3 * best_f, flops / best_f / 1e9);
+            if (way == PACKED_BF16)
+                printf("  (pack %.2f ms)\n", 1e3 * t_pack);
+            else
+                printf("  backward %8.2f ms %6.1f GFLOP/s\n", 1e3 * best_b,
+                       2 * flops / best_b / 1e9);
+        }
+        free(x), free(w), free(g), free(out), free(din), free(dw);
+        free(w16), free(panels);
+    }
+    return 0;
+}

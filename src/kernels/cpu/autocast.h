@@ -1,0 +1,33 @@
+/* bf16 autocast on the CPU (bf16: true): the products of matmul_autocast.c and the backend
+ * table of backend_autocast.c that uses them. What runs in bf16 and what stays fp32 follows
+ * torch's CPU autocast under HF Trainer's bf16=True; docs/architecture.md, "Mixed precision". */
+#ifndef RLHF_KERNELS_CPU_AUTOCAST_H
+#define RLHF_KERNELS_CPU_AUTOCAST_H
+
+#include "kernels/tensor_types.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dst[i] = src[i] rounded to the nearest bf16 (ties to even), as an fp32; dst may be src. */
+void bf16_round_copy(float *dst, const float *src, size_t n);
+
+/* bf16_round_copy in place. */
+void bf16_round_inplace(float *x, size_t n);
+
+/* dst[i] = src[i] rounded to the nearest bf16 (ties to even), stored as bf16. */
+void bf16_narrow(uint16_t *dst, const float *src, size_t n);
+
+/* out (N, out_dim) written = bf16(bf16(in) · bf16(W)^T + bf16(bias)): torch's autocast linear.
+ * W fp32, bf16 or (a frozen QLoRA base) NF4; bias may be NULL. */
+void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
+                             int in_dim, int out_dim);
+
+/* Its backward, W as the forward's. g = bf16(dout); din (N, in_dim) written = bf16(g · bf16(W));
+ * dw (out_dim, in_dim) accumulated += g^T · bf16(in), fp32 sums not rounded; dbias accumulated
+ * += column sums of g. Any of din, dw, dbias may be NULL; dw must be NULL for a frozen bf16 or
+ * NF4 W (backend.h's linear_backward). */
+void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
+                              const float *in, WeightRef w, int n, int in_dim, int out_dim);
+
+#endif

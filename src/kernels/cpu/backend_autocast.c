@@ -1,0 +1,172 @@
+/* The CPU backend under bf16 autocast (bf16: true): backend_cpu's table with the products that
+ * torch's CPU autocast runs in bf16 replaced. Settled against torch 2.15 / transformers 5.23
+ * (tools/reference/make_autocast_fixtures.py records what a TRL step sees):
+ *  - in bf16 (both inputs rounded, fp32 sums, a bf16 result): every nn.Linear (q/k/v/o, gate,
+ *    up, down, lm_head), and the attention's q·k^T and p·v products (matmul / sdpa are on
+ *    autocast's lower-precision list);
+ *  - in fp32: the residual stream (fp32 + bf16 promotes), RMSNorm (transformers upcasts), RoPE
+ *    (its cos/sin are fp32, so q and k leave it fp32), the softmax of the attention (eager
+ *    attention asks for dtype=float32), the embedding, the losses; weights, gradients and the
+ *    optimizer state are fp32 master copies throughout.
+ * How closely this follows torch, and why:
+ *  1. A linear rounds its input and weight to bf16, sums in fp32, adds the bf16 bias and rounds
+ *     the output to bf16: the output is a bf16 tensor in torch, and what later ops read.
+ *  2. Its backward rounds the incoming gradient (a bf16 tensor's gradient is bf16) and the
+ *     product dX; dW's fp32 sums go into the fp32 gradient unrounded (autocast_linear_backward).
+ *  3. Attention rounds q, k and v and its output; the scores and probabilities inside stay fp32
+ *     (torch rounds the scores and, before p·v, the probabilities too): this kernel is shared
+ *     with fp32 training and its inner loop is left alone. Its backward rounds dout, q, k, v
+ *     and the gradients it writes.
+ *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
+ *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
+ *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32.
+ *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
+ * Everything else is backend_cpu's own entry. */
+#include "kernels/backend.h"
+
+#include "common/error.h"
+#include "kernels/cpu/autocast.h"
+#include "kernels/cpu/kernels.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ac_linear(const Backend *be, float *out, const float *in, WeightRef w,
+                      const PackedWeight *packed, const float *bias, int n, int in_dim,
+                      int out_dim) {
+    (void)be;
+    if (packed && packed->panels16 && packed_matmul_suits(n)) {
+        /* a model kept in bf16 decoding: the packed bf16 kernel is this very product */
+        packed_matmul_bf16_forward(out, in, packed, NULL, n);
+        if (bias) {
+            float *rb = xmalloc((size_t)out_dim * sizeof *rb);
+            bf16_round_copy(rb, bias, (size_t)out_dim);
+            bias_add_rows(out, rb, n, out_dim);
+            free(rb);
+        }
+        bf16_round_inplace(out, (size_t)n * out_dim);
+        return;
+    }
+    autocast_linear_forward(out, in, w, bias, n, in_dim, out_dim);
+}
+
+static void ac_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
+                               const float *dout, const float *in, WeightRef w, int n, int in_dim,
+                               int out_dim) {
+    (void)be;
+    autocast_linear_backward(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
+}
+
+/* A rounded copy of n values (the caller frees it). */
+static float *rounded(const float *x, size_t n) {
+    float *r = xmalloc((n ? n : 1) * sizeof *r);
+    bf16_round_copy(r, x, n);
+    return r;
+}
+
+/* The rows the segments name (their own and their prefixes'): 1 + the highest. */
+static int segment_rows(const AttnSegment *segs, int n_segs) {
+    int rows = 0;
+    for (int s = 0; s < n_segs; s++) {
+        if (segs[s].start + segs[s].len > rows) rows = segs[s].start + segs[s].len;
+        if (segs[s].prefix_start + segs[s].prefix_len > rows)
+            rows = segs[s].prefix_start + segs[s].prefix_len;
+    }
+    return rows;
+}
+
+static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
+                         const float *v, const AttnSegment *segs, int n_segs,
+                         const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                         int window) {
+    (void)be;
+    size_t rows = (size_t)segment_rows(segs, n_segs);
+    float *qr = rounded(q, rows * n_heads * hd), *kr = rounded(k, rows * n_kv_heads * hd),
+          *vr = rounded(v, rows * n_kv_heads * hd);
+    attention_forward(out, qr, kr, vr, segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window);
+    for (int s = 0; s < n_segs; s++) /* only the rows attention wrote */
+        bf16_round_inplace(out + (size_t)segs[s].start * n_heads * hd,
+                           (size_t)segs[s].len * n_heads * hd);
+    free(vr);
+    free(kr);
+    free(qr);
+}
+
+static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                                  int n_rows, int n_heads, int n_kv_heads, int hd, int window) {
+    (void)be;
+    size_t rows = (size_t)n_rows, qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
+    float *qr = rounded(q, qn), *kr = rounded(k, kn), *vr = rounded(v, kn);
+    float *g = xmalloc((qn ? qn : 1) * sizeof *g);
+    memset(g, 0, qn * sizeof *g); /* rows in no segment are never read, but stay defined */
+    for (int s = 0; s < n_segs; s++) {
+        size_t at = (size_t)segs[s].start * n_heads * hd, len = (size_t)segs[s].len * n_heads * hd;
+        bf16_round_copy(g + at, dout + at, len);
+    }
+    attention_backward(dq, dk, dv, g, qr, kr, vr, segs, n_segs, seq_index, n_rows, n_heads,
+                       n_kv_heads, hd, window);
+    for (int s = 0; s < n_segs; s++)
+        bf16_round_inplace(dq + (size_t)segs[s].start * n_heads * hd,
+                           (size_t)segs[s].len * n_heads * hd);
+    bf16_round_inplace(dk, kn);
+    bf16_round_inplace(dv, kn);
+    free(g);
+    free(vr);
+    free(kr);
+    free(qr);
+}
+
+static void ac_logprob(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
+                       const int32_t *target, WeightRef lm_head, int n, int h, int vocab) {
+    (void)be;
+    float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
+    if (!lm_head.bf16) {
+        /* rounded once into an fp32 copy, which the fused kernel multiplies by sgemm directly
+         * (a bf16 copy would be widened again tile by tile: a DPO step took 1.75x the fp32
+         * step's time that way); the backward holds the same copy, so the peak is unchanged */
+        wr = rounded(lm_head.f32, (size_t)vocab * h);
+        lm_head = (WeightRef){.f32 = wr};
+    }
+    fused_logprob_forward_weights(logp, stats, hr, target, lm_head, n, h, vocab);
+    free(wr);
+    free(hr);
+}
+
+static void ac_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
+                                const float *dlogp, const float *hidden, const int32_t *target,
+                                WeightRef lm_head, int n, int h, int vocab) {
+    (void)be;
+    float *hr = rounded(hidden, (size_t)n * h);
+    if (lm_head.bf16) {
+        /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */
+        fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab);
+    } else {
+        float *wr = rounded(lm_head.f32, (size_t)vocab * h);
+        fused_logprob_backward(dhidden, dlm_head, dlogp, hr, target, wr, n, h, vocab);
+        free(wr);
+    }
+    bf16_round_inplace(dhidden, (size_t)n * h);
+    free(hr);
+}
+
+static Backend autocast_backend;
+static pthread_once_t autocast_once = PTHREAD_ONCE_INIT;
+
+static void autocast_init(void) {
+    autocast_backend = *backend_cpu();
+    autocast_backend.name = "cpu-bf16-autocast";
+    autocast_backend.linear = ac_linear;
+    autocast_backend.linear_backward = ac_linear_backward;
+    autocast_backend.attention = ac_attention;
+    autocast_backend.attention_backward = ac_attention_backward;
+    autocast_backend.logprob = ac_logprob;
+    autocast_backend.logprob_backward = ac_logprob_backward;
+}
+
+const Backend *backend_cpu_autocast(void) {
+    pthread_once(&autocast_once, autocast_init);
+    return &autocast_backend;
+}

@@ -1,0 +1,119 @@
+/* Matrix products as torch's CPU autocast (dtype bfloat16) computes them: both factors rounded to
+ * bf16 (nearest, ties to even), each product of two bf16 values exact in fp32, the sums fp32,
+ * and the result rounded to bf16, because under autocast a linear's output is a bf16 tensor.
+ * (bf16: true, kernels/cpu/backend_autocast.c.)
+ *
+ * How: the factors are rounded into fp32 copies and multiplied by OpenBLAS's sgemm. Chosen by
+ * measurement (bench/bench_autocast.c, bench/README.md "bf16 autocast products"): the packed
+ * AVX512_BF16 dot-product kernels of the decode path (packed_matmul_bf16.c), with W rounded and
+ * packed on each call and the backward's operands transposed for them, took 1.5-2.5x the time of
+ * this path on the 135M model's shapes at 1024 rows. And there is no library bf16 GEMM to call:
+ * Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16, so it declares cblas_sbgemm in
+ * cblas.h but does not export it. */
+#include "common/error.h"
+#include "common/float16.h"
+#include "kernels/cpu/autocast.h"
+#include "kernels/cpu/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The bits of f rounded to the nearest bf16 (ties to even) in the upper half, the lower half
+ * zero; a NaN becomes the quiet NaN f32_to_bf16 writes. Branch-free, so that the loops below
+ * vectorise (f32_to_bf16 itself is a call per value: 6% of a bf16 step in a profile). */
+static inline uint32_t rounded_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : r;
+}
+
+/* f rounded to the nearest bf16 (ties to even), as an fp32. NaN stays NaN. */
+static inline float round_bf16(float f) {
+    uint32_t r = rounded_bits(f);
+    float out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+
+void bf16_round_copy(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = round_bf16(src[i]);
+}
+
+void bf16_round_inplace(float *x, size_t n) {
+    bf16_round_copy(x, x, n);
+}
+
+void bf16_narrow(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (uint16_t)(rounded_bits(src[i]) >> 16);
+}
+
+/* A fresh fp32 copy of W (out_dim, in_dim) with every value a bf16: fp32 weights rounded,
+ * bf16 ones widened (exact), a frozen NF4 base dequantised then rounded (bitsandbytes
+ * dequantises to the compute dtype, bf16 under autocast). The caller frees it. */
+static float *rounded_weights(WeightRef w, int out_dim, int in_dim) {
+    size_t count = (size_t)out_dim * in_dim;
+    float *r = xmalloc((count ? count : 1) * sizeof *r);
+    if (w.f32) {
+        bf16_round_copy(r, w.f32, count);
+    } else if (w.bf16) {
+        bf16_widen(r, w.bf16, count);
+    } else {
+        weight_rows_widen(r, w, 0, out_dim, in_dim);
+        bf16_round_inplace(r, count);
+    }
+    return r;
+}
+
+/* ---- the products ---- */
+
+/* out += rounded bias, then out rounded: torch's bf16 addmm adds the bf16 bias to the fp32 sums
+ * and rounds once. */
+static void finish_output(float *out, const float *bias, int n, int out_dim) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        float *row = out + (size_t)r * out_dim;
+        for (int j = 0; j < out_dim; j++)
+            row[j] = round_bf16(bias ? row[j] + round_bf16(bias[j]) : row[j]);
+    }
+}
+
+void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
+                             int in_dim, int out_dim) {
+    if (n == 0) return;
+    float *x = xmalloc((size_t)n * in_dim * sizeof *x);
+    bf16_round_copy(x, in, (size_t)n * in_dim);
+    float *wr = rounded_weights(w, out_dim, in_dim);
+    matmul_forward(out, x, wr, NULL, n, in_dim, out_dim);
+    free(wr);
+    free(x);
+    finish_output(out, bias, n, out_dim);
+}
+
+void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
+                              const float *in, WeightRef w, int n, int in_dim, int out_dim) {
+    if (n == 0) return;
+    /* the gradient reaching a bf16 output is a bf16 tensor in torch */
+    float *g = xmalloc((size_t)n * out_dim * sizeof *g);
+    bf16_round_copy(g, dout, (size_t)n * out_dim);
+    if (din) {
+        float *wr = rounded_weights(w, out_dim, in_dim);
+        matmul_backward(din, NULL, NULL, g, NULL, wr, n, in_dim, out_dim);
+        free(wr);
+        bf16_round_inplace(din, (size_t)n * in_dim); /* the gradient of a bf16 cast is bf16 */
+    }
+    if (dw) {
+        /* dW's fp32 sums go into the fp32 gradient unrounded (torch rounds each product's dW to
+         * bf16 before adding it): closer to fp32, and no weight-sized temporary */
+        float *x = xmalloc((size_t)n * in_dim * sizeof *x);
+        bf16_round_copy(x, in, (size_t)n * in_dim);
+        matmul_backward(NULL, dw, NULL, g, x, NULL, n, in_dim, out_dim);
+        free(x);
+    }
+    if (dbias) matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
+    free(g);
+}

@@ -1,0 +1,113 @@
+/* The bf16 autocast products (kernels/cpu/matmul_autocast.c) against their definition computed
+ * here in double: factors rounded to bf16, exact products, the forward and dX results rounded to
+ * bf16 once, dW's sums not. A few rows (matmul_forward's own loops) and many (sgemm), an odd
+ * in_dim; W given in bf16 gives what its fp32 values give, through the backend table too. */
+#include "common/float16.h"
+#include "harness.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/autocast.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double b16(float x) {
+    return bf16_to_f32(f32_to_bf16(x));
+}
+
+static void fill(float *x, size_t n, unsigned *seed) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(rand_r(seed) / (double)RAND_MAX - 0.5) * 2.0f;
+}
+
+/* got is a bf16 value, and the nearest to want or its neighbour (the fp32 sum may fall on the
+ * other side of a rounding boundary than the double sum): within one bf16 step of want. */
+static bool bf16_close(float got, double want) {
+    if (b16(got) != got) return false;
+    double step = ldexp(1.0, ilogb(want == 0 ? 1e-30 : want) - 7);
+    return fabs(got - want) <= step * 1.0001 + 1e-30;
+}
+
+static void check_shape(int n, int in_dim, int out_dim, unsigned seed) {
+    size_t nx = (size_t)n * in_dim, nw = (size_t)in_dim * out_dim, no = (size_t)n * out_dim;
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *bias = malloc(out_dim * 4);
+    float *dout = malloc(no * sizeof *dout), *out = malloc(no * sizeof *out),
+          *out16 = malloc(no * sizeof *out16);
+    float *din = malloc(nx * sizeof *din), *dw = calloc(nw, sizeof *dw),
+          *dbias = calloc(out_dim, sizeof *dbias);
+    uint16_t *w16 = malloc(nw * sizeof *w16);
+    fill(x, nx, &seed), fill(w, nw, &seed), fill(bias, out_dim, &seed), fill(dout, no, &seed);
+    for (size_t i = 0; i < nw; i++)
+        w16[i] = f32_to_bf16(w[i]);
+    const char *path = n <= 16 ? "few-rows" : "sgemm";
+
+    autocast_linear_forward(out, x, (WeightRef){.f32 = w}, bias, n, in_dim, out_dim);
+    autocast_linear_forward(out16, x, (WeightRef){.bf16 = w16}, bias, n, in_dim, out_dim);
+    backend_cpu_autocast()->linear(backend_cpu_autocast(), out16, x, (WeightRef){.bf16 = w16}, NULL,
+                                   bias, n, in_dim, out_dim);
+    int bad_fwd = 0, bad_w16 = 0;
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < out_dim; j++) {
+            double s = 0;
+            for (int k = 0; k < in_dim; k++)
+                s += b16(x[(size_t)r * in_dim + k]) * b16(w[(size_t)j * in_dim + k]);
+            s = (float)s + b16(bias[j]);
+            float got = out[(size_t)r * out_dim + j];
+            bad_fwd += !bf16_close(got, s);
+            bad_w16 += got != out16[(size_t)r * out_dim + j];
+        }
+    CHECK(bad_fwd == 0, "%s forward %dx%dx%d: %d outputs off bf16(bf16(x)·bf16(W)^T + b)", path, n,
+          in_dim, out_dim, bad_fwd);
+    CHECK(bad_w16 == 0, "%s forward: %d outputs differ between W in fp32 and in bf16", path,
+          bad_w16);
+
+    for (size_t i = 0; i < nw; i++)
+        dw[i] = 0.25f; /* accumulated onto */
+    autocast_linear_backward(din, dw, dbias, dout, x, (WeightRef){.f32 = w}, n, in_dim, out_dim);
+    int bad_din = 0, bad_dw = 0, bad_db = 0;
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < in_dim; k++) {
+            double s = 0;
+            for (int j = 0; j < out_dim; j++)
+                s += b16(dout[(size_t)r * out_dim + j]) * b16(w[(size_t)j * in_dim + k]);
+            bad_din += !bf16_close(din[(size_t)r * in_dim + k], s);
+        }
+    for (int j = 0; j < out_dim; j++) {
+        double sb = 0, mag_b = 0;
+        for (int r = 0; r < n; r++) {
+            sb += b16(dout[(size_t)r * out_dim + j]);
+            mag_b += fabs(dout[(size_t)r * out_dim + j]);
+        }
+        bad_db += fabs(dbias[j] - sb) > 1e-5 * mag_b + 1e-6;
+        for (int k = 0; k < in_dim; k++) {
+            double s = 0.25, mag = 0.25;
+            for (int r = 0; r < n; r++) {
+                double t = b16(dout[(size_t)r * out_dim + j]) * b16(x[(size_t)r * in_dim + k]);
+                s += t, mag += fabs(t);
+            }
+            /* unrounded fp32 sums: fp32 summation error only */
+            bad_dw += fabs(dw[(size_t)j * in_dim + k] - s) > 1e-6 * mag;
+        }
+    }
+    CHECK(bad_din == 0, "%s dX %dx%dx%d: %d values off bf16(bf16(dout)·bf16(W))", path, n, in_dim,
+          out_dim, bad_din);
+    CHECK(bad_dw == 0, "%s dW: %d values off 0.25 + bf16(dout)^T·bf16(x)", path, bad_dw);
+    CHECK(bad_db == 0, "%s dbias: %d values off the column sums of bf16(dout)", path, bad_db);
+
+    /* a frozen base kept in bf16 (LoRA with bf16: true): the same dX as its fp32 master */
+    float *din16 = malloc(nx * sizeof *din16);
+    autocast_linear_backward(din16, NULL, NULL, dout, x, (WeightRef){.bf16 = w16}, n, in_dim,
+                             out_dim);
+    CHECK(memcmp(din16, din, nx * sizeof *din) == 0, "%s dX: W in bf16 and in fp32 differ", path);
+    free(din16);
+    free(x), free(w), free(bias), free(dout), free(out), free(out16), free(din), free(dw);
+    free(dbias), free(w16);
+}
+
+int main(void) {
+    check_shape(5, 72, 40, 1);
+    check_shape(33, 70, 45, 2);
+    check_shape(300, 96, 64, 3);
+    return harness_finish("test_autocast_kernels");
+}
