@@ -1,7 +1,8 @@
 /* The tiny model end to end on the CUDA backend (kernels/cuda/backend_cuda.h) against the CPU
  * backend: the forward log-probs of a base model with a LoRA adapter, one SFT step (full
  * fine-tuning: loss, every gradient, clipping, AdamW) and one DPO step (sigmoid loss, the adapter
- * trained with dropout on, the base frozen), from fixed data. The weights, gradients and AdamW's
+ * trained with dropout on, the base frozen), from fixed data, each step accumulating the
+ * gradients of two micro-batches. The weights, gradients and AdamW's
  * moments live in the backend's memory (model_rebase_params), so every tensor the model touches
  * goes through the table.
  *
@@ -177,8 +178,8 @@ static void make_batch(const Model *m, int32_t *tokens, uint8_t *completion) {
         }
 }
 
-/* A training tape's gradient of Σ dlogp · logp into grads / lgrads (backend memory, zeroed
- * here), with the tape's log-probs into logp. */
+/* A training tape's gradient of Σ dlogp · logp accumulated into grads / lgrads (backend
+ * memory), with the tape's log-probs into logp. */
 static void tape_backward(Model *m, const TokenBatch *batch, const uint8_t *sel, float *logp,
                           const float *dlogp_or_null, float *grads, float *lgrads,
                           float *(*make_dlogp)(const float *logp, void *ctx), void *ctx) {
@@ -187,8 +188,6 @@ static void tape_backward(Model *m, const TokenBatch *batch, const uint8_t *sel,
     CHECK(model_forward_tape(m, batch, false, &tape) == 0, "%s: tape: %s", be->name, err_msg());
     CHECK(model_tape_logprobs(m, &tape, sel, logp) == 0, "%s: tape logprobs", be->name);
     float *dlogp = dlogp_or_null ? (float *)dlogp_or_null : make_dlogp(logp, ctx);
-    if (grads) be->memset(be, grads, 0, m->n_params * sizeof(float));
-    if (lgrads) be->memset(be, lgrads, 0, m->lora->n_params * sizeof(float));
     CHECK(model_backward(m, &tape, sel, dlogp, grads, lgrads) == 0, "%s: backward: %s", be->name,
           err_msg());
     if (!dlogp_or_null) free(dlogp);
@@ -283,12 +282,24 @@ static void run(Model *m, LoraAdapter *lora, const Backend *be, const double *re
     for (int i = 0; i < m->n_param_tensors; i++)
         spans[i] = (ParamSpan){m->param_info[i].offset, m->param_info[i].numel,
                                m->param_info[i].ndim == 2, false};
+    /* two micro-batches of gradient accumulation: the second adds to the first's gradients,
+     * so every product that accumulates a weight gradient must add (beta = 1), not overwrite */
     float *grads = be->alloc(be, m->n_params * sizeof(float), "grads");
+    be->memset(be, grads, 0, m->n_params * sizeof(float));
     float logp[B * T];
-    tape_backward(m, &batch, sel, logp, NULL, grads, NULL, sft_dlogp, sel);
+    int32_t tokens2[B * T];
+    for (int i = 0; i < B * T; i++)
+        tokens2[i] = (tokens[i] * 3 + 1) % m->cfg.vocab_size;
+    TokenBatch batch2 = {.batch = B, .t_len = T, .tokens = tokens2};
     res->sft_loss = 0;
-    for (int i = 0, count = 0; i < B * T; i++)
-        if (sel[i]) res->sft_loss -= logp[i], count++;
+    for (int micro = 0; micro < 2; micro++) {
+        tape_backward(m, micro ? &batch2 : &batch, sel, logp, NULL, grads, NULL, sft_dlogp, sel);
+        double nll = 0;
+        int count = 0;
+        for (int i = 0; i < B * T; i++)
+            if (sel[i]) nll -= logp[i], count++;
+        res->sft_loss += nll / count; /* the micro-batches' mean losses, summed */
+    }
     res->sft_grads = down(be, grads, m->n_params);
     res->sft_norm = optimizer_step(be, m->params, grads, m->n_params, spans, m->n_param_tensors);
     res->sft_params = down(be, m->params, m->n_params);
@@ -299,11 +310,15 @@ static void run(Model *m, LoraAdapter *lora, const Backend *be, const double *re
     /* DPO: the adapter trained with dropout, the base frozen */
     m->lora = lora;
     lora->training = true;
-    lora->dropout_key = 1234;
     float *lgrads = be->alloc(be, lora->n_params * sizeof(float), "lora grads");
+    be->memset(be, lgrads, 0, lora->n_params * sizeof(float));
     DpoCtx ctx = {sel, ref, 0};
-    tape_backward(m, &batch, sel, logp, NULL, NULL, lgrads, dpo_dlogp, &ctx);
-    res->dpo_loss = ctx.loss;
+    res->dpo_loss = 0;
+    for (int micro = 0; micro < 2; micro++) { /* the pair twice, with two dropout masks */
+        lora->dropout_key = 1234 + 1000 * (uint64_t)micro;
+        tape_backward(m, &batch, sel, logp, NULL, NULL, lgrads, dpo_dlogp, &ctx);
+        res->dpo_loss += ctx.loss;
+    }
     res->dpo_grads = down(be, lgrads, lora->n_params);
     ParamSpan lspan = {0, lora->n_params, true, false};
     res->dpo_norm = optimizer_step(be, lora->params, lgrads, lora->n_params, &lspan, 1);
