@@ -404,6 +404,67 @@ static void check_model(const char *fixture) {
     model_free(&m);
 }
 
+/* bf16 bits of x, rounded to nearest even (x finite). */
+static uint16_t to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The table's ops that the fp32 model above does not reach, against the CPU backend on random
+ * data: a linear and the lm_head log-probs with a frozen bf16 weight (widened on the device), and
+ * the log-probs' statistics (mean logit, entropy, argmax) over a vocabulary of several chunks. */
+static void check_ops(void) {
+    enum { N = 7, H = 32, V = 250, OUT = 24 };
+    const Backend *cpu = backend_cpu(), *be = dev_be;
+    float hidden[N * H], w[V * H], bias[OUT];
+    uint16_t w16[V * H];
+    int32_t target[N];
+    for (int i = 0; i < N * H; i++)
+        hidden[i] = frand();
+    for (int i = 0; i < V * H; i++)
+        w16[i] = to_bf16(frand()), w[i] = frand();
+    for (int i = 0; i < OUT; i++)
+        bias[i] = frand();
+    for (int r = 0; r < N; r++)
+        target[r] = (r * 97 + 11) % V; /* in every chunk */
+    float *d_hidden = up(be, hidden, N * H), *d_w = up(be, w, V * H), *d_bias = up(be, bias, OUT);
+    uint16_t *d_w16 = be->alloc(be, sizeof w16, "w16");
+    be->copy(be, d_w16, w16, sizeof w16, BACKEND_HOST_TO_DEVICE);
+    int32_t *d_target = be->alloc(be, sizeof target, "target");
+    be->copy(be, d_target, target, sizeof target, BACKEND_HOST_TO_DEVICE);
+    float want[N * OUT], *d_out = be->alloc(be, sizeof want, "out");
+    for (int bf = 0; bf < 2; bf++) {
+        WeightRef hw = bf ? (WeightRef){NULL, w16} : (WeightRef){w, NULL};
+        WeightRef dw = bf ? (WeightRef){NULL, d_w16} : (WeightRef){d_w, NULL};
+        const char *kind = bf ? "bf16" : "fp32";
+        cpu->linear(cpu, want, hidden, hw, NULL, bias, N, H, OUT);
+        be->linear(be, d_out, d_hidden, dw, NULL, d_bias, N, H, OUT);
+        float *got = down(be, d_out, N * OUT);
+        CHECK(close_all(got, want, N * OUT, "linear"), "%s linear with bias", kind);
+        free(got);
+        float lp_want[N], *d_lp = be->alloc(be, sizeof lp_want, "logp");
+        LogitStats st_want[N], st_got[N], *d_st = be->alloc(be, sizeof st_want, "stats");
+        cpu->logprob(cpu, lp_want, st_want, hidden, target, hw, N, H, V);
+        be->logprob(be, d_lp, d_st, d_hidden, d_target, dw, N, H, V);
+        float *lp = down(be, d_lp, N);
+        be->copy(be, st_got, d_st, sizeof st_got, BACKEND_DEVICE_TO_HOST);
+        CHECK(close_all(lp, lp_want, N, "logprob"), "%s logprob", kind);
+        for (int r = 0; r < N; r++) {
+            float g[2] = {st_got[r].mean_logit, st_got[r].entropy};
+            float e[2] = {st_want[r].mean_logit, st_want[r].entropy};
+            CHECK(close_all(g, e, 2, "logit stats") && st_got[r].argmax == st_want[r].argmax,
+                  "%s row %d: mean %g entropy %g argmax %d, want %g %g %d", kind, r, g[0], g[1],
+                  st_got[r].argmax, e[0], e[1], st_want[r].argmax);
+        }
+        free(lp);
+        be->free(be, d_lp), be->free(be, d_st);
+    }
+    be->free(be, d_hidden), be->free(be, d_w), be->free(be, d_bias), be->free(be, d_w16);
+    be->free(be, d_target), be->free(be, d_out);
+    CHECK(backend_cuda_status(be) == 0, "ops: %s", err_msg());
+}
+
 /* adamw_bnb_8bit is refused on this backend with an error naming the optimizer. */
 static void check_refuses_8bit(void) {
     ParamSpan span = {0, 8192, true, false};
@@ -432,6 +493,7 @@ int main(void) {
     check_model("qwen3_qknorm");
     check_model("qwen2_bias");
     check_model("mistral_window");
+    check_ops();
     check_refuses_8bit();
     printf("largest |got - want| / max|want| of any tensor: %.3g\n", worst);
     backend_cuda_free(dev_be);
