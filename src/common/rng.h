@@ -10,6 +10,14 @@
 
 #include <stdint.h>
 
+/* The CUDA backend's dropout kernel (kernels/cuda/lora_dropout.cu) calls rng_mix64 and
+ * rng_unit_double on the device, so that its mask is the CPU's bit for bit. */
+#ifdef __CUDACC__
+#define RNG_HD __host__ __device__
+#else
+#define RNG_HD
+#endif
+
 /* SplitMix64's increment, the golden ratio in 64 bits. Also a good odd multiplier for spreading
  * a counter over the key space before rng_mix64. */
 #define RNG_GOLDEN_GAMMA 0x9E3779B97F4A7C15ull
@@ -17,7 +25,7 @@
 /* SplitMix64's finaliser (Stafford's Mix13 variant): a bijection of 64-bit values in which every
  * input bit affects every output bit. Used bare to turn a key built from several inputs (a seed,
  * a step, an index) into one well-mixed value without any state. */
-static inline uint64_t rng_mix64(uint64_t z) {
+RNG_HD static inline uint64_t rng_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -44,7 +52,7 @@ static inline uint64_t rng_xoshiro256ss_next(uint64_t s[4]) {
 }
 
 /* The top 53 bits of x as a double in [0, 1), evenly spaced 2^-53 apart (exact: no rounding). */
-static inline double rng_unit_double(uint64_t x) {
+RNG_HD static inline double rng_unit_double(uint64_t x) {
     return (double)(x >> 11) * 0x1.0p-53;
 }
 

@@ -141,6 +141,17 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     return 0;
 }
 
+float *lora_rebase_params(LoraAdapter *a, float *params) {
+    float *old = a->params;
+    for (int i = 0; i < a->n_layers * LORA_N_MODULES; i++) {
+        LoraLinear *lin = &a->linears[i];
+        if (lin->A) lin->A = params + (lin->A - old);
+        if (lin->B) lin->B = params + (lin->B - old);
+    }
+    a->params = params;
+    return old;
+}
+
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                 double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;

@@ -80,6 +80,10 @@ int lora_save(const LoraAdapter *a, const char *dir, const char *base_model);
 
 void lora_free(LoraAdapter *a);
 
+/* model_rebase_params for an adapter: a->params and every A and B point into `params` (n_params
+ * floats) at the same offsets; returns the array they pointed into before. */
+float *lora_rebase_params(LoraAdapter *a, float *params);
+
 /* The adapter of module m in layer l, or NULL when there is none or the adapter is disabled. */
 const LoraLinear *lora_linear(const LoraAdapter *a, int layer, LoraModule m);
 

@@ -155,6 +155,29 @@ void model_free(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* p moved from the block at old to the same offset of new (NULL stays NULL). */
+static float *rebased(float *p, const float *old, float *new_base) {
+    return p ? new_base + (p - old) : NULL;
+}
+
+float *model_rebase_params(Model *m, float *params) {
+    float *old = m->params;
+    m->embed = rebased(m->embed, old, params);
+    m->final_norm = rebased(m->final_norm, old, params);
+    m->lm_head = rebased(m->lm_head, old, params);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        float **all[] = {&w->input_norm, &w->wq,        &w->bq,     &w->wk,     &w->bk,
+                         &w->wv,         &w->bv,        &w->wo,     &w->bo,     &w->q_norm,
+                         &w->k_norm,     &w->post_norm, &w->w_gate, &w->b_gate, &w->w_up,
+                         &w->b_up,       &w->w_down,    &w->b_down};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            *all[i] = rebased(*all[i], old, params);
+    }
+    m->params = params;
+    return old;
+}
+
 const ParamInfo *model_find_param(const Model *m, const char *name) {
     for (int i = 0; i < m->n_param_tensors; i++)
         if (strcmp(m->param_info[i].name, name) == 0) return &m->param_info[i];

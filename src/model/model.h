@@ -135,6 +135,13 @@ void model_init_empty(Model *m, ModelConfig *cfg);
 
 void model_free(Model *m);
 
+/* Points m->params and every weight pointer into it (embed, lm_head, final_norm, each layer's
+ * matrices, biases and norms) at the same offsets of `params` instead, and returns the array
+ * they pointed into before. Nothing is copied or freed: the caller fills `params` (n_params
+ * floats, e.g. a device backend's copy of the weights) and owns both arrays; rebasing back to
+ * the returned array undoes it. An fp32 model only (not model_store_bf16's). */
+float *model_rebase_params(Model *m, float *params);
+
 /* The parameter called `name`, or NULL. */
 const ParamInfo *model_find_param(const Model *m, const char *name);
 

@@ -127,6 +127,16 @@ size_t moment_tensor_bytes(const MomentTensor *t) {
     return t->numel * (t->codes ? 1 : sizeof(float));
 }
 
+int adamw_check_backend(const AdamW *opt, const Backend *be) {
+    if (!opt->cfg.eight_bit || be->adamw8bit) return 0;
+    for (int s = 0; s < opt->n_spans; s++)
+        if (!opt->moments[s].m)
+            return err_set("optimizer adamw_bnb_8bit: the %s backend has no 8-bit AdamW; use "
+                           "optimizer: adamw_torch (fp32 moments) on it",
+                           be->name);
+    return 0;
+}
+
 void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads, double lr) {
     const AdamWConfig *cfg = &opt->cfg;
     opt->step++;

@@ -64,6 +64,11 @@ int adamw_init_slice(AdamW *opt, const AdamWConfig *cfg, const ParamSpan *spans,
                      size_t base, size_t n);
 void adamw_free(AdamW *opt);
 
+/* Whether be can run opt's steps: 0, or -1 with an error when opt keeps 8-bit moments
+ * (adamw_bnb_8bit) and be has no 8-bit AdamW (be->adamw8bit NULL, the CUDA backend's case):
+ * refused rather than silently run as fp32 AdamW, which would change the memory and the result. */
+int adamw_check_backend(const AdamW *opt, const Backend *be);
+
 /* One tensor of a span's moments, as checkpoints store it. */
 typedef struct {
     const char *key; /* "exp_avg", "exp_avg_sq"; 8-bit: "state1", "state2", "absmax1", "absmax2" */

@@ -91,6 +91,38 @@ int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const
 #define CUDA_SUM_SQUARES_PARTIALS 128
 int cuda_sum_squares(double *out, const float *g, size_t n, float *partials, void *stream);
 
+/* LoRA's dropout (kernels/cpu/lora.c's mask, bit for bit): y = in[i] * (u(key, i) < p ? 0 :
+ * 1/(1-p)); out[i] written = y, or with accumulate out[i] += y. */
+int cuda_lora_dropout(float *out, const float *in, size_t n, float p, uint64_t key, int accumulate,
+                      void *stream);
+
+/* out (n) written = the bf16 bits of in widened to fp32. */
+int cuda_bf16_widen(float *out, const uint16_t *in, size_t n, void *stream);
+
+/* The running log-sum-exp of one row of the fused lm_head over the vocabulary chunks seen so far
+ * (kernels/cpu/fused_logprob.c's RunningLse): max m, sum = Σ exp(z - m), ez = Σ exp(z - m)(z - m),
+ * zsum = Σ z, argmax the first index of the largest logit, target_logit the target's logit once
+ * its chunk was seen. */
+typedef struct {
+    float max, target_logit;
+    double sum, zsum, ez;
+    int argmax;
+} CudaLseRow;
+/* st (rows) written: the state before any chunk. */
+int cuda_lse_init(CudaLseRow *st, int rows, void *stream);
+/* Folds one chunk into st: logits (rows, cols) of row stride ld hold vocabulary columns
+ * c0 .. c0+cols-1; target (rows) the rows' target ids. Chunks come in ascending c0. */
+int cuda_lse_chunk(CudaLseRow *st, const float *logits, int ld, int rows, int cols, int c0,
+                   const int *target, void *stream);
+/* logp (rows) written = target_logit - logsumexp; stats (rows, may be NULL) written, as
+ * backend.h's logprob. */
+int cuda_lse_finish(float *logp, LogitStats *stats, const CudaLseRow *st, int rows, int vocab,
+                    void *stream);
+/* In place on one chunk (as cuda_lse_chunk's) after every chunk was folded into st: logits into
+ * dlogits = dlogp[r] ([j = target[r]] - softmax_j). */
+int cuda_dlogits(float *logits, int ld, const CudaLseRow *st, const float *dlogp, const int *target,
+                 int rows, int cols, int c0, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,9 +6,15 @@ set(RLHF_CUDA_OWN_KERNELS
   attention.cu
   elementwise.cu
   embedding.cu
+  logprob.cu
+  lora_dropout.cu
   rmsnorm.cu
   rope.cu
   rows.cu
   sum_squares.cu
   swiglu.cu
+  widen.cu
 )
+# The backend table over them (backend_cuda.h), the same source in both libraries. It calls the
+# products of gemm_ops.h and err_set, which live in rlhf_core: both libraries link it.
+set(RLHF_CUDA_BACKEND_SOURCES backend_cuda.cu)

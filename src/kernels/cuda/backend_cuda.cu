@@ -1,0 +1,541 @@
+// The CUDA backend's table (backend_cuda.h): each op is the launch of an own kernel
+// (cuda_kernels.h) or a product on gemm_ops.h, with the scratch it needs. The same text is the
+// device backend under nvcc and the emulated one under cuda-emu; only the GemmLt (cuBLASLt or the
+// host reference) and the lm_head chunk width differ, chosen in the two constructors at the end.
+#include "kernels/cuda/backend_cuda.h"
+
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_ops.h"
+#ifndef RLHF_CUDA_EMU
+#include "kernels/cuda/gemm_cublaslt.h"
+#endif
+
+extern "C" {
+#include "common/error.h"
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Rows of one lm_head chunk on the device, and its vocabulary columns: 1024 x 8192 fp32 logits,
+// 32 MiB, a GEMM big enough to run at full rate.
+#define LM_HEAD_CHUNK_ROWS     1024
+#define LM_HEAD_CHUNK_COLS     8192
+#define CUDA_EMU_LM_HEAD_CHUNK 96
+
+enum {
+    SCRATCH_RSTD,     // rmsnorm_backward's rstd
+    SCRATCH_ATTN,     // attention_backward's statistics
+    SCRATCH_PARTIALS, // sum_squares' partials and its double
+    SCRATCH_LORA_X,   // the dropped input
+    SCRATCH_LORA_T,   // x A^T
+    SCRATCH_LORA_DT,  // its gradient
+    SCRATCH_LORA_DX,  // the dropped input's gradient
+    SCRATCH_WIDEN,    // a bf16 weight (or lm_head chunk) widened to fp32
+    SCRATCH_LOGITS,   // one lm_head chunk
+    SCRATCH_LSE,      // the chunk rows' running log-sum-exp
+    N_SCRATCH
+};
+
+typedef struct {
+    GemmLt *gemm;
+    int chunk_rows, chunk_cols;
+    void *scratch[N_SCRATCH];
+    size_t scratch_bytes[N_SCRATCH];
+    char error[320]; // invariant 4: the first failure, "" while none
+} CudaCtx;
+
+static CudaCtx *ctx_of(const Backend *be) {
+    return (CudaCtx *)be->ctx;
+}
+
+// Records the first failure (invariant 4); returns whether the backend is still good.
+static bool fail(const Backend *be, const char *op, const char *what) {
+    CudaCtx *c = ctx_of(be);
+    if (!c->error[0]) snprintf(c->error, sizeof c->error, "cuda backend: %s: %s", op, what);
+    return false;
+}
+
+static bool ok(const Backend *be) {
+    return ctx_of(be)->error[0] == 0;
+}
+
+// A kernel launch's result: true when it launched.
+static bool launched(const Backend *be, const char *op, int rc) {
+    return rc == 0 || fail(be, op, cudaGetErrorString((cudaError_t)rc));
+}
+
+// A product's result (gemm_ops' err_set message).
+static bool multiplied(const Backend *be, const char *op, int rc) {
+    return rc == 0 || fail(be, op, err_msg());
+}
+
+// At least bytes of scratch slot s (invariant 2), or NULL after recording the failure.
+static void *scratch(const Backend *be, int s, size_t bytes, const char *op) {
+    CudaCtx *c = ctx_of(be);
+    if (bytes <= c->scratch_bytes[s] && c->scratch[s]) return c->scratch[s];
+    cudaFree(c->scratch[s]); // waits for the work that used it (cudaFree synchronises)
+    c->scratch[s] = NULL, c->scratch_bytes[s] = 0;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        char why[96];
+        snprintf(why, sizeof why, "no %zu bytes of device memory for scratch", bytes);
+        fail(be, op, why);
+        return NULL;
+    }
+    c->scratch[s] = p, c->scratch_bytes[s] = bytes;
+    return p;
+}
+
+// ---- memory ----
+
+static void *cuda_alloc(const Backend *be, size_t bytes, const char *what) {
+    (void)be;
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+    if (rc != cudaSuccess) {
+        err_set("%s: cannot allocate %zu bytes of CUDA device memory (%s)", what, bytes,
+                cudaGetErrorString(rc));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_mem(const Backend *be, void *p) {
+    (void)be;
+    if (p) cudaFree(p);
+}
+
+static void cuda_copy(const Backend *be, void *dst, const void *src, size_t bytes,
+                      BackendCopy dir) {
+    if (!bytes) return;
+    cudaMemcpyKind kind = dir == BACKEND_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                          : dir == BACKEND_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                          : cudaMemcpyDeviceToDevice;
+    cudaError_t rc = cudaMemcpy(dst, src, bytes, kind);
+    if (rc != cudaSuccess) fail(be, "copy", cudaGetErrorString(rc));
+}
+
+static void cuda_memset_mem(const Backend *be, void *dst, int value, size_t bytes) {
+    if (!bytes || !ok(be)) return;
+    cudaError_t rc = cudaMemset(dst, value, bytes);
+    if (rc != cudaSuccess) fail(be, "memset", cudaGetErrorString(rc));
+}
+
+static void cuda_sync(const Backend *be) {
+    cudaError_t rc = cudaDeviceSynchronize();
+    if (rc != cudaSuccess) fail(be, "sync", cudaGetErrorString(rc));
+}
+
+// ---- dense layers ----
+
+// W as fp32 device memory: itself, or a bf16 W widened into scratch.
+static const float *weight_f32(const Backend *be, WeightRef w, size_t numel, const char *op) {
+    if (w.f32) return w.f32;
+    float *wide = (float *)scratch(be, SCRATCH_WIDEN, numel * sizeof(float), op);
+    if (!wide || !launched(be, op, cuda_bf16_widen(wide, w.bf16, numel, NULL))) return NULL;
+    return wide;
+}
+
+static void cuda_linear(const Backend *be, float *out, const float *in, WeightRef w,
+                        const struct PackedWeight *packed, const float *bias, int n, int in_dim,
+                        int out_dim) {
+    (void)packed; // only the CPU packs weights (backend.h: any backend accepts NULL)
+    if (!ok(be) || n == 0) return;
+    const float *wf = weight_f32(be, w, (size_t)out_dim * in_dim, "linear");
+    if (!wf) return;
+    multiplied(
+        be, "linear",
+        gemm_linear(ctx_of(be)->gemm, out, in, wf, bias, n, in_dim, out_dim, GEMM_F32, GEMM_F32));
+}
+
+static void cuda_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
+                                 const float *dout, const float *in, const float *w, int n,
+                                 int in_dim, int out_dim) {
+    if (!ok(be) || n == 0) return;
+    multiplied(be, "linear_backward",
+               gemm_linear_backward(ctx_of(be)->gemm, din, dw, dbias, dout, in, w, n, in_dim,
+                                    out_dim, GEMM_F32, GEMM_F32));
+}
+
+// The branch's input after dropout: in itself, or the masked copy in scratch.
+static const float *dropped(const Backend *be, const float *in, size_t count, float p, uint64_t key,
+                            const char *op) {
+    if (p <= 0) return in;
+    float *x = (float *)scratch(be, SCRATCH_LORA_X, count * sizeof(float), op);
+    if (!x || !launched(be, op, cuda_lora_dropout(x, in, count, p, key, 0, NULL))) return NULL;
+    return x;
+}
+
+static void cuda_lora(const Backend *be, float *out, const float *in, const float *A,
+                      const float *B, int n, int in_dim, int out_dim, int r, float scaling,
+                      float dropout_p, uint64_t dropout_key) {
+    if (!ok(be) || n == 0) return;
+    const float *x = dropped(be, in, (size_t)n * in_dim, dropout_p, dropout_key, "lora");
+    void *t = scratch(be, SCRATCH_LORA_T, (size_t)n * r * sizeof(float), "lora");
+    if (!x || !t) return;
+    multiplied(be, "lora",
+               gemm_lora(ctx_of(be)->gemm, out, x, A, B, t, n, in_dim, out_dim, r, scaling,
+                         GEMM_F32, GEMM_F32));
+}
+
+// With dropout the product's dx goes to zeroed scratch and din += mask ⊙ dx (the mask's
+// derivative); without, the product accumulates into din itself.
+static void cuda_lora_backward(const Backend *be, float *din, float *dA, float *dB,
+                               const float *dout, const float *in, const float *A, const float *B,
+                               int n, int in_dim, int out_dim, int r, float scaling,
+                               float dropout_p, uint64_t dropout_key) {
+    const char *op = "lora_backward";
+    if (!ok(be) || n == 0) return;
+    size_t count = (size_t)n * in_dim;
+    const float *x = dropped(be, in, count, dropout_p, dropout_key, op);
+    void *t = scratch(be, SCRATCH_LORA_T, (size_t)n * r * sizeof(float), op);
+    void *dt = scratch(be, SCRATCH_LORA_DT, (size_t)n * r * sizeof(float), op);
+    float *dx = din;
+    if (din && dropout_p > 0) {
+        dx = (float *)scratch(be, SCRATCH_LORA_DX, count * sizeof(float), op);
+        if (dx) cuda_memset_mem(be, dx, 0, count * sizeof(float));
+    }
+    if (!x || !t || !dt || (din && !dx) || !ok(be)) return;
+    if (!multiplied(be, op,
+                    gemm_lora_backward(ctx_of(be)->gemm, dx, dA, dB, dout, x, A, B, t, dt, n,
+                                       in_dim, out_dim, r, scaling, GEMM_F32, GEMM_F32)))
+        return;
+    if (dx != din)
+        launched(be, op, cuda_lora_dropout(din, dx, count, dropout_p, dropout_key, 1, NULL));
+}
+
+// ---- elementwise and per-row ----
+
+static void cuda_rmsnorm_op(const Backend *be, float *out, const float *in, const float *w, int n,
+                            int c, float eps) {
+    if (ok(be) && n > 0) launched(be, "rmsnorm", cuda_rmsnorm_forward(out, in, w, n, c, eps, NULL));
+}
+
+static void cuda_rmsnorm_backward_op(const Backend *be, float *din, float *dw, const float *dout,
+                                     const float *in, const float *w, int n, int c, float eps) {
+    if (!ok(be) || n == 0) return;
+    float *rstd = (float *)scratch(be, SCRATCH_RSTD, (size_t)n * sizeof(float), "rmsnorm_backward");
+    if (rstd)
+        launched(be, "rmsnorm_backward",
+                 cuda_rmsnorm_backward(din, dw, dout, in, w, n, c, eps, rstd, NULL));
+}
+
+static void cuda_rope_op(const Backend *be, float *x, const int32_t *positions, const float *cos_t,
+                         const float *sin_t, int n, int heads, int hd) {
+    if (ok(be) && n > 0)
+        launched(be, "rope", cuda_rope_forward(x, positions, cos_t, sin_t, n, heads, hd, NULL));
+}
+
+static void cuda_rope_backward_op(const Backend *be, float *dx, const int32_t *positions,
+                                  const float *cos_t, const float *sin_t, int n, int heads,
+                                  int hd) {
+    if (ok(be) && n > 0)
+        launched(be, "rope_backward",
+                 cuda_rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, NULL));
+}
+
+static void cuda_swiglu_op(const Backend *be, float *out, const float *gate, const float *up,
+                           size_t n) {
+    if (ok(be)) launched(be, "swiglu", cuda_swiglu_forward(out, gate, up, n, NULL));
+}
+
+static void cuda_swiglu_backward_op(const Backend *be, float *dgate, float *dup, const float *dout,
+                                    const float *gate, const float *up, size_t n) {
+    if (ok(be))
+        launched(be, "swiglu_backward", cuda_swiglu_backward(dgate, dup, dout, gate, up, n, NULL));
+}
+
+static void cuda_add_op(const Backend *be, float *out, const float *a, const float *b, size_t n) {
+    if (ok(be)) launched(be, "add", cuda_add(out, a, b, n, NULL));
+}
+
+static void cuda_scale_op(const Backend *be, float *x, float f, size_t n) {
+    if (ok(be)) launched(be, "scale", cuda_scale(x, f, n, NULL));
+}
+
+// ---- attention ----
+
+// The longest segment's len, which the kernels' grids need on the host: the segments (backend
+// memory) are copied down, n_segs small structs.
+static bool longest_segment(const Backend *be, const AttnSegment *segs, int n_segs, int *max_len,
+                            const char *op) {
+    *max_len = 0;
+    if (n_segs <= 0) return true;
+    AttnSegment *h = (AttnSegment *)malloc((size_t)n_segs * sizeof *h);
+    if (!h) return fail(be, op, "no host memory for the segments");
+    cuda_copy(be, h, segs, (size_t)n_segs * sizeof *h, BACKEND_DEVICE_TO_HOST);
+    for (int i = 0; i < n_segs; i++)
+        *max_len = h[i].len > *max_len ? h[i].len : *max_len;
+    free(h);
+    return ok(be);
+}
+
+static void cuda_attention_op(const Backend *be, float *out, const float *q, const float *k,
+                              const float *v, const AttnSegment *segs, int n_segs,
+                              const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                              int window) {
+    int max_len;
+    if (!ok(be) || !longest_segment(be, segs, n_segs, &max_len, "attention") || max_len == 0)
+        return;
+    launched(be, "attention",
+             cuda_attention_forward(out, q, k, v, segs, n_segs, max_len, seq_index, n_heads,
+                                    n_kv_heads, hd, window, NULL));
+}
+
+static void cuda_attention_backward_op(const Backend *be, float *dq, float *dk, float *dv,
+                                       const float *dout, const float *q, const float *k,
+                                       const float *v, const AttnSegment *segs, int n_segs,
+                                       const int32_t *seq_index, int n_rows, int n_heads,
+                                       int n_kv_heads, int hd, int window) {
+    const char *op = "attention_backward";
+    int max_len;
+    if (!ok(be) || n_rows == 0 || !longest_segment(be, segs, n_segs, &max_len, op)) return;
+    float *stats =
+        (float *)scratch(be, SCRATCH_ATTN, 2 * (size_t)n_rows * n_heads * sizeof(float), op);
+    if (stats)
+        launched(be, op,
+                 cuda_attention_backward(dq, dk, dv, dout, q, k, v, segs, n_segs, max_len,
+                                         seq_index, n_rows, n_heads, n_kv_heads, hd, window, stats,
+                                         NULL));
+}
+
+static void cuda_attention_cached_op(const Backend *be, float *out, const float *q,
+                                     const float *k_cache, const float *v_cache,
+                                     const int32_t *slot, const int32_t *pos, int n, int max_len,
+                                     int n_heads, int n_kv_heads, int hd, int window) {
+    if (ok(be) && n > 0)
+        launched(be, "attention_cached",
+                 cuda_attention_cached(out, q, k_cache, v_cache, slot, pos, n, max_len, n_heads,
+                                       n_kv_heads, hd, window, NULL));
+}
+
+// ---- lm_head (invariant 3) ----
+
+// Logits of rows .. rows+n-1 x vocabulary columns c0 .. c0+cols-1 into the chunk buffer (ld
+// cols): the lm_head's rows c0.. (widened first when bf16).
+static bool chunk_logits(const Backend *be, float *logits, const float *hidden, WeightRef w,
+                         int rows, int c0, int cols, int h, const char *op) {
+    WeightRef part = {w.f32 ? w.f32 + (size_t)c0 * h : NULL,
+                      w.bf16 ? w.bf16 + (size_t)c0 * h : NULL};
+    const float *wf = weight_f32(be, part, (size_t)cols * h, op);
+    return wf && multiplied(be, op,
+                            gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hidden, wf, rows,
+                                                cols, h, GEMM_F32, GEMM_F32));
+}
+
+// st (rows) = the running log-sum-exp of rows of hidden over the whole vocabulary.
+static bool rows_logsumexp(const Backend *be, CudaLseRow *st, float *logits, const float *hidden,
+                           const int32_t *target, WeightRef w, int rows, int h, int vocab,
+                           const char *op) {
+    int chunk = ctx_of(be)->chunk_cols;
+    if (!launched(be, op, cuda_lse_init(st, rows, NULL))) return false;
+    for (int c0 = 0; c0 < vocab; c0 += chunk) {
+        int cols = vocab - c0 < chunk ? vocab - c0 : chunk;
+        if (!chunk_logits(be, logits, hidden, w, rows, c0, cols, h, op) ||
+            !launched(be, op, cuda_lse_chunk(st, logits, cols, rows, cols, c0, target, NULL)))
+            return false;
+    }
+    return true;
+}
+
+// The chunk buffers for up to rows rows: logits and the running state, or false.
+static bool lm_head_scratch(const Backend *be, int rows, int vocab, float **logits, CudaLseRow **st,
+                            const char *op) {
+    int cols = vocab < ctx_of(be)->chunk_cols ? vocab : ctx_of(be)->chunk_cols;
+    *logits = (float *)scratch(be, SCRATCH_LOGITS, (size_t)rows * cols * sizeof(float), op);
+    *st = (CudaLseRow *)scratch(be, SCRATCH_LSE, (size_t)rows * sizeof(CudaLseRow), op);
+    return *logits && *st;
+}
+
+static void cuda_logprob(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
+                         const int32_t *target, WeightRef lm_head, int n, int h, int vocab) {
+    const char *op = "logprob";
+    if (!ok(be) || n == 0) return;
+    int block = ctx_of(be)->chunk_rows;
+    float *logits;
+    CudaLseRow *st;
+    if (!lm_head_scratch(be, n < block ? n : block, vocab, &logits, &st, op)) return;
+    for (int r0 = 0; r0 < n; r0 += block) {
+        int rows = n - r0 < block ? n - r0 : block;
+        if (!rows_logsumexp(be, st, logits, hidden + (size_t)r0 * h, target + r0, lm_head, rows, h,
+                            vocab, op) ||
+            !launched(be, op,
+                      cuda_lse_finish(logp + r0, stats ? stats + r0 : NULL, st, rows, vocab, NULL)))
+            return;
+    }
+}
+
+// Per block of rows: a first pass for the log-sum-exp, then each chunk again, turned into
+// dlogits in place and multiplied into dhidden (zeroed first: the chunks add up) and dlm_head.
+static void cuda_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
+                                  const float *dlogp, const float *hidden, const int32_t *target,
+                                  const float *lm_head, int n, int h, int vocab) {
+    const char *op = "logprob_backward";
+    if (!ok(be) || n == 0) return;
+    int block = ctx_of(be)->chunk_rows, chunk = ctx_of(be)->chunk_cols;
+    float *logits;
+    CudaLseRow *st;
+    if (!lm_head_scratch(be, n < block ? n : block, vocab, &logits, &st, op)) return;
+    cuda_memset_mem(be, dhidden, 0, (size_t)n * h * sizeof(float));
+    WeightRef w = {lm_head, NULL};
+    for (int r0 = 0; r0 < n && ok(be); r0 += block) {
+        int rows = n - r0 < block ? n - r0 : block;
+        const float *hb = hidden + (size_t)r0 * h;
+        if (!rows_logsumexp(be, st, logits, hb, target + r0, w, rows, h, vocab, op)) return;
+        for (int c0 = 0; c0 < vocab; c0 += chunk) {
+            int cols = vocab - c0 < chunk ? vocab - c0 : chunk;
+            if (!chunk_logits(be, logits, hb, w, rows, c0, cols, h, op) ||
+                !launched(be, op,
+                          cuda_dlogits(logits, cols, st, dlogp + r0, target + r0, rows, cols, c0,
+                                       NULL)) ||
+                !multiplied(be, op,
+                            gemm_lm_head_backward(ctx_of(be)->gemm, dhidden + (size_t)r0 * h,
+                                                  dlm_head ? dlm_head + (size_t)c0 * h : NULL,
+                                                  logits, cols, hb, lm_head + (size_t)c0 * h, rows,
+                                                  cols, h, GEMM_F32, GEMM_F32)))
+                return;
+        }
+    }
+}
+
+// ---- gathers and scatters ----
+
+static void cuda_embedding_gather_op(const Backend *be, float *out, WeightRef table,
+                                     const int32_t *ids, int n, int h) {
+    if (ok(be) && n > 0)
+        launched(be, "embedding_gather",
+                 cuda_embedding_gather(out, table.f32, table.bf16, ids, n, h, NULL));
+}
+
+static void cuda_embedding_scatter_add_op(const Backend *be, float *dtable, const float *dx,
+                                          const int32_t *ids, int n, int h, int32_t skip_id) {
+    if (ok(be) && n > 0)
+        launched(be, "embedding_scatter_add",
+                 cuda_embedding_scatter_add(dtable, dx, ids, n, h, skip_id, NULL));
+}
+
+static void cuda_rows_gather_op(const Backend *be, float *dst, const float *src, const int32_t *idx,
+                                int n, int width) {
+    if (ok(be) && n > 0)
+        launched(be, "rows_gather", cuda_rows_gather(dst, src, idx, n, width, NULL));
+}
+
+static void cuda_rows_scatter_add_op(const Backend *be, float *dst, const float *src,
+                                     const int32_t *idx, int n, int width) {
+    if (ok(be) && n > 0)
+        launched(be, "rows_scatter_add", cuda_rows_scatter_add(dst, src, idx, n, width, NULL));
+}
+
+// ---- optimizer ----
+
+static void cuda_adamw_op(const Backend *be, float *p, float *m, float *v, const float *g,
+                          size_t numel, const AdamWStepCoefs *c, float step_size,
+                          float inv_bc2_sqrt) {
+    if (ok(be) && numel > 0)
+        launched(be, "adamw", cuda_adamw(p, m, v, g, numel, c, step_size, inv_bc2_sqrt, NULL));
+}
+
+// NaN once the backend has failed, so that no caller mistakes the value for a norm.
+static double cuda_sum_squares_op(const Backend *be, const float *g, size_t n) {
+    const char *op = "sum_squares";
+    if (!ok(be)) return NAN;
+    if (n == 0) return 0.0;
+    char *s = (char *)scratch(be, SCRATCH_PARTIALS,
+                              sizeof(double) + CUDA_SUM_SQUARES_PARTIALS * sizeof(float), op);
+    if (!s ||
+        !launched(be, op, cuda_sum_squares((double *)s, g, n, (float *)(s + sizeof(double)), NULL)))
+        return NAN;
+    double total = NAN;
+    cuda_copy(be, &total, s, sizeof total, BACKEND_DEVICE_TO_HOST);
+    return ok(be) ? total : NAN;
+}
+
+// ---- construction ----
+
+// A backend named name over gemm (owned from here on), or NULL when out of memory.
+static Backend *backend_make(const char *name, GemmLt *gemm, int chunk_rows, int chunk_cols) {
+    Backend *be = (Backend *)calloc(1, sizeof *be);
+    CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be), free(c), gemm_lt_free(gemm);
+        err_set("cuda backend: out of host memory");
+        return NULL;
+    }
+    c->gemm = gemm, c->chunk_rows = chunk_rows, c->chunk_cols = chunk_cols;
+    be->name = name;
+    be->host_memory = false;
+    be->ctx = c;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free_mem;
+    be->copy = cuda_copy;
+    be->memset = cuda_memset_mem;
+    be->sync = cuda_sync;
+    be->linear = cuda_linear;
+    be->linear_backward = cuda_linear_backward;
+    be->lora = cuda_lora;
+    be->lora_backward = cuda_lora_backward;
+    be->rmsnorm = cuda_rmsnorm_op;
+    be->rmsnorm_backward = cuda_rmsnorm_backward_op;
+    be->rope = cuda_rope_op;
+    be->rope_backward = cuda_rope_backward_op;
+    be->swiglu = cuda_swiglu_op;
+    be->swiglu_backward = cuda_swiglu_backward_op;
+    be->add = cuda_add_op;
+    be->scale = cuda_scale_op;
+    be->attention = cuda_attention_op;
+    be->attention_backward = cuda_attention_backward_op;
+    be->attention_cached = cuda_attention_cached_op;
+    be->logprob = cuda_logprob;
+    be->logprob_backward = cuda_logprob_backward;
+    be->embedding_gather = cuda_embedding_gather_op;
+    be->embedding_scatter_add = cuda_embedding_scatter_add_op;
+    be->rows_gather = cuda_rows_gather_op;
+    be->rows_scatter_add = cuda_rows_scatter_add_op;
+    be->adamw = cuda_adamw_op;
+    be->adamw8bit = NULL; // invariant 5
+    be->sum_squares = cuda_sum_squares_op;
+    return be;
+}
+
+extern "C" void backend_cuda_free(Backend *be) {
+    if (!be) return;
+    CudaCtx *c = ctx_of(be);
+    for (int s = 0; s < N_SCRATCH; s++)
+        cudaFree(c->scratch[s]);
+    gemm_lt_free(c->gemm);
+    free(c);
+    free(be);
+}
+
+extern "C" int backend_cuda_status(const Backend *be) {
+    cuda_sync(be);
+    return ok(be) ? 0 : err_set("%s", ctx_of(be)->error);
+}
+
+#ifdef RLHF_CUDA_EMU
+extern "C" Backend *backend_cuda_emu_new(void) {
+    return backend_make("cuda-emu", gemm_lt_reference_new(), LM_HEAD_CHUNK_ROWS,
+                        CUDA_EMU_LM_HEAD_CHUNK);
+}
+#else
+extern "C" Backend *backend_cuda_new(void) {
+    int devices = 0;
+    cudaError_t rc = cudaGetDeviceCount(&devices);
+    if (rc != cudaSuccess || devices == 0) {
+        err_set("cuda backend: no CUDA device (%s)",
+                rc != cudaSuccess ? cudaGetErrorString(rc) : "cudaGetDeviceCount found none");
+        return NULL;
+    }
+    char why[256];
+    GemmLt *gemm = gemm_lt_cublaslt_new(NULL, 0, why, sizeof why);
+    if (!gemm) {
+        err_set("cuda backend: %s", why);
+        return NULL;
+    }
+    return backend_make("cuda", gemm, LM_HEAD_CHUNK_ROWS, LM_HEAD_CHUNK_COLS);
+}
+#endif

@@ -1,0 +1,46 @@
+/* The CUDA backend (issue 29): kernels/backend.h's table over the own kernels (cuda_kernels.h)
+ * and the cuBLASLt-semantics products (gemm_ops.h). Written once, in backend_cuda.cu, which nvcc
+ * builds into rlhf_cuda (the device: cuBLASLt) and the host compiler builds against cuda-emu into
+ * rlhf_cuda_emu (the emulation: gemm.h's host reference), so the emulated backend that CI runs is
+ * the device backend's own code.
+ *
+ * Invariants:
+ *  1. Memory is CUDA memory (host_memory false): alloc is cudaMalloc, copy is cudaMemcpy, and
+ *     every op runs in call order on the default stream (backend.h rule 5).
+ *  2. Scratch (rmsnorm's rstd, attention's statistics, LoRA's intermediates, the lm_head's
+ *     vocabulary chunk) is owned by the backend and grows on demand; it is never returned.
+ *  3. The lm_head never holds more than one chunk of (rows, cols) logits: the forward folds each
+ *     chunk into a per-row running log-sum-exp; the backward recomputes each chunk and turns it
+ *     into dlogits in place before its two products.
+ *  4. Ops cannot return errors (backend.h rule 6). A failure inside one (a launch, a GEMM, scratch
+ *     that does not fit) is kept as the backend's first error; every later op is skipped, and
+ *     backend_cuda_status reports it. Nothing else is written after a failure.
+ *  5. No 8-bit AdamW: the table's adamw8bit is NULL (adamw_check_backend refuses it). */
+#ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
+#define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
+
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The backend on the current CUDA device (rlhf_cuda, RLHF_WITH_CUDA only), or NULL with an
+ * error naming why (no device, no cuBLASLt). */
+Backend *backend_cuda_new(void);
+/* The same code on cuda-emu (rlhf_cuda_emu): the emulated device and gemm.h's host reference.
+ * Its vocabulary chunk is small (CUDA_EMU_LM_HEAD_CHUNK columns) so that tiny test vocabularies
+ * span several chunks. NULL with an error only when out of memory. */
+Backend *backend_cuda_emu_new(void);
+/* Frees be and its scratch; NULL is ignored. Memory it allocated for callers is theirs to free
+ * first. */
+void backend_cuda_free(Backend *be);
+/* 0, or -1 with err_set naming the op and the failure of the first op that failed (invariant 4).
+ * Waits for the work before it. */
+int backend_cuda_status(const Backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
