@@ -435,8 +435,8 @@ static void check_ops(void) {
     be->copy(be, d_target, target, sizeof target, BACKEND_HOST_TO_DEVICE);
     float want[N * OUT], *d_out = be->alloc(be, sizeof want, "out");
     for (int bf = 0; bf < 2; bf++) {
-        WeightRef hw = bf ? (WeightRef){NULL, w16} : (WeightRef){w, NULL};
-        WeightRef dw = bf ? (WeightRef){NULL, d_w16} : (WeightRef){d_w, NULL};
+        WeightRef hw = bf ? (WeightRef){.bf16 = w16} : (WeightRef){.f32 = w};
+        WeightRef dw = bf ? (WeightRef){.bf16 = d_w16} : (WeightRef){.f32 = d_w};
         const char *kind = bf ? "bf16" : "fp32";
         cpu->linear(cpu, want, hidden, hw, NULL, bias, N, H, OUT);
         be->linear(be, d_out, d_hidden, dw, NULL, d_bias, N, H, OUT);
@@ -459,6 +459,22 @@ static void check_ops(void) {
         }
         free(lp);
         be->free(be, d_lp), be->free(be, d_st);
+        /* the backwards through W as it is stored (a frozen bf16 W: the input gradients only) */
+        float dlogp[N], dh_want[N * H], dx_want[N * H];
+        for (int r = 0; r < N; r++)
+            dlogp[r] = frand();
+        float *d_dlogp = up(be, dlogp, N), *d_dh = be->alloc(be, sizeof dh_want, "dhidden");
+        cpu->logprob_backward(cpu, dh_want, NULL, dlogp, hidden, target, hw, N, H, V);
+        be->logprob_backward(be, d_dh, NULL, d_dlogp, d_hidden, d_target, dw, N, H, V);
+        float *dh = down(be, d_dh, N * H);
+        CHECK(close_all(dh, dh_want, N * H, "logprob_backward"), "%s logprob_backward", kind);
+        cpu->linear_backward(cpu, dx_want, NULL, NULL, want, hidden, hw, N, H, OUT);
+        be->linear_backward(be, d_dh, NULL, NULL, d_out, d_hidden, dw, N, H, OUT);
+        free(dh);
+        dh = down(be, d_dh, N * H);
+        CHECK(close_all(dh, dx_want, N * H, "linear_backward"), "%s linear_backward", kind);
+        free(dh);
+        be->free(be, d_dlogp), be->free(be, d_dh);
     }
     be->free(be, d_hidden), be->free(be, d_w), be->free(be, d_bias), be->free(be, d_w16);
     be->free(be, d_target), be->free(be, d_out);

@@ -135,6 +135,11 @@ static void cuda_sync(const Backend *be) {
 // W as fp32 device memory: itself, or a bf16 W widened into scratch.
 static const float *weight_f32(const Backend *be, WeightRef w, size_t numel, const char *op) {
     if (w.f32) return w.f32;
+    if (w.nf4) {
+        // no NF4 dequantisation kernel yet: a QLoRA base runs on the CPU backend only
+        fail(be, op, "an NF4 weight (QLoRA's base) is not supported on this backend");
+        return NULL;
+    }
     float *wide = (float *)scratch(be, SCRATCH_WIDEN, numel * sizeof(float), op);
     if (!wide || !launched(be, op, cuda_bf16_widen(wide, w.bf16, numel, NULL))) return NULL;
     return wide;
@@ -152,12 +157,15 @@ static void cuda_linear(const Backend *be, float *out, const float *in, WeightRe
         gemm_linear(ctx_of(be)->gemm, out, in, wf, bias, n, in_dim, out_dim, GEMM_F32, GEMM_F32));
 }
 
+// W frozen and narrower (bf16, backend.h): widened as the forward does; dw is then NULL.
 static void cuda_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
-                                 const float *dout, const float *in, const float *w, int n,
+                                 const float *dout, const float *in, WeightRef w, int n,
                                  int in_dim, int out_dim) {
     if (!ok(be) || n == 0) return;
+    const float *wf = weight_f32(be, w, (size_t)out_dim * in_dim, "linear_backward");
+    if (!wf) return;
     multiplied(be, "linear_backward",
-               gemm_linear_backward(ctx_of(be)->gemm, din, dw, dbias, dout, in, w, n, in_dim,
+               gemm_linear_backward(ctx_of(be)->gemm, din, dw, dbias, dout, in, wf, n, in_dim,
                                     out_dim, GEMM_F32, GEMM_F32));
 }
 
@@ -225,17 +233,18 @@ static void cuda_rmsnorm_backward_op(const Backend *be, float *din, float *dw, c
 }
 
 static void cuda_rope_op(const Backend *be, float *x, const int32_t *positions, const float *cos_t,
-                         const float *sin_t, int n, int heads, int hd) {
+                         const float *sin_t, int n, int heads, int hd, int rot) {
     if (ok(be) && n > 0)
-        launched(be, "rope", cuda_rope_forward(x, positions, cos_t, sin_t, n, heads, hd, NULL));
+        launched(be, "rope",
+                 cuda_rope_forward(x, positions, cos_t, sin_t, n, heads, hd, rot, NULL));
 }
 
 static void cuda_rope_backward_op(const Backend *be, float *dx, const int32_t *positions,
-                                  const float *cos_t, const float *sin_t, int n, int heads,
-                                  int hd) {
+                                  const float *cos_t, const float *sin_t, int n, int heads, int hd,
+                                  int rot) {
     if (ok(be) && n > 0)
         launched(be, "rope_backward",
-                 cuda_rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, NULL));
+                 cuda_rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, rot, NULL));
 }
 
 static void cuda_swiglu_op(const Backend *be, float *out, const float *gate, const float *up,
@@ -319,8 +328,9 @@ static void cuda_attention_cached_op(const Backend *be, float *out, const float 
 // cols): the lm_head's rows c0.. (widened first when bf16).
 static bool chunk_logits(const Backend *be, float *logits, const float *hidden, WeightRef w,
                          int rows, int c0, int cols, int h, const char *op) {
-    WeightRef part = {w.f32 ? w.f32 + (size_t)c0 * h : NULL,
-                      w.bf16 ? w.bf16 + (size_t)c0 * h : NULL};
+    WeightRef part = {.f32 = w.f32 ? w.f32 + (size_t)c0 * h : NULL,
+                      .bf16 = w.bf16 ? w.bf16 + (size_t)c0 * h : NULL,
+                      .nf4 = w.nf4};
     const float *wf = weight_f32(be, part, (size_t)cols * h, op);
     return wf && multiplied(be, op,
                             gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hidden, wf, rows,
@@ -373,7 +383,7 @@ static void cuda_logprob(const Backend *be, float *logp, LogitStats *stats, cons
 // dlogits in place and multiplied into dhidden (zeroed first: the chunks add up) and dlm_head.
 static void cuda_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
                                   const float *dlogp, const float *hidden, const int32_t *target,
-                                  const float *lm_head, int n, int h, int vocab) {
+                                  WeightRef lm_head, int n, int h, int vocab) {
     const char *op = "logprob_backward";
     if (!ok(be) || n == 0) return;
     int block = ctx_of(be)->chunk_rows, chunk = ctx_of(be)->chunk_cols;
@@ -381,21 +391,29 @@ static void cuda_logprob_backward(const Backend *be, float *dhidden, float *dlm_
     CudaLseRow *st;
     if (!lm_head_scratch(be, n < block ? n : block, vocab, &logits, &st, op)) return;
     cuda_memset_mem(be, dhidden, 0, (size_t)n * h * sizeof(float));
-    WeightRef w = {lm_head, NULL};
     for (int r0 = 0; r0 < n && ok(be); r0 += block) {
         int rows = n - r0 < block ? n - r0 : block;
         const float *hb = hidden + (size_t)r0 * h;
-        if (!rows_logsumexp(be, st, logits, hb, target + r0, w, rows, h, vocab, op)) return;
+        if (!rows_logsumexp(be, st, logits, hb, target + r0, lm_head, rows, h, vocab, op)) return;
         for (int c0 = 0; c0 < vocab; c0 += chunk) {
             int cols = vocab - c0 < chunk ? vocab - c0 : chunk;
-            if (!chunk_logits(be, logits, hb, w, rows, c0, cols, h, op) ||
+            // the chunk's rows of W in fp32 (a frozen bf16 lm_head widened once, for both
+            // products; dlm_head is then NULL)
+            WeightRef part = {.f32 = lm_head.f32 ? lm_head.f32 + (size_t)c0 * h : NULL,
+                              .bf16 = lm_head.bf16 ? lm_head.bf16 + (size_t)c0 * h : NULL,
+                              .nf4 = lm_head.nf4};
+            const float *wc = weight_f32(be, part, (size_t)cols * h, op);
+            if (!wc) return;
+            if (!multiplied(be, op,
+                            gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hb, wc, rows, cols,
+                                                h, GEMM_F32, GEMM_F32)) ||
                 !launched(be, op,
                           cuda_dlogits(logits, cols, st, dlogp + r0, target + r0, rows, cols, c0,
                                        NULL)) ||
                 !multiplied(be, op,
                             gemm_lm_head_backward(ctx_of(be)->gemm, dhidden + (size_t)r0 * h,
                                                   dlm_head ? dlm_head + (size_t)c0 * h : NULL,
-                                                  logits, cols, hb, lm_head + (size_t)c0 * h, rows,
+                                                  logits, cols, hb, wc, rows,
                                                   cols, h, GEMM_F32, GEMM_F32)))
                 return;
         }
