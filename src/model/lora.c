@@ -4,6 +4,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "common/rng.h"
+#include "common/torch_generator.h"
 #include "io/safetensors.h"
 
 #include <math.h>
@@ -96,17 +97,30 @@ static int lora_layout(LoraAdapter *a, const ModelConfig *cfg, int r, double alp
     return 0;
 }
 
+/* Draws and discards a kaiming_uniform_ of n elements: nn.Linear's own init of a LoRA factor,
+ * which PEFT overwrites but which moves the generator by one draw per element. */
+static void skip_linear_init(TorchGenerator *g, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        (void)torch_generator_random(g);
+}
+
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                 double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
-    uint64_t state = seed ^ 0x10A7A5EEDull;
+    /* PEFT's draws after transformers.set_seed(seed) and from_pretrained (which draws nothing:
+     * every weight is loaded). For each adapted module in named_modules() order (layer by
+     * layer; in a layer self_attn q, k, v, o, then mlp gate, up, down: LoraModule's order),
+     * LoraLayer.update_layer builds nn.Linear(in, r) and nn.Linear(r, out, bias=False), each
+     * running its own kaiming_uniform_(a=sqrt(5)), then reset_lora_parameters draws A again with
+     * kaiming_uniform_(a=sqrt(5)) and zeroes B (the adapter starts as a no-op). */
+    TorchGenerator g;
+    torch_generator_seed(&g, (int64_t)seed);
     for (int l = 0; l < a->n_layers * LORA_N_MODULES; l++) {
         LoraLinear *lin = &a->linears[l];
         if (!lin->A) continue;
-        /* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound 1/sqrt(in); B stays zero */
-        double bound = 1.0 / sqrt((double)lin->in);
-        for (size_t i = 0; i < (size_t)r * lin->in; i++)
-            lin->A[i] = (float)((rng_unit_double(rng_splitmix64_next(&state)) * 2.0 - 1.0) * bound);
+        skip_linear_init(&g, (size_t)r * (size_t)lin->in);
+        skip_linear_init(&g, (size_t)lin->out * (size_t)r);
+        torch_kaiming_uniform_f32(&g, lin->A, r, lin->in, sqrt(5.0));
     }
     return 0;
 }
