@@ -93,6 +93,7 @@ int main(void) {
               (unsigned long long)seed);
         lora_free(&fresh);
         lora_free(&peft);
+        model_config_free(&mc);
         n_cases++;
     }
     CHECK(n_cases >= 4, "every case ran (%d)", n_cases);
