@@ -142,7 +142,7 @@ static int add_generation(GrpoRun *r, int64_t index) {
     int64_t epoch = index / r->generations_per_epoch, pos = index % r->generations_per_epoch;
     if (epoch != r->order_epoch) {
         if (r->g->shuffle_dataset)
-            data_order_shuffle(r->order, r->train.n, r->cfg->seed, epoch);
+            data_order_shuffle_repeat_sampler(r->order, r->train.n, r->cfg->seed, epoch);
         else
             for (size_t i = 0; i < r->train.n; i++)
                 r->order[i] = i;

@@ -4,6 +4,7 @@
 #include "common/fileio.h"
 #include "common/json_util.h"
 #include "common/rng.h"
+#include "common/torch_generator.h"
 #include "io/safetensors.h"
 
 #include <math.h>
@@ -152,17 +153,31 @@ float *lora_rebase_params(LoraAdapter *a, float *params) {
     return old;
 }
 
+/* Draws and discards a kaiming_uniform_ of n elements: nn.Linear's own init of a LoRA factor,
+ * which PEFT overwrites but which moves the generator by one draw per element. */
+static void skip_linear_init(TorchGenerator *g, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        (void)torch_generator_random(g);
+}
+
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                 double dropout, const char *const *targets, int n_targets, uint64_t seed) {
     if (lora_layout(a, cfg, r, alpha, rslora, dropout, targets, n_targets) != 0) return -1;
-    uint64_t state = seed ^ 0x10A7A5EEDull;
-    for (int k = 0; k < a->n_info; k += 2) { /* each module's A (lora_layout invariant 1) */
-        const LoraParamInfo *p = &a->info[k];
-        float *A = a->params + p->offset;
-        /* kaiming_uniform_(a=sqrt(5)) on A (r, in): bound 1/sqrt(in); B stays zero */
-        double bound = 1.0 / sqrt((double)p->shape[1]);
-        for (size_t i = 0; i < p->numel; i++)
-            A[i] = (float)((rng_unit_double(rng_splitmix64_next(&state)) * 2.0 - 1.0) * bound);
+    /* PEFT's draws after transformers.set_seed(seed) and from_pretrained (which draws nothing:
+     * every weight is loaded). For each adapted module in named_modules() order (layer by
+     * layer, modules in peft_modules order: lora_layout invariant 1, so info's order; a fused
+     * module such as Phi-3's qkv_proj is one module with one A and a stacked B),
+     * LoraLayer.update_layer builds nn.Linear(in, r) and nn.Linear(r, out, bias=False), each
+     * running its own kaiming_uniform_(a=sqrt(5)), then reset_lora_parameters draws A again with
+     * kaiming_uniform_(a=sqrt(5)) and zeroes B (the adapter starts as a no-op). */
+    TorchGenerator g;
+    torch_generator_seed(&g, (int64_t)seed);
+    for (int k = 0; k < a->n_info; k += 2) {
+        const LoraParamInfo *pa = &a->info[k], *pb = &a->info[k + 1];
+        skip_linear_init(&g, pa->numel); /* A: (r, in) */
+        skip_linear_init(&g, pb->numel); /* B: (out, r) */
+        torch_kaiming_uniform_f32(&g, a->params + pa->offset, pa->shape[0], pa->shape[1],
+                                  sqrt(5.0));
     }
     return 0;
 }

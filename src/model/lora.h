@@ -64,9 +64,10 @@ const char *lora_module_name(LoraModule m);
 
 /* A fresh adapter on the modules that `targets` names (entries matched as PEFT does: the module's
  * full name equals the entry or ends with "." + entry; the single entry "all-linear" means every
- * linear layer but lm_head), initialised as PEFT does: A from U(-1/sqrt(in), 1/sqrt(in)) drawn from
- * `seed`, B zero (so the adapter starts as a no-op). Returns 0, or -1 with an error: r <= 0, or
- * targets that match no module. */
+ * linear layer but lm_head), initialised bit for bit as PEFT's get_peft_model does after
+ * transformers.set_seed(seed) and from_pretrained: A by kaiming_uniform_(a=sqrt(5)) from torch's
+ * generator in PEFT's module order, B zero (so the adapter starts as a no-op). Returns 0, or -1
+ * with an error: r <= 0, or targets that match no module. */
 int lora_create(LoraAdapter *a, const ModelConfig *cfg, int r, double alpha, bool rslora,
                 double dropout, const char *const *targets, int n_targets, uint64_t seed);
 

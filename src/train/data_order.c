@@ -2,12 +2,15 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "common/torch_generator.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
+/* The validation draw's own shuffle (not torch's, nor datasets' train_test_split): a
+ * Fisher-Yates over SplitMix64 keyed by (seed, epoch). */
+static void splitmix_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
     uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
     for (size_t i = 0; i < n; i++)
         order[i] = i;
@@ -17,6 +20,30 @@ void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
         order[i - 1] = order[j];
         order[j] = t;
     }
+}
+
+/* order = the next torch.randperm(n) of g. */
+static void next_randperm(TorchGenerator *g, size_t *order, size_t n) {
+    int64_t *perm = xmalloc((n ? n : 1) * sizeof *perm);
+    torch_randperm(g, perm, (int64_t)n);
+    for (size_t i = 0; i < n; i++)
+        order[i] = (size_t)perm[i];
+    free(perm);
+}
+
+void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
+    TorchGenerator g;
+    /* SeedableRandomSampler: manual_seed(initial_seed + epoch), Python integers (no overflow
+     * there; a seed near INT64_MAX wraps here, and torch keeps only the low 32 bits anyway). */
+    torch_generator_seed(&g, (int64_t)((uint64_t)seed + (uint64_t)epoch));
+    next_randperm(&g, order, n);
+}
+
+void data_order_shuffle_repeat_sampler(size_t *order, size_t n, int64_t seed, int64_t epoch) {
+    TorchGenerator g;
+    torch_generator_seed(&g, seed);
+    for (int64_t e = 0; e <= epoch; e++)
+        next_randperm(&g, order, n);
 }
 
 int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val) {
@@ -29,7 +56,7 @@ int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order,
         return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
                        cfg->source, cfg->val_set_size, n);
     *order = xmalloc(n * sizeof **order);
-    data_order_shuffle(*order, n, cfg->seed, -1);
+    splitmix_shuffle(*order, n, cfg->seed, -1);
     return 0;
 }
 

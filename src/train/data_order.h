@@ -1,5 +1,7 @@
 /* The order examples are trained in, and which of them are held out: seeded permutations, so
- * that a run (and a resumed run) sees the same order on every rank and every time. */
+ * that a run (and a resumed run) sees the same order on every rank and every time. The training
+ * orders are torch's (common/torch_generator.h), so that a `seed:` gives the batches TRL gives
+ * for the same seed. */
 #ifndef RLHF_TRAIN_DATA_ORDER_H
 #define RLHF_TRAIN_DATA_ORDER_H
 
@@ -8,9 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* order (n entries, caller-allocated) = a permutation of 0..n-1, one per (seed, epoch): the
- * order is reproducible but not torch's RandomSampler order. Cannot fail. */
+/* order (n entries, caller-allocated) = epoch `epoch`'s order of HF Trainer's train sampler
+ * (what TRL's SFT, DPO, ORPO, CPO/SimPO and reward trainers inherit) for TrainingArguments.seed
+ * = seed: accelerate's SeedableRandomSampler (transformers' default use_seedable_sampler, no
+ * data_seed) reseeds a torch.Generator with seed + epoch each epoch and draws
+ * torch.randperm(n). Cannot fail. */
 void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch);
+
+/* order = epoch `epoch`'s order of TRL's RepeatSampler (GRPO, RLOO): one torch.Generator seeded
+ * once with seed, one torch.randperm(n) per epoch, so epoch e is the (e+1)-th draw. Cannot
+ * fail; costs e + 1 permutations. */
+void data_order_shuffle_repeat_sampler(size_t *order, size_t n, int64_t seed, int64_t epoch);
 
 /* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
  * first *n_val of *order (new array, caller frees; the draw is reproducible, but not the one

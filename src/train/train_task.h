@@ -6,8 +6,9 @@
  * Step arithmetic (as HF's Trainer): micro-batches of micro_batch_size examples, windows of
  * gradient_accumulation_steps x world micro-batches per optimizer step (the last window of an
  * epoch may be shorter), total steps = max_steps or ceil(num_epochs x windows per epoch).
- * Examples are shuffled every epoch by a generator seeded with (seed, epoch) (data_order.h),
- * or taken in dataset order (a sequential task). Over several ranks (dist.h) the order is the
+ * Examples are shuffled every epoch as HF's Trainer shuffles them for the same seed
+ * (data_order.h: torch.randperm from a generator seeded with seed + epoch), or taken in dataset
+ * order (a sequential task). Over several ranks (dist.h) the order is the
  * one-process order on every rank, and rank r runs micro-batches r, r + world, ... of each
  * window: micro_batch_size is per rank, as HF's per_device_train_batch_size, and a run on N
  * ranks takes the steps a one-process run with N times the accumulation takes. */
