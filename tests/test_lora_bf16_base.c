@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/float16.h"
 #include "common/json_util.h"
+#include "frozen_base.h"
 #include "harness.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
@@ -22,51 +23,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The reference batch of a fixture model (tests/fixtures/models/<base>/reference.json). */
-static TokenBatch load_batch(const char *base) {
-    char path[512];
-    snprintf(path, sizeof path, "tests/fixtures/models/%s/reference.json", base);
-    json_t *ref;
-    if (json_load_path(harness_source_path(path), &ref) != 0) exit(1);
-    json_t *ids = json_object_get(ref, "input_ids"), *m = json_object_get(ref, "attention_mask");
-    int B = (int)json_array_size(ids), T = (int)json_array_size(json_array_get(ids, 0));
-    int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);
-    uint8_t *mask = malloc((size_t)B * T);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            tokens[b * T + t] =
-                (int32_t)json_integer_value(json_array_get(json_array_get(ids, b), t));
-            mask[b * T + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(m, b), t));
-        }
-    json_decref(ref);
-    return (TokenBatch){.batch = B, .t_len = T, .tokens = tokens, .attn_mask = mask};
-}
-
-/* The adapter's gradients of the mean token NLL under m (lora attached), and the log-probs. */
-static float *adapter_grads(Model *m, const LoraAdapter *a, const TokenBatch *b, float *logp) {
-    int cells = b->batch * b->t_len, count = 0;
-    for (int i = 0; i < cells; i++)
-        count += b->attn_mask[i] && i % b->t_len;
-    float *dlogp = calloc((size_t)cells, sizeof *dlogp);
-    for (int i = 0; i < cells; i++)
-        if (b->attn_mask[i] && i % b->t_len) dlogp[i] = -1.0f / (float)count;
-    ForwardTape tape = {0};
-    float *lg = calloc(a->n_params, sizeof *lg);
-    CHECK(model_forward_tape(m, b, false, &tape) == 0, "%s", err_msg());
-    model_tape_logprobs(m, &tape, NULL, logp);
-    CHECK(model_backward(m, &tape, NULL, dlogp, NULL, lg) == 0, "%s", err_msg());
-    if (m->params16) { /* the frozen bf16 base has no gradient slots */
-        float *grads = calloc(1, sizeof *grads);
-        err_clear();
-        CHECK(model_backward(m, &tape, NULL, dlogp, grads, lg) != 0 && strstr(err_msg(), "frozen"),
-              "a gradient for the bf16 base is refused: %s", err_msg());
-        free(grads);
-    }
-    forward_tape_free(&tape);
-    free(dlogp);
-    return lg;
-}
 
 static void check_gradients(const char *adapter) {
     char dir[512], path[600];
@@ -90,10 +46,11 @@ static void check_gradients(const char *adapter) {
     CHECK(lora_load(&a, &rounded.cfg, adir) == 0, "%s: %s", adapter, err_msg());
     rounded.lora = half.lora = &a;
 
-    TokenBatch b = load_batch(base);
+    TokenBatch b = frozen_base_batch(base);
     size_t cells = (size_t)b.batch * b.t_len;
     float *lp32 = calloc(cells, sizeof *lp32), *lp16 = calloc(cells, sizeof *lp16);
-    float *g32 = adapter_grads(&rounded, &a, &b, lp32), *g16 = adapter_grads(&half, &a, &b, lp16);
+    float *g32 = frozen_base_adapter_grads(&rounded, &a, &b, lp32),
+          *g16 = frozen_base_adapter_grads(&half, &a, &b, lp16);
     double lp_err = 0;
     for (size_t i = 0; i < cells; i++)
         if (b.attn_mask[i] && i % b.t_len) lp_err = fmax(lp_err, fabs(lp32[i] - lp16[i]));

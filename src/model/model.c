@@ -109,7 +109,9 @@ static void point_into_fused(Model *m) {
     }
 }
 
-void model_init_layout(Model *m, ModelConfig *cfg) {
+/* Takes cfg into m and lays out its parameters (m->n_params, param_info, n_param_tensors); the
+ * builder's slots (where each tensor's pointer goes) are the caller's to use and free. */
+static LayoutBuilder begin_layout(Model *m, ModelConfig *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
@@ -119,24 +121,21 @@ void model_init_layout(Model *m, ModelConfig *cfg) {
     m->n_params = lb.total;
     m->param_info = lb.info;
     m->n_param_tensors = lb.n;
+    return lb;
+}
+
+void model_init_layout(Model *m, ModelConfig *cfg) {
+    LayoutBuilder lb = begin_layout(m, cfg);
     free(lb.slots);
 }
 
 void model_init_empty(Model *m, ModelConfig *cfg) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    memset(cfg, 0, sizeof *cfg);
-    m->layers = xcalloc((size_t)m->cfg.n_layers, sizeof *m->layers);
-    LayoutBuilder lb = {0};
-    build_layout(m, &lb);
+    LayoutBuilder lb = begin_layout(m, cfg);
     m->params = xcalloc(lb.total, sizeof(float));
-    m->n_params = lb.total;
     for (int i = 0; i < lb.n; i++)
         *lb.slots[i] = m->params + lb.info[i].offset;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
     if (m->cfg.fused_qkv_mlp) point_into_fused(m);
-    m->param_info = lb.info;
-    m->n_param_tensors = lb.n;
     free(lb.slots);
 }
 
