@@ -25,6 +25,7 @@ int cli_merge_lora(int argc, char **argv);
 int cli_plot(int argc, char **argv);
 int cli_config_keys(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_vllm_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */

@@ -14,6 +14,8 @@ static const struct {
     {"merge-lora", cli_merge_lora, "merge a LoRA adapter into its base model's weights"},
     {"generate", cli_generate, "generate text (greedy or sampled) with a KV cache"},
     {"serve", cli_serve, "serve a model over OpenAI's HTTP API (completions, chat, streaming)"},
+    {"vllm-serve", cli_vllm_serve,
+     "rlhf serve for a config's base_model and vllm: block (axolotl vllm-serve)"},
     {"chat", cli_chat, "chat with a model in the terminal, its chat template applied"},
     {"score", cli_score, "log-likelihood of completions given prompts under a model"},
     {"chat-template", cli_chat_template, "render a conversation with a model's chat template"},

@@ -1,4 +1,5 @@
 /* rlhf serve MODEL [--adapter DIR] [--host H] [--port P] [--bf16] [--served-model-name NAME]
+ *                  [--max-model-len N]
  * OpenAI-compatible HTTP over libmicrohttpd: a thread per connection (a handler may block on
  * its request's generation), the engine thread behind them (serve_engine.c). SIGTERM or SIGINT
  * stops it: the request being generated completes, queued ones get 503, exit status 0. */
@@ -20,7 +21,7 @@
 
 static const char serve_usage[] =
     "usage: rlhf serve MODEL [--adapter DIR] [--host 127.0.0.1] [--port 8000] [--bf16]\n"
-    "                  [--served-model-name NAME]\n"
+    "                  [--served-model-name NAME] [--max-model-len N]\n"
     "\n"
     "Serves MODEL (a model directory or Hub id) over OpenAI's API: POST /v1/completions,\n"
     "POST /v1/chat/completions (the model's chat template applied), GET /v1/models, GET /health;\n"
@@ -31,7 +32,9 @@ static const char serve_usage[] =
     "prompt decoding together). --port 0 picks a free port. The first line on standard output\n"
     "is \"rlhf serve: listening on http://HOST:PORT\". Request fields left out take the model's\n"
     "generation_config.json defaults, as `rlhf generate` does; `seed` S gives the tokens of\n"
-    "`rlhf generate --seed S`. SIGTERM or SIGINT stops the server (exit 0). See docs/serve.md.\n";
+    "`rlhf generate --seed S`. --max-model-len N caps prompt + completion tokens at N (default\n"
+    "and most: the model's max_position_embeddings), as vLLM's option does. SIGTERM or SIGINT\n"
+    "stops the server (exit 0). See docs/serve.md.\n";
 
 #define MAX_BODY (16u << 20)
 /* How long a stop signal waits for the generate() call in progress (seconds). */
@@ -235,8 +238,9 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 typedef struct {
-    const char *model, *adapter, *host, *port, *name;
+    const char *model, *adapter, *host, *port, *name, *max_model_len;
     bool bf16;
+    int context; /* --max-model-len, 0 when not given */
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a) {
@@ -246,7 +250,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a) {
     const CliStringOption opts[] = {{"--adapter", &a->adapter},
                                     {"--host", &a->host},
                                     {"--port", &a->port},
-                                    {"--served-model-name", &a->name}};
+                                    {"--served-model-name", &a->name},
+                                    {"--max-model-len", &a->max_model_len}};
     int rc = cli_model_arguments(argc, argv, "serve", serve_usage, opts, sizeof opts / sizeof *opts,
                                  &a->model, &a->bf16);
     if (rc != 0) return rc;
@@ -256,6 +261,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a) {
         fprintf(stderr, "rlhf serve: --port: expected 0..65535, got \"%s\"\n", a->port);
         return CLI_EXIT_USAGE;
     }
+    if (a->max_model_len && cli_positive_int("--max-model-len", a->max_model_len, &a->context) != 0)
+        return CLI_EXIT_USAGE;
     return 0;
 }
 
@@ -317,6 +324,15 @@ static int serve_local(const ServeArgs *a) {
     ctx.chat = tpl;
     ctx.special_tokens = src.special_tokens;
     ctx.context = (int)m.cfg.max_position_embeddings;
+    if (a->context > ctx.context) {
+        /* vLLM refuses a max_model_len above the model's own limit too: the positions past it
+         * were never trained */
+        err_set("--max-model-len %d: more than the model's max_position_embeddings (%d)",
+                a->context, ctx.context);
+        rc = cli_fail(err_msg());
+        goto done;
+    }
+    if (a->context > 0) ctx.context = a->context;
     /* the signals go to sigwait below: every thread started from here on blocks them */
     sigset_t stop;
     sigemptyset(&stop);

@@ -73,9 +73,8 @@ static const char R_VLLM[] = "a vLLM engine setting: rlhf.c generates with its o
 static const char R_ASYNC_ONLY[] =
     "only Axolotl's async GRPO trainer reads it (Axolotl drops it for the standard trainer, "
     "which is what rlhf.c implements)";
-static const char R_VLLM_BLOCK[] =
-    "the vllm: block configures `axolotl vllm-serve`, which rlhf.c has no counterpart of yet: "
-    "start `rlhf serve MODEL --host H --port P` for vllm_mode: server";
+static const char R_VLLM_SERVE[] = "the vllm: block configures `rlhf vllm-serve` (Axolotl's "
+                                   "`axolotl vllm-serve`); rlhf train does not read it";
 
 static const KeyStatusRow top_rows[] = {
     /* model and tokenizer */
@@ -295,7 +294,7 @@ static const KeyStatusRow top_rows[] = {
     REFUSE("trainer_cls", "", R_TRAINER),
     USED("rl", R_READ),
     USED("trl", "the trl: block (see its own rows)"),
-    NOOP("vllm", "*", R_VLLM_BLOCK),
+    NOOP("vllm", "*", R_VLLM_SERVE),
     REFUSE("ebft", "{}", R_TRAINER),
     REFUSE("qat", "{}", R_QUANT),
     REFUSE("quantization", "{}", R_QUANT),
@@ -664,21 +663,41 @@ static const KeyStatusRow trl_rows[] = {
     USED_BY("shuffle_dataset", M_GRPO, "GRPOConfig"),
 };
 
+/* What `rlhf vllm-serve` (cli/vllm_serve.c) does with each key; rlhf train reads none of them. */
 static const KeyStatusRow vllm_rows[] = {
-    NOOP("device", "*", R_VLLM_BLOCK),
-    NOOP("tensor_parallel_size", "*", R_VLLM_BLOCK),
-    NOOP("data_parallel_size", "*", R_VLLM_BLOCK),
-    NOOP("gpu_memory_utilization", "*", R_VLLM_BLOCK),
-    NOOP("dtype", "*", R_VLLM_BLOCK),
-    NOOP("max_model_len", "*", R_VLLM_BLOCK),
-    NOOP("enable_prefix_caching", "*", R_VLLM_BLOCK),
-    NOOP("host", "*", R_VLLM_BLOCK),
-    NOOP("port", "*", R_VLLM_BLOCK),
-    NOOP("enable_reasoning", "*", R_VLLM_BLOCK),
-    NOOP("reasoning_parser", "*", R_VLLM_BLOCK),
-    NOOP("enforce_eager", "*", R_VLLM_BLOCK),
-    NOOP("serve_module", "*", R_VLLM_BLOCK),
-    NOOP("worker_extension_cls", "*", R_VLLM_BLOCK),
+    NOOP("device", "*", "vLLM's device: rlhf serve runs on the CPU"),
+    USED("tensor_parallel_size",
+         "rlhf vllm-serve: 1 only; a value above 1 is refused (rlhf serve runs one engine in one "
+         "process on the CPU)"),
+    USED("data_parallel_size",
+         "rlhf vllm-serve: 1 only; a value above 1 is refused (one engine, no replicas)"),
+    NOOP("gpu_memory_utilization", "*",
+         "vLLM's share of GPU memory for weights and KV cache: rlhf serve runs on the CPU and "
+         "sizes each request's KV cache for that request"),
+    USED("dtype",
+         "rlhf vllm-serve: auto, float32: fp32 weights (what rlhf train pushes); bfloat16: bf16 "
+         "weights (rlhf serve --bf16, which takes no weight updates); float16/half refused"),
+    USED("max_model_len",
+         "rlhf vllm-serve: caps prompt + completion tokens (rlhf serve --max-model-len; at most "
+         "max_position_embeddings)"),
+    NOOP("enable_prefix_caching", "*",
+         "vLLM reuses the KV cache of a prompt prefix across requests, a speed-up with the same "
+         "outputs: rlhf serve computes each request's prompt"),
+    USED("host", "rlhf vllm-serve: the address it listens on (default 0.0.0.0, as Axolotl's)"),
+    USED("port", "rlhf vllm-serve: the port it listens on (default 8000; 0 picks a free one)"),
+    NOOP("enable_reasoning", "*",
+         "vLLM's reasoning parser for chat responses: rlhf serve answers the whole text as "
+         "content (the trainer's /generate/ never parses)"),
+    NOOP("reasoning_parser", "*",
+         "vLLM's reasoning parser for chat responses: rlhf serve answers the whole text as "
+         "content (the trainer's /generate/ never parses)"),
+    NOOP("enforce_eager", "*", "CUDA graphs on or off, the same outputs: rlhf serve has none"),
+    NOOP("serve_module", "*",
+         "Axolotl's server script: rlhf vllm-serve always runs rlhf serve, which takes the "
+         "trainer's (LoRA-merged) weights over POST /update_safetensors/"),
+    NOOP("worker_extension_cls", "*",
+         "vLLM's NCCL weight-sync worker: rlhf serve takes weights over HTTP "
+         "(POST /update_safetensors/)"),
 };
 
 static const char R_STRATEGY[] = "read by the prompt strategies (src/data/)";

@@ -91,7 +91,8 @@ int train_config_check_key(TrainConfig *cfg, KeyScope scope, const char *label, 
     return 0;
 }
 
-/* vllm: a mapping of no-op keys; only its typos and non-mappings are worth a word. */
+/* vllm: the settings of `rlhf vllm-serve` (cli/vllm_serve.c checks their values); rlhf train
+ * reads none of them: only typos, the no-op keys and non-mappings are worth a word here. */
 static int check_vllm_block(TrainConfig *cfg, YamlDoc *d, yaml_node_t *v) {
     if (v->type != YAML_MAPPING_NODE)
         return err_set("%s:%d: key 'vllm': expected a mapping (host: ..., port: ...)", d->path,
