@@ -80,8 +80,9 @@ static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int
         size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp);
         rc = model_token_logprobs(m, &mb.batch, mb.label_mask, logp);
+        /* position 0 of a row is no target (methods/sft.h, invariant 1): not counted */
         for (size_t i = 0; rc == 0 && i < cells; i++)
-            if (mb.label_mask[i]) sum += logp[i], count++;
+            if (i % (size_t)mb.batch.t_len != 0 && mb.label_mask[i]) sum += logp[i], count++;
         free(logp);
         free_buffers(&buf);
     }
