@@ -4,11 +4,13 @@
  * tools/reference/make_train_fixtures.py): per-step loss, grad_norm and lr, and final weights.
  * Then one window of completion rows whose label 0 (the BOS) is set, against transformers'
  * Trainer (tools/reference/make_sft_label0_fixture.py): position 0 is no target and is not in
- * num_items_in_batch, so loss and grad_norm move if it were counted. */
+ * num_items_in_batch nor in eval_loss, so loss, grad_norm and eval_loss move if it were
+ * counted. */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
 #include "io/safetensors.h"
+#include "train/sft_task.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -61,6 +63,21 @@ static void check_label0_window(void) {
     for (int a = 0; a < accum; a++)
         window[a] = read_micro_batch(json_array_get(json_object_get(j, "micro_batches"), (size_t)a),
                                      &data[a]);
+    /* eval_loss first, on the weights before the step: every row of the window, one batch */
+    SftExample rows[16];
+    SftDataset val = {.items = rows};
+    for (int a = 0; a < accum; a++)
+        for (int b = 0; b < window[a].batch.batch && val.n < 16; b++) {
+            size_t at = (size_t)b * window[a].batch.t_len;
+            SftExample *e = &rows[val.n++];
+            e->ids = data[a].tokens + at, e->labels = data[a].labels + at, e->len = 0;
+            while (e->len < window[a].batch.t_len && data[a].attn[at + e->len])
+                e->len++;
+        }
+    double eval_loss, want_eval = json_number_value(json_object_get(j, "eval_loss"));
+    CHECK(sft_task_evaluate_nll(&m, &val, (int64_t)val.n, 0, &eval_loss) == 0, "%s", err_msg());
+    CHECK(harness_close(eval_loss, want_eval, 1e-4, 0), "label-0 eval_loss %.7f vs %.7f", eval_loss,
+          want_eval);
     StepStats st;
     CHECK(trainer_sft_step(&tr, window, accum, &st) == 0, "step: %s", err_msg());
     double want_loss = json_number_value(json_object_get(j, "loss"));
@@ -73,8 +90,9 @@ static void check_label0_window(void) {
     CHECK(harness_close(st.grad_norm, want_norm, 1e-4, 0), "label-0 window grad_norm %.6f vs %.6f",
           st.grad_norm, want_norm);
     printf("label-0 window: %zu label tokens (transformers %zu) loss %.6f (transformers %.6f) "
-           "grad_norm %.5f (transformers %.5f)\n",
-           st.tokens, want_items, st.loss, want_loss, st.grad_norm, want_norm);
+           "grad_norm %.5f (transformers %.5f) eval_loss %.6f (transformers %.6f)\n",
+           st.tokens, want_items, st.loss, want_loss, st.grad_norm, want_norm, eval_loss,
+           want_eval);
     for (int a = 0; a < accum; a++)
         free(data[a].tokens), free(data[a].attn), free(data[a].labels);
     trainer_free(&tr);

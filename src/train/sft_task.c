@@ -61,10 +61,8 @@ static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset 
     return 0;
 }
 
-/* Mean negative log-likelihood over every label token of the validation set (over several
- * ranks, batch b is rank b % world's, and the sums are taken over ranks). */
-static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
-                        double *loss) {
+int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
+                          double *loss) {
     size_t *order = xmalloc(val->n * sizeof *order);
     for (size_t i = 0; i < val->n; i++)
         order[i] = i;
@@ -130,7 +128,7 @@ static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     double loss;
     if (t->val_bins
             ? sft_packed_evaluate(m, t->val, t->val_bins, t->rows_per_batch, t->pad_id, &loss)
-            : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
+            : sft_task_evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
         return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;

@@ -6,8 +6,9 @@ What it pins down (issue 33 follow-up): Trainer._get_num_items_in_batch counts l
 for a causal LM (ForCausalLMLoss shifts the labels, so position 0 is never a target), and the
 model's loss is sum / num_items_in_batch. The window is run with Trainer.training_step (the loss
 the model computes, the backward Trainer does), then clip_grad_norm_ as Trainer does; writes the
-window's logged loss (sum of training_step's returns), grad_norm, and num_items_in_batch to
-tests/fixtures/training/sft_label0.json.
+window's logged loss (sum of training_step's returns), grad_norm, and num_items_in_batch, and
+the eval_loss of all its rows as one evaluation batch (Trainer.prediction_step: the mean over
+labels[..., 1:]) to tests/fixtures/training/sft_label0.json.
 
     /work/venv-ref/bin/python tools/reference/make_sft_label0_fixture.py
 """
@@ -68,14 +69,21 @@ def main():
         for b in batches:
             loss += float(trainer.training_step(model, dict(b), n_items))
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        # eval_loss of the same rows as one evaluation batch, after the window (no optimizer step
+        # was taken): the loss Trainer's evaluation loop takes from prediction_step
+        T = max(len(b["input_ids"][0]) for b in batches)
+        pad = lambda x, v: torch.nn.functional.pad(x, (0, T - x.shape[1]), value=v)  # noqa: E731
+        all_rows = {k: torch.cat([pad(b[k], -100 if k == "labels" else 0) for b in batches])
+                    for k in batches[0]}
+        eval_loss = float(trainer.prediction_step(model, all_rows, prediction_loss_only=True)[0])
     print(f"num_items_in_batch {n_items} (labels incl. position 0: {all_labels}) "
-          f"loss {loss:.6f} grad_norm {grad_norm:.6f}")
+          f"loss {loss:.6f} grad_norm {grad_norm:.6f} eval_loss {eval_loss:.6f}")
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "sft_label0.json")
     with open(path, "w") as f:
         json.dump(dict(model=MODEL, accumulation=ACCUM, micro_batches=mbs,
                        num_items_in_batch=n_items, labels_with_position0=all_labels,
-                       loss=loss, grad_norm=grad_norm, torch_version=torch.__version__,
+                       loss=loss, grad_norm=grad_norm, eval_loss=eval_loss, torch_version=torch.__version__,
                        transformers_version=transformers.__version__), f, separators=(",", ":"))
     os.chmod(path, 0o644)
 
