@@ -1,11 +1,16 @@
 /* Training parity: 5 optimizer steps of SFT (2 micro-batches of accumulation each, padded
  * batches with prompt tokens masked, AdamW with Trainer's decay groups, warm-up + cosine,
  * clipping active) against the same run in PyTorch (tests/fixtures/training, made by
- * tools/reference/make_train_fixtures.py): per-step loss, grad_norm and lr, and final weights. */
+ * tools/reference/make_train_fixtures.py): per-step loss, grad_norm and lr, and final weights.
+ * Then one window of completion rows whose label 0 (the BOS) is set, against transformers'
+ * Trainer (tools/reference/make_sft_label0_fixture.py): position 0 is no target and is not in
+ * num_items_in_batch nor in eval_loss, so loss, grad_norm and eval_loss move if it were
+ * counted. */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
 #include "io/safetensors.h"
+#include "train/sft_task.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -36,7 +41,67 @@ static MicroBatch read_micro_batch(json_t *mb, MicroBatchData *data) {
                         data->labels};
 }
 
+/* One SFT window of tests/fixtures/training/sft_label0.json: loss and grad_norm at 1e-4. */
+static void check_label0_window(void) {
+    json_t *j;
+    if (json_load_path(harness_source_path("tests/fixtures/training/sft_label0.json"), &j) != 0) {
+        CHECK(0, "%s", err_msg());
+        return;
+    }
+    char model_rel[256];
+    snprintf(model_rel, sizeof model_rel, "tests/fixtures/models/%s",
+             json_string_value(json_object_get(j, "model")));
+    Model m;
+    CHECK(model_load(&m, harness_source_path(model_rel)) == 0, "%s", err_msg());
+    TrainerOptions opt = {.learning_rate = 1e-3, .max_grad_norm = 1.0, .total_steps = 1};
+    CHECK(lr_schedule_parse("constant", &opt.schedule) == 0, "schedule");
+    Trainer tr;
+    CHECK(trainer_init(&tr, &m, NULL, &opt) == 0, "%s", err_msg());
+    int accum = (int)json_integer_value(json_object_get(j, "accumulation"));
+    MicroBatch window[8];
+    MicroBatchData data[8];
+    for (int a = 0; a < accum; a++)
+        window[a] = read_micro_batch(json_array_get(json_object_get(j, "micro_batches"), (size_t)a),
+                                     &data[a]);
+    /* eval_loss first, on the weights before the step: every row of the window, one batch */
+    SftExample rows[16];
+    SftDataset val = {.items = rows};
+    for (int a = 0; a < accum; a++)
+        for (int b = 0; b < window[a].batch.batch && val.n < 16; b++) {
+            size_t at = (size_t)b * window[a].batch.t_len;
+            SftExample *e = &rows[val.n++];
+            e->ids = data[a].tokens + at, e->labels = data[a].labels + at, e->len = 0;
+            while (e->len < window[a].batch.t_len && data[a].attn[at + e->len])
+                e->len++;
+        }
+    double eval_loss, want_eval = json_number_value(json_object_get(j, "eval_loss"));
+    CHECK(sft_task_evaluate_nll(&m, &val, (int64_t)val.n, 0, &eval_loss) == 0, "%s", err_msg());
+    CHECK(harness_close(eval_loss, want_eval, 1e-4, 0), "label-0 eval_loss %.7f vs %.7f", eval_loss,
+          want_eval);
+    StepStats st;
+    CHECK(trainer_sft_step(&tr, window, accum, &st) == 0, "step: %s", err_msg());
+    double want_loss = json_number_value(json_object_get(j, "loss"));
+    double want_norm = json_number_value(json_object_get(j, "grad_norm"));
+    size_t want_items = (size_t)json_integer_value(json_object_get(j, "num_items_in_batch"));
+    CHECK(st.tokens == want_items, "label tokens %zu vs num_items_in_batch %zu", st.tokens,
+          want_items);
+    CHECK(harness_close(st.loss, want_loss, 1e-4, 0), "label-0 window loss %.7f vs %.7f", st.loss,
+          want_loss);
+    CHECK(harness_close(st.grad_norm, want_norm, 1e-4, 0), "label-0 window grad_norm %.6f vs %.6f",
+          st.grad_norm, want_norm);
+    printf("label-0 window: %zu label tokens (transformers %zu) loss %.6f (transformers %.6f) "
+           "grad_norm %.5f (transformers %.5f) eval_loss %.6f (transformers %.6f)\n",
+           st.tokens, want_items, st.loss, want_loss, st.grad_norm, want_norm, eval_loss,
+           want_eval);
+    for (int a = 0; a < accum; a++)
+        free(data[a].tokens), free(data[a].attn), free(data[a].labels);
+    trainer_free(&tr);
+    model_free(&m);
+    json_decref(j);
+}
+
 int main(void) {
+    check_label0_window();
     json_t *j;
     if (json_load_path(harness_source_path("tests/fixtures/training/sft_5steps.json"), &j) != 0) {
         fprintf(stderr, "%s\n", err_msg());

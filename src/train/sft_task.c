@@ -61,10 +61,8 @@ static int split_validation(SftDataset *all, const TrainConfig *cfg, SftDataset 
     return 0;
 }
 
-/* Mean negative log-likelihood over every label token of the validation set (over several
- * ranks, batch b is rank b % world's, and the sums are taken over ranks). */
-static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
-                        double *loss) {
+int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
+                          double *loss) {
     size_t *order = xmalloc(val->n * sizeof *order);
     for (size_t i = 0; i < val->n; i++)
         order[i] = i;
@@ -80,8 +78,9 @@ static int evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int
         size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp);
         rc = model_token_logprobs(m, &mb.batch, mb.label_mask, logp);
+        /* position 0 of a row is no target (methods/sft.h, invariant 1): not counted */
         for (size_t i = 0; rc == 0 && i < cells; i++)
-            if (mb.label_mask[i]) sum += logp[i], count++;
+            if (i % (size_t)mb.batch.t_len != 0 && mb.label_mask[i]) sum += logp[i], count++;
         free(logp);
         free_buffers(&buf);
     }
@@ -129,7 +128,7 @@ static int sft_evaluate(void *ctx, Model *m, json_t *entry) {
     double loss;
     if (t->val_bins
             ? sft_packed_evaluate(m, t->val, t->val_bins, t->rows_per_batch, t->pad_id, &loss)
-            : evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
+            : sft_task_evaluate_nll(m, t->val, t->batch_size, t->pad_id, &loss))
         return -1;
     json_object_set_new(entry, "eval_loss", json_real(loss));
     return 0;

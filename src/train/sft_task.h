@@ -5,6 +5,7 @@
 #define RLHF_TRAIN_SFT_TASK_H
 
 #include "config/train_config.h"
+#include "data/sft_dataset.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train_loop.h"
@@ -15,5 +16,12 @@
  * lora) on them. out may be NULL (train_loop_run). Returns 0, or -1 with an error. */
 int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
                  TrainOutcome *out, FILE *log);
+
+/* eval_loss without sample packing: the mean negative log-likelihood over every label token of
+ * val (positions >= 1 of each example: methods/sft.h, invariant 1), in right-padded batches of
+ * batch_size (over several ranks, batch b is rank b % world's, and the sums are taken over
+ * ranks). Returns 0, or -1 with an error. */
+int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
+                          double *loss);
 
 #endif

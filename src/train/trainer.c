@@ -114,8 +114,8 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     Model *m = t->model;
     memset(stats, 0, sizeof *stats);
     for (int i = 0; i < n; i++)
-        stats->tokens +=
-            sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+        stats->tokens += sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch,
+                                          (size_t)mbs[i].batch.t_len);
     /* a failure goes on to the agreement over ranks below rather than returning at once */
     int rc = method->begin_window ? method->begin_window(method->ctx, mbs, n) : 0;
     memset(t->grads, 0, t->n_params * sizeof *t->grads);
@@ -232,8 +232,8 @@ static int sft_begin_window(void *ctx, const MicroBatch *mbs, int n) {
     size_t *window_tokens = ctx;
     double count = 0;
     for (int i = 0; i < n; i++)
-        count += (double)sft_count_labels(mbs[i].label_mask,
-                                          (size_t)mbs[i].batch.batch * mbs[i].batch.t_len);
+        count += (double)sft_count_labels(mbs[i].label_mask, (size_t)mbs[i].batch.batch,
+                                          (size_t)mbs[i].batch.t_len);
     /* HF's num_items_in_batch over several processes: the label tokens of every rank's share */
     dist_allreduce_sum_f64(&count, 1);
     *window_tokens = (size_t)count;
@@ -244,7 +244,7 @@ static int sft_micro_loss(void *ctx, int index, const MicroBatch *mb, const floa
                           const LogitStats *stats, float *dlogp, double *loss) {
     (void)index, (void)stats;
     const size_t *window_tokens = ctx;
-    *loss = sft_loss(logp, mb->label_mask, (size_t)mb->batch.batch * mb->batch.t_len,
+    *loss = sft_loss(logp, mb->label_mask, (size_t)mb->batch.batch, (size_t)mb->batch.t_len,
                      *window_tokens, dlogp);
     return 0;
 }
