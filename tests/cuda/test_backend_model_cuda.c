@@ -2,7 +2,8 @@
  * backend: the forward log-probs of a base model with a LoRA adapter, one SFT step (full
  * fine-tuning: loss, every gradient, clipping, AdamW) and one DPO step (sigmoid loss, the adapter
  * trained with dropout on, the base frozen), from fixed data, each step accumulating the
- * gradients of two micro-batches. The weights, gradients and AdamW's
+ * gradients of two micro-batches, and one GRPO step (check_grpo: a group of fixed completions
+ * sharing their prompt, the adapter trained). The weights, gradients and AdamW's
  * moments live in the backend's memory (model_rebase_params), so every tensor the model touches
  * goes through the table.
  *
