@@ -6,7 +6,7 @@
 # (jansson, libyaml, pcre2, utf8proc, OpenBLAS, protobuf-c, ISA-L) may be missing there. This
 # script builds the CUDA build here (nvcc 13.0, the device's version), portable (no
 # -march=native: the device's CPU is another), without the optional parts that would drag large
-# libraries along (Python, cairo, libmicrohttpd, MPI), and copies beside it every shared library
+# libraries along (Python, cairo, libmicrohttpd, MPI, libcurl), and copies beside it every shared library
 # its binaries need that is not the C runtime, the C++ runtime or CUDA's own (those the device
 # has). The run tool carries the result: `run(command="bash scripts/gpu-check.sh",
 # carry=["build-gpu/bundle"])`; the carry limit is 64 MiB, which this script checks.
@@ -19,7 +19,7 @@ build=${1:-build-gpu}
 
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRLHF_CUDA=ON -DRLHF_NATIVE=OFF \
-    -DRLHF_PYTHON=OFF -DRLHF_CAIRO=OFF -DRLHF_MICROHTTPD=OFF -DRLHF_MPI=OFF > "$build/configure.log"
+    -DRLHF_PYTHON=OFF -DRLHF_CAIRO=OFF -DRLHF_MICROHTTPD=OFF -DRLHF_MPI=OFF -DRLHF_CURL=OFF > "$build/configure.log"
 cmake --build "$build" -j "$(nproc)"
 
 # What travels: bin/ (rlhf and the device tests), lib/ (their shared libraries but the C/C++
