@@ -41,7 +41,8 @@ static MicroBatch read_micro_batch(json_t *mb, MicroBatchData *data) {
                         data->labels};
 }
 
-/* One SFT window of tests/fixtures/training/sft_label0.json: loss and grad_norm at 1e-4. */
+/* One SFT window of tests/fixtures/training/sft_label0.json: loss, grad_norm and eval_loss (one
+ * eval batch, and Trainer.evaluate's batches of eval_batch_size) at 1e-4. */
 static void check_label0_window(void) {
     json_t *j;
     if (json_load_path(harness_source_path("tests/fixtures/training/sft_label0.json"), &j) != 0) {
@@ -78,6 +79,16 @@ static void check_label0_window(void) {
     CHECK(sft_task_evaluate_nll(&m, &val, (int64_t)val.n, 0, &eval_loss) == 0, "%s", err_msg());
     CHECK(harness_close(eval_loss, want_eval, 1e-4, 0), "label-0 eval_loss %.7f vs %.7f", eval_loss,
           want_eval);
+    /* the same rows in eval batches of eval_batch_size (3 + 1 rows, unequal label counts): HF's
+     * Trainer.evaluate weighs each batch's mean by its rows, not one mean over all tokens */
+    double batched, want_batched = json_number_value(json_object_get(j, "eval_loss_batched"));
+    int64_t eval_batch = (int64_t)json_integer_value(json_object_get(j, "eval_batch_size"));
+    CHECK(eval_batch > 0 && (size_t)eval_batch < val.n, "eval_batch_size %lld",
+          (long long)eval_batch);
+    CHECK(sft_task_evaluate_nll(&m, &val, eval_batch, 0, &batched) == 0, "%s", err_msg());
+    CHECK(harness_close(batched, want_batched, 1e-4, 0),
+          "eval_loss in batches of %lld: %.7f vs Trainer.evaluate %.7f", (long long)eval_batch,
+          batched, want_batched);
     StepStats st;
     CHECK(trainer_sft_step(&tr, window, accum, &st) == 0, "step: %s", err_msg());
     double want_loss = json_number_value(json_object_get(j, "loss"));
@@ -90,9 +101,10 @@ static void check_label0_window(void) {
     CHECK(harness_close(st.grad_norm, want_norm, 1e-4, 0), "label-0 window grad_norm %.6f vs %.6f",
           st.grad_norm, want_norm);
     printf("label-0 window: %zu label tokens (transformers %zu) loss %.6f (transformers %.6f) "
-           "grad_norm %.5f (transformers %.5f) eval_loss %.6f (transformers %.6f)\n",
-           st.tokens, want_items, st.loss, want_loss, st.grad_norm, want_norm, eval_loss,
-           want_eval);
+           "grad_norm %.5f (transformers %.5f) eval_loss %.6f (transformers %.6f) "
+           "batched %.6f (Trainer.evaluate %.6f)\n",
+           st.tokens, want_items, st.loss, want_loss, st.grad_norm, want_norm, eval_loss, want_eval,
+           batched, want_batched);
     for (int a = 0; a < accum; a++)
         free(data[a].tokens), free(data[a].attn), free(data[a].labels);
     trainer_free(&tr);

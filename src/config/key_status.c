@@ -161,9 +161,9 @@ static const KeyStatusRow top_rows[] = {
     REFUSE("batch_size", "",
            "rlhf.c does not derive gradient_accumulation_steps from "
            "batch_size: set micro_batch_size and gradient_accumulation_steps"),
-    NOOP("eval_batch_size", "",
-         "rlhf.c evaluates with micro_batch_size; the eval metrics are "
-         "means over examples either way"),
+    NOOP("eval_batch_size", "=micro_batch_size",
+         "rlhf.c evaluates in batches of micro_batch_size; SFT's eval_loss (HF's "
+         "row-weighted mean of each eval batch's mean) can differ with another size"),
     REFUSE("auto_find_batch_size", "false",
            "the batch size must be set: rlhf.c does not search "
            "for one that fits"),

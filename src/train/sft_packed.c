@@ -4,6 +4,7 @@
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "train/data_order.h"
+#include "train/eval_batch_mean.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,7 @@ MicroBatch sft_packed_micro_batch(const SftDataset *ds, const PackedBins *bins, 
 
 int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins,
                         int64_t rows_per_batch, int32_t pad_id, double *loss) {
-    double sums[2] = {0, 0}; /* batch losses x their rows, rows */
+    EvalBatchMean acc = {0};
     int rc = 0;
     size_t per = (size_t)rows_per_batch, n_batches = (bins->n_bins + per - 1) / per;
     size_t *order = xmalloc((bins->n_bins ? bins->n_bins : 1) * sizeof *order);
@@ -95,13 +96,12 @@ int sft_packed_evaluate(Model *m, const SftDataset *val, const PackedBins *bins,
         size_t labels = 0;
         for (size_t i = 0; rc == 0 && i < cells; i++)
             if (rows.labels[i]) sum += logp[i], labels++;
-        if (rc == 0 && labels) sums[0] += -sum / (double)labels * count, sums[1] += count;
+        if (rc == 0) eval_batch_mean_add(&acc, sum, labels, count);
         free(logp);
         sample_packing_rows_free(&rows);
     }
     free(order);
     if (dist_agree(rc) != 0) return -1;
-    dist_allreduce_sum_f64(sums, 2);
-    *loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    *loss = eval_batch_mean_finish(&acc);
     return 0;
 }

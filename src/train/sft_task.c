@@ -6,6 +6,7 @@
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "train/data_order.h"
+#include "train/eval_batch_mean.h"
 #include "train/sft_packed.h"
 #include "train/train_task.h"
 
@@ -66,8 +67,7 @@ int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, i
     size_t *order = xmalloc(val->n * sizeof *order);
     for (size_t i = 0; i < val->n; i++)
         order[i] = i;
-    double sum = 0;
-    size_t count = 0;
+    EvalBatchMean acc = {0};
     int rc = 0;
     size_t stride = (size_t)batch_size * (size_t)dist_size();
     for (size_t first = (size_t)batch_size * (size_t)dist_rank(); first < val->n && rc == 0;
@@ -78,17 +78,18 @@ int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, i
         size_t cells = (size_t)mb.batch.batch * mb.batch.t_len;
         float *logp = xmalloc(cells * sizeof *logp);
         rc = model_token_logprobs(m, &mb.batch, mb.label_mask, logp);
+        double sum = 0;
+        size_t labels = 0;
         /* position 0 of a row is no target (methods/sft.h, invariant 1): not counted */
         for (size_t i = 0; rc == 0 && i < cells; i++)
-            if (i % (size_t)mb.batch.t_len != 0 && mb.label_mask[i]) sum += logp[i], count++;
+            if (i % (size_t)mb.batch.t_len != 0 && mb.label_mask[i]) sum += logp[i], labels++;
+        if (rc == 0) eval_batch_mean_add(&acc, sum, labels, n);
         free(logp);
         free_buffers(&buf);
     }
     free(order);
     if (dist_agree(rc) != 0) return -1;
-    double sums[2] = {sum, (double)count};
-    dist_allreduce_sum_f64(sums, 2);
-    *loss = sums[1] > 0 ? -sums[0] / sums[1] : 0.0;
+    *loss = eval_batch_mean_finish(&acc);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* Supervised fine-tuning (rl unset) as a training task: the SFT dataset (prepared and cached,
  * data/sft_dataset.h), right-padded micro-batches, the mean NLL over the window's label tokens,
- * and evaluation by the mean NLL over every label token of the held-out examples. */
+ * and evaluation by HF's row-weighted mean of each eval batch's mean NLL. */
 #ifndef RLHF_TRAIN_SFT_TASK_H
 #define RLHF_TRAIN_SFT_TASK_H
 
@@ -17,10 +17,11 @@
 int sft_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenizer *tok,
                  TrainOutcome *out, FILE *log);
 
-/* eval_loss without sample packing: the mean negative log-likelihood over every label token of
- * val (positions >= 1 of each example: methods/sft.h, invariant 1), in right-padded batches of
- * batch_size (over several ranks, batch b is rank b % world's, and the sums are taken over
- * ranks). Returns 0, or -1 with an error. */
+/* eval_loss without sample packing, as HF's evaluation loop takes it (train/eval_batch_mean.h):
+ * val in right-padded batches of batch_size (the last may be shorter), each batch's mean negative
+ * log-likelihood over its label tokens (positions >= 1 of each example: methods/sft.h, invariant
+ * 1), weighed by its rows. Over several ranks batch b is rank b % world's, and the sums are taken
+ * over ranks. Returns 0, or -1 with an error. */
 int sft_task_evaluate_nll(Model *m, const SftDataset *val, int64_t batch_size, int32_t pad_id,
                           double *loss);
 

@@ -10,6 +10,13 @@ window's logged loss (sum of training_step's returns), grad_norm, and num_items_
 the eval_loss of all its rows as one evaluation batch (Trainer.prediction_step: the mean over
 labels[..., 1:]) to tests/fixtures/training/sft_label0.json.
 
+It also runs the real Trainer.evaluate on the same rows with per_device_eval_batch_size
+EVAL_BATCH (batches of 3 and 1 rows: unequal label counts, a last partial batch): the evaluation
+loop repeats each batch's mean loss batch-size times and takes the mean over rows
+(trainer.py evaluation_loop, `losses.repeat(batch_size)` ... `losses.mean()`), written as
+eval_loss_batched; eval_loss_token_mean (all label tokens as one mean) is written beside it to
+show the two differ.
+
     /work/venv-ref/bin/python tools/reference/make_sft_label0_fixture.py
 """
 import json
@@ -26,6 +33,7 @@ import make_model_fixtures as mf  # noqa: E402
 OUT = os.path.join(mf.REPO, "tests", "fixtures", "training")
 MODEL = "llama_text"
 ACCUM, BATCH = 2, 2
+EVAL_BATCH = 3
 
 
 def make_micro_batches(vocab, bos, seed=11):
@@ -76,14 +84,35 @@ def main():
         all_rows = {k: torch.cat([pad(b[k], -100 if k == "labels" else 0) for b in batches])
                     for k in batches[0]}
         eval_loss = float(trainer.prediction_step(model, all_rows, prediction_loss_only=True)[0])
+        # the same rows through Trainer.evaluate, EVAL_BATCH rows an eval batch, right-padded
+        rows = []
+        for k in range(all_rows["input_ids"].shape[0]):
+            n = int(all_rows["attention_mask"][k].sum())
+            rows.append({key: all_rows[key][k, :n] for key in all_rows})
+
+        def collate(feats):
+            t = max(len(f["input_ids"]) for f in feats)
+            return {key: torch.stack([torch.nn.functional.pad(f[key], (0, t - len(f[key])),
+                                                              value=-100 if key == "labels" else 0)
+                                      for f in feats]) for key in feats[0]}
+
+        trainer.args.per_device_eval_batch_size = EVAL_BATCH
+        trainer.data_collator = collate
+        eval_loss_batched = float(trainer.evaluate(eval_dataset=rows)["eval_loss"])
+        # the old rule for contrast: one mean over every shifted label token
+        eval_loss_token_mean = eval_loss
+        assert abs(eval_loss_batched - eval_loss_token_mean) > 1e-3, (eval_loss_batched, eval_loss)
     print(f"num_items_in_batch {n_items} (labels incl. position 0: {all_labels}) "
-          f"loss {loss:.6f} grad_norm {grad_norm:.6f} eval_loss {eval_loss:.6f}")
+          f"loss {loss:.6f} grad_norm {grad_norm:.6f} eval_loss {eval_loss:.6f} "
+          f"eval_loss_batched {eval_loss_batched:.6f}")
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "sft_label0.json")
     with open(path, "w") as f:
         json.dump(dict(model=MODEL, accumulation=ACCUM, micro_batches=mbs,
                        num_items_in_batch=n_items, labels_with_position0=all_labels,
-                       loss=loss, grad_norm=grad_norm, eval_loss=eval_loss, torch_version=torch.__version__,
+                       loss=loss, grad_norm=grad_norm, eval_loss=eval_loss, eval_batch_size=EVAL_BATCH,
+                       eval_loss_batched=eval_loss_batched, eval_loss_token_mean=eval_loss_token_mean,
+                       torch_version=torch.__version__,
                        transformers_version=transformers.__version__), f, separators=(",", ":"))
     os.chmod(path, 0o644)
 
