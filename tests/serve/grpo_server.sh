@@ -15,19 +15,7 @@
 # 4. /generate/ takes vLLM's stop_token_ids and ignore_eos.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2> /dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-model=$src/tests/fixtures/models/llama_text
-fail() {
-    echo "FAILED: $*"
-    exit 1
-}
+. "$src/tests/serve/grpo_common.sh"
 
 # `rlhf serve` on a free port, started from this shell (so that `wait` has its exit status):
 # sets $server (its pid) and $port
@@ -45,31 +33,6 @@ start_server() {
         sleep 0.1
     done
     [ -n "$port" ] || fail "rlhf serve printed no port"
-}
-
-for i in $(seq 0 7); do echo "{\"prompt\": \"Q$i: add $i and 2\"}"; done > "$work/prompts.jsonl"
-config() { # config NAME EXTRA_TRL_LINES [EXTRA_TOP_LINES]
-    cat > "$work/$1.yaml" << EOF
-base_model: $model
-rl: grpo
-datasets:
-  - path: $work/prompts.jsonl
-trl:
-  num_generations: 4
-  max_completion_length: 8
-  reward_funcs: [{function: builtin.format, pattern: "^[ a-z]", match: search}]
-  temperature: 0.9
-  top_k: 20
-  log_completions: true
-  num_completions_to_print: 0
-$2
-micro_batch_size: 8
-max_steps: 2
-learning_rate: 5e-2
-logging_steps: 1
-seed: 5
-${3:-}
-EOF
 }
 
 start_server

@@ -10,46 +10,10 @@
 #    vllm.dtype: float16, a port that is not a number.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd)
-work=$(mktemp -d)
-server=
-cleanup() {
-    [ -n "$server" ] && kill -KILL "$server" 2> /dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-model=$src/tests/fixtures/models/llama_text
-fail() {
-    echo "FAILED: $*"
-    exit 1
-}
+. "$src/tests/serve/grpo_common.sh"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 
-for i in $(seq 0 7); do echo "{\"prompt\": \"Q$i: add $i and 2\"}"; done > "$work/prompts.jsonl"
-config() { # config NAME TRL_EXTRA VLLM_BLOCK
-    cat > "$work/$1.yaml" << EOF
-base_model: $model
-rl: grpo
-datasets:
-  - path: $work/prompts.jsonl
-trl:
-  num_generations: 4
-  max_completion_length: 8
-  reward_funcs: [{function: builtin.format, pattern: "^[ a-z]", match: search}]
-  temperature: 0.9
-  top_k: 20
-  log_completions: true
-  num_completions_to_print: 0
-$2
-micro_batch_size: 8
-max_steps: 2
-learning_rate: 5e-2
-logging_steps: 1
-seed: 5
-$3
-EOF
-}
 vllm_block="vllm:
   host: 127.0.0.1
   port: $port
@@ -67,6 +31,7 @@ config local "" ""
 # 1. the server from the YAML, on vllm.host:vllm.port
 "$rlhf" vllm-serve "$work/grpo.yaml" > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
+pids+=("$server")
 for _ in $(seq 300); do
     grep -q "listening on http://127.0.0.1:$port " "$work/serve.out" && break
     kill -0 "$server" 2> /dev/null || { cat "$work/serve.err"; fail "rlhf vllm-serve exited"; }
@@ -113,7 +78,7 @@ echo "ok: vllm.max_model_len 64 is the server's context"
 kill -TERM "$server"
 rc=0
 wait "$server" || rc=$?
-server=
+pids=() # it has exited: nothing left to kill at exit
 [ "$rc" -eq 0 ] || { cat "$work/serve.err"; fail "rlhf vllm-serve exited $rc after SIGTERM"; }
 
 # 3. refusals naming the key; nothing listens
