@@ -25,20 +25,12 @@
 #include <string.h>
 
 static void check_gradients(const char *adapter) {
-    char dir[512], path[600];
-    snprintf(dir, sizeof dir, "tests/fixtures/lora/%s", adapter);
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref;
-    CHECK(json_load_path(harness_source_path(path), &ref) == 0, "%s", err_msg());
-    char base[64], base_dir[512], adir[4096];
-    snprintf(base, sizeof base, "%s", json_string_value(json_object_get(ref, "base")));
-    json_decref(ref);
-    snprintf(base_dir, sizeof base_dir, "tests/fixtures/models/%s", base);
-    snprintf(adir, sizeof adir, "%s", harness_source_path(dir));
+    char base[64], base_dir[4096], adir[4096];
+    frozen_base_fixture(adapter, base, sizeof base, base_dir, adir);
 
     Model rounded, half;
-    CHECK(model_load(&rounded, harness_source_path(base_dir)) == 0, "%s", err_msg());
-    CHECK(model_load(&half, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    CHECK(model_load(&rounded, base_dir) == 0, "%s", err_msg());
+    CHECK(model_load(&half, base_dir) == 0, "%s", err_msg());
     for (size_t i = 0; i < rounded.n_params; i++) /* the fp32 copy of the rounded weights */
         rounded.params[i] = bf16_to_f32(f32_to_bf16(rounded.params[i]));
     CHECK(model_store_bf16(&half) == 0 && half.params == NULL, "%s", err_msg());
@@ -46,25 +38,7 @@ static void check_gradients(const char *adapter) {
     CHECK(lora_load(&a, &rounded.cfg, adir) == 0, "%s: %s", adapter, err_msg());
     rounded.lora = half.lora = &a;
 
-    TokenBatch b = frozen_base_batch(base);
-    size_t cells = (size_t)b.batch * b.t_len;
-    float *lp32 = calloc(cells, sizeof *lp32), *lp16 = calloc(cells, sizeof *lp16);
-    float *g32 = frozen_base_adapter_grads(&rounded, &a, &b, lp32),
-          *g16 = frozen_base_adapter_grads(&half, &a, &b, lp16);
-    double lp_err = 0;
-    for (size_t i = 0; i < cells; i++)
-        if (b.attn_mask[i] && i % b.t_len) lp_err = fmax(lp_err, fabs(lp32[i] - lp16[i]));
-    CHECK(lp_err <= 1e-4, "%s: log-probs over the bf16 base off by %.3g", adapter, lp_err);
-    for (int t = 0; t < a.n_info; t++) {
-        const float *x = g32 + a.info[t].offset, *y = g16 + a.info[t].offset;
-        double scale = 0, err = 0;
-        for (size_t k = 0; k < a.info[t].numel; k++)
-            scale = fmax(scale, fabs(x[k])), err = fmax(err, fabs(x[k] - y[k]));
-        CHECK(scale > 0 && err <= 1e-5 * scale, "%s: %s over the bf16 base off by %.3g (max %.3g)",
-              adapter, a.info[t].name, err, scale);
-    }
-    free(g32), free(g16), free(lp32), free(lp16);
-    free((void *)b.tokens), free((void *)b.attn_mask);
+    frozen_base_check_adapter(&rounded, &half, &a, base, adapter, "bf16");
     lora_free(&a);
     model_free(&rounded);
     model_free(&half);

@@ -50,20 +50,12 @@ static void fill_reference(Model *ref, const Model *q) {
 }
 
 static void check_gradients(const char *adapter) {
-    char dir[512], path[600];
-    snprintf(dir, sizeof dir, "tests/fixtures/lora/%s", adapter);
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    json_t *ref;
-    CHECK(json_load_path(harness_source_path(path), &ref) == 0, "%s", err_msg());
-    char base[64], base_dir[512], adir[4096];
-    snprintf(base, sizeof base, "%s", json_string_value(json_object_get(ref, "base")));
-    json_decref(ref);
-    snprintf(base_dir, sizeof base_dir, "tests/fixtures/models/%s", base);
-    snprintf(adir, sizeof adir, "%s", harness_source_path(dir));
+    char base[64], base_dir[4096], adir[4096];
+    frozen_base_fixture(adapter, base, sizeof base, base_dir, adir);
 
     Model plain, quant;
-    CHECK(model_load(&plain, harness_source_path(base_dir)) == 0, "%s", err_msg());
-    CHECK(model_load(&quant, harness_source_path(base_dir)) == 0, "%s", err_msg());
+    CHECK(model_load(&plain, base_dir) == 0, "%s", err_msg());
+    CHECK(model_load(&quant, base_dir) == 0, "%s", err_msg());
     CHECK(model_store_nf4(&quant, true) == 0 && quant.params == NULL && quant.nf4 != NULL, "%s",
           err_msg());
     CHECK(quant.layers[0].wq == NULL && quant.layers[0].wq16 == NULL && quant.layers[0].wq4,
@@ -76,23 +68,7 @@ static void check_gradients(const char *adapter) {
     CHECK(lora_load(&a, &plain.cfg, adir) == 0, "%s: %s", adapter, err_msg());
     plain.lora = quant.lora = &a;
 
-    TokenBatch b = frozen_base_batch(base);
-    size_t cells = (size_t)b.batch * b.t_len;
-    float *lp32 = calloc(cells, sizeof *lp32), *lp4 = calloc(cells, sizeof *lp4);
-    float *g32 = frozen_base_adapter_grads(&plain, &a, &b, lp32),
-          *g4 = frozen_base_adapter_grads(&quant, &a, &b, lp4);
-    double lp_err = 0;
-    for (size_t i = 0; i < cells; i++)
-        if (b.attn_mask[i] && i % b.t_len) lp_err = fmax(lp_err, fabs(lp32[i] - lp4[i]));
-    CHECK(lp_err <= 1e-4, "%s: log-probs over the NF4 base off by %.3g", adapter, lp_err);
-    for (int t = 0; t < a.n_info; t++) {
-        const float *x = g32 + a.info[t].offset, *y = g4 + a.info[t].offset;
-        double scale = 0, err = 0;
-        for (size_t k = 0; k < a.info[t].numel; k++)
-            scale = fmax(scale, fabs(x[k])), err = fmax(err, fabs(x[k] - y[k]));
-        CHECK(scale > 0 && err <= 1e-5 * scale, "%s: %s over the NF4 base off by %.3g (max %.3g)",
-              adapter, a.info[t].name, err, scale);
-    }
+    frozen_base_check_adapter(&plain, &quant, &a, base, adapter, "NF4");
     err_clear();
     CHECK(lora_merge(&quant, &a) != 0, "merging into the NF4 base is refused");
     err_clear();
@@ -120,9 +96,6 @@ static void check_gradients(const char *adapter) {
     CHECK(fabs(plan.weights - lora_bytes - held) < 1, "%s: plan %.0f bytes, the model holds %.0f",
           adapter, plan.weights - lora_bytes, held);
     train_config_free(&cfg);
-
-    free(g32), free(g4), free(lp32), free(lp4);
-    free((void *)b.tokens), free((void *)b.attn_mask);
     lora_free(&a);
     model_free(&plain);
     model_free(&quant);
