@@ -381,15 +381,7 @@ static void test_sync_errors(void) {
 
 int main(void) {
     snprintf(dir, sizeof dir, "%s", harness_tmpdir());
-    char rows[4096];
-    size_t n = 0;
-    for (int i = 0; i < 12; i++)
-        n += (size_t)snprintf(rows + n, sizeof rows - n,
-                              "{\"prompt\": \"Q%d: add %d and %d\", \"answer\": \"%d\"}\n", i, i,
-                              i + 2, 2 * i + 2);
-    char path[4300];
-    snprintf(path, sizeof path, "%s/prompts.jsonl", dir);
-    harness_write_file(path, rows, n);
+    harness_write_grpo_prompts(); /* dir/prompts.jsonl, which write_config names */
     test_sync_errors();
     if (!py_embed_compiled()) {
         write_module("trl_fixed", TRL_FIXED);
