@@ -31,47 +31,6 @@ static const uint16_t *half_of(const Model *m, const float *p, const uint16_t *h
     return p ? half + (p - m->params) : NULL;
 }
 
-int model_store_bf16(Model *m) {
-    if (!m->params) return err_set("the model's weights are already stored in bf16");
-    uint16_t *half = xmalloc_checked(m->n_params * sizeof *half, "bf16 weights");
-    if (!half) return -1;
-    size_t n_small;
-    size_t *at = small_offsets(m, &n_small);
-    float *small = xmalloc((n_small ? n_small : 1) * sizeof *small);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < m->n_params; i++)
-        half[i] = f32_to_bf16(m->params[i]);
-    for (int i = 0; i < m->n_param_tensors; i++)
-        if (at[i] != SIZE_MAX)
-            bf16_widen(small + at[i], half + m->param_info[i].offset, m->param_info[i].numel);
-
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        LayerWeights *w = &m->layers[l];
-        float **matrices[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        const uint16_t **halves[] = {&w->wq16,     &w->wk16,   &w->wv16,    &w->wo16,
-                                     &w->w_gate16, &w->w_up16, &w->w_down16};
-        for (int k = 0; k < 7; k++) {
-            *halves[k] = half_of(m, *matrices[k], half);
-            *matrices[k] = NULL;
-        }
-        float **vectors[] = {&w->input_norm, &w->bq,     &w->bk,     &w->bv,
-                             &w->bo,         &w->q_norm, &w->k_norm, &w->post_norm,
-                             &w->b_gate,     &w->b_up,   &w->b_down};
-        for (size_t k = 0; k < sizeof vectors / sizeof *vectors; k++)
-            *vectors[k] = small_copy(m, *vectors[k], small, at);
-    }
-    m->final_norm = small_copy(m, m->final_norm, small, at);
-    m->embed16 = half_of(m, m->embed, half);
-    m->lm_head16 = half_of(m, m->lm_head, half);
-    m->embed = m->lm_head = NULL;
-    free(at);
-    free(m->params);
-    m->params = NULL;
-    m->params16 = half;
-    m->params_small = small;
-    return 0;
-}
-
 /* Widens the norms and biases into `small` (laid out by `at`) from their bf16 rounding, and
  * points every 1-D tensor pointer at its copy. */
 static void move_vectors(Model *m, float *small, const size_t *at) {
@@ -88,6 +47,44 @@ static void move_vectors(Model *m, float *small, const size_t *at) {
             *vectors[k] = small_copy(m, *vectors[k], small, at);
     }
     m->final_norm = small_copy(m, m->final_norm, small, at);
+}
+
+/* The last step of both conversions: the fp32 parameters freed, the model holding `half` and
+ * `small` instead (at, the layout of small, is no longer needed). */
+static void adopt_frozen_storage(Model *m, uint16_t *half, float *small, size_t *at) {
+    m->embed = m->lm_head = NULL;
+    free(at);
+    free(m->params);
+    m->params = NULL;
+    m->params16 = half;
+    m->params_small = small;
+}
+
+int model_store_bf16(Model *m) {
+    if (!m->params) return err_set("the model's weights are already stored in bf16");
+    uint16_t *half = xmalloc_checked(m->n_params * sizeof *half, "bf16 weights");
+    if (!half) return -1;
+    size_t n_small;
+    size_t *at = small_offsets(m, &n_small);
+    float *small = xmalloc((n_small ? n_small : 1) * sizeof *small);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < m->n_params; i++)
+        half[i] = f32_to_bf16(m->params[i]);
+    move_vectors(m, small, at);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *w = &m->layers[l];
+        float **matrices[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        const uint16_t **halves[] = {&w->wq16,     &w->wk16,   &w->wv16,    &w->wo16,
+                                     &w->w_gate16, &w->w_up16, &w->w_down16};
+        for (int k = 0; k < 7; k++) {
+            *halves[k] = half_of(m, *matrices[k], half);
+            *matrices[k] = NULL;
+        }
+    }
+    m->embed16 = half_of(m, m->embed, half);
+    m->lm_head16 = half_of(m, m->lm_head, half);
+    adopt_frozen_storage(m, half, small, at);
+    return 0;
 }
 
 int model_store_bf16_except_matrices(Model *m) {
@@ -110,11 +107,6 @@ int model_store_bf16_except_matrices(Model *m) {
     move_vectors(m, small, at);
     m->embed16 = half;
     m->lm_head16 = tied ? half : half + vh;
-    m->embed = m->lm_head = NULL;
-    free(at);
-    free(m->params);
-    m->params = NULL;
-    m->params16 = half;
-    m->params_small = small;
+    adopt_frozen_storage(m, half, small, at);
     return 0;
 }
