@@ -49,6 +49,19 @@ struct CacheKeys {
     }
 };
 
+// The scaled score q · key c, or -inf for a key past n_keys or hidden from this query; the dot
+// product sums over d in order, so the forward and both backward passes score a key alike.
+template <class Keys>
+__device__ __forceinline__ float key_score(const float *q_row, const Keys &keys, int c, int n_keys,
+                                           int hd, float scale) {
+    if (c >= n_keys || !keys.visible(c)) return -INFINITY;
+    const float *kk = keys.key(c);
+    float dot = 0.0f;
+    for (int d = 0; d < hd; d++)
+        dot += q_row[d] * kk[d];
+    return dot * scale;
+}
+
 // o[0..hd) = softmax(q · keys / sqrt(hd)) · values over keys first..n_keys-1 that are visible,
 // for the whole block (every thread calls it; it holds barriers). q_row: the query in shared
 // memory (hd floats, written before a barrier); probs: ATTN_THREADS floats and scratch:
@@ -61,14 +74,7 @@ __device__ __forceinline__ void attend_row(float *o, const float *q_row, const K
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     for (int tile = first; tile < n_keys; tile += ATTN_THREADS) {
         int c = tile + t;
-        float score = -INFINITY;
-        if (c < n_keys && keys.visible(c)) {
-            const float *kk = keys.key(c);
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++)
-                dot += q_row[d] * kk[d];
-            score = dot * scale;
-        }
+        float score = key_score(q_row, keys, c, n_keys, hd, scale);
         float m_new = fmaxf(m, block_max<ATTN_THREADS>(score, scratch));
         if (m_new == -INFINITY) continue; // a tile the window hides wholly (the same in all)
         float e = score == -INFINITY ? 0.0f : expf(score - m_new);
@@ -174,14 +180,7 @@ __global__ void __launch_bounds__(32)
     float m = -INFINITY, l = 0.0f;
     for (int tile = 0; tile < n_keys; tile += 32) { // pass 1: the softmax's max and sum
         int c = tile + lane;
-        float score = -INFINITY;
-        if (c < n_keys && keys.visible(c)) {
-            const float *kk = keys.key(c);
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++)
-                dot += q_row[d] * kk[d];
-            score = dot * scale;
-        }
+        float score = key_score(q_row, keys, c, n_keys, hd, scale);
         float m_new = fmaxf(m, warp_max(score));
         if (m_new == -INFINITY) continue;
         float e = score == -INFINITY ? 0.0f : expf(score - m_new);
@@ -198,11 +197,8 @@ __global__ void __launch_bounds__(32)
             int c = tile + lane;
             float p = 0.0f, dp = 0.0f;
             if (c < n_keys && keys.visible(c)) {
-                const float *kk = keys.key(c), *vv = keys.value(c);
-                float dot = 0.0f;
-                for (int d = 0; d < hd; d++)
-                    dot += q_row[d] * kk[d];
-                p = expf(dot * scale - lse);
+                const float *vv = keys.value(c);
+                p = expf(key_score(q_row, keys, c, n_keys, hd, scale) - lse);
                 for (int d = 0; d < hd; d++)
                     dp += do_row[d] * vv[d];
             }
