@@ -6,7 +6,7 @@
 #
 # Prepared on the CPU machine first: `bash scripts/gpu-bundle.sh` builds the CUDA build there and
 # packs its binaries and libraries into build-gpu/bundle, then
-#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu/bundle"], timeout_s=590)
+#   run(command="bash scripts/gpu-check.sh", carry=["build-gpu/bundle.tar.xz"], timeout_s=...)
 # The device reaches no package registry, so the bundle is what runs when the project's Debian
 # libraries are missing there; where they are present, this script also builds the tree there
 # with ninja and runs the fresh build's device tests instead.
@@ -16,6 +16,8 @@ root=$PWD
 logs=${OUT:-$root/gpu-check-logs}
 mkdir -p "$logs"
 bundle=${RLHF_GPU_BUNDLE:-build-gpu/bundle}
+# carried packed (gpu-bundle.sh): unpacked beside itself
+[ -d "$bundle" ] || [ ! -f "$bundle.tar.xz" ] || tar -C "$(dirname "$bundle")" -xJf "$bundle.tar.xz"
 summary=()
 note() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
 
@@ -31,14 +33,20 @@ nvcc --version 2>&1 | tail -1
 note "nvcc" "$(nvcc --version 2>/dev/null | tail -1 | sed 's/^Build //' || echo missing)"
 lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)):' | sed 's/  */ /g'
 
-# cuBLASLt: the CUDA toolkit's, else the pip wheel's (nvidia-cublas, which PyTorch brings).
+# cuBLASLt and the CUDA runtime: the toolkit's, else the pip wheels' (nvidia-cublas,
+# nvidia-cuda-runtime, which PyTorch brings), every folder that holds one.
+export PATH=$PATH:/usr/local/cuda/bin
 cuda_lib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libcublasLt.so" ] || compgen -G "$d/libcublasLt.so.*" > /dev/null && cuda_lib=$d && break
+    compgen -G "$d/libcublasLt.so*" > /dev/null && cuda_lib=$d && break
 done
-pip_cublas=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null || true)
-echo "cuBLASLt: toolkit ${cuda_lib:-none}; pip wheel ${pip_cublas:-none}"
-note "cublasLt" "${cuda_lib:-${pip_cublas:-not found}}"
+pip_cuda=$(python3 -c '
+import os, nvidia
+dirs = {root for base in nvidia.__path__ for root, _, files in os.walk(base)
+        if any(f.startswith(("libcudart.so", "libcublasLt.so", "libcublas.so")) for f in files)}
+print(":".join(sorted(dirs)))' 2> /dev/null || true)
+echo "cuBLASLt: toolkit ${cuda_lib:-none}; pip wheels ${pip_cuda:-none}"
+note "cublasLt" "${cuda_lib:-${pip_cuda:-not found}}"
 
 section "build here (ninja)"
 built=""
@@ -77,13 +85,19 @@ else
     printf '\n==== summary ====\n'; printf '%s\n' "${summary[@]}"
     exit 1
 fi
-export LD_LIBRARY_PATH="$root/$bundle/lib:${cuda_lib}:${pip_cublas}:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$root/$bundle/lib:${cuda_lib}:${pip_cuda}:${LD_LIBRARY_PATH:-}"
+for b in "$bindir"/*; do # a library the binaries cannot find, named before anything runs
+    [ -f "$b" ] && [ -x "$b" ] && ldd "$b" 2>&1 | grep 'not found' | sed "s|^|$(basename "$b"): |"
+done | sort -u | head -5
 export RLHF_TEST_SOURCE_DIR=$root RLHF_TEST_BINARY_DIR=$root/$bindir
 echo "$(wc -l < "$tests") device tests"
 
 section "device tests, twice"
 failed=0
 while read -r label name bin args; do
+    # the gpu-emu tests run in every CI run; on the device only when asked (their CPU time
+    # buys nothing there)
+    [ "$label" = gpu ] || [ -n "${RLHF_GPU_CHECK_EMU:-}" ] || continue
     for run in 1 2; do
         start=$(date +%s%N)
         timeout 120 "$bin" $args > "$logs/$name.$run.log" 2>&1
@@ -96,12 +110,27 @@ while read -r label name bin args; do
     note "$name ($label)" "$(tail -1 "$logs/$name.1.log" | cut -c1-60) / rc $rc"
 done < "$tests"
 
+section "benchmarks"
+# bench/gpu_*.sh, each printing its own table (bench/gpu_step.sh: DPO steps and decoding beside
+# PyTorch eager). Before the sanitizers: the figures matter more when the lease runs short.
+ran=0
+for b in bench/gpu_*.sh; do
+    [ -e "$b" ] || continue
+    timeout 300 bash "$b" "$bindir" 2>&1 | tee "$logs/$(basename "$b").log" | tail -24
+    ran=$((ran + 1))
+done
+note "benchmarks" "$ran run"
+
 section "compute-sanitizer (memcheck, racecheck) on the gpu tests"
 if command -v compute-sanitizer > /dev/null; then
     while read -r label name bin args; do
         [ "$label" = gpu ] || continue
-        for tool in memcheck racecheck; do
-            timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" $args \
+        # racecheck (shared-memory hazards) on the kernels' own test only: the model steps
+        # launch the same kernels, and racecheck is the slow tool
+        tools=memcheck
+        [ "$name" = test_backend_ops_cuda ] && tools="memcheck racecheck"
+        for tool in $tools; do
+            timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" $args \
                 > "$logs/$name.$tool.log" 2>&1
             rc=$?
             echo "$name $tool: rc $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$logs/$name.$tool.log") clean summaries)"
@@ -112,16 +141,6 @@ if command -v compute-sanitizer > /dev/null; then
 else
     note "compute-sanitizer" "not on PATH"
 fi
-
-section "benchmarks"
-# bench/gpu_*.sh, each printing its own table (none yet: the CUDA Backend is still to come).
-ran=0
-for b in bench/gpu_*.sh; do
-    [ -e "$b" ] || continue
-    timeout 240 bash "$b" "$bindir" 2>&1 | tee "$logs/$(basename "$b").log" | tail -20
-    ran=$((ran + 1))
-done
-note "benchmarks" "$ran run"
 
 printf '\n==== summary ====\n'
 printf '%s\n' "${summary[@]}"

@@ -5,6 +5,7 @@
 // maximum m and sum l, flash-attention's rescaling) keeps fp32 statistics, and each thread
 // accumulates output dims d = t, t + ATTN_THREADS over the tile's keys in key order. Every sum has
 // a fixed order: bitwise reproducible, no atomics.
+#include "kernels/cuda/attention_tiled.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -309,6 +310,9 @@ extern "C" int cuda_attention_forward(float *out, const float *q, const float *k
                                       int window, void *stream) {
     if (hd <= 0 || hd > CUDA_ATTENTION_MAX_HD || n_kv_heads <= 0 || n_heads % n_kv_heads)
         return (int)cudaErrorInvalidValue;
+    if (hd <= TILED_HD)
+        return cuda_attention_tiled_forward(out, q, k, v, segs, n_segs, max_len, seq_index,
+                                            n_heads, n_kv_heads, hd, window, stream);
     if (n_segs <= 0 || max_len <= 0) return 0;
     return (int)CUDA_LAUNCH(attention_forward_kernel, dim3(n_segs, max_len, n_heads), ATTN_THREADS,
                             0, (cudaStream_t)stream, out, q, k, v, segs, seq_index, n_heads,
@@ -335,6 +339,10 @@ extern "C" int cuda_attention_backward(float *dq, float *dk, float *dv, const fl
                                        void *stream) {
     if (hd <= 0 || hd > CUDA_ATTENTION_MAX_HD || n_kv_heads <= 0 || n_heads % n_kv_heads)
         return (int)cudaErrorInvalidValue;
+    if (hd <= TILED_HD)
+        return cuda_attention_tiled_backward(dq, dk, dv, dout, q, k, v, segs, n_segs, max_len,
+                                             seq_index, n_rows, n_heads, n_kv_heads, hd, window,
+                                             stats_scratch, stream);
     if (n_rows <= 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
     float scale = 1.0f / sqrtf((float)hd);

@@ -4,6 +4,7 @@
 set(RLHF_CUDA_OWN_KERNELS
   adamw.cu
   attention.cu
+  attention_tiled.cu
   elementwise.cu
   embedding.cu
   logprob.cu

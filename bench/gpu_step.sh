@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# rlhf.c's CUDA backend beside PyTorch eager on a lent GPU (issue 29), one run: the card's two
+# ceilings (copy bandwidth, bf16 and fp32 matrix rates, measured now), then for each shape a DPO
+# step (bench_backend_step_cuda and bench/gpu_torch_step.py, the same rows) and batch-1 decoding,
+# then a table of ratios and MFU. scripts/gpu-check.sh runs it as `bash bench/gpu_step.sh BINDIR`;
+# the JSON lines go to $OUT/gpu_step.jsonl (or ./gpu-check-logs).
+#
+# Shapes: Qwen2.5-0.5B and 1.5B (bench/shapes/), 8 pairs (16 rows) x 512 tokens, random weights.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bindir=${1:-build-gpu}
+bench=${GPU_STEP_BENCH:-$bindir/bench_backend_step_cuda}
+[ -x "$bench" ] || bench=$bindir/bench/bench_backend_step_cuda
+logs=${OUT:-$PWD/gpu-check-logs}
+mkdir -p "$logs"
+out=$logs/gpu_step.jsonl
+: > "$out"
+export PYTHONUNBUFFERED=1
+
+timeout 60 python3 bench/gpu_torch_step.py --ceilings 2>> "$logs/gpu_step.err" | tee -a "$out"
+# "shape rows seq_len steps decode_tokens", ';'-separated (GPU_STEP_SPECS overrides: a smoke
+# test of this script on the CPU uses the tiny shape and bench_backend_step_emu)
+IFS=';' read -ra specs <<< "${GPU_STEP_SPECS:-qwen2.5-0.5b 16 512 3 64;qwen2.5-1.5b 16 512 2 32}"
+for spec in "${specs[@]}"; do
+    read -r shape rows t steps decode <<< "$spec"
+    cfg=bench/shapes/$shape.json
+    echo "== $shape: rlhf.c (CUDA backend, fp32)"
+    # then one more step op by op (bench/op_timer.h): where the time goes
+    timeout 150 "$bench" "$cfg" "$rows" "$t" "$steps" "$decode" 1 2>> "$logs/gpu_step.err" |
+        sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
+    echo "== $shape: PyTorch eager"
+    timeout 150 python3 bench/gpu_torch_step.py "$cfg" "$rows" "$t" "$steps" "$decode" \
+        2>> "$logs/gpu_step.err" | sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
+done
+tail -5 "$logs/gpu_step.err"
+
+python3 - "$out" << 'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ceil = next((r for r in rows if r["bench"] == "ceilings"), {})
+bf16, fp32 = ceil.get("bf16_tflop_s"), ceil.get("fp32_no_tf32_tflop_s")
+copy = ceil.get("copy_tb_s")
+print(f"\n{ceil.get('gpu', '?')}: copy {copy} TB/s, bf16 GEMM {bf16} TFLOP/s, fp32 (no TF32) {fp32} TFLOP/s")
+print(f"{'shape':14} {'what':30} {'step s':>8} {'tok/s':>9} {'TFLOP/s':>8} {'MFU bf16':>8} {'MFU 989':>8} {'MFU fp32':>8}")
+for r in rows:
+    if r["bench"] != "dpo_step":
+        continue
+    what = r["backend"] + " " + r.get("precision", "fp32")
+    tf = r["tflop_s"]
+    mfu = lambda peak: f"{100 * tf / peak:.1f}%" if peak else "-"
+    print(f"{r['shape']:14} {what:30} {r['step_s']:8.3f} {r['tokens_per_s']:9.0f} {tf:8.1f} "
+          f"{mfu(bf16):>8} {mfu(989):>8} {mfu(fp32):>8}")
+for shape in sorted({r["shape"] for r in rows if "shape" in r}):
+    ours = next((r for r in rows if r.get("shape") == shape and r["bench"] == "dpo_step"
+                 and r["backend"] != "torch-eager"), None)
+    for r in rows:
+        if ours and r.get("shape") == shape and r["bench"] == "dpo_step" and r["backend"] == "torch-eager":
+            print(f"{shape:14} rlhf.c / torch {r['precision']:15} speed ratio {r['step_s'] / ours['step_s']:.2f}x")
+print(f"\n{'shape':14} {'decode':30} {'ms/token':>9} {'GB/s':>8} {'of copy bw':>10}")
+for r in rows:
+    if r["bench"] == "decode":
+        what = r["backend"] + " " + r.get("precision", "fp32")
+        share = f"{100 * r['achieved_gb_s'] / (copy * 1000):.0f}%" if copy else "-"
+        print(f"{r['shape']:14} {what:30} {r['ms_per_token']:9.3f} {r['achieved_gb_s']:8.0f} {share:>10}")
+EOF
