@@ -32,13 +32,27 @@ enum {
     N_TIMED
 };
 
-static const char *const op_names[N_TIMED] = {
-    "linear",      "linear_backward",    "lora",           "lora_backward",
-    "rmsnorm",     "rmsnorm_backward",   "rope",           "rope_backward",
-    "swiglu",      "swiglu_backward",    "attention",      "attention_backward",
-    "attention_cached", "logprob",       "logprob_backward", "embedding_gather",
-    "embedding_scatter_add", "rows_gather", "rows_scatter_add", "adamw",
-    "sum_squares"};
+static const char *const op_names[N_TIMED] = {"linear",
+                                              "linear_backward",
+                                              "lora",
+                                              "lora_backward",
+                                              "rmsnorm",
+                                              "rmsnorm_backward",
+                                              "rope",
+                                              "rope_backward",
+                                              "swiglu",
+                                              "swiglu_backward",
+                                              "attention",
+                                              "attention_backward",
+                                              "attention_cached",
+                                              "logprob",
+                                              "logprob_backward",
+                                              "embedding_gather",
+                                              "embedding_scatter_add",
+                                              "rows_gather",
+                                              "rows_scatter_add",
+                                              "adamw",
+                                              "sum_squares"};
 
 static const Backend *inner;
 static Backend timed;
@@ -78,7 +92,8 @@ static void linear(const Backend *be, float *out, const float *in, WeightRef w,
 static void linear_backward(const Backend *be, float *din, float *dw, float *dbias,
                             const float *dout, const float *in, WeightRef w, int n, int in_dim,
                             int out_dim) {
-    TIMED(T_LINEAR_BWD, inner->linear_backward(be, din, dw, dbias, dout, in, w, n, in_dim, out_dim));
+    TIMED(T_LINEAR_BWD,
+          inner->linear_backward(be, din, dw, dbias, dout, in, w, n, in_dim, out_dim));
 }
 static void lora(const Backend *be, float *out, const float *in, const float *A, const float *B,
                  int n, int in_dim, int out_dim, int r, float scaling, float dropout_p,
@@ -114,9 +129,9 @@ static void swiglu_backward(const Backend *be, float *dgate, float *dup, const f
                             const float *gate, const float *up, size_t n) {
     TIMED(T_SWIGLU_BWD, inner->swiglu_backward(be, dgate, dup, dout, gate, up, n));
 }
-static void attention(const Backend *be, float *out, const float *q, const float *k,
-                      const float *v, const AttnSegment *segs, int n_segs, const int32_t *seq,
-                      int nh, int nkv, int hd, int window) {
+static void attention(const Backend *be, float *out, const float *q, const float *k, const float *v,
+                      const AttnSegment *segs, int n_segs, const int32_t *seq, int nh, int nkv,
+                      int hd, int window) {
     TIMED(T_ATTN, inner->attention(be, out, q, k, v, segs, n_segs, seq, nh, nkv, hd, window));
 }
 static void attention_backward(const Backend *be, float *dq, float *dk, float *dv,

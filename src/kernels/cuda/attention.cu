@@ -311,8 +311,8 @@ extern "C" int cuda_attention_forward(float *out, const float *q, const float *k
     if (hd <= 0 || hd > CUDA_ATTENTION_MAX_HD || n_kv_heads <= 0 || n_heads % n_kv_heads)
         return (int)cudaErrorInvalidValue;
     if (hd <= TILED_HD)
-        return cuda_attention_tiled_forward(out, q, k, v, segs, n_segs, max_len, seq_index,
-                                            n_heads, n_kv_heads, hd, window, stream);
+        return cuda_attention_tiled_forward(out, q, k, v, segs, n_segs, max_len, seq_index, n_heads,
+                                            n_kv_heads, hd, window, stream);
     if (n_segs <= 0 || max_len <= 0) return 0;
     return (int)CUDA_LAUNCH(attention_forward_kernel, dim3(n_segs, max_len, n_heads), ATTN_THREADS,
                             0, (cudaStream_t)stream, out, q, k, v, segs, seq_index, n_heads,

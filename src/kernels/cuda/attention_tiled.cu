@@ -23,15 +23,15 @@
 #define FULL_MASK    0xffffffffu
 
 // forward: 32 queries x 32 keys, 4 threads per query row (8 scores, 32 output dims each)
-#define FQ      32
-#define FK      32
-#define F_TPR   (TILE_THREADS / FQ)
+#define FQ    32
+#define FK    32
+#define F_TPR (TILE_THREADS / FQ)
 // dq: 16 queries x 16 keys, 8 threads per row (2 scores, 16 dims each)
-#define BQ      16
-#define BK      16
-#define B_TPR   (TILE_THREADS / BQ)
+#define BQ    16
+#define BK    16
+#define B_TPR (TILE_THREADS / BQ)
 // dk, dv: 16 keys x 16 queries, 8 threads per key row (2 queries, 16 dims of dk and of dv each)
-#define KV_TPK  (TILE_THREADS / BK)
+#define KV_TPK (TILE_THREADS / BK)
 
 static_assert(FK % F_TPR == 0 && BK % B_TPR == 0 && BQ % KV_TPK == 0, "whole columns per thread");
 
@@ -111,8 +111,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
 #pragma unroll
         for (int j = 0; j < FK / F_TPR; j++) {
             int cc = lane + F_TPR * j, c = c0 + cc;
-            bool seen = real && c < n_keys &&
-                        (window <= 0 || seq_index[seg.key_row(c)] > oldest);
+            bool seen = real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
             score[j] = seen ? row_dot(qs + r * ROW, kvs + cc * ROW, hd) * scale : -INFINITY;
             tile_max = fmaxf(tile_max, score[j]);
         }
@@ -195,8 +194,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
 #pragma unroll
         for (int j = 0; j < BK / B_TPR; j++) {
             int cc = lane + B_TPR * j, c = c0 + cc;
-            bool seen = real && c < n_keys &&
-                        (window <= 0 || seq_index[seg.key_row(c)] > oldest);
+            bool seen = real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
             float ds = 0.0f;
             if (seen) {
                 float p = expf(row_dot(qs + r * ROW, ks + cc * ROW, hd) * scale - row_lse);
@@ -313,8 +311,8 @@ extern "C" int cuda_attention_tiled_forward(float *out, const float *q, const fl
     dim3 grid(n_segs, (max_len + FQ - 1) / FQ, n_heads);
     return (int)CUDA_LAUNCH(attention_tiled_forward_kernel, grid, TILE_THREADS, 0,
                             (cudaStream_t)stream, out, (float *)NULL, (float *)NULL,
-                            (const float *)NULL, q, k, v, segs, seq_index, n_heads, n_kv_heads,
-                            hd, window, 1.0f / sqrtf((float)hd));
+                            (const float *)NULL, q, k, v, segs, seq_index, n_heads, n_kv_heads, hd,
+                            window, 1.0f / sqrtf((float)hd));
 }
 
 extern "C" int cuda_attention_tiled_backward(float *dq, float *dk, float *dv, const float *dout,
@@ -330,9 +328,9 @@ extern "C" int cuda_attention_tiled_backward(float *dq, float *dk, float *dv, co
     int err = 0;
     if (n_segs > 0 && max_len > 0) {
         err = (int)CUDA_LAUNCH(attention_tiled_forward_kernel,
-                               dim3(n_segs, (max_len + FQ - 1) / FQ, n_heads), TILE_THREADS, 0,
-                               st, (float *)NULL, lse, big_d, dout, q, k, v, segs, seq_index,
-                               n_heads, n_kv_heads, hd, window, scale);
+                               dim3(n_segs, (max_len + FQ - 1) / FQ, n_heads), TILE_THREADS, 0, st,
+                               (float *)NULL, lse, big_d, dout, q, k, v, segs, seq_index, n_heads,
+                               n_kv_heads, hd, window, scale);
         if (!err)
             err = (int)CUDA_LAUNCH(attention_tiled_dq_kernel,
                                    dim3(n_segs, (max_len + BQ - 1) / BQ, n_heads), TILE_THREADS, 0,
@@ -342,7 +340,7 @@ extern "C" int cuda_attention_tiled_backward(float *dq, float *dk, float *dv, co
     if (!err)
         err = (int)CUDA_LAUNCH(attention_tiled_dkv_kernel, dim3((n_rows + BK - 1) / BK, n_kv_heads),
                                TILE_THREADS, 0, st, dk, dv, (const float *)lse,
-                               (const float *)big_d, dout, q, k, v, segs, n_segs, seq_index,
-                               n_rows, n_heads, n_kv_heads, hd, window, scale);
+                               (const float *)big_d, dout, q, k, v, segs, n_segs, seq_index, n_rows,
+                               n_heads, n_kv_heads, hd, window, scale);
     return err;
 }

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_pool.h"
 #include "kernels/cuda/gemm_ops.h"
 #ifndef RLHF_CUDA_EMU
 #include "kernels/cuda/gemm_cublaslt.h"
@@ -42,6 +43,7 @@ enum {
 
 typedef struct {
     GemmLt *gemm;
+    DevicePool *pool; // the memory alloc hands out (device_pool.h)
     int chunk_rows, chunk_cols;
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
@@ -93,20 +95,15 @@ static void *scratch(const Backend *be, int s, size_t bytes, const char *op) {
 // ---- memory ----
 
 static void *cuda_alloc(const Backend *be, size_t bytes, const char *what) {
-    (void)be;
-    void *p = NULL;
-    cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
-    if (rc != cudaSuccess) {
-        err_set("%s: cannot allocate %zu bytes of CUDA device memory (%s)", what, bytes,
-                cudaGetErrorString(rc));
-        return NULL;
-    }
+    const char *why = "";
+    void *p = device_pool_alloc(ctx_of(be)->pool, bytes, &why);
+    if (!p) err_set("%s: cannot allocate %zu bytes of CUDA device memory (%s)", what, bytes, why);
     return p;
 }
 
 static void cuda_free_mem(const Backend *be, void *p) {
-    (void)be;
-    if (p) cudaFree(p);
+    // memory the pool did not hand out (none should reach here) goes straight back
+    if (device_pool_free(ctx_of(be)->pool, p) != 0) cudaFree(p);
 }
 
 static void cuda_copy(const Backend *be, void *dst, const void *src, size_t bytes,
@@ -159,8 +156,8 @@ static void cuda_linear(const Backend *be, float *out, const float *in, WeightRe
 
 // W frozen and narrower (bf16, backend.h): widened as the forward does; dw is then NULL.
 static void cuda_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
-                                 const float *dout, const float *in, WeightRef w, int n,
-                                 int in_dim, int out_dim) {
+                                 const float *dout, const float *in, WeightRef w, int n, int in_dim,
+                                 int out_dim) {
     if (!ok(be) || n == 0) return;
     const float *wf = weight_f32(be, w, (size_t)out_dim * in_dim, "linear_backward");
     if (!wf) return;
@@ -413,8 +410,8 @@ static void cuda_logprob_backward(const Backend *be, float *dhidden, float *dlm_
                 !multiplied(be, op,
                             gemm_lm_head_backward(ctx_of(be)->gemm, dhidden + (size_t)r0 * h,
                                                   dlm_head ? dlm_head + (size_t)c0 * h : NULL,
-                                                  logits, cols, hb, wc, rows,
-                                                  cols, h, GEMM_F32, GEMM_F32)))
+                                                  logits, cols, hb, wc, rows, cols, h, GEMM_F32,
+                                                  GEMM_F32)))
                 return;
         }
     }
@@ -478,12 +475,13 @@ static double cuda_sum_squares_op(const Backend *be, const float *g, size_t n) {
 static Backend *backend_make(const char *name, GemmLt *gemm, int chunk_rows, int chunk_cols) {
     Backend *be = (Backend *)calloc(1, sizeof *be);
     CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
-    if (!be || !c) {
-        free(be), free(c), gemm_lt_free(gemm);
+    DevicePool *pool = device_pool_new();
+    if (!be || !c || !pool) {
+        free(be), free(c), device_pool_free_all(pool), gemm_lt_free(gemm);
         err_set("cuda backend: out of host memory");
         return NULL;
     }
-    c->gemm = gemm, c->chunk_rows = chunk_rows, c->chunk_cols = chunk_cols;
+    c->gemm = gemm, c->pool = pool, c->chunk_rows = chunk_rows, c->chunk_cols = chunk_cols;
     be->name = name;
     be->host_memory = false;
     be->ctx = c;
@@ -524,6 +522,7 @@ extern "C" void backend_cuda_free(Backend *be) {
     CudaCtx *c = ctx_of(be);
     for (int s = 0; s < N_SCRATCH; s++)
         cudaFree(c->scratch[s]);
+    device_pool_free_all(c->pool);
     gemm_lt_free(c->gemm);
     free(c);
     free(be);

@@ -5,8 +5,11 @@
  * the device backend's own code.
  *
  * Invariants:
- *  1. Memory is CUDA memory (host_memory false): alloc is cudaMalloc, copy is cudaMemcpy, and
- *     every op runs in call order on the default stream (backend.h rule 5).
+ *  1. Memory is CUDA memory (host_memory false): alloc hands out cudaMalloc blocks through a
+ *     caching pool (device_pool.h: a freed block is kept and reused, not given back, until the
+ *     backend is freed or the device runs out), copy is cudaMemcpy, and every op runs in call
+ *     order on the default stream (backend.h rule 5), which is what makes reuse without a wait
+ *     safe.
  *  2. Scratch (rmsnorm's rstd, attention's statistics, LoRA's intermediates, the lm_head's
  *     vocabulary chunk) is owned by the backend and grows on demand; it is never returned.
  *  3. The lm_head never holds more than one chunk of (rows, cols) logits: the forward folds each
@@ -32,8 +35,8 @@ Backend *backend_cuda_new(void);
  * Its vocabulary chunk is small (CUDA_EMU_LM_HEAD_CHUNK columns) so that tiny test vocabularies
  * span several chunks. NULL with an error only when out of memory. */
 Backend *backend_cuda_emu_new(void);
-/* Frees be and its scratch; NULL is ignored. Memory it allocated for callers is theirs to free
- * first. */
+/* Frees be, its scratch and every block of its pool, cached or still held by a caller (whose
+ * pointers are then dangling); NULL is ignored. */
 void backend_cuda_free(Backend *be);
 /* 0, or -1 with err_set naming the op and the failure of the first op that failed (invariant 4).
  * Waits for the work before it. */

@@ -5,6 +5,7 @@ set(RLHF_CUDA_OWN_KERNELS
   adamw.cu
   attention.cu
   attention_tiled.cu
+  device_pool.cu
   elementwise.cu
   embedding.cu
   logprob.cu
