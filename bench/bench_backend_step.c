@@ -144,10 +144,11 @@ static int bench_decode(Model *m, const Backend *be, int n, double weight_bytes)
     be->sync(be);
     double per_token = (now_seconds() - t0) / (n - warm);
     if (weight_bytes > 0) /* 0: an op-timing run, whose waits make the figure meaningless */
-        printf("{\"bench\": \"decode\", \"backend\": \"%s\", \"tokens\": %d, \"ms_per_token\": %.4f, "
-           "\"tokens_per_s\": %.1f, \"weight_gb_per_token\": %.4f, \"achieved_gb_s\": %.1f}\n",
-           be->name, n - warm, per_token * 1e3, 1 / per_token, weight_bytes / 1e9,
-           weight_bytes / per_token / 1e9);
+        printf(
+            "{\"bench\": \"decode\", \"backend\": \"%s\", \"tokens\": %d, \"ms_per_token\": %.4f, "
+            "\"tokens_per_s\": %.1f, \"weight_gb_per_token\": %.4f, \"achieved_gb_s\": %.1f}\n",
+            be->name, n - warm, per_token * 1e3, 1 / per_token, weight_bytes / 1e9,
+            weight_bytes / per_token / 1e9);
     free(logits);
     kv_cache_free(&kv);
     return 0;
