@@ -15,13 +15,16 @@
  * Weights are random (uniform, small): speed does not depend on the values, and METHOD.md asks
  * for no zeros. Prints one JSON line for the step and one for decoding.
  *
- * Usage: bench_backend_step CONFIG_JSON ROWS SEQ_LEN STEPS [DECODE_TOKENS] [OP_TIMES]
+ * Usage: bench_backend_step CONFIG_JSON ROWS SEQ_LEN STEPS [DECODE_TOKENS] [OP_TIMES] [AUTOCAST]
  *   CONFIG_JSON: a Hugging Face config.json (bench/shapes/). ROWS: 2 x pairs; the first half of
  *   each row is its prompt, the rest its completion (scored). STEPS timed after one warm-up.
  *   DECODE_TOKENS (default 0: none): tokens decoded one at a time at batch 1 after a 32-token
  *   prompt, over the KV cache (model_forward_cached), each returning its logits to the host.
  *   OP_TIMES 1: then one more step (and the decoding) op by op (bench/op_timer.h), a JSON line
- *   of each op's total seconds. */
+ *   of each op's total seconds.
+ *   AUTOCAST 1: the backend under bf16 autocast (backend_cuda_autocast_new: bf16 operands, fp32
+ *   sums, as `bf16: true` trains); the JSON lines then say "precision": "bf16_autocast" (else
+ *   "fp32"). */
 #include "common/error.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "op_timer.h"
@@ -57,12 +60,12 @@ static uint32_t next_u32(void) {
     return (uint32_t)(rng >> 32);
 }
 
-/* The backend this binary was built for. */
-static Backend *open_backend(void) {
+/* The backend this binary was built for, under bf16 autocast or not. */
+static Backend *open_backend(bool autocast) {
 #ifdef RLHF_CUDA_EMU
-    return backend_cuda_emu_new();
+    return autocast ? backend_cuda_emu_autocast_new() : backend_cuda_emu_new();
 #else
-    return backend_cuda_new();
+    return autocast ? backend_cuda_autocast_new() : backend_cuda_new();
 #endif
 }
 
@@ -195,16 +198,23 @@ static int dpo_step(StepState *st, double phase[3], double *loss) {
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: bench_backend_step CONFIG_JSON ROWS SEQ_LEN STEPS [DECODE_TOKENS] "
-                        "[OP_TIMES]\n");
+                        "[OP_TIMES] [AUTOCAST]\n");
         return 2;
     }
     int rows = atoi(argv[2]), t = atoi(argv[3]), steps = atoi(argv[4]);
     int decode = argc > 5 ? atoi(argv[5]) : 0;
     int op_times = argc > 6 ? atoi(argv[6]) : 0;
+    const char *autocast_arg = argc > 7 ? argv[7] : "0";
     if (rows < 2 || rows % 2 || t < 4 || steps < 1) {
         fprintf(stderr, "bench_backend_step: ROWS even >= 2, SEQ_LEN >= 4, STEPS >= 1\n");
         return 2;
     }
+    if (strcmp(autocast_arg, "0") != 0 && strcmp(autocast_arg, "1") != 0) {
+        fprintf(stderr, "bench_backend_step: AUTOCAST must be 0 or 1 (got '%s')\n", autocast_arg);
+        return 2;
+    }
+    bool autocast = autocast_arg[0] == '1';
+    const char *precision = autocast ? "bf16_autocast" : "fp32";
     json_error_t jerr;
     json_t *root = json_load_file(argv[1], 0, &jerr);
     if (!root) {
@@ -214,7 +224,7 @@ int main(int argc, char **argv) {
     ModelConfig cfg;
     if (model_config_from_json(&cfg, root, argv[1]) != 0) return fail("config");
     json_decref(root);
-    Backend *be = open_backend();
+    Backend *be = open_backend(autocast);
     if (!be) return fail("backend");
 
     Model m;
@@ -264,11 +274,12 @@ int main(int argc, char **argv) {
     double step = phase[0] + phase[1] + phase[2];
     double per_token = matmul_params(&m) * 2 + attention_flops_per_token(&m, t);
     double flops = per_token * (double)cells * 4; /* reference forward 1, policy 1 + backward 2 */
-    printf("{\"bench\": \"dpo_step\", \"backend\": \"%s\", \"config\": \"%s\", \"rows\": %d, "
+    printf("{\"bench\": \"dpo_step\", \"backend\": \"%s\", \"precision\": \"%s\", "
+           "\"config\": \"%s\", \"rows\": %d, "
            "\"seq_len\": %d, \"params\": %zu, \"step_s\": %.4f, \"reference_s\": %.4f, "
            "\"policy_fwd_bwd_s\": %.4f, \"optimizer_s\": %.4f, \"tokens_per_s\": %.1f, "
            "\"tflop_per_step\": %.3f, \"tflop_s\": %.2f, \"loss\": %.6f}\n",
-           be->name, argv[1], rows, t, m.n_params, step, phase[0], phase[1], phase[2],
+           be->name, precision, argv[1], rows, t, m.n_params, step, phase[0], phase[1], phase[2],
            (double)cells / step, flops / 1e12, flops / step / 1e12, loss);
     fflush(stdout);
 

@@ -2,7 +2,9 @@
 # rlhf.c's CUDA backend beside PyTorch eager on a lent GPU (issue 29), one run: the card's two
 # ceilings (copy bandwidth, bf16 and fp32 matrix rates, measured now), then for each shape a DPO
 # step (bench_backend_step_cuda and bench/gpu_torch_step.py, the same rows) and batch-1 decoding,
-# then a table of ratios and MFU. scripts/gpu-check.sh runs it as `bash bench/gpu_step.sh BINDIR`;
+# then a table of ratios and MFU. rlhf.c's step runs twice, fp32 and under bf16 autocast
+# (AUTOCAST 1, as `bf16: true`), beside torch's fp32 (no TF32) and bf16_autocast rows; each ratio
+# compares the same precision. scripts/gpu-check.sh runs it as `bash bench/gpu_step.sh BINDIR`;
 # the JSON lines go to $OUT/gpu_step.jsonl (or ./gpu-check-logs).
 #
 # Shapes: Qwen2.5-0.5B and 1.5B (bench/shapes/), 8 pairs (16 rows) x 512 tokens, random weights.
@@ -28,6 +30,9 @@ for spec in "${specs[@]}"; do
     # then one more step op by op (bench/op_timer.h): where the time goes
     timeout 150 "$bench" "$cfg" "$rows" "$t" "$steps" "$decode" 1 2>> "$logs/gpu_step.err" |
         sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
+    echo "== $shape: rlhf.c (CUDA backend, bf16 autocast)"
+    timeout 150 "$bench" "$cfg" "$rows" "$t" "$steps" 0 1 1 2>> "$logs/gpu_step.err" |
+        sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
     echo "== $shape: PyTorch eager"
     timeout 150 python3 bench/gpu_torch_step.py "$cfg" "$rows" "$t" "$steps" "$decode" \
         2>> "$logs/gpu_step.err" | sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
@@ -50,11 +55,16 @@ for r in rows:
     mfu = lambda peak: f"{100 * tf / peak:.1f}%" if peak else "-"
     print(f"{r['shape']:14} {what:30} {r['step_s']:8.3f} {r['tokens_per_s']:9.0f} {tf:8.1f} "
           f"{mfu(bf16):>8} {mfu(989):>8} {mfu(fp32):>8}")
+# torch's precision -> rlhf.c's row of the same arithmetic
+same = {"fp32_no_tf32": "fp32", "bf16_autocast": "bf16_autocast"}
 for shape in sorted({r["shape"] for r in rows if "shape" in r}):
-    ours = next((r for r in rows if r.get("shape") == shape and r["bench"] == "dpo_step"
-                 and r["backend"] != "torch-eager"), None)
     for r in rows:
-        if ours and r.get("shape") == shape and r["bench"] == "dpo_step" and r["backend"] == "torch-eager":
+        if r.get("shape") != shape or r["bench"] != "dpo_step" or r["backend"] != "torch-eager":
+            continue
+        ours = next((o for o in rows if o.get("shape") == shape and o["bench"] == "dpo_step"
+                     and o["backend"] != "torch-eager"
+                     and o.get("precision", "fp32") == same.get(r["precision"])), None)
+        if ours:
             print(f"{shape:14} rlhf.c / torch {r['precision']:15} speed ratio {r['step_s'] / ours['step_s']:.2f}x")
 print(f"\n{'shape':14} {'decode':30} {'ms/token':>9} {'GB/s':>8} {'of copy bw':>10}")
 for r in rows:

@@ -13,6 +13,10 @@
  * so the bound is relative to the tensor's largest value too (test_backend_ops, one op at a time,
  * uses 1e-6 max|want| there). The largest error seen is printed (about 3e-6 on cuda-emu).
  *
+ * Then the log-probs, the SFT step and the DPO step of qwen2_bias under bf16 autocast
+ * (check_autocast): the device's autocast backend against backend_cpu_autocast, with the bound
+ * of TOLERANCE_AUTOCAST there, and closer to it than the fp32 CPU backend is.
+ *
  * Built twice from this source: test_backend_model_emu on cuda-emu (label gpu-emu, every CI run;
  * the lm_head's vocabulary chunk is narrower than the fixtures' vocabulary there, so the chunked
  * log-softmax spans several chunks), and test_backend_model_cuda on the device (label gpu), which
@@ -40,6 +44,10 @@
 #define LR     1e-3
 
 static Backend *dev_be;
+/* What dev_be is compared with: backend_cpu, or under bf16 autocast backend_cpu_autocast
+ * (check_autocast), and the bound's relative factor there (below). */
+static const Backend *cpu_be;
+static double tolerance = 1e-5;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -54,9 +62,17 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
+/* max |a - b| / max |b| over n values (0 when b is all zero). */
+static double max_distance(const float *a, const float *b, size_t n) {
+    double d = 0, scale = max_abs(b, n);
+    for (size_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    return scale > 0 ? d / scale : d;
+}
+
 /* The bound above for want[i] in a tensor whose largest |value| is scale. */
 static double bound(float want, double scale) {
-    return 1e-5 * fabs(want) + 1e-5 * scale;
+    return tolerance * fabs(want) + tolerance * scale;
 }
 
 static double worst; /* the largest |got - want| / max|want| of a tensor seen, for the log */
@@ -572,7 +588,7 @@ static void check_sft_dpo(const char *fixture, Model *m, LoraAdapter *lora, cons
     ref[0] += 0.3; /* the policy starts away from the reference: a gradient that is not tiny */
 
     Result cpu = {0}, dev = {0};
-    run(m, lora, backend_cpu(), ref, &cpu);
+    run(m, lora, cpu_be, ref, &cpu);
     run(m, lora, dev_be, ref, &dev);
     CHECK(backend_cuda_status(dev_be) == 0, "%s: %s", fixture, err_msg());
     char what[128];
@@ -583,7 +599,7 @@ static void check_sft_dpo(const char *fixture, Model *m, LoraAdapter *lora, cons
     float lc[4] = {(float)cpu.sft_loss, (float)cpu.dpo_loss, (float)cpu.sft_norm,
                    (float)cpu.dpo_norm};
     for (int i = 0; i < 4; i++)
-        CHECK(fabsf(l[i] - lc[i]) <= 1e-5f * fabsf(lc[i]), "%s: %s %.9g, cpu %.9g", fixture,
+        CHECK(fabsf(l[i] - lc[i]) <= tolerance * fabsf(lc[i]), "%s: %s %.9g, cpu %.9g", fixture,
               (const char *[]){"sft loss", "dpo loss", "sft grad norm", "dpo grad norm"}[i], l[i],
               lc[i]);
     int nt = m->n_param_tensors;
@@ -601,6 +617,27 @@ static void check_sft_dpo(const char *fixture, Model *m, LoraAdapter *lora, cons
 #undef NAMED
     printf("%s on %s: sft loss %.7g (cpu %.7g), dpo loss %.7g (cpu %.7g)\n", fixture, dev_be->name,
            dev.sft_loss, cpu.sft_loss, dev.dpo_loss, cpu.dpo_loss);
+    if (cpu_be != backend_cpu()) { /* autocast: the device is far closer to it than fp32 is */
+        Result f32 = {0};
+        run(m, lora, backend_cpu(), ref, &f32);
+        size_t n[3] = {B * T, m->n_params, lora->n_params};
+        const float *got[3] = {dev.logp, dev.sft_grads, dev.dpo_grads};
+        const float *want[3] = {cpu.logp, cpu.sft_grads, cpu.dpo_grads};
+        const float *fp32[3] = {f32.logp, f32.sft_grads, f32.dpo_grads};
+        for (int i = 0; i < 3; i++) {
+            double to_dev = max_distance(got[i], want[i], n[i]);
+            double to_fp32 = max_distance(fp32[i], want[i], n[i]);
+            CHECK(to_dev <= 0.25 * to_fp32,
+                  "%s: %s: the device is %.3g (of the largest value) off the CPU's autocast, "
+                  "fp32 %.3g: not closer to autocast than fp32 is",
+                  fixture, (const char *[]){"log-probs", "sft gradients", "dpo gradients"}[i],
+                  to_dev, to_fp32);
+            printf("%s autocast %s: device %.3g off the CPU's, fp32 %.3g\n", fixture,
+                   (const char *[]){"log-probs", "sft gradients", "dpo gradients"}[i], to_dev,
+                   to_fp32);
+        }
+        result_free(&f32);
+    }
     result_free(&cpu), result_free(&dev);
 }
 
@@ -710,6 +747,37 @@ static void check_ops(void) {
     CHECK(backend_cuda_status(be) == 0, "ops: %s", err_msg());
 }
 
+/* The log-probs, the SFT step and the DPO step under bf16 autocast (backend_cuda.h invariant 6):
+ * the device's autocast backend against backend_cpu_autocast, qwen2_bias's model (biases: the
+ * rounded bias of the epilogue).
+ * Bound: both round the same inputs, but an output rounded to bf16 after its fp32 sums (a
+ * linear's out and din, attention's, dhidden) lands on the neighbouring bf16 value where the two
+ * sums straddle a rounding midpoint (test_backend_autocast counts these flips, op by op), and a
+ * flip, 2^-8 of its value, travels on through the layers. So the bound is the one above with
+ * TOLERANCE_AUTOCAST in place of 1e-5 (cuda-emu: log-probs and the DPO step within 2e-7 of the
+ * largest value, the SFT gradients, where flips occur, 2.4e-3); and, so that a device computing
+ * something between fp32 and autocast cannot pass, the largest distance from the CPU's autocast
+ * of the log-probs and of both steps' gradients must be under a quarter of the fp32 CPU
+ * backend's (cuda-emu: 1.3e-5, 0.12 and 1.1e-5 of it; a device linear that skips rounding its
+ * output: 0.72, 0.92, 0.97). */
+#define TOLERANCE_AUTOCAST 1e-2
+static void check_autocast(void) {
+#ifdef RLHF_CUDA_EMU
+    dev_be = backend_cuda_emu_autocast_new();
+#else
+    dev_be = backend_cuda_autocast_new();
+#endif
+    CHECK(dev_be != NULL, "autocast backend: %s", err_msg());
+    if (!dev_be) return;
+    cpu_be = backend_cpu_autocast();
+    tolerance = TOLERANCE_AUTOCAST;
+    worst = 0;
+    check_model("qwen2_bias", true, false);
+    printf("bf16 autocast: largest |got - want| / max|want| of any tensor: %.3g\n", worst);
+    backend_cuda_free(dev_be);
+    dev_be = NULL, cpu_be = backend_cpu(), tolerance = 1e-5;
+}
+
 /* adamw_bnb_8bit is refused on this backend with an error naming the optimizer. */
 static void check_refuses_8bit(void) {
     ParamSpan span = {0, 8192, true, false};
@@ -734,6 +802,7 @@ int main(void) {
 #endif
     CHECK(dev_be != NULL, "backend: %s", err_msg());
     if (!dev_be) return harness_finish("test_backend_model_cuda");
+    cpu_be = backend_cpu();
     /* q/k norms (qwen3_qknorm), biases (qwen2_bias), a sliding window (mistral_window). The
      * GRPO step runs where its shared prefix meets something attention-specific: q/k norms, and
      * a window (6) narrower than the prompt, so a completion's window starts inside the shared
@@ -746,5 +815,6 @@ int main(void) {
     check_refuses_8bit();
     printf("largest |got - want| / max|want| of any tensor: %.3g\n", worst);
     backend_cuda_free(dev_be);
+    check_autocast();
     return harness_finish("test_backend_model_cuda");
 }

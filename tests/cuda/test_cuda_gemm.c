@@ -173,6 +173,8 @@ static void test_calls(const Side *ref, const Side *gpu) {
                 {oa, ob, m, n, k, 3, 1.0f, 1.0f, GEMM_F32, GEMM_F32, false},
                 {oa, ob, m, n, k, 5, -0.75f, 0.5f, GEMM_F32, GEMM_F32, true},
                 {oa, ob, m, n, k, 8, 1.0f, 0.0f, GEMM_BF16, GEMM_F32, false},
+                /* bf16 autocast's linear: bf16 operands, an fp32 bias and D */
+                {oa, ob, m, n, k, 4, 1.0f, 0.0f, GEMM_BF16, GEMM_F32, true},
                 {oa, ob, m, n, k, 8, 0.5f, 1.0f, GEMM_BF16, GEMM_BF16, true},
             };
             for (size_t i = 0; i < sizeof calls / sizeof *calls; i++)

@@ -1,7 +1,9 @@
 // The CUDA backend's table (backend_cuda.h): each op is the launch of an own kernel
 // (cuda_kernels.h) or a product on gemm_ops.h, with the scratch it needs. The same text is the
 // device backend under nvcc and the emulated one under cuda-emu; only the GemmLt (cuBLASLt or the
-// host reference) and the lm_head chunk width differ, chosen in the two constructors at the end.
+// host reference) and the lm_head chunk width differ, chosen in the constructors at the end.
+// Under bf16 autocast (backend_cuda.h invariant 6) the dense ops and attention are the ac_*
+// entries of "bf16 autocast" below, the rest the same.
 #include "kernels/cuda/backend_cuda.h"
 
 #include "kernels/cuda/cuda_device.h"
@@ -38,12 +40,22 @@ enum {
     SCRATCH_WIDEN,    // a bf16 weight (or lm_head chunk) widened to fp32
     SCRATCH_LOGITS,   // one lm_head chunk
     SCRATCH_LSE,      // the chunk rows' running log-sum-exp
+    // bf16 autocast (invariant 6)
+    SCRATCH_AC_X,    // an activation (a linear's input, the lm_head's hidden) in bf16
+    SCRATCH_AC_W,    // a weight (or lm_head chunk) in bf16
+    SCRATCH_AC_G,    // a linear's incoming gradient, or a part of the lm_head's dlogits, in bf16
+    SCRATCH_AC_BIAS, // a bias rounded to bf16 values (fp32, the product's output type)
+    SCRATCH_AC_Q,    // attention's q, k, v and dout rounded to bf16 values (fp32)
+    SCRATCH_AC_K,
+    SCRATCH_AC_V,
+    SCRATCH_AC_DOUT,
     N_SCRATCH
 };
 
 typedef struct {
     GemmLt *gemm;
     DevicePool *pool; // the memory alloc hands out (device_pool.h)
+    bool autocast;    // invariant 6
     int chunk_rows, chunk_cols;
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
@@ -265,19 +277,32 @@ static void cuda_scale_op(const Backend *be, float *x, float f, size_t n) {
 
 // ---- attention ----
 
-// The longest segment's len, which the kernels' grids need on the host: the segments (backend
-// memory) are copied down, n_segs small structs.
+// A host copy of the segments (backend memory, n_segs small structs) that the caller frees, or
+// NULL after recording the failure (n_segs <= 0: NULL, and nothing is wrong).
+static AttnSegment *segments_down(const Backend *be, const AttnSegment *segs, int n_segs,
+                                  const char *op) {
+    if (n_segs <= 0) return NULL;
+    AttnSegment *h = (AttnSegment *)malloc((size_t)n_segs * sizeof *h);
+    if (!h) {
+        fail(be, op, "no host memory for the segments");
+        return NULL;
+    }
+    cuda_copy(be, h, segs, (size_t)n_segs * sizeof *h, BACKEND_DEVICE_TO_HOST);
+    if (!ok(be)) free(h), h = NULL;
+    return h;
+}
+
+// The longest segment's len, which the kernels' grids need on the host.
 static bool longest_segment(const Backend *be, const AttnSegment *segs, int n_segs, int *max_len,
                             const char *op) {
     *max_len = 0;
     if (n_segs <= 0) return true;
-    AttnSegment *h = (AttnSegment *)malloc((size_t)n_segs * sizeof *h);
-    if (!h) return fail(be, op, "no host memory for the segments");
-    cuda_copy(be, h, segs, (size_t)n_segs * sizeof *h, BACKEND_DEVICE_TO_HOST);
+    AttnSegment *h = segments_down(be, segs, n_segs, op);
+    if (!h) return false;
     for (int i = 0; i < n_segs; i++)
         *max_len = h[i].len > *max_len ? h[i].len : *max_len;
     free(h);
-    return ok(be);
+    return true;
 }
 
 static void cuda_attention_op(const Backend *be, float *out, const float *q, const float *k,
@@ -321,21 +346,67 @@ static void cuda_attention_cached_op(const Backend *be, float *out, const float 
 
 // ---- lm_head (invariant 3) ----
 
-// Logits of rows .. rows+n-1 x vocabulary columns c0 .. c0+cols-1 into the chunk buffer (ld
-// cols): the lm_head's rows c0.. (widened first when bf16).
-static bool chunk_logits(const Backend *be, float *logits, const float *hidden, WeightRef w,
-                         int rows, int c0, int cols, int h, const char *op) {
+// The lm_head's products take operands of one type t: fp32 (a bf16 W widened), or under autocast
+// bf16 (invariant 6: hidden narrowed once per call, W chunk by chunk unless stored bf16); the
+// logits are fp32 either way.
+static GemmType lm_head_type(const Backend *be) {
+    return ctx_of(be)->autocast ? GEMM_BF16 : GEMM_F32;
+}
+
+// Element i of an operand of type t.
+static const void *at(const void *x, GemmType t, size_t i) {
+    return (const char *)x + i * (t == GEMM_F32 ? sizeof(float) : sizeof(uint16_t));
+}
+
+// n values of x in bf16 (scratch slot s), or NULL after recording the failure.
+static const uint16_t *narrowed(const Backend *be, int s, const float *x, size_t n,
+                                const char *op) {
+    uint16_t *x16 = (uint16_t *)scratch(be, s, n * sizeof(uint16_t), op);
+    if (!x16 || !launched(be, op, cuda_bf16_narrow(x16, x, n, NULL))) return NULL;
+    return x16;
+}
+
+// W as bf16 device memory: itself when stored bf16, else the fp32 W rounded into scratch.
+static const uint16_t *weight_bf16(const Backend *be, WeightRef w, size_t numel, const char *op) {
+    if (w.bf16) return w.bf16;
+    if (w.nf4) {
+        fail(be, op, "an NF4 weight (QLoRA's base) is not supported on this backend");
+        return NULL;
+    }
+    return narrowed(be, SCRATCH_AC_W, w.f32, numel, op);
+}
+
+// The lm_head's hidden states as the products' operand: hidden itself, or its bf16 copy.
+static const void *lm_head_hidden(const Backend *be, const float *hidden, size_t n,
+                                  const char *op) {
+    if (lm_head_type(be) == GEMM_F32) return hidden;
+    return narrowed(be, SCRATCH_AC_X, hidden, n, op);
+}
+
+// The lm_head's rows c0 .. c0+cols-1 as an operand of lm_head_type.
+static const void *chunk_weight(const Backend *be, WeightRef w, int c0, int cols, int h,
+                                const char *op) {
     WeightRef part = {.f32 = w.f32 ? w.f32 + (size_t)c0 * h : NULL,
                       .bf16 = w.bf16 ? w.bf16 + (size_t)c0 * h : NULL,
                       .nf4 = w.nf4};
-    const float *wf = weight_f32(be, part, (size_t)cols * h, op);
-    return wf && multiplied(be, op,
-                            gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hidden, wf, rows,
-                                                cols, h, GEMM_F32, GEMM_F32));
+    size_t numel = (size_t)cols * h;
+    if (lm_head_type(be) == GEMM_F32) return weight_f32(be, part, numel, op);
+    return weight_bf16(be, part, numel, op);
+}
+
+// Logits of rows .. rows+n-1 x vocabulary columns c0 .. c0+cols-1 into the chunk buffer (ld
+// cols): hidden (lm_head_hidden's) times the lm_head's rows c0...
+static bool chunk_logits(const Backend *be, float *logits, const void *hidden, WeightRef w,
+                         int rows, int c0, int cols, int h, const char *op) {
+    const void *wc = chunk_weight(be, w, c0, cols, h, op);
+    GemmType t = lm_head_type(be);
+    return wc && multiplied(be, op,
+                            gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hidden, wc, rows,
+                                                cols, h, t, GEMM_F32));
 }
 
 // st (rows) = the running log-sum-exp of rows of hidden over the whole vocabulary.
-static bool rows_logsumexp(const Backend *be, CudaLseRow *st, float *logits, const float *hidden,
+static bool rows_logsumexp(const Backend *be, CudaLseRow *st, float *logits, const void *hidden,
                            const int32_t *target, WeightRef w, int rows, int h, int vocab,
                            const char *op) {
     int chunk = ctx_of(be)->chunk_cols;
@@ -366,55 +437,85 @@ static void cuda_logprob(const Backend *be, float *logp, LogitStats *stats, cons
     float *logits;
     CudaLseRow *st;
     if (!lm_head_scratch(be, n < block ? n : block, vocab, &logits, &st, op)) return;
+    const void *hid = lm_head_hidden(be, hidden, (size_t)n * h, op);
+    if (!hid) return;
     for (int r0 = 0; r0 < n; r0 += block) {
         int rows = n - r0 < block ? n - r0 : block;
-        if (!rows_logsumexp(be, st, logits, hidden + (size_t)r0 * h, target + r0, lm_head, rows, h,
-                            vocab, op) ||
+        if (!rows_logsumexp(be, st, logits, at(hid, lm_head_type(be), (size_t)r0 * h), target + r0,
+                            lm_head, rows, h, vocab, op) ||
             !launched(be, op,
                       cuda_lse_finish(logp + r0, stats ? stats + r0 : NULL, st, rows, vocab, NULL)))
             return;
     }
 }
 
+// dlogits (rows, cols, packed) times the chunk's operands, accumulated into dhidden (rows, h) and
+// dw (NULL: a frozen lm_head). Under autocast the fp32 dlogits go in as DLOGIT_PARTS bf16 parts
+// (cuda_bf16_split; dlogits is left holding the remainder), each a bf16 product summed in fp32:
+// the same products as the fp32 dlogits times the bf16 operands that the CPU's autocast
+// computes, to fp32 rounding (invariant 6).
+#define DLOGIT_PARTS 3
+static bool dlogits_products(const Backend *be, float *dhidden, float *dw, float *dlogits,
+                             const void *hidden, const void *wc, int rows, int cols, int h,
+                             const char *op) {
+    GemmLt *g = ctx_of(be)->gemm;
+    if (lm_head_type(be) == GEMM_F32)
+        return multiplied(be, op,
+                          gemm_lm_head_backward(g, dhidden, dw, dlogits, cols, hidden, wc, rows,
+                                                cols, h, GEMM_F32, GEMM_F32));
+    size_t count = (size_t)rows * cols;
+    uint16_t *part = (uint16_t *)scratch(be, SCRATCH_AC_G, count * sizeof(uint16_t), op);
+    if (!part) return false;
+    for (int p = 0; p < DLOGIT_PARTS; p++)
+        if (!launched(be, op, cuda_bf16_split(part, dlogits, count, NULL)) ||
+            !multiplied(be, op,
+                        gemm_lm_head_backward(g, dhidden, dw, part, cols, hidden, wc, rows, cols, h,
+                                              GEMM_BF16, GEMM_F32)))
+            return false;
+    return true;
+}
+
 // Per block of rows: a first pass for the log-sum-exp, then each chunk again, turned into
 // dlogits in place and multiplied into dhidden (zeroed first: the chunks add up) and dlm_head.
+// Under autocast dhidden is then rounded (the gradient of the bf16 hidden states torch's lm_head
+// read).
 static void cuda_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
                                   const float *dlogp, const float *hidden, const int32_t *target,
                                   WeightRef lm_head, int n, int h, int vocab) {
     const char *op = "logprob_backward";
     if (!ok(be) || n == 0) return;
     int block = ctx_of(be)->chunk_rows, chunk = ctx_of(be)->chunk_cols;
+    GemmType t = lm_head_type(be);
     float *logits;
     CudaLseRow *st;
     if (!lm_head_scratch(be, n < block ? n : block, vocab, &logits, &st, op)) return;
+    const void *hid = lm_head_hidden(be, hidden, (size_t)n * h, op);
+    if (!hid) return;
     cuda_memset_mem(be, dhidden, 0, (size_t)n * h * sizeof(float));
     for (int r0 = 0; r0 < n && ok(be); r0 += block) {
         int rows = n - r0 < block ? n - r0 : block;
-        const float *hb = hidden + (size_t)r0 * h;
+        const void *hb = at(hid, t, (size_t)r0 * h);
         if (!rows_logsumexp(be, st, logits, hb, target + r0, lm_head, rows, h, vocab, op)) return;
         for (int c0 = 0; c0 < vocab; c0 += chunk) {
             int cols = vocab - c0 < chunk ? vocab - c0 : chunk;
-            // the chunk's rows of W in fp32 (a frozen bf16 lm_head widened once, for both
-            // products; dlm_head is then NULL)
-            WeightRef part = {.f32 = lm_head.f32 ? lm_head.f32 + (size_t)c0 * h : NULL,
-                              .bf16 = lm_head.bf16 ? lm_head.bf16 + (size_t)c0 * h : NULL,
-                              .nf4 = lm_head.nf4};
-            const float *wc = weight_f32(be, part, (size_t)cols * h, op);
+            // the chunk's rows of W as an operand once, for the three products (a frozen bf16
+            // lm_head widened under fp32; dlm_head is then NULL)
+            const void *wc = chunk_weight(be, lm_head, c0, cols, h, op);
             if (!wc) return;
             if (!multiplied(be, op,
                             gemm_lm_head_logits(ctx_of(be)->gemm, logits, cols, hb, wc, rows, cols,
-                                                h, GEMM_F32, GEMM_F32)) ||
+                                                h, t, GEMM_F32)) ||
                 !launched(be, op,
                           cuda_dlogits(logits, cols, st, dlogp + r0, target + r0, rows, cols, c0,
                                        NULL)) ||
-                !multiplied(be, op,
-                            gemm_lm_head_backward(ctx_of(be)->gemm, dhidden + (size_t)r0 * h,
-                                                  dlm_head ? dlm_head + (size_t)c0 * h : NULL,
-                                                  logits, cols, hb, wc, rows, cols, h, GEMM_F32,
-                                                  GEMM_F32)))
+                !dlogits_products(be, dhidden + (size_t)r0 * h,
+                                  dlm_head ? dlm_head + (size_t)c0 * h : NULL, logits, hb, wc, rows,
+                                  cols, h, op))
                 return;
         }
     }
+    if (t == GEMM_BF16 && ok(be))
+        launched(be, op, cuda_bf16_round(dhidden, dhidden, (size_t)n * h, NULL));
 }
 
 // ---- gathers and scatters ----
@@ -469,10 +570,143 @@ static double cuda_sum_squares_op(const Backend *be, const float *g, size_t n) {
     return ok(be) ? total : NAN;
 }
 
+// ---- bf16 autocast (invariant 6): kernels/cpu/backend_autocast.c's rules, on the device ----
+
+// n values of x rounded to bf16 values, fp32 (scratch slot s), or NULL after recording the
+// failure.
+static const float *rounded(const Backend *be, int s, const float *x, size_t n, const char *op) {
+    float *r = (float *)scratch(be, s, n * sizeof(float), op);
+    if (!r || !launched(be, op, cuda_bf16_round(r, x, n, NULL))) return NULL;
+    return r;
+}
+
+// out = bf16(bf16(in) bf16(W)^T + bf16(bias)): one bf16 product summed in fp32, the bias added to
+// the fp32 sums by the epilogue, then the output rounded (torch's output is a bf16 tensor).
+static void ac_linear(const Backend *be, float *out, const float *in, WeightRef w,
+                      const struct PackedWeight *packed, const float *bias, int n, int in_dim,
+                      int out_dim) {
+    const char *op = "linear";
+    (void)packed;
+    if (!ok(be) || n == 0) return;
+    const uint16_t *x = narrowed(be, SCRATCH_AC_X, in, (size_t)n * in_dim, op);
+    const uint16_t *w16 = weight_bf16(be, w, (size_t)out_dim * in_dim, op);
+    const float *b = bias ? rounded(be, SCRATCH_AC_BIAS, bias, (size_t)out_dim, op) : NULL;
+    if (!x || !w16 || (bias && !b)) return;
+    if (multiplied(
+            be, op,
+            gemm_linear(ctx_of(be)->gemm, out, x, w16, b, n, in_dim, out_dim, GEMM_BF16, GEMM_F32)))
+        launched(be, op, cuda_bf16_round(out, out, (size_t)n * out_dim, NULL));
+}
+
+// g = bf16(dout); din = bf16(g bf16(W)); dw += g^T bf16(in) in fp32, not rounded; dbias += the
+// column sums of g (autocast.h's autocast_linear_backward).
+static void ac_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
+                               const float *dout, const float *in, WeightRef w, int n, int in_dim,
+                               int out_dim) {
+    const char *op = "linear_backward";
+    if (!ok(be) || n == 0) return;
+    const uint16_t *g = narrowed(be, SCRATCH_AC_G, dout, (size_t)n * out_dim, op);
+    const uint16_t *w16 = din ? weight_bf16(be, w, (size_t)out_dim * in_dim, op) : NULL;
+    const uint16_t *x = dw ? narrowed(be, SCRATCH_AC_X, in, (size_t)n * in_dim, op) : NULL;
+    if (!g || (din && !w16) || (dw && !x)) return;
+    if (multiplied(be, op,
+                   gemm_linear_backward(ctx_of(be)->gemm, din, dw, dbias, g, x, w16, n, in_dim,
+                                        out_dim, GEMM_BF16, GEMM_F32)) &&
+        din)
+        launched(be, op, cuda_bf16_round(din, din, (size_t)n * in_dim, NULL));
+}
+
+// The rows the segments name (their own and their prefixes'): 1 + the highest.
+static int segment_rows(const AttnSegment *segs, int n_segs) {
+    int rows = 0;
+    for (int s = 0; s < n_segs; s++) {
+        if (segs[s].start + segs[s].len > rows) rows = segs[s].start + segs[s].len;
+        if (segs[s].prefix_start + segs[s].prefix_len > rows)
+            rows = segs[s].prefix_start + segs[s].prefix_len;
+    }
+    return rows;
+}
+
+// x's rows of the segments (width values a row) rounded in place: the rows attention writes.
+static bool round_segment_rows(const Backend *be, float *x, const AttnSegment *h, int n_segs,
+                               size_t width, const char *op) {
+    for (int s = 0; s < n_segs; s++) {
+        float *rows = x + (size_t)h[s].start * width;
+        if (!launched(be, op, cuda_bf16_round(rows, rows, (size_t)h[s].len * width, NULL)))
+            return false;
+    }
+    return true;
+}
+
+// The fp32 attention kernels on q, k, v rounded to bf16 values, the output rounded; the scores
+// and probabilities stay fp32 (backend_autocast.c rule 3).
+static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
+                         const float *v, const AttnSegment *segs, int n_segs,
+                         const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                         int window) {
+    const char *op = "attention";
+    if (!ok(be) || n_segs <= 0) return;
+    AttnSegment *h = segments_down(be, segs, n_segs, op);
+    if (!h) return;
+    int max_len = 0;
+    for (int i = 0; i < n_segs; i++)
+        max_len = h[i].len > max_len ? h[i].len : max_len;
+    size_t rows = (size_t)segment_rows(h, n_segs), qw = (size_t)n_heads * hd,
+           kw = (size_t)n_kv_heads * hd;
+    const float *qr = rounded(be, SCRATCH_AC_Q, q, rows * qw, op);
+    const float *kr = rounded(be, SCRATCH_AC_K, k, rows * kw, op);
+    const float *vr = rounded(be, SCRATCH_AC_V, v, rows * kw, op);
+    if (qr && kr && vr && max_len > 0 &&
+        launched(be, op,
+                 cuda_attention_forward(out, qr, kr, vr, segs, n_segs, max_len, seq_index, n_heads,
+                                        n_kv_heads, hd, window, NULL)))
+        round_segment_rows(be, out, h, n_segs, qw, op);
+    free(h);
+}
+
+// Its backward: dout rounded on the segments' rows (zero elsewhere: never read, but defined),
+// q, k, v rounded; dq rounded on the segments' rows, dk and dv on every row.
+static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                                  int n_rows, int n_heads, int n_kv_heads, int hd, int window) {
+    const char *op = "attention_backward";
+    if (!ok(be) || n_rows == 0) return;
+    AttnSegment *h = segments_down(be, segs, n_segs, op);
+    if (n_segs > 0 && !h) return;
+    int max_len = 0;
+    for (int i = 0; i < n_segs; i++)
+        max_len = h[i].len > max_len ? h[i].len : max_len;
+    size_t rows = (size_t)n_rows, qw = (size_t)n_heads * hd, kw = (size_t)n_kv_heads * hd;
+    const float *qr = rounded(be, SCRATCH_AC_Q, q, rows * qw, op);
+    const float *kr = rounded(be, SCRATCH_AC_K, k, rows * kw, op);
+    const float *vr = rounded(be, SCRATCH_AC_V, v, rows * kw, op);
+    float *g = (float *)scratch(be, SCRATCH_AC_DOUT, rows * qw * sizeof(float), op);
+    float *stats = (float *)scratch(be, SCRATCH_ATTN, 2 * rows * n_heads * sizeof(float), op);
+    bool good = qr && kr && vr && g && stats;
+    if (good) cuda_memset_mem(be, g, 0, rows * qw * sizeof(float));
+    for (int s = 0; good && s < n_segs; s++) {
+        size_t from = (size_t)h[s].start * qw;
+        good =
+            launched(be, op, cuda_bf16_round(g + from, dout + from, (size_t)h[s].len * qw, NULL));
+    }
+    if (good && ok(be) &&
+        launched(be, op,
+                 cuda_attention_backward(dq, dk, dv, g, qr, kr, vr, segs, n_segs, max_len,
+                                         seq_index, n_rows, n_heads, n_kv_heads, hd, window, stats,
+                                         NULL)) &&
+        round_segment_rows(be, dq, h, n_segs, qw, op) &&
+        launched(be, op, cuda_bf16_round(dk, dk, rows * kw, NULL)))
+        launched(be, op, cuda_bf16_round(dv, dv, rows * kw, NULL));
+    free(h);
+}
+
 // ---- construction ----
 
-// A backend named name over gemm (owned from here on), or NULL when out of memory.
-static Backend *backend_make(const char *name, GemmLt *gemm, int chunk_rows, int chunk_cols) {
+// A backend named name over gemm (owned from here on), under bf16 autocast or not (invariant 6),
+// or NULL when out of memory.
+static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int chunk_rows,
+                             int chunk_cols) {
     Backend *be = (Backend *)calloc(1, sizeof *be);
     CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
     DevicePool *pool = device_pool_new();
@@ -481,7 +715,8 @@ static Backend *backend_make(const char *name, GemmLt *gemm, int chunk_rows, int
         err_set("cuda backend: out of host memory");
         return NULL;
     }
-    c->gemm = gemm, c->pool = pool, c->chunk_rows = chunk_rows, c->chunk_cols = chunk_cols;
+    c->gemm = gemm, c->pool = pool, c->autocast = autocast, c->chunk_rows = chunk_rows,
+    c->chunk_cols = chunk_cols;
     be->name = name;
     be->host_memory = false;
     be->ctx = c;
@@ -514,6 +749,12 @@ static Backend *backend_make(const char *name, GemmLt *gemm, int chunk_rows, int
     be->adamw = cuda_adamw_op;
     be->adamw8bit = NULL; // invariant 5
     be->sum_squares = cuda_sum_squares_op;
+    if (autocast) { // logprob and logprob_backward branch on c->autocast themselves
+        be->linear = ac_linear;
+        be->linear_backward = ac_linear_backward;
+        be->attention = ac_attention;
+        be->attention_backward = ac_attention_backward;
+    }
     return be;
 }
 
@@ -534,12 +775,20 @@ extern "C" int backend_cuda_status(const Backend *be) {
 }
 
 #ifdef RLHF_CUDA_EMU
+static Backend *emu_new(bool autocast) {
+    return backend_make(autocast ? "cuda-emu-bf16-autocast" : "cuda-emu", gemm_lt_reference_new(),
+                        autocast, LM_HEAD_CHUNK_ROWS, CUDA_EMU_LM_HEAD_CHUNK);
+}
+
 extern "C" Backend *backend_cuda_emu_new(void) {
-    return backend_make("cuda-emu", gemm_lt_reference_new(), LM_HEAD_CHUNK_ROWS,
-                        CUDA_EMU_LM_HEAD_CHUNK);
+    return emu_new(false);
+}
+
+extern "C" Backend *backend_cuda_emu_autocast_new(void) {
+    return emu_new(true);
 }
 #else
-extern "C" Backend *backend_cuda_new(void) {
+static Backend *device_new(bool autocast) {
     int devices = 0;
     cudaError_t rc = cudaGetDeviceCount(&devices);
     if (rc != cudaSuccess || devices == 0) {
@@ -553,6 +802,15 @@ extern "C" Backend *backend_cuda_new(void) {
         err_set("cuda backend: %s", why);
         return NULL;
     }
-    return backend_make("cuda", gemm, LM_HEAD_CHUNK_ROWS, LM_HEAD_CHUNK_COLS);
+    return backend_make(autocast ? "cuda-bf16-autocast" : "cuda", gemm, autocast,
+                        LM_HEAD_CHUNK_ROWS, LM_HEAD_CHUNK_COLS);
+}
+
+extern "C" Backend *backend_cuda_new(void) {
+    return device_new(false);
+}
+
+extern "C" Backend *backend_cuda_autocast_new(void) {
+    return device_new(true);
 }
 #endif

@@ -18,7 +18,18 @@
  *  4. Ops cannot return errors (backend.h rule 6). A failure inside one (a launch, a GEMM, scratch
  *     that does not fit) is kept as the backend's first error; every later op is skipped, and
  *     backend_cuda_status reports it. Nothing else is written after a failure.
- *  5. No 8-bit AdamW: the table's adamw8bit is NULL (adamw_check_backend refuses it). */
+ *  5. No 8-bit AdamW: the table's adamw8bit is NULL (adamw_check_backend refuses it).
+ *  6. bf16 autocast (bf16: true; the *_autocast_new constructors) computes what
+ *     backend_cpu_autocast computes (kernels/cpu/backend_autocast.c, rules 1-5 there), the same
+ *     values to fp32 rounding of the sums: linear, linear_backward and the lm_head's products
+ *     take bf16 operands (fp32 activations and weights narrowed into scratch, nearest even; a
+ *     frozen bf16 weight as it is) in bf16 cuBLASLt GEMMs with fp32 sums and fp32 outputs, dW and
+ *     dbias accumulated in fp32, and round to bf16 values the outputs that are bf16 tensors in
+ *     torch (a linear's output and input gradient, the lm_head's dhidden). The lm_head's fp32
+ *     dlogits go into the backward products as three bf16 parts (their sum is dlogits to 2^-24),
+ *     since cuBLASLt has no fp32 x bf16 product. Attention runs the fp32 kernels on q, k, v (and
+ *     dout) rounded to bf16 values and rounds what it writes. LoRA's branch, attention_cached and
+ *     everything else are the fp32 backend's. Values stay fp32 in memory throughout. */
 #ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 #define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 
@@ -35,6 +46,10 @@ Backend *backend_cuda_new(void);
  * Its vocabulary chunk is small (CUDA_EMU_LM_HEAD_CHUNK columns) so that tiny test vocabularies
  * span several chunks. NULL with an error only when out of memory. */
 Backend *backend_cuda_emu_new(void);
+/* backend_cuda_new / backend_cuda_emu_new under bf16 autocast (invariant 6), named
+ * "cuda-bf16-autocast" / "cuda-emu-bf16-autocast"; the same errors. */
+Backend *backend_cuda_autocast_new(void);
+Backend *backend_cuda_emu_autocast_new(void);
 /* Frees be, its scratch and every block of its pool, cached or still held by a caller (whose
  * pointers are then dangling); NULL is ignored. */
 void backend_cuda_free(Backend *be);

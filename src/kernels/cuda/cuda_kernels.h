@@ -99,6 +99,19 @@ int cuda_lora_dropout(float *out, const float *in, size_t n, float p, uint64_t k
 /* out (n) written = the bf16 bits of in widened to fp32. */
 int cuda_bf16_widen(float *out, const uint16_t *in, size_t n, void *stream);
 
+/* bf16 autocast's roundings (narrow.cu), each value to the nearest bf16 with ties to even, a NaN
+ * to the quiet NaN 0x7fc0, bit for bit as kernels/cpu/autocast.h's bf16_narrow and
+ * bf16_round_copy:
+ *  cuda_bf16_narrow: out (n) written = the bf16 bits of in;
+ *  cuda_bf16_round:  out (n) written = in rounded, as fp32; out may be in;
+ *  cuda_bf16_split:  part (n) written = the bf16 bits of rest, and rest (n) -= their value
+ *                    (exact), so that calling it j times writes j bf16 parts whose sum plus the
+ *                    remaining rest is the original rest: three parts hold an fp32 value to
+ *                    within 2^-24 of it, the lm_head backward's fp32 dlogits as bf16 operands. */
+int cuda_bf16_narrow(uint16_t *out, const float *in, size_t n, void *stream);
+int cuda_bf16_round(float *out, const float *in, size_t n, void *stream);
+int cuda_bf16_split(uint16_t *part, float *rest, size_t n, void *stream);
+
 /* The running log-sum-exp of one row of the fused lm_head over the vocabulary chunks seen so far
  * (kernels/cpu/fused_logprob.c's RunningLse): max m, sum = Σ exp(z - m), ez = Σ exp(z - m)(z - m),
  * zsum = Σ z, argmax the first index of the largest logit, target_logit the target's logit once

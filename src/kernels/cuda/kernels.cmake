@@ -10,6 +10,7 @@ set(RLHF_CUDA_OWN_KERNELS
   embedding.cu
   logprob.cu
   lora_dropout.cu
+  narrow.cu
   rmsnorm.cu
   rope.cu
   rows.cu
