@@ -1,16 +1,18 @@
-/* `rlhf train` on the CUDA backend (device: key, train/train_device.h, train/device_residency.h)
- * against the same config on the CPU: SFT and DPO, full fine-tuning and LoRA, on the
- * llama_text fixture, three optimizer steps each with a checkpoint after every step. Per step
- * the logged loss and grad_norm agree to 1e-5 relative; the saved weights (model or adapter) to
- * 1e-5 of the largest weight. A checkpoint written on the device, resumed on the CPU, ends where
- * the CPU run ends (its step-3 metrics and weights, to the same bounds). Bad input: a device
- * this build lacks, 8-bit AdamW and bf16 on the device, an unknown device: each a clear error
- * naming the key and the file, and nothing written to output_dir.
+/* `rlhf train` on the CUDA backend (the device key: train/train_device.h,
+ * train/device_residency.h) against the same config on the CPU, on the llama_text fixture: SFT
+ * and DPO, full fine-tuning and LoRA (dropout on), two optimizer steps of two micro-batches each,
+ * a checkpoint after every step. Per step the logged loss and grad_norm agree to 1e-5 relative;
+ * the saved weights (model or adapter), and checkpoint-1's weights and AdamW moments, to 1e-5 of
+ * the largest value. checkpoint-1 written on the device and resumed on the CPU ends where the CPU
+ * run ends (its step-2 metrics and final weights, the same bounds). Bad input: a device this
+ * build lacks, 8-bit AdamW and bf16 on the device, an unknown device: each an error naming the
+ * key and the file, with nothing written to output_dir.
  *
- * Why 1e-5: the device's products sum in another order than the CPU's BLAS (to fp32 rounding,
- * test_backend_model_cuda), and three AdamW steps of lr 1e-3 move each weight by at most 3e-3
- * whatever its gradient, so no rounding of a gradient can move a weight by more than that: the
- * weights' bound is 1e-5 of scale plus the differences in moments, which the metrics bound.
+ * Why 1e-5: the device's products sum in another order than the CPU's BLAS, so agreement is to
+ * fp32 rounding (test_backend_model_cuda: about 3e-6 of a tensor's largest value through a
+ * whole step); AdamW's first steps move a weight by about lr whatever its gradient's size, so a
+ * rounding difference in a gradient moves the weights by much less than 1e-5 of their scale
+ * (the largest seen is printed per case: about 1e-6 to 3e-6).
  *
  * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
  * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
@@ -48,7 +50,7 @@ static void write_configs(void) {
                               "{\"text\": \"The number %d comes after %d.\"}\n", i + 1, i);
     harness_write_file(harness_tmp_path("data.jsonl"), data, n);
     const char *model = harness_source_path("tests/fixtures/models/llama_text");
-    /* every step saved, and kept: the resume case starts from checkpoint-2 */
+    /* every step saved, and kept: the resume case starts from checkpoint-1 */
     const char *common = "sequence_len: 64\nmicro_batch_size: 1\ngradient_accumulation_steps: 2\n"
                          "max_steps: 2\nlearning_rate: 1e-3\nlr_scheduler: constant\n"
                          "warmup_steps: 0\nlogging_steps: 1\nsave_steps: 1\nseed: 3\n";
@@ -203,11 +205,24 @@ static void refused(const char *device, const char *const *extra, const char *ne
     printf("refused as expected: %s\n", msg);
 }
 
-int main(void) {
+/* The cases, each a method x adapter: on cuda-emu (slow: every CUDA thread a fiber) the two that
+ * together cover both methods and both kinds of training, all four on the device or with
+ * RLHF_TRAIN_DEVICE_ALL=1. A case name as the argument runs that case alone. */
+static const struct {
+    const char *name;
+    bool dpo, lora, emu;
+} cases[] = {{"sft", false, false, true},
+             {"dpo_lora", true, true, true},
+             {"sft_lora", false, true, false},
+             {"dpo", true, false, false}};
+
+int main(int argc, char **argv) {
 #ifdef RLHF_WITH_CUDA
     Backend *probe = backend_cuda_new();
+    bool all = true;
 #else
     Backend *probe = backend_cuda_emu_new();
+    bool all = getenv("RLHF_TRAIN_DEVICE_ALL") != NULL;
 #endif
     if (!probe) {
         fprintf(stderr, "SKIP: no CUDA device answers (%s)\n", err_msg());
@@ -225,10 +240,11 @@ int main(void) {
     refused(DEVICE, bf16, "key 'bf16'");
     refused("tpu", no_extra, "key 'device'");
 
-    check_case("sft", sft_config, false);
-    check_case("sft_lora", sft_config, true);
-    check_case("dpo", dpo_config, false);
-    check_case("dpo_lora", dpo_config, true);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool chosen = argc > 1 ? strcmp(argv[1], cases[i].name) == 0 : all || cases[i].emu;
+        if (chosen)
+            check_case(cases[i].name, cases[i].dpo ? dpo_config : sft_config, cases[i].lora);
+    }
 #ifdef RLHF_WITH_CUDA
     return harness_finish("test_train_device_cuda");
 #else
