@@ -32,6 +32,7 @@ static void usage(FILE *fp) {
 }
 
 int main(int argc, char **argv) {
+    cli_register_train_devices(); /* `device: cuda` (or cuda-emu) where this build has it */
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;

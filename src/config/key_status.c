@@ -349,7 +349,10 @@ static const KeyStatusRow top_rows[] = {
          "both values come to here (Axolotl needs false for KTO; rlhf.c needs nothing)"),
     NOOP("push_dataset_to_hub", "", R_HUB),
     NOOP("hf_use_auth_token", "false", R_HUB),
-    NOOP("device", "\"cpu\"|\"auto\"", "rlhf.c runs on the CPU"),
+    USED("device", "where training computes: cpu, cuda (the CUDA backend: weights, gradients "
+                   "and AdamW moments in GPU memory), auto (cuda when this build has it and a "
+                   "device answers, else cpu; the default), cuda-emu (the CUDA backend emulated "
+                   "on the CPU, for tests)"),
     NOOP("device_map", "\"cpu\"|\"auto\"", "rlhf.c runs on the CPU"),
     NOOP("world_size", "*", "the world size is the number of MPI ranks (--nproc N)"),
     NOOP("local_rank", "*", "the rank is MPI's"),

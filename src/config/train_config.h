@@ -77,6 +77,12 @@ typedef struct {
     int64_t max_steps;                   /* -1: from num_epochs */
     double learning_rate;                /* required */
     char *optimizer; /* adamw_torch (the fused variant is the same arithmetic) */
+    /* Where training computes (train/train_device.h): "cpu", "cuda", "cuda-emu" or "auto" (the
+     * default: cuda when this build has it and a device answers, else cpu) */
+    char *device;
+    /* Not a key: the backend train_session_open resolved `device` to (train/train_device.h),
+     * set on the copy of the config a session's run hands down; NULL: the CPU */
+    const struct TrainDevice *train_device;
     double adam_beta1, adam_beta2, adam_epsilon, weight_decay;
     double max_grad_norm; /* 1.0; 0 disables clipping */
     /* 5: stop after this many skipped (non-finite) steps in a row; 0: never */

@@ -36,6 +36,7 @@ static const KeySpec key_specs[] = {
     KEY(max_steps, K_INT),
     KEY(learning_rate, K_FLOAT),
     KEY(optimizer, K_STRING),
+    KEY(device, K_STRING),
     KEY(adam_beta1, K_FLOAT),
     KEY(adam_beta2, K_FLOAT),
     KEY(adam_epsilon, K_FLOAT),

@@ -217,6 +217,12 @@ int train_config_validate(TrainConfig *cfg) {
         return err_set("key 'zero_stage': 1 shards the fp32 AdamW moments; it cannot be combined "
                        "with optimizer \"%s\" (use zero_stage: 0)",
                        cfg->optimizer);
+    if (!cfg->device) cfg->device = xstrdup("auto");
+    if (strcmp(cfg->device, "cpu") != 0 && strcmp(cfg->device, "cuda") != 0 &&
+        strcmp(cfg->device, "cuda-emu") != 0 && strcmp(cfg->device, "auto") != 0)
+        return err_set("key 'device': \"%s\" is not a device (cpu, cuda, auto; cuda-emu: the "
+                       "CUDA backend emulated on the CPU, for tests)",
+                       cfg->device);
     if (!cfg->lr_scheduler) cfg->lr_scheduler = xstrdup("cosine");
     static const char *const schedules[] = {"constant", "constant_with_warmup", "linear", "cosine"};
     bool known = false;

@@ -7,6 +7,7 @@
 #include "dist/dist.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "train/device_residency.h"
 #include "train/run_record.h"
 
 #include <dirent.h>
@@ -230,8 +231,12 @@ static int save_on_root(const CheckpointTarget *target, const Trainer *tr, const
 int checkpoint_save(const CheckpointTarget *target, const Trainer *tr, const json_t *state) {
     float *m, *v;
     bool owned;
+    /* weights and moments on a device: the writers below read the host copies (the step goes
+     * on from the device ones) */
+    device_residency_to_host(tr->resident);
     trainer_gather_moments(tr, &m, &v, &owned);
     int rc = dist_is_root() ? save_on_root(target, tr, state, m, v) : 0;
+    device_residency_to_device(tr->resident);
     if (owned) free(m), free(v);
     return dist_agree(rc);
 }

@@ -16,7 +16,9 @@ static const char *const not_identity[] = {
     "logging_steps", "save_steps", "save_total_limit", "eval_steps", "max_consecutive_bad_steps",
     /* how the batch is split over ranks and micro-batches, and how the optimizer state is
      * sharded, is not what is trained: examples_per_step stands for the three */
-    "micro_batch_size", "gradient_accumulation_steps", "zero_stage"};
+    "micro_batch_size", "gradient_accumulation_steps", "zero_stage",
+    /* where the run computes: a checkpoint written on the GPU resumes on the CPU */
+    "device"};
 
 static bool is_identity_key(const char *key) {
     for (size_t i = 0; i < sizeof not_identity / sizeof *not_identity; i++)

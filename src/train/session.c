@@ -65,6 +65,7 @@ int train_memory_plan(TrainConfig *cfg, FILE *log) {
 
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     memset(s, 0, sizeof *s);
+    if (train_device_open(&s->device, cfg, log) != 0) return -1;
     /* QLoRA: the layer matrices to NF4 as bitsandbytes quantises them (from their bf16 values
      * with bf16: true, as transformers loads them with torch_dtype=bfloat16); the embedding,
      * lm_head, norms and biases kept in bf16 (exact for a bf16 checkpoint). An adapter with bf16:
@@ -74,7 +75,10 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     bool frozen = cfg->load_in_4bit || (cfg->adapter && cfg->bf16);
     int rc = frozen ? model_load_frozen(&s->model, cfg->base_model, cfg->load_in_4bit, cfg->bf16)
                     : model_load(&s->model, cfg->base_model);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        train_device_close(&s->device);
+        return -1;
+    }
     if (cfg->load_in_4bit)
         fprintf(log,
                 "base model: frozen, its layer matrices quantised to NF4 (blocks of %d, "
@@ -97,6 +101,7 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     }
     if (cfg->adapter && make_adapter(cfg, &s->model, &s->lora, log) != 0) {
         model_free(&s->model);
+        train_device_close(&s->device);
         return -1;
     }
     s->has_lora = cfg->adapter != NULL;
@@ -109,6 +114,7 @@ int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log) {
     if (tokenizer_load_options(&s->tok, cfg->tokenizer_config, &tok_opts) != 0) {
         lora_free(&s->lora);
         model_free(&s->model);
+        train_device_close(&s->device);
         return -1;
     }
     return 0;
@@ -147,8 +153,12 @@ int train_session_run(TrainSession *s, const TrainConfig *cfg, const TrainHooks 
     return rc;
 }
 
-static int run_method(TrainSession *s, const TrainConfig *cfg, const TrainHooks *hooks,
+static int run_method(TrainSession *s, const TrainConfig *session_cfg, const TrainHooks *hooks,
                       TrainOutcome *out, FILE *log) {
+    /* a shallow copy that tells the training loop where to compute; it owns nothing */
+    TrainConfig with_device = *session_cfg;
+    with_device.train_device = &s->device;
+    const TrainConfig *cfg = &with_device;
     LoraAdapter *trained = s->has_lora ? &s->lora : NULL;
     Model *m = &s->model;
     /* The one place that names every method's run: grpo/ builds on train/, and this dispatch is
@@ -241,6 +251,7 @@ int train_session_save(const TrainSession *s, const TrainConfig *cfg, const char
 }
 
 void train_session_close(TrainSession *s) {
+    train_device_close(&s->device);
     tokenizer_free(&s->tok);
     json_decref(s->final_metrics);
     lora_free(&s->lora);

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "rewards/reward_registry.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_device.h"
 #include "train/train_loop.h"
 
 #include <jansson.h>
@@ -44,6 +45,8 @@ typedef struct {
     Tokenizer tok;
     json_t *final_metrics; /* the last run's last value of each logged metric, train_loss,
                               global_step and epoch (for the model card); NULL before a run */
+    TrainDevice device;    /* where the runs compute (`device`); the weights are on the host
+                              between runs */
 } TrainSession;
 
 /* What an embedding program adds to a run; every member may be NULL. */
@@ -53,8 +56,9 @@ typedef struct {
     TrainOutcome *outcome; /* receives the run's outcome */
 } TrainHooks;
 
-/* Loads base_model, makes or loads the adapter (adapter: lora) and the tokenizer. Returns 0, or
- * -1 with an error and nothing held. */
+/* Resolves `device` (train/train_device.h: an error there comes first), loads base_model, makes
+ * or loads the adapter (adapter: lora) and the tokenizer. Returns 0, or -1 with an error and
+ * nothing held. */
 int train_session_open(TrainSession *s, const TrainConfig *cfg, FILE *log);
 
 /* Trains the session's model as cfg says (cfg must be the one the session was opened with, or

@@ -1,11 +1,14 @@
 #include "train/train_loop.h"
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "common/fileio.h"
 #include "dist/dist.h"
 #include "report/sparkline.h"
+#include "train/device_residency.h"
 #include "train/output_dir.h"
 #include "train/step_hooks.h"
+#include "train/train_device.h"
 #include "train/train_state.h"
 
 #include <sys/resource.h>
@@ -87,11 +90,19 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
     json_t *log_history = json_array();
     MetricsFile metrics = {0};
     int rc = begin(cfg, src, &tr, log_history, log);
+    /* device: the checkpoint (if any) is restored on the host; from here the state lives on
+     * the device until the loop ends (device_residency.h) */
+    const TrainDevice *device = cfg->train_device;
+    DeviceResidency resident = {0};
+    if (rc == 0 && device && device->be) rc = device_residency_enter(&resident, &tr, device->be);
     bool resumed = tr.step > 0, recorded = false;
     StepHooks hooks = step_hooks_init(cfg, src, &tr, &metrics, log_history, log);
     while (rc == 0 && tr.step < src->total_steps) {
         StepStats st;
         int step_rc = src->step(src->ctx, &tr, &st, &hooks.tokens);
+        /* a kernel that failed on the device leaves garbage behind: the run stops on it */
+        if (step_rc >= 0 && device && train_device_status(device) != 0)
+            step_rc = err_prefix("step %lld", (long long)tr.step);
         if (step_rc < 0) { /* over several ranks, trainer_step agreed on it */
             rc = -1;
             break;
@@ -114,6 +125,7 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
         json_incref(log_history); /* out's reference; ours goes below */
     }
     metrics_file_close(&metrics);
+    device_residency_leave(&resident); /* the weights back in the model's host arrays */
     trainer_free(&tr);
     if (rc != 0) {
         json_decref(log_history);

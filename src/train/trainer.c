@@ -118,7 +118,8 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
                                           (size_t)mbs[i].batch.t_len);
     /* a failure goes on to the agreement over ranks below rather than returning at once */
     int rc = method->begin_window ? method->begin_window(method->ctx, mbs, n) : 0;
-    memset(t->grads, 0, t->n_params * sizeof *t->grads);
+    const Backend *be = model_backend(m);
+    be->memset(be, t->grads, 0, t->n_params * sizeof *t->grads);
     if (t->lora) t->lora->training = !t->opt.disable_dropout;
     for (int i = 0; i < n && rc == 0; i++) {
         /* the micro-batch's number in the global window: the same masks on any rank count */
@@ -148,16 +149,17 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     if (t->lora) t->lora->training = false;
     if (t->world > 1 && reduce_over_ranks(t, rc, stats) != 0) return -1;
     if (rc != 0) return -1;
-    if (test_hook_nan_grad(t->step + 1)) t->grads[0] = NAN;
+    if (test_hook_nan_grad(t->step + 1)) {
+        const float nan = NAN;
+        be->copy(be, t->grads, &nan, sizeof nan, BACKEND_HOST_TO_DEVICE);
+    }
     if (t->sharded) {
         /* each rank holds the summed gradient of its slice only: the norm is summed in squares */
-        double ss =
-            grad_sum_squares(model_backend(t->model), t->grads, t->adamw.spans, t->adamw.n_spans);
+        double ss = grad_sum_squares(be, t->grads, t->adamw.spans, t->adamw.n_spans);
         dist_allreduce_sum_f64(&ss, 1);
         stats->grad_norm = sqrt(ss);
     } else {
-        stats->grad_norm =
-            grad_global_norm(model_backend(t->model), t->grads, t->spans, t->n_spans);
+        stats->grad_norm = grad_global_norm(be, t->grads, t->spans, t->n_spans);
     }
     stats->lr = t->opt.learning_rate * lr_schedule_factor(t->opt.schedule, t->step,
                                                           t->opt.warmup_steps, t->opt.total_steps);
@@ -172,9 +174,9 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
     }
     /* the spans AdamW updates: all of them, or this rank's slice */
     if (t->opt.max_grad_norm > 0)
-        grad_clip(model_backend(t->model), t->grads, t->adamw.spans, t->adamw.n_spans,
-                  t->opt.max_grad_norm, stats->grad_norm);
-    adamw_step(&t->adamw, model_backend(t->model), t->params, t->grads, stats->lr);
+        grad_clip(be, t->grads, t->adamw.spans, t->adamw.n_spans, t->opt.max_grad_norm,
+                  stats->grad_norm);
+    adamw_step(&t->adamw, be, t->params, t->grads, stats->lr);
     if (t->sharded) dist_allgather_f32(t->params, &t->shards);
     t->step++;
     return 0;

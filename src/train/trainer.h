@@ -39,6 +39,8 @@ typedef struct {
     bool zero1;                  /* over several ranks: shard the AdamW moments (zero_stage: 1) */
 } TrainerOptions;
 
+typedef struct DeviceResidency DeviceResidency; /* train/device_residency.h */
+
 /* What the optimizer updates is either every weight of the model or, when an adapter is trained,
  * the adapter's parameters alone: the base then has no gradient and no optimizer state. */
 typedef struct {
@@ -57,6 +59,10 @@ typedef struct {
     bool sharded;      /* zero1 over more than one rank */
     DistShards shards; /* sharded: the slice of the parameters each rank updates */
     ForwardTape tape;  /* the activations of a micro-batch, kept allocated from step to step */
+    /* Non-NULL while the parameters, gradients and moments live in a device backend's memory
+     * (device_residency.h): params, grads and the moments are then that backend's memory, and
+     * host code reads them only through device_residency_to_host. */
+    DeviceResidency *resident;
 } Trainer;
 
 /* A training method for trainer_step: it turns each micro-batch's per-token log-probs into its

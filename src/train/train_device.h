@@ -1,0 +1,57 @@
+/* Where `rlhf train` computes (the `device` key, issue 29): the CPU backend, or a device
+ * backend (kernels/backend.h) that keeps the model's weights, the gradients and AdamW's moments
+ * in its own memory for the whole loop (train/device_residency.h).
+ *
+ * rlhf_core does not link the CUDA libraries (they link it): the program registers what its
+ * build has (cli/train_devices.c: the CUDA backend with RLHF_WITH_CUDA, else cuda-emu), and a
+ * value this build lacks is an error naming the key.
+ *
+ * Invariants:
+ *  1. device: cuda (or cuda-emu) either gets that backend or the run stops with an error naming
+ *     the key and why, before anything is loaded or written; it never falls back.
+ *  2. device: auto (the default, as HF's Trainer uses the GPU when there is one) gets cuda when
+ *     it is registered, answers, and supports the run; else the CPU, with one line on the log
+ *     saying why (none when the build has no CUDA and the key was not written).
+ *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16/NF4 weights, several
+ *     ranks, GRPO's generation) is never silently dropped: under cuda it is an error naming the
+ *     key, under auto the reason for the CPU. */
+#ifndef RLHF_TRAIN_TRAIN_DEVICE_H
+#define RLHF_TRAIN_TRAIN_DEVICE_H
+
+#include "config/train_config.h"
+#include "kernels/backend.h"
+
+#include <stdio.h>
+
+/* A device backend a program can compute on: the value of `device` it answers to and its
+ * constructor / destructor (backend_cuda.h's). */
+typedef struct {
+    const char *name;                 /* "cuda" or "cuda-emu" */
+    Backend *(*open)(void);           /* NULL with an error naming why (no device) */
+    void (*close)(Backend *be);       /* frees what open returned */
+    int (*status)(const Backend *be); /* 0, or -1 with the first failed op's error */
+} TrainDeviceProvider;
+
+/* Makes p (static storage) available to `device: <p->name>`. Called by the program before
+ * training (at most a few kinds; a second registration of a name replaces the first). */
+void train_device_register(const TrainDeviceProvider *p);
+
+/* The backend a run computes on. */
+typedef struct TrainDevice {
+    const TrainDeviceProvider *provider; /* NULL: the CPU */
+    Backend *be;                         /* provider's backend, or NULL */
+} TrainDevice;
+
+/* Resolves cfg->device (invariants 1-3) into *d; one line on `log` says where training
+ * computes when it is not the CPU or when auto fell back with a reason. Returns 0, or -1 with
+ * an error naming cfg->source and the key. */
+int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log);
+
+/* Frees the backend (nothing may still be allocated on it). */
+void train_device_close(TrainDevice *d);
+
+/* 0, or -1 with the device backend's first failure (an op that failed inside a step): called
+ * after each step and before anything is saved, so a failed kernel is an error, not garbage. */
+int train_device_status(const TrainDevice *d);
+
+#endif

@@ -1,0 +1,253 @@
+/* `rlhf train` on the CUDA backend (the device key: train/train_device.h,
+ * train/device_residency.h) against the same config on the CPU, on the llama_text fixture: SFT
+ * and DPO, full fine-tuning and LoRA (dropout on), two optimizer steps of two micro-batches each,
+ * a checkpoint after every step. Per step the logged loss and grad_norm agree to 1e-5 relative;
+ * the saved weights (model or adapter), and checkpoint-1's weights and AdamW moments, to 1e-5 of
+ * the largest value. checkpoint-1 written on the device and resumed on the CPU ends where the CPU
+ * run ends (its step-2 metrics and final weights, the same bounds). Bad input: a device this
+ * build lacks, 8-bit AdamW and bf16 on the device, an unknown device: each an error naming the
+ * key and the file, with nothing written to output_dir.
+ *
+ * Why 1e-5: the device's products sum in another order than the CPU's BLAS, so agreement is to
+ * fp32 rounding (test_backend_model_cuda: about 3e-6 of a tensor's largest value through a
+ * whole step); AdamW's first steps move a weight by about lr whatever its gradient's size, so a
+ * rounding difference in a gradient moves the weights by much less than 1e-5 of their scale
+ * (the largest seen is printed per case: about 1e-6 to 3e-6).
+ *
+ * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
+ * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
+ * where no device answers. Each links its backend and registers it (cli/train_devices.c) as the
+ * rlhf program does. */
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "harness.h"
+#include "io/safetensors.h"
+#include "kernels/cuda/backend_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RLHF_WITH_CUDA
+#define DEVICE       "cuda"
+#define OTHER_DEVICE "cuda-emu" /* not in this build */
+#else
+#define DEVICE       "cuda-emu"
+#define OTHER_DEVICE "cuda"
+#endif
+
+#define STEPS 2
+#define REL   1e-5
+
+static char sft_config[4096], dpo_config[4096];
+
+static void write_configs(void) {
+    char data[8192], text[8192];
+    size_t n = 0;
+    for (int i = 0; i < 24; i++)
+        n += (size_t)snprintf(data + n, sizeof data - n,
+                              "{\"text\": \"The number %d comes after %d.\"}\n", i + 1, i);
+    harness_write_file(harness_tmp_path("data.jsonl"), data, n);
+    const char *model = harness_source_path("tests/fixtures/models/llama_text");
+    /* every step saved, and kept: the resume case starts from checkpoint-1 */
+    const char *common = "sequence_len: 64\nmicro_batch_size: 1\ngradient_accumulation_steps: 2\n"
+                         "max_steps: 2\nlearning_rate: 1e-3\nlr_scheduler: constant\n"
+                         "warmup_steps: 0\nlogging_steps: 1\nsave_steps: 1\nseed: 3\n";
+    snprintf(text, sizeof text, "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\n%s",
+             model, harness_tmp_path("data.jsonl"), common);
+    snprintf(sft_config, sizeof sft_config, "%s", harness_tmp_path("sft.yaml"));
+    harness_write_file(sft_config, text, strlen(text));
+    harness_write_arith_pairs("pairs.jsonl", 16);
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: dpo\nrl_beta: 0.1\ndatasets:\n  - path: %s\n%s", model,
+             harness_tmp_path("pairs.jsonl"), common);
+    snprintf(dpo_config, sizeof dpo_config, "%s", harness_tmp_path("dpo.yaml"));
+    harness_write_file(dpo_config, text, strlen(text));
+}
+
+/* rlhf train config --key value ... (NULL-terminated pairs); returns cli_train's status. */
+static int train(const char *config, const char *const *kv) {
+    char *args[40];
+    int n = 0;
+    args[n++] = (char *)config;
+    for (; kv[n - 1] && n < 39; n++)
+        args[n] = (char *)kv[n - 1];
+    return cli_train(n, args);
+}
+
+static const char *const lora_keys[] = {"--adapter",
+                                        "lora",
+                                        "--lora_r",
+                                        "4",
+                                        "--lora_alpha",
+                                        "16",
+                                        "--lora_dropout",
+                                        "0.1",
+                                        "--lora_target_linear",
+                                        "true"};
+
+/* A run of config on device into out (under tmp), with LoRA when lora; extra: more pairs. */
+static const char *run(const char *config, const char *device, const char *name, bool lora,
+                       const char *const *extra) {
+    static char outs[16][4096];
+    static int next;
+    char *out = outs[next++ % 16];
+    snprintf(out, 4096, "%s", harness_tmp_path(name));
+    const char *kv[40];
+    int n = 0;
+    kv[n++] = "--device", kv[n++] = device, kv[n++] = "--output_dir", kv[n++] = out;
+    for (size_t i = 0; lora && i < sizeof lora_keys / sizeof *lora_keys; i++)
+        kv[n++] = lora_keys[i];
+    for (; extra && *extra; extra++)
+        kv[n++] = *extra;
+    kv[n] = NULL;
+    CHECK(train(config, kv) == CLI_EXIT_OK, "%s: %s", name, err_msg());
+    return out;
+}
+
+static bool close_rel(double got, double want) {
+    return fabs(got - want) <= REL * fabs(want) + 1e-12;
+}
+
+/* The logged loss and grad_norm of run a against run b's last rows (metrics.jsonl: a run resumed
+ * into a new output_dir logs only the steps after its checkpoint). */
+static void same_metrics(const char *what, const char *a_dir, const char *b_dir, size_t rows) {
+    json_t *a = harness_read_metrics(a_dir), *b = harness_read_metrics(b_dir);
+    size_t na = json_array_size(a), nb = json_array_size(b);
+    CHECK(na == rows && nb == STEPS, "%s: %zu and %zu log rows", what, na, nb);
+    for (size_t i = 0; na == rows && nb == STEPS && i < rows; i++) {
+        size_t j = STEPS - rows + i;
+        const char *keys[] = {"loss", "grad_norm"};
+        for (int k = 0; k < 2; k++) {
+            double x = harness_metric(a, i, keys[k]), y = harness_metric(b, j, keys[k]);
+            CHECK(isfinite(x) && close_rel(x, y), "%s: step %zu %s %.9g, cpu %.9g (rel %.2g)", what,
+                  j + 1, keys[k], x, y, fabs(x - y) / fabs(y));
+        }
+    }
+    json_decref(a);
+    json_decref(b);
+}
+
+/* Every tensor of the safetensors file `file` in dir a against dir b's: the largest difference
+ * within REL of the largest |weight| of b. */
+static void same_weights(const char *what, const char *a_dir, const char *b_dir, const char *file) {
+    char pa[4200], pb[4200];
+    snprintf(pa, sizeof pa, "%s/%s", a_dir, file);
+    snprintf(pb, sizeof pb, "%s/%s", b_dir, file);
+    SafetensorsFile fa, fb;
+    CHECK(safetensors_open(&fa, pa) == 0, "%s", err_msg());
+    CHECK(safetensors_open(&fb, pb) == 0, "%s", err_msg());
+    double worst = 0, scale = 0, gap = 0;
+    CHECK(fa.n_tensors == fb.n_tensors, "%s: %zu and %zu tensors", what, fa.n_tensors,
+          fb.n_tensors);
+    for (size_t i = 0; i < fb.n_tensors; i++) {
+        const SafetensorsTensor *tb = &fb.tensors[i], *ta = safetensors_find(&fa, tb->name);
+        CHECK(ta && ta->numel == tb->numel, "%s: tensor %s", what, tb->name);
+        if (!ta || ta->numel != tb->numel) continue;
+        float *x = malloc((size_t)ta->numel * sizeof *x),
+              *y = malloc((size_t)tb->numel * sizeof *y);
+        CHECK(safetensors_to_f32(ta, x) == 0 && safetensors_to_f32(tb, y) == 0, "%s", err_msg());
+        double largest = 0, err = 0;
+        for (int64_t k = 0; k < tb->numel; k++)
+            largest = fmax(largest, fabs(y[k])), err = fmax(err, fabs((double)x[k] - y[k]));
+        if (largest > 0) worst = fmax(worst, err / largest);
+        scale = fmax(scale, largest), gap = fmax(gap, err);
+        free(x), free(y);
+    }
+    CHECK(gap <= REL * scale, "%s: weights differ by %.3g (scale %.3g)", what, gap, scale);
+    printf("%s: weights within %.3g of scale (worst tensor %.3g)\n", what, gap / scale, worst);
+    safetensors_close(&fa);
+    safetensors_close(&fb);
+}
+
+/* One method x adapter case: the device run against the CPU run, then the device's
+ * checkpoint-1 resumed on the CPU against the CPU run. */
+static void check_case(const char *what, const char *config, bool lora) {
+    char cpu_name[64], dev_name[64], res_name[64];
+    snprintf(cpu_name, sizeof cpu_name, "%s_cpu", what);
+    snprintf(dev_name, sizeof dev_name, "%s_dev", what);
+    snprintf(res_name, sizeof res_name, "%s_resumed", what);
+    const char *cpu = run(config, "cpu", cpu_name, lora, NULL);
+    const char *dev = run(config, DEVICE, dev_name, lora, NULL);
+    const char *file = lora ? "adapter_model.safetensors" : "model.safetensors";
+    same_metrics(what, dev, cpu, STEPS);
+    same_weights(what, dev, cpu, file);
+    char ckpt[4200], ckpt_cpu[4200], label[128];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-1", dev);
+    snprintf(ckpt_cpu, sizeof ckpt_cpu, "%s/checkpoint-1", cpu);
+    snprintf(label, sizeof label, "%s checkpoint-1", what);
+    same_weights(label, ckpt, ckpt_cpu, file);
+    same_weights(label, ckpt, ckpt_cpu, "optimizer.safetensors");
+    const char *resume[] = {"--resume_from_checkpoint", ckpt, NULL};
+    const char *res = run(config, "cpu", res_name, lora, resume);
+    snprintf(label, sizeof label, "%s, resumed on the cpu", what);
+    same_metrics(label, res, cpu, STEPS - 1);
+    same_weights(label, res, cpu, file);
+}
+
+/* A config the device refuses: a clear error naming `needle` and the file, output_dir not
+ * made. */
+static void refused(const char *device, const char *const *extra, const char *needle) {
+    const char *out = harness_tmp_path("refused");
+    const char *kv[12] = {"--device", device, "--output_dir", out};
+    int n = 4;
+    for (; extra && *extra; extra++)
+        kv[n++] = *extra;
+    kv[n] = NULL;
+    CHECK(train(sft_config, kv) != CLI_EXIT_OK, "device %s with %s: accepted", device, needle);
+    const char *msg = err_msg();
+    CHECK(strstr(msg, needle) && strstr(msg, "sft.yaml"),
+          "device %s: the error names %s and the "
+          "file: %s",
+          device, needle, msg);
+    CHECK(!dir_exists(out), "device %s refused: %s was made", device, out);
+    printf("refused as expected: %s\n", msg);
+}
+
+/* The cases, each a method x adapter: on cuda-emu (slow: every CUDA thread a fiber) the two that
+ * together cover both methods and both kinds of training, all four on the device or with
+ * RLHF_TRAIN_DEVICE_ALL=1. A case name as the argument runs that case alone. */
+static const struct {
+    const char *name;
+    bool dpo, lora, emu;
+} cases[] = {{"sft", false, false, true},
+             {"dpo_lora", true, true, true},
+             {"sft_lora", false, true, false},
+             {"dpo", true, false, false}};
+
+int main(int argc, char **argv) {
+#ifdef RLHF_WITH_CUDA
+    Backend *probe = backend_cuda_new();
+    bool all = true;
+#else
+    Backend *probe = backend_cuda_emu_new();
+    bool all = getenv("RLHF_TRAIN_DEVICE_ALL") != NULL;
+#endif
+    if (!probe) {
+        fprintf(stderr, "SKIP: no CUDA device answers (%s)\n", err_msg());
+        return 77;
+    }
+    backend_cuda_free(probe);
+    cli_register_train_devices();
+    write_configs();
+
+    const char *no_extra[] = {NULL};
+    refused(OTHER_DEVICE, no_extra, "key 'device'");
+    const char *eight_bit[] = {"--optimizer", "adamw_bnb_8bit", NULL};
+    refused(DEVICE, eight_bit, "key 'optimizer'");
+    const char *bf16[] = {"--bf16", "true", NULL};
+    refused(DEVICE, bf16, "key 'bf16'");
+    refused("tpu", no_extra, "key 'device'");
+
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool chosen = argc > 1 ? strcmp(argv[1], cases[i].name) == 0 : all || cases[i].emu;
+        if (chosen)
+            check_case(cases[i].name, cases[i].dpo ? dpo_config : sft_config, cases[i].lora);
+    }
+#ifdef RLHF_WITH_CUDA
+    return harness_finish("test_train_device_cuda");
+#else
+    return harness_finish("test_train_device_emu");
+#endif
+}
