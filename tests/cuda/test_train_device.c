@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "kernels/cuda/backend_cuda.h"
+#include "train/train_device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -229,7 +230,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     backend_cuda_free(probe);
-    cli_register_train_devices();
+    train_device_register_linked();
     write_configs();
 
     const char *no_extra[] = {NULL};
