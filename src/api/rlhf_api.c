@@ -10,6 +10,7 @@
 #include "train/hub_push.h"
 #include "train/stop_signal.h"
 #include "train/session.h"
+#include "train/train_device.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -48,6 +49,9 @@ int rlhf_trainer_create(const char *config, const char *name, rlhf_trainer **out
     if (!out) return err_set("rlhf_trainer_create: out is NULL"), RLHF_ERROR;
     *out = NULL;
     if (!config) return err_set("rlhf_trainer_create: config is NULL"), RLHF_ERROR;
+#ifdef RLHF_WITH_CUDA
+    train_device_register_linked(); /* device: cuda (cli/train_devices.c, linked in) */
+#endif
     rlhf_trainer *t = xcalloc(1, sizeof *t);
     if (train_config_load_text(&t->cfg, config, name ? name : "<config>") != 0) {
         free(t);

@@ -28,11 +28,6 @@ int cli_serve(int argc, char **argv);
 int cli_vllm_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 
-/* Registers the device backends this build has (cli/train_devices.c: cuda or cuda-emu) with
- * train/train_device.h, for `device:`. Part of the program (main.c calls it first) and of the
- * tests that train on a device, not of rlhf_cli; idempotent. */
-void cli_register_train_devices(void);
-
 /* Prints "rlhf: error: <message>" to stderr and returns CLI_EXIT_FAILURE. */
 int cli_fail(const char *message);
 

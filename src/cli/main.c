@@ -1,5 +1,6 @@
 /* rlhf: the command-line front end. Dispatches to one file per sub-command. */
 #include "cli/commands.h"
+#include "train/train_device.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static void usage(FILE *fp) {
 }
 
 int main(int argc, char **argv) {
-    cli_register_train_devices(); /* `device: cuda` (or cuda-emu) where this build has it */
+    train_device_register_linked(); /* `device: cuda` (or cuda-emu) where this build has it */
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;

@@ -2,8 +2,6 @@
  * (rlhf_cuda) where the build has nvcc and cuBLASLt, else the same code emulated on the CPU
  * (rlhf_cuda_emu, `device: cuda-emu`, which CI trains on). Only one of the two libraries can be
  * linked: they are the same sources and define the same symbols. */
-#include "cli/commands.h"
-
 #include "train/train_device.h"
 
 #if defined(RLHF_WITH_CUDA) || defined(RLHF_WITH_CUDA_EMU)
@@ -18,7 +16,7 @@ static const TrainDeviceProvider cuda_emu = {"cuda-emu", backend_cuda_emu_new, b
                                              backend_cuda_status};
 #endif
 
-void cli_register_train_devices(void) {
+void train_device_register_linked(void) {
 #if defined(RLHF_WITH_CUDA)
     train_device_register(&cuda);
 #elif defined(RLHF_WITH_CUDA_EMU)

@@ -55,7 +55,7 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
                            cfg->source, want, name,
                            strcmp(name, "cuda") == 0
                                ? "build it where nvcc and cuBLASLt are found, or use device: cpu"
-                               : "cuda-emu is built only where the CUDA backend is not");
+                               : "cuda-emu is in the rlhf program of builds without nvcc");
         if (why) return err_set("%s: device: %s: %s", cfg->source, want, why);
     } else if (!p || why) {
         if (p || written)

@@ -36,6 +36,11 @@ typedef struct {
  * training (at most a few kinds; a second registration of a name replaces the first). */
 void train_device_register(const TrainDeviceProvider *p);
 
+/* Registers the device backend linked into this program: the CUDA backend where the build has
+ * nvcc, else cuda-emu. Defined outside rlhf_core, in cli/train_devices.c, which the rlhf
+ * program, the shared library (CUDA builds) and the device tests compile in; idempotent. */
+void train_device_register_linked(void);
+
 /* The backend a run computes on. */
 typedef struct TrainDevice {
     const TrainDeviceProvider *provider; /* NULL: the CPU */

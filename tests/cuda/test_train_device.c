@@ -1,12 +1,13 @@
 /* `rlhf train` on the CUDA backend (the device key: train/train_device.h,
  * train/device_residency.h) against the same config on the CPU, on the llama_text fixture: SFT
- * and DPO, full fine-tuning and LoRA (dropout on), two optimizer steps of two micro-batches each,
- * a checkpoint after every step. Per step the logged loss and grad_norm agree to 1e-5 relative;
- * the saved weights (model or adapter), and checkpoint-1's weights and AdamW moments, to 1e-5 of
- * the largest value. checkpoint-1 written on the device and resumed on the CPU ends where the CPU
- * run ends (its step-2 metrics and final weights, the same bounds). Bad input: a device this
- * build lacks, 8-bit AdamW and bf16 on the device, an unknown device: each an error naming the
- * key and the file, with nothing written to output_dir.
+ * and DPO, full fine-tuning and LoRA (dropout on), two optimizer steps of four examples (two
+ * micro-batches of two on the device, one of four on cuda-emu), a checkpoint after every step. Per
+ * step the logged loss and grad_norm agree to 1e-5 relative; the saved weights (model or adapter),
+ * and checkpoint-1's weights and AdamW moments, to 1e-5 of the largest value. checkpoint-1 written
+ * on the device and resumed on the CPU ends where the CPU run ends (its step-2 metrics and final
+ * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW and bf16 on the
+ * device, an unknown device: each an error naming the key and the file, with nothing written to
+ * output_dir.
  *
  * Why 1e-5: the device's products sum in another order than the CPU's BLAS, so agreement is to
  * fp32 rounding (test_backend_model_cuda: about 3e-6 of a tensor's largest value through a
@@ -24,6 +25,7 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "kernels/cuda/backend_cuda.h"
+#include "train/train_device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,7 +40,15 @@
 #endif
 
 #define STEPS 2
-#define REL   1e-5
+/* micro-batches a step (of 4 / ACCUMULATION examples each): on cuda-emu, where every op costs
+ * its threads' fibers, one (test_backend_model_emu accumulates two on the backend); two on the
+ * device */
+#ifdef RLHF_WITH_CUDA
+#define ACCUMULATION 2
+#else
+#define ACCUMULATION 1
+#endif
+#define REL 1e-5
 
 static char sft_config[4096], dpo_config[4096];
 
@@ -51,9 +61,12 @@ static void write_configs(void) {
     harness_write_file(harness_tmp_path("data.jsonl"), data, n);
     const char *model = harness_source_path("tests/fixtures/models/llama_text");
     /* every step saved, and kept: the resume case starts from checkpoint-1 */
-    const char *common = "sequence_len: 64\nmicro_batch_size: 1\ngradient_accumulation_steps: 2\n"
-                         "max_steps: 2\nlearning_rate: 1e-3\nlr_scheduler: constant\n"
-                         "warmup_steps: 0\nlogging_steps: 1\nsave_steps: 1\nseed: 3\n";
+    char common[512];
+    snprintf(common, sizeof common,
+             "sequence_len: 64\nmicro_batch_size: %d\ngradient_accumulation_steps: %d\n"
+             "max_steps: 2\nlearning_rate: 1e-3\nlr_scheduler: constant\nwarmup_steps: 0\n"
+             "logging_steps: 1\nsave_steps: 1\nseed: 3\n",
+             4 / ACCUMULATION, ACCUMULATION);
     snprintf(text, sizeof text, "base_model: %s\ndatasets:\n  - path: %s\n    type: completion\n%s",
              model, harness_tmp_path("data.jsonl"), common);
     snprintf(sft_config, sizeof sft_config, "%s", harness_tmp_path("sft.yaml"));
@@ -229,7 +242,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     backend_cuda_free(probe);
-    cli_register_train_devices();
+    train_device_register_linked();
     write_configs();
 
     const char *no_extra[] = {NULL};
