@@ -24,7 +24,11 @@
  *   of each op's total seconds.
  *   AUTOCAST 1: the backend under bf16 autocast (backend_cuda_autocast_new: bf16 operands, fp32
  *   sums, as `bf16: true` trains); the JSON lines then say "precision": "bf16_autocast" (else
- *   "fp32"). */
+ *   "fp32").
+ *
+ * Or: bench_backend_step grpo CONFIG_JSON PROMPTS GENERATIONS PROMPT_LEN COMPLETION_LEN STEPS
+ *   [AUTOCAST]: a GRPO step, generation included (bench_backend_grpo.c). */
+#include "backend_bench.h"
 #include "common/error.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "op_timer.h"
@@ -43,19 +47,19 @@
 #include <string.h>
 #include <time.h>
 
-static double now_seconds(void) {
+double bench_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int fail(const char *what) {
+int bench_fail(const char *what) {
     fprintf(stderr, "bench_backend_step: %s: %s\n", what, err_msg());
     return 1;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next_u32(void) {
+uint32_t bench_next_u32(void) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng >> 32);
 }
@@ -69,19 +73,17 @@ static Backend *open_backend(bool autocast) {
 #endif
 }
 
-/* Parameters that a forward multiplies per token (every matrix but the embedding gather; the
- * lm_head counted once, tied or not) and the attention's per-token FLOPs at context length T
- * (causal: on average T/2 keys; QK^T and PV, 2 FLOPs a multiply-add, per layer and head). */
-static double matmul_params(const Model *m) {
+double bench_matmul_params(const Model *m) {
     const ModelConfig *c = &m->cfg;
     double hd = c->head_dim, H = c->hidden_size, I = c->intermediate_size;
     double attn = H * (c->n_heads * hd) * 2 + H * (c->n_kv_heads * hd) * 2;
     return c->n_layers * (attn + 3 * H * I) + (double)c->vocab_size * H;
 }
 
-static double attention_flops_per_token(const Model *m, int t) {
+double bench_flops_per_token(const Model *m, int t) {
     const ModelConfig *c = &m->cfg;
-    return c->n_layers * 2.0 * 2.0 * (t / 2.0) * c->n_heads * c->head_dim;
+    return bench_matmul_params(m) * 2 +
+           c->n_layers * 2.0 * 2.0 * (t / 2.0) * c->n_heads * c->head_dim;
 }
 
 /* The sigmoid DPO loss's gradient per token (beta 0.1) from the policy's and reference's summed
@@ -121,28 +123,76 @@ static float *moments_to_device(const Backend *be, AdamW *opt) {
     return d;
 }
 
+int bench_model_open(BenchModel *bm, const char *config_path, bool autocast) {
+    memset(bm, 0, sizeof *bm);
+    json_error_t jerr;
+    json_t *root = json_load_file(config_path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "bench_backend_step: %s:%d: %s\n", config_path, jerr.line, jerr.text);
+        return 2;
+    }
+    ModelConfig cfg;
+    int rc = model_config_from_json(&cfg, root, config_path);
+    json_decref(root);
+    if (rc != 0) return bench_fail("config");
+    Backend *be = bm->be = open_backend(autocast);
+    if (!be) return bench_fail("backend");
+    Model *m = &bm->m;
+    model_init_empty(m, &cfg);
+    for (size_t i = 0; i < m->n_params; i++) /* uniform in [-0.02, 0.02) */
+        m->params[i] = (float)(bench_next_u32() * (0.04 / 4294967296.0) - 0.02);
+    float *dev_params = be->alloc(be, m->n_params * sizeof(float), "weights");
+    bm->grads = be->alloc(be, m->n_params * sizeof(float), "gradients");
+    if (!dev_params || !bm->grads) return bench_fail("alloc");
+    be->copy(be, dev_params, m->params, m->n_params * sizeof(float), BACKEND_HOST_TO_DEVICE);
+    bm->host_params = model_rebase_params(m, dev_params);
+    m->backend = be;
+
+    bm->spans = malloc((size_t)m->n_param_tensors * sizeof *bm->spans);
+    for (int i = 0; i < m->n_param_tensors; i++)
+        bm->spans[i] = (ParamSpan){m->param_info[i].offset, m->param_info[i].numel,
+                                   m->param_info[i].ndim == 2, false};
+    AdamWConfig acfg = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
+    if (adamw_init(&bm->opt, &acfg, bm->spans, m->n_param_tensors) != 0) return bench_fail("adamw");
+    if (adamw_check_backend(&bm->opt, be) != 0) return bench_fail("adamw backend");
+    bm->moments = moments_to_device(be, &bm->opt);
+    if (!bm->moments) return bench_fail("moments");
+    return 0;
+}
+
+void bench_model_close(BenchModel *bm) {
+    Backend *be = bm->be;
+    be->free(be, model_rebase_params(&bm->m, bm->host_params));
+    be->free(be, bm->grads);
+    be->free(be, bm->moments);
+    adamw_free(&bm->opt);
+    model_free(&bm->m);
+    free(bm->spans);
+    backend_cuda_free(be);
+}
+
 /* Decoding: prompt then n tokens, greedy-free (the next token is drawn at random: the cost does
  * not depend on which), batch 1. Prints its JSON line unless weight_bytes is 0. */
 static int bench_decode(Model *m, const Backend *be, int n, double weight_bytes) {
     int prompt = 32, V = m->cfg.vocab_size;
     KvCache kv;
-    if (kv_cache_init(&kv, be, &m->cfg, 1, prompt + n + 1) != 0) return fail("kv cache");
+    if (kv_cache_init(&kv, be, &m->cfg, 1, prompt + n + 1) != 0) return bench_fail("kv cache");
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t tokens[32];
     for (int i = 0; i < prompt; i++)
-        tokens[i] = (int32_t)(next_u32() % (uint32_t)V);
+        tokens[i] = (int32_t)(bench_next_u32() % (uint32_t)V);
     CachedChunk chunk = {.slot = 0, .tokens = tokens, .n_tokens = prompt};
-    if (model_forward_cached(m, NULL, &kv, &chunk, 1, logits) != 0) return fail("prefill");
+    if (model_forward_cached(m, NULL, &kv, &chunk, 1, logits) != 0) return bench_fail("prefill");
     double t0 = 0;
     int warm = n < 8 ? 1 : 4; /* the first tokens (handles, scratch) are not timed */
     for (int i = 0; i < n; i++) {
-        if (i == warm) be->sync(be), t0 = now_seconds();
-        int32_t next = (int32_t)(next_u32() % (uint32_t)V);
+        if (i == warm) be->sync(be), t0 = bench_now_seconds();
+        int32_t next = (int32_t)(bench_next_u32() % (uint32_t)V);
         chunk = (CachedChunk){.slot = 0, .tokens = &next, .n_tokens = 1};
-        if (model_forward_cached(m, NULL, &kv, &chunk, 1, logits) != 0) return fail("decode");
+        if (model_forward_cached(m, NULL, &kv, &chunk, 1, logits) != 0) return bench_fail("decode");
     }
     be->sync(be);
-    double per_token = (now_seconds() - t0) / (n - warm);
+    double per_token = (bench_now_seconds() - t0) / (n - warm);
     if (weight_bytes > 0) /* 0: an op-timing run, whose waits make the figure meaningless */
         printf(
             "{\"bench\": \"decode\", \"backend\": \"%s\", \"tokens\": %d, \"ms_per_token\": %.4f, "
@@ -172,33 +222,37 @@ static int dpo_step(StepState *st, double phase[3], double *loss) {
     Model *m = st->m;
     const Backend *be = model_backend(m);
     be->sync(be);
-    double t0 = now_seconds();
-    if (model_token_logprobs(m, st->batch, st->sel, st->ref) != 0) return fail("reference");
+    double t0 = bench_now_seconds();
+    if (model_token_logprobs(m, st->batch, st->sel, st->ref) != 0) return bench_fail("reference");
     be->sync(be);
-    double t1 = now_seconds();
+    double t1 = bench_now_seconds();
     ForwardTape tape = {0};
-    if (model_forward_tape(m, st->batch, false, &tape) != 0) return fail("forward");
-    if (model_tape_logprobs(m, &tape, st->sel, st->logp) != 0) return fail("tape logprobs");
+    if (model_forward_tape(m, st->batch, false, &tape) != 0) return bench_fail("forward");
+    if (model_tape_logprobs(m, &tape, st->sel, st->logp) != 0) return bench_fail("tape logprobs");
     *loss = dpo_dlogp(st->logp, st->ref, st->sel, st->batch->batch, st->batch->t_len, st->dlogp);
     be->memset(be, st->grads, 0, m->n_params * sizeof(float));
-    if (model_backward(m, &tape, st->sel, st->dlogp, st->grads, NULL) != 0) return fail("backward");
+    if (model_backward(m, &tape, st->sel, st->dlogp, st->grads, NULL) != 0)
+        return bench_fail("backward");
     forward_tape_free(&tape);
     be->sync(be);
-    double t2 = now_seconds();
+    double t2 = bench_now_seconds();
     double norm = grad_global_norm(be, st->grads, st->spans, m->n_param_tensors);
     grad_clip(be, st->grads, st->spans, m->n_param_tensors, 1.0, norm);
     adamw_step(st->opt, be, m->params, st->grads, 1e-6);
     be->sync(be);
-    double t3 = now_seconds();
+    double t3 = bench_now_seconds();
     phase[0] = t1 - t0, phase[1] = t2 - t1, phase[2] = t3 - t2;
-    if (backend_cuda_status(be) != 0) return fail("step");
+    if (backend_cuda_status(be) != 0) return bench_fail("step");
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "grpo") == 0) return bench_grpo_main(argc, argv);
     if (argc < 5) {
         fprintf(stderr, "usage: bench_backend_step CONFIG_JSON ROWS SEQ_LEN STEPS [DECODE_TOKENS] "
-                        "[OP_TIMES] [AUTOCAST]\n");
+                        "[OP_TIMES] [AUTOCAST]\n"
+                        "   or: bench_backend_step grpo CONFIG_JSON PROMPTS GENERATIONS PROMPT_LEN "
+                        "COMPLETION_LEN STEPS [AUTOCAST]\n");
         return 2;
     }
     int rows = atoi(argv[2]), t = atoi(argv[3]), steps = atoi(argv[4]);
@@ -215,39 +269,11 @@ int main(int argc, char **argv) {
     }
     bool autocast = autocast_arg[0] == '1';
     const char *precision = autocast ? "bf16_autocast" : "fp32";
-    json_error_t jerr;
-    json_t *root = json_load_file(argv[1], 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "bench_backend_step: %s:%d: %s\n", argv[1], jerr.line, jerr.text);
-        return 2;
-    }
-    ModelConfig cfg;
-    if (model_config_from_json(&cfg, root, argv[1]) != 0) return fail("config");
-    json_decref(root);
-    Backend *be = open_backend(autocast);
-    if (!be) return fail("backend");
-
-    Model m;
-    model_init_empty(&m, &cfg);
-    for (size_t i = 0; i < m.n_params; i++) /* uniform in [-0.02, 0.02) */
-        m.params[i] = (float)(next_u32() * (0.04 / 4294967296.0) - 0.02);
-    float *dev_params = be->alloc(be, m.n_params * sizeof(float), "weights");
-    float *grads = be->alloc(be, m.n_params * sizeof(float), "gradients");
-    if (!dev_params || !grads) return fail("alloc");
-    be->copy(be, dev_params, m.params, m.n_params * sizeof(float), BACKEND_HOST_TO_DEVICE);
-    float *host_params = model_rebase_params(&m, dev_params);
-    m.backend = be;
-
-    ParamSpan *spans = malloc((size_t)m.n_param_tensors * sizeof *spans);
-    for (int i = 0; i < m.n_param_tensors; i++)
-        spans[i] = (ParamSpan){m.param_info[i].offset, m.param_info[i].numel,
-                               m.param_info[i].ndim == 2, false};
-    AdamWConfig acfg = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
-    AdamW opt;
-    if (adamw_init(&opt, &acfg, spans, m.n_param_tensors) != 0) return fail("adamw");
-    if (adamw_check_backend(&opt, be) != 0) return fail("adamw backend");
-    float *moments = moments_to_device(be, &opt);
-    if (!moments) return fail("moments");
+    BenchModel bm;
+    int rc = bench_model_open(&bm, argv[1], autocast);
+    if (rc != 0) return rc;
+    Backend *be = bm.be;
+    Model m = bm.m; /* the same tensors; copied back before closing */
 
     size_t cells = (size_t)rows * t;
     int32_t *tokens = malloc(cells * sizeof *tokens);
@@ -255,13 +281,13 @@ int main(int argc, char **argv) {
     float *logp = malloc(cells * sizeof *logp), *ref = malloc(cells * sizeof *ref);
     float *dlogp = malloc(cells * sizeof *dlogp);
     for (size_t i = 0; i < cells; i++) {
-        tokens[i] = (int32_t)(next_u32() % (uint32_t)m.cfg.vocab_size);
+        tokens[i] = (int32_t)(bench_next_u32() % (uint32_t)m.cfg.vocab_size);
         sel[i] = (int)(i % (size_t)t) >= t / 2;
     }
     TokenBatch batch = {.batch = rows, .t_len = t, .tokens = tokens, .unshared = true};
 
     double phase[3] = {0, 0, 0}, loss = 0; /* reference, policy forward+backward, optimizer */
-    StepState st = {&m, &opt, spans, grads, &batch, sel, logp, ref, dlogp};
+    StepState st = {&m, &bm.opt, bm.spans, bm.grads, &batch, sel, logp, ref, dlogp};
     for (int s = 0; s <= steps; s++) { /* step 0 warms up */
         double p[3];
         if (dpo_step(&st, p, &loss) != 0) return 1;
@@ -272,7 +298,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         phase[i] /= steps;
     double step = phase[0] + phase[1] + phase[2];
-    double per_token = matmul_params(&m) * 2 + attention_flops_per_token(&m, t);
+    double per_token = bench_flops_per_token(&m, t);
     double flops = per_token * (double)cells * 4; /* reference forward 1, policy 1 + backward 2 */
     printf("{\"bench\": \"dpo_step\", \"backend\": \"%s\", \"precision\": \"%s\", "
            "\"config\": \"%s\", \"rows\": %d, "
@@ -284,9 +310,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     if (decode > 0 &&
-        bench_decode(&m, be, decode, (matmul_params(&m) + m.cfg.hidden_size) * sizeof(float)) != 0)
+        bench_decode(&m, be, decode,
+                     (bench_matmul_params(&m) + m.cfg.hidden_size) * sizeof(float)) != 0)
         return 1;
-    if (backend_cuda_status(be) != 0) return fail("decode");
+    if (backend_cuda_status(be) != 0) return bench_fail("decode");
 
     if (op_times) { /* one more step and a few tokens, op by op (op_timer.h) */
         m.backend = op_timer_wrap(be);
@@ -302,12 +329,8 @@ int main(int argc, char **argv) {
         m.backend = be;
     }
 
-    be->free(be, model_rebase_params(&m, host_params));
-    be->free(be, grads);
-    be->free(be, moments);
-    adamw_free(&opt);
-    model_free(&m);
-    free(spans), free(tokens), free(sel), free(logp), free(ref), free(dlogp);
-    backend_cuda_free(be);
+    bm.m = m;
+    bench_model_close(&bm);
+    free(tokens), free(sel), free(logp), free(ref), free(dlogp);
     return 0;
 }

@@ -7,6 +7,10 @@
 # compares the same precision. scripts/gpu-check.sh runs it as `bash bench/gpu_step.sh BINDIR`;
 # the JSON lines go to $OUT/gpu_step.jsonl (or ./gpu-check-logs).
 #
+# Then a GRPO step of each shape (issue 33's: 8 prompts x 8 completions, prompt 64 tokens,
+# completions 128), generation included: `bench_backend_step grpo` and `gpu_torch_step.py --grpo`,
+# fp32 and bf16 autocast each, one warm-up and one timed step (about a minute in all on an H200).
+#
 # Shapes: Qwen2.5-0.5B and 1.5B (bench/shapes/), 8 pairs (16 rows) x 512 tokens, random weights.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +39,21 @@ for spec in "${specs[@]}"; do
         sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
     echo "== $shape: PyTorch eager"
     timeout 150 python3 bench/gpu_torch_step.py "$cfg" "$rows" "$t" "$steps" "$decode" \
+        2>> "$logs/gpu_step.err" | sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
+done
+# "shape prompts generations prompt_len completion_len steps", ';'-separated (GPU_STEP_GRPO_SPECS
+# overrides, as GPU_STEP_SPECS)
+IFS=';' read -ra specs <<< "${GPU_STEP_GRPO_SPECS:-qwen2.5-0.5b 8 8 64 128 1;qwen2.5-1.5b 8 8 64 128 1}"
+for spec in "${specs[@]}"; do
+    read -r shape prompts per lp lc steps <<< "$spec"
+    cfg=bench/shapes/$shape.json
+    for autocast in 0 1; do
+        echo "== $shape: GRPO step, rlhf.c (CUDA backend, autocast $autocast)"
+        timeout 120 "$bench" grpo "$cfg" "$prompts" "$per" "$lp" "$lc" "$steps" "$autocast" \
+            2>> "$logs/gpu_step.err" | sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
+    done
+    echo "== $shape: GRPO step, PyTorch eager"
+    timeout 150 python3 bench/gpu_torch_step.py --grpo "$cfg" "$prompts" "$per" "$lp" "$lc" "$steps" \
         2>> "$logs/gpu_step.err" | sed "s/^{/{\"shape\": \"$shape\", /" | tee -a "$out"
 done
 tail -5 "$logs/gpu_step.err"
@@ -66,6 +85,21 @@ for shape in sorted({r["shape"] for r in rows if "shape" in r}):
                      and o.get("precision", "fp32") == same.get(r["precision"])), None)
         if ours:
             print(f"{shape:14} rlhf.c / torch {r['precision']:15} speed ratio {r['step_s'] / ours['step_s']:.2f}x")
+print(f"\n{'shape':14} {'GRPO step':30} {'gen s':>7} {'train s':>7} {'total s':>7} "
+      f"{'gen tok/s':>9} {'train TFLOP/s':>13} {'torch/ours':>10}")
+for r in rows:
+    if r["bench"] != "grpo_step":
+        continue
+    what = r["backend"] + " " + r.get("precision", "fp32")
+    ratio = "-"
+    if r["backend"] != "torch-eager":  # torch's total over ours, the same arithmetic
+        torch = next((o for o in rows if o.get("shape") == r.get("shape") and o["bench"] == "grpo_step"
+                      and o["backend"] == "torch-eager"
+                      and same.get(o["precision"]) == r.get("precision", "fp32")), None)
+        if torch:
+            ratio = f"{torch['step_s'] / r['step_s']:.2f}x"
+    print(f"{r.get('shape', '?'):14} {what:30} {r['generation_s']:7.2f} {r['training_s']:7.2f} "
+          f"{r['step_s']:7.2f} {r['gen_tokens_per_s']:9.0f} {r['train_tflop_s']:13.1f} {ratio:>10}")
 print(f"\n{'shape':14} {'decode':30} {'ms/token':>9} {'GB/s':>8} {'of copy bw':>10}")
 for r in rows:
     if r["bench"] == "decode":

@@ -13,7 +13,17 @@ Timing follows the device's METHOD.md: warm-up first, torch.cuda.synchronize aro
 timers for whole steps, CUDA events (median of repeats) for the ceilings, random data.
 Prints one JSON line per measurement.
 
+The GRPO step (--grpo, beside bench_backend_step's grpo mode): model.generate (temperature-1
+sampling over the whole vocabulary, top_k 0 as TRL's default, a KV cache, every prompt repeated
+GENERATIONS times, exactly COMPLETION_LEN new tokens), then what TRL 1.9's GRPOTrainer computes
+for that generation batch with num_iterations 1: random rewards and group-normalised advantages,
+the reference's log-probs under no_grad and the policy's with entropies (logits_to_keep: only the
+completion's positions through the lm_head), the dapo loss (TRL's default; epsilon 0.2, beta 0.04
+so that the reference is read), backward, clip_grad_norm_, AdamW. One warm-up step first, whose
+generation stops after 8 tokens.
+
 Usage: python3 gpu_torch_step.py CONFIG_JSON ROWS SEQ_LEN STEPS DECODE_TOKENS [--ceilings]
+       python3 gpu_torch_step.py --grpo CONFIG_JSON PROMPTS GENERATIONS PROMPT_LEN COMPLETION_LEN STEPS
 """
 
 import json
@@ -108,7 +118,8 @@ def dpo_step(model, opt, ids, mask, autocast):
     return loss
 
 
-def bench_model(config_path, rows, t, steps, decode_tokens):
+def load_model(config_path):
+    """A model of the config's shape, random fp32 weights, on DEV."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with open(config_path) as f:
@@ -118,6 +129,103 @@ def bench_model(config_path, rows, t, steps, decode_tokens):
     torch.manual_seed(0)
     with torch.device(DEV):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float()
+    return cfg, model
+
+
+def entropy_from_logits(logits, chunk_size=128):
+    """TRL's entropy_from_logits: the softmax's entropy of each row, in chunks of rows."""
+    flat = logits.reshape(-1, logits.size(-1))
+    out = [-(torch.exp(lp) * lp).sum(-1) for lp in
+           (torch.log_softmax(c, dim=-1) for c in flat.split(chunk_size))]
+    return torch.cat(out).reshape(logits.shape[:-1])
+
+
+def grpo_logps(model, ids, completion_len, entropies):
+    """TRL's _get_per_token_logps_and_entropies (temperature 1): logits of the completion's
+    positions only, selective log-softmax of its tokens, and (policy) their entropies."""
+    logits = model(input_ids=ids, logits_to_keep=completion_len + 1).logits[:, :-1]
+    logps = selective_log_softmax(logits, ids[:, -completion_len:])
+    ent = None
+    if entropies:
+        with torch.no_grad():
+            ent = entropy_from_logits(logits)
+    return logps, ent
+
+
+def grpo_train(model, opt, ids, prompts, per, completion_len, autocast, beta=0.04, eps=0.2):
+    """The training part of a GRPO step on one generation batch (rows grouped by prompt)."""
+    rows = ids.size(0)
+    rewards = torch.rand(rows, device=DEV)
+    grouped = rewards.view(prompts, per)
+    adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(rows, 1)
+    mask = torch.ones(rows, completion_len, device=DEV)
+    with torch.autocast(DEV, dtype=torch.bfloat16, enabled=autocast):
+        with torch.no_grad():
+            ref, _ = grpo_logps(model, ids, completion_len, False)
+        logps, _ent = grpo_logps(model, ids, completion_len, True)
+    ratio = torch.exp(logps - logps.detach())  # num_iterations 1: old = current, detached
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv)
+    d = ref - logps
+    per_token = per_token + beta * (torch.exp(d) - d - 1)
+    loss = (per_token * mask).sum() / mask.sum()  # dapo: over the generation batch's tokens
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def bench_grpo(config_path, prompts, per, prompt_len, completion_len, steps):
+    cfg, model = load_model(config_path)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0, fused=DEV == "cuda")
+    rows, t = prompts * per, prompt_len + completion_len
+    flops = flops_per_token(cfg, t) * rows * t * 4  # reference 1, policy 1, backward 2
+    prompt_ids = torch.randint(0, cfg.vocab_size, (prompts, prompt_len), device=DEV)
+    warm_completion = torch.randint(0, cfg.vocab_size, (rows, completion_len), device=DEV)
+    for precision, autocast in (("fp32_no_tf32", False), ("bf16_autocast", True)):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        gens, trains = [], []
+        for s in range(steps + 1):  # step 0 warms up, its generation short
+            n_new = 8 if s == 0 and completion_len > 8 else completion_len
+            model.eval()  # TRL generates in eval mode (no dropout: Qwen2 has none anyway)
+            sync()
+            t0 = time.perf_counter()
+            with torch.no_grad(), torch.autocast(DEV, dtype=torch.bfloat16, enabled=autocast):
+                out = model.generate(input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids),
+                                     do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                     max_new_tokens=n_new, min_new_tokens=n_new,
+                                     num_return_sequences=per, use_cache=True,
+                                     pad_token_id=0)
+            sync()
+            t1 = time.perf_counter()
+            if out.size(1) != prompt_len + n_new:
+                raise SystemExit(f"generate returned {out.size(1) - prompt_len} tokens, not {n_new}")
+            ids = out if n_new == completion_len else torch.cat([out[:, :prompt_len], warm_completion], 1)
+            model.train()
+            loss = grpo_train(model, opt, ids, prompts, per, completion_len, autocast)
+            sync()
+            t2 = time.perf_counter()
+            if s > 0:
+                gens.append(t1 - t0)
+                trains.append(t2 - t1)
+        gen, train = statistics.median(gens), statistics.median(trains)
+        print(json.dumps({"bench": "grpo_step", "backend": "torch-eager", "precision": precision,
+                          "config": config_path, "prompts": prompts, "generations": per,
+                          "prompt_len": prompt_len, "completion_len": completion_len,
+                          "params": n_params, "generation_s": round(gen, 4),
+                          "training_s": round(train, 4), "step_s": round(gen + train, 4),
+                          "gen_tokens_per_s": round(rows * completion_len / gen, 1),
+                          "train_tokens_per_s": round(rows * t / train, 1),
+                          "tflop_per_train": round(flops / 1e12, 3),
+                          "train_tflop_s": round(flops / train / 1e12, 2), "loss": loss.item(),
+                          "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 1)
+                          if DEV == "cuda" else None}), flush=True)
+
+
+def bench_model(config_path, rows, t, steps, decode_tokens):
+    cfg, model = load_model(config_path)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0, fused=DEV == "cuda")
     ids = torch.randint(0, cfg.vocab_size, (rows, t), device=DEV)
@@ -178,6 +286,9 @@ def bench_model(config_path, rows, t, steps, decode_tokens):
 def main():
     if "--ceilings" in sys.argv:
         ceilings()
+        return
+    if sys.argv[1] == "--grpo":
+        bench_grpo(sys.argv[2], *map(int, sys.argv[3:8]))
         return
     config_path, rows, t, steps, decode_tokens = sys.argv[1], *map(int, sys.argv[2:6])
     bench_model(config_path, rows, t, steps, decode_tokens)

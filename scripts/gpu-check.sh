@@ -111,12 +111,13 @@ while read -r label name bin args; do
 done < "$tests"
 
 section "benchmarks"
-# bench/gpu_*.sh, each printing its own table (bench/gpu_step.sh: DPO steps and decoding beside
-# PyTorch eager). Before the sanitizers: the figures matter more when the lease runs short.
+# bench/gpu_*.sh, each printing its own table (bench/gpu_step.sh: DPO and GRPO steps and decoding
+# beside PyTorch eager; its three tables take ~35 lines). Before the sanitizers: the figures matter
+# more when the lease runs short.
 ran=0
 for b in bench/gpu_*.sh; do
     [ -e "$b" ] || continue
-    timeout 300 bash "$b" "$bindir" 2>&1 | tee "$logs/$(basename "$b").log" | tail -24
+    timeout 300 bash "$b" "$bindir" 2>&1 | tee "$logs/$(basename "$b").log" | tail -45
     ran=$((ran + 1))
 done
 note "benchmarks" "$ran run"
