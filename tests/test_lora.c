@@ -25,8 +25,9 @@
  * then loaded by peft (tools/reference/make_rlhf_adapter_fixtures.py; rlhf_phi3_* on the fused
  * modules, trained on phi3_text and loaded onto phi3_window, which has the same layer shapes). */
 static const char *const cases[] = {
-    "qwen2_qv",         "llama_all_linear",       "qwen3_rslora", "phi3_all_linear",
-    "phi3_qkv_gate_up", "rlhf_all_linear_rslora", "rlhf_qvo",     "rlhf_phi3_qkv_gate_up"};
+    "qwen2_qv",        "llama_all_linear",      "qwen3_rslora",
+    "phi3_all_linear", "phi3_qkv_gate_up",      "rlhf_all_linear_rslora",
+    "rlhf_qvo",        "rlhf_phi3_qkv_gate_up", "smollm3_all_linear"};
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];
