@@ -12,7 +12,8 @@
 static const char *const fixtures[] = {
     "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn",
     "llama_tied",        "qwen2_bias",        "qwen3_qknorm",       "mistral_window",
-    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial"};
+    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial",
+    "smollm3_nope",      "smollm3_window"};
 
 /* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
  * key) or null, and dtype becomes torch_dtype. */
@@ -58,7 +59,9 @@ static void test_v4_equals_v5(void) {
         CHECK(memcmp(&ra, &rb, sizeof ra) == 0, "%s: rope differs", fixtures[i]);
         CHECK(a.hidden_size == b.hidden_size && a.head_dim == b.head_dim &&
                   a.sliding_window == b.sliding_window &&
-                  strcmp(a.weights_dtype, b.weights_dtype) == 0,
+                  strcmp(a.weights_dtype, b.weights_dtype) == 0 &&
+                  memcmp(a.layer_nope, b.layer_nope, (size_t)a.n_layers) == 0 &&
+                  memcmp(a.layer_sliding, b.layer_sliding, (size_t)a.n_layers) == 0,
               "%s: fields differ", fixtures[i]);
         model_config_free(&a);
         model_config_free(&b);
@@ -200,10 +203,88 @@ static void test_phi3(void) {
                  "Phi-3 takes RoPE type default or longrope");
 }
 
+/* A SmolLM3 fixture's config.json parsed whole, and with the lists transformers derived from the
+ * other keys (no_rope_layers from no_rope_layer_interval, layer_types from use_sliding_window)
+ * removed: the same NoPE and sliding layers, so our derivation is SmolLM3Config.__post_init__'s. */
+static void check_smollm3_derivation(const char *name, bool want_nope[4], bool want_sliding[4]) {
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s/config.json", name);
+    json_t *full;
+    CHECK(json_load_path(harness_source_path(path), &full) == 0, "%s", err_msg());
+    json_t *derived = json_deep_copy(full);
+    json_object_del(derived, "no_rope_layers");
+    json_object_del(derived, "layer_types");
+    ModelConfig a, b;
+    CHECK(model_config_from_json(&a, full, "full") == 0, "%s: %s", name, err_msg());
+    CHECK(model_config_from_json(&b, derived, "derived") == 0, "%s: %s", name, err_msg());
+    CHECK(a.n_layers == 4 && b.n_layers == 4, "%s: 4 layers", name);
+    for (int l = 0; l < 4 && a.n_layers == 4 && b.n_layers == 4; l++) {
+        CHECK(a.layer_nope[l] == want_nope[l] && b.layer_nope[l] == want_nope[l],
+              "%s: layer %d NoPE %d (listed) %d (from the interval), want %d", name, l,
+              a.layer_nope[l], b.layer_nope[l], want_nope[l]);
+        CHECK(a.layer_sliding[l] == want_sliding[l] && b.layer_sliding[l] == want_sliding[l],
+              "%s: layer %d sliding %d (listed) %d (derived), want %d", name, l, a.layer_sliding[l],
+              b.layer_sliding[l], want_sliding[l]);
+    }
+    model_config_free(&a);
+    model_config_free(&b);
+    json_decref(derived);
+    json_decref(full);
+}
+
+/* SmolLM3Config: NoPE layers from no_rope_layers or every no_rope_layer_interval-th layer, the
+ * window on the NoPE layers only, Llama's biases, its defaults (theta 2e6, tied, pad 128004). */
+static void test_smollm3(void) {
+    check_smollm3_derivation("smollm3_nope", (bool[4]){0, 1, 0, 1}, (bool[4]){0, 0, 0, 0});
+    check_smollm3_derivation("smollm3_window", (bool[4]){0, 1, 0, 1}, (bool[4]){0, 1, 0, 1});
+
+    ModelConfig c;
+    CHECK(parse("{\"model_type\": \"smollm3\", \"vocab_size\": 200000, \"hidden_size\": 32, "
+                "\"intermediate_size\": 64, \"num_hidden_layers\": 8, \"num_attention_heads\": 4}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.rope.theta == 2000000.0 && c.tie_word_embeddings && c.pad_token_id == 128004 &&
+              !c.qkv_bias && c.sliding_window == 0,
+          "SmolLM3Config's defaults");
+    for (int l = 0; l < 8; l++)
+        CHECK(c.layer_nope[l] == (l == 3 || l == 7), "default interval 4: layer %d", l);
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"smollm3\", " BASE ", \"pad_token_id\": null, "
+                "\"attention_bias\": true, \"no_rope_layers\": [0, 1, 1, 0, 0], "
+                "\"use_sliding_window\": false, \"sliding_window\": 5}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.pad_token_id == -1 && c.qkv_bias && c.o_bias, "null pad, attention_bias");
+    CHECK(c.layer_nope[0] && !c.layer_nope[1] && !c.layer_nope[2], "the list's first L entries");
+    CHECK(!c.layer_sliding[0], "no window without use_sliding_window");
+    model_config_free(&c);
+
+    CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"no_rope_layers\": [0, 0, 0]}", &c) == 0 &&
+              !c.layer_nope[0],
+          "only SmolLM3 reads no_rope_layers");
+    model_config_free(&c);
+
+    expect_error("{\"model_type\": \"smollm3\", " BASE ", \"no_rope_layers\": [1, 0]}",
+                 "'no_rope_layers': expected a list of at least 3");
+    expect_error("{\"model_type\": \"smollm3\", " BASE ", \"no_rope_layers\": [1, \"0\", 1]}",
+                 "'no_rope_layers': entry 1 is not an integer");
+    expect_error("{\"model_type\": \"smollm3\", " BASE ", \"no_rope_layer_interval\": 0}",
+                 "'no_rope_layer_interval': 0 is not a positive integer");
+    expect_error("{\"model_type\": \"smollm3\", " BASE ", \"layer_types\": [\"full_attention\", "
+                 "\"sliding_attention\", \"full_attention\"]}",
+                 "layer 1 is \"sliding_attention\" but sliding_window is not set");
+    expect_error(
+        "{\"model_type\": \"smollm3\", " BASE ", \"sliding_window\": 4, "
+        "\"layer_types\": [\"full_attention\", \"chunked_attention\", \"full_attention\"]}",
+        "'layer_types': entry 1 is not");
+}
+
 int main(void) {
     test_v4_equals_v5();
     test_defaults_and_windows();
     test_errors();
     test_phi3();
+    test_smollm3();
     return harness_finish("test_config");
 }

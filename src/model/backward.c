@@ -99,8 +99,12 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     be->attention_backward(be, g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, dev->segs,
                            dev->n_segs, dev->seq_index, n, c->n_heads, c->n_kv_heads, hd, window);
     int rot = c->rotary_dim;
-    be->rope_backward(be, g->dq, dev->positions, dev->cos_t, dev->sin_t, n, c->n_heads, hd, rot);
-    be->rope_backward(be, g->dk, dev->positions, dev->cos_t, dev->sin_t, n, c->n_kv_heads, hd, rot);
+    if (!c->layer_nope[l]) { /* a NoPE layer applied none: dq, dk pass as they are */
+        be->rope_backward(be, g->dq, dev->positions, dev->cos_t, dev->sin_t, n, c->n_heads, hd,
+                          rot);
+        be->rope_backward(be, g->dk, dev->positions, dev->cos_t, dev->sin_t, n, c->n_kv_heads, hd,
+                          rot);
+    }
     if (c->qk_norm) {
         be->rmsnorm_backward(be, g->dq, G(w->q_norm), g->dq, a->q_pre, w->q_norm, n * c->n_heads,
                              hd, eps);

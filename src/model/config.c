@@ -16,7 +16,7 @@ static const struct {
 } known_families[] = {
     {"llama", "LlamaForCausalLM", ARCH_LLAMA}, {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
     {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2}, {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
-    {"phi3", "Phi3ForCausalLM", ARCH_PHI3},
+    {"phi3", "Phi3ForCausalLM", ARCH_PHI3},    {"smollm3", "SmolLM3ForCausalLM", ARCH_SMOLLM3},
 };
 #define N_FAMILIES (sizeof known_families / sizeof *known_families)
 
@@ -47,7 +47,8 @@ static int parse_family(ModelConfig *cfg, const json_t *root) {
     const char *model_type = NULL;
     if (json_get_string(root, "model_type", &model_type) < 0) return -1;
     if (!model_type)
-        return err_set("key 'model_type': missing (expected llama, mistral, qwen2, qwen3 or phi3)");
+        return err_set("key 'model_type': missing (expected llama, mistral, qwen2, qwen3, phi3 or "
+                       "smollm3)");
     for (size_t i = 0; i < N_FAMILIES; i++) {
         if (strcmp(model_type, known_families[i].model_type) == 0) {
             cfg->arch = known_families[i].arch;
@@ -55,7 +56,7 @@ static int parse_family(ModelConfig *cfg, const json_t *root) {
         }
     }
     return err_set("key 'model_type': \"%s\" is not supported (expected llama, mistral, qwen2, "
-                   "qwen3 or phi3)",
+                   "qwen3, phi3 or smollm3)",
                    model_type);
 }
 
@@ -110,8 +111,10 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
                        partial, rot, cfg->head_dim);
     cfg->rotary_dim = (int)rot;
 
+    /* the family's default_theta in transformers: SmolLM3Config's is 2e6 */
     double top_theta;
-    if (get_double_or(root, "rope_theta", 10000.0, &top_theta) != 0) return -1;
+    double default_theta = cfg->arch == ARCH_SMOLLM3 ? 2000000.0 : 10000.0;
+    if (get_double_or(root, "rope_theta", default_theta, &top_theta) != 0) return -1;
     if (get_double_or(p, "rope_theta", top_theta, &r->theta) != 0)
         return err_prefix("key '%s'", key);
     if (r->theta <= 0) return err_set("key 'rope_theta': must be positive");
@@ -143,12 +146,77 @@ static int parse_rope(ModelConfig *cfg, const json_t *root) {
     return 0;
 }
 
+/* SmolLM3's NoPE layers (SmolLM3Config.__post_init__): no_rope_layers[l] == 0 marks layer l as
+ * applying no RoPE (the list may be longer than the layers; SmolLM3Attention reads entry l only);
+ * without the list every no_rope_layer_interval-th layer is one ((l + 1) % interval == 0). */
+static int parse_nope_layers(ModelConfig *cfg, const json_t *root) {
+    cfg->layer_nope = xcalloc((size_t)cfg->n_layers, sizeof *cfg->layer_nope);
+    if (cfg->arch != ARCH_SMOLLM3) return 0;
+    const json_t *list = json_object_get(root, "no_rope_layers");
+    if (list && !json_is_null(list)) {
+        if (!json_is_array(list) || (int)json_array_size(list) < cfg->n_layers)
+            return err_set("key 'no_rope_layers': expected a list of at least %d 0/1 entries (one "
+                           "per layer, 0 = no RoPE) or null",
+                           cfg->n_layers);
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const json_t *e = json_array_get(list, (size_t)l);
+            if (!json_is_integer(e) && !json_is_boolean(e))
+                return err_set("key 'no_rope_layers': entry %d is not an integer (1 = RoPE, 0 = "
+                               "none)",
+                               l);
+            cfg->layer_nope[l] = json_is_integer(e) ? json_integer_value(e) == 0 : json_is_false(e);
+        }
+        return 0;
+    }
+    int64_t interval = 4;
+    if (json_get_int64(root, "no_rope_layer_interval", &interval) < 0) return -1;
+    if (interval <= 0)
+        return err_set("key 'no_rope_layer_interval': %lld is not a positive integer",
+                       (long long)interval);
+    for (int l = 0; l < cfg->n_layers; l++)
+        cfg->layer_nope[l] = (l + 1) % interval == 0;
+    return 0;
+}
+
+/* SmolLM3's sliding layers: layer_types as given, else (SmolLM3Config.__post_init__) the NoPE
+ * layers when use_sliding_window is true and sliding_window is set. transformers builds the
+ * windowed mask for every "sliding_attention" layer whatever use_sliding_window says, and fails
+ * without a window: so do we. */
+static int parse_smollm3_window(ModelConfig *cfg, const json_t *root, int64_t window) {
+    const json_t *types = json_object_get(root, "layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layers)
+            return err_set("key 'layer_types': expected a list of %d entries (one per layer)",
+                           cfg->n_layers);
+        for (int l = 0; l < cfg->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (!t || (strcmp(t, "sliding_attention") != 0 && strcmp(t, "full_attention") != 0))
+                return err_set("key 'layer_types': entry %d is not \"full_attention\" or "
+                               "\"sliding_attention\"",
+                               l);
+            cfg->layer_sliding[l] = strcmp(t, "sliding_attention") == 0;
+            if (cfg->layer_sliding[l] && window == 0)
+                return err_set("key 'layer_types': layer %d is \"sliding_attention\" but "
+                               "sliding_window is not set",
+                               l);
+        }
+    } else {
+        bool use_window = false;
+        if (json_get_bool(root, "use_sliding_window", &use_window) < 0) return -1;
+        for (int l = 0; l < cfg->n_layers; l++)
+            cfg->layer_sliding[l] = use_window && window > 0 && cfg->layer_nope[l];
+    }
+    cfg->sliding_window = (int)(window > (1 << 30) ? (1 << 30) : window);
+    return 0;
+}
+
 /* Which layers attend through a sliding window (hf-formats.md §2.2). */
 static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
     cfg->layer_sliding = xcalloc((size_t)cfg->n_layers, sizeof *cfg->layer_sliding);
     int64_t window = 0;
     if (json_get_int64(root, "sliding_window", &window) < 0) return -1;
     if (window < 0) return err_set("key 'sliding_window': must be positive or null");
+    if (cfg->arch == ARCH_SMOLLM3) return parse_smollm3_window(cfg, root, window);
     /* Mistral and Phi-3 build a sliding-window mask for every layer when sliding_window is set. */
     bool use_window = cfg->arch == ARCH_MISTRAL || cfg->arch == ARCH_PHI3;
     if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
@@ -222,7 +290,7 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
     if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0)
         return -1;
 
-    cfg->tie_word_embeddings = false;
+    cfg->tie_word_embeddings = cfg->arch == ARCH_SMOLLM3; /* the configs' defaults */
     if (json_get_bool(root, "tie_word_embeddings", &cfg->tie_word_embeddings) < 0) return -1;
 
     bool attention_bias = false, mlp_bias = false;
@@ -231,6 +299,7 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
         return -1;
     switch (cfg->arch) {
     case ARCH_LLAMA:
+    case ARCH_SMOLLM3: /* SmolLM3Attention and its MLP are Llama's */
         cfg->qkv_bias = cfg->o_bias = attention_bias;
         cfg->mlp_bias = mlp_bias;
         break;
@@ -254,11 +323,12 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
         return -1;
     snprintf(cfg->weights_dtype, sizeof cfg->weights_dtype, "%s", dtype ? dtype : "");
 
-    int64_t pad = -1;
+    /* SmolLM3Config's default is 128004 when the key is absent; null is None (no padding row) */
+    int64_t pad = cfg->arch == ARCH_SMOLLM3 && !json_object_get(root, "pad_token_id") ? 128004 : -1;
     if (json_get_int64(root, "pad_token_id", &pad) < 0) return -1;
     cfg->pad_token_id = pad >= 0 && pad < cfg->vocab_size ? (int)pad : -1;
 
-    if (parse_rope(cfg, root) != 0) return -1;
+    if (parse_rope(cfg, root) != 0 || parse_nope_layers(cfg, root) != 0) return -1;
     return parse_sliding_window(cfg, root);
 }
 
@@ -285,7 +355,8 @@ int model_config_load(ModelConfig *cfg, const char *dir) {
 
 void model_config_free(ModelConfig *cfg) {
     free(cfg->layer_sliding);
-    cfg->layer_sliding = NULL;
+    free(cfg->layer_nope);
+    cfg->layer_sliding = cfg->layer_nope = NULL;
     free(cfg->rope.short_factor);
     free(cfg->rope.long_factor);
     cfg->rope.short_factor = cfg->rope.long_factor = NULL;

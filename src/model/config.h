@@ -8,7 +8,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3 } ModelArch;
+typedef enum {
+    ARCH_LLAMA,
+    ARCH_MISTRAL,
+    ARCH_QWEN2,
+    ARCH_QWEN3,
+    ARCH_PHI3,
+    ARCH_SMOLLM3
+} ModelArch;
 
 typedef enum {
     ROPE_DEFAULT,
@@ -58,6 +65,8 @@ typedef struct {
                             rows) tensor on disk; wk/wv/w_up point into them (model.h) */
     int sliding_window;  /* window length for layers flagged below; 0 = none */
     bool *layer_sliding; /* [n_layers]: this layer uses the sliding window */
+    bool *layer_nope;    /* [n_layers]: this layer applies no RoPE to q and k (SmolLM3's NoPE
+                            layers, no_rope_layers[l] == 0); false everywhere for other families */
     RopeConfig rope;
     char weights_dtype[16]; /* "float32", "bfloat16", "float16" or "" when unstated */
     int pad_token_id;       /* -1 when none: that embedding row gets no gradient */

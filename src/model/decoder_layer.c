@@ -52,7 +52,8 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     int n = rows->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     float eps = (float)c->rms_norm_eps;
 
-    /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)) */
+    /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)), rope the
+     * identity on a NoPE layer */
     be->rmsnorm(be, a->xn, a->x_in, w->input_norm, n, H, eps);
     linear_with_lora(m, hooks, l, LORA_Q, a->q_pre, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_K, a->k_pre, a->xn, n);
@@ -62,8 +63,10 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
         be->rmsnorm(be, a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, hd, eps);
     }
     int rot = c->rotary_dim;
-    be->rope(be, a->q, rows->positions, rows->cos_t, rows->sin_t, n, c->n_heads, hd, rot);
-    be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd, rot);
+    if (!c->layer_nope[l]) { /* a NoPE layer (SmolLM3) attends with q and k as projected */
+        be->rope(be, a->q, rows->positions, rows->cos_t, rows->sin_t, n, c->n_heads, hd, rot);
+        be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd, rot);
+    }
     hooks->attention(hooks, m, l, a, n, c->layer_sliding[l] ? c->sliding_window : 0);
     linear_with_lora(m, hooks, l, LORA_O, a->proj, a->att, n);
     be->add(be, a->x_mid, a->x_in, a->proj, (size_t)n * H);

@@ -32,6 +32,8 @@ CASES = [
     # Phi-3's fused modules: one A and one stacked B for qkv_proj and for gate_up_proj
     ("phi3_all_linear", "phi3_window", dict(r=4, lora_alpha=16, target_modules="all-linear")),
     ("phi3_qkv_gate_up", "phi3_longrope", dict(r=2, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"])),
+    # SmolLM3: NoPE layers 1 and 3, sliding window on them, biases (make_smollm3_fixtures.py)
+    ("smollm3_all_linear", "smollm3_window", dict(r=4, lora_alpha=4, target_modules="all-linear")),
 ]
 
 

@@ -78,12 +78,15 @@ def specs():
     ]
 
 
-def build(idx, name, config, baseline):
+def build(idx, name, config, baseline, model_cls=Phi3ForCausalLM, seed_base=1100):
+    """One model fixture of `model_cls` (make_smollm3_fixtures.py calls it too): random weights
+    seeded seed_base + idx, reference.json, score.jsonl, grads and the bf16 reference; `baseline`
+    is the config without the feature under test, which must change the log-probs."""
     path = os.path.join(mf.FIXTURES, name)
     print(f"\n[{idx}] {name}")
-    seed = 1100 + idx
+    seed = seed_base + idx
     torch.manual_seed(seed)
-    model = mf.make_model(Phi3ForCausalLM, config)
+    model = mf.make_model(model_cls, config)
     mf.reinit_weights(model, seed)
     model.eval()
     names = list(model.state_dict())
@@ -98,7 +101,7 @@ def build(idx, name, config, baseline):
     lp = mf.token_logp_from_logits(logits, ids, mask)
 
     # the feature under test must matter: the same weights without it give other log-probs
-    base = mf.make_model(Phi3ForCausalLM, baseline)
+    base = mf.make_model(model_cls, baseline)
     base.load_state_dict(ref_model.state_dict())
     base.eval()
     d = (lp - mf.token_logp_from_logits(mf.forward_logits(base, ids, mask), ids, mask)).abs().max().item()

@@ -70,6 +70,7 @@ for _t, _extra in [("hinge", {}), ("exo_pair", dict(label_smoothing=1e-3)), ("nc
 # other model families (a 4th entry: the fixture model, with llama_text's tokenizer): Phi-3, a
 # LoRA adapter on its fused qkv_proj / gate_up_proj (all-linear)
 CASES["dpo_sigmoid_lora_phi3"] = ("dpo", dict(beta=0.2, loss_type=["sigmoid"]), True, "phi3_text")
+CASES["dpo_sigmoid_lora_smollm3"] = ("dpo", dict(beta=0.2, loss_type=["sigmoid"]), True, "smollm3_text")
 
 
 def axolotl_length(tok, prompt, response):

@@ -39,6 +39,10 @@ CASES = [
     ("rlhf_phi3_qkv_gate_up",
      "adapter: lora\nlora_r: 2\nlora_alpha: 4\nlora_target_modules:\n  - qkv_proj\n  - gate_up_proj\n"
      "  - o_proj\n", "phi3_text", "phi3_window"),
+    # SmolLM3 (NoPE layers 1 and 3): trained on smollm3_text, loaded onto smollm3_nope (the same
+    # layer shapes and NoPE layers)
+    ("rlhf_smollm3_all_linear", "adapter: lora\nlora_r: 4\nlora_alpha: 4\nlora_target_linear: true\n",
+     "smollm3_text", "smollm3_nope"),
 ]
 
 
