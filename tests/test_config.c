@@ -12,7 +12,8 @@
 static const char *const fixtures[] = {
     "llama_rope_llama3", "llama_rope_linear", "llama_rope_dynamic", "llama_rope_yarn",
     "llama_tied",        "qwen2_bias",        "qwen3_qknorm",       "mistral_window",
-    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial"};
+    "llama_bf16",        "phi3_longrope",     "phi3_window",        "phi4_mini_partial",
+    "gemma2_tiny"};
 
 /* v5 -> v4: rope_parameters becomes top-level rope_theta plus rope_scaling (with the old "type"
  * key) or null, and dtype becomes torch_dtype. */
