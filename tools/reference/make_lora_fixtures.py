@@ -32,6 +32,8 @@ CASES = [
     # Phi-3's fused modules: one A and one stacked B for qkv_proj and for gate_up_proj
     ("phi3_all_linear", "phi3_window", dict(r=4, lora_alpha=16, target_modules="all-linear")),
     ("phi3_qkv_gate_up", "phi3_longrope", dict(r=2, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"])),
+    # Gemma 2: the adapted products feed (1 + w) norms after o_proj and down_proj, soft caps
+    ("gemma2_all_linear", "gemma2_tiny", dict(r=4, lora_alpha=16, target_modules="all-linear")),
 ]
 
 
