@@ -23,11 +23,20 @@ so a Gemma whose weights are bf16 scales by bf16(sqrt(32)) = 5.65625, not 5.6568
 
 tests/fixtures/generate/gemma2_tiny.json: transformers' batched greedy generate, as
 make_phi3_fixtures.generate_fixture makes it (the longest prompt stops early on its eos).
+
+models/tiny-arith-gemma2: the model of examples/dpo-gemma2.yaml, models/tiny-arith's tokenizer, chat
+template and vocabulary (335) on a Gemma 2 with gemma2_tiny's layer shapes (hidden 32, 2 layers,
+GQA 4/2, head_dim 16; so an adapter trained on it loads onto gemma2_tiny:
+make_rlhf_adapter_fixtures.py's rlhf_gemma2_all_linear), sliding window 16 on layer 0 and
+Gemma2Config's soft caps 50 and 30 with transformers' own random
+initialisation (Gemma2PreTrainedModel._init_weights: normal(0, 0.02), norms 0), seed 1234. It
+knows no arithmetic: the example shows a Gemma 2 learning a preference, not a capability.
 """
 
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 import torch
@@ -144,10 +153,29 @@ def build():
     write_bf16_reference(path)
 
 
+def build_example_model():
+    src = os.path.join(mf.REPO, "models", "tiny-arith")
+    path = os.path.join(mf.REPO, "models", "tiny-arith-gemma2")
+    config = Gemma2Config(vocab_size=335, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                          query_pre_attn_scalar=16, sliding_window=16, max_position_embeddings=512,
+                          tie_word_embeddings=True, bos_token_id=None, eos_token_id=0, pad_token_id=None)
+    torch.manual_seed(1234)
+    model = mf.make_model(Gemma2ForCausalLM, config)
+    mf.clean_dir(path)
+    model.save_pretrained(path, safe_serialization=True)
+    mf.prune_saved_files(path)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(os.path.join(src, f), os.path.join(path, f))
+        os.chmod(os.path.join(path, f), 0o644)
+    print(f"tiny-arith-gemma2: {mf.dir_size(path)} bytes")
+
+
 def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     build()
     phi3.generate_fixture(20, NAME)
+    build_example_model()
 
 
 if __name__ == "__main__":
