@@ -67,7 +67,7 @@ typedef struct {
     bool gemma_norms;
     MlpAct mlp_act;
     bool embed_scaled;   /* embeddings multiplied by sqrt(H) (Gemma's normalizer) */
-    float attn_scale;    /* the attention scores' factor: 1/sqrt(hd), or Gemma's
+    float attn_scale;    /* the attention scores' factor: 1/sqrt(hd) (also when 0), or Gemma's
                             query_pre_attn_scalar^-1/2 */
     float attn_softcap;  /* scores s -> c tanh(s / c) before the mask; 0 = none */
     float final_softcap; /* logits z -> c tanh(z / c); 0 = none */

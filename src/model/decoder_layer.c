@@ -44,12 +44,19 @@ int model_check_backend_ops(const Model *m) {
                    be->name, model_arch_name(m->cfg.arch));
 }
 
+/* 1/sqrt(hd), the scale of the backend's plain attention; a config that sets none (0) has it. */
+static float default_scale(const ModelConfig *c) {
+    return 1.0f / sqrtf((float)c->head_dim);
+}
+
 AttnScores model_attn_scores(const Model *m) {
-    return (AttnScores){m->cfg.attn_scale, m->cfg.attn_softcap};
+    float scale = m->cfg.attn_scale > 0 ? m->cfg.attn_scale : default_scale(&m->cfg);
+    return (AttnScores){scale, m->cfg.attn_softcap};
 }
 
 bool model_scores_own(const Model *m) {
-    return m->cfg.attn_softcap > 0 || m->cfg.attn_scale != 1.0f / sqrtf((float)m->cfg.head_dim);
+    return m->cfg.attn_softcap > 0 ||
+           (m->cfg.attn_scale > 0 && m->cfg.attn_scale != default_scale(&m->cfg));
 }
 
 void layer_linear(const Model *m, int l, LoraModule mod, WeightRef *w, const float **bias,
