@@ -104,7 +104,7 @@ static double activation_bytes(const ModelConfig *c, uint64_t n, bool recompute)
     double H = c->hidden_size, I = c->intermediate_size;
     double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     double pre = c->qk_norm ? qd + kvd : 0;
-    pre += c->gemma_norms ? 2 * H : 0; /* Gemma 2: attn_out, mlp_out */
+    pre += c->gemma_norms ? 2 * H : 0;                    /* Gemma 2: attn_out, mlp_out */
     double kept = 2 * H + 2 * qd + 2 * kvd + 2 * I + pre; /* per token and layer */
     double shared = 2 * H + I;
     double L = c->n_layers, N = (double)n;
