@@ -93,9 +93,10 @@ static double sigmoid(double x) {
 }
 
 /* The naive causal attention of the segments, in double, on the host arrays. */
+/* scores sc.scale q·k, soft-capped as sc.softcap * tanh(s / sc.softcap) when it is > 0 */
 static void ref_attention(double *out, const float *q, const float *k, const float *v,
                           const AttnSegment *segs, int n_segs, const int32_t *seq_index, int nh,
-                          int nkv, int hd, int window) {
+                          int nkv, int hd, int window, AttnScores sc) {
     int rep = nh / nkv;
     double *p = malloc(4096 * sizeof *p);
     for (int s = 0; s < n_segs; s++) {
@@ -114,7 +115,8 @@ static void ref_attention(double *out, const float *q, const float *k, const flo
                     for (int e = 0; e < hd; e++)
                         d += (double)q[((size_t)row * nh + h) * hd + e] *
                              k[((size_t)key * nkv + kh) * hd + e];
-                    p[j] = d / sqrt((double)hd);
+                    p[j] = d * sc.scale;
+                    if (sc.softcap > 0) p[j] = sc.softcap * tanh(p[j] / sc.softcap);
                     if (p[j] > mx) mx = p[j];
                 }
                 for (int j = 0; j < n_keys; j++)
@@ -238,6 +240,82 @@ static void check_dense(const Backend *be) {
         free(host[i]);
 }
 
+/* The Gemma 2 group's elementwise and per-row ops: rmsnorm_1p (gain 1 + w) and its backward,
+ * geglu_tanh (torch's gelu(approximate="tanh") times up) and its backward, softcap. */
+static void check_gemma_rowwise(const Backend *be) {
+    int n = 5, c = 32;
+    size_t nc = (size_t)n * c;
+    float eps = 1e-6f;
+    float *x = rand_host(nc), *w = rand_host(c), *dout = rand_host(nc), *dw0 = rand_host(c);
+    float *up_h = rand_host(nc);
+    double *want = malloc(nc * sizeof *want), *want2 = malloc(nc * sizeof *want2);
+    double *w_dw = malloc(c * sizeof *w_dw);
+    float *d_x = up(be, x, nc), *d_w = up(be, w, c), *d_dout = up(be, dout, nc);
+    float *d_up = up(be, up_h, nc);
+
+    float *out = poisoned(be, nc);
+    be->rmsnorm_1p(be, out, d_x, d_w, n, c, eps);
+    for (int r = 0; r < n; r++) {
+        double rstd = ref_rstd(x + r * c, c, eps);
+        for (int j = 0; j < c; j++)
+            want[r * c + j] = (1.0 + w[j]) * x[r * c + j] * rstd;
+    }
+    compare_dev(be, out, want, nc, 1e-5, "rmsnorm_1p");
+    float *din = poisoned(be, nc), *dw = up(be, dw0, c);
+    be->rmsnorm_1p_backward(be, din, dw, d_dout, d_x, d_w, n, c, eps);
+    for (int j = 0; j < c; j++)
+        w_dw[j] = dw0[j];
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + r * c, *dr = dout + r * c;
+        double rstd = ref_rstd(xr, c, eps), gx = 0;
+        for (int j = 0; j < c; j++)
+            gx += (double)dr[j] * (1.0 + w[j]) * xr[j];
+        for (int j = 0; j < c; j++) {
+            want[r * c + j] = rstd * (dr[j] * (1.0 + w[j]) - xr[j] * rstd * rstd * gx / c);
+            w_dw[j] += (double)dr[j] * xr[j] * rstd;
+        }
+    }
+    compare_dev(be, din, want, nc, 1e-5, "rmsnorm_1p_backward din");
+    compare_dev(be, dw, w_dw, c, 1e-5, "rmsnorm_1p_backward dw");
+
+    /* gate values over [-4, 4): both tails of the tanh */
+    float *gate = rand_host(nc);
+    for (size_t i = 0; i < nc; i++)
+        gate[i] *= 4.0f;
+    float *d_gate = up(be, gate, nc), *act = poisoned(be, nc);
+    be->geglu_tanh(be, act, d_gate, d_up, nc);
+    const double beta = sqrt(2.0 / acos(-1.0)), kappa = 0.044715;
+    for (size_t i = 0; i < nc; i++) {
+        double g = gate[i], t = tanh(beta * (g + kappa * g * g * g));
+        double gelu = 0.5 * g * (1 + t);
+        double dgelu = 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * beta * (1 + 3 * kappa * g * g);
+        want[i] = gelu * up_h[i];
+        want2[i] = dout[i] * up_h[i] * dgelu; /* dgate */
+    }
+    compare_dev(be, act, want, nc, 1e-5, "geglu_tanh");
+    float *dgate = poisoned(be, nc), *dup = poisoned(be, nc);
+    be->geglu_tanh_backward(be, dgate, dup, d_dout, d_gate, d_up, nc);
+    compare_dev(be, dgate, want2, nc, 1e-5, "geglu_tanh_backward dgate");
+    for (size_t i = 0; i < nc; i++) {
+        double g = gate[i], t = tanh(beta * (g + kappa * g * g * g));
+        want[i] = dout[i] * 0.5 * g * (1 + t);
+    }
+    compare_dev(be, dup, want, nc, 1e-5, "geglu_tanh_backward dup");
+
+    float *capped = up(be, gate, nc);
+    be->softcap(be, capped, nc, 1.5f);
+    for (size_t i = 0; i < nc; i++)
+        want[i] = 1.5 * tanh(gate[i] / 1.5);
+    compare_dev(be, capped, want, nc, 1e-5, "softcap");
+
+    void *dev_bufs[] = {d_x, d_w, d_dout, d_up, out, din, dw, d_gate, act, dgate, dup, capped};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++)
+        be->free(be, dev_bufs[i]);
+    void *host[] = {x, w, dout, dw0, up_h, want, want2, w_dw, gate};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
 static void check_rowwise(const Backend *be) {
     int n = 5, c = 32, heads = 2, hd = 16, max_pos = 9;
     size_t nc = (size_t)n * c;
@@ -344,18 +422,23 @@ static void check_rowwise(const Backend *be) {
 /* Σ dout · attention(q, k, v) in double: what attention_backward differentiates. */
 static double attention_loss(const float *q, const float *k, const float *v, const float *dout,
                              const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n,
-                             int nh, int nkv, int hd, int window) {
+                             int nh, int nkv, int hd, int window, AttnScores sc) {
     double *o = calloc((size_t)n * nh * hd, sizeof *o), l = 0;
-    ref_attention(o, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window);
+    ref_attention(o, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
     for (size_t i = 0; i < (size_t)n * nh * hd; i++)
         l += o[i] * dout[i];
     free(o);
     return l;
 }
 
-static void check_attention(const Backend *be) {
+/* scored: the Gemma 2 entries (attention_scored, its backward, attention_cached_scored) with a
+ * scale of their own and a soft cap that bends these scores; else the plain ones (1/sqrt(hd)). */
+static void check_attention(const Backend *be, bool scored) {
     /* two sequences: rows 0-5, and rows 6-9 continuing rows 0-2 (a shared prefix) */
     int n = 10, nh = 4, nkv = 2, hd = 16, window = 4;
+    AttnScores sc = scored ? (AttnScores){0.9f, 1.5f} : (AttnScores){0.25f, 0.0f};
+    const char *tag = scored ? " (scored)" : "";
+    char what[96];
     AttnSegment segs[2] = {{0, 6, 0, 0}, {6, 4, 0, 3}};
     int32_t seq_index[10] = {0, 1, 2, 3, 4, 5, 3, 4, 5, 6};
     size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
@@ -367,15 +450,23 @@ static void check_attention(const Backend *be) {
     double *want = malloc(nq * sizeof *want);
     for (int win = 0; win <= window; win += window) {
         float *out = poisoned(be, nq);
-        be->attention(be, out, d_q, d_k, d_v, d_segs, 2, d_si, nh, nkv, hd, win);
-        ref_attention(want, q, k, v, segs, 2, seq_index, nh, nkv, hd, win);
-        compare_dev(be, out, want, nq, 1e-5, win ? "attention (window)" : "attention");
+        if (scored)
+            be->attention_scored(be, out, d_q, d_k, d_v, d_segs, 2, d_si, nh, nkv, hd, win, sc);
+        else
+            be->attention(be, out, d_q, d_k, d_v, d_segs, 2, d_si, nh, nkv, hd, win);
+        ref_attention(want, q, k, v, segs, 2, seq_index, nh, nkv, hd, win, sc);
+        snprintf(what, sizeof what, "attention%s%s", win ? " (window)" : "", tag);
+        compare_dev(be, out, want, nq, 1e-5, what);
         be->free(be, out);
 
         /* the backward against central differences of the double reference */
         float *dq = poisoned(be, nq), *dk = poisoned(be, nk), *dv = poisoned(be, nk);
-        be->attention_backward(be, dq, dk, dv, d_dout, d_q, d_k, d_v, d_segs, 2, d_si, n, nh, nkv,
-                               hd, win);
+        if (scored)
+            be->attention_scored_backward(be, dq, dk, dv, d_dout, d_q, d_k, d_v, d_segs, 2, d_si, n,
+                                          nh, nkv, hd, win, sc);
+        else
+            be->attention_backward(be, dq, dk, dv, d_dout, d_q, d_k, d_v, d_segs, 2, d_si, n, nh,
+                                   nkv, hd, win);
         float *g[3] = {down(be, dq, nq), down(be, dk, nk), down(be, dv, nk)};
         float *x[3] = {q, k, v};
         const char *name[3] = {"dq", "dk", "dv"};
@@ -385,14 +476,16 @@ static void check_attention(const Backend *be) {
                 float keep = x[t][i];
                 double h = 1e-3;
                 x[t][i] = (float)(keep + h);
-                double lp = attention_loss(q, k, v, dout, segs, 2, seq_index, n, nh, nkv, hd, win);
+                double lp =
+                    attention_loss(q, k, v, dout, segs, 2, seq_index, n, nh, nkv, hd, win, sc);
                 x[t][i] = (float)(keep - h);
-                double lm = attention_loss(q, k, v, dout, segs, 2, seq_index, n, nh, nkv, hd, win);
+                double lm =
+                    attention_loss(q, k, v, dout, segs, 2, seq_index, n, nh, nkv, hd, win, sc);
                 x[t][i] = keep;
                 double fd = (lp - lm) / ((double)(float)(keep + h) - (double)(float)(keep - h));
                 CHECK(harness_close(g[t][i], fd, 1e-3, 1e-4),
-                      "%s: attention_backward %s[%zu] = %g, differences give %g (window %d)",
-                      be->name, name[t], i, g[t][i], fd, win);
+                      "%s: attention_backward%s %s[%zu] = %g, differences give %g (window %d)",
+                      be->name, tag, name[t], i, g[t][i], fd, win);
             }
             free(g[t]);
         }
@@ -421,11 +514,15 @@ static void check_attention(const Backend *be) {
     float *d_q2 = up(be, q + (size_t)5 * nh * hd, (size_t)2 * nh * hd);
     for (int win = 0; win <= window; win += window) {
         float *out = poisoned(be, (size_t)2 * nh * hd);
-        be->attention_cached(be, out, d_q2, d_kc, d_vc, d_slot, d_pos, 2, max_len, nh, nkv, hd,
-                             win);
-        ref_attention(want, q, k, v, segs, 2, seq_index, nh, nkv, hd, win);
-        compare_dev(be, out, want + (size_t)5 * nh * hd, (size_t)2 * nh * hd, 1e-5,
-                    win ? "attention_cached (window)" : "attention_cached");
+        if (scored)
+            be->attention_cached_scored(be, out, d_q2, d_kc, d_vc, d_slot, d_pos, 2, max_len, nh,
+                                        nkv, hd, win, sc);
+        else
+            be->attention_cached(be, out, d_q2, d_kc, d_vc, d_slot, d_pos, 2, max_len, nh, nkv, hd,
+                                 win);
+        ref_attention(want, q, k, v, segs, 2, seq_index, nh, nkv, hd, win, sc);
+        snprintf(what, sizeof what, "attention_cached%s%s", win ? " (window)" : "", tag);
+        compare_dev(be, out, want + (size_t)5 * nh * hd, (size_t)2 * nh * hd, 1e-5, what);
         be->free(be, out);
     }
     void *dev_bufs[] = {d_q, d_k, d_v, d_dout, d_segs, d_si, d_kc, d_vc, d_slot, d_pos, d_q2};
@@ -436,7 +533,10 @@ static void check_attention(const Backend *be) {
         free(host[i]);
 }
 
-static void check_lm_head(const Backend *be) {
+/* cap.softcap > 0: logprob_capped and its backward (Gemma 2's final soft cap, then 1/T), against
+ * the reference's logits finished the same way; else the plain entries. */
+static void check_lm_head(const Backend *be, LogitCap cap) {
+    bool capped = cap.softcap > 0;
     int n = 6, h = 16, V = 300;
     float *hid = rand_host((size_t)n * h), *W = rand_host((size_t)V * h), *dl = rand_host(n);
     float *dW0 = rand_host((size_t)V * h);
@@ -446,8 +546,11 @@ static void check_lm_head(const Backend *be) {
     int32_t *d_tgt = up_bytes(be, tgt, sizeof tgt);
     float *logp = poisoned(be, n);
     LogitStats *st = be->alloc(be, n * sizeof *st, "stats");
-    be->logprob(be, logp, st, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
-    double want[6], mean[6], ent[6], *p = malloc(V * sizeof *p);
+    if (capped)
+        be->logprob_capped(be, logp, st, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V, cap);
+    else
+        be->logprob(be, logp, st, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
+    double want[6], mean[6], ent[6], *p = malloc(V * sizeof *p), *dzdraw = malloc(V * sizeof *p);
     double *w_dh = calloc((size_t)n * h, 8), *w_dW = malloc((size_t)V * h * 8);
     int amax[6];
     for (int i = 0; i < V * h; i++)
@@ -459,6 +562,12 @@ static void check_lm_head(const Backend *be) {
             double z = 0;
             for (int j = 0; j < h; j++)
                 z += (double)hid[r * h + j] * W[t * h + j];
+            dzdraw[t] = 1.0;
+            if (capped) { /* z -> post * c tanh(z / c): d/dz = post (1 - tanh²) */
+                double th = tanh(z / cap.softcap);
+                z = cap.post_scale * cap.softcap * th;
+                dzdraw[t] = cap.post_scale * (1.0 - th * th);
+            }
             p[t] = z, mean[r] += z / V;
             if (z > mx) mx = z, amax[r] = t;
         }
@@ -470,29 +579,38 @@ static void check_lm_head(const Backend *be) {
         for (int t = 0; t < V; t++) {
             double pr = exp(p[t] - lse);
             ent[r] -= pr * (p[t] - lse);
-            double g = dl[r] * ((t == tgt[r]) - pr); /* d logp / d logit_t */
+            double g = dl[r] * ((t == tgt[r]) - pr) * dzdraw[t]; /* d logp / d raw logit_t */
             for (int j = 0; j < h; j++) {
                 w_dh[r * h + j] += g * W[t * h + j];
                 w_dW[t * h + j] += g * hid[r * h + j];
             }
         }
     }
-    compare_dev(be, logp, want, n, 1e-5, "logprob");
+    const char *tag = capped ? " (capped)" : "";
+    char what[64];
+    snprintf(what, sizeof what, "logprob%s", tag);
+    compare_dev(be, logp, want, n, 1e-5, what);
     LogitStats hs[6];
     be->copy(be, hs, st, sizeof hs, BACKEND_DEVICE_TO_HOST);
     for (int r = 0; r < n; r++)
         CHECK(hs[r].argmax == amax[r] && harness_close(hs[r].mean_logit, mean[r], 1e-5, 1e-5) &&
                   harness_close(hs[r].entropy, ent[r], 1e-5, 1e-5),
-              "%s: logprob stats row %d: argmax %d mean %g entropy %g, want %d %g %g", be->name, r,
-              hs[r].argmax, hs[r].mean_logit, hs[r].entropy, amax[r], mean[r], ent[r]);
+              "%s: logprob%s stats row %d: argmax %d mean %g entropy %g, want %d %g %g", be->name,
+              tag, r, hs[r].argmax, hs[r].mean_logit, hs[r].entropy, amax[r], mean[r], ent[r]);
     float *dh = poisoned(be, (size_t)n * h), *dW = up(be, dW0, (size_t)V * h);
-    be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
-    compare_dev(be, dh, w_dh, (size_t)n * h, 1e-5, "logprob_backward dhidden");
-    compare_dev(be, dW, w_dW, (size_t)V * h, 1e-5, "logprob_backward dlm_head");
+    if (capped)
+        be->logprob_capped_backward(be, dh, dW, d_dl, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h,
+                                    V, cap);
+    else
+        be->logprob_backward(be, dh, dW, d_dl, d_hid, d_tgt, (WeightRef){.f32 = d_W}, n, h, V);
+    snprintf(what, sizeof what, "logprob_backward%s dhidden", tag);
+    compare_dev(be, dh, w_dh, (size_t)n * h, 1e-5, what);
+    snprintf(what, sizeof what, "logprob_backward%s dlm_head", tag);
+    compare_dev(be, dW, w_dW, (size_t)V * h, 1e-5, what);
     void *dev_bufs[] = {d_hid, d_W, d_dl, d_tgt, logp, st, dh, dW};
     for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++)
         be->free(be, dev_bufs[i]);
-    void *host[] = {hid, W, dl, dW0, p, w_dh, w_dW};
+    void *host[] = {hid, W, dl, dW0, p, dzdraw, w_dh, w_dW};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
@@ -606,8 +724,13 @@ int main(void) {
     for (size_t i = 0; i < sizeof backends / sizeof *backends; i++) {
         check_dense(backends[i]);
         check_rowwise(backends[i]);
-        check_attention(backends[i]);
-        check_lm_head(backends[i]);
+        check_attention(backends[i], false);
+        check_lm_head(backends[i], (LogitCap){0.0f, 1.0f});
+        if (backends[i]->attention_scored) { /* the Gemma 2 group, where the backend has it */
+            check_gemma_rowwise(backends[i]);
+            check_attention(backends[i], true);
+            check_lm_head(backends[i], (LogitCap){2.0f, 1.0f / 0.7f});
+        }
         check_gather_scatter(backends[i]);
         check_optimizer(backends[i]);
     }

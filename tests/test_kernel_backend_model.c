@@ -276,7 +276,40 @@ static void check_bf16(const char *fixture) {
     model_free(&m);
 }
 
+/* A backend without backend.h's Gemma 2 group (the emulated device, as the CUDA one) refuses a
+ * Gemma 2 model with an error naming the backend, in the batch forward and in decoding, before
+ * any op runs. */
+static void check_gemma2_refused(void) {
+    Model m;
+    if (model_load(&m, harness_source_path("tests/fixtures/models/gemma2_tiny")) != 0) {
+        CHECK(false, "gemma2_tiny: %s", err_msg());
+        return;
+    }
+    m.backend = &emu_backend;
+    int32_t tokens[4] = {1, 5, 9, 3};
+    TokenBatch b = {.batch = 1, .t_len = 4, .tokens = tokens};
+    float logp[4];
+    memset(emu_op_calls, 0, sizeof emu_op_calls);
+    CHECK(model_token_logprobs(&m, &b, NULL, logp) != 0 &&
+              strstr(err_msg(), "emu backend has no Gemma 2 kernels") != NULL,
+          "a Gemma 2 model on a backend without its kernels is refused: %s", err_msg());
+    KvCache kv;
+    CHECK(kv_cache_init(&kv, &emu_backend, &m.cfg, 1, 8) == 0, "%s", err_msg());
+    CachedChunk chunk = {.slot = 0, .tokens = tokens, .n_tokens = 4};
+    float logits[128];
+    CHECK(model_forward_cached(&m, NULL, &kv, &chunk, 1, logits) != 0 &&
+              strstr(err_msg(), "no Gemma 2 kernels") != NULL,
+          "decoding refused too: %s", err_msg());
+    kv_cache_free(&kv);
+    long calls = 0;
+    for (int op = 0; op < N_OPS; op++)
+        calls += emu_op_calls[op];
+    CHECK(calls == 0, "refused before any op ran (%ld calls)", calls);
+    model_free(&m);
+}
+
 int main(void) {
+    check_gemma2_refused();
     /* biases (qwen2_bias), a sliding window (mistral_window), q/k norms (qwen3_qknorm) */
     check_end_to_end("qwen3_qknorm");
     check_end_to_end("mistral_window");

@@ -6,6 +6,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,43 +83,58 @@ static void test_matmul(void) {
 typedef struct {
     int n, c;
     float *in, *w, *up, *out;
+    bool one_plus; /* Gemma's (1 + w) gain */
 } NormCase;
 
 static double rmsnorm_loss(void *p) {
     NormCase *m = p;
-    rmsnorm_forward(m->out, m->in, m->w, m->n, m->c, 1e-5f);
+    if (m->one_plus)
+        rmsnorm_1p_forward(m->out, m->in, m->w, m->n, m->c, 1e-5f);
+    else
+        rmsnorm_forward(m->out, m->in, m->w, m->n, m->c, 1e-5f);
     return dot(m->out, m->up, (size_t)m->n * m->c);
 }
 
-static void test_rmsnorm(void) {
-    NormCase m = {.n = 3, .c = 8};
+static void test_rmsnorm(bool one_plus) {
+    NormCase m = {.n = 3, .c = 8, .one_plus = one_plus};
     m.in = rand_array(24), m.w = rand_array(8), m.up = rand_array(24), m.out = rand_array(24);
     float din[24], dw[8] = {0};
-    rmsnorm_backward(din, dw, m.up, m.in, m.w, m.n, m.c, 1e-5f);
-    check_grad("rmsnorm d_in", m.in, din, 24, 1, rmsnorm_loss, &m);
-    check_grad("rmsnorm d_w", m.w, dw, 8, 1, rmsnorm_loss, &m);
+    if (one_plus)
+        rmsnorm_1p_backward(din, dw, m.up, m.in, m.w, m.n, m.c, 1e-5f);
+    else
+        rmsnorm_backward(din, dw, m.up, m.in, m.w, m.n, m.c, 1e-5f);
+    check_grad(one_plus ? "rmsnorm (1 + w) d_in" : "rmsnorm d_in", m.in, din, 24, 1, rmsnorm_loss,
+               &m);
+    check_grad(one_plus ? "rmsnorm (1 + w) d_w" : "rmsnorm d_w", m.w, dw, 8, 1, rmsnorm_loss, &m);
     free(m.in), free(m.w), free(m.up), free(m.out);
 }
 
 /* ---- swiglu ---- */
 typedef struct {
     float *gate, *up, *c, *out;
+    bool gelu; /* Gemma's gelu_pytorch_tanh for silu */
 } SwigluCase;
 
 static double swiglu_loss(void *p) {
     SwigluCase *m = p;
-    swiglu_forward(m->out, m->gate, m->up, 16);
+    if (m->gelu)
+        geglu_tanh_forward(m->out, m->gate, m->up, 16);
+    else
+        swiglu_forward(m->out, m->gate, m->up, 16);
     return dot(m->out, m->c, 16);
 }
 
-static void test_swiglu(void) {
-    SwigluCase m = {rand_array(16), rand_array(16), rand_array(16), rand_array(16)};
+static void test_swiglu(bool gelu) {
+    SwigluCase m = {rand_array(16), rand_array(16), rand_array(16), rand_array(16), gelu};
     for (int i = 0; i < 16; i++)
-        m.gate[i] *= 4.0f; /* cover the sigmoid's tails */
+        m.gate[i] *= 4.0f; /* cover the sigmoid's (tanh's) tails */
     float dg[16], du[16];
-    swiglu_backward(dg, du, m.c, m.gate, m.up, 16);
-    check_grad("swiglu d_gate", m.gate, dg, 16, 1, swiglu_loss, &m);
-    check_grad("swiglu d_up", m.up, du, 16, 1, swiglu_loss, &m);
+    if (gelu)
+        geglu_tanh_backward(dg, du, m.c, m.gate, m.up, 16);
+    else
+        swiglu_backward(dg, du, m.c, m.gate, m.up, 16);
+    check_grad(gelu ? "geglu_tanh d_gate" : "swiglu d_gate", m.gate, dg, 16, 1, swiglu_loss, &m);
+    check_grad(gelu ? "geglu_tanh d_up" : "swiglu d_up", m.up, du, 16, 1, swiglu_loss, &m);
     free(m.gate), free(m.up), free(m.c), free(m.out);
 }
 
@@ -154,16 +170,22 @@ typedef struct {
     int n, h, vocab;
     float *hidden, *w, *g, *logp;
     int32_t *target;
+    LogitCap cap; /* softcap 0: the plain kernel */
 } LogprobCase;
 
 static double logprob_loss(void *p) {
     LogprobCase *m = p;
-    fused_logprob_forward(m->logp, m->hidden, m->target, m->w, m->n, m->h, m->vocab);
+    if (m->cap.softcap > 0)
+        fused_logprob_forward_capped(m->logp, NULL, m->hidden, m->target, (WeightRef){.f32 = m->w},
+                                     m->n, m->h, m->vocab, m->cap);
+    else
+        fused_logprob_forward(m->logp, m->hidden, m->target, m->w, m->n, m->h, m->vocab);
     return dot(m->logp, m->g, (size_t)m->n);
 }
 
-static void test_fused_logprob(void) {
-    LogprobCase m = {.n = 5, .h = 6, .vocab = 5000};
+/* cap: Gemma 2's final soft cap with a sampling temperature's 1/T after it, or none */
+static void test_fused_logprob(LogitCap cap) {
+    LogprobCase m = {.n = 5, .h = 6, .vocab = 5000, .cap = cap};
     m.hidden = rand_array(30), m.w = rand_array((size_t)5000 * 6), m.g = rand_array(5);
     m.logp = rand_array(5);
     int32_t target[5] = {0, 4095, 4096, 4999, 17};
@@ -171,7 +193,11 @@ static void test_fused_logprob(void) {
     for (int i = 0; i < 6; i++)
         m.w[(size_t)4096 * 6 + i] = 3.0f * m.hidden[2 * 6 + i]; /* peaked */
     float dh[30], *dw = calloc((size_t)5000 * 6, sizeof *dw);
-    fused_logprob_backward(dh, dw, m.g, m.hidden, m.target, m.w, m.n, m.h, m.vocab);
+    if (cap.softcap > 0)
+        fused_logprob_backward_capped(dh, dw, m.g, m.hidden, m.target, (WeightRef){.f32 = m.w}, m.n,
+                                      m.h, m.vocab, cap);
+    else
+        fused_logprob_backward(dh, dw, m.g, m.hidden, m.target, m.w, m.n, m.h, m.vocab);
     check_grad("fused_logprob d_hidden", m.hidden, dh, 30, 1, logprob_loss, &m);
     /* the target rows of lm_head carry the large gradients; check them and a sample of others */
     for (int r = 0; r < 5; r++) {
@@ -188,6 +214,7 @@ static void test_fused_logprob(void) {
  * seq_index values, as a dropped padding hole does), with and without a window ---- */
 typedef struct {
     int window;
+    AttnScores sc;
     float *q, *k, *v, *c, *out;
 } AttentionCase;
 
@@ -197,12 +224,13 @@ static int32_t attention_seq_index[AN];
 
 static double attention_loss(void *p) {
     AttentionCase *m = p;
-    attention_forward(m->out, m->q, m->k, m->v, attention_segs, 3, attention_seq_index, ANH, ANKV,
-                      AHD, m->window);
+    attention_forward_scored(m->out, m->q, m->k, m->v, attention_segs, 3, attention_seq_index, ANH,
+                             ANKV, AHD, m->window, m->sc);
     return dot(m->out, m->c, (size_t)AN * ANH * AHD);
 }
 
-static void test_attention(int window) {
+/* sc: 1/sqrt(hd) and no cap, or Gemma 2's own scale and a soft cap that bends these scores */
+static void test_attention(int window, AttnScores sc) {
     size_t nq = (size_t)AN * ANH * AHD, nk = (size_t)AN * ANKV * AHD;
     for (int r = 0; r < 70; r++)
         attention_seq_index[r] = r;
@@ -210,19 +238,19 @@ static void test_attention(int window) {
         attention_seq_index[r] = 30 + (r - 70) + (r >= 90 ? 4 : 0);
     for (int r = 120; r < AN; r++)
         attention_seq_index[r] = 30 + (r - 120);
-    AttentionCase m = {.window = window};
+    AttentionCase m = {.window = window, .sc = sc};
     m.q = rand_array(nq), m.k = rand_array(nk), m.v = rand_array(nk), m.c = rand_array(nq);
     m.out = rand_array(nq);
     float *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk),
           *dv = malloc(nk * sizeof *dv);
-    attention_backward(dq, dk, dv, m.c, m.q, m.k, m.v, attention_segs, 3, attention_seq_index, AN,
-                       ANH, ANKV, AHD, window);
-    char what[64];
-    snprintf(what, sizeof what, "attention (window %d) d_q", window);
+    attention_backward_scored(dq, dk, dv, m.c, m.q, m.k, m.v, attention_segs, 3,
+                              attention_seq_index, AN, ANH, ANKV, AHD, window, sc);
+    char what[96];
+    snprintf(what, sizeof what, "attention (window %d, softcap %g) d_q", window, sc.softcap);
     check_grad(what, m.q, dq, nq, 3, attention_loss, &m);
-    snprintf(what, sizeof what, "attention (window %d) d_k", window);
+    snprintf(what, sizeof what, "attention (window %d, softcap %g) d_k", window, sc.softcap);
     check_grad(what, m.k, dk, nk, 2, attention_loss, &m);
-    snprintf(what, sizeof what, "attention (window %d) d_v", window);
+    snprintf(what, sizeof what, "attention (window %d, softcap %g) d_v", window, sc.softcap);
     check_grad(what, m.v, dv, nk, 2, attention_loss, &m);
     free(m.q), free(m.k), free(m.v), free(m.c), free(m.out), free(dq), free(dk), free(dv);
 }
@@ -253,13 +281,18 @@ static void test_lora(float p) {
 int main(void) {
     test_lora(0.0f);
     test_lora(0.3f);
-    test_attention(0);
-    test_attention(30);
+    AttnScores plain = {0.5f, 0.0f}; /* 1/sqrt(AHD) */
+    test_attention(0, plain);
+    test_attention(30, plain);
+    test_attention(30, (AttnScores){1.3f, 0.6f}); /* Gemma 2: scores of up to ~5 capped at 0.6 */
     srand(5);
     test_matmul();
-    test_rmsnorm();
-    test_swiglu();
+    test_rmsnorm(false);
+    test_rmsnorm(true);
+    test_swiglu(false);
+    test_swiglu(true);
     test_rope();
-    test_fused_logprob();
+    test_fused_logprob((LogitCap){0.0f, 1.0f});
+    test_fused_logprob((LogitCap){2.0f, 1.0f / 0.7f}); /* cap 2, then temperature 0.7 */
     return harness_finish("test_kernel_grads");
 }

@@ -109,5 +109,7 @@ int main(void) {
     check_identical("tests/fixtures/models/llama_bf16", ST_BF16);
     check_identical("tests/fixtures/models/phi3_longrope", ST_F32); /* fused tensors, their order */
     check_identical("tests/fixtures/models/smollm3_window", ST_F32); /* 4 layers, biases, untied */
+    check_identical("tests/fixtures/models/gemma2_tiny",
+                    ST_F32); /* four norms a layer, their order */
     return harness_finish("test_model_save");
 }

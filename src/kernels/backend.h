@@ -176,6 +176,43 @@ struct Backend {
                       const struct Q8Map *v_map, float *p, const float *g, const AdamWStepCoefs *c);
     /* Σ g[i]² over n values, in double (the square of clip_grad_norm_'s norm, one span). */
     double (*sum_squares)(const Backend *be, const float *g, size_t n);
+
+    /* ---- Gemma 2 (model_check_backend refuses the family where any is NULL) ---- */
+    /* rmsnorm and its backward with the gain (1 + w), 1 + w in fp32 (Gemma's RMSNorm); dw is the
+     * gradient of w (the same as of 1 + w). Aliasing as rmsnorm's. */
+    void (*rmsnorm_1p)(const Backend *be, float *out, const float *in, const float *w, int n, int c,
+                       float eps);
+    void (*rmsnorm_1p_backward)(const Backend *be, float *din, float *dw, const float *dout,
+                                const float *in, const float *w, int n, int c, float eps);
+    /* swiglu and its backward with torch's gelu(approximate="tanh") for silu. */
+    void (*geglu_tanh)(const Backend *be, float *out, const float *gate, const float *up, size_t n);
+    void (*geglu_tanh_backward)(const Backend *be, float *dgate, float *dup, const float *dout,
+                                const float *gate, const float *up, size_t n);
+    /* attention, attention_backward and attention_cached with the scores as sc says (a scale of
+     * the model's own, soft-capping) instead of 1/sqrt(hd). */
+    void (*attention_scored)(const Backend *be, float *out, const float *q, const float *k,
+                             const float *v, const AttnSegment *segs, int n_segs,
+                             const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                             int window, AttnScores sc);
+    void (*attention_scored_backward)(const Backend *be, float *dq, float *dk, float *dv,
+                                      const float *dout, const float *q, const float *k,
+                                      const float *v, const AttnSegment *segs, int n_segs,
+                                      const int32_t *seq_index, int n_rows, int n_heads,
+                                      int n_kv_heads, int hd, int window, AttnScores sc);
+    void (*attention_cached_scored)(const Backend *be, float *out, const float *q,
+                                    const float *k_cache, const float *v_cache, const int32_t *slot,
+                                    const int32_t *pos, int n, int max_len, int n_heads,
+                                    int n_kv_heads, int hd, int window, AttnScores sc);
+    /* logprob and logprob_backward with the logits finished by cap (soft cap, then post_scale)
+     * before the log-softmax; the stats are the finished logits'. */
+    void (*logprob_capped)(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
+                           const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
+                           LogitCap cap);
+    void (*logprob_capped_backward)(const Backend *be, float *dhidden, float *dlm_head,
+                                    const float *dlogp, const float *hidden, const int32_t *target,
+                                    WeightRef lm_head, int n, int h, int vocab, LogitCap cap);
+    /* x (n) = softcap * tanh(x / softcap), in place (logits for sampling). */
+    void (*softcap)(const Backend *be, float *x, size_t n, float softcap);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

@@ -27,6 +27,20 @@ typedef struct {
     int prefix_start, prefix_len;
 } AttnSegment;
 
+/* How attention turns q·k into the scores its softmax takes: s = scale * q·k, then, with
+ * softcap > 0, s = softcap * tanh(s / softcap) (Gemma 2's attn_logit_softcapping), before the
+ * mask. */
+typedef struct {
+    float scale, softcap;
+} AttnScores;
+
+/* How the lm_head's logits z are finished before the log-softmax: with softcap > 0,
+ * z = softcap * tanh(z / softcap) (Gemma 2's final_logit_softcapping); then z *= post_scale
+ * (1 / the sampling temperature, or 1). */
+typedef struct {
+    float softcap, post_scale;
+} LogitCap;
+
 /* Per-row statistics of the logits the fused log-prob computes anyway (TRL's DPO metrics): the
  * mean logit over the vocabulary, the entropy of the softmax, and the first index of the
  * largest logit. */

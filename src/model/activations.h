@@ -28,7 +28,10 @@ typedef struct {
     float *up;            /* (N, I) up_proj output */
     float *act;           /* (N, I) silu(gate) * up (on a training tape: shared, regenerated) */
     float *proj;          /* (N, H) block output before the residual add (scratch) */
-    float *block;         /* the allocation behind the buffers this LayerActs owns */
+    /* Gemma 2: o_proj's and down_proj's outputs, the inputs of the norms that make proj (kept for
+     * the backward; on inference rows both are proj, normed in place). NULL otherwise. */
+    float *attn_out, *mlp_out;
+    float *block; /* the allocation behind the buffers this LayerActs owns */
 } LayerActs;
 
 /* A TokenLayout's arrays and the RoPE tables as the backend sees them (backend_mirror: the host

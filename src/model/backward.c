@@ -1,6 +1,7 @@
 #include "model/backward.h"
 
 #include "common/error.h"
+#include "model/decoder_layer.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -76,12 +77,22 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     float eps = (float)c->rms_norm_eps;
 #define G(p) grad_of(m, grads, (p))
 
-    /* MLP block: x_out = x_mid + down(silu(gate(xn)) * up(xn)), xn = norm(x_mid) */
-    be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), dx, a->act,
+    /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid); Gemma 2 norms
+     * down's output (mlp_out) first, and its gradient is taken back through that norm into dxn */
+    const float *ddown = dx;
+    if (c->gemma_norms) {
+        model_rmsnorm_backward(m, g->dxn, G(w->mlp_out_norm), dx, a->mlp_out, w->mlp_out_norm, n,
+                               H);
+        ddown = g->dxn;
+    }
+    be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), ddown, a->act,
                         LAYER_WEIGHT(w, w_down), n, I, H);
-    lora_back(m, l, LORA_DOWN, g->dact, dx, a->act, n, lora_grads);
-    be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
-    be->rmsnorm(be, a->xn, a->x_mid, w->post_norm, n, H, eps);
+    lora_back(m, l, LORA_DOWN, g->dact, ddown, a->act, n, lora_grads);
+    if (c->mlp_act == MLP_ACT_GELU_TANH)
+        be->geglu_tanh_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
+    else
+        be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
+    model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
     be->linear_backward(be, g->dxn, G(w->w_gate), G(w->b_gate), g->dact, a->xn,
                         LAYER_WEIGHT(w, w_gate), n, H, I);
     lora_back(m, l, LORA_GATE, g->dxn, g->dact, a->xn, n, lora_grads);
@@ -89,15 +100,29 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                         H, I);
     lora_back(m, l, LORA_UP, g->tmp, g->dup, a->xn, n, lora_grads);
     be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
-    be->rmsnorm_backward(be, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H, eps);
+    model_rmsnorm_backward(m, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H);
     be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
 
-    /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in) */
-    be->linear_backward(be, g->datt, G(w->wo), G(w->bo), dx, a->att, LAYER_WEIGHT(w, wo), n, qd, H);
-    lora_back(m, l, LORA_O, g->datt, dx, a->att, n, lora_grads);
+    /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in); Gemma
+     * 2's o output (attn_out) normed first */
+    const float *dox = dx;
+    if (c->gemma_norms) {
+        model_rmsnorm_backward(m, g->dxn, G(w->attn_out_norm), dx, a->attn_out, w->attn_out_norm, n,
+                               H);
+        dox = g->dxn;
+    }
+    be->linear_backward(be, g->datt, G(w->wo), G(w->bo), dox, a->att, LAYER_WEIGHT(w, wo), n, qd,
+                        H);
+    lora_back(m, l, LORA_O, g->datt, dox, a->att, n, lora_grads);
     int window = c->layer_sliding[l] ? c->sliding_window : 0;
-    be->attention_backward(be, g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, dev->segs,
-                           dev->n_segs, dev->seq_index, n, c->n_heads, c->n_kv_heads, hd, window);
+    if (model_scores_own(m))
+        be->attention_scored_backward(be, g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, dev->segs,
+                                      dev->n_segs, dev->seq_index, n, c->n_heads, c->n_kv_heads, hd,
+                                      window, model_attn_scores(m));
+    else
+        be->attention_backward(be, g->dq, g->dk, g->dv, g->datt, a->q, a->k, a->v, dev->segs,
+                               dev->n_segs, dev->seq_index, n, c->n_heads, c->n_kv_heads, hd,
+                               window);
     int rot = c->rotary_dim;
     if (!c->layer_nope[l]) { /* a NoPE layer applied none: dq, dk pass as they are */
         be->rope_backward(be, g->dq, dev->positions, dev->cos_t, dev->sin_t, n, c->n_heads, hd,
@@ -111,7 +136,7 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
         be->rmsnorm_backward(be, g->dk, G(w->k_norm), g->dk, a->k_pre, w->k_norm, n * c->n_kv_heads,
                              hd, eps);
     }
-    be->rmsnorm(be, a->xn, a->x_in, w->input_norm, n, H, eps);
+    model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
     be->linear_backward(be, g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, LAYER_WEIGHT(w, wq), n, H,
                         qd);
     lora_back(m, l, LORA_Q, g->dxn, g->dq, a->xn, n, lora_grads);
@@ -123,7 +148,7 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                         kvd);
     lora_back(m, l, LORA_V, g->tmp, g->dv, a->xn, n, lora_grads);
     be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
-    be->rmsnorm_backward(be, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H, eps);
+    model_rmsnorm_backward(m, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H);
     be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_in */
 #undef G
 }
@@ -167,10 +192,16 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
     bool ok = rows && drows && ((from_dev && targets_dev && dsel_dev) || !n_sel);
     if (ok) {
         be->rows_gather(be, rows, tape->hidden, from_dev, (int)n_sel, (int)H);
-        model_scale_logit_rows(m, rows, n_sel, H); /* the lm_head saw row / T ... */
-        be->logprob_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows, targets_dev,
-                             model_lm_head(m), (int)n_sel, (int)H, c->vocab_size);
-        model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
+        if (c->final_softcap > 0) { /* the 1/T is inside the cap's finish */
+            be->logprob_capped_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows,
+                                        targets_dev, model_lm_head(m), (int)n_sel, (int)H,
+                                        c->vocab_size, model_logit_cap(m));
+        } else {
+            model_scale_logit_rows(m, rows, n_sel, H); /* the lm_head saw row / T ... */
+            be->logprob_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows,
+                                 targets_dev, model_lm_head(m), (int)n_sel, (int)H, c->vocab_size);
+            model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
+        }
         float *dhidden = g.tmp;
         be->memset(be, dhidden, 0, n * H * sizeof(float));
         /* a shared row predicts a token of each sharing row */
@@ -191,14 +222,16 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
         return -1;
     }
 
-    be->rmsnorm_backward(be, dx, grad_of(m, grads, m->final_norm), g.tmp, tape->x_final,
-                         m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
+    model_rmsnorm_backward(m, dx, grad_of(m, grads, m->final_norm), g.tmp, tape->x_final,
+                           m->final_norm, (int)n, (int)H);
     for (int l = c->n_layers - 1; l >= 0; l--)
         layer_backward(m, l, tape, dx, grads, lora_grads, &g);
 
     /* embedding rows of the computed (real) tokens; nn.Embedding(padding_idx) gives
      * pad_token_id none */
     float *dembed = grad_of(m, grads, m->embed);
+    if (dembed && c->embed_scaled) /* the rows were scaled by the normalizer after the gather */
+        be->scale(be, dx, model_embed_scale(m), n * H);
     if (dembed)
         be->embedding_scatter_add(be, dembed, dx, tape->dev.tokens, (int)n, (int)H,
                                   c->pad_token_id);

@@ -14,9 +14,10 @@ static const struct {
     const char *architecture;
     ModelArch arch;
 } known_families[] = {
-    {"llama", "LlamaForCausalLM", ARCH_LLAMA}, {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
-    {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2}, {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
-    {"phi3", "Phi3ForCausalLM", ARCH_PHI3},    {"smollm3", "SmolLM3ForCausalLM", ARCH_SMOLLM3},
+    {"llama", "LlamaForCausalLM", ARCH_LLAMA},    {"mistral", "MistralForCausalLM", ARCH_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2},    {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+    {"phi3", "Phi3ForCausalLM", ARCH_PHI3},       {"smollm3", "SmolLM3ForCausalLM", ARCH_SMOLLM3},
+    {"gemma2", "Gemma2ForCausalLM", ARCH_GEMMA2},
 };
 #define N_FAMILIES (sizeof known_families / sizeof *known_families)
 
@@ -47,8 +48,8 @@ static int parse_family(ModelConfig *cfg, const json_t *root) {
     const char *model_type = NULL;
     if (json_get_string(root, "model_type", &model_type) < 0) return -1;
     if (!model_type)
-        return err_set("key 'model_type': missing (expected llama, mistral, qwen2, qwen3, phi3 or "
-                       "smollm3)");
+        return err_set("key 'model_type': missing (expected llama, mistral, qwen2, qwen3, phi3, "
+                       "smollm3 or gemma2)");
     for (size_t i = 0; i < N_FAMILIES; i++) {
         if (strcmp(model_type, known_families[i].model_type) == 0) {
             cfg->arch = known_families[i].arch;
@@ -56,7 +57,7 @@ static int parse_family(ModelConfig *cfg, const json_t *root) {
         }
     }
     return err_set("key 'model_type': \"%s\" is not supported (expected llama, mistral, qwen2, "
-                   "qwen3, phi3 or smollm3)",
+                   "qwen3, phi3, smollm3 or gemma2)",
                    model_type);
 }
 
@@ -213,12 +214,13 @@ static int parse_smollm3_window(ModelConfig *cfg, const json_t *root, int64_t wi
 /* Which layers attend through a sliding window (hf-formats.md §2.2). */
 static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
     cfg->layer_sliding = xcalloc((size_t)cfg->n_layers, sizeof *cfg->layer_sliding);
-    int64_t window = 0;
+    int64_t window = cfg->arch == ARCH_GEMMA2 ? 4096 : 0; /* Gemma2Config's default */
     if (json_get_int64(root, "sliding_window", &window) < 0) return -1;
     if (window < 0) return err_set("key 'sliding_window': must be positive or null");
     if (cfg->arch == ARCH_SMOLLM3) return parse_smollm3_window(cfg, root, window);
     /* Mistral and Phi-3 build a sliding-window mask for every layer when sliding_window is set. */
-    bool use_window = cfg->arch == ARCH_MISTRAL || cfg->arch == ARCH_PHI3;
+    bool use_window =
+        cfg->arch == ARCH_MISTRAL || cfg->arch == ARCH_PHI3 || cfg->arch == ARCH_GEMMA2;
     if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
         use_window = false;
         if (json_get_bool(root, "use_sliding_window", &use_window) < 0) return -1;
@@ -239,6 +241,11 @@ static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
         }
         return 0;
     }
+    if (cfg->arch == ARCH_GEMMA2) { /* Gemma2Config: sliding on even layers, full on odd ones */
+        for (int l = 0; l < cfg->n_layers; l++)
+            cfg->layer_sliding[l] = l % 2 == 0;
+        return 0;
+    }
     int64_t max_window_layers = 0;
     if (cfg->arch == ARCH_QWEN2 || cfg->arch == ARCH_QWEN3) {
         max_window_layers = 28;
@@ -247,6 +254,49 @@ static int parse_sliding_window(ModelConfig *cfg, const json_t *root) {
     for (int l = 0; l < cfg->n_layers; l++)
         cfg->layer_sliding[l] = l >= max_window_layers;
     return 0;
+}
+
+/* A soft-capping value of Gemma2Config: absent gives the default, null none (0). */
+static int get_softcap(const json_t *root, const char *key, double fallback, float *out) {
+    const json_t *v = json_object_get(root, key);
+    double cap = fallback;
+    if (v && json_is_null(v))
+        cap = 0.0;
+    else if (json_get_double(root, key, &cap) < 0)
+        return -1;
+    if (!(cap >= 0) || isinf(cap))
+        return err_set("key '%s': %g is not a soft-capping value (a positive number or null)", key,
+                       cap);
+    *out = (float)cap;
+    return 0;
+}
+
+/* Gemma2Config's own keys (transformers' modeling_gemma2.py): GELU-tanh MLP, (1 + w) norms
+ * around each block, sqrt(H)-scaled embeddings, query_pre_attn_scalar and the two soft caps. */
+static int parse_gemma2(ModelConfig *cfg, const json_t *root) {
+    const char *act = "gelu_pytorch_tanh";
+    if (json_get_string(root, "hidden_activation", &act) < 0) return -1;
+    if (strcmp(act, "gelu_pytorch_tanh") != 0)
+        return err_set("key 'hidden_activation': \"%s\" is not supported (expected "
+                       "gelu_pytorch_tanh)",
+                       act);
+    bool bidirectional = false;
+    if (json_get_bool(root, "use_bidirectional_attention", &bidirectional) < 0) return -1;
+    if (bidirectional)
+        return err_set("key 'use_bidirectional_attention': true is not supported (a causal LM "
+                       "attends causally)");
+    double scalar = 256.0;
+    if (json_get_double(root, "query_pre_attn_scalar", &scalar) < 0) return -1;
+    if (!(scalar > 0) || isinf(scalar))
+        return err_set("key 'query_pre_attn_scalar': %g is not a positive number", scalar);
+    cfg->attn_scale = (float)pow(scalar, -0.5); /* Python's scalar**-0.5, applied as fp32 */
+    cfg->gemma_norms = true;
+    cfg->mlp_act = MLP_ACT_GELU_TANH;
+    cfg->embed_scaled = true;
+    return get_softcap(root, "attn_logit_softcapping", 50.0, &cfg->attn_softcap) != 0 ||
+                   get_softcap(root, "final_logit_softcapping", 30.0, &cfg->final_softcap) != 0
+               ? -1
+               : 0;
 }
 
 static int parse_config(ModelConfig *cfg, const json_t *root) {
@@ -270,27 +320,34 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
                        (long long)v, cfg->n_heads);
     cfg->n_kv_heads = (int)v;
 
-    v = cfg->hidden_size / cfg->n_heads;
+    v = cfg->arch == ARCH_GEMMA2 ? 256 : cfg->hidden_size / cfg->n_heads; /* Gemma2Config: 256 */
     if (json_get_int64(root, "head_dim", &v) < 0) return -1;
     if (v <= 0 || v % 2 != 0)
         return err_set("key 'head_dim': %lld is not a positive even number", (long long)v);
     cfg->head_dim = (int)v;
 
-    const char *act = "silu";
-    if (json_get_string(root, "hidden_act", &act) < 0) return -1;
-    if (strcmp(act, "silu") != 0)
-        return err_set("key 'hidden_act': \"%s\" is not supported (expected silu)", act);
+    if (cfg->arch == ARCH_GEMMA2) {
+        if (parse_gemma2(cfg, root) != 0) return -1;
+    } else {
+        const char *act = "silu";
+        if (json_get_string(root, "hidden_act", &act) < 0) return -1;
+        if (strcmp(act, "silu") != 0)
+            return err_set("key 'hidden_act': \"%s\" is not supported (expected silu)", act);
+        cfg->attn_scale = 1.0f / sqrtf((float)cfg->head_dim); /* as attention's default */
+    }
 
     if (get_double_or(root, "rms_norm_eps", 1e-6, &cfg->rms_norm_eps) != 0) return -1;
     int64_t default_max_pos = cfg->arch == ARCH_LLAMA     ? 2048
                               : cfg->arch == ARCH_MISTRAL ? 131072
                               : cfg->arch == ARCH_PHI3    ? 4096
+                              : cfg->arch == ARCH_GEMMA2  ? 8192
                                                           : 32768;
     cfg->max_position_embeddings = default_max_pos;
     if (json_get_int64(root, "max_position_embeddings", &cfg->max_position_embeddings) < 0)
         return -1;
 
-    cfg->tie_word_embeddings = cfg->arch == ARCH_SMOLLM3; /* the configs' defaults */
+    /* the configs' defaults: SmolLM3Config and Gemma2Config tie */
+    cfg->tie_word_embeddings = cfg->arch == ARCH_SMOLLM3 || cfg->arch == ARCH_GEMMA2;
     if (json_get_bool(root, "tie_word_embeddings", &cfg->tie_word_embeddings) < 0) return -1;
 
     bool attention_bias = false, mlp_bias = false;
@@ -315,6 +372,9 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
     case ARCH_PHI3: /* no biases; fused qkv_proj and gate_up_proj */
         cfg->fused_qkv_mlp = true;
         break;
+    case ARCH_GEMMA2: /* attention_bias on q, k, v and o; no MLP bias */
+        cfg->qkv_bias = cfg->o_bias = attention_bias;
+        break;
     }
 
     const char *dtype = NULL;
@@ -323,8 +383,11 @@ static int parse_config(ModelConfig *cfg, const json_t *root) {
         return -1;
     snprintf(cfg->weights_dtype, sizeof cfg->weights_dtype, "%s", dtype ? dtype : "");
 
-    /* SmolLM3Config's default is 128004 when the key is absent; null is None (no padding row) */
-    int64_t pad = cfg->arch == ARCH_SMOLLM3 && !json_object_get(root, "pad_token_id") ? 128004 : -1;
+    /* SmolLM3Config's default is 128004 when the key is absent (null is None: no padding row);
+     * Gemma2Config's is 0 */
+    int64_t pad = cfg->arch == ARCH_GEMMA2                                              ? 0
+                  : cfg->arch == ARCH_SMOLLM3 && !json_object_get(root, "pad_token_id") ? 128004
+                                                                                        : -1;
     if (json_get_int64(root, "pad_token_id", &pad) < 0) return -1;
     cfg->pad_token_id = pad >= 0 && pad < cfg->vocab_size ? (int)pad : -1;
 

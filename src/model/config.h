@@ -14,8 +14,13 @@ typedef enum {
     ARCH_QWEN2,
     ARCH_QWEN3,
     ARCH_PHI3,
-    ARCH_SMOLLM3
+    ARCH_SMOLLM3,
+    ARCH_GEMMA2
 } ModelArch;
+
+/* The MLP's gate activation: SiLU (SwiGLU) or GELU with the tanh approximation (Gemma's
+ * gelu_pytorch_tanh). */
+typedef enum { MLP_ACT_SILU, MLP_ACT_GELU_TANH } MlpAct;
 
 typedef enum {
     ROPE_DEFAULT,
@@ -57,12 +62,23 @@ typedef struct {
     double rms_norm_eps;
     int64_t max_position_embeddings;
     bool tie_word_embeddings;
-    bool qkv_bias;       /* q/k/v projections have biases */
-    bool o_bias;         /* o_proj has a bias (Llama/Qwen3 attention_bias) */
-    bool mlp_bias;       /* gate/up/down have biases (Llama mlp_bias) */
-    bool qk_norm;        /* Qwen3: RMSNorm over hd on q and k before RoPE */
-    bool fused_qkv_mlp;  /* Phi-3: one qkv_proj (q, k, v rows) and one gate_up_proj (gate, up
-                            rows) tensor on disk; wk/wv/w_up point into them (model.h) */
+    bool qkv_bias;      /* q/k/v projections have biases */
+    bool o_bias;        /* o_proj has a bias (Llama/Qwen3 attention_bias) */
+    bool mlp_bias;      /* gate/up/down have biases (Llama mlp_bias) */
+    bool qk_norm;       /* Qwen3: RMSNorm over hd on q and k before RoPE */
+    bool fused_qkv_mlp; /* Phi-3: one qkv_proj (q, k, v rows) and one gate_up_proj (gate, up
+                           rows) tensor on disk; wk/wv/w_up point into them (model.h) */
+    /* Gemma 2. Its RMSNorms scale by (1 + w) (w stored centred on 0), and a second norm follows
+     * each block's output before the residual add (post_attention_layernorm after o_proj,
+     * post_feedforward_layernorm after down_proj; the MLP's input norm is then
+     * pre_feedforward_layernorm). */
+    bool gemma_norms;
+    MlpAct mlp_act;
+    bool embed_scaled;   /* embeddings multiplied by sqrt(H) (Gemma's normalizer) */
+    float attn_scale;    /* the attention scores' factor: 1/sqrt(hd) (also when 0), or Gemma's
+                            query_pre_attn_scalar^-1/2 */
+    float attn_softcap;  /* scores s -> c tanh(s / c) before the mask; 0 = none */
+    float final_softcap; /* logits z -> c tanh(z / c); 0 = none */
     int sliding_window;  /* window length for layers flagged below; 0 = none */
     bool *layer_sliding; /* [n_layers]: this layer uses the sliding window */
     bool *layer_nope;    /* [n_layers]: this layer applies no RoPE to q and k (SmolLM3's NoPE

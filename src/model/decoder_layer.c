@@ -1,5 +1,64 @@
 #include "model/decoder_layer.h"
 
+#include "common/error.h"
+
+#include <math.h>
+
+void model_rmsnorm(const Model *m, float *out, const float *in, const float *w, int n, int c) {
+    const Backend *be = model_backend(m);
+    float eps = (float)m->cfg.rms_norm_eps;
+    if (m->cfg.gemma_norms)
+        be->rmsnorm_1p(be, out, in, w, n, c, eps);
+    else
+        be->rmsnorm(be, out, in, w, n, c, eps);
+}
+
+void model_rmsnorm_backward(const Model *m, float *din, float *dw, const float *dout,
+                            const float *in, const float *w, int n, int c) {
+    const Backend *be = model_backend(m);
+    float eps = (float)m->cfg.rms_norm_eps;
+    if (m->cfg.gemma_norms)
+        be->rmsnorm_1p_backward(be, din, dw, dout, in, w, n, c, eps);
+    else
+        be->rmsnorm_backward(be, din, dw, dout, in, w, n, c, eps);
+}
+
+void model_gated_act(const Model *m, float *out, const float *gate, const float *up, size_t n) {
+    const Backend *be = model_backend(m);
+    if (m->cfg.mlp_act == MLP_ACT_GELU_TANH)
+        be->geglu_tanh(be, out, gate, up, n);
+    else
+        be->swiglu(be, out, gate, up, n);
+}
+
+int model_check_backend_ops(const Model *m) {
+    const Backend *be = model_backend(m);
+    if (!m->cfg.gemma_norms) return 0;
+    bool all = be->rmsnorm_1p && be->rmsnorm_1p_backward && be->geglu_tanh &&
+               be->geglu_tanh_backward && be->attention_scored && be->attention_scored_backward &&
+               be->attention_cached_scored && be->logprob_capped && be->logprob_capped_backward &&
+               be->softcap;
+    if (all) return 0;
+    return err_set("the %s backend has no Gemma 2 kernels ((1 + w) RMSNorm, GELU-tanh MLP, "
+                   "soft-capped attention and logits): run a %s model on the CPU",
+                   be->name, model_arch_name(m->cfg.arch));
+}
+
+/* 1/sqrt(hd), the scale of the backend's plain attention; a config that sets none (0) has it. */
+static float default_scale(const ModelConfig *c) {
+    return 1.0f / sqrtf((float)c->head_dim);
+}
+
+AttnScores model_attn_scores(const Model *m) {
+    float scale = m->cfg.attn_scale > 0 ? m->cfg.attn_scale : default_scale(&m->cfg);
+    return (AttnScores){scale, m->cfg.attn_softcap};
+}
+
+bool model_scores_own(const Model *m) {
+    return m->cfg.attn_softcap > 0 ||
+           (m->cfg.attn_scale > 0 && m->cfg.attn_scale != default_scale(&m->cfg));
+}
+
 void layer_linear(const Model *m, int l, LoraModule mod, WeightRef *w, const float **bias,
                   int *in_dim, int *out_dim) {
     const ModelConfig *c = &m->cfg;
@@ -53,8 +112,8 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     float eps = (float)c->rms_norm_eps;
 
     /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)), rope the
-     * identity on a NoPE layer */
-    be->rmsnorm(be, a->xn, a->x_in, w->input_norm, n, H, eps);
+     * identity on a NoPE layer (SmolLM3), the o output normed again first in Gemma 2 */
+    model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
     linear_with_lora(m, hooks, l, LORA_Q, a->q_pre, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_K, a->k_pre, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_V, a->v, a->xn, n);
@@ -68,14 +127,18 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
         be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd, rot);
     }
     hooks->attention(hooks, m, l, a, n, c->layer_sliding[l] ? c->sliding_window : 0);
-    linear_with_lora(m, hooks, l, LORA_O, a->proj, a->att, n);
+    bool sandwich = c->gemma_norms;
+    linear_with_lora(m, hooks, l, LORA_O, sandwich ? a->attn_out : a->proj, a->att, n);
+    if (sandwich) model_rmsnorm(m, a->proj, a->attn_out, w->attn_out_norm, n, H);
     be->add(be, a->x_mid, a->x_in, a->proj, (size_t)n * H);
 
-    /* MLP block: x_out = x_mid + down(silu(gate(xn)) * up(xn)), xn = norm(x_mid) */
-    be->rmsnorm(be, a->xn, a->x_mid, w->post_norm, n, H, eps);
+    /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid), the down output
+     * normed again first in Gemma 2 */
+    model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
     linear_with_lora(m, hooks, l, LORA_GATE, a->gate, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_UP, a->up, a->xn, n);
-    be->swiglu(be, a->act, a->gate, a->up, (size_t)n * I);
-    linear_with_lora(m, hooks, l, LORA_DOWN, a->proj, a->act, n);
+    model_gated_act(m, a->act, a->gate, a->up, (size_t)n * I);
+    linear_with_lora(m, hooks, l, LORA_DOWN, sandwich ? a->mlp_out : a->proj, a->act, n);
+    if (sandwich) model_rmsnorm(m, a->proj, a->mlp_out, w->mlp_out_norm, n, H);
     be->add(be, x_out, a->x_mid, a->proj, (size_t)n * H);
 }

@@ -32,6 +32,27 @@ typedef struct {
     const float *cos_t, *sin_t;
 } DecoderRows;
 
+/* The model's RMSNorm (w ⊙ x̂, Gemma's (1 + w) ⊙ x̂) over n rows of c, eps the config's; out may
+ * be in. */
+void model_rmsnorm(const Model *m, float *out, const float *in, const float *w, int n, int c);
+
+/* Its backward (as backend.h's rmsnorm_backward): din written, dw accumulated (may be NULL). */
+void model_rmsnorm_backward(const Model *m, float *din, float *dw, const float *dout,
+                            const float *in, const float *w, int n, int c);
+
+/* The MLP's gated activation: act(gate) ⊙ up with SiLU or GELU-tanh (n values); out may alias
+ * gate. */
+void model_gated_act(const Model *m, float *out, const float *gate, const float *up, size_t n);
+
+/* How the model's attention forms its scores (its own scale, Gemma 2's soft cap), and whether
+ * they differ from the backend's plain attention (1/sqrt(hd), no cap), which then serves. */
+AttnScores model_attn_scores(const Model *m);
+bool model_scores_own(const Model *m);
+
+/* 0 when the model's backend has every op its family needs, else -1 with an error naming the
+ * backend (Gemma 2 needs backend.h's Gemma 2 group, which a device backend may leave NULL). */
+int model_check_backend_ops(const Model *m);
+
 /* Layer l's matrix `mod` as it is stored, its bias (NULL when none) and its shape. */
 void layer_linear(const Model *m, int l, LoraModule mod, WeightRef *w, const float **bias,
                   int *in_dim, int *out_dim);

@@ -41,6 +41,7 @@ static size_t acts_floats(const ModelConfig *c, size_t n, ActsRole role) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t pre = role != ACTS_INFERENCE && c->qk_norm ? qd + kvd : 0;
+    pre += role != ACTS_INFERENCE && c->gemma_norms ? 2 * H : 0; /* attn_out, mlp_out */
     size_t kept = 2 * H + 2 * qd + 2 * kvd + 2 * I + pre; /* x_in, x_mid, q, att, k, v, gate, up */
     size_t shared = 2 * H + I;                            /* xn, proj, act */
     if (role == ACTS_KEPT) return n * kept;
@@ -76,7 +77,14 @@ static void acts_layout(LayerActs *a, float *p, const ModelConfig *c, size_t n, 
     a->q_pre = a->q, a->k_pre = a->k;
     if (role != ACTS_INFERENCE && c->qk_norm) {
         a->q_pre = p, p += n * qd;
-        a->k_pre = p;
+        a->k_pre = p, p += n * kvd;
+    }
+    if (c->gemma_norms) { /* normed in place into proj on inference rows */
+        a->attn_out = a->mlp_out = a->proj;
+        if (role != ACTS_INFERENCE) {
+            a->attn_out = p, p += n * H;
+            a->mlp_out = p;
+        }
     }
 }
 
@@ -108,8 +116,12 @@ static void batch_attention(const DecoderHooks *h, const Model *m, int l, LayerA
     const Backend *be = model_backend(m);
     const LayoutMirror *dev = h->ctx;
     const ModelConfig *c = &m->cfg;
-    be->attention(be, a->att, a->q, a->k, a->v, dev->segs, dev->n_segs, dev->seq_index, c->n_heads,
-                  c->n_kv_heads, c->head_dim, window);
+    if (model_scores_own(m))
+        be->attention_scored(be, a->att, a->q, a->k, a->v, dev->segs, dev->n_segs, dev->seq_index,
+                             c->n_heads, c->n_kv_heads, c->head_dim, window, model_attn_scores(m));
+    else
+        be->attention(be, a->att, a->q, a->k, a->v, dev->segs, dev->n_segs, dev->seq_index,
+                      c->n_heads, c->n_kv_heads, c->head_dim, window);
 }
 
 /* One decoder layer over the layout's n rows: reads a->x_in, writes a->x_mid and x_out. */
@@ -168,6 +180,7 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
     int max_position;
     memset(fs, 0, sizeof *fs);
     if (b->batch <= 0 || b->t_len <= 0) return err_set("empty batch");
+    if (model_check_backend_ops(m) != 0) return -1;
     if (check_batch(m, b, &max_position) != 0) return -1;
     token_layout_build(&fs->lay, b, shares_prefixes(m, b));
     size_t table = (size_t)(max_position + 1) * (c->rotary_dim / 2);
@@ -188,6 +201,7 @@ static void embed_rows(const Model *m, const LayoutMirror *dev, size_t n, float 
     const Backend *be = model_backend(m);
     WeightRef table = {.f32 = m->embed, .bf16 = m->embed16};
     be->embedding_gather(be, x, table, dev->tokens, (int)n, m->cfg.hidden_size);
+    if (m->cfg.embed_scaled) be->scale(be, x, model_embed_scale(m), n * (size_t)m->cfg.hidden_size);
 }
 
 /* The final hidden states of the layout's rows, into hidden (lay.n, H), which fs->lay receives. */
@@ -208,7 +222,7 @@ static int forward_rows(const Model *m, const TokenBatch *b, ForwardSetup *fs, f
     embed_rows(m, &fs->dev, n, a.x_in);
     for (int l = 0; l < c->n_layers && n > 0; l++)
         layer_forward(m, l, &fs->dev, n, &a, a.x_in);
-    be->rmsnorm(be, *hidden, a.x_in, m->final_norm, (int)n, (int)H, (float)c->rms_norm_eps);
+    model_rmsnorm(m, *hidden, a.x_in, m->final_norm, (int)n, (int)H);
     be->free(be, a.block);
     return 0;
 }
@@ -321,17 +335,15 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
         a.x_in = tape->layers[l].x_in;
         layer_forward(m, l, &tape->dev, n, &a, x_out);
     }
-    be->rmsnorm(be, tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H,
-                (float)c->rms_norm_eps);
+    model_rmsnorm(m, tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H);
     return 0;
 }
 
 LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
-    const Backend *be = model_backend(m);
     if (!tape->recompute) {
         /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it */
         LayerActs a = tape->layers[l];
-        be->swiglu(be, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
+        model_gated_act(m, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
         return a;
     }
     LayerActs a = tape->scratch;
@@ -383,9 +395,14 @@ int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBat
             : -1;
     if (rc == 0) {
         be->rows_gather(be, rows, hidden, from_dev, (int)n_sel, (int)H);
-        model_scale_logit_rows(m, rows, n_sel, H);
-        be->logprob(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m), (int)n_sel, (int)H,
-                    m->cfg.vocab_size);
+        if (m->cfg.final_softcap > 0) { /* the cap first, then 1/T (TRL's logits / T) */
+            be->logprob_capped(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m),
+                               (int)n_sel, (int)H, m->cfg.vocab_size, model_logit_cap(m));
+        } else {
+            model_scale_logit_rows(m, rows, n_sel, H);
+            be->logprob(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m), (int)n_sel,
+                        (int)H, m->cfg.vocab_size);
+        }
         be->copy(be, sel, sel_dev, n_sel * sizeof *sel, BACKEND_DEVICE_TO_HOST);
         if (stats)
             be->copy(be, sel_stats, stats_dev, n_sel * sizeof *sel_stats, BACKEND_DEVICE_TO_HOST);
@@ -438,6 +455,7 @@ int model_logits(const Model *m, const TokenBatch *b, int seq, int t0, int t1, f
         be->copy(be, in, hidden + ((size_t)seq * b->t_len + t0) * H, rows * H * sizeof(float),
                  BACKEND_HOST_TO_DEVICE);
         be->linear(be, logits, in, model_lm_head(m), NULL, NULL, (int)rows, (int)H, (int)V);
+        if (m->cfg.final_softcap > 0) be->softcap(be, logits, rows * V, m->cfg.final_softcap);
         be->copy(be, out, logits, rows * V * sizeof(float), BACKEND_DEVICE_TO_HOST);
     }
     be->free(be, logits);

@@ -39,6 +39,7 @@ static int rows_alloc(const Backend *be, CachedRows *b, const ModelConfig *c, in
     a->v = p, p += rows * kvd;
     a->gate = a->act = p, p += rows * I; /* SwiGLU in place: act is silu(gate) * up */
     a->up = p;
+    a->attn_out = a->mlp_out = a->proj; /* Gemma 2's block-output norms, in place */
     b->n = n;
     b->slot = xmalloc(rows * sizeof *b->slot);
     b->pos = xmalloc(rows * sizeof *b->pos);
@@ -81,9 +82,15 @@ static void cached_attention(const DecoderHooks *h, const Model *m, int l, Layer
         be->copy(be, kv_cache_row(kv, kv->v, l, b->slot[r], b->pos[r]), a->v + (size_t)r * kvd,
                  kvd * sizeof(float), BACKEND_DEVICE_TO_DEVICE);
     }
-    be->attention_cached(be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0),
-                         kv_cache_row(kv, kv->v, l, 0, 0), b->slot_dev, b->pos_dev, n, kv->max_len,
-                         c->n_heads, c->n_kv_heads, c->head_dim, window);
+    if (model_scores_own(m))
+        be->attention_cached_scored(be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0),
+                                    kv_cache_row(kv, kv->v, l, 0, 0), b->slot_dev, b->pos_dev, n,
+                                    kv->max_len, c->n_heads, c->n_kv_heads, c->head_dim, window,
+                                    model_attn_scores(m));
+    else
+        be->attention_cached(be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0),
+                             kv_cache_row(kv, kv->v, l, 0, 0), b->slot_dev, b->pos_dev, n,
+                             kv->max_len, c->n_heads, c->n_kv_heads, c->head_dim, window);
 }
 
 _Static_assert((int)PACKED_Q == (int)LORA_Q && (int)PACKED_K == (int)LORA_K &&
@@ -96,6 +103,7 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
                          const CachedChunk *chunks, int n_chunks, float *logits) {
     const ModelConfig *c = &m->cfg;
     int n = 0, max_pos = 0;
+    if (model_check_backend_ops(m) != 0) return -1;
     for (int j = 0; j < n_chunks; j++) {
         const CachedChunk *ch = &chunks[j];
         if (ch->slot < 0 || ch->slot >= kv->n_slots || ch->n_tokens < 1)
@@ -149,6 +157,7 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
     if (rc == 0) {
         WeightRef embed = {.f32 = m->embed, .bf16 = m->embed16};
         be->embedding_gather(be, b.a.x_in, embed, ids_dev, n, (int)H);
+        if (c->embed_scaled) be->scale(be, b.a.x_in, model_embed_scale(m), (size_t)n * H);
         DecoderRows rows = {n, NULL, cos_dev, sin_dev}; /* tables built for these rows */
         DecoderHooks hooks = {cached_linear, cached_attention, &b};
         for (int l = 0; l < c->n_layers; l++)
@@ -159,9 +168,11 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
             be->copy(be, last + (size_t)j * H, b.a.x_in + (size_t)(end - 1) * H, H * sizeof(float),
                      BACKEND_DEVICE_TO_DEVICE);
         }
-        be->rmsnorm(be, last, last, m->final_norm, n_chunks, (int)H, (float)c->rms_norm_eps);
+        model_rmsnorm(m, last, last, m->final_norm, n_chunks, (int)H);
         be->linear(be, logits_dev, last, model_lm_head(m), packed ? &packed->lm_head : NULL, NULL,
                    n_chunks, (int)H, c->vocab_size);
+        if (c->final_softcap > 0)
+            be->softcap(be, logits_dev, (size_t)n_chunks * c->vocab_size, c->final_softcap);
         if (!be->host_memory)
             be->copy(be, logits, logits_dev, (size_t)n_chunks * c->vocab_size * sizeof(float),
                      BACKEND_DEVICE_TO_HOST);

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "common/error.h"
+#include "common/float16.h"
 #include "io/hf_weights.h"
 #include "kernels/cpu/nf4.h"
 #include "model/model_loading.h"
@@ -85,8 +86,16 @@ static void build_layout(Model *m, LayoutBuilder *lb) {
         add_linear(lb, l, "mlp.up_proj", &w->w_up, &w->b_up, c->mlp_bias, I, H);
         add_linear(lb, l, "mlp.down_proj", &w->w_down, &w->b_down, c->mlp_bias, H, I);
         add_param(lb, &w->input_norm, H, 0, "model.layers.%d.%s", l, "input_layernorm.weight");
-        add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l,
-                  "post_attention_layernorm.weight");
+        /* Gemma 2's post_attention_layernorm norms the attention's output; its MLP input norm is
+         * pre_feedforward_layernorm (Gemma2DecoderLayer's registration order) */
+        add_param(lb, c->gemma_norms ? &w->attn_out_norm : &w->post_norm, H, 0,
+                  "model.layers.%d.%s", l, "post_attention_layernorm.weight");
+        if (c->gemma_norms) {
+            add_param(lb, &w->post_norm, H, 0, "model.layers.%d.%s", l,
+                      "pre_feedforward_layernorm.weight");
+            add_param(lb, &w->mlp_out_norm, H, 0, "model.layers.%d.%s", l,
+                      "post_feedforward_layernorm.weight");
+        }
     }
     add_param(lb, &m->final_norm, H, 0, "model.norm.weight", -1, NULL);
     if (!c->tie_word_embeddings)
@@ -166,10 +175,26 @@ float *model_rebase_params(Model *m, float *params) {
     m->lm_head = rebased(m->lm_head, old, params);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         LayerWeights *w = &m->layers[l];
-        float **all[] = {&w->input_norm, &w->wq,        &w->bq,     &w->wk,     &w->bk,
-                         &w->wv,         &w->bv,        &w->wo,     &w->bo,     &w->q_norm,
-                         &w->k_norm,     &w->post_norm, &w->w_gate, &w->b_gate, &w->w_up,
-                         &w->b_up,       &w->w_down,    &w->b_down};
+        float **all[] = {&w->input_norm,
+                         &w->wq,
+                         &w->bq,
+                         &w->wk,
+                         &w->bk,
+                         &w->wv,
+                         &w->bv,
+                         &w->wo,
+                         &w->bo,
+                         &w->q_norm,
+                         &w->k_norm,
+                         &w->post_norm,
+                         &w->w_gate,
+                         &w->b_gate,
+                         &w->w_up,
+                         &w->b_up,
+                         &w->w_down,
+                         &w->b_down,
+                         &w->attn_out_norm,
+                         &w->mlp_out_norm};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++)
             *all[i] = rebased(*all[i], old, params);
     }
@@ -278,4 +303,9 @@ void model_scale_logit_rows(const Model *m, float *rows, size_t n, size_t h) {
     if (scale == 1.0f) return;
     const Backend *be = model_backend(m);
     be->scale(be, rows, scale, n * h);
+}
+
+float model_embed_scale(const Model *m) {
+    float s = (float)sqrt((double)m->cfg.hidden_size); /* torch.tensor(hidden_size**0.5) */
+    return m->embed16 ? bf16_to_f32(f32_to_bf16(s)) : s;
 }

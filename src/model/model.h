@@ -21,7 +21,10 @@ typedef struct {
     float *wv, *bv;         /* (nkv*hd, H), (nkv*hd) or NULL */
     float *wo, *bo;         /* (H, nh*hd), (H) or NULL */
     float *q_norm, *k_norm; /* (hd), (hd); Qwen3 only */
-    float *post_norm;       /* (H) */
+    float *post_norm;       /* (H) the MLP's input norm (Gemma: pre_feedforward_layernorm) */
+    /* Gemma 2: the norms of the attention block's and the MLP's outputs (post_attention_layernorm,
+     * post_feedforward_layernorm), (H) each; NULL otherwise. */
+    float *attn_out_norm, *mlp_out_norm;
     float *w_gate, *b_gate; /* (I, H), (I) or NULL */
     float *w_up, *b_up;     /* (I, H), (I) or NULL */
     float *w_down, *b_down; /* (H, I), (H) or NULL */
@@ -117,6 +120,15 @@ static inline WeightRef model_lm_head(const Model *m) {
 static inline float model_logit_scale(const Model *m) {
     return m->logit_temperature > 0 ? 1.0f / m->logit_temperature : 1.0f;
 }
+
+/* The lm_head's logit finish with a final soft cap (Gemma 2): the cap, then 1/T. */
+static inline LogitCap model_logit_cap(const Model *m) {
+    return (LogitCap){m->cfg.final_softcap, model_logit_scale(m)};
+}
+
+/* Gemma's embedding normalizer sqrt(H), in the embedding's dtype as transformers applies it
+ * (embed_scale.to(weight.dtype)): fp32, or rounded to bf16 when the embedding is kept in bf16. */
+float model_embed_scale(const Model *m);
 
 /* Multiplies n rows of h floats (backend memory) by model_logit_scale (nothing to do when it is
  * 1). */

@@ -40,9 +40,10 @@ static void move_vectors(Model *m, float *small, const size_t *at) {
                 small[at[i] + k] = bf16_to_f32(f32_to_bf16(m->params[m->param_info[i].offset + k]));
     for (int l = 0; l < m->cfg.n_layers; l++) {
         LayerWeights *w = &m->layers[l];
-        float **vectors[] = {&w->input_norm, &w->bq,     &w->bk,     &w->bv,
-                             &w->bo,         &w->q_norm, &w->k_norm, &w->post_norm,
-                             &w->b_gate,     &w->b_up,   &w->b_down};
+        float **vectors[] = {&w->input_norm,  &w->bq,     &w->bk,     &w->bv,
+                             &w->bo,          &w->q_norm, &w->k_norm, &w->post_norm,
+                             &w->b_gate,      &w->b_up,   &w->b_down, &w->attn_out_norm,
+                             &w->mlp_out_norm};
         for (size_t k = 0; k < sizeof vectors / sizeof *vectors; k++)
             *vectors[k] = small_copy(m, *vectors[k], small, at);
     }

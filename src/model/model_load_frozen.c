@@ -100,7 +100,10 @@ static void point(Model *m, const size_t *small_at, const size_t *half_at, bool 
                 const char *suffix;
                 float **field;
             } vectors[] = {{"input_layernorm.weight", &w->input_norm},
-                           {"post_attention_layernorm.weight", &w->post_norm},
+                           {"post_attention_layernorm.weight",
+                            m->cfg.gemma_norms ? &w->attn_out_norm : &w->post_norm},
+                           {"pre_feedforward_layernorm.weight", &w->post_norm},
+                           {"post_feedforward_layernorm.weight", &w->mlp_out_norm},
                            {"self_attn.q_norm.weight", &w->q_norm},
                            {"self_attn.k_norm.weight", &w->k_norm},
                            {"self_attn.q_proj.bias", &w->bq},

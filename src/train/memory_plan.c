@@ -26,7 +26,8 @@ uint64_t memory_plan_model_params(const ModelConfig *c) {
     uint64_t layer = linear_params(qd, H, c->qkv_bias) + 2 * linear_params(kvd, H, c->qkv_bias) +
                      linear_params(H, qd, c->o_bias) + 2 * linear_params(I, H, c->mlp_bias) +
                      linear_params(H, I, c->mlp_bias) + (uint64_t)(2 * H) +
-                     (c->qk_norm ? (uint64_t)(2 * c->head_dim) : 0);
+                     (c->qk_norm ? (uint64_t)(2 * c->head_dim) : 0) +
+                     (c->gemma_norms ? (uint64_t)(2 * H) : 0); /* Gemma 2's two output norms */
     uint64_t embed = (uint64_t)c->vocab_size * (uint64_t)H;
     return embed + (uint64_t)c->n_layers * layer + (uint64_t)H +
            (c->tie_word_embeddings ? 0 : embed);
@@ -103,6 +104,7 @@ static double activation_bytes(const ModelConfig *c, uint64_t n, bool recompute)
     double H = c->hidden_size, I = c->intermediate_size;
     double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     double pre = c->qk_norm ? qd + kvd : 0;
+    pre += c->gemma_norms ? 2 * H : 0;                    /* Gemma 2: attn_out, mlp_out */
     double kept = 2 * H + 2 * qd + 2 * kvd + 2 * I + pre; /* per token and layer */
     double shared = 2 * H + I;
     double L = c->n_layers, N = (double)n;

@@ -34,6 +34,8 @@ CASES = [
     ("phi3_qkv_gate_up", "phi3_longrope", dict(r=2, lora_alpha=4, target_modules=["qkv_proj", "gate_up_proj"])),
     # SmolLM3: NoPE layers 1 and 3, sliding window on them, biases (make_smollm3_fixtures.py)
     ("smollm3_all_linear", "smollm3_window", dict(r=4, lora_alpha=4, target_modules="all-linear")),
+    # Gemma 2: the adapted products feed (1 + w) norms after o_proj and down_proj, soft caps
+    ("gemma2_all_linear", "gemma2_tiny", dict(r=4, lora_alpha=16, target_modules="all-linear")),
 ]
 
 

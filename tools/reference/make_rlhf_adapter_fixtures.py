@@ -43,6 +43,10 @@ CASES = [
     # layer shapes and NoPE layers)
     ("rlhf_smollm3_all_linear", "adapter: lora\nlora_r: 4\nlora_alpha: 4\nlora_target_linear: true\n",
      "smollm3_text", "smollm3_nope"),
+    # Gemma 2: trained on models/tiny-arith-gemma2 (a tokenizer, gemma2_tiny's layer shapes), loaded
+    # onto gemma2_tiny
+    ("rlhf_gemma2_all_linear", "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n",
+     "models/tiny-arith-gemma2", "gemma2_tiny"),
 ]
 
 
@@ -55,7 +59,9 @@ def train(tmp, name, adapter_keys, base=BASE):
     config = os.path.join(tmp, f"{name}.yaml")
     out = os.path.join(tmp, name)
     with open(config, "w") as f:
-        f.write(f"base_model: tests/fixtures/models/{base}\n"
+        # a fixture's name, or a path from the repository root
+        base_path = base if "/" in base else f"tests/fixtures/models/{base}"
+        f.write(f"base_model: {base_path}\n"
                 f"datasets:\n  - path: {data}\n    type: alpaca\n"
                 "sequence_len: 512\nmicro_batch_size: 4\nmax_steps: 6\nlearning_rate: 0.05\n"
                 f"lr_scheduler: constant\nwarmup_steps: 0\nseed: 3\noutput_dir: {out}\n"

@@ -93,13 +93,22 @@ static void times_key_rows(float *out, const float *x, int x_stride, const float
                 rh + (size_t)bk->b_row * kv_stride, kv_stride, 0.0f, out + bk->a_len, bk->n_keys);
 }
 
-/* The probabilities of a query block: scores by BLAS against both key pieces, then a softmax per
- * row over the keys it sees. qh and kh point at head h's (kv head's) column of row 0. */
+/* Soft-capping of a block's scores, in place: t = tanh(s / cap), s = cap t (Gemma 2, as
+ * transformers' eager attention: divide, tanh, multiply). */
+static void cap_scores(float *p, size_t n, float cap) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = tanhf(p[i] / cap) * cap;
+}
+
+/* The probabilities of a query block: scores by BLAS against both key pieces (soft-capped when
+ * sc.softcap > 0), then a softmax per row over the keys it sees. qh and kh point at head h's (kv
+ * head's) column of row 0. */
 static void block_probs(float *p, const float *qh, int q_stride, const float *kh, int kv_stride,
                         int hd, const AttnSegment *s, const int32_t *seq_index, const BlockKeys *bk,
-                        int i0, int rows, float scale, int window) {
+                        int i0, int rows, AttnScores sc, int window) {
     times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kh, kv_stride, hd, bk,
-                   rows, scale);
+                   rows, sc.scale);
+    if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
     int lo = 0;
     for (int r = 0; r < rows; r++) {
         int self = s->prefix_len + i0 + r; /* the query's own key */
@@ -144,9 +153,16 @@ static int max_blocks(const AttnSegment *segs, int n_segs) {
 void attention_forward(float *out, const float *q, const float *k, const float *v,
                        const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n_heads,
                        int n_kv_heads, int hd, int window) {
+    AttnScores sc = {1.0f / sqrtf((float)hd), 0.0f};
+    attention_forward_scored(out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window,
+                             sc);
+}
+
+void attention_forward_scored(float *out, const float *q, const float *k, const float *v,
+                              const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                              int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
     int n_rep = n_heads / n_kv_heads;
     int q_stride = n_heads * hd, kv_stride = n_kv_heads * hd;
-    float scale = 1.0f / sqrtf((float)hd);
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
     int n_blocks = max_blocks(segs, n_segs);
@@ -164,7 +180,7 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                 const float *kh = k + (size_t)(h / n_rep) * hd, *vh = v + (size_t)(h / n_rep) * hd;
                 BlockKeys bk = block_keys(s, seq_index, i0, rows, window);
                 block_probs(p, q + (size_t)h * hd, q_stride, kh, kv_stride, hd, s, seq_index, &bk,
-                            i0, rows, scale, window);
+                            i0, rows, sc, window);
                 probs_times_values(out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd,
                                    q_stride, p, vh, kv_stride, hd, &bk, rows, 1.0f);
             }
@@ -202,50 +218,58 @@ static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int
 
 /* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its
  * output gradient: dV += P^T dO, dP = dO V^T, dS = P ⊙ (dP - rowsum(dP ⊙ P)), dQ = scale dS K,
- * dK += scale dS^T Q. */
+ * dK += scale dS^T Q. With soft-capping, dS is taken back through the cap first:
+ * d(s)/d(scale q·k) = 1 - tanh², from the uncapped scores recomputed into `raw`. */
 typedef struct {
     float *dq, *dk, *dv;
     const float *dout, *q, *k, *v;
     const int32_t *seq_index;
     int q_stride, kv_stride, hd, window;
-    float scale;
+    AttnScores sc;
 } AttentionGrads;
 
 static void block_backward(const AttentionGrads *g, const AttnSegment *s, int h, int kvh, int i0,
-                           int rows, float *probs, float *dprobs, float *pdk, float *pdv) {
+                           int rows, float *probs, float *dprobs, float *raw, float *pdk,
+                           float *pdv) {
     int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
     const float *kh = g->k + (size_t)kvh * hd, *vh = g->v + (size_t)kvh * hd;
     BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window);
-    block_probs(probs, g->q + (size_t)h * hd, qs, kh, ks, hd, s, g->seq_index, &bk, i0, rows,
-                g->scale, g->window);
+    block_probs(probs, g->q + (size_t)h * hd, qs, kh, ks, hd, s, g->seq_index, &bk, i0, rows, g->sc,
+                g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
     keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
                     rows, 1.0f);
     times_key_rows(dprobs, g->dout + q_off, qs, vh, ks, hd, &bk, rows, 1.0f); /* dP = dO V^T */
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
-    probs_times_values(g->dq + q_off, qs, dprobs, kh, ks, hd, &bk, rows, g->scale);
+    if (g->sc.softcap > 0) {
+        times_key_rows(raw, g->q + q_off, qs, kh, ks, hd, &bk, rows, g->sc.scale);
+        size_t cells = (size_t)rows * bk.n_keys;
+        for (size_t i = 0; i < cells; i++) {
+            float t = tanhf(raw[i] / g->sc.softcap);
+            dprobs[i] *= 1.0f - t * t;
+        }
+    }
+    probs_times_values(g->dq + q_off, qs, dprobs, kh, ks, hd, &bk, rows, g->sc.scale);
     keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
-                    g->scale);
+                    g->sc.scale);
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const AttnSegment *segs, int n_segs,
                         const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads, int hd,
                         int window) {
+    AttnScores sc = {1.0f / sqrtf((float)hd), 0.0f};
+    attention_backward_scored(dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows, n_heads,
+                              n_kv_heads, hd, window, sc);
+}
+
+void attention_backward_scored(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                               const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                               const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
+                               int hd, int window, AttnScores sc) {
     int n_rep = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
-    AttentionGrads g = {dq,
-                        dk,
-                        dv,
-                        dout,
-                        q,
-                        k,
-                        v,
-                        seq_index,
-                        n_heads * hd,
-                        kv_stride,
-                        hd,
-                        window,
-                        1.0f / sqrtf((float)hd)};
+    AttentionGrads g = {dq,        dk,           dv,        dout, q,      k, v,
+                        seq_index, n_heads * hd, kv_stride, hd,   window, sc};
     memset(dk, 0, (size_t)n_rows * kv_stride * sizeof(float));
     memset(dv, 0, (size_t)n_rows * kv_stride * sizeof(float));
     /* each segment's share of its prefix's dk (then dv): prefix_len x hd per kv head */
@@ -256,19 +280,20 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     size_t acc_total = acc_off[n_segs];
     float *acc = xcalloc(2 * acc_total + 1, sizeof(float));
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
-    float *scratch_all = xmalloc(2 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
+    float *scratch_all = xmalloc(3 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int si = 0; si < n_segs; si++) {
         for (int kvh = 0; kvh < n_kv_heads; kvh++) {
             const AttnSegment *s = &segs[si];
-            float *probs = scratch_all + 2 * scratch * (size_t)omp_get_thread_num();
+            float *probs = scratch_all + 3 * scratch * (size_t)omp_get_thread_num();
             float *pdk = acc + acc_off[si] + (size_t)kvh * s->prefix_len * hd;
             float *pdv = pdk + acc_total;
             for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
                 for (int i0 = 0; i0 < s->len; i0 += QUERY_BLOCK) {
                     int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
-                    block_backward(&g, s, h, kvh, i0, rows, probs, probs + scratch, pdk, pdv);
+                    block_backward(&g, s, h, kvh, i0, rows, probs, probs + scratch,
+                                   probs + 2 * scratch, pdk, pdv);
                 }
         }
     }

@@ -223,16 +223,21 @@ static void key_scores(float *scores, const float *q, const float *k, const floa
             scores[(size_t)h * len + t] = dot(q + (size_t)h * hd, k + (size_t)t * stride, hd);
 }
 
-/* w = softmax(scale * w) over len entries. */
-static void scaled_softmax(float *w, int len, float scale) {
+/* w = softmax(scores(w)) over len entries, scores as AttnScores says. */
+static void scaled_softmax(float *w, int len, AttnScores sc) {
     /* The loops are vectorised as the full forward's are (-O2 alone leaves them scalar: at a few
      * hundred keys the exponentials cost as much as the dot products). */
     float max = -INFINITY;
+    if (sc.softcap > 0) /* Gemma 2: as the batch forward's attention_cap_scores */
+        for (int t = 0; t < len; t++)
+            w[t] = sc.softcap * tanhf(w[t] * sc.scale / sc.softcap);
+    else
+#pragma omp simd
+        for (int t = 0; t < len; t++)
+            w[t] *= sc.scale;
 #pragma omp simd reduction(max : max)
-    for (int t = 0; t < len; t++) {
-        w[t] *= scale;
+    for (int t = 0; t < len; t++)
         max = w[t] > max ? w[t] : max;
-    }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int t = 0; t < len; t++) {
@@ -247,9 +252,16 @@ static void scaled_softmax(float *w, int len, float scale) {
 
 void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
                           size_t stride, int hd, int n_q, float *scores) {
+    AttnScores sc = {1.0f / sqrtf((float)hd), 0.0f};
+    attention_over_cache_scored(out, q, k, v, len, stride, hd, n_q, scores, sc);
+}
+
+void attention_over_cache_scored(float *out, const float *q, const float *k, const float *v,
+                                 int len, size_t stride, int hd, int n_q, float *scores,
+                                 AttnScores sc) {
     key_scores(scores, q, k, v, len, stride, hd, n_q);
     for (int h = 0; h < n_q; h++)
-        scaled_softmax(scores + (size_t)h * len, len, 1.0f / sqrtf((float)hd));
+        scaled_softmax(scores + (size_t)h * len, len, sc);
     int d = 0;
 #ifdef DOT8_WIDTH
     for (; d + 64 <= hd; d += 64)
@@ -268,6 +280,15 @@ void attention_over_cache(float *out, const float *q, const float *k, const floa
 void attention_cached_rows(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int32_t *slot, const int32_t *pos, int n, int max_len, int n_heads,
                            int n_kv_heads, int hd, int window) {
+    AttnScores sc = {1.0f / sqrtf((float)hd), 0.0f};
+    attention_cached_rows_scored(out, q, k_cache, v_cache, slot, pos, n, max_len, n_heads,
+                                 n_kv_heads, hd, window, sc);
+}
+
+void attention_cached_rows_scored(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int32_t *slot, const int32_t *pos,
+                                  int n, int max_len, int n_heads, int n_kv_heads, int hd,
+                                  int window, AttnScores sc) {
     int n_rep = n_heads / n_kv_heads;
     size_t kvd = (size_t)n_kv_heads * hd;
 #pragma omp parallel
@@ -280,8 +301,8 @@ void attention_cached_rows(float *out, const float *q, const float *k_cache, con
                 if (window > 0 && p - window + 1 > first) first = p - window + 1;
                 size_t head = (size_t)g * hd, at = ((size_t)r * n_heads + (size_t)g * n_rep) * hd;
                 size_t row = ((size_t)slot[r] * max_len + first) * kvd + head;
-                attention_over_cache(out + at, q + at, k_cache + row, v_cache + row, p - first + 1,
-                                     kvd, hd, n_rep, scores);
+                attention_over_cache_scored(out + at, q + at, k_cache + row, v_cache + row,
+                                            p - first + 1, kvd, hd, n_rep, scores, sc);
             }
         }
         free(scores);

@@ -28,6 +28,7 @@
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,15 +77,16 @@ static int segment_rows(const AttnSegment *segs, int n_segs) {
     return rows;
 }
 
-static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
-                         const float *v, const AttnSegment *segs, int n_segs,
-                         const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
-                         int window) {
+static void ac_attention_scored(const Backend *be, float *out, const float *q, const float *k,
+                                const float *v, const AttnSegment *segs, int n_segs,
+                                const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                                int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)segment_rows(segs, n_segs);
     float *qr = rounded(q, rows * n_heads * hd), *kr = rounded(k, rows * n_kv_heads * hd),
           *vr = rounded(v, rows * n_kv_heads * hd);
-    attention_forward(out, qr, kr, vr, segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window);
+    attention_forward_scored(out, qr, kr, vr, segs, n_segs, seq_index, n_heads, n_kv_heads, hd,
+                             window, sc);
     for (int s = 0; s < n_segs; s++) /* only the rows attention wrote */
         bf16_round_inplace(out + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
@@ -93,10 +95,19 @@ static void ac_attention(const Backend *be, float *out, const float *q, const fl
     free(qr);
 }
 
-static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
-                                  const float *dout, const float *q, const float *k, const float *v,
-                                  const AttnSegment *segs, int n_segs, const int32_t *seq_index,
-                                  int n_rows, int n_heads, int n_kv_heads, int hd, int window) {
+static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
+                         const float *v, const AttnSegment *segs, int n_segs,
+                         const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                         int window) {
+    ac_attention_scored(be, out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window,
+                        (AttnScores){1.0f / sqrtf((float)hd), 0.0f});
+}
+
+static void ac_attention_scored_backward(const Backend *be, float *dq, float *dk, float *dv,
+                                         const float *dout, const float *q, const float *k,
+                                         const float *v, const AttnSegment *segs, int n_segs,
+                                         const int32_t *seq_index, int n_rows, int n_heads,
+                                         int n_kv_heads, int hd, int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)n_rows, qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
     float *qr = rounded(q, qn), *kr = rounded(k, kn), *vr = rounded(v, kn);
@@ -106,8 +117,8 @@ static void ac_attention_backward(const Backend *be, float *dq, float *dk, float
         size_t at = (size_t)segs[s].start * n_heads * hd, len = (size_t)segs[s].len * n_heads * hd;
         bf16_round_copy(g + at, dout + at, len);
     }
-    attention_backward(dq, dk, dv, g, qr, kr, vr, segs, n_segs, seq_index, n_rows, n_heads,
-                       n_kv_heads, hd, window);
+    attention_backward_scored(dq, dk, dv, g, qr, kr, vr, segs, n_segs, seq_index, n_rows, n_heads,
+                              n_kv_heads, hd, window, sc);
     for (int s = 0; s < n_segs; s++)
         bf16_round_inplace(dq + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
@@ -119,8 +130,18 @@ static void ac_attention_backward(const Backend *be, float *dq, float *dk, float
     free(qr);
 }
 
-static void ac_logprob(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
-                       const int32_t *target, WeightRef lm_head, int n, int h, int vocab) {
+static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *q, const float *k, const float *v,
+                                  const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                                  int n_rows, int n_heads, int n_kv_heads, int hd, int window) {
+    ac_attention_scored_backward(be, dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows,
+                                 n_heads, n_kv_heads, hd, window,
+                                 (AttnScores){1.0f / sqrtf((float)hd), 0.0f});
+}
+
+static void ac_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
+                              const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                              int h, int vocab, LogitCap cap) {
     (void)be;
     float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
     if (!lm_head.bf16) {
@@ -130,26 +151,42 @@ static void ac_logprob(const Backend *be, float *logp, LogitStats *stats, const 
         wr = rounded(lm_head.f32, (size_t)vocab * h);
         lm_head = (WeightRef){.f32 = wr};
     }
-    fused_logprob_forward_weights(logp, stats, hr, target, lm_head, n, h, vocab);
+    fused_logprob_forward_capped(logp, stats, hr, target, lm_head, n, h, vocab, cap);
     free(wr);
+    free(hr);
+}
+
+static void ac_logprob(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
+                       const int32_t *target, WeightRef lm_head, int n, int h, int vocab) {
+    ac_logprob_capped(be, logp, stats, hidden, target, lm_head, n, h, vocab,
+                      (LogitCap){0.0f, 1.0f});
+}
+
+static void ac_logprob_capped_backward(const Backend *be, float *dhidden, float *dlm_head,
+                                       const float *dlogp, const float *hidden,
+                                       const int32_t *target, WeightRef lm_head, int n, int h,
+                                       int vocab, LogitCap cap) {
+    (void)be;
+    float *hr = rounded(hidden, (size_t)n * h);
+    if (lm_head.bf16) {
+        /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */
+        fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab,
+                                      cap);
+    } else {
+        float *wr = rounded(lm_head.f32, (size_t)vocab * h);
+        fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hr, target, (WeightRef){.f32 = wr},
+                                      n, h, vocab, cap);
+        free(wr);
+    }
+    bf16_round_inplace(dhidden, (size_t)n * h);
     free(hr);
 }
 
 static void ac_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
                                 const float *dlogp, const float *hidden, const int32_t *target,
                                 WeightRef lm_head, int n, int h, int vocab) {
-    (void)be;
-    float *hr = rounded(hidden, (size_t)n * h);
-    if (lm_head.bf16) {
-        /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */
-        fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab);
-    } else {
-        float *wr = rounded(lm_head.f32, (size_t)vocab * h);
-        fused_logprob_backward(dhidden, dlm_head, dlogp, hr, target, wr, n, h, vocab);
-        free(wr);
-    }
-    bf16_round_inplace(dhidden, (size_t)n * h);
-    free(hr);
+    ac_logprob_capped_backward(be, dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab,
+                               (LogitCap){0.0f, 1.0f});
 }
 
 static Backend autocast_backend;
@@ -164,6 +201,10 @@ static void autocast_init(void) {
     autocast_backend.attention_backward = ac_attention_backward;
     autocast_backend.logprob = ac_logprob;
     autocast_backend.logprob_backward = ac_logprob_backward;
+    autocast_backend.attention_scored = ac_attention_scored;
+    autocast_backend.attention_scored_backward = ac_attention_scored_backward;
+    autocast_backend.logprob_capped = ac_logprob_capped;
+    autocast_backend.logprob_capped_backward = ac_logprob_capped_backward;
 }
 
 const Backend *backend_cpu_autocast(void) {

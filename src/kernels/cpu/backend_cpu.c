@@ -219,6 +219,82 @@ static double cpu_sum_squares(const Backend *be, const float *g, size_t n) {
     return sum_squares(g, n);
 }
 
+/* ---- Gemma 2 ---- */
+
+static void cpu_rmsnorm_1p(const Backend *be, float *out, const float *in, const float *w, int n,
+                           int c, float eps) {
+    (void)be;
+    rmsnorm_1p_forward(out, in, w, n, c, eps);
+}
+
+static void cpu_rmsnorm_1p_backward(const Backend *be, float *din, float *dw, const float *dout,
+                                    const float *in, const float *w, int n, int c, float eps) {
+    (void)be;
+    rmsnorm_1p_backward(din, dw, dout, in, w, n, c, eps);
+}
+
+static void cpu_geglu_tanh(const Backend *be, float *out, const float *gate, const float *up,
+                           size_t n) {
+    (void)be;
+    geglu_tanh_forward(out, gate, up, n);
+}
+
+static void cpu_geglu_tanh_backward(const Backend *be, float *dgate, float *dup, const float *dout,
+                                    const float *gate, const float *up, size_t n) {
+    (void)be;
+    geglu_tanh_backward(dgate, dup, dout, gate, up, n);
+}
+
+static void cpu_attention_scored(const Backend *be, float *out, const float *q, const float *k,
+                                 const float *v, const AttnSegment *segs, int n_segs,
+                                 const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                                 int window, AttnScores sc) {
+    (void)be;
+    attention_forward_scored(out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window,
+                             sc);
+}
+
+static void cpu_attention_scored_backward(const Backend *be, float *dq, float *dk, float *dv,
+                                          const float *dout, const float *q, const float *k,
+                                          const float *v, const AttnSegment *segs, int n_segs,
+                                          const int32_t *seq_index, int n_rows, int n_heads,
+                                          int n_kv_heads, int hd, int window, AttnScores sc) {
+    (void)be;
+    attention_backward_scored(dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows, n_heads,
+                              n_kv_heads, hd, window, sc);
+}
+
+static void cpu_attention_cached_scored(const Backend *be, float *out, const float *q,
+                                        const float *k_cache, const float *v_cache,
+                                        const int32_t *slot, const int32_t *pos, int n, int max_len,
+                                        int n_heads, int n_kv_heads, int hd, int window,
+                                        AttnScores sc) {
+    (void)be;
+    attention_cached_rows_scored(out, q, k_cache, v_cache, slot, pos, n, max_len, n_heads,
+                                 n_kv_heads, hd, window, sc);
+}
+
+static void cpu_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
+                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                               int h, int vocab, LogitCap cap) {
+    (void)be;
+    fused_logprob_forward_capped(logp, stats, hidden, target, lm_head, n, h, vocab, cap);
+}
+
+static void cpu_logprob_capped_backward(const Backend *be, float *dhidden, float *dlm_head,
+                                        const float *dlogp, const float *hidden,
+                                        const int32_t *target, WeightRef lm_head, int n, int h,
+                                        int vocab, LogitCap cap) {
+    (void)be;
+    fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab,
+                                  cap);
+}
+
+static void cpu_softcap(const Backend *be, float *x, size_t n, float softcap) {
+    (void)be;
+    softcap_inplace(x, n, softcap);
+}
+
 static const Backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
@@ -251,6 +327,16 @@ static const Backend cpu_backend = {
     .adamw = cpu_adamw,
     .adamw8bit = cpu_adamw8bit,
     .sum_squares = cpu_sum_squares,
+    .rmsnorm_1p = cpu_rmsnorm_1p,
+    .rmsnorm_1p_backward = cpu_rmsnorm_1p_backward,
+    .geglu_tanh = cpu_geglu_tanh,
+    .geglu_tanh_backward = cpu_geglu_tanh_backward,
+    .attention_scored = cpu_attention_scored,
+    .attention_scored_backward = cpu_attention_scored_backward,
+    .attention_cached_scored = cpu_attention_cached_scored,
+    .logprob_capped = cpu_logprob_capped,
+    .logprob_capped_backward = cpu_logprob_capped_backward,
+    .softcap = cpu_softcap,
 };
 
 const Backend *backend_cpu(void) {

@@ -80,11 +80,27 @@ static void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
     acc->argmax = arg;
 }
 
+/* Whether LogitCap changes the logits at all. */
+static bool cap_active(LogitCap cap) {
+    return cap.softcap > 0 || cap.post_scale != 1.0f;
+}
+
+/* z = post_scale * softcap * tanh(z / softcap) (or post_scale * z without a cap), in place, as
+ * transformers' Gemma2ForCausalLM (divide, tanh, multiply) and then TRL's logits / T. */
+static void finish_logits(float *z, int n, LogitCap cap) {
+    if (cap.softcap > 0)
+        for (int j = 0; j < n; j++)
+            z[j] = tanhf(z[j] / cap.softcap) * cap.softcap;
+    if (cap.post_scale != 1.0f)
+        for (int j = 0; j < n; j++)
+            z[j] *= cap.post_scale;
+}
+
 /* One block of rows against the whole vocabulary, tile by tile: each row's running
- * log-sum-exp in acc[] and its target's logit in target_logit[]. */
+ * log-sum-exp in acc[] and its target's logit in target_logit[] (logits finished by cap). */
 static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, const float *hidden,
                             const int32_t *target, WeightRef lm_head, int rows, int h, int vocab,
-                            bool stats) {
+                            bool stats, LogitCap cap) {
     for (int r = 0; r < rows; r++)
         acc[r] = (RunningLse){-INFINITY, 0.0, 0.0, 0.0, 0};
     for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
@@ -96,7 +112,8 @@ static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, c
                         lm_head.f32 + (size_t)c0 * h, h, 0.0f, tile, cols);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++) {
-            const float *z = tile + (size_t)r * cols;
+            float *z = tile + (size_t)r * cols;
+            if (cap_active(cap)) finish_logits(z, cols, cap);
             if (stats)
                 lse_update_stats(&acc[r], z, cols, c0);
             else
@@ -138,12 +155,19 @@ void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hi
 void fused_logprob_forward_weights(float *logp, LogitStats *stats, const float *hidden,
                                    const int32_t *target, WeightRef lm_head, int n_rows, int h,
                                    int vocab) {
+    fused_logprob_forward_capped(logp, stats, hidden, target, lm_head, n_rows, h, vocab,
+                                 (LogitCap){0.0f, 1.0f});
+}
+
+void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *hidden,
+                                  const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                  int vocab, LogitCap cap) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         block_logsumexp(s.acc, s.target_logit, s.tile, hidden + (size_t)r0 * h, target + r0,
-                        lm_head, rows, h, vocab, stats != NULL);
+                        lm_head, rows, h, vocab, stats != NULL, cap);
         for (int r = 0; r < rows; r++) {
             const RunningLse *a = &s.acc[r];
             double lse = a->max + log(a->sum);
@@ -175,6 +199,15 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
 void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float *dlogp,
                                     const float *hidden, const int32_t *target, WeightRef lm_head,
                                     int n_rows, int h, int vocab) {
+    fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hidden, target, lm_head, n_rows, h,
+                                  vocab, (LogitCap){0.0f, 1.0f});
+}
+
+/* With a LogitCap the raw logit z becomes f(z) = post c tanh(z / c), f'(z) = post (1 - tanh²):
+ * the gradient of each finished logit is carried back to z through it. */
+void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
+                                   const float *hidden, const int32_t *target, WeightRef lm_head,
+                                   int n_rows, int h, int vocab, LogitCap cap) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     float *panel = NULL;
@@ -185,7 +218,7 @@ void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float
         const float *hb = hidden + (size_t)r0 * h;
         float *dhb = dhidden + (size_t)r0 * h;
         block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
-                        false);
+                        false, cap);
         memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
@@ -198,10 +231,19 @@ void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float
                 float *z = s.tile + (size_t)r * cols;
                 float g = dlogp[r0 + r];
                 float lse = (float)(s.acc[r].max + log(s.acc[r].sum));
+                int t = target[r0 + r] - c0;
+                if (cap_active(cap)) {
+                    for (int j = 0; j < cols; j++) {
+                        float th = cap.softcap > 0 ? tanhf(z[j] / cap.softcap) : 0.0f;
+                        float f = cap.softcap > 0 ? th * cap.softcap : z[j];
+                        float dz = (j == t ? g : 0.0f) - g * fast_expf(f * cap.post_scale - lse);
+                        z[j] = dz * cap.post_scale * (cap.softcap > 0 ? 1.0f - th * th : 1.0f);
+                    }
+                    continue;
+                }
 #pragma omp simd
                 for (int j = 0; j < cols; j++)
                     z[j] = -g * fast_expf(z[j] - lse);
-                int t = target[r0 + r] - c0;
                 if (t >= 0 && t < cols) z[t] += g;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, cols, 1.0f, s.tile,

@@ -117,6 +117,11 @@ void attention_forward(float *out, const float *q, const float *k, const float *
                        const AttnSegment *segs, int n_segs, const int32_t *seq_index, int n_heads,
                        int n_kv_heads, int hd, int window);
 
+/* attention_forward with the scores as sc says (scale, Gemma 2's soft cap). */
+void attention_forward_scored(float *out, const float *q, const float *k, const float *v,
+                              const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                              int n_heads, int n_kv_heads, int hd, int window, AttnScores sc);
+
 /* The n_q query heads that share one kv head, over `len` >= 1 cached positions (decoding): k and
  * v point at the first position's row of the kv head, consecutive positions `stride` floats
  * apart; q and out hold the n_q heads hd floats apart. For each head h,
@@ -125,12 +130,23 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void attention_over_cache(float *out, const float *q, const float *k, const float *v, int len,
                           size_t stride, int hd, int n_q, float *scores);
 
+/* attention_over_cache with the scores as sc says. */
+void attention_over_cache_scored(float *out, const float *q, const float *k, const float *v,
+                                 int len, size_t stride, int hd, int n_q, float *scores,
+                                 AttnScores sc);
+
 /* attention_over_cache for N query rows (backend.h's attention_cached): row r's query heads
  * attend to positions [first, pos[r]] of slot slot[r] in one layer's cache k_cache / v_cache
  * (slots, max_len, nkv*hd), first = pos[r] - window + 1 when window > 0 (at least 0). */
 void attention_cached_rows(float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int32_t *slot, const int32_t *pos, int n, int max_len, int n_heads,
                            int n_kv_heads, int hd, int window);
+
+/* attention_cached_rows with the scores as sc says. */
+void attention_cached_rows_scored(float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int32_t *slot, const int32_t *pos,
+                                  int n, int max_len, int n_heads, int n_kv_heads, int hd,
+                                  int window, AttnScores sc);
 
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
@@ -149,6 +165,12 @@ void fused_logprob_forward_stats(float *logp, LogitStats *stats, const float *hi
 void fused_logprob_forward_weights(float *logp, LogitStats *stats, const float *hidden,
                                    const int32_t *target, WeightRef lm_head, int n_rows, int h,
                                    int vocab);
+
+/* fused_logprob_forward_weights with the logits finished by cap (soft cap, 1/T) before the
+ * log-softmax; the statistics are those of the finished logits. */
+void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *hidden,
+                                  const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                  int vocab, LogitCap cap);
 
 /* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);
@@ -218,6 +240,32 @@ void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
 void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float *dlogp,
                                     const float *hidden, const int32_t *target, WeightRef lm_head,
                                     int n_rows, int h, int vocab);
+
+/* fused_logprob_backward_weights of fused_logprob_forward_capped's log-probs. */
+void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
+                                   const float *hidden, const int32_t *target, WeightRef lm_head,
+                                   int n_rows, int h, int vocab, LogitCap cap);
+
+/* Gradients of attention_forward_scored (attention_backward with the scores as sc says). */
+void attention_backward_scored(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                               const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                               const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
+                               int hd, int window, AttnScores sc);
+
+/* out (N, C) = (1 + w) ⊙ (in / sqrt(mean(in²) + eps)) (Gemma's RMSNorm, 1 + w in fp32); in ==
+ * out is allowed. rmsnorm_1p_backward as rmsnorm_backward, with the same dw. */
+void rmsnorm_1p_forward(float *out, const float *in, const float *w, int n, int c, float eps);
+void rmsnorm_1p_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                         int n, int c, float eps);
+
+/* out (n) = gelu_tanh(gate) ⊙ up (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh);
+ * out may alias gate. The backward as swiglu_backward's. */
+void geglu_tanh_forward(float *out, const float *gate, const float *up, size_t n);
+void geglu_tanh_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
+
+/* x (n) = softcap * tanh(x / softcap) in place (Gemma 2's final logits when sampling). */
+void softcap_inplace(float *x, size_t n, float softcap);
 
 /* One torch AdamW step on numel fp32 values (backend.h's adamw). */
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,

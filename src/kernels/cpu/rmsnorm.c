@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps) {
+/* The norm with gain (offset + w): 0 for Llama's w, 1 for Gemma's (1 + w) (one fp32 add, as
+ * transformers' 1.0 + weight.float()). */
+static void rmsnorm_offset_forward(float *out, const float *in, const float *w, float offset, int n,
+                                   int c, float eps) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         const float *x = in + (size_t)r * c;
@@ -17,8 +20,16 @@ void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, 
             ss += (double)x[j] * x[j];
         float rstd = 1.0f / sqrtf((float)(ss / c) + eps);
         for (int j = 0; j < c; j++)
-            y[j] = w[j] * (x[j] * rstd);
+            y[j] = (offset + w[j]) * (x[j] * rstd);
     }
+}
+
+void rmsnorm_forward(float *out, const float *in, const float *w, int n, int c, float eps) {
+    rmsnorm_offset_forward(out, in, w, 0.0f, n, c, eps);
+}
+
+void rmsnorm_1p_forward(float *out, const float *in, const float *w, int n, int c, float eps) {
+    rmsnorm_offset_forward(out, in, w, 1.0f, n, c, eps);
 }
 
 static float row_rstd(const float *x, int c, float eps) {
@@ -28,10 +39,10 @@ static float row_rstd(const float *x, int c, float eps) {
     return 1.0f / sqrtf((float)(ss / c) + eps);
 }
 
-/* With y = w ⊙ x r, r = (mean(x²) + eps)^-1/2:
- * dx = r (w ⊙ dy) - x r³/C Σ_k w_k dy_k x_k,   dw = Σ_rows dy ⊙ x r. */
-void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
-                      int n, int c, float eps) {
+/* With y = g ⊙ x r, g = offset + w, r = (mean(x²) + eps)^-1/2:
+ * dx = r (g ⊙ dy) - x r³/C Σ_k g_k dy_k x_k,   dw = dg = Σ_rows dy ⊙ x r. */
+static void rmsnorm_offset_backward(float *din, float *dw, const float *dout, const float *in,
+                                    const float *w, float offset, int n, int c, float eps) {
     float *rstd = xmalloc((size_t)n * sizeof *rstd);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++)
@@ -51,10 +62,20 @@ void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
         float *dx = din + (size_t)r * c;
         double dot = 0.0;
         for (int j = 0; j < c; j++)
-            dot += (double)w[j] * dy[j] * x[j];
+            dot += (double)(offset + w[j]) * dy[j] * x[j];
         float rs = rstd[r], k = (float)(dot / c) * rs * rs * rs;
         for (int j = 0; j < c; j++)
-            dx[j] = rs * w[j] * dy[j] - k * x[j];
+            dx[j] = rs * (offset + w[j]) * dy[j] - k * x[j];
     }
     free(rstd);
+}
+
+void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                      int n, int c, float eps) {
+    rmsnorm_offset_backward(din, dw, dout, in, w, 0.0f, n, c, eps);
+}
+
+void rmsnorm_1p_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
+                         int n, int c, float eps) {
+    rmsnorm_offset_backward(din, dw, dout, in, w, 1.0f, n, c, eps);
 }
