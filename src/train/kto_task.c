@@ -135,7 +135,7 @@ int kto_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
         if (rc == 0)
             fprintf(log, "reference log-probs precomputed for %zu rows\n", ds.n_rows + val.n_rows);
         km.ref = held_km.ref = NULL;
-        reference_policy_close(&ref); /* a frozen copy is no longer needed in memory */
+        train_reference_close(&ref); /* a frozen copy is no longer needed in memory */
     }
     if (rc == 0) {
         task.held_out = val.n_rows ? &held : NULL;
@@ -143,7 +143,7 @@ int kto_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Toke
     }
     free(t.window), free(held_t.window);
     free(t.pre), free(held_t.pre);
-    reference_policy_close(&ref);
+    train_reference_close(&ref);
     pref_dataset_free(&val);
     pref_dataset_free(&ds);
     return rc;

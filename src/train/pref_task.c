@@ -152,7 +152,7 @@ int pref_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tok
             fprintf(log, "reference log-probs precomputed for %zu pairs\n",
                     ds.n_pairs + val.n_pairs);
         pm.ref = held_pm.ref = NULL;
-        reference_policy_close(&ref); /* a frozen copy is no longer needed in memory */
+        train_reference_close(&ref); /* a frozen copy is no longer needed in memory */
     }
     if (rc == 0) {
         task.held_out = val.n_pairs ? &held : NULL;
@@ -160,7 +160,7 @@ int pref_task_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tok
     }
     free(t.window), free(held_t.window);
     free(t.pre_chosen), free(held_t.pre_chosen);
-    reference_policy_close(&ref);
+    train_reference_close(&ref);
     pref_dataset_free(&val);
     pref_dataset_free(&ds);
     return rc;

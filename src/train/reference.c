@@ -1,6 +1,33 @@
 #include "train/reference.h"
 
 #include "common/error.h"
+#include "train/train_device.h"
+
+#include <stdlib.h>
+
+/* A frozen copy computed where the policy trains (train_device.h): its weights moved into be's
+ * memory, the host array freed (a reference never reads them on the host). */
+static int reference_to_device(Model *r, const Backend *be) {
+    float *dev = be->alloc(be, r->n_params * sizeof(float), "the reference model's weights");
+    if (!dev) return -1;
+    be->copy(be, dev, r->params, r->n_params * sizeof(float), BACKEND_HOST_TO_DEVICE);
+    free(model_rebase_params(r, dev));
+    r->backend = be;
+    return 0;
+}
+
+/* Back to a host array (its values unused: the model is freed next), the device copy freed. */
+static void reference_off_device(Model *r) {
+    const Backend *be = r->backend;
+    if (!be || be->host_memory) return;
+    be->free(be, model_rebase_params(r, xmalloc(r->n_params * sizeof(float))));
+    r->backend = NULL;
+}
+
+void train_reference_close(ReferencePolicy *ref) {
+    if (ref->owned_model) reference_off_device(ref->owned_model);
+    reference_policy_close(ref);
+}
 
 int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m, LoraAdapter *lora,
                          FILE *log) {
@@ -13,6 +40,11 @@ int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m,
         /* torch runs the reference under the same autocast as the policy (its q_proj's output
          * is bf16 in a TRL bf16=True step: tools/reference/make_autocast_fixtures.py) */
         if (cfg->bf16) ref->owned_model->backend = backend_cpu_autocast();
+        const Backend *device = cfg->train_device ? cfg->train_device->be : NULL;
+        if (device && reference_to_device(ref->owned_model, device) != 0) {
+            reference_policy_close(ref);
+            return err_prefix("the reference model on the %s backend", device->name);
+        }
         fprintf(log, "reference: a frozen copy of %s%s\n", cfg->base_model,
                 cfg->bf16 ? ", its weights kept in bf16, computed under bf16 autocast (bf16: true)"
                           : "");
