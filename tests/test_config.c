@@ -278,57 +278,55 @@ static void test_smollm3(void) {
         "{\"model_type\": \"smollm3\", " BASE ", \"sliding_window\": 4, "
         "\"layer_types\": [\"full_attention\", \"chunked_attention\", \"full_attention\"]}",
         "'layer_types': entry 1 is not");
+}
 
-    /* Gemma2Config's defaults (configuration_gemma2.py: head_dim 256, query_pre_attn_scalar 256,
-     * soft caps 50 and 30, sliding_window 4096 on the even layers, tied, pad 0); null turns a soft
-     * cap off; what the family cannot run is refused. */
-    static void test_gemma2(void) {
-        ModelConfig c;
-        CHECK(parse("{\"model_type\": \"gemma2\", " BASE "}", &c) == 0, "%s", err_msg());
-        CHECK(c.arch == ARCH_GEMMA2 && c.gemma_norms && c.embed_scaled &&
-                  c.mlp_act == MLP_ACT_GELU_TANH && c.head_dim == 256 && c.tie_word_embeddings &&
-                  c.pad_token_id == 0,
-              "gemma2 defaults");
-        CHECK(c.attn_scale == (float)(1.0 / 16.0) && c.attn_softcap == 50.0f &&
-                  c.final_softcap == 30.0f,
-              "scale 256^-1/2, soft caps 50 and 30 (got %g, %g, %g)", c.attn_scale, c.attn_softcap,
-              c.final_softcap);
-        CHECK(c.sliding_window == 4096 && c.layer_sliding[0] && !c.layer_sliding[1] &&
-                  c.layer_sliding[2],
-              "sliding on even layers");
-        model_config_free(&c);
-        CHECK(parse("{\"model_type\": \"gemma2\", " BASE ", \"head_dim\": 8, "
-                    "\"query_pre_attn_scalar\": 24, \"attn_logit_softcapping\": null, "
-                    "\"final_logit_softcapping\": null, \"layer_types\": [\"full_attention\", "
-                    "\"sliding_attention\", \"full_attention\"]}",
-                    &c) == 0,
-              "%s", err_msg());
-        CHECK(c.attn_softcap == 0 && c.final_softcap == 0, "null: no soft cap");
-        CHECK(c.attn_scale == (float)pow(24.0, -0.5), "query_pre_attn_scalar 24");
-        CHECK(!c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2], "layer_types");
-        model_config_free(&c);
-        expect_error(
-            "{\"model_type\": \"gemma2\", " BASE ", \"hidden_activation\": \"gelu\"}",
-            "key 'hidden_activation': \"gelu\" is not supported (expected gelu_pytorch_tanh)");
-        expect_error("{\"model_type\": \"gemma2\", " BASE
-                     ", \"use_bidirectional_attention\": true}",
-                     "key 'use_bidirectional_attention': true is not supported");
-        expect_error("{\"model_type\": \"gemma2\", " BASE ", \"final_logit_softcapping\": -1}",
-                     "key 'final_logit_softcapping': -1 is not a soft-capping value");
-        expect_error("{\"model_type\": \"gemma2\", " BASE ", \"query_pre_attn_scalar\": 0}",
-                     "key 'query_pre_attn_scalar': 0 is not a positive number");
-        expect_error(
-            "{\"model_type\": \"gemma3_text\", " BASE "}",
-            "\"gemma3_text\" is not supported (expected llama, mistral, qwen2, qwen3, phi3, "
-            "smollm3 or gemma2)");
-    }
+/* Gemma2Config's defaults (configuration_gemma2.py: head_dim 256, query_pre_attn_scalar 256,
+ * soft caps 50 and 30, sliding_window 4096 on the even layers, tied, pad 0); null turns a soft
+ * cap off; what the family cannot run is refused. */
+static void test_gemma2(void) {
+    ModelConfig c;
+    CHECK(parse("{\"model_type\": \"gemma2\", " BASE "}", &c) == 0, "%s", err_msg());
+    CHECK(c.arch == ARCH_GEMMA2 && c.gemma_norms && c.embed_scaled &&
+              c.mlp_act == MLP_ACT_GELU_TANH && c.head_dim == 256 && c.tie_word_embeddings &&
+              c.pad_token_id == 0,
+          "gemma2 defaults");
+    CHECK(c.attn_scale == (float)(1.0 / 16.0) && c.attn_softcap == 50.0f &&
+              c.final_softcap == 30.0f,
+          "scale 256^-1/2, soft caps 50 and 30 (got %g, %g, %g)", c.attn_scale, c.attn_softcap,
+          c.final_softcap);
+    CHECK(c.sliding_window == 4096 && c.layer_sliding[0] && !c.layer_sliding[1] &&
+              c.layer_sliding[2],
+          "sliding on even layers");
+    model_config_free(&c);
+    CHECK(parse("{\"model_type\": \"gemma2\", " BASE ", \"head_dim\": 8, "
+                "\"query_pre_attn_scalar\": 24, \"attn_logit_softcapping\": null, "
+                "\"final_logit_softcapping\": null, \"layer_types\": [\"full_attention\", "
+                "\"sliding_attention\", \"full_attention\"]}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.attn_softcap == 0 && c.final_softcap == 0, "null: no soft cap");
+    CHECK(c.attn_scale == (float)pow(24.0, -0.5), "query_pre_attn_scalar 24");
+    CHECK(!c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2], "layer_types");
+    model_config_free(&c);
+    expect_error("{\"model_type\": \"gemma2\", " BASE ", \"hidden_activation\": \"gelu\"}",
+                 "key 'hidden_activation': \"gelu\" is not supported (expected gelu_pytorch_tanh)");
+    expect_error("{\"model_type\": \"gemma2\", " BASE ", \"use_bidirectional_attention\": true}",
+                 "key 'use_bidirectional_attention': true is not supported");
+    expect_error("{\"model_type\": \"gemma2\", " BASE ", \"final_logit_softcapping\": -1}",
+                 "key 'final_logit_softcapping': -1 is not a soft-capping value");
+    expect_error("{\"model_type\": \"gemma2\", " BASE ", \"query_pre_attn_scalar\": 0}",
+                 "key 'query_pre_attn_scalar': 0 is not a positive number");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE "}",
+                 "\"gemma3_text\" is not supported (expected llama, mistral, qwen2, qwen3, phi3, "
+                 "smollm3 or gemma2)");
+}
 
-    int main(void) {
-        test_v4_equals_v5();
-        test_defaults_and_windows();
-        test_errors();
-        test_phi3();
-        test_smollm3();
-        test_gemma2();
-        return harness_finish("test_config");
-    }
+int main(void) {
+    test_v4_equals_v5();
+    test_defaults_and_windows();
+    test_errors();
+    test_phi3();
+    test_smollm3();
+    test_gemma2();
+    return harness_finish("test_config");
+}
