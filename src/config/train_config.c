@@ -307,15 +307,29 @@ void train_config_free(TrainConfig *cfg) {
     grpo_config_free(&cfg->grpo);
     tracking_config_free(&cfg->tracking);
     json_decref(cfg->raw);
-    char **strings[] = {
-        &cfg->source,           &cfg->base_model,          &cfg->base_model_config,
-        &cfg->base_model_id,    &cfg->revision_of_model,   &cfg->hub_model_id,
-        &cfg->hub_strategy,     &cfg->hub_revision,        &cfg->hub_token,
-        &cfg->tokenizer_config, &cfg->tokenizer_type,      &cfg->optimizer,
-        &cfg->lr_scheduler,     &cfg->output_dir,          &cfg->resume_from_checkpoint,
-        &cfg->chat_template,    &cfg->chat_template_jinja, &cfg->dataset_prepared_path,
-        &cfg->adapter,          &cfg->lora_model_dir,      &cfg->excess_length_strategy,
-        &cfg->cpo_loss_type};
+    char **strings[] = {&cfg->source,
+                        &cfg->base_model,
+                        &cfg->base_model_config,
+                        &cfg->base_model_id,
+                        &cfg->revision_of_model,
+                        &cfg->hub_model_id,
+                        &cfg->hub_strategy,
+                        &cfg->hub_revision,
+                        &cfg->hub_token,
+                        &cfg->tokenizer_config,
+                        &cfg->tokenizer_type,
+                        &cfg->optimizer,
+                        &cfg->lr_scheduler,
+                        &cfg->output_dir,
+                        &cfg->resume_from_checkpoint,
+                        &cfg->chat_template,
+                        &cfg->chat_template_jinja,
+                        &cfg->dataset_prepared_path,
+                        &cfg->adapter,
+                        &cfg->lora_model_dir,
+                        &cfg->excess_length_strategy,
+                        &cfg->cpo_loss_type,
+                        &cfg->grpo_rng};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);
     train_config_free_string_list(&cfg->lora_target_modules, &cfg->n_lora_target_modules);

@@ -447,6 +447,10 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0 && with_ref) rc = train_reference_open(&ref, cfg, m, lora, log);
     if (rc == 0 && r.g->sync_ref_model && train_reference_can_sync(&ref, lora) != 0)
         rc = err_prefix("%s: key 'trl.sync_ref_model'", cfg->source);
+    if (rc == 0 && cfg->grpo_rng && !strcmp(cfg->grpo_rng, "torch") && dist_size() > 1)
+        rc = err_set("%s: key 'grpo_rng': torch draws one process's sequence (TRL's); over %d "
+                     "ranks use streams",
+                     cfg->source, dist_size());
     m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
     if (ref.owned_model) ref.owned_model->logit_temperature = m->logit_temperature;
     if (rc == 0) {
@@ -469,7 +473,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
          * same seed samples TRL's completions. Several ranks keep per-completion streams, which
          * give the same completions on any number of ranks (TRL's processes each seed
          * seed + rank, so no run of theirs on N processes equals one on 1). */
-        r.torch_draws = dist_size() == 1;
+        r.torch_draws = dist_size() == 1 && (!cfg->grpo_rng || !strcmp(cfg->grpo_rng, "torch"));
         if (r.torch_draws) {
             torch_generator_seed(&r.torch_rng, cfg->seed);
             r.rollout.torch_rng = &r.torch_rng;

@@ -81,7 +81,9 @@ GRPO = dict(num_generations=4, max_completion_length=8, per_device_train_batch_s
             weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=1.0,
             logging_steps=1, max_steps=3, seed=SEED, beta=0.04, loss_type="dapo", scale_rewards="group",
             temperature=1.0)
-GRPO_PROMPTS = [{"prompt": "Q%d: what is %d plus %d?" % (i, i, (3 * i) % 7)} for i in range(10)]
+# 4 prompts, 2 per step: step 3 begins the second epoch (a new RepeatSampler order, a new
+# DataLoader draw)
+GRPO_PROMPTS = [{"prompt": "Q%d: what is %d plus %d?" % (i, i, (3 * i) % 7)} for i in range(4)]
 
 
 def grpo():
