@@ -33,9 +33,9 @@
  *  2. order holds epoch order_epoch's prompt order (-1: none yet).
  *  3. torch_draws (one process): torch_rng has made exactly TRL's draws from its global
  *     generator so far: one random64 per epoch begun, then per generation batch the sampling
- *     steps' exponentials and the row shuffle's randperm, in that order; rng_at_batch is its
- *     state just before generation batch batch_at_rng (the last one added) took its draws, what a
- *     checkpoint inside that batch saves so that a resumed run redraws it alike. */
+ *     steps' exponentials and the row shuffle's randperm, in that order. A checkpoint keeps its
+ *     state (TRL's rng_state.pth): a run resumed at a generation batch's end draws on as the
+ *     uninterrupted one does. */
 typedef struct {
     const TrainConfig *cfg;
     const GrpoConfig *g;
@@ -58,9 +58,8 @@ typedef struct {
     int64_t logged_step;
     /* torch's global generator as TRL's GRPOTrainer leaves it after set_seed(seed) (one
      * process only; see grpo_run): the DataLoader's draw at each epoch, the sampling of every
-     * generation batch and its row shuffle, in TRL's order (invariant 2) */
-    TorchGenerator torch_rng, rng_at_batch;
-    int64_t batch_at_rng;
+     * generation batch and its row shuffle, in TRL's order (invariant 3) */
+    TorchGenerator torch_rng;
     bool torch_draws;
     CompletionLog completions; /* trl.log_completions, rank 0 only */
     bool log_completions;
@@ -140,15 +139,7 @@ static int replay(GrpoRun *r, GrpoBatch *b, const float *group_std, int64_t inde
     return 0;
 }
 
-/* The first generation batch a run resumed at the trainer's current step regenerates. */
-static int64_t resume_generation(const GrpoRun *r) {
-    int generate_every = r->g->steps_per_generation * r->g->num_iterations;
-    return r->tr->step * r->cfg->gradient_accumulation_steps / generate_every;
-}
-
-/* A checkpoint's GRPO state: the replay buffer, and torch's generator as it stood before the
- * first batch a resumed run regenerates (invariant 3), so that the run goes on drawing what an
- * uninterrupted one draws. */
+/* A checkpoint's GRPO state: the replay buffer, and torch's generator (invariant 3). */
 static int save_extra(void *ctx, const char *dir) {
     GrpoRun *r = ctx;
     char path[4200];
@@ -157,10 +148,8 @@ static int save_extra(void *ctx, const char *dir) {
         if (replay_buffer_save(&r->replay, path) != 0) return -1;
     }
     if (!r->torch_draws) return 0;
-    const TorchGenerator *g =
-        r->batch_at_rng >= resume_generation(r) ? &r->rng_at_batch : &r->torch_rng;
     snprintf(path, sizeof path, "%s/torch_generator.json", dir);
-    return torch_generator_save(g, path);
+    return torch_generator_save(&r->torch_rng, path);
 }
 
 /* Generation batch number `index` (invariant 1): its prompts, generated, scored and queued.
@@ -176,12 +165,9 @@ static int add_generation(GrpoRun *r, int64_t index) {
                 r->order[i] = i;
         r->order_epoch = epoch;
     }
-    if (r->torch_draws) { /* invariant 3 */
-        r->rng_at_batch = r->torch_rng, r->batch_at_rng = index;
-        /* iter(DataLoader) at the epoch's start draws its base seed from the global generator
-         * (torch.utils.data _BaseDataLoaderIter: random_() of one int64, random64) */
-        if (pos == 0) (void)torch_generator_random64(&r->torch_rng);
-    }
+    /* iter(DataLoader) at the epoch's start draws its base seed from the global generator
+     * (torch.utils.data _BaseDataLoaderIter: random_() of one int64, random64; invariant 3) */
+    if (r->torch_draws && pos == 0) (void)torch_generator_random64(&r->torch_rng);
     GrpoBatch b;
     float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
     json_t *state = state_for_rewards(r);
@@ -373,7 +359,8 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
                       (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
     r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
     r->gt.torch_rng = r->torch_draws ? &r->torch_rng : NULL;
-    r->next_generation = resume_generation(r);
+    int generate_every = r->g->steps_per_generation * r->g->num_iterations;
+    r->next_generation = tr->step * cfg->gradient_accumulation_steps / generate_every;
     r->gt.batches_added = r->next_generation; /* the row shuffles continue where they were */
     r->gt.metrics.num_tokens = metrics_last_logged(log_history, "num_tokens");
     r->logged_step = tr->step;
