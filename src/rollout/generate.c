@@ -294,11 +294,12 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         }
         /* transformers' step: q for every row of the batch, finished ones too (torch_draws:
          * every unfinished job is in this step, so the step is one of generate()'s) */
-        if (r.exponentials)
+        if (r.exponentials) {
             torch_exponential_f32(opt->torch_rng, r.exponentials, (size_t)r.n_jobs * r.V);
-            /* every job draws from its own random stream: the same tokens at any thread count (a
-             * vocabulary-wide sort for top-p takes ~5 ms per row, so 64 rows are worth two cores)
-             */
+        }
+        /* every job draws from its own random stream (or its own row of the step's torch
+         * draws): the same tokens at any thread count (a vocabulary-wide sort for top-p takes
+         * ~5 ms per row, so 64 rows are worth two cores) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(r.n_threads) if (n_chunks > 1)
         for (int c = 0; c < n_chunks; c++)
             draws[c] =

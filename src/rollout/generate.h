@@ -2,12 +2,13 @@
  * together; when one finishes (an end-of-sequence id, or max_new_tokens) its slot is emptied and
  * the next job is prefilled into it in the same step, so a long straggler never holds the others
  * back. Tokens are chosen by the sampler (rollout/sampler.h) with one random stream per
- * completion, so results depend neither on max_batch nor on the thread count. */
+ * completion, so results depend neither on max_batch nor on the thread count; or, given torch's
+ * generator (torch_rng below), as transformers' generate() draws them from it. */
 #ifndef RLHF_ROLLOUT_GENERATE_H
 #define RLHF_ROLLOUT_GENERATE_H
 
-#include "model/model.h"
 #include "common/torch_generator.h"
+#include "model/model.h"
 #include "rollout/sampler.h"
 
 #include <stdbool.h>

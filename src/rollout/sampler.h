@@ -4,7 +4,8 @@
  *
  * Each sequence has its own random generator, seeded from (seed, sequence number), and draws one
  * number per token: a sequence's text depends only on its seed and its own logits, never on which
- * other sequences share the batch or on the thread count. */
+ * other sequences share the batch or on the thread count. sampler_next_exponential instead takes
+ * the draws transformers' generate() makes from torch's generator (rollout/generate.h). */
 #ifndef RLHF_ROLLOUT_SAMPLER_H
 #define RLHF_ROLLOUT_SAMPLER_H
 
