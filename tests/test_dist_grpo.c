@@ -19,7 +19,8 @@
 #include <string.h>
 
 /* <tmp>/name: a GRPO config on the llama_text fixture, 12 prompts, G = 4, micro-batches of 4
- * completions, 6 tokens at most per completion. `trl` goes into the trl: block (reward_funcs
+ * completions, 6 tokens at most per completion, per-completion streams (grpo_rng: streams, the
+ * draws that do not depend on the number of ranks). `trl` goes into the trl: block (reward_funcs
  * included), `body` after it. */
 static void write_config(const char *name, const char *trl, const char *body) {
     char text[8192];
@@ -27,7 +28,7 @@ static void write_config(const char *name, const char *trl, const char *body) {
              "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
              "trl:\n  num_generations: 4\n  max_completion_length: 6\n%s"
              "micro_batch_size: 4\nmax_steps: 4\nlearning_rate: 2e-3\nlr_scheduler: constant\n"
-             "warmup_steps: 0\nseed: 5\nlogging_steps: 1\n%s",
+             "warmup_steps: 0\nseed: 5\nlogging_steps: 1\ngrpo_rng: streams\n%s",
              harness_source_path("tests/fixtures/models/llama_text"),
              harness_tmp_path("prompts.jsonl"), trl, body);
     harness_write_file(harness_tmp_path(name), text, strlen(text));

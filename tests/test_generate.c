@@ -4,7 +4,8 @@
  * a bf16 checkpoint's weights kept in bf16. With dynamic-NTK and longrope RoPE, whose
  * frequencies follow the batch's length, the longest prompt stops early and still counts, and
  * Phi-3 recomputes every sequence when the batch first reaches past the original context, as
- * transformers' generate does (tools/reference/make_phi3_fixtures.py). */
+ * transformers' generate does (tools/reference/make_phi3_fixtures.py). Sampling from torch's
+ * generator (GenerateOptions.torch_rng) picks transformers' tokens under the same seed. */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
@@ -333,6 +334,91 @@ static void test_packed_prefill(const char *name, int n_prompts) {
     model_free(&m);
 }
 
+/* Sampling as transformers' generate() samples under torch.manual_seed (tests/fixtures/generate/
+ * torch_sampled.json, tools/reference/make_torch_sampling_fixtures.py): each prompt repeated
+ * n_per_prompt times in consecutive rows, temperature / top-k / top-p, an eos that stops some rows
+ * early while the others go on. Every token equal, and the generator left where torch's is (its
+ * next two float64 uniform_ draws bit for bit): as many exponentials drawn, finished rows
+ * included. */
+static void test_torch_sampled(void) {
+    json_t *fx;
+    CHECK(json_load_path(harness_source_path("tests/fixtures/generate/torch_sampled.json"), &fx) ==
+              0,
+          "%s", err_msg());
+    size_t c;
+    json_t *k;
+    int n_cases = 0;
+    json_array_foreach(json_object_get(fx, "cases"), c, k) {
+        const char *name = json_string_value(json_object_get(k, "model"));
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
+        Model m;
+        CHECK(model_load(&m, harness_source_path(path)) == 0, "%s", err_msg());
+        json_t *prompts = json_object_get(k, "prompts"), *want = json_object_get(k, "completions");
+        json_t *smp = json_object_get(k, "sampling");
+        int n = (int)json_array_size(prompts);
+        int per = (int)json_integer_value(json_object_get(k, "n_per_prompt"));
+        int32_t **ids = calloc((size_t)n, sizeof *ids);
+        int *lens = calloc((size_t)n, sizeof *lens);
+        for (int i = 0; i < n; i++) {
+            json_t *p = json_array_get(prompts, (size_t)i);
+            lens[i] = (int)json_array_size(p);
+            ids[i] = malloc((size_t)lens[i] * sizeof **ids);
+            for (int t = 0; t < lens[i]; t++)
+                ids[i][t] = (int32_t)json_integer_value(json_array_get(p, (size_t)t));
+        }
+        int32_t eos = (int32_t)json_integer_value(json_object_get(k, "eos_token_id"));
+        TorchGenerator g;
+        torch_generator_seed(&g, json_integer_value(json_object_get(k, "seed")));
+        SamplingParams sp = sampling_defaults();
+        sp.do_sample = true;
+        sp.temperature = (float)json_number_value(json_object_get(smp, "temperature"));
+        sp.top_k = (int)json_integer_value(json_object_get(smp, "top_k"));
+        sp.top_p = (float)json_number_value(json_object_get(smp, "top_p"));
+        GenerateOptions opt = {
+            .max_new_tokens = (int)json_integer_value(json_object_get(k, "max_new_tokens")),
+            .eos_ids = &eos,
+            .n_eos = 1,
+            .max_batch = 2, /* ignored: torch's draws decode the whole batch together */
+            .n_per_prompt = per,
+            .sampling = sp,
+            .torch_rng = &g};
+        Completion *out = calloc((size_t)n * per, sizeof *out);
+        CHECK(generate(&m, (const int32_t *const *)ids, lens, n, &opt, out) == 0, "%s: %s", name,
+              err_msg());
+        int early = 0;
+        for (int j = 0; j < n * per; j++) {
+            json_t *w = json_array_get(want, (size_t)j);
+            bool same = out[j].len == (int)json_array_size(w);
+            for (int t = 0; same && t < out[j].len; t++)
+                same = out[j].ids[t] == (int32_t)json_integer_value(json_array_get(w, (size_t)t));
+            CHECK(same, "%s, row %d: %d tokens, transformers' generate %zu (or other tokens)", name,
+                  j, out[j].len, json_array_size(w));
+            early += out[j].len < opt.max_new_tokens;
+        }
+        double next[2];
+        torch_uniform_f64(&g, next, 2, 0, 1);
+        for (int i = 0; i < 2; i++) {
+            uint64_t bits;
+            memcpy(&bits, &next[i], sizeof bits);
+            const char *hex = json_string_value(json_array_get(json_object_get(k, "after"), i));
+            CHECK(hex && bits == strtoull(hex, NULL, 16),
+                  "%s: the generator after generate() is not torch's (draw %d)", name, i);
+        }
+        CHECK(early > 0, "%s: some rows stop early (else the case shows less)", name);
+        completions_free(out, n * per);
+        free(out);
+        for (int i = 0; i < n; i++)
+            free(ids[i]);
+        free(ids);
+        free(lens);
+        model_free(&m);
+        n_cases++;
+    }
+    CHECK(n_cases >= 3, "%d torch-sampled cases", n_cases);
+    json_decref(fx);
+}
+
 int main(void) {
     test_packed_prefill("llama_tied", 8);
     test_packed_prefill("llama_bf16", 1);
@@ -348,6 +434,7 @@ int main(void) {
     check_model_batches("phi4_mini_partial", false, true);
     test_packed_bf16_decoding();
     test_sampling_independence();
+    test_torch_sampled();
 
     /* bad requests */
     Model m;

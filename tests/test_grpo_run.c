@@ -1,6 +1,6 @@
 /* `rlhf train` with rl: grpo end to end on the llama_text fixture: TRL's metric keys are logged;
- * a run resumed from a checkpoint ends at the weights of the uninterrupted run (generation is
- * seeded by the generation batch's number, so the resumed run samples the same completions);
+ * a run resumed from a checkpoint ends at the weights of the uninterrupted run (the checkpoint
+ * keeps torch's generator, so the resumed run samples the same completions);
  * Ctrl-C saves a checkpoint (replay buffer included), exits 130 and resumes to the same weights;
  * a reward command that fails stops the run with an error naming it and leaves the last
  * checkpoint whole; bad GRPO settings are clear errors. */

@@ -1,7 +1,8 @@
 /* common/torch_generator against torch itself: tests/fixtures/torch_rng/torch_rng.json
  * (tools/reference/make_torch_rng_fixtures.py) holds randperm orders, uniform_ float32/float64
- * samples and kaiming_uniform_(a=sqrt(5)) matrices torch drew for given seeds, floats as bit
- * patterns (float64 as hex strings). Every value must be equal bit for bit. */
+ * samples, exponential_ float32 samples and kaiming_uniform_(a=sqrt(5)) matrices torch drew for
+ * given seeds, floats as bit patterns (float64 as hex strings). Every value must be equal bit for
+ * bit. */
 #include "common/torch_generator.h"
 #include "harness.h"
 
@@ -72,7 +73,7 @@ int main(void) {
     }
     json_t *cases = json_object_get(root, "cases");
     CHECK(json_array_size(cases) > 0, "the fixture has cases");
-    int n_perm = 0, n_unif = 0, n_kaiming = 0, n_seq = 0;
+    int n_perm = 0, n_unif = 0, n_exp = 0, n_kaiming = 0, n_seq = 0;
     size_t i;
     json_t *c;
     json_array_foreach(cases, i, c) {
@@ -105,6 +106,14 @@ int main(void) {
                 free(x);
             }
             n_unif++;
+        } else if (!strcmp(op, "exponential_f32")) {
+            json_t *bits = json_object_get(c, "bits");
+            size_t n = json_array_size(bits);
+            float *x = malloc(n * sizeof *x);
+            torch_exponential_f32(&g, x, n);
+            CHECK(check_f32(bits, x, op, seed) == 0, "exponential_ float32 x%zu", n);
+            free(x);
+            n_exp++;
         } else if (!strcmp(op, "kaiming_uniform_f32")) {
             int64_t rows = json_integer_value(json_object_get(c, "rows"));
             int64_t fan_in = json_integer_value(json_object_get(c, "fan_in"));
@@ -137,9 +146,10 @@ int main(void) {
             CHECK(0, "unknown fixture op %s", op);
         }
     }
-    CHECK(n_perm >= 30 && n_unif >= 6 && n_kaiming >= 3 && n_seq == 1,
-          "every kind of case ran (%d randperm, %d uniform, %d kaiming, %d sequence)", n_perm,
-          n_unif, n_kaiming, n_seq);
+    CHECK(n_perm >= 30 && n_unif >= 6 && n_exp >= 3 && n_kaiming >= 3 && n_seq == 1,
+          "every kind of case ran (%d randperm, %d uniform, %d exponential, %d kaiming, %d "
+          "sequence)",
+          n_perm, n_unif, n_exp, n_kaiming, n_seq);
 
     /* The inside-out path of randperm (n >= UINT32_MAX / 20) is too large for a fixture; its
      * invariant: the result is a permutation. Checked on the smallest such n would cost 1.7 GB,

@@ -17,6 +17,12 @@
  *     are compiled with FMA, and the compiler fuses x * range + from into one rounding: so do
  *     we (fmaf/fma). Only torch forced to ATEN_CPU_CAPABILITY=default rounds twice and differs
  *     in the last bits where x * range + from cancels;
+ *   - exponential_() (lambda 1) on float32, as torch.multinomial(probs, 1) draws it
+ *     (native/Distributions.cpp: argmax(probs / q) over q = empty_like(probs).exponential_()):
+ *     per element in memory order, u = (random64() & (2^53 - 1)) * 2^-53 and -log1p(-u) in
+ *     double, rounded to float (templates::cpu::exponential_kernel). Some builds route this
+ *     through MKL's VSL stream instead; the PyPI CPU wheel of torch 2.15 on an x86-64 CPU does
+ *     not (checked bit for bit, tests/test_torch_rng.c);
  *   - kaiming_uniform_(w, a) (torch/nn/init.py, fan_in mode, leaky_relu):
  *     bound = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(fan_in) in double, then uniform_(-bound, bound).
  * Every result here is bit-identical to torch's (tests/test_torch_rng.c against
@@ -55,6 +61,18 @@ void torch_randperm(TorchGenerator *g, int64_t *out, int64_t n);
 /* tensor.uniform_(from, to, generator=g) on n contiguous float32 / float64 elements. from <= to. */
 void torch_uniform_f32(TorchGenerator *g, float *out, size_t n, double from, double to);
 void torch_uniform_f64(TorchGenerator *g, double *out, size_t n, double from, double to);
+
+/* tensor.exponential_(generator=g) on n contiguous float32 elements (lambda 1): what
+ * torch.multinomial(probs, 1) divides probs by before its argmax. */
+void torch_exponential_f32(TorchGenerator *g, float *out, size_t n);
+
+/* Writes g's whole state to path as JSON ({"mt19937": [624 words], "left": n, "next": n}), what
+ * a checkpoint keeps to go on drawing where a run stopped. Returns 0, or -1 with an error. */
+int torch_generator_save(const TorchGenerator *g, const char *path);
+
+/* Reads a state torch_generator_save wrote into g (untouched on failure). Returns 0, or -1 with
+ * an error naming the file and the key that is missing or out of range. */
+int torch_generator_load(TorchGenerator *g, const char *path);
 
 /* The bound nn.init.kaiming_uniform_(w, a, mode="fan_in", nonlinearity="leaky_relu") draws
  * within, computed in double exactly as torch/nn/init.py does. fan_in > 0. */

@@ -582,6 +582,8 @@ static const KeyStatusRow top_rows[] = {
     USED("dpo_legacy_compat", "rlhf.c: TRL <= 0.28 meanings of the DPO keys"),
     USED("rl_adapter_ref_model", R_READ),
     USED("cpo_loss_type", "rlhf.c: CPOTrainer's loss_type for rl: cpo"),
+    USED("grpo_rng", "rlhf.c: torch (TRL's draws for the seed, one process) or streams (any "
+                     "number of ranks) for GRPO's sampling and row shuffle"),
     USED("overwrite_output_dir", "TrainingArguments: replace the run already in output_dir"),
 };
 

@@ -329,7 +329,8 @@ void train_config_free(TrainConfig *cfg) {
                         &cfg->lora_model_dir,
                         &cfg->excess_length_strategy,
                         &cfg->cpo_loss_type,
-                        &cfg->device};
+                        &cfg->device,
+                        &cfg->grpo_rng};
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++)
         free(*strings[i]);
     train_config_free_string_list(&cfg->lora_target_modules, &cfg->n_lora_target_modules);

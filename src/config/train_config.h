@@ -143,8 +143,13 @@ typedef struct {
     bool rl_adapter_ref_model; /* a separate frozen reference even with an adapter */
     double kto_desirable_weight, kto_undesirable_weight; /* 1.0 each */
     double orpo_alpha;                                   /* NAN: unset */
-    double simpo_gamma;           /* 0.5 (TRL's default; Axolotl would pass null) */
-    double cpo_alpha;             /* NAN: unset -> TRL's 1.0 */
+    double simpo_gamma; /* 0.5 (TRL's default; Axolotl would pass null) */
+    double cpo_alpha;   /* NAN: unset -> TRL's 1.0 */
+    /* rl: grpo, rlhf.c's own: where the sampling and the row shuffle draw from. "torch" (default
+     * with one process): torch's global generator as TRL's GRPOTrainer leaves it after
+     * set_seed(seed), so the same seed samples TRL's completions; "streams" (the only choice
+     * over several ranks): a stream per completion, the same run on any number of ranks */
+    char *grpo_rng;
     char *cpo_loss_type;          /* rl: cpo only: sigmoid (default), hinge, ipo, simpo, alphapo */
     int64_t max_prompt_len;       /* 0: unset (upstream ignores it; we keep the prompt's end) */
     char *excess_length_strategy; /* drop (default), truncate or raise */

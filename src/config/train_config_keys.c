@@ -85,6 +85,7 @@ static const KeySpec key_specs[] = {
     KEY(simpo_gamma, K_FLOAT),
     KEY(cpo_alpha, K_FLOAT),
     KEY(cpo_loss_type, K_STRING),
+    KEY(grpo_rng, K_STRING),
     KEY(max_prompt_len, K_INT),
     KEY(excess_length_strategy, K_STRING),
 #define TRACKING_KEY(name, kind)                                                                   \

@@ -202,6 +202,13 @@ int train_config_validate(TrainConfig *cfg) {
         return err_set("key 'zero_stage': %lld is not supported (0: every rank keeps the whole "
                        "optimizer state; 1: each rank keeps the AdamW moments of its slice)",
                        (long long)cfg->zero_stage);
+    if (cfg->grpo_rng && strcmp(cfg->grpo_rng, "torch") != 0 &&
+        strcmp(cfg->grpo_rng, "streams") != 0)
+        return err_set("key 'grpo_rng': \"%s\" is not supported (torch: TRL's draws for the seed, "
+                       "one process; streams: per-completion streams, any number of ranks)",
+                       cfg->grpo_rng);
+    if (cfg->grpo_rng && cfg->rl != RL_GRPO && cfg->rl != RL_GDPO)
+        return err_set("key 'grpo_rng' is for rl: grpo or gdpo only");
     if (cfg->save_steps < 0 || cfg->save_total_limit < 0 || cfg->eval_steps < 0)
         return err_set("keys 'save_steps', 'save_total_limit', 'eval_steps' must not be negative");
     if (cfg->adam_beta1 < 0 || cfg->adam_beta1 >= 1 || cfg->adam_beta2 < 0 || cfg->adam_beta2 >= 1)

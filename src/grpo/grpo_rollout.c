@@ -203,6 +203,7 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
         if (rc == 0) rc = vllm_server_sync(r->server, r->model, trainer_state ? step : -1);
         if (rc == 0) rc = vllm_server_generate(r->server, prompts, lens, n_prompts, &opt, comp);
     } else {
+        opt.torch_rng = r->torch_rng;
         rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
     }
     double t1 = clock_seconds();

@@ -39,6 +39,10 @@ typedef struct GrpoRollout {
     /* vllm_mode: server: the completions come from this server, given the policy's weights
      * first whenever the trainer's global_step moved (grpo/vllm_server.h); NULL: in-process */
     struct VllmServer *server;
+    /* Not NULL (one process, in-process generation): completions drawn from torch's global
+     * generator as transformers' generate() draws them (GenerateOptions.torch_rng), so a run
+     * samples TRL's completions for the same seed; NULL: per-completion streams (seed, stream) */
+    TorchGenerator *torch_rng;
 } GrpoRollout;
 
 typedef struct {

@@ -30,7 +30,12 @@
  *     order[(k % generations_per_epoch) x prompts_per_generation ...] of epoch
  *     k / generations_per_epoch, and its draws are stream k: a resumed run regenerates the
  *     batches its checkpoint had not used up, from next_generation on, exactly.
- *  2. order holds epoch order_epoch's prompt order (-1: none yet). */
+ *  2. order holds epoch order_epoch's prompt order (-1: none yet).
+ *  3. torch_draws (one process): torch_rng has made exactly TRL's draws from its global
+ *     generator so far: one random64 per epoch begun, then per generation batch the sampling
+ *     steps' exponentials and the row shuffle's randperm, in that order. A checkpoint keeps its
+ *     state (TRL's rng_state.pth): a run resumed at a generation batch's end draws on as the
+ *     uninterrupted one does. */
 typedef struct {
     const TrainConfig *cfg;
     const GrpoConfig *g;
@@ -51,6 +56,11 @@ typedef struct {
     RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
     double logged_train_s;
     int64_t logged_step;
+    /* torch's global generator as TRL's GRPOTrainer leaves it after set_seed(seed) (one
+     * process only; see grpo_run): the DataLoader's draw at each epoch, the sampling of every
+     * generation batch and its row shuffle, in TRL's order (invariant 3) */
+    TorchGenerator torch_rng;
+    bool torch_draws;
     CompletionLog completions; /* trl.log_completions, rank 0 only */
     bool log_completions;
     FILE *log;
@@ -129,10 +139,17 @@ static int replay(GrpoRun *r, GrpoBatch *b, const float *group_std, int64_t inde
     return 0;
 }
 
-static int save_replay(void *ctx, const char *dir) {
+/* A checkpoint's GRPO state: the replay buffer, and torch's generator (invariant 3). */
+static int save_extra(void *ctx, const char *dir) {
+    GrpoRun *r = ctx;
     char path[4200];
-    snprintf(path, sizeof path, "%s/replay_buffer.safetensors", dir);
-    return replay_buffer_save(ctx, path);
+    if (r->replay.capacity > 0) {
+        snprintf(path, sizeof path, "%s/replay_buffer.safetensors", dir);
+        if (replay_buffer_save(&r->replay, path) != 0) return -1;
+    }
+    if (!r->torch_draws) return 0;
+    snprintf(path, sizeof path, "%s/torch_generator.json", dir);
+    return torch_generator_save(&r->torch_rng, path);
 }
 
 /* Generation batch number `index` (invariant 1): its prompts, generated, scored and queued.
@@ -148,6 +165,9 @@ static int add_generation(GrpoRun *r, int64_t index) {
                 r->order[i] = i;
         r->order_epoch = epoch;
     }
+    /* iter(DataLoader) at the epoch's start draws its base seed from the global generator
+     * (torch.utils.data _BaseDataLoaderIter: random_() of one int64, random64; invariant 3) */
+    if (r->torch_draws && pos == 0) (void)torch_generator_random64(&r->torch_rng);
     GrpoBatch b;
     float *group_std = xmalloc((size_t)r->prompts_per_generation * sizeof *group_std);
     json_t *state = state_for_rewards(r);
@@ -257,7 +277,12 @@ static int grpo_evaluate(void *ctx, Model *m, json_t *entry) {
                               .stream = (uint64_t)-1 - first,
                               .trainer_state = state,
                               .metrics = &metrics};
+        /* evaluation samples from its own streams: training's draws stay TRL's whether or not
+         * the run evaluates */
+        TorchGenerator *train_rng = r->rollout.torch_rng;
+        r->rollout.torch_rng = NULL;
         rc = grpo_rollout(&r->rollout, &req, &b, group_std);
+        r->rollout.torch_rng = train_rng;
         free(group_std);
         if (rc == 0) grpo_batch_free(&b);
     }
@@ -302,6 +327,17 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     if (cfg->resume_from_checkpoint && r->replay.capacity > 0 &&
         restore_replay(r, resumed_from) != 0)
         return -1;
+    if (cfg->resume_from_checkpoint && r->torch_draws && resumed_from[0]) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/torch_generator.json", resumed_from);
+        if (!file_exists(path))
+            fprintf(log,
+                    "warning: %s has no torch_generator.json; sampling goes on from the seed's "
+                    "generator, not where the interrupted run was\n",
+                    resumed_from);
+        else if (torch_generator_load(&r->torch_rng, path) != 0)
+            return err_prefix("resuming from %s", resumed_from);
+    }
     fprintf(log,
             "GRPO: %zu prompts, %d per generation batch x %d completions, %lld steps (%lld per "
             "epoch), micro-batch %lld x %lld accumulation, %d iteration(s), loss %s, beta %g\n",
@@ -322,6 +358,7 @@ static int grpo_start(void *ctx, Trainer *tr, const json_t *log_history, const c
     grpo_trainer_init(&r->gt, r->g, tr, r->ref, (int)cfg->micro_batch_size,
                       (int)cfg->gradient_accumulation_steps, (uint64_t)cfg->seed);
     r->gt.replay_on = r->replay.capacity > 0; /* replayed groups need their old log-probs */
+    r->gt.torch_rng = r->torch_draws ? &r->torch_rng : NULL;
     int generate_every = r->g->steps_per_generation * r->g->num_iterations;
     r->next_generation = tr->step * cfg->gradient_accumulation_steps / generate_every;
     r->gt.batches_added = r->next_generation; /* the row shuffles continue where they were */
@@ -397,6 +434,10 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     if (rc == 0 && with_ref) rc = train_reference_open(&ref, cfg, m, lora, log);
     if (rc == 0 && r.g->sync_ref_model && train_reference_can_sync(&ref, lora) != 0)
         rc = err_prefix("%s: key 'trl.sync_ref_model'", cfg->source);
+    if (rc == 0 && cfg->grpo_rng && !strcmp(cfg->grpo_rng, "torch") && dist_size() > 1)
+        rc = err_set("%s: key 'grpo_rng': torch draws one process's sequence (TRL's); over %d "
+                     "ranks use streams",
+                     cfg->source, dist_size());
     m->logit_temperature = (float)r.g->temperature; /* TRL scores at the sampling temperature */
     if (ref.owned_model) ref.owned_model->logit_temperature = m->logit_temperature;
     if (rc == 0) {
@@ -414,6 +455,16 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                   .scripted = test_hook_scripted_completions(),
                                   .python = python,
                                   .server = server};
+        /* One process: torch's global generator as GRPOTrainer.__init__ leaves it
+         * (accelerate's set_seed(seed, device_specific=True): seed + process index 0), so the
+         * same seed samples TRL's completions. Several ranks keep per-completion streams, which
+         * give the same completions on any number of ranks (TRL's processes each seed
+         * seed + rank, so no run of theirs on N processes equals one on 1). */
+        r.torch_draws = dist_size() == 1 && (!cfg->grpo_rng || !strcmp(cfg->grpo_rng, "torch"));
+        if (r.torch_draws) {
+            torch_generator_seed(&r.torch_rng, cfg->seed);
+            r.rollout.torch_rng = &r.torch_rng;
+        }
         reward_metric_keys_init(&r.rollout.keys, names, n_funcs);
         free(names);
         r.order = xmalloc((r.train.n ? r.train.n : 1) * sizeof *r.order);
@@ -429,8 +480,8 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                           .n_eval = r.held_out.n,
                           .eval_key = "eval_reward",
                           .eval_items = "prompts",
-                          .write_extra = r.replay.capacity > 0 ? save_replay : NULL,
-                          .extra_ctx = &r.replay};
+                          .write_extra = r.replay.capacity > 0 || r.torch_draws ? save_extra : NULL,
+                          .extra_ctx = &r};
         rc = train_loop_run(cfg, m, lora, &src, out, log);
         grpo_trainer_free(&r.gt);
         completion_log_close(&r.completions);

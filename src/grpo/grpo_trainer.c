@@ -192,11 +192,18 @@ void grpo_trainer_add(GrpoTrainer *g, GrpoBatch *b) {
         q->loss_tokens += q->b.completion_mask[c] != 0 && (!q->b.env_mask || q->b.env_mask[c]);
     int n = q->b.n_rows, mb = g->micro_batch_size, chunks = n / mb;
     int *order = xmalloc((size_t)n * sizeof *order);
-    if (g->shuffle_rows)
+    if (g->torch_rng) { /* new row i is old row perm[i]: trl's v[permutation] */
+        int64_t *perm = xmalloc((size_t)(n ? n : 1) * sizeof *perm);
+        torch_randperm(g->torch_rng, perm, n);
+        for (int i = 0; i < n; i++)
+            order[i] = g->shuffle_rows ? (int)perm[i] : i;
+        free(perm);
+    } else if (g->shuffle_rows) {
         permute(order, n, g->seed ^ 0x6772706fu, (uint64_t)g->batches_added);
-    else
+    } else {
         for (int i = 0; i < n; i++)
             order[i] = i;
+    }
     g->batches_added++;
     int steps = chunks * g->cfg->num_iterations;
     if (g->n_queued + steps > g->queue_cap) {

@@ -20,6 +20,7 @@
 #ifndef RLHF_GRPO_GRPO_TRAINER_H
 #define RLHF_GRPO_GRPO_TRAINER_H
 
+#include "common/torch_generator.h"
 #include "config/grpo_config.h"
 #include "methods/grpo_loss.h"
 #include "model/reference_policy.h"
@@ -46,6 +47,10 @@ typedef struct {
     bool shuffle_rows; /* TRL shuffles each generation batch's rows; tests replaying TRL's order
                           turn it off */
     uint64_t seed;
+    /* Not NULL (one process): the row shuffle is TRL's, torch.randperm(rows) drawn from torch's
+     * global generator (trl shuffle_sequence_dict), drawn for every batch added even when
+     * shuffle_rows is off; NULL: a Fisher-Yates shuffle seeded by (seed, batches_added) */
+    TorchGenerator *torch_rng;
     int64_t batches_added; /* the shuffle's and the replay draws' stream */
     GrpoMicroStep *queue;
     int n_queued, queue_cap;

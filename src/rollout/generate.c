@@ -55,6 +55,7 @@ typedef struct {
     int32_t *refeed;  /* [n_slots][max_len]: sequences fed whole again (refeed_chunk) */
     Completion *out;
     SamplerRng *rngs;
+    float *exponentials;  /* [n_jobs][V]: this step's torch draws (opt->torch_rng), else NULL */
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
     float *scratch;
@@ -77,9 +78,15 @@ static Draw draw_token(const Run *r, int s, float *z, int t) {
     memcpy(history, r->prompts[p], (size_t)r->prompt_lens[p] * sizeof *history);
     memcpy(history + r->prompt_lens[p], c->ids, (size_t)c->len * sizeof *history);
     Draw d;
-    d.id =
-        sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len, &r->rngs[j],
-                     r->work + (size_t)t * 2 * r->V, r->order + (size_t)t * 4 * r->V, &d.logprob);
+    float *work = r->work + (size_t)t * 2 * r->V;
+    int32_t *order = r->order + (size_t)t * 4 * r->V;
+    if (r->exponentials)
+        d.id = sampler_next_exponential(
+            z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
+            r->exponentials + (size_t)j * r->V, work, order, &d.logprob);
+    else
+        d.id = sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
+                            &r->rngs[j], work, order, &d.logprob);
     return d;
 }
 
@@ -188,7 +195,10 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.per = opt->n_per_prompt > 0 ? opt->n_per_prompt : 1;
     r.n_jobs = n_prompts * r.per;
     if (r.n_jobs == 0) return 0;
-    r.n_slots = opt->max_batch > 0 && opt->max_batch < r.n_jobs ? opt->max_batch : r.n_jobs;
+    /* torch's draws: one batch in lockstep, so loop iteration k is transformers' step k */
+    bool torch_draws = opt->torch_rng != NULL;
+    r.n_slots =
+        !torch_draws && opt->max_batch > 0 && opt->max_batch < r.n_jobs ? opt->max_batch : r.n_jobs;
     r.V = m->cfg.vocab_size;
     r.max_len = longest + opt->max_new_tokens;
     if (kv_cache_init(&r.kv, model_backend(m), &m->cfg, r.n_slots, r.max_len) != 0) return -1;
@@ -206,7 +216,9 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     CachedChunk *chunks = xmalloc((size_t)r.n_slots * sizeof *chunks);
     int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
     float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
-    bool share = r.per > 1;
+    bool share = r.per > 1 && !torch_draws;
+    if (torch_draws && opt->sampling.do_sample)
+        r.exponentials = xmalloc((size_t)r.n_jobs * r.V * sizeof(float));
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
     r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
     bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
@@ -280,8 +292,14 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                 r.have_prompt_logits[p] = true;
             }
         }
-        /* every job draws from its own random stream: the same tokens at any thread count (a
-         * vocabulary-wide sort for top-p takes ~5 ms per row, so 64 rows are worth two cores) */
+        /* transformers' step: q for every row of the batch, finished ones too (torch_draws:
+         * every unfinished job is in this step, so the step is one of generate()'s) */
+        if (r.exponentials) {
+            torch_exponential_f32(opt->torch_rng, r.exponentials, (size_t)r.n_jobs * r.V);
+        }
+        /* every job draws from its own random stream (or its own row of the step's torch
+         * draws): the same tokens at any thread count (a vocabulary-wide sort for top-p takes
+         * ~5 ms per row, so 64 rows are worth two cores) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(r.n_threads) if (n_chunks > 1)
         for (int c = 0; c < n_chunks; c++)
             draws[c] =
@@ -308,6 +326,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.stopped_len);
     free(r.refeed);
     free(r.rngs);
+    free(r.exponentials);
     kv_cache_free(&r.kv);
     if (rc != 0) completions_free(out, r.n_jobs);
     return rc;

@@ -2,10 +2,12 @@
  * together; when one finishes (an end-of-sequence id, or max_new_tokens) its slot is emptied and
  * the next job is prefilled into it in the same step, so a long straggler never holds the others
  * back. Tokens are chosen by the sampler (rollout/sampler.h) with one random stream per
- * completion, so results depend neither on max_batch nor on the thread count. */
+ * completion, so results depend neither on max_batch nor on the thread count; or, given torch's
+ * generator (torch_rng below), as transformers' generate() draws them from it. */
 #ifndef RLHF_ROLLOUT_GENERATE_H
 #define RLHF_ROLLOUT_GENERATE_H
 
+#include "common/torch_generator.h"
 #include "model/model.h"
 #include "rollout/sampler.h"
 
@@ -25,6 +27,14 @@ typedef struct {
      * numbers its completions as the whole batch does, so a completion's draws do not depend on
      * which rank (or how many) generated it. 0 for a call on its own. */
     uint64_t first_stream;
+    /* Not NULL: tokens are drawn as transformers' generate() draws them on the CPU from torch's
+     * global generator (TRL's GRPOTrainer with the seed set): every completion decodes in one
+     * batch (max_batch is ignored and no prefill is shared), and each step, while any completion
+     * is unfinished, takes n_completions x vocab exponential_() draws from this generator, row j
+     * (completion j, out[] order) its j-th vocab of them, finished rows included; row j's token
+     * is argmax(p / q) (torch.multinomial, rollout/sampler.h). The draws then depend on the
+     * whole batch, as transformers' do; seed and first_stream are unused. Greedy draws nothing. */
+    TorchGenerator *torch_rng;
     /* called after each token a completion receives (streaming); may be NULL */
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);
     void *on_token_ctx;

@@ -223,3 +223,25 @@ int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t
     *logprob = logf(prob[chosen]);
     return chosen;
 }
+
+int32_t sampler_next_exponential(float *z, int vocab, const SamplingParams *p,
+                                 const int32_t *history, int n_history, const float *q, float *work,
+                                 int32_t *order, float *logprob) {
+    sampler_process(z, vocab, p, history, n_history, work, order);
+    if (!p->do_sample) {
+        int32_t chosen = argmax(z, vocab);
+        *logprob = (float)-log_sum_exp(z, vocab, z[chosen]);
+        return chosen;
+    }
+    float *prob = work + vocab;
+    softmax(z, prob, vocab);
+    /* torch.argmax: the first of equal maxima; a masked id (p 0) never wins over a kept one */
+    int32_t chosen = 0;
+    float best = prob[0] / q[0];
+    for (int j = 1; j < vocab; j++) {
+        float r = prob[j] / q[j];
+        if (r > best) best = r, chosen = j;
+    }
+    *logprob = logf(prob[chosen]);
+    return chosen;
+}

@@ -4,7 +4,8 @@
  *
  * Each sequence has its own random generator, seeded from (seed, sequence number), and draws one
  * number per token: a sequence's text depends only on its seed and its own logits, never on which
- * other sequences share the batch or on the thread count. */
+ * other sequences share the batch or on the thread count. sampler_next_exponential instead takes
+ * the draws transformers' generate() makes from torch's generator (rollout/generate.h). */
 #ifndef RLHF_ROLLOUT_SAMPLER_H
 #define RLHF_ROLLOUT_SAMPLER_H
 
@@ -43,5 +44,14 @@ void sampler_process(float *logits, int vocab, const SamplingParams *p, const in
  * processed distribution (what TRL's rollouts report as the sampling log-prob). */
 int32_t sampler_next(float *logits, int vocab, const SamplingParams *p, const int32_t *history,
                      int n_history, SamplerRng *rng, float *work, int32_t *order, float *logprob);
+
+/* sampler_next with the draw torch.multinomial(probs, 1) makes on the CPU in transformers'
+ * generate(): the processed distribution's probabilities p (float32), and the first id with the
+ * largest p / q[id] in float32, q[vocab] being the row's exponential_() draws
+ * (common/torch_generator.h) the caller took from torch's generator. Greedy (do_sample false)
+ * takes the argmax and reads no q, as transformers then draws nothing. */
+int32_t sampler_next_exponential(float *logits, int vocab, const SamplingParams *p,
+                                 const int32_t *history, int n_history, const float *q, float *work,
+                                 int32_t *order, float *logprob);
 
 #endif

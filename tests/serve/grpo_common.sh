@@ -1,7 +1,8 @@
 # What the GRPO-against-a-server scripts (grpo_server.sh, vllm_serve.sh) share; sourced after
 # they set $rlhf and $src: a scratch directory $work removed at exit with every process whose pid
 # is in $pids, fail, the llama_text fixture as $model, eight prompts, and the GRPO config both
-# train (sampled completions, a reward with spread, 2 steps).
+# train (sampled completions, a reward with spread, 2 steps; grpo_rng: streams, the draws a
+# server makes as the in-process engine does).
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -38,6 +39,7 @@ max_steps: 2
 learning_rate: 5e-2
 logging_steps: 1
 seed: 5
+grpo_rng: streams
 ${3:-}
 EOF_CONFIG
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch's CPU generator, drawn by torch itself: randperm, uniform_ (float32 and float64) and
+"""torch's CPU generator, drawn by torch itself: randperm, uniform_ (float32 and float64), exponential_ and
 kaiming_uniform_(a=sqrt(5)) (what nn.Linear.reset_parameters and PEFT's LoRA A init call) for a
 few seeds, sizes and interleavings. Floats are written as their bit patterns (float64 ones as 16 hex digits), so the C test
 (tests/test_torch_rng.c) compares bit for bit.
@@ -59,6 +59,12 @@ def main():
         torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g)
         cases.append({"op": "kaiming_uniform_f32", "seed": seed, "rows": rows, "fan_in": fan_in,
                       "bits": bits32(w)})
+    # exponential_() on float32: what torch.multinomial(probs, 1) draws (a vocabulary-sized row
+    # and more, so that a parallel or MKL path would show).
+    for seed, n in [(0, 7), (11, 3021), (2**32 + 42, 5000)]:
+        g = generator(seed)
+        cases.append({"op": "exponential_f32", "seed": seed,
+                      "bits": bits32(torch.empty(n, dtype=torch.float32).exponential_(generator=g))})
     # One generator through several calls: randperm, uniform_ f32, randperm, uniform_ f64 (the
     # state carries over between ops).
     g = generator(7)
