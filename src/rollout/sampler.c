@@ -194,16 +194,18 @@ void sampler_process(float *z, int vocab, const SamplingParams *p, const int32_t
     }
 }
 
+/* Greedy decoding's choice, the first maximum of the processed logits z. log p(chosen) =
+ * z_chosen - max - log sum exp(z - max), and z_chosen is the max: no probabilities need writing. */
+static int32_t greedy_choice(const float *z, int vocab, float *logprob) {
+    int32_t chosen = argmax(z, vocab);
+    *logprob = (float)-log_sum_exp(z, vocab, z[chosen]);
+    return chosen;
+}
+
 int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t *history,
                      int n_history, SamplerRng *rng, float *work, int32_t *order, float *logprob) {
     sampler_process(z, vocab, p, history, n_history, work, order);
-    if (!p->do_sample) {
-        /* log p(chosen) = z_chosen - max - log sum exp(z - max), and z_chosen is the max: no
-         * probabilities need writing */
-        int32_t chosen = argmax(z, vocab);
-        *logprob = (float)-log_sum_exp(z, vocab, z[chosen]);
-        return chosen;
-    }
+    if (!p->do_sample) return greedy_choice(z, vocab, logprob);
     float *prob = work + vocab;
     softmax(z, prob, vocab);
     /* u scaled by the probabilities' own sum: rounded, it can fall short of 1, and a draw past it
@@ -228,11 +230,7 @@ int32_t sampler_next_exponential(float *z, int vocab, const SamplingParams *p,
                                  const int32_t *history, int n_history, const float *q, float *work,
                                  int32_t *order, float *logprob) {
     sampler_process(z, vocab, p, history, n_history, work, order);
-    if (!p->do_sample) {
-        int32_t chosen = argmax(z, vocab);
-        *logprob = (float)-log_sum_exp(z, vocab, z[chosen]);
-        return chosen;
-    }
+    if (!p->do_sample) return greedy_choice(z, vocab, logprob);
     float *prob = work + vocab;
     softmax(z, prob, vocab);
     /* torch.argmax: the first of equal maxima; a masked id (p 0) never wins over a kept one */
