@@ -57,17 +57,24 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
                                ? "build it where nvcc and cuBLASLt are found, or use device: cpu"
                                : "cuda-emu is in the rlhf program of builds without nvcc");
         if (why) return err_set("%s: device: %s: %s", cfg->source, want, why);
-    } else if (!p || why) {
-        if (p || written)
-            fprintf(log, "device: auto: training on the CPU (%s)\n",
-                    why ? why : "this build has no CUDA backend");
+    } else if (!p) {
+        if (written)
+            fprintf(log, "device: auto: training on the CPU (this build has no CUDA backend)\n");
         return 0;
     }
     Backend *be = p->open();
     if (!be) {
         if (!is_auto) return err_prefix("%s: key 'device': %s", cfg->source, want);
-        fprintf(log, "device: auto: training on the CPU (no CUDA device answers: %s)\n", err_msg());
+        /* a CUDA build without a GPU: the CPU, as HF's Trainer; said only when the key was set */
+        if (written)
+            fprintf(log, "device: auto: training on the CPU (no CUDA device answers: %s)\n",
+                    err_msg());
         err_clear();
+        return 0;
+    }
+    if (why) { /* auto, a device is there, and the run needs what it lacks: always said */
+        p->close(be);
+        fprintf(log, "device: auto: training on the CPU (%s)\n", why);
         return 0;
     }
     d->provider = p;

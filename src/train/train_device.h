@@ -10,8 +10,10 @@
  *  1. device: cuda (or cuda-emu) either gets that backend or the run stops with an error naming
  *     the key and why, before anything is loaded or written; it never falls back.
  *  2. device: auto (the default, as HF's Trainer uses the GPU when there is one) gets cuda when
- *     it is registered, answers, and supports the run; else the CPU, with one line on the log
- *     saying why (none when the build has no CUDA and the key was not written).
+ *     it is registered, answers, and supports the run; else the CPU. One line on the log says
+ *     why when a device answers but the run needs what it lacks; when the build has no CUDA or
+ *     no device answers, the line comes only if the key was written (a CUDA build on a machine
+ *     without a GPU trains on the CPU as quietly as a CPU build).
  *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16/NF4 weights, several
  *     ranks, GRPO's generation) is never silently dropped: under cuda it is an error naming the
  *     key, under auto the reason for the CPU. */
