@@ -27,6 +27,25 @@ typedef struct {
     int prefix_start, prefix_len;
 } AttnSegment;
 
+/* The rows n segments name, own and prefix: 1 + the highest (0 for none). */
+static inline int attn_segments_rows(const AttnSegment *segs, int n) {
+    int rows = 0;
+    for (int s = 0; s < n; s++) {
+        if (segs[s].start + segs[s].len > rows) rows = segs[s].start + segs[s].len;
+        if (segs[s].prefix_start + segs[s].prefix_len > rows)
+            rows = segs[s].prefix_start + segs[s].prefix_len;
+    }
+    return rows;
+}
+
+/* The longest segment's own length (0 for none): the query rows a kernel grid must cover. */
+static inline int attn_segments_longest(const AttnSegment *segs, int n) {
+    int longest = 0;
+    for (int s = 0; s < n; s++)
+        if (segs[s].len > longest) longest = segs[s].len;
+    return longest;
+}
+
 /* How attention turns q·k into the scores its softmax takes: s = scale * q·k, then, with
  * softcap > 0, s = softcap * tanh(s / softcap) (Gemma 2's attn_logit_softcapping), before the
  * mask. */

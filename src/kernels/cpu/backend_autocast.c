@@ -66,23 +66,12 @@ static float *rounded(const float *x, size_t n) {
     return r;
 }
 
-/* The rows the segments name (their own and their prefixes'): 1 + the highest. */
-static int segment_rows(const AttnSegment *segs, int n_segs) {
-    int rows = 0;
-    for (int s = 0; s < n_segs; s++) {
-        if (segs[s].start + segs[s].len > rows) rows = segs[s].start + segs[s].len;
-        if (segs[s].prefix_start + segs[s].prefix_len > rows)
-            rows = segs[s].prefix_start + segs[s].prefix_len;
-    }
-    return rows;
-}
-
 static void ac_attention_scored(const Backend *be, float *out, const float *q, const float *k,
                                 const float *v, const AttnSegment *segs, int n_segs,
                                 const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
                                 int window, AttnScores sc) {
     (void)be;
-    size_t rows = (size_t)segment_rows(segs, n_segs);
+    size_t rows = (size_t)attn_segments_rows(segs, n_segs);
     float *qr = rounded(q, rows * n_heads * hd), *kr = rounded(k, rows * n_kv_heads * hd),
           *vr = rounded(v, rows * n_kv_heads * hd);
     attention_forward_scored(out, qr, kr, vr, segs, n_segs, seq_index, n_heads, n_kv_heads, hd,

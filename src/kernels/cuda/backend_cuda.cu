@@ -299,8 +299,7 @@ static bool longest_segment(const Backend *be, const AttnSegment *segs, int n_se
     if (n_segs <= 0) return true;
     AttnSegment *h = segments_down(be, segs, n_segs, op);
     if (!h) return false;
-    for (int i = 0; i < n_segs; i++)
-        *max_len = h[i].len > *max_len ? h[i].len : *max_len;
+    *max_len = attn_segments_longest(h, n_segs);
     free(h);
     return true;
 }
@@ -616,17 +615,6 @@ static void ac_linear_backward(const Backend *be, float *din, float *dw, float *
         launched(be, op, cuda_bf16_round(din, din, (size_t)n * in_dim, NULL));
 }
 
-// The rows the segments name (their own and their prefixes'): 1 + the highest.
-static int segment_rows(const AttnSegment *segs, int n_segs) {
-    int rows = 0;
-    for (int s = 0; s < n_segs; s++) {
-        if (segs[s].start + segs[s].len > rows) rows = segs[s].start + segs[s].len;
-        if (segs[s].prefix_start + segs[s].prefix_len > rows)
-            rows = segs[s].prefix_start + segs[s].prefix_len;
-    }
-    return rows;
-}
-
 // x's rows of the segments (width values a row) rounded in place: the rows attention writes.
 static bool round_segment_rows(const Backend *be, float *x, const AttnSegment *h, int n_segs,
                                size_t width, const char *op) {
@@ -648,10 +636,8 @@ static void ac_attention(const Backend *be, float *out, const float *q, const fl
     if (!ok(be) || n_segs <= 0) return;
     AttnSegment *h = segments_down(be, segs, n_segs, op);
     if (!h) return;
-    int max_len = 0;
-    for (int i = 0; i < n_segs; i++)
-        max_len = h[i].len > max_len ? h[i].len : max_len;
-    size_t rows = (size_t)segment_rows(h, n_segs), qw = (size_t)n_heads * hd,
+    int max_len = attn_segments_longest(h, n_segs);
+    size_t rows = (size_t)attn_segments_rows(h, n_segs), qw = (size_t)n_heads * hd,
            kw = (size_t)n_kv_heads * hd;
     const float *qr = rounded(be, SCRATCH_AC_Q, q, rows * qw, op);
     const float *kr = rounded(be, SCRATCH_AC_K, k, rows * kw, op);
@@ -674,9 +660,7 @@ static void ac_attention_backward(const Backend *be, float *dq, float *dk, float
     if (!ok(be) || n_rows == 0) return;
     AttnSegment *h = segments_down(be, segs, n_segs, op);
     if (n_segs > 0 && !h) return;
-    int max_len = 0;
-    for (int i = 0; i < n_segs; i++)
-        max_len = h[i].len > max_len ? h[i].len : max_len;
+    int max_len = attn_segments_longest(h, n_segs);
     size_t rows = (size_t)n_rows, qw = (size_t)n_heads * hd, kw = (size_t)n_kv_heads * hd;
     const float *qr = rounded(be, SCRATCH_AC_Q, q, rows * qw, op);
     const float *kr = rounded(be, SCRATCH_AC_K, k, rows * kw, op);
