@@ -45,6 +45,24 @@ struct SegmentView {
     }
 };
 
+// Row r of a query tile starting at own query q0 of segment s (rows_here of the tile's rows are
+// real) and the keys it sees: key c up to its own (causal), under a window only keys whose
+// seq_index is past the query's - window. A row past the segment's end sees none. The forward
+// and dq kernels both mask with sees(), so their P is the same function.
+struct QueryRow {
+    int row, n_keys, oldest;
+    bool real;
+    __device__ __forceinline__ QueryRow(const AttnSegment &s, int q0, int r, int rows_here,
+                                        int window, const int *seq_index)
+        : row(s.start + q0 + r), n_keys(s.prefix_len + q0 + r + 1), oldest(0), real(r < rows_here) {
+        if (window > 0 && real) oldest = seq_index[row] - window;
+    }
+    __device__ __forceinline__ bool sees(const SegmentView &seg, int c, int window,
+                                         const int *seq_index) const {
+        return real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
+    }
+};
+
 // Sum and max over the `tpr` consecutive lanes that hold one row (tpr a power of two <= 32).
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {
     for (int off = 1; off < TPR; off <<= 1)
@@ -89,10 +107,10 @@ __global__ void __launch_bounds__(TILE_THREADS)
     int t = threadIdx.x, h = blockIdx.z, g = h / (n_heads / n_kv_heads);
     int r = t / F_TPR, lane = t % F_TPR; // this thread's query row of the tile, its share of it
     size_t q_stride = (size_t)n_heads * hd, kv_stride = (size_t)n_kv_heads * hd;
-    int rows_here = min(FQ, s.len - q0), row = s.start + q0 + r;
-    bool real = r < rows_here;
-    int n_keys = s.prefix_len + q0 + r + 1; // causal: up to its own key
-    int oldest = window > 0 && real ? seq_index[row] - window : 0;
+    int rows_here = min(FQ, s.len - q0);
+    const QueryRow qr(s, q0, r, rows_here, window, seq_index);
+    int row = qr.row;
+    bool real = qr.real;
     int block_keys = s.prefix_len + q0 + rows_here;
     load_tile(qs, FQ, rows_here, q, q_stride, (size_t)h * hd, hd,
               [&](int x) { return s.start + q0 + x; });
@@ -111,7 +129,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
 #pragma unroll
         for (int j = 0; j < FK / F_TPR; j++) {
             int cc = lane + F_TPR * j, c = c0 + cc;
-            bool seen = real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
+            bool seen = qr.sees(seg, c, window, seq_index);
             score[j] = seen ? row_dot(qs + r * ROW, kvs + cc * ROW, hd) * scale : -INFINITY;
             tile_max = fmaxf(tile_max, score[j]);
         }
@@ -169,10 +187,10 @@ __global__ void __launch_bounds__(TILE_THREADS)
     int t = threadIdx.x, h = blockIdx.z, g = h / (n_heads / n_kv_heads);
     int r = t / B_TPR, lane = t % B_TPR;
     size_t q_stride = (size_t)n_heads * hd, kv_stride = (size_t)n_kv_heads * hd;
-    int rows_here = min(BQ, s.len - q0), row = s.start + q0 + r;
-    bool real = r < rows_here;
-    int n_keys = s.prefix_len + q0 + r + 1;
-    int oldest = window > 0 && real ? seq_index[row] - window : 0;
+    int rows_here = min(BQ, s.len - q0);
+    const QueryRow qr(s, q0, r, rows_here, window, seq_index);
+    int row = qr.row;
+    bool real = qr.real;
     float row_lse = real ? lse[(size_t)row * n_heads + h] : 0.0f;
     float row_d = real ? big_d[(size_t)row * n_heads + h] : 0.0f;
     int block_keys = s.prefix_len + q0 + rows_here;
@@ -194,7 +212,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
 #pragma unroll
         for (int j = 0; j < BK / B_TPR; j++) {
             int cc = lane + B_TPR * j, c = c0 + cc;
-            bool seen = real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
+            bool seen = qr.sees(seg, c, window, seq_index);
             float ds = 0.0f;
             if (seen) {
                 float p = expf(row_dot(qs + r * ROW, ks + cc * ROW, hd) * scale - row_lse);
