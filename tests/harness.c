@@ -140,6 +140,31 @@ double harness_metric(const json_t *rows, size_t i, const char *key) {
     return json_number_value(json_object_get(json_array_get(rows, i), key));
 }
 
+int harness_check_log_history(const char *out_dir, const json_t *history, const char *skip_key) {
+    json_t *got = harness_read_metrics(out_dir);
+    CHECK(json_array_size(got) == json_array_size(history), "%zu steps logged, the reference %zu",
+          json_array_size(got), json_array_size(history));
+    size_t s;
+    json_t *want;
+    int compared = 0;
+    json_array_foreach(history, s, want) {
+        const json_t *row = json_array_get(got, s);
+        const char *key;
+        json_t *v;
+        json_object_foreach(want, key, v) {
+            if (skip_key && !strcmp(key, skip_key)) continue;
+            const json_t *g = row ? json_object_get(row, key) : NULL;
+            double w = json_number_value(v), x = json_number_value(g);
+            CHECK(g && json_is_number(g), "step %zu: %s logged", s + 1, key);
+            CHECK(!g || fabs(x - w) <= 1e-4 * fmax(1.0, fabs(w)),
+                  "step %zu: %s = %.7g, reference %.7g", s + 1, key, x, w);
+            compared++;
+        }
+    }
+    json_decref(got);
+    return compared;
+}
+
 int harness_foreach_case(const char *root, const char *marker, void (*fn)(const char *name)) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", harness_source_path(root));

@@ -64,6 +64,12 @@ const char *harness_write_untied_llama_text(void);
 json_t *harness_read_metrics(const char *out_dir);
 double harness_metric(const json_t *rows, size_t i, const char *key);
 
+/* Checks out_dir/metrics.jsonl against a reference run's log_history (a JSON array of per-step
+ * objects, as TRL's trainer.state.log_history): the same number of steps, and every key of every
+ * reference step logged as a number within 1e-4 of it (relative above 1), but skip_key (NULL:
+ * none). Returns how many values were compared. */
+int harness_check_log_history(const char *out_dir, const json_t *history, const char *skip_key);
+
 /* Starts `build/rlhf train config --output_dir out [extra...]` (RLHF_BINARY_DIR "/rlhf", or
  * $RLHF_TEST_BINARY_DIR "/rlhf" where that is set) as a
  * child process, its stdout (progress) and stderr (warnings, errors) to log_path (appended);
