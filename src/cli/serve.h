@@ -56,6 +56,9 @@ typedef enum {
 } ServeKind;
 
 #define SERVE_MAX_STOP 4
+/* The most alternatives per token a request may ask for: vLLM's max_logprobs default (OpenAI
+ * documents 5 for completions and 20 for chat; this server imitates vLLM). */
+#define SERVE_MAX_LOGPROBS 20
 
 /* One parsed request: prompts as token ids and the options of its one generate() call. */
 typedef struct {
@@ -68,8 +71,10 @@ typedef struct {
     char *stop[SERVE_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
-    bool logprobs; /* completions: `logprobs: 0`; chat: `logprobs: true`; TRL: `logprobs: 0` */
-    char id[48];   /* "cmpl-..." / "chatcmpl-..." */
+    /* completions: `logprobs: N`; chat: `logprobs: true`; TRL: `logprobs: N` (not null). The
+     * alternatives asked for are opt.top_logprobs, their distribution opt.raw_logprobs. */
+    bool logprobs;
+    char id[48]; /* "cmpl-..." / "chatcmpl-..." */
     long created;
 } ServeRequest;
 
@@ -110,10 +115,20 @@ int serve_finish(const ServeContext *ctx, const ServeRequest *req, const Complet
  * become a stop string. */
 size_t serve_stream_safe_len(const ServeRequest *req, const char *text, size_t n, bool *hit);
 
+/* The `logprobs` of a choice's tokens [from, to) of c in OpenAI's shape for req's kind: chat
+ * {"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}, completions {tokens,
+ * token_logprobs, top_logprobs, text_offset}; *offset is the choice's text offset (characters)
+ * before token `from`, advanced past token to - 1 (a stream carries it from chunk to chunk).
+ * A new reference. */
+json_t *serve_logprobs_json(const ServeContext *ctx, const ServeRequest *req, const Completion *c,
+                            int from, int to, long *offset);
+
 /* One server-sent event of a stream: "data: {chunk}\n\n" for choice `index` with `delta` text
- * (may be NULL) and finish_reason (NULL while going on). Malloc'd. */
+ * (may be NULL), `logprobs` (a reference it takes, NULL: null) and finish_reason (NULL while
+ * going on). Malloc'd. */
 char *serve_chunk_event(const ServeContext *ctx, const ServeRequest *req, int index,
-                        const char *delta, size_t delta_len, const char *finish_reason, bool first);
+                        const char *delta, size_t delta_len, json_t *logprobs,
+                        const char *finish_reason, bool first);
 /* The usage-only last chunk of a stream (stream_options.include_usage), an event as above. */
 char *serve_usage_event(const ServeContext *ctx, const ServeRequest *req, long prompt_tokens,
                         long completion_tokens);
@@ -148,9 +163,11 @@ typedef struct ServeJob {
     ServeError error;
     char *response; /* the whole JSON response (non-streaming) */
     /* streaming state, per choice */
-    size_t *sent;   /* bytes of the decoded text already sent */
-    bool *finished; /* a stop string ended it: later tokens are dropped */
-    int *tokens;    /* tokens up to the end of what is sent */
+    size_t *sent;    /* bytes of the decoded text already sent */
+    bool *finished;  /* a stop string ended it: later tokens are dropped */
+    int *tokens;     /* tokens up to the end of what is sent */
+    int *lp_sent;    /* tokens whose logprobs are sent (they go with the chunk of their text) */
+    long *lp_offset; /* text_offset of the next token (completions' logprobs) */
     char *events;
     size_t events_len, events_cap, read_pos;
     bool parsed, done;

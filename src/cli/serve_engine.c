@@ -43,43 +43,61 @@ static void mark_done(ServeJob *job) {
     pthread_mutex_unlock(&job->lock);
 }
 
-/* The jobs of one generate() call: job b's sequences are first[b] .. first[b + 1] - 1. */
+/* The jobs of one generate() call: job b's sequences are first[b] .. first[b + 1] - 1, being
+ * written in out[]. */
 typedef struct {
     const ServeContext *ctx;
     ServeJob **jobs;
     int *first;
     int count;
+    const Completion *out;
 } Batch;
 
-/* After each token of choice j of a streamed job: the text it gained that can no longer turn
- * into a stop string goes out as one chunk; a stop string ends the choice there. */
-static void stream_token(const ServeContext *ctx, ServeJob *job, int j, const int32_t *ids,
-                         int len) {
+/* The logprobs of choice j's tokens not yet sent, up to token `to` (NULL when the request asked
+ * for none or none are left): they go with the next chunk of the choice. */
+static json_t *unsent_logprobs(const ServeContext *ctx, ServeJob *job, int j, const Completion *c,
+                               int to) {
+    if (!job->req.logprobs || job->lp_sent[j] >= to) return NULL;
+    json_t *lp = serve_logprobs_json(ctx, &job->req, c, job->lp_sent[j], to, &job->lp_offset[j]);
+    job->lp_sent[j] = to;
+    return lp;
+}
+
+/* After each token of choice j (completion c) of a streamed job: the text it gained that can no
+ * longer turn into a stop string goes out as one chunk, with the logprobs of the tokens since the
+ * last chunk; a stop string ends the choice there. */
+static void stream_token(const ServeContext *ctx, ServeJob *job, int j, const Completion *c) {
     if (job->finished[j]) return;
     char *text;
     size_t n;
-    if (tokenizer_decode(ctx->tok, ids, (size_t)len, true, &text, &n) != 0) return;
+    if (tokenizer_decode(ctx->tok, c->ids, (size_t)c->len, true, &text, &n) != 0) return;
     bool hit;
     size_t safe = serve_stream_safe_len(&job->req, text, n, &hit);
     if (safe > job->sent[j]) {
-        append_event(job, serve_chunk_event(ctx, &job->req, j, text + job->sent[j],
-                                            safe - job->sent[j], NULL, false));
+        append_event(job,
+                     serve_chunk_event(ctx, &job->req, j, text + job->sent[j], safe - job->sent[j],
+                                       unsent_logprobs(ctx, job, j, c, c->len), NULL, false));
         job->sent[j] = safe;
     }
-    job->tokens[j] = len;
+    job->tokens[j] = c->len;
     if (hit) {
         job->finished[j] = true;
-        append_event(job, serve_chunk_event(ctx, &job->req, j, NULL, 0, "stop", false));
+        append_event(job,
+                     serve_chunk_event(ctx, &job->req, j, NULL, 0,
+                                       unsent_logprobs(ctx, job, j, c, c->len), "stop", false));
     }
     free(text);
 }
 
+/* generate()'s on_token: ids is out[seq].ids, whose logprobs are written up to len too. */
 static void on_token(int seq, const int32_t *ids, int len, void *arg) {
+    (void)ids;
+    (void)len;
     Batch *b = arg;
     int k = 0;
     while (k + 1 < b->count && seq >= b->first[k + 1])
         k++;
-    if (b->jobs[k]->req.stream) stream_token(b->ctx, b->jobs[k], seq - b->first[k], ids, len);
+    if (b->jobs[k]->req.stream) stream_token(b->ctx, b->jobs[k], seq - b->first[k], &b->out[seq]);
 }
 
 static void stream_error(const ServeContext *ctx, ServeJob *job) {
@@ -108,10 +126,12 @@ static void finish_stream(const ServeContext *ctx, ServeJob *job, int total) {
             bool stopped;
             if (serve_finish(ctx, &job->req, &job->out[j], &text, &n, &tokens, &stopped) != 0)
                 continue;
-            if (n > job->sent[j])
+            json_t *lp = unsent_logprobs(ctx, job, j, &job->out[j], tokens);
+            if (n > job->sent[j] || lp)
                 append_event(job, serve_chunk_event(ctx, &job->req, j, text + job->sent[j],
-                                                    n - job->sent[j], NULL, false));
-            append_event(job, serve_chunk_event(ctx, &job->req, j, NULL, 0,
+                                                    n > job->sent[j] ? n - job->sent[j] : 0, lp,
+                                                    NULL, false));
+            append_event(job, serve_chunk_event(ctx, &job->req, j, NULL, 0, NULL,
                                                 stopped ? "stop" : "length", false));
             job->tokens[j] = tokens;
             free(text);
@@ -146,9 +166,11 @@ static int prepare_job(const ServeContext *ctx, ServeJob *job) {
         job->sent = xcalloc((size_t)total, sizeof *job->sent);
         job->finished = xcalloc((size_t)total, sizeof *job->finished);
         job->tokens = xcalloc((size_t)total, sizeof *job->tokens);
+        job->lp_sent = xcalloc((size_t)total, sizeof *job->lp_sent);
+        job->lp_offset = xcalloc((size_t)total, sizeof *job->lp_offset);
         if (req->kind == SERVE_CHAT) /* the first chunk of each choice names the role */
             for (int j = 0; j < total; j++)
-                append_event(job, serve_chunk_event(ctx, req, j, NULL, 0, NULL, true));
+                append_event(job, serve_chunk_event(ctx, req, j, NULL, 0, NULL, NULL, true));
     }
     return 0;
 }
@@ -166,7 +188,8 @@ static void finish_job(const ServeContext *ctx, ServeJob *job) {
 }
 
 /* Whether job b can share a's generate() call: both greedy (the seed then plays no part) with
- * the same length limit, n, repetition penalty and eos ids. A greedy token depends on its own
+ * the same length limit, n, repetition penalty, eos ids and logprobs asked for (top N and
+ * raw or processed). A greedy token depends on its own
  * sequence alone, so sharing a call changes no token. */
 static bool shareable(const ServeJob *a, const ServeJob *b) {
     const GenerateOptions *x = &a->req.opt, *y = &b->req.opt;
@@ -175,7 +198,8 @@ static bool shareable(const ServeJob *a, const ServeJob *b) {
         return false;
     return !x->sampling.do_sample && !y->sampling.do_sample &&
            x->max_new_tokens == y->max_new_tokens && x->n_per_prompt == y->n_per_prompt &&
-           x->sampling.repetition_penalty == y->sampling.repetition_penalty;
+           x->sampling.repetition_penalty == y->sampling.repetition_penalty &&
+           x->top_logprobs == y->top_logprobs && x->raw_logprobs == y->raw_logprobs;
 }
 
 /* One generate() call over the prompts of jobs[0..count), each job's completions moved into its
@@ -196,7 +220,7 @@ static void run_batch(const ServeContext *ctx, ServeJob **jobs, int count) {
     }
     first[count] = n_prompts * per;
     Completion *out = count == 1 ? jobs[0]->out : xcalloc((size_t)n_prompts * per, sizeof *out);
-    Batch batch = {ctx, jobs, first, count};
+    Batch batch = {ctx, jobs, first, count, out};
     GenerateOptions opt = jobs[0]->req.opt;
     opt.on_token = on_token;
     opt.on_token_ctx = &batch;
@@ -396,6 +420,8 @@ void serve_job_release(ServeJob *job) {
     free(job->sent);
     free(job->finished);
     free(job->tokens);
+    free(job->lp_sent);
+    free(job->lp_offset);
     free(job->events);
     pthread_mutex_destroy(&job->lock);
     pthread_cond_destroy(&job->changed);

@@ -351,31 +351,25 @@ static int stream_fields(const json_t *body, ServeRequest *req, ServeError *err)
                           "'stream_options' is only allowed when 'stream' is true");
         req->include_usage = json_is_true(json_object_get(so, "include_usage"));
     }
+    /* vLLM's OpenAI server: log-probs of the raw logits (logprobs_mode "raw_logprobs"), at
+     * most max_logprobs (20) alternatives per token */
+    req->opt.raw_logprobs = true;
+    long top = 0;
+    bool given;
     if (req->kind == SERVE_COMPLETIONS) {
-        long lp;
-        bool given;
-        if (int_field(body, "logprobs", 0, 20, &lp, &given, err)) return -1;
-        if (given && lp > 0)
-            return refuse(err, 400, "logprobs",
-                          "'logprobs' > 0 asks for the top alternatives, which rlhf serve does not "
-                          "compute; 'logprobs': 0 gives each sampled token's log-probability");
+        if (int_field(body, "logprobs", 0, SERVE_MAX_LOGPROBS, &top, &given, err)) return -1;
         req->logprobs = given;
     } else {
         v = field(body, "logprobs");
         if (v && !json_is_boolean(v))
             return refuse(err, 400, "logprobs", "'logprobs' must be a boolean");
         req->logprobs = json_is_true(v);
-        long top;
-        bool given;
-        if (int_field(body, "top_logprobs", 0, 20, &top, &given, err)) return -1;
-        if (given && top > 0)
+        if (int_field(body, "top_logprobs", 0, SERVE_MAX_LOGPROBS, &top, &given, err)) return -1;
+        if (given && !req->logprobs)
             return refuse(err, 400, "top_logprobs",
-                          "'top_logprobs' > 0 is not supported by rlhf serve (logprobs: true gives "
-                          "each sampled token's log-probability)");
+                          "when using 'top_logprobs', 'logprobs' must be set to true");
     }
-    if (req->logprobs && req->stream)
-        return refuse(err, 400, "logprobs",
-                      "'logprobs' with 'stream' is not supported by rlhf serve");
+    req->opt.top_logprobs = (int)top;
     return 0;
 }
 
@@ -512,17 +506,16 @@ static int trl_truncate(const json_t *sampling, ServeRequest *req, ServeError *e
     return 0;
 }
 
-/* logprobs: null (none returned) or 0 (the sampled token's); N > 0 asks for the top N, which
- * generate() does not compute. */
+/* logprobs: null (none returned), 0 (the sampled token's) or N (the N most likely too, at most
+ * vLLM's max_logprobs), of the processed distribution, as TRL starts vLLM
+ * (logprobs_mode="processed_logprobs"). */
 static int trl_logprobs(const json_t *sampling, ServeRequest *req, ServeError *err) {
     long lp;
     bool given;
-    if (int_field(sampling, "logprobs", 0, 1L << 20, &lp, &given, err)) return -1;
-    if (given && lp > 0)
-        return refuse(err, 400, "logprobs",
-                      "'logprobs' > 0 asks for the top alternatives, which rlhf serve does not "
-                      "compute; 'logprobs': 0 gives each sampled token's log-probability");
+    if (int_field(sampling, "logprobs", 0, SERVE_MAX_LOGPROBS, &lp, &given, err)) return -1;
     req->logprobs = given;
+    req->opt.top_logprobs = given ? (int)lp : 0;
+    req->opt.raw_logprobs = false;
     return 0;
 }
 
@@ -572,8 +565,10 @@ static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *
 
 /* TRL's GenerateResponse / ChatResponse: prompt_ids per prompt, completion_ids per completion
  * (n per prompt, in order; the eos token that ended one included, as vLLM's token_ids), and with
- * logprobs 0 each token's log-probability as a one-entry list (logprob_token_ids the same shape),
- * else null for both. */
+ * logprobs N each token's list of log-probabilities by rank (trl extract_logprobs): the N most
+ * likely ids that the processed distribution keeps, most likely first, then the sampled token
+ * when it is not among them (so N + 1 at most, and just the sampled token's for N = 0);
+ * logprob_token_ids the same shape. With logprobs null both are null. */
 static char *trl_response_json(const ServeRequest *req, const Completion *out) {
     json_t *prompt_ids = json_array(), *completion_ids = json_array();
     json_t *logprobs = req->logprobs ? json_array() : json_null();
@@ -589,9 +584,23 @@ static char *trl_response_json(const ServeRequest *req, const Completion *out) {
         json_t *ids = json_array(), *lps = json_array(), *lp_ids = json_array();
         for (int t = 0; t < c->len; t++) {
             json_array_append_new(ids, json_integer(c->ids[t]));
-            double lp = c->logprobs ? (double)c->logprobs[t] : NAN;
-            json_array_append_new(lps, json_pack("[o]", isnan(lp) ? json_null() : json_real(lp)));
-            json_array_append_new(lp_ids, json_pack("[i]", c->ids[t]));
+            json_t *step = json_array(), *step_ids = json_array();
+            bool sampled_in = false;
+            for (int k = 0; k < c->n_top; k++) {
+                int32_t id = c->top_ids[(size_t)t * c->n_top + k];
+                float lp = c->top_logprobs[(size_t)t * c->n_top + k];
+                if (!isfinite(lp)) break; /* masked: never drawn, and no JSON number */
+                json_array_append_new(step, json_real(lp));
+                json_array_append_new(step_ids, json_integer(id));
+                sampled_in |= id == c->ids[t];
+            }
+            if (!sampled_in) {
+                double lp = c->logprobs ? (double)c->logprobs[t] : NAN;
+                json_array_append_new(step, isfinite(lp) ? json_real(lp) : json_null());
+                json_array_append_new(step_ids, json_integer(c->ids[t]));
+            }
+            json_array_append_new(lps, step);
+            json_array_append_new(lp_ids, step_ids);
         }
         json_array_append_new(completion_ids, ids);
         if (req->logprobs) {
@@ -743,39 +752,105 @@ size_t serve_stream_safe_len(const ServeRequest *req, const char *text, size_t n
     return limit;
 }
 
-static json_t *logprobs_json(const ServeContext *ctx, const ServeRequest *req, const Completion *c,
-                             int tokens) {
-    json_t *toks = json_array(), *lps = json_array(), *offsets = json_array(),
+/* One token's text (its decode alone, special tokens kept) as OpenAI shows it. */
+static char *token_text(const ServeContext *ctx, int32_t id, size_t *n) {
+    char *piece;
+    if (tokenizer_decode(ctx->tok, &id, 1, false, &piece, n) != 0) {
+        err_clear();
+        *n = 0;
+        return xstrdup("");
+    }
+    return piece;
+}
+
+/* A log-probability as JSON: -inf (an id the processed distribution masked) has no JSON number;
+ * vLLM's OpenAI server writes -9999.0 for it, and so does this one. */
+static json_t *logprob_value(double lp) {
+    return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+/* Chat's {"token", "logprob", "bytes"} of one id. */
+static json_t *chat_entry(const ServeContext *ctx, int32_t id, double lp) {
+    size_t n;
+    char *piece = token_text(ctx, id, &n);
+    json_t *bytes = json_array();
+    for (size_t b = 0; b < n; b++)
+        json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
+    json_t *o = json_pack("{s:o, s:o, s:o}", "token", text_json(piece, n), "logprob",
+                          logprob_value(lp), "bytes", bytes);
+    free(piece);
+    return o;
+}
+
+/* Characters (code points, as Python's len counts them) in n bytes of UTF-8. */
+static long utf8_chars(const char *s, size_t n) {
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+json_t *serve_logprobs_json(const ServeContext *ctx, const ServeRequest *req, const Completion *c,
+                            int from, int to, long *offset) {
+    json_t *toks = json_array(), *lps = json_array(), *offsets = json_array(), *tops = json_array(),
            *content = json_array();
-    size_t offset = 0;
-    for (int t = 0; t < tokens; t++) {
-        char *piece;
+    bool chat = req->kind == SERVE_CHAT;
+    int n_top = c->n_top;
+    for (int t = from; t < to; t++) {
         size_t n;
-        if (tokenizer_decode(ctx->tok, &c->ids[t], 1, false, &piece, &n) != 0) {
-            piece = xstrdup("");
-            n = 0;
+        char *piece = token_text(ctx, c->ids[t], &n);
+        const int32_t *ids = n_top ? c->top_ids + (size_t)t * n_top : NULL;
+        const float *top = n_top ? c->top_logprobs + (size_t)t * n_top : NULL;
+        if (chat) {
+            json_t *entry = chat_entry(ctx, c->ids[t], c->logprobs[t]);
+            json_t *alternatives = json_array();
+            for (int k = 0; k < n_top; k++)
+                json_array_append_new(alternatives, chat_entry(ctx, ids[k], top[k]));
+            json_object_set_new(entry, "top_logprobs", alternatives);
+            json_array_append_new(content, entry);
+        } else {
+            json_array_append_new(toks, text_json(piece, n));
+            json_array_append_new(lps, logprob_value(c->logprobs[t]));
+            json_array_append_new(offsets, json_integer((json_int_t)*offset));
+            /* vLLM's legacy top_logprobs: {token: logprob} of the N most likely, most likely
+             * first, and the sampled token's when it is not among them; null when N is 0 */
+            if (n_top > 0) {
+                json_t *d = json_object();
+                bool sampled_in = false;
+                for (int k = 0; k < n_top; k++) {
+                    size_t m;
+                    char *alt = token_text(ctx, ids[k], &m);
+                    json_t *key = text_json(alt, m);
+                    if (!json_object_get(d, json_string_value(key)))
+                        json_object_set_new(d, json_string_value(key), logprob_value(top[k]));
+                    json_decref(key);
+                    free(alt);
+                    sampled_in |= ids[k] == c->ids[t];
+                }
+                json_t *key = text_json(piece, n);
+                if (!sampled_in && !json_object_get(d, json_string_value(key)))
+                    json_object_set_new(d, json_string_value(key), logprob_value(c->logprobs[t]));
+                json_decref(key);
+                json_array_append_new(tops, d);
+            }
         }
-        json_array_append_new(toks, text_json(piece, n));
-        json_array_append_new(lps, json_real(c->logprobs[t]));
-        json_array_append_new(offsets, json_integer((json_int_t)offset));
-        json_t *bytes = json_array();
-        for (size_t b = 0; b < n; b++)
-            json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
-        json_array_append_new(
-            content, json_pack("{s:o, s:f, s:o, s:[]}", "token", text_json(piece, n), "logprob",
-                               (double)c->logprobs[t], "bytes", bytes, "top_logprobs"));
-        offset += n;
+        *offset += utf8_chars(piece, n);
         free(piece);
     }
-    if (req->kind == SERVE_CHAT) {
+    if (chat) {
         json_decref(toks);
         json_decref(lps);
         json_decref(offsets);
+        json_decref(tops);
         return json_pack("{s:o, s:n}", "content", content, "refusal");
     }
     json_decref(content);
-    return json_pack("{s:o, s:o, s:n, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
-                     "text_offset", offsets);
+    if (n_top == 0) { /* logprobs 0: no alternatives asked for */
+        json_decref(tops);
+        tops = json_null();
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
+                     tops, "text_offset", offsets);
 }
 
 static json_t *usage_json(long prompt, long completion) {
@@ -809,7 +884,9 @@ char *serve_response_json(const ServeContext *ctx, const ServeRequest *req, cons
             return NULL;
         }
         completion_tokens += tokens;
-        json_t *lp = req->logprobs ? logprobs_json(ctx, req, &out[j], tokens) : json_null();
+        long offset = 0;
+        json_t *lp = req->logprobs ? serve_logprobs_json(ctx, req, &out[j], 0, tokens, &offset)
+                                   : json_null();
         const char *reason = stopped ? "stop" : "length";
         json_t *choice =
             chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", j, "message", "role",
@@ -849,8 +926,9 @@ static char *event(json_t *chunk) {
 }
 
 char *serve_chunk_event(const ServeContext *ctx, const ServeRequest *req, int index,
-                        const char *delta, size_t delta_len, const char *finish_reason,
-                        bool first) {
+                        const char *delta, size_t delta_len, json_t *logprobs,
+                        const char *finish_reason, bool first) {
+    if (!logprobs) logprobs = json_null();
     bool chat = req->kind == SERVE_CHAT;
     json_t *chunk = envelope(ctx, req, chat ? "chat.completion.chunk" : "text_completion");
     json_t *reason = finish_reason ? json_string(finish_reason) : json_null();
@@ -860,12 +938,12 @@ char *serve_chunk_event(const ServeContext *ctx, const ServeRequest *req, int in
         if (first) json_object_set_new(d, "role", json_string("assistant"));
         if (delta || first)
             json_object_set_new(d, "content", text_json(delta ? delta : "", delta_len));
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "delta", d, "logprobs",
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", d, "logprobs", logprobs,
                            "finish_reason", reason);
     } else {
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "text",
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "text",
                            text_json(delta ? delta : "", delta ? delta_len : 0), "logprobs",
-                           "finish_reason", reason);
+                           logprobs, "finish_reason", reason);
     }
     json_object_set_new(chunk, "choices", json_pack("[o]", choice));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());

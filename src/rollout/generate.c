@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "model/forward_cached.h"
 #include "model/packed_model.h"
+#include "rollout/top_logprobs.h"
 
 #include <omp.h>
 #include <stdbool.h>
@@ -62,6 +63,7 @@ typedef struct {
     int n_threads; /* each has its own sampler scratch: work, order and history */
     float *work;
     int32_t *order, *history;
+    float *raw; /* [n_threads][V]: a row's logits before the sampler (opt->raw_logprobs) */
 } Run;
 
 typedef struct {
@@ -80,6 +82,8 @@ static Draw draw_token(const Run *r, int s, float *z, int t) {
     Draw d;
     float *work = r->work + (size_t)t * 2 * r->V;
     int32_t *order = r->order + (size_t)t * 4 * r->V;
+    float *raw = r->raw ? r->raw + (size_t)t * r->V : NULL;
+    if (raw) memcpy(raw, z, (size_t)r->V * sizeof *raw); /* the sampler processes z in place */
     if (r->exponentials)
         d.id = sampler_next_exponential(
             z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
@@ -87,6 +91,14 @@ static Draw draw_token(const Run *r, int s, float *z, int t) {
     else
         d.id = sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
                             &r->rngs[j], work, order, &d.logprob);
+    /* z now holds the processed logits the token was drawn from */
+    const float *dist = raw ? raw : z;
+    double norm = 0;
+    if (raw || c->n_top > 0) norm = logprobs_log_normalizer(dist, r->V);
+    if (raw) d.logprob = (float)((double)raw[d.id] - norm);
+    if (c->n_top > 0)
+        logprobs_top(dist, r->V, norm, c->n_top, c->top_ids + (size_t)c->len * c->n_top,
+                     c->top_logprobs + (size_t)c->len * c->n_top);
     return d;
 }
 
@@ -208,6 +220,12 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     for (int j = 0; j < r.n_jobs; j++) {
         out[j].ids = xmalloc((size_t)opt->max_new_tokens * sizeof(int32_t));
         out[j].logprobs = xmalloc((size_t)opt->max_new_tokens * sizeof(float));
+        out[j].n_top = opt->top_logprobs < r.V ? opt->top_logprobs : r.V;
+        if (out[j].n_top > 0) {
+            size_t n = (size_t)opt->max_new_tokens * out[j].n_top;
+            out[j].top_ids = xmalloc(n * sizeof *out[j].top_ids);
+            out[j].top_logprobs = xmalloc(n * sizeof *out[j].top_logprobs);
+        }
         sampler_rng_seed(&r.rngs[j], opt->seed, opt->first_stream + (uint64_t)j);
     }
     r.slots = xmalloc((size_t)r.n_slots * sizeof *r.slots);
@@ -227,6 +245,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.work = xmalloc((size_t)r.n_threads * 2 * r.V * sizeof(float));
     r.order = xmalloc((size_t)r.n_threads * 4 * r.V * sizeof(int32_t));
     r.history = xmalloc((size_t)r.n_threads * r.max_len * sizeof(int32_t));
+    r.raw = opt->raw_logprobs ? xmalloc((size_t)r.n_threads * r.V * sizeof(float)) : NULL;
     Draw *draws = xmalloc((size_t)r.n_slots * sizeof *draws);
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};
@@ -311,6 +330,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
                 omp_get_wtime() - step_start;
     }
     free(draws);
+    free(r.raw);
     packed_model_free(&own);
     free(r.history);
     free(r.order);
@@ -336,6 +356,8 @@ void completions_free(Completion *c, int n) {
     for (int i = 0; i < n; i++) {
         free(c[i].ids);
         free(c[i].logprobs);
+        free(c[i].top_ids);
+        free(c[i].top_logprobs);
     }
     memset(c, 0, (size_t)n * sizeof *c);
 }

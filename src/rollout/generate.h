@@ -48,6 +48,16 @@ typedef struct {
      * NULL: generate() packs into memory of its own and frees it. Used only when packing pays
      * (packed_model_worth). */
     struct PackedModel *packed;
+    /* Each token's top_logprobs most likely ids and their log-probabilities (Completion.top_ids,
+     * top_logprobs; capped at the vocabulary), as vLLM's SamplingParams.logprobs; 0: none. */
+    int top_logprobs;
+    /* Which distribution `logprobs` and the top ids are taken from. false: the processed one
+     * each token was drawn from (repetition penalty, temperature, top-k, top-p and min-p
+     * applied; masked ids have -inf), what TRL's importance sampling needs and TRL starts vLLM
+     * with (logprobs_mode="processed_logprobs"). true: the log-softmax of the model's raw logits
+     * before any of them, vLLM's default logprobs_mode "raw_logprobs" (its OpenAI server's). The
+     * tokens drawn are the same either way. */
+    bool raw_logprobs;
 } GenerateOptions;
 
 /* What a generate() call computed: prompt tokens prefilled (a prompt whose prefill was shared
@@ -63,8 +73,15 @@ typedef struct GenerateStats {
 
 typedef struct {
     int32_t *ids;    /* the generated tokens, the stopping eos included */
-    float *logprobs; /* per token, under the processed distribution it was drawn from */
+    float *logprobs; /* per token, under the distribution GenerateOptions.raw_logprobs names
+                      * (by default the processed one it was drawn from) */
     int len;
+    /* GenerateOptions.top_logprobs, capped at the vocabulary; 0: top_ids and top_logprobs are
+     * NULL. Token t's n_top most likely ids are top_ids[t * n_top ..], most likely first (equal
+     * log-probabilities in ascending id order), under the same distribution as logprobs. */
+    int n_top;
+    int32_t *top_ids;
+    float *top_logprobs;
 } Completion;
 
 /* Generates n_per_prompt completions for each of n_prompts prompts: out[i * n_per_prompt + k]

@@ -16,6 +16,7 @@ void generate_scripted(int vocab, int n_prompts, const GenerateOptions *opt, Com
         SamplerRng rng;
         sampler_rng_seed(&rng, opt->seed, opt->first_stream + (uint64_t)j);
         Completion *c = &out[j];
+        *c = (Completion){0};
         c->len = 1 + (int)(sampler_rng_uniform(&rng) * max);
         c->ids = xmalloc((size_t)c->len * sizeof *c->ids);
         c->logprobs = xcalloc((size_t)c->len, sizeof *c->logprobs);

@@ -5,7 +5,8 @@
 # against `rlhf serve models/tiny-arith --port 0` on 127.0.0.1 (serve_client.py: completions,
 # chat, streaming, n > 1, stop strings, errors, a load test, `rlhf chat` through a pipe, each
 # compared with `rlhf generate`); then SIGTERM must end the server with exit status 0 within
-# seconds. vllm_client.py replays TRL's VLLMClient (requests) against the same server. Skipped (77)
+# seconds. vllm_client.py replays TRL's VLLMClient (requests) against the same server, and
+# serve_logprobs.py checks top-N log-probabilities against transformers'. Skipped (77)
 # only when PyPI cannot be reached.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd) bin=$(cd "$3" && pwd)
@@ -56,6 +57,9 @@ status=0
 # TRL's vLLM server protocol, as VLLMClient calls it (vllm_client.py)
 "$venv/bin/python" "$src/tests/serve/vllm_client.py" "$rlhf" "$model" \
     "http://127.0.0.1:$port" "$work" || status=1
+# top-N log-probabilities against transformers' (serve_logprobs.py, tests/fixtures/serve)
+"$venv/bin/python" "$src/tests/serve/serve_logprobs.py" "http://127.0.0.1:$port" tiny-arith \
+    "$src/tests/fixtures/serve/logprobs.json" || status=1
 
 # SIGTERM: a clean stop, exit status 0, within seconds
 kill -TERM "$server"

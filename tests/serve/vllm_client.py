@@ -113,7 +113,7 @@ refusals = [
     ("/generate/", body("prompts", ["1"], structured_outputs_regex="[0-9]+"),
      "structured_outputs_regex"),
     ("/generate/", body("prompts", ["1"], guided_decoding_regex="[0-9]+"), "guided_decoding_regex"),
-    ("/generate/", body("prompts", ["1"], logprobs=2), "logprobs"),
+    ("/generate/", body("prompts", ["1"], logprobs=21), "logprobs"),  # over max_logprobs 20
     ("/generate/", body("prompts", ["1"], generation_kwargs={"frequency_penalty": 0.5}),
      "generation_kwargs"),
     ("/chat/", body("messages", [conv], chat_template_kwargs={"enable_thinking": False}),
