@@ -8,6 +8,10 @@
 # 2. vllm.max_model_len is what the server enforces (prompt + max_tokens above it: 400).
 # 3. Refusals naming the key, before any port is opened: vllm.tensor_parallel_size: 2,
 #    vllm.dtype: float16, a port that is not a number.
+# 4. Axolotl's command-line options (--port, --max-model-len, --gpu-memory-utilization,
+#    --no-enable-prefix-caching) over the file's vllm: keys: the server listens on the option's
+#    port with the option's max_model_len and names the no-ops as options; the same refusals as
+#    the keys, naming the option.
 set -euo pipefail
 rlhf=$1 src=$(cd "$2" && pwd)
 . "$src/tests/serve/grpo_common.sh"
@@ -96,3 +100,48 @@ expect_error "grpo.yaml: key 'vllm.tensor_parallel_size': 2 is not supported: rl
     --vllm.tensor_parallel_size 2
 expect_error "key 'vllm.dtype': float16 is not supported" --vllm.dtype float16
 expect_error "key 'vllm.port': expected a port number" --vllm.port 70000
+
+# 4. Axolotl's options: --port and --max-model-len over the file's vllm.port and max_model_len
+port2=$(free_port)
+"$rlhf" vllm-serve "$work/grpo.yaml" --port "$port2" --max-model-len=32 \
+    --gpu-memory-utilization 0.5 --no-enable-prefix-caching > "$work/serve2.out" 2> "$work/serve2.err" &
+server=$!
+pids+=("$server")
+for _ in $(seq 300); do
+    grep -q "listening on http://127.0.0.1:$port2 " "$work/serve2.out" && break
+    kill -0 "$server" 2> /dev/null || { cat "$work/serve2.err"; fail "rlhf vllm-serve --port exited"; }
+    sleep 0.1
+done
+grep -q "listening on http://127.0.0.1:$port2 " "$work/serve2.out" ||
+    { cat "$work/serve2.out" "$work/serve2.err"; fail "not listening on --port $port2"; }
+for want in "option --gpu-memory-utilization (vllm.gpu_memory_utilization) has no effect" \
+    "option --no-enable-prefix-caching (vllm.enable_prefix_caching) has no effect"; do
+    grep -qF "$want" "$work/serve2.err" || { cat "$work/serve2.err"; fail "no \"$want\""; }
+done
+python3 - "$port2" << 'EOF'
+import json, sys, urllib.request, urllib.error
+url = f"http://127.0.0.1:{sys.argv[1]}/generate/"
+def post(max_tokens):
+    body = json.dumps({"prompts": ["Q1: add 1 and 2"], "max_tokens": max_tokens}).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        return 200, json.load(urllib.request.urlopen(req))
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+status, out = post(4)
+if status != 200: sys.exit(f"FAILED: /generate/ on --port: {status} {out}")
+status, msg = post(32)
+if status != 400 or "maximum context length is 32 tokens" not in msg:
+    sys.exit(f"FAILED: --max-model-len=32 not enforced: {status} {msg}")
+EOF
+echo "ok: --port, --max-model-len=32 over the file's vllm: keys; GPU-only options named as no-ops"
+kill -TERM "$server"
+rc=0
+wait "$server" || rc=$?
+pids=()
+[ "$rc" -eq 0 ] || { cat "$work/serve2.err"; fail "rlhf vllm-serve --port exited $rc after SIGTERM"; }
+expect_error "option --tensor-parallel-size (vllm.tensor_parallel_size): 2 is not supported" \
+    --tensor-parallel-size 2
+expect_error "option --dtype (vllm.dtype): half is not supported" --dtype=half
+expect_error "option --port (vllm.port): expected a port number" --port eighty
+expect_error "option --port needs a value" --port
