@@ -351,9 +351,6 @@ static int stream_fields(const json_t *body, ServeRequest *req, ServeError *err)
                           "'stream_options' is only allowed when 'stream' is true");
         req->include_usage = json_is_true(json_object_get(so, "include_usage"));
     }
-    /* vLLM's OpenAI server: log-probs of the raw logits (logprobs_mode "raw_logprobs"), at
-     * most max_logprobs (20) alternatives per token */
-    req->opt.raw_logprobs = true;
     long top = 0;
     bool given;
     if (req->kind == SERVE_COMPLETIONS) {
@@ -370,6 +367,9 @@ static int stream_fields(const json_t *body, ServeRequest *req, ServeError *err)
                           "when using 'top_logprobs', 'logprobs' must be set to true");
     }
     req->opt.top_logprobs = (int)top;
+    /* vLLM's OpenAI server: log-probs of the raw logits (logprobs_mode "raw_logprobs"), at most
+     * max_logprobs (20) alternatives per token; without logprobs nothing is computed */
+    req->opt.raw_logprobs = req->logprobs;
     return 0;
 }
 
