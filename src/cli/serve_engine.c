@@ -188,9 +188,9 @@ static void finish_job(const ServeContext *ctx, ServeJob *job) {
 }
 
 /* Whether job b can share a's generate() call: both greedy (the seed then plays no part) with
- * the same length limit, n, repetition penalty, eos ids and logprobs asked for (top N and
- * raw or processed). A greedy token depends on its own
- * sequence alone, so sharing a call changes no token. */
+ * the same length limit, n, repetition penalty, eos ids and log-probs asked for (top N, raw or
+ * processed). A greedy token depends on its own sequence alone, so sharing a call changes no
+ * token. */
 static bool shareable(const ServeJob *a, const ServeJob *b) {
     const GenerateOptions *x = &a->req.opt, *y = &b->req.opt;
     if (x->n_eos != y->n_eos ||
