@@ -41,7 +41,8 @@ void vllm_server_close(VllmServer *s);
 int vllm_server_sync(VllmServer *s, const Model *m, int64_t version);
 
 /* generate() on the server: n_prompts prompts, opt->n_per_prompt completions each (out[i * n +
- * k]), with opt's sampling, max_new_tokens and seed (opt->first_stream must be 0), each cut
+ * k]), with opt's sampling, max_new_tokens, seed and first_stream (generation_kwargs' seed and
+ * first_stream: the draws of in-process generate() with the same options), each cut
  * after the first of opt->eos_ids and where opt->stop_after says. Log-probs are the server's.
  * Returns 0, or -1 with an error naming the server. */
 int vllm_server_generate(VllmServer *s, const int32_t *const *prompts, const int *prompt_lens,
