@@ -14,9 +14,13 @@
  * that does not take them (a real vLLM: 404) is refused with the key named.
  *
  * Sampling: the request carries the run's sampling settings and, in generation_kwargs, the seed
- * the in-process engine would use for this batch, so the server draws exactly the completions
- * colocated generation would (same weights, same streams). The completion is cut after the
- * trainer's EOS and after a generation_kwargs stop string, as the in-process engine stops. */
+ * the in-process engine would use for this batch (and first_stream, rlhf serve's own key, for a
+ * later part of it), so the server draws exactly the completions colocated generation would
+ * (same weights, same streams). The completion is cut after the trainer's EOS and after a
+ * generation_kwargs stop string, as the in-process engine stops.
+ *
+ * Several processes: rank 0 alone opens the connection, pushes the weights and asks for every
+ * rank's completions (grpo_rollout.c; TRL's main process does the same). */
 #ifndef RLHF_GRPO_VLLM_SERVER_H
 #define RLHF_GRPO_VLLM_SERVER_H
 
