@@ -8,7 +8,8 @@
  *    with the same seeds (the tolerance of test_dist_grpo: 1e-5; measured: identical), and as
  *    one process on the same server, whose completions (log_completions) are byte-identical
  *    (the server gets the very same requests);
- *  - no server: the 2-rank job ends at once with one error line naming trl.vllm_mode.
+ *  - no server, or one that takes no weights (rank 0 then fails inside the collective
+ *    generation): the 2-rank job ends at once with one error line naming trl.vllm_mode.
  * Skipped (77) in a build without MPI; not built without libmicrohttpd or libcurl. */
 #include "dist_harness.h"
 #include "harness.h"
@@ -219,6 +220,32 @@ int main(void) {
               dist_log_mentions(closed_log, "key 'trl.vllm_mode': server: the generation server "
                                             "at http://127.0.0.1:1 did not answer within 1 s"),
           "no server: one error line naming trl.vllm_mode (see %s)", closed_log);
+
+    /* a server that takes no weights (a vLLM stand-in: the proxy answers 404 there): rank 0
+     * fails in the middle of the generation, rank 1 waits for it there, and both stop with one
+     * error line */
+    const char *refusing_argv[] = {"python3", proxy_py, up, log, "/update_safetensors/", NULL};
+    int refusing_port;
+    pid_t refusing = start_listener(refusing_argv, "refusing.out", "%d", &refusing_port);
+    snprintf(closed, sizeof closed,
+             "  use_vllm: true\n  vllm_mode: server\n  vllm_server_host: 127.0.0.1\n"
+             "  vllm_server_port: %d\n",
+             refusing_port);
+    write_config("refusing.yaml", closed);
+    snprintf(closed_log, sizeof closed_log, "%s", harness_tmp_path("refusing.log"));
+    pid = harness_spawn_train(harness_tmp_path("refusing.yaml"), harness_tmp_path("refusing"),
+                              closed_log, two);
+    rc = dist_wait_at_most(pid, 60);
+    CHECK(rc > 0 && rc < 128,
+          "a server taking no weights: the 2-rank job fails without hanging "
+          "(%d)",
+          rc);
+    CHECK(dist_error_lines(closed_log) == 1 &&
+              dist_log_mentions(closed_log, "does not take weights over HTTP (POST "
+                                            "/update_safetensors/ answered 404: Not Found)"),
+          "a server taking no weights: one error line naming it (see %s)", closed_log);
+    kill(refusing, SIGKILL);
+    harness_wait_child(refusing);
 
 done:
     kill(proxy, SIGKILL);

@@ -1,10 +1,13 @@
 """A recording proxy in front of `rlhf serve`, for the tests of `rlhf train` with vllm_mode:
-server: python3 record_proxy.py UPSTREAM_PORT LOG prints the port it listens on (127.0.0.1),
+server: python3 record_proxy.py UPSTREAM_PORT LOG [REFUSED_PATH] prints the port it listens on
+(127.0.0.1),
 forwards every request to http://127.0.0.1:UPSTREAM_PORT unchanged and answers with the
 upstream's answer, and appends one JSON line per request to LOG: {"method", "path", and for
 POST /generate/ "prompts" (how many), "n", "first_stream" (generation_kwargs', 0 when absent)}.
 What the line records shows which process asked for what (the answers are the server's own, so
-equal results alone could not tell server from in-process generation). Standard library only."""
+equal results alone could not tell server from in-process generation). A request for
+REFUSED_PATH is answered 404 {"detail": "Not Found"} instead, as a vLLM server answers a path it
+has not (e.g. /update_safetensors/). Standard library only."""
 
 import http.client
 import http.server
@@ -13,6 +16,7 @@ import sys
 import threading
 
 upstream_port, log_path = int(sys.argv[1]), sys.argv[2]
+refused = sys.argv[3] if len(sys.argv) > 3 else None
 log_lock = threading.Lock()
 
 
@@ -29,17 +33,23 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                          first_stream=kwargs.get("first_stream", 0))
         with log_lock, open(log_path, "a") as log:
             log.write(json.dumps(entry) + "\n")
+        if self.path == refused:
+            self.answer(404, "application/json", b'{"detail": "Not Found"}')
+            return
         conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=600)
         headers = {"Content-Type": self.headers.get("Content-Type", "application/octet-stream")}
         conn.request(method, self.path, body=body if method == "POST" else None, headers=headers)
         answer = conn.getresponse()
         data = answer.read()
-        self.send_response(answer.status)
-        self.send_header("Content-Type", answer.getheader("Content-Type", "application/json"))
+        self.answer(answer.status, answer.getheader("Content-Type", "application/json"), data)
+        conn.close()
+
+    def answer(self, status, content_type, data):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        conn.close()
 
     def do_GET(self):
         self.forward("GET")
