@@ -406,7 +406,8 @@ static int trl_unsupported(const json_t *body, ServeError *err) {
  * with the other parameters override them") and TRL's defaults where neither gives one (its
  * GenerateRequest: temperature 1, top_p 1, top_k -1, min_p 0, repetition_penalty 1,
  * max_tokens 16, n 1; not generation_config.json's, which vLLM's SamplingParams never reads).
- * A generation_kwargs key other than these (and seed, truncate_prompt_tokens) is refused.
+ * A generation_kwargs key other than these (and seed, truncate_prompt_tokens, stop_token_ids,
+ * ignore_eos, first_stream) is refused.
  * Returns a new object, or NULL with *err. */
 static json_t *trl_sampling(const json_t *body, ServeError *err) {
     static const char *const keys[] = {
@@ -427,8 +428,8 @@ static json_t *trl_sampling(const json_t *body, ServeError *err) {
     const char *key;
     json_t *v;
     json_object_foreach(kwargs, key, v) {
-        bool known =
-            !strcmp(key, "seed") || !strcmp(key, "stop_token_ids") || !strcmp(key, "ignore_eos");
+        bool known = !strcmp(key, "seed") || !strcmp(key, "stop_token_ids") ||
+                     !strcmp(key, "ignore_eos") || !strcmp(key, "first_stream");
         for (size_t i = 0; i < n_keys && !known; i++)
             known = strcmp(key, keys[i]) == 0;
         if (!known) {
@@ -436,7 +437,7 @@ static json_t *trl_sampling(const json_t *body, ServeError *err) {
             refuse(err, 400, "generation_kwargs",
                    "generation_kwargs['%.100s'] is not supported by rlhf serve (supported: n, "
                    "temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, logprobs, "
-                   "seed, truncate_prompt_tokens, stop_token_ids, ignore_eos)",
+                   "seed, truncate_prompt_tokens, stop_token_ids, ignore_eos, first_stream)",
                    key);
             return NULL;
         }
@@ -548,6 +549,19 @@ static int trl_stop_ids(const json_t *sampling, ServeRequest *req, ServeError *e
     return 0;
 }
 
+/* first_stream F (rlhf.c's own, which vLLM has not): completion k of the request draws from
+ * stream F + k of its seed instead of k, as the in-process engine's completion F + k of a
+ * batch does. What `rlhf train` sends when it asks for part of a batch (a rollout function's
+ * second generate() call of a generation batch), so the server draws what colocated
+ * generation would. */
+static int trl_first_stream(const json_t *sampling, ServeRequest *req, ServeError *err) {
+    long first;
+    bool given;
+    if (int_field(sampling, "first_stream", 0, 1L << 40, &first, &given, err)) return -1;
+    req->opt.first_stream = given ? (uint64_t)first : 0;
+    return 0;
+}
+
 static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *req,
                      ServeError *err) {
     if (trl_unsupported(root, err)) return -1;
@@ -559,6 +573,7 @@ static int trl_parse(const ServeContext *ctx, const json_t *root, ServeRequest *
     if (rc == 0) rc = trl_stop_ids(sampling, req, err);
     if (rc == 0) rc = length_fields(ctx, sampling, req, err);
     if (rc == 0) rc = trl_logprobs(sampling, req, err);
+    if (rc == 0) rc = trl_first_stream(sampling, req, err);
     json_decref(sampling);
     return rc;
 }

@@ -398,15 +398,9 @@ int grpo_config_read(GrpoConfig *g, const json_t *trl, bool gdpo, double beta,
         return err_set("%s: key 'trl.rollout_func': not supported with several processes by "
                        "rlhf.c yet (each would need its own share of the prompts)",
                        b.at);
+    /* vllm_mode: server over several processes (rank 0 asks the server for every rank) and
+     * with a rollout function (its generate() calls go to the server) are both taken */
     int rc = read_vllm_server(&b, g);
-    if (rc == 0 && g->vllm_server_url && g->rollout_func)
-        rc = err_set("%s: key 'trl.rollout_func' with vllm_mode: server: not supported together "
-                     "by rlhf.c (the rollout function generates with the in-process engine)",
-                     b.at);
-    if (rc == 0 && g->vllm_server_url && shape->world_size > 1)
-        rc = err_set("%s: key 'trl.vllm_mode': server with several processes is not supported "
-                     "by rlhf.c yet (one process generates on the server)",
-                     key_at(&b, "vllm_mode"));
     if (rc != 0) {
         grpo_config_free(g);
         return -1;

@@ -156,9 +156,48 @@ static int score(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int r
     return rc;
 }
 
+/* The n_prompts x G completions of prompts idx[] from the sampler (scripted, on the server or
+ * in-process), the first of them completion `first` of the generation batch (its stream
+ * numbers the batch's), into comp. */
+static int generate_rows(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx, int n_prompts,
+                         int G, uint64_t stream, uint64_t first, const json_t *trainer_state,
+                         Completion *comp) {
+    const int32_t **prompts = xmalloc((size_t)n_prompts * sizeof *prompts);
+    int *lens = xmalloc((size_t)n_prompts * sizeof *lens);
+    for (int i = 0; i < n_prompts; i++)
+        prompts[i] = ds->prompt_ids[idx[i]], lens[i] = ds->prompt_lens[idx[i]];
+    GenerateOptions opt = {.max_new_tokens = r->cfg->gen_max_new_tokens > 0
+                                                 ? r->cfg->gen_max_new_tokens
+                                                 : r->cfg->max_completion_length,
+                           .stop_after = r->cfg->stop_strings ? stop_string_done : NULL,
+                           .stop_ctx = r,
+                           .eos_ids = &r->eos_id,
+                           .n_eos = r->eos_id >= 0,
+                           .n_per_prompt = G,
+                           .sampling = sampling_of(r->cfg),
+                           .seed = r->seed * 0x9E3779B97F4A7C15ull + stream,
+                           .first_stream = first,
+                           .packed = &r->packed};
+    int rc = 0;
+    if (r->scripted) {
+        generate_scripted(r->model->cfg.vocab_size, n_prompts, &opt, comp);
+    } else if (r->cfg->vllm_server_url) { /* the same draws, on the server, with this step's
+                                             weights (only rank 0 holds the connection) */
+        json_int_t step = json_integer_value(json_object_get(trainer_state, "global_step"));
+        rc = r->server ? 0 : err_set("vllm_mode: server: rank %d has no server", dist_rank());
+        if (rc == 0) rc = vllm_server_sync(r->server, r->model, trainer_state ? step : -1);
+        if (rc == 0) rc = vllm_server_generate(r->server, prompts, lens, n_prompts, &opt, comp);
+    } else {
+        opt.torch_rng = r->torch_rng;
+        rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
+    }
+    free(prompts), free(lens);
+    return rc == 0 ? 0 : err_prefix("GRPO generation");
+}
+
 /* Generates and scores the n_prompts x G completions of prompts idx[], the first of them
- * completion `first` of the generation batch (its stream numbers the batch's), into comp and
- * rewards (n_prompts x G rows of K). Nothing to do for a rank whose share is empty. */
+ * completion `first` of the generation batch, into comp and rewards (n_prompts x G rows of
+ * K). Nothing to do for a rank whose share is empty. */
 static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_t *idx,
                               int n_prompts, int G, uint64_t stream, uint64_t first,
                               const json_t *trainer_state, Completion *comp, double *rewards,
@@ -177,39 +216,34 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
         if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
         return rc;
     }
-    const int32_t **prompts = xmalloc((size_t)n_prompts * sizeof *prompts);
-    int *lens = xmalloc((size_t)n_prompts * sizeof *lens);
-    for (int i = 0; i < n_prompts; i++)
-        prompts[i] = ds->prompt_ids[idx[i]], lens[i] = ds->prompt_lens[idx[i]];
-    GenerateOptions opt = {.max_new_tokens = r->cfg->gen_max_new_tokens > 0
-                                                 ? r->cfg->gen_max_new_tokens
-                                                 : r->cfg->max_completion_length,
-                           .stop_after = r->cfg->stop_strings ? stop_string_done : NULL,
-                           .stop_ctx = r,
-                           .eos_ids = &r->eos_id,
-                           .n_eos = r->eos_id >= 0,
-                           .n_per_prompt = G,
-                           .sampling = sampling_of(r->cfg),
-                           .seed = r->seed * 0x9E3779B97F4A7C15ull + stream,
-                           .first_stream = first,
-                           .packed = &r->packed};
+    double t0 = clock_seconds();
+    if (generate_rows(r, ds, idx, n_prompts, G, stream, first, trainer_state, comp) != 0) return -1;
+    double t1 = clock_seconds();
+    int rc = score(r, ds, idx, rows, G, comp, NULL, trainer_state, rewards);
+    if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
+    return rc;
+}
+
+/* A shared batch on the server over several ranks, as TRL's VLLMGeneration.generate in server
+ * mode: rank 0 alone asks the server, for the whole batch in one request (TRL gathers every
+ * process's prompts to the main process; here every rank knows them already), and each rank
+ * receives its own run of rows [lo, hi) (TRL's broadcast, then each process's slice), which it
+ * scores as in-process generation would have it do. Collective. */
+static int server_generate_and_score(GrpoRollout *r, const RolloutRequest *req, int lo, int hi,
+                                     Completion *comp, double *rewards) {
+    int G = req->group_size, rows = req->n_prompts * G, K = r->cfg->n_reward_funcs;
+    RolloutTimes *times = req->times;
     double t0 = clock_seconds();
     int rc = 0;
-    if (r->scripted) {
-        generate_scripted(r->model->cfg.vocab_size, n_prompts, &opt, comp);
-    } else if (r->server) { /* the same draws, on the server, with the weights of this step */
-        json_int_t step = json_integer_value(json_object_get(trainer_state, "global_step"));
-        rc = first == 0 ? 0 : err_set("vllm_mode: server: a rank's share of a batch");
-        if (rc == 0) rc = vllm_server_sync(r->server, r->model, trainer_state ? step : -1);
-        if (rc == 0) rc = vllm_server_generate(r->server, prompts, lens, n_prompts, &opt, comp);
-    } else {
-        opt.torch_rng = r->torch_rng;
-        rc = generate(r->model, prompts, lens, n_prompts, &opt, comp);
-    }
+    if (dist_is_root())
+        rc = generate_rows(r, req->ds, req->idx, req->n_prompts, G, req->stream, 0,
+                           req->trainer_state, comp);
+    if (dist_agree(rc) != 0) return -1; /* rank 0's error; the others: "rank 0 failed" */
+    grpo_share_scatter_completions(comp, rows, lo * G, hi * G);
     double t1 = clock_seconds();
-    free(prompts), free(lens);
-    if (rc != 0) return err_prefix("GRPO generation");
-    rc = score(r, ds, idx, rows, G, comp, NULL, trainer_state, rewards);
+    if (hi > lo)
+        rc = score(r, req->ds, req->idx + lo, (hi - lo) * G, G, comp + (size_t)lo * G, NULL,
+                   req->trainer_state, rewards + (size_t)lo * G * K);
     if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
     return rc;
 }
@@ -296,7 +330,11 @@ int grpo_rollout(GrpoRollout *r, const RolloutRequest *req, GrpoBatch *out, floa
     size_t cells = (size_t)rows * (size_t)K;
     double *rewards = xmalloc((cells ? cells : 1) * sizeof *rewards);
     RolloutOutput x = {0}; /* what a rollout function adds (lo is 0 then: never shared) */
-    int rc = generate_and_score(r, ds, idx + lo, hi - lo, G, req->stream, (uint64_t)lo * G,
+    int rc;
+    if (shared && dist_size() > 1 && r->cfg->vllm_server_url && !r->python)
+        rc = server_generate_and_score(r, req, lo, hi, comp, rewards);
+    else
+        rc = generate_and_score(r, ds, idx + lo, hi - lo, G, req->stream, (uint64_t)lo * G,
                                 req->trainer_state, comp + (size_t)lo * G,
                                 rewards + (size_t)lo * G * K, times, &x);
     /* a rank whose reward function failed must not leave the others in the gather */

@@ -36,8 +36,9 @@ typedef struct GrpoRollout {
     PackedModel packed;
     /* trl.rollout_func: makes the completions in place of the sampler; NULL: none */
     PythonRollout *python;
-    /* vllm_mode: server: the completions come from this server, given the policy's weights
-     * first whenever the trainer's global_step moved (grpo/vllm_server.h); NULL: in-process */
+    /* vllm_mode: server (cfg->vllm_server_url): the completions come from this server, given
+     * the policy's weights first whenever the trainer's global_step moved (grpo/vllm_server.h);
+     * rank 0's alone (NULL on the other ranks, which receive their rows from it) */
     struct VllmServer *server;
     /* Not NULL (one process, in-process generation): completions drawn from torch's global
      * generator as transformers' generate() draws them (GenerateOptions.torch_rng), so a run
@@ -77,7 +78,9 @@ typedef struct {
  * functions see that rank's completions, as TRL's processes call them on theirs), and the
  * completions and rewards are gathered so that every rank holds the whole batch; the
  * advantages, group statistics and metrics are then computed on the whole batch, the same bytes
- * on every rank. Not shared: this rank does the whole batch alone.
+ * on every rank. On a generation server (vllm_mode: server) rank 0 alone asks it for the whole
+ * batch and sends each rank its run, which that rank scores; the rest is the same. Not shared:
+ * this rank does the whole batch alone (on a server: one process only).
  *
  * *out is allocated; group_std (n_prompts) receives each group's reward std. Returns 0, or -1
  * with an error naming the reward function or prompt that failed (shared: on every rank,

@@ -262,9 +262,13 @@ static int grpo_evaluate(void *ctx, Model *m, json_t *entry) {
     json_t *state = state_for_rewards(r);
     size_t *idx = xmalloc((size_t)per * sizeof *idx);
     int rc = 0;
-    size_t stride = (size_t)per * (size_t)dist_size();
-    for (size_t first = (size_t)per * (size_t)dist_rank(); first < r->held_out.n && rc == 0;
-         first += stride) {
+    /* on a generation server over several ranks, every batch is shared as a training batch
+     * (rank 0 asks the server for it, each rank scores its run), and rank 0 alone adds the
+     * metrics of the whole batch: the same completions and means */
+    bool shared = r->g->vllm_server_url && dist_size() > 1;
+    size_t stride = (size_t)per * (shared ? 1 : (size_t)dist_size());
+    for (size_t first = shared ? 0 : (size_t)per * (size_t)dist_rank();
+         first < r->held_out.n && rc == 0; first += stride) {
         int n = (int)(r->held_out.n - first < (size_t)per ? r->held_out.n - first : (size_t)per);
         for (int i = 0; i < n; i++)
             idx[i] = first + (size_t)i;
@@ -276,7 +280,8 @@ static int grpo_evaluate(void *ctx, Model *m, json_t *entry) {
                               .group_size = G,
                               .stream = (uint64_t)-1 - first,
                               .trainer_state = state,
-                              .metrics = &metrics};
+                              .shared = shared,
+                              .metrics = !shared || dist_is_root() ? &metrics : NULL};
         /* evaluation samples from its own streams: training's draws stay TRL's whether or not
          * the run evaluates */
         TorchGenerator *train_rng = r->rollout.torch_rng;
@@ -426,8 +431,10 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
                                      r.g->rollout_callback ? rollout_callable : NULL, cfg, tok, eos,
                                      pad);
     }
-    VllmServer *server = NULL; /* vllm_mode: server: reached before training, or refused */
-    if (rc == 0 && r.g->vllm_server_url) rc = vllm_server_open(&server, r.g, log);
+    /* vllm_mode: server: reached before training, or refused; by rank 0 alone, which asks for
+     * every rank's completions and pushes the weights (TRL's main process) */
+    VllmServer *server = NULL;
+    if (rc == 0 && r.g->vllm_server_url && dist_is_root()) rc = vllm_server_open(&server, r.g, log);
     /* the reference, only when the KL term needs one (beta != 0) */
     ReferencePolicy ref = {0};
     bool with_ref = r.g->beta != 0;

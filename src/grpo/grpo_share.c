@@ -48,6 +48,44 @@ void grpo_share_completions(Completion *comp, double *rewards, int rows, int K, 
     free(all);
 }
 
+void grpo_share_scatter_completions(Completion *comp, int rows, int lo, int hi) {
+    if (dist_size() == 1) return;
+    /* every row as one record (K = 0: ids alone), broadcast whole: each rank's run is read out
+     * of it, which costs the other ranks' ids in transfer and saves a scatter of records of
+     * unequal sizes */
+    uint64_t bytes = 0;
+    char *all = NULL;
+    if (dist_is_root()) {
+        for (int i = 0; i < rows; i++)
+            bytes += record_bytes(comp[i].len, 0);
+        char *p = all = xmalloc(bytes ? bytes : 1);
+        for (int i = 0; i < rows; i++) {
+            int32_t len = comp[i].len;
+            memcpy(p, &len, sizeof len), p += sizeof len;
+            memcpy(p, comp[i].ids, (size_t)len * sizeof(int32_t)),
+                p += (size_t)len * sizeof(int32_t);
+        }
+    }
+    dist_bcast(&bytes, sizeof bytes, 0);
+    if (!dist_is_root()) all = xmalloc(bytes ? bytes : 1);
+    dist_bcast(all, (size_t)bytes, 0);
+    const char *q = all;
+    for (int i = 0; i < rows; i++) {
+        int32_t len;
+        memcpy(&len, q, sizeof len);
+        if (dist_is_root() && (i < lo || i >= hi)) {
+            completions_free(&comp[i], 1);
+        } else if (!dist_is_root() && i >= lo && i < hi) {
+            comp[i].len = len;
+            comp[i].ids = xmalloc((size_t)(len ? len : 1) * sizeof(int32_t));
+            memcpy(comp[i].ids, q + sizeof len, (size_t)len * sizeof(int32_t));
+        }
+        q += record_bytes(len, 0);
+    }
+    if ((uint64_t)(q - all) != bytes) abort(); /* a caller's bug, as below */
+    free(all);
+}
+
 void grpo_share_rows_f32(float *values, int rows, int width, int lo, int hi) {
     if (dist_size() == 1) return;
     size_t row_bytes = (size_t)width * sizeof(float);

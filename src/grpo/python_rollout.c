@@ -130,9 +130,10 @@ static int make_objects(PythonRollout *pr) {
     pr->model =
         gen_config ? PyObject_CallMethod(mod, "Model", "(Oi)", gen_config, pr->pad_id) : NULL;
     PyObject *st = state ? PyObject_CallOneArg(state, Py_None) : NULL;
+    const char *url = g->vllm_server_url; /* vllm_mode: server: the trainer's vllm_client */
     if (pr->model && pr->processing_class && args && st)
-        pr->trainer = PyObject_CallMethod(mod, "Trainer", "(OOOO)", pr->model, pr->processing_class,
-                                          args, st);
+        pr->trainer = PyObject_CallMethod(mod, "Trainer", "(OOOOz)", pr->model,
+                                          pr->processing_class, args, st, url);
     Py_XDECREF(special), Py_XDECREF(gen), Py_XDECREF(args), Py_XDECREF(state);
     Py_XDECREF(gen_class), Py_XDECREF(empty), Py_XDECREF(gen_config), Py_XDECREF(st);
     if (!pr->trainer) return py_error_set("setting up the rollout function's objects");
@@ -307,7 +308,8 @@ int python_rollout_run(PythonRollout *pr, GrpoRollout *engine, const GrpoDataset
         PyObject *state = state_dict ? PyObject_CallOneArg(state_fn, state_dict) : NULL;
         if (state) PyObject_SetAttrString(pr->trainer, "state", state);
         Py_XDECREF(state_fn), Py_XDECREF(state_dict), Py_XDECREF(state);
-        rollout_engine_bind(pr, engine, stream);
+        const json_t *step = json_object_get(trainer_state, "global_step");
+        rollout_engine_bind(pr, engine, stream, step ? (int64_t)json_integer_value(step) : -1);
         if (PyErr_Occurred())
             result = NULL;
         else if (pr->trl)

@@ -31,6 +31,12 @@
  * settings), state (global_step, max_steps, epoch), num_generations. Draws are seeded by the
  * run's seed, the generation batch and the order of the calls, so a run repeats exactly.
  *
+ * vllm_mode: server: model.generate asks the generation server for the same draws
+ * (grpo/vllm_server.h; the weights of the current step pushed first), and trainer also has
+ * use_vllm, vllm_mode and TRL's vllm_client (also at vllm_generation.vllm_client), whose
+ * generate() takes VLLMClient.generate's arguments and returns its dict, drawn as model.generate
+ * draws. So a rollout trains the same completions in-process and on a server.
+ *
  * A rollout function that raises, returns the wrong type or the wrong number of completions,
  * or token ids outside the vocabulary stops training with one error naming it; the checkpoints
  * already written are left as they are. Over several processes it is refused (each rank would

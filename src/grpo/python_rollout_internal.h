@@ -29,9 +29,11 @@ struct PythonRollout {
 PyObject *rollout_module(void);
 
 /* Lends the engine to _rlhf_engine's functions for the call in progress: generation on
- * engine's model and packed weights, draws from (engine seed, stream) numbered in the order of
+ * engine's model and packed weights, or on its generation server (vllm_mode: server; the
+ * weights of optimizer step `version` pushed first when the server does not hold them yet; a
+ * negative version always pushes), draws from (engine seed, stream) numbered in the order of
  * the calls. Outside bind/unbind they raise RuntimeError. */
-void rollout_engine_bind(PythonRollout *pr, GrpoRollout *engine, uint64_t stream);
+void rollout_engine_bind(PythonRollout *pr, GrpoRollout *engine, uint64_t stream, int64_t version);
 void rollout_engine_unbind(void);
 
 #endif

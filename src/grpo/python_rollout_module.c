@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "data/template_choice.h"
+#include "grpo/vllm_server.h"
 #include "python/py_error.h"
 #include "python/py_json.h"
 
@@ -22,10 +23,11 @@ static struct {
     GrpoRollout *engine;
     uint64_t seed;       /* the generation batch's: engine seed and stream */
     uint64_t next_first; /* the stream number of the next completion this call generates */
+    int64_t version;     /* the optimizer step whose weights a server must hold */
 } bound;
 
-void rollout_engine_bind(PythonRollout *pr, GrpoRollout *engine, uint64_t stream) {
-    bound.pr = pr, bound.engine = engine, bound.next_first = 0;
+void rollout_engine_bind(PythonRollout *pr, GrpoRollout *engine, uint64_t stream, int64_t version) {
+    bound.pr = pr, bound.engine = engine, bound.next_first = 0, bound.version = version;
     bound.seed = engine->seed * 0x9E3779B97F4A7C15ull + stream;
 }
 
@@ -219,13 +221,34 @@ static int sampling_from(PyObject *settings, SamplingParams *sp, int *max_new) {
     return 0;
 }
 
-/* generate(prompts, n, settings): n completions of each prompt (lists of ids), the stopping EOS
- * included, as lists; completion k of prompt i at i * n + k. */
+/* The completions as Python lists: ids alone, or (ids, logprobs) with_logprobs. */
+static PyObject *completions_to_py(const Completion *comp, int rows, bool with_logprobs) {
+    PyObject *ids = PyList_New(rows), *lps = with_logprobs ? PyList_New(rows) : NULL;
+    for (int i = 0; ids && i < rows; i++)
+        PyList_SET_ITEM(ids, i, ids_to_list(comp[i].ids, (size_t)comp[i].len));
+    for (int i = 0; lps && i < rows; i++) {
+        PyObject *row = PyList_New(comp[i].len);
+        for (int t = 0; row && t < comp[i].len; t++)
+            PyList_SET_ITEM(row, t,
+                            PyFloat_FromDouble(comp[i].logprobs ? comp[i].logprobs[t] : NAN));
+        PyList_SET_ITEM(lps, i, row);
+    }
+    if (!with_logprobs) return ids;
+    return ids && lps ? Py_BuildValue("(NN)", ids, lps) : (Py_XDECREF(ids), Py_XDECREF(lps), NULL);
+}
+
+/* generate(prompts, n, settings, with_logprobs=False): n completions of each prompt (lists of
+ * ids), the stopping EOS included, as lists; completion k of prompt i at i * n + k. With
+ * with_logprobs, (completions, each token's log-probability). On the generation server in
+ * vllm_mode: server (the same draws), in-process otherwise. */
 static PyObject *engine_generate(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *prompts, *settings;
     Py_ssize_t n_per;
-    if (!PyArg_ParseTuple(args, "OnO", &prompts, &n_per, &settings) || need_bound()) return NULL;
+    int with_logprobs = 0;
+    if (!PyArg_ParseTuple(args, "OnO|p", &prompts, &n_per, &settings, &with_logprobs) ||
+        need_bound())
+        return NULL;
     SamplingParams sp;
     int max_new;
     if (sampling_from(settings, &sp, &max_new) != 0) return NULL;
@@ -259,19 +282,24 @@ static PyObject *engine_generate(PyObject *self, PyObject *args) {
                                .packed = &e->packed};
         bound.next_first += (uint64_t)rows;
         int grc = 0;
-        if (n == 0)
+        if (n == 0) {
             grc = 0;
-        else if (e->scripted)
+        } else if (e->scripted) {
             generate_scripted(e->model->cfg.vocab_size, n, &opt, comp);
-        else
+        } else if (e->cfg->vllm_server_url) { /* TRL: the rollout's generation on vLLM */
+            grc = e->server ? 0 : err_set("vllm_mode: server: no connection to the server");
+            if (grc == 0) grc = vllm_server_sync(e->server, e->model, bound.version);
+            if (grc == 0)
+                grc = vllm_server_generate(e->server, (const int32_t *const *)ids, lens, n, &opt,
+                                           comp);
+        } else {
             grc = generate(e->model, (const int32_t *const *)ids, lens, n, &opt, comp);
+        }
         if (grc != 0) {
             err_prefix("generate");
             raise_err();
         } else {
-            result = PyList_New(rows);
-            for (int i = 0; result && i < rows; i++)
-                PyList_SET_ITEM(result, i, ids_to_list(comp[i].ids, (size_t)comp[i].len));
+            result = completions_to_py(comp, rows, with_logprobs);
         }
         completions_free(comp, rows);
         free(comp);
@@ -289,7 +317,7 @@ static PyMethodDef engine_methods[] = {
      "apply_chat_template(messages, tools, documents, add_generation_prompt, "
      "continue_final_message, kwargs) -> text"},
     {"generate", engine_generate, METH_VARARGS,
-     "generate(prompts, num_return_sequences, settings) -> completions"},
+     "generate(prompts, num_return_sequences, settings, with_logprobs=False) -> completions"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef engine_module = {.m_base = PyModuleDef_HEAD_INIT,
@@ -460,10 +488,55 @@ static const char rollout_source[] =
     "        return Ids([r + [self._pad] * (width - len(r)) for r in out])\n"
     "\n"
     "\n"
-    "class Trainer:\n"
-    "    \"\"\"What TRL's rollout_func(prompts, trainer) reads of its GRPOTrainer.\"\"\"\n"
+    "class VLLMClient:\n"
+    "    \"\"\"TRL's VLLMClient.generate as a rollout function calls it in server mode\n"
+    "    (trainer.vllm_client, trainer.vllm_generation.vllm_client): on the generation server,\n"
+    "    through the trainer's connection, the policy's weights pushed first. Draws are seeded as\n"
+    "    model.generate's (the run's seed, the generation batch, the order of the calls); each\n"
+    "    completion ends after the run's EOS.\"\"\"\n"
     "\n"
-    "    def __init__(self, model, processing_class, args, state):\n"
+    "    def __init__(self, base_url):\n"
+    "        self.base_url = base_url\n"
+    "\n"
+    "    def generate(self, prompts, images=None, n=1, repetition_penalty=1.0, temperature=1.0,\n"
+    "                 top_p=1.0, top_k=0, min_p=0.0, max_tokens=16, logprobs=0,\n"
+    "                 structured_outputs_regex=None, generation_kwargs=None):\n"
+    "        if images is not None and any(i is not None for i in images):\n"
+    "            raise ValueError(\"vllm_client.generate: images are not supported by rlhf.c\")\n"
+    "        if structured_outputs_regex is not None:\n"
+    "            raise ValueError(\"vllm_client.generate: structured_outputs_regex is not \"\n"
+    "                             \"supported by rlhf.c\")\n"
+    "        if logprobs not in (None, 0):\n"
+    "            raise ValueError(\"vllm_client.generate: logprobs > 0 (top alternatives) is not "
+    "\"\n"
+    "                             \"supported by rlhf.c; 0 gives each sampled token's\")\n"
+    "        settings = {\"do_sample\": temperature > 0, \"temperature\": temperature,\n"
+    "                    \"top_k\": max(int(top_k), 0), \"top_p\": top_p, \"min_p\": min_p,\n"
+    "                    \"repetition_penalty\": repetition_penalty, \"max_new_tokens\": "
+    "max_tokens}\n"
+    "        unknown = sorted(set(generation_kwargs or {}) - set(settings) - {\"max_tokens\"})\n"
+    "        if unknown:\n"
+    "            raise ValueError(f\"vllm_client.generate: rlhf.c does not support \"\n"
+    "                             f\"generation_kwargs {', '.join(unknown)}\")\n"
+    "        for key, value in (generation_kwargs or {}).items():\n"
+    "            settings[\"max_new_tokens\" if key == \"max_tokens\" else key] = value\n"
+    "        # text prompts are tokenised with the special tokens, as vLLM's generate does\n"
+    "        rows = [engine.encode(p, True) if isinstance(p, str) else _plain_ids(p, \"prompts\")\n"
+    "                for p in prompts]\n"
+    "        ids, lps = engine.generate(rows, int(n), settings, True)\n"
+    "        with_lp = logprobs is not None\n"
+    "        return {\"prompt_ids\": rows, \"completion_ids\": ids,\n"
+    "                \"logprobs\": [[[lp] for lp in row] for row in lps] if with_lp else None,\n"
+    "                \"logprob_token_ids\": [[[t] for t in row] for row in ids] if with_lp else "
+    "None}\n"
+    "\n"
+    "\n"
+    "class Trainer:\n"
+    "    \"\"\"What TRL's rollout_func(prompts, trainer) reads of its GRPOTrainer; in vllm_mode:\n"
+    "    server also use_vllm, vllm_mode and vllm_client (TRL 1.9 keeps it at\n"
+    "    vllm_generation.vllm_client).\"\"\"\n"
+    "\n"
+    "    def __init__(self, model, processing_class, args, state, server_url=None):\n"
     "        self.model = model\n"
     "        self.processing_class = processing_class\n"
     "        self.args = args\n"
@@ -471,6 +544,12 @@ static const char rollout_source[] =
     "        self.num_generations = args.num_generations\n"
     "        self.max_completion_length = args.max_completion_length\n"
     "        self.generation_config = model.generation_config\n"
+    "        self.use_vllm = server_url is not None\n"
+    "        if server_url is not None:\n"
+    "            self.vllm_mode = \"server\"\n"
+    "            self.vllm_client = VLLMClient(server_url)\n"
+    "            self.vllm_generation = types.SimpleNamespace(mode=\"server\",\n"
+    "                                                         vllm_client=self.vllm_client)\n"
     "\n"
     "\n"
     "def contract(fn):\n"

@@ -267,6 +267,10 @@ static json_t *generate_body(const int32_t *const *prompts, const int *lens, int
         json_array_append_new(stop, json_integer(opt->eos_ids[e]));
     json_object_set_new(kwargs, "stop_token_ids", stop);
     json_object_set_new(kwargs, "ignore_eos", json_true());
+    /* a later part of the batch: its completions draw from the streams after the earlier
+     * parts' (rlhf serve's own key; sent only when needed, so a first part's request is TRL's) */
+    if (opt->first_stream)
+        json_object_set_new(kwargs, "first_stream", json_integer((json_int_t)opt->first_stream));
     return json_pack("{s:o,s:i,s:f,s:f,s:f,s:i,s:f,s:i,s:i,s:o}", "prompts", list, "n",
                      opt->n_per_prompt > 0 ? opt->n_per_prompt : 1, "repetition_penalty",
                      (double)p->repetition_penalty, "temperature",

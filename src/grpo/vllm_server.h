@@ -14,9 +14,13 @@
  * that does not take them (a real vLLM: 404) is refused with the key named.
  *
  * Sampling: the request carries the run's sampling settings and, in generation_kwargs, the seed
- * the in-process engine would use for this batch, so the server draws exactly the completions
- * colocated generation would (same weights, same streams). The completion is cut after the
- * trainer's EOS and after a generation_kwargs stop string, as the in-process engine stops. */
+ * the in-process engine would use for this batch (and first_stream, rlhf serve's own key, for a
+ * later part of it), so the server draws exactly the completions colocated generation would
+ * (same weights, same streams). The completion is cut after the trainer's EOS and after a
+ * generation_kwargs stop string, as the in-process engine stops.
+ *
+ * Several processes: rank 0 alone opens the connection, pushes the weights and asks for every
+ * rank's completions (grpo_rollout.c; TRL's main process does the same). */
 #ifndef RLHF_GRPO_VLLM_SERVER_H
 #define RLHF_GRPO_VLLM_SERVER_H
 
@@ -41,7 +45,8 @@ void vllm_server_close(VllmServer *s);
 int vllm_server_sync(VllmServer *s, const Model *m, int64_t version);
 
 /* generate() on the server: n_prompts prompts, opt->n_per_prompt completions each (out[i * n +
- * k]), with opt's sampling, max_new_tokens and seed (opt->first_stream must be 0), each cut
+ * k]), with opt's sampling, max_new_tokens, seed and first_stream (generation_kwargs' seed and
+ * first_stream: the draws of in-process generate() with the same options), each cut
  * after the first of opt->eos_ids and where opt->stop_after says. Log-probs are the server's.
  * Returns 0, or -1 with an error naming the server. */
 int vllm_server_generate(VllmServer *s, const int32_t *const *prompts, const int *prompt_lens,

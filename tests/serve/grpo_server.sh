@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO generating on `rlhf serve` (use_vllm: true, vllm_mode: server), for ctest:
-#   grpo_server.sh RLHF SOURCE_DIR
+#   grpo_server.sh RLHF SOURCE_DIR [PYTHON: ON (default) or OFF, the build's embedded Python]
 # 1. Two steps of GRPO on the llama_text fixture with completions sampled (temperature 0.9,
 #    top_k 20), once in-process and once against `rlhf serve` on 127.0.0.1: the completions of
 #    both steps (completions.jsonl) and the trained weights must be byte-identical. Step 2's
@@ -8,13 +8,15 @@
 #    base weights samples other completions and the weights part. Then the same with a LoRA
 #    adapter (its merged weights pushed).
 # 2. Refusals, each naming the key: no server within vllm_server_timeout; a server that does not
-#    take weights over HTTP (a stand-in for vLLM: /health/ and /get_world_size/ only); a rollout
-#    function, an unknown vllm_mode.
-# 3. The server refuses a bad weights body (not safetensors, an unknown tensor, a wrong shape)
+#    take weights over HTTP (a stand-in for vLLM: /health/ and /get_world_size/ only); an unknown
+#    vllm_mode.
+# 3. A rollout function generating on the server (trainer.model.generate and
+#    trainer.vllm_client.generate) trains what it trains in-process (builds with Python).
+# 4. The server refuses a bad weights body (not safetensors, an unknown tensor, a wrong shape)
 #    with a 400 naming it, changes nothing and keeps serving.
-# 4. /generate/ takes vLLM's stop_token_ids and ignore_eos.
+# 5. /generate/ takes vLLM's stop_token_ids and ignore_eos.
 set -euo pipefail
-rlhf=$1 src=$(cd "$2" && pwd)
+rlhf=$1 src=$(cd "$2" && pwd) with_python=${3:-ON}
 . "$src/tests/serve/grpo_common.sh"
 
 # `rlhf serve` on a free port, started from this shell (so that `wait` has its exit status):
@@ -134,14 +136,89 @@ config vllm "  use_vllm: true
   vllm_mode: server
   vllm_server_base_url: http://127.0.0.1:$(cat "$work/fake.port")"
 expect_error vllm "does not take weights over HTTP (POST /update_safetensors/ answered 404: Not Found). rlhf.c pushes the policy's weights to \`rlhf serve\` only; a vLLM server's NCCL weight sync (init_communicator, update_named_param) is not supported"
-config rollout "$server_keys
-  rollout_func: env.rollout"
-expect_error rollout "key 'trl.rollout_func' with vllm_mode: server: not supported together"
 config mode "  use_vllm: true
   vllm_mode: remote"
 expect_error mode "key 'trl.vllm_mode': expected server or colocate"
 
-# 3. bad weight bodies: 400 naming the problem, nothing changed, the server still serves
+# 3. a rollout function (TRL's contract) on the server: its generation goes there, through a
+#    recording proxy (tests/serve/record_proxy.py) that shows what was asked. Three runs train
+#    the same completions and weights, byte for byte: in-process with trainer.model.generate (one
+#    call per completion row), on the server with the same calls (each a /generate/ of one
+#    prompt, drawing from stream first_stream = its row), and on the server with
+#    trainer.vllm_client.generate (TRL's VLLMClient; two calls per batch, the second from
+#    first_stream 4). In-process, the trainer has no vllm_client (as TRL's outside server mode).
+if [ "$with_python" = ON ]; then
+    python3 "$src/tests/serve/record_proxy.py" "$port" "$work/requests.jsonl" > "$work/proxy.port" &
+    pids+=($!)
+    for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.1; done
+    cat > "$work/env.py" << 'EOF_ENV'
+import os
+
+
+def rollout(prompts, trainer):
+    tok = trainer.processing_class
+    rows = [tok.encode(p) for p in prompts]
+    if os.environ.get("ROLLOUT_VIA") == "client":
+        half = len(rows) // 2
+        ids, logprobs = [], []
+        for part in (rows[:half], rows[half:]):
+            out = trainer.vllm_client.generate(part, n=1, temperature=0.9, top_k=20, max_tokens=8)
+            ids += out["completion_ids"]
+            logprobs += [[lp[0] for lp in row] for row in out["logprobs"]]
+    else:
+        ids, logprobs = [], None
+        for row in rows:
+            ids.append(list(trainer.model.generate(input_ids=[row])[0][len(row):]))
+    return {"prompt_ids": rows, "completion_ids": ids, "logprobs": logprobs}
+EOF_ENV
+    proxy_keys="  use_vllm: true
+  vllm_mode: server
+  vllm_server_host: 127.0.0.1
+  vllm_server_port: $(cat "$work/proxy.port")
+  vllm_server_timeout: 30
+  rollout_func: env.rollout"
+    config rollout-local "  rollout_func: env.rollout"
+    config rollout-server "$proxy_keys"
+    for run in rollout-local rollout-server rollout-client; do
+        yaml=$run
+        [ $run = rollout-client ] && yaml=rollout-server
+        : > "$work/requests.jsonl"
+        ROLLOUT_VIA=${run#rollout-} "$rlhf" train "$work/$yaml.yaml" --output_dir "$work/out-$run" \
+            > "$work/$run.log" 2>&1 || { cat "$work/$run.log"; fail "$run"; }
+        cp "$work/requests.jsonl" "$work/requests-$run.jsonl"
+    done
+    # what each run asked of the server: (prompts, first_stream) of every /generate/
+    asked() {
+        python3 - "$1" << 'EOF_ASKED'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print(" ".join("%d@%d" % (r["prompts"], r["first_stream"]) for r in rows if r["path"] == "/generate/"))
+EOF_ASKED
+    }
+    [ -z "$(asked "$work/requests-rollout-local.jsonl")" ] || fail "the in-process rollout asked the server"
+    want_model=$(for b in 1 2; do for j in $(seq 0 7); do printf '1@%d ' $j; done; done)
+    [ "$(asked "$work/requests-rollout-server.jsonl")" = "${want_model% }" ] ||
+        fail "rollout on the server: model.generate asked $(asked "$work/requests-rollout-server.jsonl"), expected ${want_model% }"
+    [ "$(asked "$work/requests-rollout-client.jsonl")" = "4@0 4@4 4@0 4@4" ] ||
+        fail "rollout on the server: vllm_client.generate asked $(asked "$work/requests-rollout-client.jsonl"), expected 4@0 4@4 4@0 4@4"
+    for run in rollout-server rollout-client; do
+        cmp "$work/out-rollout-local/completions.jsonl" "$work/out-$run/completions.jsonl" ||
+            fail "$run: the completions differ from the in-process rollout's"
+        cmp "$work/out-rollout-local/model.safetensors" "$work/out-$run/model.safetensors" ||
+            fail "$run: the trained weights differ from the in-process rollout's"
+    done
+    echo "ok: a rollout function's generation on the server (model.generate: 16 requests, vllm_client.generate: 4, the later ones from first_stream 4): completions and weights byte-identical to in-process"
+    config rollout-noclient "  rollout_func: env.rollout"
+    if ROLLOUT_VIA=client "$rlhf" train "$work/rollout-noclient.yaml" --output_dir "$work/out-rollout-noclient" \
+        > "$work/rollout-noclient.log" 2>&1; then
+        fail "rollout-noclient: the run should fail"
+    fi
+    grep -q "rollout function env.rollout failed.*vllm_client" "$work/rollout-noclient.log" ||
+        { cat "$work/rollout-noclient.log"; fail "rollout-noclient: no error naming the function and vllm_client"; }
+    echo "ok: in-process, the trainer has no vllm_client: $(grep -m1 vllm_client "$work/rollout-noclient.log" | cut -c1-160)"
+fi
+
+# 4. bad weight bodies: 400 naming the problem, nothing changed, the server still serves
 post() { # post BODY_FILE -> "STATUS BODY"
     python3 - "$port" "$1" << 'EOF'
 import sys, urllib.request, urllib.error
