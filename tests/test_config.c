@@ -316,9 +316,85 @@ static void test_gemma2(void) {
                  "key 'final_logit_softcapping': -1 is not a soft-capping value");
     expect_error("{\"model_type\": \"gemma2\", " BASE ", \"query_pre_attn_scalar\": 0}",
                  "key 'query_pre_attn_scalar': 0 is not a positive number");
-    expect_error("{\"model_type\": \"gemma3_text\", " BASE "}",
-                 "\"gemma3_text\" is not supported (expected llama, mistral, qwen2, qwen3, phi3, "
-                 "smollm3 or gemma2)");
+    expect_error("{\"model_type\": \"gemma4_text\", " BASE "}",
+                 "\"gemma4_text\" is not supported (expected llama, mistral, qwen2, qwen3, phi3, "
+                 "smollm3, gemma2 or gemma3_text)");
+}
+
+/* One field of two parsed configs compared bytewise. */
+#define SAME(a, b, field) (memcmp(&(a).field, &(b).field, sizeof(a).field) == 0)
+
+/* Gemma3TextConfig's defaults (configuration_gemma3.py: head_dim 256, query_pre_attn_scalar 256,
+ * no soft caps, sliding_window 4096 on all layers but each sliding_window_pattern-th (6), global
+ * RoPE base 1e6, local 1e4, q/k norms, tied, pad 0); gemma3_tiny's config.json (transformers 5's
+ * keys) and config_v4.json (the Hub checkpoints' keys, which make_gemma2_fixtures.py checked
+ * transformers reads into the same rope_parameters and layer_types) parse alike; the multimodal
+ * gemma3 and what the family cannot run are refused. */
+static void test_gemma3(void) {
+    ModelConfig c;
+    CHECK(parse("{\"model_type\": \"gemma3_text\", \"vocab_size\": 64, \"hidden_size\": 32, "
+                "\"intermediate_size\": 64, \"num_hidden_layers\": 7, \"num_attention_heads\": 4}",
+                &c) == 0,
+          "%s", err_msg());
+    CHECK(c.arch == ARCH_GEMMA3 && c.gemma_norms && c.qk_norm && c.embed_scaled &&
+              c.mlp_act == MLP_ACT_GELU_TANH && c.head_dim == 256 && c.tie_word_embeddings &&
+              c.pad_token_id == 0 && c.max_position_embeddings == 131072,
+          "gemma3 defaults");
+    CHECK(c.attn_scale == (float)(1.0 / 16.0) && c.attn_softcap == 0 && c.final_softcap == 0,
+          "scale 256^-1/2, no soft caps (got %g, %g, %g)", c.attn_scale, c.attn_softcap,
+          c.final_softcap);
+    CHECK(c.local_rope && c.rope.type == ROPE_DEFAULT && c.rope.theta == 1e6 &&
+              c.rope_local.type == ROPE_DEFAULT && c.rope_local.theta == 1e4,
+          "RoPE bases 1e6 global, 1e4 local (got %g, %g)", c.rope.theta, c.rope_local.theta);
+    for (int l = 0; l < 7; l++)
+        CHECK(c.layer_sliding[l] == (l != 5), "pattern 6: layer %d sliding %d", l,
+              c.layer_sliding[l]);
+    CHECK(c.sliding_window == 4096, "window 4096");
+    model_config_free(&c);
+
+    json_t *v5, *v4;
+    CHECK(
+        json_load_path(harness_source_path("tests/fixtures/models/gemma3_tiny/config.json"), &v5) ==
+                0 &&
+            json_load_path(harness_source_path("tests/fixtures/models/gemma3_tiny/config_v4.json"),
+                           &v4) == 0,
+        "%s", err_msg());
+    ModelConfig a, b;
+    CHECK(model_config_from_json(&a, v5, "v5") == 0, "%s", err_msg());
+    CHECK(model_config_from_json(&b, v4, "v4") == 0, "%s", err_msg());
+    CHECK(SAME(a, b, rope) && SAME(a, b, rope_local) && a.local_rope && b.local_rope,
+          "v4 and v5 RoPE differ");
+    CHECK(a.rope.type == ROPE_LINEAR && a.rope.factor == 4.0 && a.rope.theta == 1e4 &&
+              a.rope_local.type == ROPE_DEFAULT && a.rope_local.theta == 100.0,
+          "gemma3_tiny: linear x4 on 1e4 globally, 100 locally");
+    CHECK(a.sliding_window == b.sliding_window && a.n_layers == 3 &&
+              memcmp(a.layer_sliding, b.layer_sliding, 3) == 0 && a.layer_sliding[0] &&
+              !a.layer_sliding[1] && a.layer_sliding[2],
+          "layer types differ");
+    CHECK(strcmp(a.weights_dtype, b.weights_dtype) == 0, "dtype");
+    model_config_free(&a);
+    model_config_free(&b);
+    json_decref(v4);
+    json_decref(v5);
+
+    expect_error("{\"model_type\": \"gemma3\", \"text_config\": {}}",
+                 "\"gemma3\" is the multimodal Gemma3ForConditionalGeneration");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"sliding_window\": null}",
+                 "key 'sliding_window': null or 0, but layer 0 is a sliding_attention layer");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"sliding_window_pattern\": 0}",
+                 "key 'sliding_window_pattern': 0 is not a positive integer");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"layer_types\": "
+                 "[\"full_attention\", \"full_attention\"]}",
+                 "key 'layer_types': expected a list of 3 entries");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"rope_parameters\": "
+                 "{\"rope_type\": \"linear\", \"factor\": 8}}",
+                 "Gemma 3 keys it by layer type (full_attention, sliding_attention), not");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"rope_scaling\": "
+                 "{\"rope_type\": \"dynamic\", \"factor\": 2}}",
+                 "key 'rope_scaling': Gemma 3 takes RoPE type default, linear, llama3 or yarn");
+    expect_error("{\"model_type\": \"gemma3_text\", " BASE ", \"use_bidirectional_attention\": "
+                 "true}",
+                 "key 'use_bidirectional_attention': true is not supported");
 }
 
 int main(void) {
@@ -328,5 +404,6 @@ int main(void) {
     test_phi3();
     test_smollm3();
     test_gemma2();
+    test_gemma3();
     return harness_finish("test_config");
 }

@@ -19,9 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const models[] = {
-    "llama_rope_llama3", "llama_tied",  "qwen2_bias",   "qwen3_qknorm",   "mistral_window",
-    "llama_bf16",        "phi3_window", "smollm3_nope", "smollm3_window", "gemma2_tiny"};
+static const char *const models[] = {"llama_rope_llama3", "llama_tied",     "qwen2_bias",
+                                     "qwen3_qknorm",      "mistral_window", "llama_bf16",
+                                     "phi3_window",       "smollm3_nope",   "smollm3_window",
+                                     "gemma2_tiny",       "gemma3_tiny"};
 
 /* bf16_storage: the weights kept in bf16 (rlhf generate --bf16), for a checkpoint stored in bf16,
  * where that rounds nothing: the same tokens as transformers. one_batch: only all prompts in one

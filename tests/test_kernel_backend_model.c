@@ -277,12 +277,14 @@ static void check_bf16(const char *fixture) {
 }
 
 /* A backend without backend.h's Gemma 2 group (the emulated device, as the CUDA one) refuses a
- * Gemma 2 model with an error naming the backend, in the batch forward and in decoding, before
- * any op runs. */
-static void check_gemma2_refused(void) {
+ * Gemma 2 or Gemma 3 model (fixture `name`) with an error naming the backend, in the batch
+ * forward and in decoding, before any op runs. */
+static void check_gemma_refused(const char *name) {
     Model m;
-    if (model_load(&m, harness_source_path("tests/fixtures/models/gemma2_tiny")) != 0) {
-        CHECK(false, "gemma2_tiny: %s", err_msg());
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/models/%s", name);
+    if (model_load(&m, harness_source_path(path)) != 0) {
+        CHECK(false, "%s: %s", name, err_msg());
         return;
     }
     m.backend = &emu_backend;
@@ -292,7 +294,7 @@ static void check_gemma2_refused(void) {
     memset(emu_op_calls, 0, sizeof emu_op_calls);
     CHECK(model_token_logprobs(&m, &b, NULL, logp) != 0 &&
               strstr(err_msg(), "emu backend has no Gemma 2 kernels") != NULL,
-          "a Gemma 2 model on a backend without its kernels is refused: %s", err_msg());
+          "%s on a backend without its kernels is refused: %s", name, err_msg());
     KvCache kv;
     CHECK(kv_cache_init(&kv, &emu_backend, &m.cfg, 1, 8) == 0, "%s", err_msg());
     CachedChunk chunk = {.slot = 0, .tokens = tokens, .n_tokens = 4};
@@ -309,7 +311,8 @@ static void check_gemma2_refused(void) {
 }
 
 int main(void) {
-    check_gemma2_refused();
+    check_gemma_refused("gemma2_tiny");
+    check_gemma_refused("gemma3_tiny");
     /* biases (qwen2_bias), a sliding window (mistral_window), q/k norms (qwen3_qknorm) */
     check_end_to_end("qwen3_qknorm");
     check_end_to_end("mistral_window");

@@ -21,16 +21,18 @@
 #include <string.h>
 
 /* The ones without rlhf_ were made and saved by peft (the phi3_* on Phi-3's fused qkv_proj and
- * gate_up_proj; smollm3_* on a SmolLM3 with NoPE and sliding layers; gemma2_* on Gemma 2); the
- * rlhf_* ones trained and saved by rlhf.c and then loaded by peft
+ * gate_up_proj; smollm3_* on a SmolLM3 with NoPE and sliding layers; gemma2_*, gemma3_* on Gemma 2,
+ * 3); the rlhf_* ones trained and saved by rlhf.c and then loaded by peft
  * (tools/reference/make_rlhf_adapter_fixtures.py; rlhf_phi3_* on the fused modules, trained on
  * phi3_text and loaded onto phi3_window, which has the same layer shapes; rlhf_smollm3_* trained
  * on smollm3_text, loaded onto smollm3_nope; rlhf_gemma2_* trained on models/tiny-arith-gemma2
- * and loaded onto gemma2_tiny, alike). */
+ * and loaded onto gemma2_tiny, rlhf_gemma3_* on models/tiny-arith-gemma3 onto gemma3_tiny,
+ * alike). */
 static const char *const cases[] = {
     "qwen2_qv",           "llama_all_linear",        "qwen3_rslora",      "phi3_all_linear",
     "phi3_qkv_gate_up",   "rlhf_all_linear_rslora",  "rlhf_qvo",          "rlhf_phi3_qkv_gate_up",
-    "smollm3_all_linear", "rlhf_smollm3_all_linear", "gemma2_all_linear", "rlhf_gemma2_all_linear"};
+    "smollm3_all_linear", "rlhf_smollm3_all_linear", "gemma2_all_linear", "rlhf_gemma2_all_linear",
+    "gemma3_all_linear",  "rlhf_gemma3_all_linear"};
 
 static void load_batch(const char *base, int32_t **tokens, uint8_t **mask, int *B, int *T) {
     char path[512];

@@ -111,5 +111,6 @@ int main(void) {
     check_identical("tests/fixtures/models/smollm3_window", ST_F32); /* 4 layers, biases, untied */
     check_identical("tests/fixtures/models/gemma2_tiny",
                     ST_F32); /* four norms a layer, their order */
+    check_identical("tests/fixtures/models/gemma3_tiny", ST_F32); /* and q/k norms after o_proj */
     return harness_finish("test_model_save");
 }

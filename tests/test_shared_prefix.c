@@ -144,8 +144,10 @@ static void check_model(const char *name) {
 }
 
 int main(void) {
-    const char *models[] = {"llama_tied", "qwen2_bias", "qwen3_qknorm", "mistral_window"};
-    for (int i = 0; i < 4; i++)
+    /* gemma3_tiny: two RoPE table sets, the sliding layers' after the global ones */
+    const char *models[] = {"llama_tied", "qwen2_bias", "qwen3_qknorm", "mistral_window",
+                            "gemma3_tiny"};
+    for (int i = 0; i < 5; i++)
         check_model(models[i]);
     return harness_finish("test_shared_prefix");
 }

@@ -40,8 +40,9 @@ typedef struct {
     const int32_t *tokens, *positions, *seq_index; /* (n) each */
     const AttnSegment *segs;
     int n_segs;
-    const float *cos_t, *sin_t; /* (n_positions, hd/2) */
-    void *owned[6];             /* the copies this mirror made, to be->free */
+    const float *cos_t, *sin_t;         /* (n_positions, hd/2) */
+    const float *cos_local, *sin_local; /* Gemma 3's sliding layers' (rope_tables.h); or NULL */
+    void *owned[6];                     /* the copies this mirror made, to be->free */
 } LayoutMirror;
 
 /* Everything one training forward keeps for the backward. With `recompute`

@@ -74,7 +74,6 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     const LayoutMirror *dev = &tape->dev;
     int n = (int)tape->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    float eps = (float)c->rms_norm_eps;
 #define G(p) grad_of(m, grads, (p))
 
     /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid); Gemma 2 norms
@@ -124,17 +123,18 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                                dev->n_segs, dev->seq_index, n, c->n_heads, c->n_kv_heads, hd,
                                window);
     int rot = c->rotary_dim;
+    bool local = layer_rope_local(c, l); /* Gemma 3's sliding layers: their own tables */
+    const float *cos_t = local ? dev->cos_local : dev->cos_t;
+    const float *sin_t = local ? dev->sin_local : dev->sin_t;
     if (!c->layer_nope[l]) { /* a NoPE layer applied none: dq, dk pass as they are */
-        be->rope_backward(be, g->dq, dev->positions, dev->cos_t, dev->sin_t, n, c->n_heads, hd,
-                          rot);
-        be->rope_backward(be, g->dk, dev->positions, dev->cos_t, dev->sin_t, n, c->n_kv_heads, hd,
-                          rot);
+        be->rope_backward(be, g->dq, dev->positions, cos_t, sin_t, n, c->n_heads, hd, rot);
+        be->rope_backward(be, g->dk, dev->positions, cos_t, sin_t, n, c->n_kv_heads, hd, rot);
     }
-    if (c->qk_norm) {
-        be->rmsnorm_backward(be, g->dq, G(w->q_norm), g->dq, a->q_pre, w->q_norm, n * c->n_heads,
-                             hd, eps);
-        be->rmsnorm_backward(be, g->dk, G(w->k_norm), g->dk, a->k_pre, w->k_norm, n * c->n_kv_heads,
-                             hd, eps);
+    if (c->qk_norm) { /* (1 + w) in Gemma 3 */
+        model_rmsnorm_backward(m, g->dq, G(w->q_norm), g->dq, a->q_pre, w->q_norm, n * c->n_heads,
+                               hd);
+        model_rmsnorm_backward(m, g->dk, G(w->k_norm), g->dk, a->k_pre, w->k_norm,
+                               n * c->n_kv_heads, hd);
     }
     model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
     be->linear_backward(be, g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, LAYER_WEIGHT(w, wq), n, H,

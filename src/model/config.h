@@ -15,7 +15,8 @@ typedef enum {
     ARCH_QWEN3,
     ARCH_PHI3,
     ARCH_SMOLLM3,
-    ARCH_GEMMA2
+    ARCH_GEMMA2,
+    ARCH_GEMMA3
 } ModelArch;
 
 /* The MLP's gate activation: SiLU (SwiGLU) or GELU with the tanh approximation (Gemma's
@@ -62,10 +63,10 @@ typedef struct {
     double rms_norm_eps;
     int64_t max_position_embeddings;
     bool tie_word_embeddings;
-    bool qkv_bias;      /* q/k/v projections have biases */
-    bool o_bias;        /* o_proj has a bias (Llama/Qwen3 attention_bias) */
-    bool mlp_bias;      /* gate/up/down have biases (Llama mlp_bias) */
-    bool qk_norm;       /* Qwen3: RMSNorm over hd on q and k before RoPE */
+    bool qkv_bias; /* q/k/v projections have biases */
+    bool o_bias;   /* o_proj has a bias (Llama/Qwen3 attention_bias) */
+    bool mlp_bias; /* gate/up/down have biases (Llama mlp_bias) */
+    bool qk_norm;  /* Qwen3, Gemma 3: RMSNorm over hd on q and k before RoPE ((1 + w) in Gemma 3) */
     bool fused_qkv_mlp; /* Phi-3: one qkv_proj (q, k, v rows) and one gate_up_proj (gate, up
                            rows) tensor on disk; wk/wv/w_up point into them (model.h) */
     /* Gemma 2. Its RMSNorms scale by (1 + w) (w stored centred on 0), and a second norm follows
@@ -84,6 +85,11 @@ typedef struct {
     bool *layer_nope;    /* [n_layers]: this layer applies no RoPE to q and k (SmolLM3's NoPE
                             layers, no_rope_layers[l] == 0); false everywhere for other families */
     RopeConfig rope;
+    /* Gemma 3: the sliding layers rotate q and k with a RoPE of their own (rope_local_base_freq,
+     * rope_parameters.sliding_attention), the others with `rope` (rope_theta, rope_scaling,
+     * rope_parameters.full_attention). local_rope false: every layer uses `rope`. */
+    bool local_rope;
+    RopeConfig rope_local;
     char weights_dtype[16]; /* "float32", "bfloat16", "float16" or "" when unstated */
     int pad_token_id;       /* -1 when none: that embedding row gets no gradient */
 } ModelConfig;

@@ -4,6 +4,10 @@
 
 #include <math.h>
 
+bool layer_rope_local(const ModelConfig *c, int l) {
+    return c->local_rope && c->layer_sliding[l];
+}
+
 void model_rmsnorm(const Model *m, float *out, const float *in, const float *w, int n, int c) {
     const Backend *be = model_backend(m);
     float eps = (float)m->cfg.rms_norm_eps;
@@ -109,7 +113,6 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
     int n = rows->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
-    float eps = (float)c->rms_norm_eps;
 
     /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)), rope the
      * identity on a NoPE layer (SmolLM3), the o output normed again first in Gemma 2 */
@@ -117,14 +120,17 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     linear_with_lora(m, hooks, l, LORA_Q, a->q_pre, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_K, a->k_pre, a->xn, n);
     linear_with_lora(m, hooks, l, LORA_V, a->v, a->xn, n);
-    if (c->qk_norm) {
-        be->rmsnorm(be, a->q, a->q_pre, w->q_norm, n * c->n_heads, hd, eps);
-        be->rmsnorm(be, a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, hd, eps);
+    if (c->qk_norm) { /* per head; (1 + w) in Gemma 3 */
+        model_rmsnorm(m, a->q, a->q_pre, w->q_norm, n * c->n_heads, hd);
+        model_rmsnorm(m, a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, hd);
     }
     int rot = c->rotary_dim;
+    bool local = layer_rope_local(c, l);
+    const float *cos_t = local ? rows->cos_local : rows->cos_t;
+    const float *sin_t = local ? rows->sin_local : rows->sin_t;
     if (!c->layer_nope[l]) { /* a NoPE layer (SmolLM3) attends with q and k as projected */
-        be->rope(be, a->q, rows->positions, rows->cos_t, rows->sin_t, n, c->n_heads, hd, rot);
-        be->rope(be, a->k, rows->positions, rows->cos_t, rows->sin_t, n, c->n_kv_heads, hd, rot);
+        be->rope(be, a->q, rows->positions, cos_t, sin_t, n, c->n_heads, hd, rot);
+        be->rope(be, a->k, rows->positions, cos_t, sin_t, n, c->n_kv_heads, hd, rot);
     }
     hooks->attention(hooks, m, l, a, n, c->layer_sliding[l] ? c->sliding_window : 0);
     bool sandwich = c->gemma_norms;

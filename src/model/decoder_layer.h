@@ -25,12 +25,17 @@ struct DecoderHooks {
 };
 
 /* The rows a layer computes, in backend memory: RoPE position of each row (int32, or NULL when
- * the tables were built for these rows, row r's at r) and the (positions, hd/2) tables. */
+ * the tables were built for these rows, row r's at r) and the (positions, hd/2) tables; Gemma
+ * 3's sliding layers read cos_local/sin_local (rope_tables.h's second set; NULL otherwise). */
 typedef struct {
     int n;
     const int32_t *positions;
     const float *cos_t, *sin_t;
+    const float *cos_local, *sin_local;
 } DecoderRows;
+
+/* Whether layer l rotates with the local RoPE tables: a sliding layer of Gemma 3. */
+bool layer_rope_local(const ModelConfig *c, int l);
 
 /* The model's RMSNorm (w ⊙ x̂, Gemma's (1 + w) ⊙ x̂) over n rows of c, eps the config's; out may
  * be in. */

@@ -127,7 +127,8 @@ static void batch_attention(const DecoderHooks *h, const Model *m, int l, LayerA
 /* One decoder layer over the layout's n rows: reads a->x_in, writes a->x_mid and x_out. */
 static void layer_forward(const Model *m, int l, const LayoutMirror *dev, size_t n, LayerActs *a,
                           float *x_out) {
-    DecoderRows rows = {(int)n, dev->positions, dev->cos_t, dev->sin_t};
+    DecoderRows rows = {(int)n,     dev->positions, dev->cos_t,
+                        dev->sin_t, dev->cos_local, dev->sin_local};
     DecoderHooks hooks = {batch_linear, batch_attention, (void *)dev};
     decoder_layer_forward(m, l, &rows, &hooks, a, x_out);
 }
@@ -153,9 +154,10 @@ static void mirror_free(const Backend *be, LayoutMirror *dev) {
     memset(dev, 0, sizeof *dev);
 }
 
-/* dev = the layout's arrays and the tables (n_positions rows) as be reads them. */
+/* dev = the layout's arrays and the tables (`sets` of table_floats each: rope_tables.h) as be
+ * reads them. */
 static int mirror_layout(const Backend *be, const TokenLayout *lay, const float *cos_t,
-                         const float *sin_t, size_t table_floats, LayoutMirror *dev) {
+                         const float *sin_t, size_t table_floats, int sets, LayoutMirror *dev) {
     memset(dev, 0, sizeof *dev);
     size_t ints = lay->n * sizeof(int32_t);
     dev->tokens = backend_mirror(be, lay->tokens, ints, "token ids", &dev->owned[0]);
@@ -164,10 +166,13 @@ static int mirror_layout(const Backend *be, const TokenLayout *lay, const float 
     dev->segs = backend_mirror(be, lay->segs, (size_t)lay->n_segs * sizeof *lay->segs,
                                "attention segments", &dev->owned[3]);
     dev->n_segs = lay->n_segs;
-    dev->cos_t =
-        backend_mirror(be, cos_t, table_floats * sizeof(float), "RoPE tables", &dev->owned[4]);
-    dev->sin_t =
-        backend_mirror(be, sin_t, table_floats * sizeof(float), "RoPE tables", &dev->owned[5]);
+    size_t bytes = (size_t)sets * table_floats * sizeof(float);
+    dev->cos_t = backend_mirror(be, cos_t, bytes, "RoPE tables", &dev->owned[4]);
+    dev->sin_t = backend_mirror(be, sin_t, bytes, "RoPE tables", &dev->owned[5]);
+    if (sets > 1 && dev->cos_t && dev->sin_t) {
+        dev->cos_local = dev->cos_t + table_floats;
+        dev->sin_local = dev->sin_t + table_floats;
+    }
     bool ok = (dev->tokens || !lay->n) && (dev->positions || !lay->n) &&
               (dev->seq_index || !lay->n) && (dev->segs || !lay->n_segs) && dev->cos_t &&
               dev->sin_t;
@@ -184,10 +189,11 @@ static int forward_setup(const Model *m, const TokenBatch *b, ForwardSetup *fs) 
     if (check_batch(m, b, &max_position) != 0) return -1;
     token_layout_build(&fs->lay, b, shares_prefixes(m, b));
     size_t table = (size_t)(max_position + 1) * (c->rotary_dim / 2);
-    fs->cos_t = xmalloc(table * sizeof(float));
-    fs->sin_t = xmalloc(table * sizeof(float));
+    int sets = rope_table_sets(c);
+    fs->cos_t = xmalloc((size_t)sets * table * sizeof(float));
+    fs->sin_t = xmalloc((size_t)sets * table * sizeof(float));
     rope_build_tables(c, max_position + 1, fs->cos_t, fs->sin_t);
-    return mirror_layout(model_backend(m), &fs->lay, fs->cos_t, fs->sin_t, table, &fs->dev);
+    return mirror_layout(model_backend(m), &fs->lay, fs->cos_t, fs->sin_t, table, sets, &fs->dev);
 }
 
 static void forward_setup_free(const Backend *be, ForwardSetup *fs) {

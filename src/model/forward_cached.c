@@ -135,16 +135,16 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         }
     }
     size_t table = (size_t)n * (c->rotary_dim / 2);
-    float *cos_t = xmalloc(table * sizeof(float)), *sin_t = xmalloc(table * sizeof(float));
+    int sets = rope_table_sets(c);
+    size_t table_bytes = (size_t)sets * table * sizeof(float);
+    float *cos_t = xmalloc(table_bytes), *sin_t = xmalloc(table_bytes);
     if (kv->rope_len_floor > max_pos) max_pos = kv->rope_len_floor; /* kv_cache.h invariant 4 */
     rope_build_rows(c, max_pos, b.pos, n, cos_t, sin_t);
     void *owned[4] = {0};
     size_t ints = (size_t)n * sizeof(int32_t);
     const int32_t *ids_dev = backend_mirror(be, ids, ints, "token ids", &owned[0]);
-    const float *cos_dev =
-        backend_mirror(be, cos_t, table * sizeof(float), "RoPE tables", &owned[1]);
-    const float *sin_dev =
-        backend_mirror(be, sin_t, table * sizeof(float), "RoPE tables", &owned[2]);
+    const float *cos_dev = backend_mirror(be, cos_t, table_bytes, "RoPE tables", &owned[1]);
+    const float *sin_dev = backend_mirror(be, sin_t, table_bytes, "RoPE tables", &owned[2]);
     b.slot_dev = backend_mirror(be, b.slot, ints, "cache slots", &b.owned[0]);
     b.pos_dev = backend_mirror(be, b.pos, ints, "positions", &b.owned[1]);
     float *last = be->alloc(be, (size_t)n_chunks * H * sizeof(float), "last rows");
@@ -158,7 +158,9 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         WeightRef embed = {.f32 = m->embed, .bf16 = m->embed16};
         be->embedding_gather(be, b.a.x_in, embed, ids_dev, n, (int)H);
         if (c->embed_scaled) be->scale(be, b.a.x_in, model_embed_scale(m), (size_t)n * H);
-        DecoderRows rows = {n, NULL, cos_dev, sin_dev}; /* tables built for these rows */
+        /* tables built for these rows; Gemma 3's local set after the global one */
+        DecoderRows rows = {n, NULL, cos_dev, sin_dev, NULL, NULL};
+        if (sets > 1) rows.cos_local = cos_dev + table, rows.sin_local = sin_dev + table;
         DecoderHooks hooks = {cached_linear, cached_attention, &b};
         for (int l = 0; l < c->n_layers; l++)
             decoder_layer_forward(m, l, &rows, &hooks, &b.a, b.a.x_in);

@@ -66,8 +66,9 @@ static void llama3_inv_freq(const RopeConfig *r, int d, float *inv) {
     }
 }
 
-void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *attention_factor) {
-    const RopeConfig *r = &cfg->rope;
+/* inv and the attention factor of the RoPE r of cfg (its rope or, Gemma 3, rope_local). */
+static void inv_freq_of(const ModelConfig *cfg, const RopeConfig *r, int seq_len, float *inv,
+                        float *attention_factor) {
     int d = cfg->rotary_dim; /* transformers' `dim`: int(head_dim * partial_rotary_factor) */
     *attention_factor = 1.0f;
     switch (r->type) {
@@ -104,18 +105,30 @@ void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *atten
     }
 }
 
+void rope_inv_freq(const ModelConfig *cfg, int seq_len, float *inv, float *attention_factor) {
+    inv_freq_of(cfg, &cfg->rope, seq_len, inv, attention_factor);
+}
+
+int rope_table_sets(const ModelConfig *cfg) {
+    return cfg->local_rope ? 2 : 1;
+}
+
 void rope_build_rows(const ModelConfig *cfg, int seq_len, const int32_t *positions, int n,
                      float *cos_rows, float *sin_rows) {
     int half = cfg->rotary_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof *inv);
-    float attn;
-    rope_inv_freq(cfg, seq_len, inv, &attn);
-    for (int r = 0; r < n; r++) {
-        int p = positions ? positions[r] : r;
-        for (int i = 0; i < half; i++) {
-            float angle = (float)p * inv[i];
-            cos_rows[(size_t)r * half + i] = cosf(angle) * attn;
-            sin_rows[(size_t)r * half + i] = sinf(angle) * attn;
+    for (int set = 0; set < rope_table_sets(cfg); set++) {
+        float attn;
+        inv_freq_of(cfg, set ? &cfg->rope_local : &cfg->rope, seq_len, inv, &attn);
+        float *cos_set = cos_rows + (size_t)set * n * half,
+              *sin_set = sin_rows + (size_t)set * n * half;
+        for (int r = 0; r < n; r++) {
+            int p = positions ? positions[r] : r;
+            for (int i = 0; i < half; i++) {
+                float angle = (float)p * inv[i];
+                cos_set[(size_t)r * half + i] = cosf(angle) * attn;
+                sin_set[(size_t)r * half + i] = sinf(angle) * attn;
+            }
         }
     }
     free(inv);

@@ -36,6 +36,8 @@ CASES = [
     ("smollm3_all_linear", "smollm3_window", dict(r=4, lora_alpha=4, target_modules="all-linear")),
     # Gemma 2: the adapted products feed (1 + w) norms after o_proj and down_proj, soft caps
     ("gemma2_all_linear", "gemma2_tiny", dict(r=4, lora_alpha=16, target_modules="all-linear")),
+    # Gemma 3: q/k products feed (1 + w) q/k norms, then the local or the global RoPE
+    ("gemma3_all_linear", "gemma3_tiny", dict(r=4, lora_alpha=16, target_modules="all-linear")),
 ]
 
 

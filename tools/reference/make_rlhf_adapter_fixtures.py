@@ -47,6 +47,10 @@ CASES = [
     # onto gemma2_tiny
     ("rlhf_gemma2_all_linear", "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n",
      "models/tiny-arith-gemma2", "gemma2_tiny"),
+    # Gemma 3: trained on models/tiny-arith-gemma3 (gemma3_tiny's layer shapes), loaded onto
+    # gemma3_tiny
+    ("rlhf_gemma3_all_linear", "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n",
+     "models/tiny-arith-gemma3", "gemma3_tiny"),
 ]
 
 
