@@ -1,14 +1,17 @@
 /* The bf16 autocast products (kernels/cpu/matmul_autocast.c) against their definition computed
  * here in double: factors rounded to bf16, exact products, the forward and dX results rounded to
- * bf16 once, dW's sums not. A few rows (matmul_forward's own loops) and many (sgemm), an odd
- * in_dim; W given in bf16 gives what its fp32 values give, through the backend table too. */
+ * bf16 once, dW's sums not. On each path this machine has (gemm_bf16's, and the sgemm one with a
+ * few rows through matmul_forward's own loops and many through sgemm), an odd in_dim; W given in
+ * bf16 gives what its fp32 values give, through the backend table too. */
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +43,9 @@ static void check_shape(int n, int in_dim, int out_dim, unsigned seed) {
     fill(x, nx, &seed), fill(w, nw, &seed), fill(bias, out_dim, &seed), fill(dout, no, &seed);
     for (size_t i = 0; i < nw; i++)
         w16[i] = f32_to_bf16(w[i]);
-    const char *path = n <= 16 ? "few-rows" : "sgemm";
+    char path[48];
+    snprintf(path, sizeof path, "%s", gemm_bf16_path_name(gemm_bf16_path()));
+    if (gemm_bf16_path() == GEMM_BF16_NONE && n <= 16) snprintf(path, sizeof path, "few-rows");
 
     autocast_linear_forward(out, x, (WeightRef){.f32 = w}, bias, n, in_dim, out_dim);
     autocast_linear_forward(out16, x, (WeightRef){.bf16 = w16}, bias, n, in_dim, out_dim);
@@ -106,8 +111,12 @@ static void check_shape(int n, int in_dim, int out_dim, unsigned seed) {
 }
 
 int main(void) {
-    check_shape(5, 72, 40, 1);
-    check_shape(33, 70, 45, 2);
-    check_shape(300, 96, 64, 3);
+    /* every path the products can take here: the sgemm one, then each bf16 GEMM */
+    for (int p = GEMM_BF16_NONE; p < GEMM_BF16_PATH_COUNT; p++) {
+        if (!gemm_bf16_force((GemmBf16Path)p)) continue;
+        check_shape(5, 72, 40, 1);
+        check_shape(33, 70, 45, 2);
+        check_shape(300, 96, 64, 3);
+    }
     return harness_finish("test_autocast_kernels");
 }

@@ -1,0 +1,200 @@
+/* gemm_bf16's packing and its choice of path (gemm_bf16.h); the paths are gemm_bf16_amx.c,
+ * gemm_bf16_avx512.c and gemm_bf16_avx2.c.
+ *
+ * Layouts (invariants every path relies on):
+ *  1. A packed A is row-major bf16 with row stride depth_padded: the pair (A[i][2q], A[i][2q+1])
+ *     is one 32-bit word, what vdpbf16ps broadcasts and an AMX A tile's row holds 16 of.
+ *  2. A packed B is cols_padded / 16 panels; panel p's pair step q holds, for its columns
+ *     j = 0..15, B[2q][16p + j] then B[2q + 1][16p + j]: one 64-byte row of an AMX B tile, one
+ *     zmm for vdpbf16ps, two ymm for the AVX2 path.
+ *  3. Padding (rows, columns and depth up to the multiples of gemm_bf16_kernels.h) is zero, so
+ *     the paths run whole blocks and whole depth steps; only the stores look at the true sizes.
+ *  4. Values are rounded to bf16 to nearest, ties to even, as torch rounds a tensor to bf16
+ *     (matmul_autocast.c's round_bf16 does the same to fp32 copies). */
+#include "common/error.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the path ---- */
+
+/* A message and exit(2): a bad RLHF_GEMM_BF16 (the kernels have no error return, and running
+ * on a path other than the one asked for would make a timing or a comparison mean something
+ * else), or abort() for a caller's bug. */
+RLHF_PRINTF(2, 3) static void die(bool bug, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rlhf: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (bug) abort();
+    exit(2);
+}
+
+static const char *const path_names[GEMM_BF16_PATH_COUNT] = {"sgemm", "avx2", "avx512", "amx"};
+
+const char *gemm_bf16_path_name(GemmBf16Path p) {
+    return p >= 0 && p < GEMM_BF16_PATH_COUNT ? path_names[p] : "?";
+}
+
+bool gemm_bf16_supported(GemmBf16Path p) {
+    switch (p) {
+    case GEMM_BF16_NONE:
+        return true;
+    case GEMM_BF16_AVX2:
+        return gemm_bf16_cpu_has_avx2();
+    case GEMM_BF16_AVX512:
+        return gemm_bf16_cpu_has_avx512();
+    case GEMM_BF16_AMX:
+        return gemm_bf16_cpu_has_amx();
+    default:
+        return false;
+    }
+}
+
+static GemmBf16Path best_path(void) {
+    for (int p = GEMM_BF16_PATH_COUNT - 1; p > GEMM_BF16_NONE; p--)
+        if (gemm_bf16_supported((GemmBf16Path)p)) return (GemmBf16Path)p;
+    return GEMM_BF16_NONE;
+}
+
+static _Atomic int chosen_path = -1; /* -1: not chosen yet */
+static pthread_once_t path_once = PTHREAD_ONCE_INIT;
+
+/* The environment's choice, else the best. */
+static void choose_path(void) {
+    const char *env = getenv("RLHF_GEMM_BF16");
+    if (!env || !*env) {
+        int unset = -1;
+        atomic_compare_exchange_strong(&chosen_path, &unset, (int)best_path());
+        return;
+    }
+    for (int p = 0; p < GEMM_BF16_PATH_COUNT; p++)
+        if (strcmp(env, path_names[p]) == 0) {
+            if (!gemm_bf16_supported((GemmBf16Path)p))
+                die(false,
+                    "RLHF_GEMM_BF16=%s: this CPU (or its OS) has no %s; the best it has is %s", env,
+                    path_names[p], path_names[best_path()]);
+            int unset = -1;
+            atomic_compare_exchange_strong(&chosen_path, &unset, p);
+            return;
+        }
+    die(false, "RLHF_GEMM_BF16=%s: expected one of amx, avx512, avx2, sgemm", env);
+}
+
+GemmBf16Path gemm_bf16_path(void) {
+    pthread_once(&path_once, choose_path);
+    return (GemmBf16Path)atomic_load(&chosen_path);
+}
+
+bool gemm_bf16_force(GemmBf16Path p) {
+    if (p < 0 || p >= GEMM_BF16_PATH_COUNT || !gemm_bf16_supported(p)) return false;
+    pthread_once(&path_once, choose_path);
+    atomic_store(&chosen_path, (int)p);
+    return true;
+}
+
+/* ---- packing ---- */
+
+static int round_up(int x, int m) {
+    return (x + m - 1) / m * m;
+}
+
+/* The bf16 nearest to f (ties to even); a NaN becomes a quiet NaN. */
+static inline uint16_t narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
+    size_t at = (size_t)r * s->row_stride + (size_t)c * s->col_stride;
+    return s->f32 ? narrow(s->f32[at]) : s->bf16[at];
+}
+
+/* A 64-byte aligned allocation of count bf16 values (count > 0). */
+static uint16_t *alloc_bf16(size_t count) {
+    size_t bytes = (count * sizeof(uint16_t) + 63) / 64 * 64;
+    uint16_t *p = aligned_alloc(64, bytes);
+    if (!p) die(true, "out of memory packing a bf16 factor (%zu bytes)", bytes);
+    return p;
+}
+
+/* Blocks of 32 x 32 source values, so that a transposed source is read a cache line at a time. */
+#define PACK_BLOCK 32
+
+void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
+    a->rows = rows, a->depth = depth;
+    a->rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
+    a->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    int rp = a->rows_padded, kp = a->depth_padded;
+    uint16_t *d = a->data = alloc_bf16((size_t)rp * kp);
+#pragma omp parallel for schedule(static) collapse(2) if ((size_t)rp * kp > 65536)
+    for (int i0 = 0; i0 < rp; i0 += PACK_BLOCK)
+        for (int k0 = 0; k0 < kp; k0 += PACK_BLOCK)
+            for (int i = i0; i < i0 + PACK_BLOCK; i++)
+                for (int k = k0; k < k0 + PACK_BLOCK; k++)
+                    d[(size_t)i * kp + k] = i < rows && k < depth ? source_at(&src, i, k) : 0;
+}
+
+void bf16_packed_a_free(Bf16PackedA *a) {
+    free(a->data);
+    a->data = NULL;
+}
+
+void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
+    b->depth = depth, b->cols = cols;
+    b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+    int kp = b->depth_padded, np = b->cols_padded;
+    uint16_t *d = b->data = alloc_bf16((size_t)kp * np);
+    /* element (k, j) goes to panel j / 16, pair step k / 2, column j % 16, half k % 2 */
+#pragma omp parallel for schedule(static) collapse(2) if ((size_t)kp * np > 65536)
+    for (int j0 = 0; j0 < np; j0 += PACK_BLOCK)
+        for (int k0 = 0; k0 < kp; k0 += PACK_BLOCK)
+            for (int j = j0; j < j0 + PACK_BLOCK; j++) {
+                uint16_t *panel = d + (size_t)(j / GEMM_BF16_PANEL) * GEMM_BF16_PANEL * kp;
+                for (int k = k0; k < k0 + PACK_BLOCK; k++)
+                    panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + (j % GEMM_BF16_PANEL) * 2 +
+                          k % 2] = j < cols && k < depth ? source_at(&src, k, j) : 0;
+            }
+}
+
+void bf16_packed_b_free(Bf16PackedB *b) {
+    free(b->data);
+    b->data = NULL;
+}
+
+/* ---- the product ---- */
+
+void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b) {
+    if (a->depth != b->depth)
+        die(true, "gemm_bf16: A's depth %d is not B's %d (a caller's bug)", a->depth, b->depth);
+    if (a->rows == 0 || b->cols == 0) return;
+    if (a->depth == 0) { /* an empty sum */
+        if (!accumulate)
+            for (int i = 0; i < a->rows; i++)
+                memset(c + (size_t)i * ldc, 0, (size_t)b->cols * sizeof *c);
+        return;
+    }
+    switch (gemm_bf16_path()) {
+    case GEMM_BF16_AMX:
+        gemm_bf16_run_amx(c, ldc, accumulate, a, b);
+        break;
+    case GEMM_BF16_AVX512:
+        gemm_bf16_run_avx512(c, ldc, accumulate, a, b);
+        break;
+    case GEMM_BF16_AVX2:
+        gemm_bf16_run_avx2(c, ldc, accumulate, a, b);
+        break;
+    default:
+        die(true, "gemm_bf16 called with no bf16 GEMM path (a caller's bug: check gemm_bf16_path)");
+    }
+}
