@@ -127,21 +127,44 @@ static uint16_t *alloc_bf16(size_t count) {
     return p;
 }
 
-/* Blocks of 32 x 32 source values, so that a transposed source is read a cache line at a time. */
-#define PACK_BLOCK 32
+/* Row i of a packed A: the source row rounded, then zeros to depth_padded. Read along the
+ * source row (col_stride 1 for a row-major A). */
+static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, int kp) {
+    for (int k = 0; k < depth; k++)
+        dst[k] = source_at(src, i, k);
+    memset(dst + depth, 0, (size_t)(kp - depth) * sizeof *dst);
+}
+
+/* Rows i0 .. i0 + count of a packed A from a source stored along its columns (row_stride 1: a
+ * transposed matrix): each depth index's count values are adjacent in the source. */
+static void pack_a_rows_down(uint16_t *d, const Bf16Source *src, int i0, int count, int depth,
+                             int kp) {
+    for (int k = 0; k < depth; k++)
+        for (int i = i0; i < i0 + count; i++)
+            d[(size_t)i * kp + k] = source_at(src, i, k);
+    for (int i = i0; i < i0 + count; i++)
+        memset(d + (size_t)i * kp + depth, 0, (size_t)(kp - depth) * sizeof *d);
+}
+
+#define PACK_ROWS 32 /* rows a transposed source is read for at once: a cache line of fp32 */
 
 void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
     a->rows = rows, a->depth = depth;
     a->rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
     a->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
-    int rp = a->rows_padded, kp = a->depth_padded;
-    uint16_t *d = a->data = alloc_bf16((size_t)rp * kp);
-#pragma omp parallel for schedule(static) collapse(2) if ((size_t)rp * kp > 65536)
-    for (int i0 = 0; i0 < rp; i0 += PACK_BLOCK)
-        for (int k0 = 0; k0 < kp; k0 += PACK_BLOCK)
-            for (int i = i0; i < i0 + PACK_BLOCK; i++)
-                for (int k = k0; k < k0 + PACK_BLOCK; k++)
-                    d[(size_t)i * kp + k] = i < rows && k < depth ? source_at(&src, i, k) : 0;
+    int kp = a->depth_padded;
+    uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp);
+    memset(d + (size_t)rows * kp, 0, (size_t)(a->rows_padded - rows) * kp * sizeof *d);
+    bool down = src.row_stride < src.col_stride;
+#pragma omp parallel for schedule(static) if ((size_t)rows * depth > 65536)
+    for (int i0 = 0; i0 < rows; i0 += PACK_ROWS) {
+        int count = rows - i0 < PACK_ROWS ? rows - i0 : PACK_ROWS;
+        if (down)
+            pack_a_rows_down(d, &src, i0, count, depth, kp);
+        else
+            for (int i = i0; i < i0 + count; i++)
+                pack_a_row(d + (size_t)i * kp, &src, i, depth, kp);
+    }
 }
 
 void bf16_packed_a_free(Bf16PackedA *a) {
@@ -149,22 +172,35 @@ void bf16_packed_a_free(Bf16PackedA *a) {
     a->data = NULL;
 }
 
+/* Panel p of a packed B (invariant 2): zero, then the source's values, read along the source's
+ * contiguous direction (down the depth for a transposed W, along the columns otherwise). */
+static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols,
+                         int kp) {
+    memset(panel, 0, (size_t)GEMM_BF16_PANEL * kp * sizeof *panel);
+    int j0 = p * GEMM_BF16_PANEL;
+    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
+    if (src->row_stride < src->col_stride) {
+        for (int jj = 0; jj < width; jj++)
+            for (int k = 0; k < depth; k++)
+                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
+                    source_at(src, k, j0 + jj);
+    } else {
+        for (int k = 0; k < depth; k++)
+            for (int jj = 0; jj < width; jj++)
+                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
+                    source_at(src, k, j0 + jj);
+    }
+}
+
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     b->depth = depth, b->cols = cols;
     b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
     b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
-    int kp = b->depth_padded, np = b->cols_padded;
-    uint16_t *d = b->data = alloc_bf16((size_t)kp * np);
-    /* element (k, j) goes to panel j / 16, pair step k / 2, column j % 16, half k % 2 */
-#pragma omp parallel for schedule(static) collapse(2) if ((size_t)kp * np > 65536)
-    for (int j0 = 0; j0 < np; j0 += PACK_BLOCK)
-        for (int k0 = 0; k0 < kp; k0 += PACK_BLOCK)
-            for (int j = j0; j < j0 + PACK_BLOCK; j++) {
-                uint16_t *panel = d + (size_t)(j / GEMM_BF16_PANEL) * GEMM_BF16_PANEL * kp;
-                for (int k = k0; k < k0 + PACK_BLOCK; k++)
-                    panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + (j % GEMM_BF16_PANEL) * 2 +
-                          k % 2] = j < cols && k < depth ? source_at(&src, k, j) : 0;
-            }
+    int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
+    uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded);
+#pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
+    for (int p = 0; p < panels; p++)
+        pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
 }
 
 void bf16_packed_b_free(Bf16PackedB *b) {

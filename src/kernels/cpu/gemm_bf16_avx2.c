@@ -17,9 +17,11 @@
 TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
                               const uint16_t *panel, int i0, int j0, int cols) {
     const uint16_t *row[BLOCK_ROWS];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)
         row[r] = a->data + (size_t)(i0 + r) * a->depth_padded;
     __m256 sum[BLOCK_ROWS][2];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)
         sum[r][0] = sum[r][1] = _mm256_setzero_ps();
     const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
@@ -32,6 +34,7 @@ TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16P
         __m256 odd0 = _mm256_castsi256_ps(_mm256_and_si256(v0, odd_mask));
         __m256 even1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
         __m256 odd1 = _mm256_castsi256_ps(_mm256_and_si256(v1, odd_mask));
+#pragma GCC unroll 8
         for (int r = 0; r < BLOCK_ROWS; r++) {
             uint32_t p;
             memcpy(&p, row[r] + 2 * q, sizeof p);
@@ -44,6 +47,7 @@ TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16P
         }
     }
     float buf[BLOCK_ROWS * GEMM_BF16_PANEL];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++) {
         _mm256_storeu_ps(buf + r * GEMM_BF16_PANEL, sum[r][0]);
         _mm256_storeu_ps(buf + r * GEMM_BF16_PANEL + 8, sum[r][1]);

@@ -19,15 +19,18 @@ TARGET static void block_8x32(float *c, size_t ldc, bool accumulate, const Bf16P
                               const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                               int cols) {
     const uint16_t *row[BLOCK_ROWS];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)
         row[r] = a->data + (size_t)(i0 + r) * a->depth_padded;
     __m512 sum[BLOCK_ROWS][2];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)
         sum[r][0] = sum[r][1] = _mm512_setzero_ps();
     int pairs = (a->depth + 1) / 2; /* past it the padding is zero */
     for (int q = 0; q < pairs; q++) {
         __m512i b0 = _mm512_load_si512(panel0 + (size_t)q * 32);
         __m512i b1 = _mm512_load_si512(panel1 + (size_t)q * 32);
+#pragma GCC unroll 8
         for (int r = 0; r < BLOCK_ROWS; r++) {
             uint32_t p;
             memcpy(&p, row[r] + 2 * q, sizeof p);
@@ -37,6 +40,7 @@ TARGET static void block_8x32(float *c, size_t ldc, bool accumulate, const Bf16P
         }
     }
     float buf[BLOCK_ROWS * BLOCK_COLS];
+#pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++) {
         _mm512_storeu_ps(buf + r * BLOCK_COLS, sum[r][0]);
         _mm512_storeu_ps(buf + r * BLOCK_COLS + 16, sum[r][1]);
