@@ -73,4 +73,22 @@ void bf16_packed_b_free(Bf16PackedB *b);
  * order fixed by the path alone: the same for any number of threads. */
 void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b);
 
+/* W (out_dim, in_dim), fp32 w32 or else bf16 w16, packed as the forward's B (W^T, depth in_dim)
+ * if transposed, else as dX's (W, depth out_dim): from the cache of gemm_bf16_cache.c, packed on
+ * first use and kept until gemm_bf16_weights_changed drops it (or the weights are found
+ * changed). The packing is the cache's: valid until the next drop; the caller does not free it. */
+const Bf16PackedB *bf16_weight_packed(const float *w32, const uint16_t *w16, int out_dim,
+                                      int in_dim, bool transposed);
+
+/* Whoever writes weights that autocast products may have read (an optimizer step, a merge,
+ * freeing them) calls this over the bytes written: cached packings of them are dropped. Cheap
+ * when nothing is cached. */
+void gemm_bf16_weights_changed(const void *begin, size_t bytes);
+
+/* Drops every cached packing (tests, benches). */
+void gemm_bf16_cache_clear(void);
+
+/* The bytes the cache holds now. */
+size_t gemm_bf16_cache_bytes(void);
+
 #endif

@@ -83,22 +83,25 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
     }
 }
 
-/* W (out_dim, in_dim) as a Bf16Source read as W^T (in_dim x out_dim) if transposed, else as
- * W; *tmp is set to an fp32 copy the caller frees for an NF4 W (dequantised, then rounded by
- * the packing), else NULL. */
-static Bf16Source weight_source(WeightRef w, int out_dim, int in_dim, bool transposed,
-                                float **tmp) {
-    *tmp = NULL;
-    Bf16Source s = {.f32 = w.f32,
-                    .bf16 = w.bf16,
+/* W packed as the forward's B (W^T) if transposed, else as dX's (W): from gemm_bf16's cache for
+ * an fp32 or bf16 W (packed once per optimizer step; a frozen one once). An NF4 W (a QLoRA base)
+ * is dequantised and packed per call into *own, which the caller frees: a bf16 copy of the base
+ * kept between products would undo what NF4 saves. own->data is NULL otherwise. */
+static const Bf16PackedB *packed_weight(WeightRef w, int out_dim, int in_dim, bool transposed,
+                                        Bf16PackedB *own) {
+    own->data = NULL;
+    if (w.f32 || w.bf16) return bf16_weight_packed(w.f32, w.bf16, out_dim, in_dim, transposed);
+    float *tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
+    weight_rows_widen(tmp, w, 0, out_dim, in_dim);
+    Bf16Source s = {.f32 = tmp,
                     .row_stride = transposed ? 1 : (size_t)in_dim,
                     .col_stride = transposed ? (size_t)in_dim : 1};
-    if (!w.f32 && !w.bf16) {
-        *tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof **tmp);
-        weight_rows_widen(*tmp, w, 0, out_dim, in_dim);
-        s.f32 = *tmp;
-    }
-    return s;
+    if (transposed)
+        bf16_pack_b(own, s, in_dim, out_dim);
+    else
+        bf16_pack_b(own, s, out_dim, in_dim);
+    free(tmp);
+    return own;
 }
 
 /* The rows x cols matrix x (row-major) as a Bf16Source, or its transpose. */
@@ -113,14 +116,11 @@ void autocast_linear_forward(float *out, const float *in, WeightRef w, const flo
     if (n == 0) return;
     if (gemm_bf16_path() != GEMM_BF16_NONE) {
         /* out = bf16(in) · bf16(W)^T: A = in (n x in_dim), B = W^T (in_dim x out_dim) */
-        float *tmp;
         Bf16PackedA a;
-        Bf16PackedB b;
+        Bf16PackedB own;
         bf16_pack_a(&a, matrix_source(in, in_dim, false), n, in_dim);
-        bf16_pack_b(&b, weight_source(w, out_dim, in_dim, true, &tmp), in_dim, out_dim);
-        free(tmp);
-        gemm_bf16(out, (size_t)out_dim, false, &a, &b);
-        bf16_packed_b_free(&b);
+        gemm_bf16(out, (size_t)out_dim, false, &a, packed_weight(w, out_dim, in_dim, true, &own));
+        bf16_packed_b_free(&own);
         bf16_packed_a_free(&a);
         finish_output(out, bias, n, out_dim);
         return;
@@ -139,14 +139,11 @@ static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float 
                                const float *in, WeightRef w, int n, int in_dim, int out_dim) {
     if (din) {
         /* din = bf16(dout) · bf16(W): A = dout (n x out_dim), B = W (out_dim x in_dim) */
-        float *tmp;
         Bf16PackedA a;
-        Bf16PackedB b;
+        Bf16PackedB own;
         bf16_pack_a(&a, matrix_source(dout, out_dim, false), n, out_dim);
-        bf16_pack_b(&b, weight_source(w, out_dim, in_dim, false, &tmp), out_dim, in_dim);
-        free(tmp);
-        gemm_bf16(din, (size_t)in_dim, false, &a, &b);
-        bf16_packed_b_free(&b);
+        gemm_bf16(din, (size_t)in_dim, false, &a, packed_weight(w, out_dim, in_dim, false, &own));
+        bf16_packed_b_free(&own);
         bf16_packed_a_free(&a);
         bf16_round_inplace(din, (size_t)n * in_dim); /* the gradient of a bf16 cast is bf16 */
     }
