@@ -110,8 +110,8 @@ static int round_up(int x, int m) {
 static inline uint16_t narrow(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : r; /* a select: the loops vectorise */
 }
 
 static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
@@ -127,26 +127,49 @@ static uint16_t *alloc_bf16(size_t count) {
     return p;
 }
 
+#define PACK_ROWS 32 /* rows a transposed source is read for at once: a cache line of fp32 */
+
 /* Row i of a packed A: the source row rounded, then zeros to depth_padded. Read along the
- * source row (col_stride 1 for a row-major A). */
+ * source row (col_stride 1 for a row-major A); an fp32 row-major source has its own loop, which
+ * vectorises. */
 static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, int kp) {
-    for (int k = 0; k < depth; k++)
-        dst[k] = source_at(src, i, k);
+    if (src->f32 && src->col_stride == 1) {
+        const float *row = src->f32 + (size_t)i * src->row_stride;
+        for (int k = 0; k < depth; k++)
+            dst[k] = narrow(row[k]);
+    } else {
+        for (int k = 0; k < depth; k++)
+            dst[k] = source_at(src, i, k);
+    }
     memset(dst + depth, 0, (size_t)(kp - depth) * sizeof *dst);
 }
 
-/* Rows i0 .. i0 + count of a packed A from a source stored along its columns (row_stride 1: a
- * transposed matrix): each depth index's count values are adjacent in the source. */
+/* Rows i0 .. i0 + count (count <= PACK_ROWS) of a packed A from a source stored along its
+ * columns (row_stride 1: a transposed matrix, dW's dout^T): PACK_ROWS x PACK_ROWS tiles, each
+ * read a source row at a time (count adjacent values, rounded in a vectorised loop) and written
+ * out transposed from L1. */
 static void pack_a_rows_down(uint16_t *d, const Bf16Source *src, int i0, int count, int depth,
                              int kp) {
-    for (int k = 0; k < depth; k++)
-        for (int i = i0; i < i0 + count; i++)
-            d[(size_t)i * kp + k] = source_at(src, i, k);
+    uint16_t tile[PACK_ROWS][PACK_ROWS];
+    for (int k0 = 0; k0 < depth; k0 += PACK_ROWS) {
+        int width = depth - k0 < PACK_ROWS ? depth - k0 : PACK_ROWS;
+        for (int k = 0; k < width; k++) {
+            if (src->f32) {
+                const float *line = src->f32 + (size_t)(k0 + k) * src->col_stride + i0;
+                for (int i = 0; i < count; i++)
+                    tile[k][i] = narrow(line[i]);
+            } else {
+                for (int i = 0; i < count; i++)
+                    tile[k][i] = source_at(src, i0 + i, k0 + k);
+            }
+        }
+        for (int i = 0; i < count; i++)
+            for (int k = 0; k < width; k++)
+                d[(size_t)(i0 + i) * kp + k0 + k] = tile[k][i];
+    }
     for (int i = i0; i < i0 + count; i++)
         memset(d + (size_t)i * kp + depth, 0, (size_t)(kp - depth) * sizeof *d);
 }
-
-#define PACK_ROWS 32 /* rows a transposed source is read for at once: a cache line of fp32 */
 
 void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
     a->rows = rows, a->depth = depth;

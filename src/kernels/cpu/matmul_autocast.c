@@ -78,8 +78,12 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *row = out + (size_t)r * out_dim;
-        for (int j = 0; j < out_dim; j++)
-            row[j] = round_bf16(bias ? row[j] + round_bf16(bias[j]) : row[j]);
+        if (bias) /* two loops, so that each vectorises */
+            for (int j = 0; j < out_dim; j++)
+                row[j] = round_bf16(row[j] + round_bf16(bias[j]));
+        else
+            for (int j = 0; j < out_dim; j++)
+                row[j] = round_bf16(row[j]);
     }
 }
 
