@@ -119,12 +119,60 @@ static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
     return s->f32 ? narrow(s->f32[at]) : s->bf16[at];
 }
 
-/* A 64-byte aligned allocation of count bf16 values (count > 0). */
-static uint16_t *alloc_bf16(size_t count) {
-    size_t bytes = (count * sizeof(uint16_t) + 63) / 64 * 64;
-    uint16_t *p = aligned_alloc(64, bytes);
-    if (!p) die(true, "out of memory packing a bf16 factor (%zu bytes)", bytes);
+/* Packing buffers come from a pool of a few kept ones: an activation is packed on every product,
+ * and memory fresh from the kernel costs a page fault per 4 KB (on our machines' hypervisor 9% of
+ * a bf16 DPO step went to clearing pages). A released buffer is kept in a free slot, or in place
+ * of a smaller kept one; at most POOL_SLOTS buffers, the largest released, are held (never
+ * returned to the OS: a few activations' or weights' packings). */
+#define POOL_SLOTS 4
+
+static struct {
+    uint16_t *p;
+    size_t bytes;
+} pool[POOL_SLOTS];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A 64-byte aligned buffer of at least count bf16 values (count > 0); *bytes gets its size. */
+static uint16_t *alloc_bf16(size_t count, size_t *bytes) {
+    size_t want = (count * sizeof(uint16_t) + 63) / 64 * 64;
+    int best = -1;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < POOL_SLOTS; i++)
+        if (pool[i].p && pool[i].bytes >= want && (best < 0 || pool[i].bytes < pool[best].bytes))
+            best = i;
+    if (best >= 0) {
+        uint16_t *p = pool[best].p;
+        *bytes = pool[best].bytes;
+        pool[best].p = NULL;
+        pthread_mutex_unlock(&pool_lock);
+        return p;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    uint16_t *p = aligned_alloc(64, want);
+    if (!p) die(true, "out of memory packing a bf16 factor (%zu bytes)", want);
+    *bytes = want;
     return p;
+}
+
+static void release_bf16(uint16_t *p, size_t bytes) {
+    if (!p) return;
+    int slot = -1;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < POOL_SLOTS && slot < 0; i++)
+        if (!pool[i].p) slot = i; /* an empty slot */
+    if (slot < 0) {               /* else the smallest kept buffer, if smaller than this one */
+        int smallest = 0;
+        for (int i = 1; i < POOL_SLOTS; i++)
+            if (pool[i].bytes < pool[smallest].bytes) smallest = i;
+        if (pool[smallest].bytes < bytes) slot = smallest;
+    }
+    uint16_t *evicted = p;
+    if (slot >= 0) {
+        evicted = pool[slot].p;
+        pool[slot].p = p, pool[slot].bytes = bytes;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(evicted);
 }
 
 #define PACK_ROWS 32 /* rows a transposed source is read for at once: a cache line of fp32 */
@@ -176,7 +224,7 @@ void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
     a->rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
     a->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
     int kp = a->depth_padded;
-    uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp);
+    uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp, &a->bytes);
     memset(d + (size_t)rows * kp, 0, (size_t)(a->rows_padded - rows) * kp * sizeof *d);
     bool down = src.row_stride < src.col_stride;
 #pragma omp parallel for schedule(static) if ((size_t)rows * depth > 65536)
@@ -191,7 +239,7 @@ void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
 }
 
 void bf16_packed_a_free(Bf16PackedA *a) {
-    free(a->data);
+    release_bf16(a->data, a->bytes);
     a->data = NULL;
 }
 
@@ -220,14 +268,14 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
     b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
-    uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded);
+    uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
         pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
 }
 
 void bf16_packed_b_free(Bf16PackedB *b) {
-    free(b->data);
+    release_bf16(b->data, b->bytes);
     b->data = NULL;
 }
 

@@ -28,6 +28,7 @@ typedef enum {
 typedef struct {
     uint16_t *data;
     int rows, depth, rows_padded, depth_padded;
+    size_t bytes; /* data's capacity (a pooled buffer may be larger than needed) */
 } Bf16PackedA;
 
 /* A packed right factor B (depth x cols): panels of 16 columns, each depth_padded / 2 pair steps
@@ -36,6 +37,7 @@ typedef struct {
 typedef struct {
     uint16_t *data;
     int depth, cols, depth_padded, cols_padded;
+    size_t bytes; /* data's capacity (a pooled buffer may be larger than needed) */
 } Bf16PackedB;
 
 /* Where a factor's values are read from: element (r, c) at f32[r * row_stride + c * col_stride]
