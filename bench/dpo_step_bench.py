@@ -99,7 +99,7 @@ def write_batch(path, pairs, seq, prompt_len, vocab, seed):
         json.dump(batch, f)
 
 
-def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing, adamw_8bit=False, bf16=False):
+def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing, adamw_8bit=False):
     import torch
     torch.set_num_threads(threads)
     import transformers
@@ -145,8 +145,7 @@ def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing, adamw
         peft_config = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory() as tmp:
-        # bf16=True on the CPU: HF Trainer's torch.autocast(cpu, bfloat16), fp32 master weights
-        args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=bf16, use_cpu=True,
+        args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
                          gradient_checkpointing=checkpointing, dataloader_num_workers=0,
                          per_device_train_batch_size=pairs, gradient_accumulation_steps=1, max_steps=steps + 1,
                          learning_rate=1e-6, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
@@ -165,7 +164,6 @@ def trl_side(model_dir, batch_path, steps, threads, lora_r, checkpointing, adamw
                       "seq_len": seq, "steps": len(timed), "best_s": min(timed), "mean_s": sum(timed) / len(timed),
                       "tokens": 2 * pairs * seq, "tokens_per_s": 2 * pairs * seq / min(timed), "peak_rss_mb": rss,
                       "gradient_checkpointing": checkpointing, "lora_r": lora_r, "optimizer": args.optim,
-                      "bf16_autocast": bf16,
                       "reference": "adapter disabled" if lora_r else "frozen copy of the model (ref_model)",
                       "trained_params": trained, "loss_step0": history[0]["loss"],
                       "logps_chosen_step0": history[0]["logps/chosen"],
@@ -201,10 +199,6 @@ def main():
                     help="optim adamw_bnb_8bit on both sides (bitsandbytes' 8-bit AdamW; pip install bitsandbytes)")
     ap.add_argument("--trl-fp32-adamw", action="store_true",
                     help="with --adamw-8bit: TRL keeps its default optimizer (adamw_torch, fp32 moments)")
-    ap.add_argument("--bf16", action="store_true",
-                    help="bf16 mixed precision on both sides: rlhf.c bf16: true (autocast products on "
-                         "gemm_bf16, reference kept in bf16), TRL bf16=True (torch CPU autocast); "
-                         "rlhf.c's fp32 step is timed in the same run")
     ap.add_argument("--unshared", action="store_true",
                     help="rlhf.c computes the prompt in both rows of a pair, as TRL does (by default once)")
     ap.add_argument("--reuse-trl", action="store_true",
@@ -225,7 +219,7 @@ def main():
         ap.error("--prompt-len must be between 1 and --seq - 1")
     if a.trl_side:
         trl_side(a.trl_side[0], a.trl_side[1], a.steps, a.threads, a.lora_r, a.gradient_checkpointing,
-                 a.adamw_8bit, a.bf16)
+                 a.adamw_8bit)
         return
 
     sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -245,19 +239,15 @@ def main():
     sgemm = json.loads(subprocess.run([exe, "--sgemm", str(rows * a.seq), str(cfg["hidden_size"]),
                                        str(cfg["intermediate_size"])],
                                       check=True, capture_output=True, text=True, env=env).stdout)
-
-    def run_ours(autocast):
-        return json.loads(subprocess.run([exe, model_dir, batch_path, str(a.steps), str(a.lora_r),
-                                          "1" if a.gradient_checkpointing else "0",
-                                          "1" if a.bf16_reference else "0", "1" if a.adamw_8bit else "0",
-                                          "1" if a.unshared else "0", "1" if autocast else "0"],
-                                         check=True, capture_output=True, text=True, env=env).stdout)
-    ours = run_ours(a.bf16)
-    ours_fp32 = run_ours(False) if a.bf16 else None
+    ours = json.loads(subprocess.run([exe, model_dir, batch_path, str(a.steps), str(a.lora_r),
+                                      "1" if a.gradient_checkpointing else "0",
+                                      "1" if a.bf16_reference else "0", "1" if a.adamw_8bit else "0",
+                                      "1" if a.unshared else "0"],
+                                     check=True, capture_output=True, text=True, env=env).stdout)
     name = ("dpo_step" + (f"_lora{a.lora_r}" if a.lora_r else "") + ("_gc" if a.gradient_checkpointing else "")
             + ("_bf16ref" if a.bf16_reference else "") + ("_adamw8bit" if a.adamw_8bit else "")
             + ("_vs_trl_fp32_adamw" if a.adamw_8bit and a.trl_fp32_adamw else "")
-            + ("_unshared" if a.unshared else "") + ("_bf16" if a.bf16 else "")
+            + ("_unshared" if a.unshared else "")
             + ("_smoke" if a.smoke else "") + MODELS[a.model]["suffix"] + ".json")
     out_path = os.path.join(OUT, name)
     cmd = [sys.executable, __file__, "--trl-side", model_dir, batch_path, "--steps", str(a.steps),
@@ -268,8 +258,6 @@ def main():
     trl_8bit = a.adamw_8bit and not a.trl_fp32_adamw
     if trl_8bit:
         cmd.append("--adamw-8bit")
-    if a.bf16:
-        cmd.append("--bf16")
     if a.reuse_trl:
         # the TRL side of the same workload from an earlier run (its file, or the fp32-reference one)
         previous = out_path if os.path.exists(out_path) else out_path.replace("_bf16ref", "")
@@ -284,36 +272,30 @@ def main():
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
 
     peak = sgemm["peak_gflops"]
-    for r in (ours, theirs) + ((ours_fp32,) if ours_fp32 else ()):
+    for r in (ours, theirs):
         r["gflop_per_step_credited"] = credited * 1e-9
         r["gflops_per_s"] = credited / r["best_s"] * 1e-9
         r["mfu_vs_sgemm"] = r["gflops_per_s"] / peak
     # Sanity at the warm-up step: policy = reference, so loss = ln 2, and the same summed log-probs.
     ln2 = math.log(2.0)
-    # under bf16 both sides round every product's inputs and output, in different summation
-    # orders: their summed log-probs agree to bf16's precision, not fp32's
-    logp_tol = 1e-2 if a.bf16 else 1e-4
     checks = {
         # a bf16 reference is not the fp32 policy: its summed log-probs may differ by up to 1e-2
-        "rlhf.c loss = ln 2": abs(ours["loss_step0"] - ln2) < 1e-4 if not a.bf16_reference and not a.bf16
+        "rlhf.c loss = ln 2": abs(ours["loss_step0"] - ln2) < 1e-4 if not a.bf16_reference
         else ours["bf16_ref_logps_max_rel_diff"] < 1e-2,
         "TRL loss = ln 2": abs(theirs["loss_step0"] - ln2) < 1e-4,
-        "logps/chosen agree": math.isclose(ours["logps_chosen_step0"], theirs["logps_chosen_step0"],
-                                           rel_tol=logp_tol),
+        "logps/chosen agree": math.isclose(ours["logps_chosen_step0"], theirs["logps_chosen_step0"], rel_tol=1e-4),
         "logps/rejected agree": math.isclose(ours["logps_rejected_step0"], theirs["logps_rejected_step0"],
-                                             rel_tol=logp_tol),
+                                             rel_tol=1e-4),
     }
     what = f"LoRA r {a.lora_r} all-linear, reference = adapter off" if a.lora_r else \
         "full fine-tuning, reference = frozen copy" + (" (rlhf.c: kept in bf16)" if a.bf16_reference else "")
     what += ", optim adamw_bnb_8bit" if a.adamw_8bit else ", optim adamw_torch"
     if a.adamw_8bit and a.trl_fp32_adamw:
         what += " (TRL: adamw_torch, its default)"
-    if a.bf16:
-        what += ", bf16 mixed precision (rlhf.c bf16: true, TRL bf16=True)"
     what += (", rlhf.c computes the shared prompt in both rows" if a.unshared
              else ", rlhf.c computes the shared prompt once")
     result = {
-        "workload": f"DPO step {'bf16 autocast' if a.bf16 else 'fp32'} sigmoid beta {BETA} ({what}), {a.pairs} pair(s) = {rows} sequences x {a.seq} "
+        "workload": f"DPO step fp32 sigmoid beta {BETA} ({what}), {a.pairs} pair(s) = {rows} sequences x {a.seq} "
                     f"tokens (prompt {a.prompt_len} + response {a.seq - a.prompt_len}), {a.threads} threads"
                     + (", gradient checkpointing" if a.gradient_checkpointing else "")
                     + (" [SMOKE: tiny model, timings meaningless]" if a.smoke else ""),
@@ -322,7 +304,7 @@ def main():
                        f"full-square attention over the {rows * a.seq} tokens, x{2 if a.lora_r else 3} for the "
                        "policy + x1 for the reference; rlhf.c puts only the response positions through the "
                        "lm_head, so its executed FLOPs are lower than credited"),
-        "sgemm": sgemm, "rlhf.c": ours, "trl": theirs, "rlhf.c_fp32_same_run": ours_fp32, "trl_reused_from_earlier_run": a.reuse_trl,
+        "sgemm": sgemm, "rlhf.c": ours, "trl": theirs, "trl_reused_from_earlier_run": a.reuse_trl,
         "speedup": ours["tokens_per_s"] / theirs["tokens_per_s"],
         "rss_ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
         "sanity_step0": {"ln2": ln2, **checks},
@@ -332,11 +314,8 @@ def main():
 
     print(result["workload"])
     print(f"OpenBLAS sgemm peak on the model's shapes: {peak:.1f} GFLOP/s ({sgemm['threads']} threads)")
-    rows_out = (("rlhf.c", ours), ("TRL", theirs))
-    if a.bf16:
-        rows_out = (("rlhf.c bf16", ours), ("rlhf.c fp32", ours_fp32), ("TRL bf16", theirs))
-    for label, r in rows_out:
-        print(f"{label:11s} {r['tokens_per_s']:9.1f} tokens/s  step {r['best_s']:8.3f} s  "
+    for label, r in (("rlhf.c", ours), ("TRL", theirs)):
+        print(f"{label:7s} {r['tokens_per_s']:9.1f} tokens/s  step {r['best_s']:8.3f} s  "
               f"peak RSS {r['peak_rss_mb']:7.0f} MB  {r['gflops_per_s']:7.1f} GFLOP/s  "
               f"MFU {100 * r['mfu_vs_sgemm']:5.1f}%  trained {r['trained_params']:,}")
     print(f"rlhf.c / TRL: {result['speedup']:.2f}x tokens/s, {result['rss_ratio']:.2f}x peak RSS")
