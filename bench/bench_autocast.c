@@ -1,11 +1,13 @@
 /* The products of one linear layer under bf16 autocast against fp32, on a model's shapes: what
  * kernels/cpu/matmul_autocast.c's choice of path rests on. For each (rows, in, out): fp32 sgemm
- * (matmul_forward, matmul_backward's dX and dW); autocast_linear_forward / _backward as built
- * (bf16-rounded copies through sgemm, the rounding included); and the forward through the packed
- * AVX512_BF16 kernel of the decode path (packed_matmul_bf16_forward), W rounded and packed
- * outside the timing (its best case; "pack" is that packing's own time). Best of reps,
- * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure.
- *
+ * (matmul_forward, matmul_backward's dX and dW); autocast_linear_forward / _backward as built, on
+ * each path this CPU has (sgemm over bf16-rounded copies, and gemm_bf16's avx2, avx512, amx: the
+ * activations' rounding and packing included, W's packing cached as in training, where it is
+ * packed once per optimizer step); the forward through the packed AVX512_BF16 kernel of the
+ * decode path (packed_matmul_bf16_forward), W rounded and packed outside the timing ("pack" is
+ * that packing's own time); and gemm_bf16 alone per path, both factors packed beforehand (its
+ * kernel's rate; "pack x" and "pack W" are the two packings' times). Best of reps,
+ * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure. *
  * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] */
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -71,7 +73,7 @@ static void gemm_prepacked(int n, int in, int o, int reps) {
             if (r > 0 && now_seconds() - s < best) best = now_seconds() - s;
         }
         printf("%5d x %5d -> %5d  gemm_bf16 %-14s prepacked %8.2f ms %6.1f GFLOP/s  (pack x %.2f "
-               "ms, W %.2f ms)\n",
+               "ms, pack W %.2f ms)\n",
                n, in, o, gemm_bf16_path_name((GemmBf16Path)path), 1e3 * best,
                2.0 * n * in * o / best / 1e9, 1e3 * (t1 - t0), 1e3 * (t2 - t1));
     }

@@ -2,8 +2,9 @@
  * gemm_bf16_avx512.c and gemm_bf16_avx2.c.
  *
  * Layouts (invariants every path relies on):
- *  1. A packed A is row-major bf16 with row stride depth_padded: the pair (A[i][2q], A[i][2q+1])
- *     is one 32-bit word, what vdpbf16ps broadcasts and an AMX A tile's row holds 16 of.
+ *  1. A packed A is row-major bf16, row_stride (= depth_padded) values apart: the pair
+ *     (A[i][2q], A[i][2q + 1]) is one 32-bit word, what vdpbf16ps broadcasts and an AMX A
+ *     tile's row holds 16 of.
  *  2. A packed B is cols_padded / 16 panels; panel p's pair step q holds, for its columns
  *     j = 0..15, B[2q][16p + j] then B[2q + 1][16p + j]: one 64-byte row of an AMX B tile, one
  *     zmm for vdpbf16ps, two ymm for the AVX2 path.
@@ -23,9 +24,9 @@
 
 /* ---- the path ---- */
 
-/* A message and exit(2): a bad RLHF_GEMM_BF16 (the kernels have no error return, and running
- * on a path other than the one asked for would make a timing or a comparison mean something
- * else), or abort() for a caller's bug. */
+/* A message and exit(2): a bad RLHF_GEMM_BF16 (the kernels have no error return, and
+ * running on a path other than the one asked for would make a timing or a comparison mean
+ * something else), or abort() for a caller's bug. */
 RLHF_PRINTF(2, 3) static void die(bool bug, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -183,6 +184,7 @@ static void release_bf16(uint16_t *p, size_t bytes) {
 static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, int kp) {
     if (src->f32 && src->col_stride == 1) {
         const float *row = src->f32 + (size_t)i * src->row_stride;
+#pragma omp simd
         for (int k = 0; k < depth; k++)
             dst[k] = narrow(row[k]);
     } else {
@@ -193,27 +195,39 @@ static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, i
 }
 
 /* Rows i0 .. i0 + count (count <= PACK_ROWS) of a packed A from a source stored along its
- * columns (row_stride 1: a transposed matrix, dW's dout^T): PACK_ROWS x PACK_ROWS tiles, each
- * read a source row at a time (count adjacent values, rounded in a vectorised loop) and written
- * out transposed from L1. */
+ * columns (row_stride 1: a transposed matrix, dW's dout^T). An fp32 source goes through tiles of
+ * PACK_ROWS / 2 depth pairs x PACK_ROWS rows: two source rows (depth indices 2q, 2q + 1) rounded
+ * into one 32-bit pair per packed row in a vectorised loop, then each packed row's pairs written
+ * out from L1 (invariant 1: a pair is one 32-bit word). */
 static void pack_a_rows_down(uint16_t *d, const Bf16Source *src, int i0, int count, int depth,
                              int kp) {
-    uint16_t tile[PACK_ROWS][PACK_ROWS];
-    for (int k0 = 0; k0 < depth; k0 += PACK_ROWS) {
-        int width = depth - k0 < PACK_ROWS ? depth - k0 : PACK_ROWS;
-        for (int k = 0; k < width; k++) {
-            if (src->f32) {
-                const float *line = src->f32 + (size_t)(k0 + k) * src->col_stride + i0;
-                for (int i = 0; i < count; i++)
-                    tile[k][i] = narrow(line[i]);
-            } else {
-                for (int i = 0; i < count; i++)
-                    tile[k][i] = source_at(src, i0 + i, k0 + k);
+    if (!src->f32) {
+        for (int k = 0; k < depth; k++)
+            for (int i = i0; i < i0 + count; i++)
+                d[(size_t)i * kp + k] = source_at(src, i, k);
+    } else {
+        uint32_t tile[PACK_ROWS / 2][PACK_ROWS];
+        for (int k0 = 0; k0 < depth; k0 += PACK_ROWS) {
+            int pairs = ((depth - k0 < PACK_ROWS ? depth - k0 : PACK_ROWS) + 1) / 2;
+            for (int q = 0; q < pairs; q++) {
+                int k = k0 + 2 * q;
+                const float *lo = src->f32 + (size_t)k * src->col_stride + i0;
+                if (k + 1 < depth) {
+                    const float *hi = lo + src->col_stride;
+#pragma omp simd
+                    for (int i = 0; i < count; i++)
+                        tile[q][i] = narrow(lo[i]) | (uint32_t)narrow(hi[i]) << 16;
+                } else { /* an odd depth's last index: its pair's other half is padding */
+                    for (int i = 0; i < count; i++)
+                        tile[q][i] = narrow(lo[i]);
+                }
+            }
+            for (int i = 0; i < count; i++) {
+                uint16_t *row = d + (size_t)(i0 + i) * kp + k0;
+                for (int q = 0; q < pairs; q++)
+                    memcpy(row + 2 * q, &tile[q][i], sizeof tile[q][i]);
             }
         }
-        for (int i = 0; i < count; i++)
-            for (int k = 0; k < width; k++)
-                d[(size_t)(i0 + i) * kp + k0 + k] = tile[k][i];
     }
     for (int i = i0; i < i0 + count; i++)
         memset(d + (size_t)i * kp + depth, 0, (size_t)(kp - depth) * sizeof *d);
@@ -223,7 +237,7 @@ void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
     a->rows = rows, a->depth = depth;
     a->rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
     a->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
-    int kp = a->depth_padded;
+    int kp = a->row_stride = a->depth_padded;
     uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp, &a->bytes);
     memset(d + (size_t)rows * kp, 0, (size_t)(a->rows_padded - rows) * kp * sizeof *d);
     bool down = src.row_stride < src.col_stride;

@@ -23,12 +23,14 @@ typedef enum {
     GEMM_BF16_PATH_COUNT
 } GemmBf16Path;
 
-/* A packed left factor A (rows x depth): row-major bf16, rows padded with zero rows to a multiple
- * of 32 and depth with zeros to a multiple of 32 (one AMX tile's depth). */
+/* A packed left factor A (rows x depth): row-major bf16 (row_stride values apart), rows padded
+ * with zero rows to a multiple of 32 and depth with zeros to a multiple of 32 (one AMX tile's
+ * depth) and on to the row stride. */
 typedef struct {
     uint16_t *data;
     int rows, depth, rows_padded, depth_padded;
-    size_t bytes; /* data's capacity (a pooled buffer may be larger than needed) */
+    int row_stride; /* in values: depth_padded (the kernels read rows this far apart) */
+    size_t bytes;   /* data's capacity (a pooled buffer may be larger than needed) */
 } Bf16PackedA;
 
 /* A packed right factor B (depth x cols): panels of 16 columns, each depth_padded / 2 pair steps

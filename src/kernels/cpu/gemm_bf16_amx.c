@@ -41,14 +41,15 @@ TARGET static void block_32x32(float *c, size_t ldc, bool accumulate, const Bf16
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                                int cols) {
     int kp = a->depth_padded;
-    const uint16_t *a0 = a->data + (size_t)i0 * kp, *a1 = a0 + (size_t)TILE * kp;
+    size_t ld = (size_t)a->row_stride;
+    const uint16_t *a0 = a->data + i0 * ld, *a1 = a0 + TILE * ld;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int k = 0; k < kp; k += GEMM_BF16_DEPTH_PAD) {
-        _tile_loadd(4, a0 + k, kp * sizeof(uint16_t));
-        _tile_loadd(5, a1 + k, kp * sizeof(uint16_t));
+        _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
+        _tile_loadd(5, a1 + k, ld * sizeof(uint16_t));
         /* pair steps k / 2 .. k / 2 + 15 of each panel, 64 bytes apart */
         _tile_loadd(6, panel0 + (size_t)k * TILE, 64);
         _tile_loadd(7, panel1 + (size_t)k * TILE, 64);

@@ -19,7 +19,7 @@ TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16P
     const uint16_t *row[BLOCK_ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)
-        row[r] = a->data + (size_t)(i0 + r) * a->depth_padded;
+        row[r] = a->data + (size_t)(i0 + r) * a->row_stride;
     __m256 sum[BLOCK_ROWS][2];
 #pragma GCC unroll 8
     for (int r = 0; r < BLOCK_ROWS; r++)

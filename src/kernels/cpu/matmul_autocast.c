@@ -79,9 +79,11 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
     for (int r = 0; r < n; r++) {
         float *row = out + (size_t)r * out_dim;
         if (bias) /* two loops, so that each vectorises */
+#pragma omp simd
             for (int j = 0; j < out_dim; j++)
                 row[j] = round_bf16(row[j] + round_bf16(bias[j]));
         else
+#pragma omp simd
             for (int j = 0; j < out_dim; j++)
                 row[j] = round_bf16(row[j]);
     }
