@@ -8,19 +8,25 @@
  * that packing's own time); and gemm_bf16 alone per path, both factors packed beforehand (its
  * kernel's rate; "pack x" and "pack W" are the two packings' times). Best of reps,
  * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure. *
- * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] */
+ * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] [cpu]
+ *   cpu: time by the process's CPU clock instead of the wall clock: with OMP_NUM_THREADS=1 on a
+ *   machine shared with other jobs, the time this work took on its core, whatever else ran. */
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+static bool use_cpu_clock;
 
 static double now_seconds(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(use_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -83,11 +89,12 @@ static void gemm_prepacked(int n, int in, int o, int reps) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps]\n", argv[0]);
+        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps] [cpu]\n", argv[0]);
         return 2;
     }
     int n = atoi(argv[1]), h = atoi(argv[2]), inter = atoi(argv[3]);
     int reps = argc > 4 ? atoi(argv[4]) : 3;
+    use_cpu_clock = argc > 5 && strcmp(argv[5], "cpu") == 0;
     int shapes[2][2] = {{h, inter}, {inter, h}}; /* gate/up, then down */
     const char *names[] = {"fp32 sgemm", "autocast", "packed bf16 dot"};
     printf("rows %d, AVX512_BF16 packed kernel: %s, bf16 GEMM paths:", n,

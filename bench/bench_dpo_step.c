@@ -22,7 +22,6 @@
  *   ceiling the step's GFLOP/s are compared with. */
 #include "common/error.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/gemm_bf16.h"
 #include "model/forward.h"
 #include "train/pref_batch.h"
 #include "train/pref_method.h"
@@ -340,14 +339,13 @@ int main(int argc, char **argv) {
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
         "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
         "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\", "
-        "\"shared_prompt\": %s, \"autocast_bf16\": %s, \"gemm_bf16\": \"%s\"}\n",
+        "\"shared_prompt\": %s, \"autocast_bf16\": %s}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
         loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
         bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch",
-        unshared ? "false" : "true", autocast ? "true" : "false",
-        autocast ? gemm_bf16_path_name(gemm_bf16_path()) : "none");
+        unshared ? "false" : "true", autocast ? "true" : "false");
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

@@ -3,11 +3,12 @@
  * two bf16 values exact in fp32, the sums fp32. C = A · B with A (rows x depth) and B
  * (depth x cols) packed once each (gemm_bf16.c says how), C fp32.
  *
- * Paths, chosen at run time by cpuid (the build targets any x86-64; the special paths are
- * compiled with target attributes): AMX-BF16 tiles, else AVX512_BF16 dot products, else AVX2/FMA
- * widening the bf16 values to fp32. Without any (or off x86-64) gemm_bf16_path() answers
- * GEMM_BF16_NONE and the caller keeps its sgemm path. RLHF_GEMM_BF16=amx|avx512|avx2|sgemm in
- * the environment forces one (a path the CPU lacks is an error at first use). */
+ * Paths (cpuid says which this CPU has; the build targets any x86-64 and compiles the special
+ * paths with target attributes): AMX-BF16 tiles, AVX512_BF16 dot products, AVX2/FMA widening the
+ * bf16 values to fp32. By default AMX where present, else GEMM_BF16_NONE: the caller keeps its
+ * sgemm path, which measured faster than the avx512 and avx2 paths (gemm_bf16.c, best_path).
+ * RLHF_GEMM_BF16=amx|avx512|avx2|sgemm in the environment forces one (a path the CPU lacks is an
+ * error at first use). */
 #ifndef RLHF_KERNELS_CPU_GEMM_BF16_H
 #define RLHF_KERNELS_CPU_GEMM_BF16_H
 
@@ -50,9 +51,9 @@ typedef struct {
     size_t row_stride, col_stride;
 } Bf16Source;
 
-/* The path gemm_bf16 runs: the one forced (gemm_bf16_force, else RLHF_GEMM_BF16), else the
- * fastest this CPU has. An RLHF_GEMM_BF16 naming an unknown or absent path is fatal, with a
- * message naming the variable and what this CPU offers. */
+/* The path gemm_bf16 runs: the one forced (gemm_bf16_force, else RLHF_GEMM_BF16), else AMX if
+ * this CPU has it, else GEMM_BF16_NONE. An RLHF_GEMM_BF16 naming an unknown or absent path is
+ * fatal, with a message naming the variable and what this CPU offers. */
 GemmBf16Path gemm_bf16_path(void);
 
 /* Whether this CPU (and its OS, for AMX's tile state) can run path p. GEMM_BF16_NONE: always. */
