@@ -3,13 +3,13 @@
  * and the result rounded to bf16, because under autocast a linear's output is a bf16 tensor.
  * (bf16: true, kernels/cpu/backend_autocast.c.)
  *
- * How: on gemm_bf16 (gemm_bf16.h: AMX-BF16, AVX512_BF16 or AVX2, chosen by cpuid), whose packing
- * rounds the factors to bf16 as it lays them out; the sums are fp32 in another order than
- * sgemm's. Where the CPU has none of those (gemm_bf16_path() == GEMM_BF16_NONE, or forced so with
- * RLHF_GEMM_BF16=sgemm), the factors are rounded into fp32 copies and multiplied by OpenBLAS's
- * sgemm: Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16, so it declares cblas_sbgemm
- * in cblas.h but does not export it. Timings of both: bench/bench_autocast.c, bench/README.md
- * "bf16 autocast products". */
+ * How: on gemm_bf16 (gemm_bf16.h; AMX-BF16 by default where cpuid finds it), whose packing
+ * rounds the factors to bf16 as it lays them out, W's once per optimizer step (its cache); the
+ * sums are fp32 in another order than sgemm's. Without AMX (gemm_bf16_path() == GEMM_BF16_NONE,
+ * unless RLHF_GEMM_BF16 forces its avx512 or avx2 path, both measured slower than this one), the
+ * factors are rounded into fp32 copies and multiplied by OpenBLAS's sgemm: Debian's OpenBLAS
+ * 0.3.21 is built without BUILD_BFLOAT16, so it declares cblas_sbgemm in cblas.h but does not
+ * export it. Timings of both: bench/bench_autocast.c, bench/README.md "bf16 autocast products". */
 #include "common/error.h"
 #include "common/float16.h"
 #include "kernels/cpu/autocast.h"
