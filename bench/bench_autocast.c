@@ -1,23 +1,32 @@
 /* The products of one linear layer under bf16 autocast against fp32, on a model's shapes: what
  * kernels/cpu/matmul_autocast.c's choice of path rests on. For each (rows, in, out): fp32 sgemm
- * (matmul_forward, matmul_backward's dX and dW); autocast_linear_forward / _backward as built
- * (bf16-rounded copies through sgemm, the rounding included); and the forward through the packed
- * AVX512_BF16 kernel of the decode path (packed_matmul_bf16_forward), W rounded and packed
- * outside the timing (its best case; "pack" is that packing's own time). Best of reps,
- * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure.
- *
- * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] */
+ * (matmul_forward, matmul_backward's dX and dW); autocast_linear_forward / _backward as built, on
+ * each path this CPU has (sgemm over bf16-rounded copies, and gemm_bf16's avx2, avx512, amx: the
+ * activations' rounding and packing included, W's packing cached as in training, where it is
+ * packed once per optimizer step); the forward through the packed AVX512_BF16 kernel of the
+ * decode path (packed_matmul_bf16_forward), W rounded and packed outside the timing ("pack" is
+ * that packing's own time); and gemm_bf16 alone per path, both factors packed beforehand (its
+ * kernel's rate; "pack x" and "pack W" are the two packings' times). Best of reps,
+ * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure. *
+ * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] [cpu]
+ *   cpu: time by the process's CPU clock instead of the wall clock: with OMP_NUM_THREADS=1 on a
+ *   machine shared with other jobs, the time this work took on its core, whatever else ran. */
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+static bool use_cpu_clock;
 
 static double now_seconds(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(use_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -48,16 +57,52 @@ static void backward(Way way, float *din, float *dw, const float *g, const float
         autocast_linear_backward(din, dw, NULL, g, x, (WeightRef){.f32 = w}, n, in, o);
 }
 
+/* gemm_bf16 alone on each path, both factors packed beforehand (x (n x in) times W^T, the
+ * forward's product): the kernel's own rate, without the rounding and packing autocast's
+ * products pay per call. */
+static void gemm_prepacked(int n, int in, int o, int reps) {
+    float *x = random_floats((size_t)n * in), *w = random_floats((size_t)in * o),
+          *out = malloc((size_t)n * o * sizeof *out);
+    Bf16PackedA a;
+    Bf16PackedB b;
+    double t0 = now_seconds();
+    bf16_pack_a(&a, (Bf16Source){.f32 = x, .row_stride = (size_t)in, .col_stride = 1}, n, in);
+    double t1 = now_seconds();
+    bf16_pack_b(&b, (Bf16Source){.f32 = w, .row_stride = 1, .col_stride = (size_t)in}, in, o);
+    double t2 = now_seconds();
+    for (int path = GEMM_BF16_AVX2; path < GEMM_BF16_PATH_COUNT; path++) {
+        if (!gemm_bf16_force((GemmBf16Path)path)) continue;
+        double best = 1e30;
+        for (int r = 0; r <= reps; r++) {
+            double s = now_seconds();
+            gemm_bf16(out, (size_t)o, false, &a, &b);
+            if (r > 0 && now_seconds() - s < best) best = now_seconds() - s;
+        }
+        printf("%5d x %5d -> %5d  gemm_bf16 %-14s prepacked %8.2f ms %6.1f GFLOP/s  (pack x %.2f "
+               "ms, pack W %.2f ms)\n",
+               n, in, o, gemm_bf16_path_name((GemmBf16Path)path), 1e3 * best,
+               2.0 * n * in * o / best / 1e9, 1e3 * (t1 - t0), 1e3 * (t2 - t1));
+    }
+    bf16_packed_a_free(&a), bf16_packed_b_free(&b);
+    free(x), free(w), free(out);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps]\n", argv[0]);
+        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps] [cpu]\n", argv[0]);
         return 2;
     }
     int n = atoi(argv[1]), h = atoi(argv[2]), inter = atoi(argv[3]);
     int reps = argc > 4 ? atoi(argv[4]) : 3;
+    use_cpu_clock = argc > 5 && strcmp(argv[5], "cpu") == 0;
     int shapes[2][2] = {{h, inter}, {inter, h}}; /* gate/up, then down */
-    const char *names[] = {"fp32 sgemm", "autocast (rounded+sgemm)", "packed bf16 dot"};
-    printf("rows %d, AVX512_BF16 packed kernel: %s\n", n, packed_bf16_available() ? "yes" : "no");
+    const char *names[] = {"fp32 sgemm", "autocast", "packed bf16 dot"};
+    printf("rows %d, AVX512_BF16 packed kernel: %s, bf16 GEMM paths:", n,
+           packed_bf16_available() ? "yes" : "no");
+    for (int path = GEMM_BF16_AVX2; path < GEMM_BF16_PATH_COUNT; path++)
+        if (gemm_bf16_supported((GemmBf16Path)path))
+            printf(" %s", gemm_bf16_path_name((GemmBf16Path)path));
+    printf("\n");
     for (int s = 0; s < 2; s++) {
         int in = shapes[s][0], o = shapes[s][1];
         float *x = random_floats((size_t)n * in), *w = random_floats((size_t)in * o),
@@ -72,18 +117,28 @@ int main(int argc, char **argv) {
         packed_weight_fill_bf16(&p, panels, w16, in, o);
         t_pack = now_seconds() - t_pack;
         double flops = 2.0 * n * in * o;
-        for (int way = 0; way < (packed_bf16_available() ? 3 : 2); way++) {
+        /* fp32; autocast on the sgemm path and on each bf16 GEMM path this CPU has; packed */
+        for (int run = 0; run < 2 + GEMM_BF16_PATH_COUNT; run++) {
+            Way way = run == 0 ? FP32 : run <= GEMM_BF16_PATH_COUNT ? AUTOCAST : PACKED_BF16;
+            if (way == PACKED_BF16 && !packed_bf16_available()) continue;
+            char name[64];
+            snprintf(name, sizeof name, "%s", names[way]);
+            if (way == AUTOCAST) {
+                GemmBf16Path path = (GemmBf16Path)(run - 1);
+                if (!gemm_bf16_force(path)) continue;
+                snprintf(name, sizeof name, "autocast, %s", gemm_bf16_path_name(path));
+            }
             double best_f = 1e30, best_b = 1e30;
             for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
                 double t0 = now_seconds();
-                forward((Way)way, out, x, w, &p, n, in, o);
+                forward(way, out, x, w, &p, n, in, o);
                 double t1 = now_seconds();
-                backward((Way)way, din, dw, g, x, w, n, in, o);
+                backward(way, din, dw, g, x, w, n, in, o);
                 double t2 = now_seconds();
                 if (r > 0 && t1 - t0 < best_f) best_f = t1 - t0;
                 if (r > 0 && t2 - t1 < best_b) best_b = t2 - t1;
             }
-            printf("%5d x %5d -> %5d  %-24s forward %8.2f ms %6.1f GFLOP/s", n, in, o, names[way],
+            printf("%5d x %5d -> %5d  %-24s forward %8.2f ms %6.1f GFLOP/s", n, in, o, name,
                    1e3 * best_f, flops / best_f / 1e9);
             if (way == PACKED_BF16)
                 printf("  (pack %.2f ms)\n", 1e3 * t_pack);
@@ -91,6 +146,7 @@ int main(int argc, char **argv) {
                 printf("  backward %8.2f ms %6.1f GFLOP/s\n", 1e3 * best_b,
                        2 * flops / best_b / 1e9);
         }
+        gemm_prepacked(n, in, o, reps);
         free(x), free(w), free(g), free(out), free(din), free(dw);
         free(w16), free(panels);
     }

@@ -1,14 +1,17 @@
 /* The bf16 autocast products (kernels/cpu/matmul_autocast.c) against their definition computed
  * here in double: factors rounded to bf16, exact products, the forward and dX results rounded to
- * bf16 once, dW's sums not. A few rows (matmul_forward's own loops) and many (sgemm), an odd
- * in_dim; W given in bf16 gives what its fp32 values give, through the backend table too. */
+ * bf16 once, dW's sums not. On each path this machine has (gemm_bf16's, and the sgemm one with a
+ * few rows through matmul_forward's own loops and many through sgemm), an odd in_dim; W given in
+ * bf16 gives what its fp32 values give, through the backend table too. */
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +43,9 @@ static void check_shape(int n, int in_dim, int out_dim, unsigned seed) {
     fill(x, nx, &seed), fill(w, nw, &seed), fill(bias, out_dim, &seed), fill(dout, no, &seed);
     for (size_t i = 0; i < nw; i++)
         w16[i] = f32_to_bf16(w[i]);
-    const char *path = n <= 16 ? "few-rows" : "sgemm";
+    char path[48];
+    snprintf(path, sizeof path, "%s", gemm_bf16_path_name(gemm_bf16_path()));
+    if (gemm_bf16_path() == GEMM_BF16_NONE && n <= 16) snprintf(path, sizeof path, "few-rows");
 
     autocast_linear_forward(out, x, (WeightRef){.f32 = w}, bias, n, in_dim, out_dim);
     autocast_linear_forward(out16, x, (WeightRef){.bf16 = w16}, bias, n, in_dim, out_dim);
@@ -105,9 +110,59 @@ static void check_shape(int n, int in_dim, int out_dim, unsigned seed) {
     free(dbias), free(w16);
 }
 
+/* The forward against its definition, W as it is now. */
+static int forward_off(const float *x, const float *w, int n, int in_dim, int out_dim) {
+    float *out = malloc((size_t)n * out_dim * sizeof *out);
+    autocast_linear_forward(out, x, (WeightRef){.f32 = w}, NULL, n, in_dim, out_dim);
+    int bad = 0;
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < out_dim; j++) {
+            double s = 0;
+            for (int k = 0; k < in_dim; k++)
+                s += b16(x[(size_t)r * in_dim + k]) * b16(w[(size_t)j * in_dim + k]);
+            bad += !bf16_close(out[(size_t)r * out_dim + j], (float)s);
+        }
+    free(out);
+    return bad;
+}
+
+/* gemm_bf16's cache of packed weights (gemm_bf16_cache.c): packed once, reused, and repacked
+ * after gemm_bf16_weights_changed over the bytes written (an optimizer step writes all of W; one
+ * value changed here is one the fingerprint does not sample) or after the whole of W changed
+ * unannounced (the fingerprint's guard). */
+static void check_weight_cache(void) {
+    enum { N = 9, IN = 96, OUT = 64 }; /* 6144 values: the fingerprint samples 512 of them */
+    unsigned seed = 11;
+    float *x = malloc(N * IN * sizeof *x), *w = malloc(OUT * IN * sizeof *w);
+    fill(x, N * IN, &seed), fill(w, OUT * IN, &seed);
+    gemm_bf16_cache_clear();
+    const char *path = gemm_bf16_path_name(gemm_bf16_path());
+    CHECK(forward_off(x, w, N, IN, OUT) == 0, "%s cache: first forward off", path);
+    const Bf16PackedB *p1 = bf16_weight_packed(w, NULL, OUT, IN, true);
+    CHECK(bf16_weight_packed(w, NULL, OUT, IN, true) == p1, "%s cache: W packed twice", path);
+
+    w[1] = -8.0f; /* feeds output column 0 only */
+    gemm_bf16_weights_changed(w + 1, sizeof *w);
+    CHECK(forward_off(x, w, N, IN, OUT) == 0,
+          "%s cache: forward after a change announced over its bytes is stale", path);
+
+    for (int i = 0; i < OUT * IN; i++)
+        w[i] = -w[i];
+    CHECK(forward_off(x, w, N, IN, OUT) == 0,
+          "%s cache: forward after W changed unannounced is stale", path);
+    gemm_bf16_cache_clear();
+    CHECK(gemm_bf16_cache_bytes() == 0, "cache not empty after gemm_bf16_cache_clear");
+    free(x), free(w);
+}
+
 int main(void) {
-    check_shape(5, 72, 40, 1);
-    check_shape(33, 70, 45, 2);
-    check_shape(300, 96, 64, 3);
+    /* every path the products can take here: the sgemm one, then each bf16 GEMM */
+    for (int p = GEMM_BF16_NONE; p < GEMM_BF16_PATH_COUNT; p++) {
+        if (!gemm_bf16_force((GemmBf16Path)p)) continue;
+        check_shape(5, 72, 40, 1);
+        check_shape(33, 70, 45, 2);
+        check_shape(300, 96, 64, 3);
+        if (gemm_bf16_path() != GEMM_BF16_NONE) check_weight_cache();
+    }
     return harness_finish("test_autocast_kernels");
 }

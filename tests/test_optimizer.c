@@ -6,6 +6,7 @@
 #include "common/json_util.h"
 #include "harness.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/model.h"
 #include "train/optimizer.h"
 
@@ -89,7 +90,15 @@ static void run_steps(json_t *j, Model *m, const ParamSpan *spans, AdamW *opt, L
             json_number_value(json_array_get(json_object_get(j, "lr_per_step"), (size_t)k));
         CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
               want_lr);
+        /* bf16 products' packed copy of a weight (kernels/cpu/gemm_bf16_cache.c) must not
+         * outlive the step that changed it */
+        const ModelConfig *c = &m->cfg;
+        gemm_bf16_cache_clear();
+        bf16_weight_packed(m->layers[0].wq, NULL, c->n_heads * c->head_dim, c->hidden_size, true);
+        CHECK(gemm_bf16_cache_bytes() > 0, "step %lld: wq not cached", (long long)k);
         adamw_step(opt, backend_cpu(), m->params, grads, lr);
+        CHECK(gemm_bf16_cache_bytes() == 0, "step %lld: wq's packing outlived the AdamW step",
+              (long long)k);
     }
     free(grads);
 }

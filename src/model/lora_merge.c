@@ -1,4 +1,5 @@
 #include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "model/model.h"
 
 #include <cblas.h>
@@ -16,6 +17,7 @@ int lora_merge(Model *m, const LoraAdapter *a) {
             if (!lin->A) continue;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, lin->out, lin->in, a->r,
                         a->scaling, lin->B, a->r, lin->A, lin->in, 1.0f, weights[mod], lin->in);
+            gemm_bf16_weights_changed(weights[mod], (size_t)lin->out * lin->in * sizeof(float));
         }
     }
     return 0;

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/float16.h"
 #include "io/hf_weights.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/nf4.h"
 #include "model/model_loading.h"
 
@@ -154,6 +155,9 @@ void model_free(Model *m) {
             nf4_free(&m->nf4[i]);
         free(m->nf4);
     }
+    /* packings of these weights kept for bf16 products (kernels/cpu/gemm_bf16.h) go with them */
+    gemm_bf16_weights_changed(m->params, m->n_params * sizeof *m->params);
+    gemm_bf16_weights_changed(m->params16, m->n_params * sizeof *m->params16);
     free(m->params);
     free(m->params16);
     free(m->params_small);
@@ -199,6 +203,7 @@ float *model_rebase_params(Model *m, float *params) {
             *all[i] = rebased(*all[i], old, params);
     }
     m->params = params;
+    gemm_bf16_weights_changed(old, m->n_params * sizeof *old); /* no longer this model's */
     return old;
 }
 

@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -159,6 +160,8 @@ void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads
         else
             be->adamw8bit(be, &mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
                           grads + span->offset, &c);
+        /* bf16 products repack what changed (kernels/cpu/gemm_bf16_cache.c) */
+        gemm_bf16_weights_changed(params + span->offset, span->numel * sizeof *params);
     }
 }
 

@@ -1,6 +1,7 @@
 #include "train/reference.h"
 
 #include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "train/train_device.h"
 
 #include <stdlib.h>
@@ -81,5 +82,6 @@ int train_reference_sync(ReferencePolicy *ref, const Model *policy, double alpha
     float keep = (float)(1.0 - alpha), mix = (float)alpha;
     for (size_t i = 0; i < r->n_params; i++)
         r->params[i] = r->params[i] * keep + mix * policy->params[i];
+    gemm_bf16_weights_changed(r->params, r->n_params * sizeof *r->params);
     return 0;
 }

@@ -3,16 +3,17 @@
  * and the result rounded to bf16, because under autocast a linear's output is a bf16 tensor.
  * (bf16: true, kernels/cpu/backend_autocast.c.)
  *
- * How: the factors are rounded into fp32 copies and multiplied by OpenBLAS's sgemm. Chosen by
- * measurement (bench/bench_autocast.c, bench/README.md "bf16 autocast products"): the packed
- * AVX512_BF16 dot-product kernels of the decode path (packed_matmul_bf16.c), with W rounded and
- * packed on each call and the backward's operands transposed for them, took 1.5-2.5x the time of
- * this path on the 135M model's shapes at 1024 rows. And there is no library bf16 GEMM to call:
- * Debian's OpenBLAS 0.3.21 is built without BUILD_BFLOAT16, so it declares cblas_sbgemm in
- * cblas.h but does not export it. */
+ * How: on gemm_bf16 (gemm_bf16.h; AMX-BF16 by default where cpuid finds it), whose packing
+ * rounds the factors to bf16 as it lays them out, W's once per optimizer step (its cache); the
+ * sums are fp32 in another order than sgemm's. Without AMX (gemm_bf16_path() == GEMM_BF16_NONE,
+ * unless RLHF_GEMM_BF16 forces its avx512 or avx2 path, both measured slower than this one), the
+ * factors are rounded into fp32 copies and multiplied by OpenBLAS's sgemm: Debian's OpenBLAS
+ * 0.3.21 is built without BUILD_BFLOAT16, so it declares cblas_sbgemm in cblas.h but does not
+ * export it. Timings of both: bench/bench_autocast.c, bench/README.md "bf16 autocast products". */
 #include "common/error.h"
 #include "common/float16.h"
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <stdlib.h>
@@ -77,14 +78,59 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
         float *row = out + (size_t)r * out_dim;
-        for (int j = 0; j < out_dim; j++)
-            row[j] = round_bf16(bias ? row[j] + round_bf16(bias[j]) : row[j]);
+        if (bias) /* two loops, so that each vectorises */
+#pragma omp simd
+            for (int j = 0; j < out_dim; j++)
+                row[j] = round_bf16(row[j] + round_bf16(bias[j]));
+        else
+#pragma omp simd
+            for (int j = 0; j < out_dim; j++)
+                row[j] = round_bf16(row[j]);
     }
+}
+
+/* W packed as the forward's B (W^T) if transposed, else as dX's (W): from gemm_bf16's cache for
+ * an fp32 or bf16 W (packed once per optimizer step; a frozen one once). An NF4 W (a QLoRA base)
+ * is dequantised and packed per call into *own, which the caller frees: a bf16 copy of the base
+ * kept between products would undo what NF4 saves. own->data is NULL otherwise. */
+static const Bf16PackedB *packed_weight(WeightRef w, int out_dim, int in_dim, bool transposed,
+                                        Bf16PackedB *own) {
+    own->data = NULL;
+    if (w.f32 || w.bf16) return bf16_weight_packed(w.f32, w.bf16, out_dim, in_dim, transposed);
+    float *tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
+    weight_rows_widen(tmp, w, 0, out_dim, in_dim);
+    Bf16Source s = {.f32 = tmp,
+                    .row_stride = transposed ? 1 : (size_t)in_dim,
+                    .col_stride = transposed ? (size_t)in_dim : 1};
+    if (transposed)
+        bf16_pack_b(own, s, in_dim, out_dim);
+    else
+        bf16_pack_b(own, s, out_dim, in_dim);
+    free(tmp);
+    return own;
+}
+
+/* The rows x cols matrix x (row-major) as a Bf16Source, or its transpose. */
+static Bf16Source matrix_source(const float *x, int cols, bool transposed) {
+    return (Bf16Source){.f32 = x,
+                        .row_stride = transposed ? 1 : (size_t)cols,
+                        .col_stride = transposed ? (size_t)cols : 1};
 }
 
 void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
                              int in_dim, int out_dim) {
     if (n == 0) return;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        /* out = bf16(in) · bf16(W)^T: A = in (n x in_dim), B = W^T (in_dim x out_dim) */
+        Bf16PackedA a;
+        Bf16PackedB own;
+        bf16_pack_a(&a, matrix_source(in, in_dim, false), n, in_dim);
+        gemm_bf16(out, (size_t)out_dim, false, &a, packed_weight(w, out_dim, in_dim, true, &own));
+        bf16_packed_b_free(&own);
+        bf16_packed_a_free(&a);
+        finish_output(out, bias, n, out_dim);
+        return;
+    }
     float *x = xmalloc((size_t)n * in_dim * sizeof *x);
     bf16_round_copy(x, in, (size_t)n * in_dim);
     float *wr = rounded_weights(w, out_dim, in_dim);
@@ -94,9 +140,46 @@ void autocast_linear_forward(float *out, const float *in, WeightRef w, const flo
     finish_output(out, bias, n, out_dim);
 }
 
+/* autocast_linear_backward on gemm_bf16: the same products, the packing doing the rounding. */
+static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float *dout,
+                               const float *in, WeightRef w, int n, int in_dim, int out_dim) {
+    if (din) {
+        /* din = bf16(dout) · bf16(W): A = dout (n x out_dim), B = W (out_dim x in_dim) */
+        Bf16PackedA a;
+        Bf16PackedB own;
+        bf16_pack_a(&a, matrix_source(dout, out_dim, false), n, out_dim);
+        gemm_bf16(din, (size_t)in_dim, false, &a, packed_weight(w, out_dim, in_dim, false, &own));
+        bf16_packed_b_free(&own);
+        bf16_packed_a_free(&a);
+        bf16_round_inplace(din, (size_t)n * in_dim); /* the gradient of a bf16 cast is bf16 */
+    }
+    if (dw) {
+        /* dw += bf16(dout)^T · bf16(in), fp32 sums unrounded (as the sgemm path below):
+         * A = dout^T (out_dim x n), B = in (n x in_dim) */
+        Bf16PackedA a;
+        Bf16PackedB b;
+        bf16_pack_a(&a, matrix_source(dout, out_dim, true), out_dim, n);
+        bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
+        gemm_bf16(dw, (size_t)in_dim, true, &a, &b);
+        bf16_packed_b_free(&b);
+        bf16_packed_a_free(&a);
+    }
+    if (dbias) {
+        /* column sums of bf16(dout), in fp32 as matmul_backward sums them */
+        float *g = xmalloc((size_t)n * out_dim * sizeof *g);
+        bf16_round_copy(g, dout, (size_t)n * out_dim);
+        matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
+        free(g);
+    }
+}
+
 void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
                               const float *in, WeightRef w, int n, int in_dim, int out_dim) {
     if (n == 0) return;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        backward_gemm_bf16(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
+        return;
+    }
     /* the gradient reaching a bf16 output is a bf16 tensor in torch */
     float *g = xmalloc((size_t)n * out_dim * sizeof *g);
     bf16_round_copy(g, dout, (size_t)n * out_dim);

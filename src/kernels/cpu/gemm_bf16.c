@@ -1,0 +1,323 @@
+/* gemm_bf16's packing and its choice of path (gemm_bf16.h); the paths are gemm_bf16_amx.c,
+ * gemm_bf16_avx512.c and gemm_bf16_avx2.c.
+ *
+ * Layouts (invariants every path relies on):
+ *  1. A packed A is row-major bf16, row_stride (= depth_padded) values apart: the pair
+ *     (A[i][2q], A[i][2q + 1]) is one 32-bit word, what vdpbf16ps broadcasts and an AMX A
+ *     tile's row holds 16 of.
+ *  2. A packed B is cols_padded / 16 panels; panel p's pair step q holds, for its columns
+ *     j = 0..15, B[2q][16p + j] then B[2q + 1][16p + j]: one 64-byte row of an AMX B tile, one
+ *     zmm for vdpbf16ps, two ymm for the AVX2 path.
+ *  3. Padding (rows, columns and depth up to the multiples of gemm_bf16_kernels.h) is zero, so
+ *     the paths run whole blocks and whole depth steps; only the stores look at the true sizes.
+ *  4. Values are rounded to bf16 to nearest, ties to even, as torch rounds a tensor to bf16
+ *     (matmul_autocast.c's round_bf16 does the same to fp32 copies). */
+#include "common/error.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the path ---- */
+
+/* A message and exit(2): a bad RLHF_GEMM_BF16 (the kernels have no error return, and
+ * running on a path other than the one asked for would make a timing or a comparison mean
+ * something else), or abort() for a caller's bug. */
+RLHF_PRINTF(2, 3) static void die(bool bug, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rlhf: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (bug) abort();
+    exit(2);
+}
+
+static const char *const path_names[GEMM_BF16_PATH_COUNT] = {"sgemm", "avx2", "avx512", "amx"};
+
+const char *gemm_bf16_path_name(GemmBf16Path p) {
+    return p >= 0 && p < GEMM_BF16_PATH_COUNT ? path_names[p] : "?";
+}
+
+bool gemm_bf16_supported(GemmBf16Path p) {
+    switch (p) {
+    case GEMM_BF16_NONE:
+        return true;
+    case GEMM_BF16_AVX2:
+        return gemm_bf16_cpu_has_avx2();
+    case GEMM_BF16_AVX512:
+        return gemm_bf16_cpu_has_avx512();
+    case GEMM_BF16_AMX:
+        return gemm_bf16_cpu_has_amx();
+    default:
+        return false;
+    }
+}
+
+/* The path taken unless one is forced: AMX where the CPU has it, else the sgemm path. Chosen by
+ * measurement (bench_autocast, CPU time of one thread on an AMX Xeon, bench/README.md): the
+ * autocast products on AMX took 0.27-0.48x the sgemm path's time; on avx512 0.85-1.59x and on
+ * avx2 1.07-1.99x of it (vdpbf16ps there does the fp32 FMA's work per cycle, not twice it). So
+ * avx512 and avx2 run only when forced (tests, benches, a CPU where they measure faster). */
+static GemmBf16Path best_path(void) {
+    return gemm_bf16_supported(GEMM_BF16_AMX) ? GEMM_BF16_AMX : GEMM_BF16_NONE;
+}
+
+static _Atomic int chosen_path = -1; /* -1: not chosen yet */
+static pthread_once_t path_once = PTHREAD_ONCE_INIT;
+
+/* The environment's choice, else the best. */
+static void choose_path(void) {
+    const char *env = getenv("RLHF_GEMM_BF16");
+    if (!env || !*env) {
+        int unset = -1;
+        atomic_compare_exchange_strong(&chosen_path, &unset, (int)best_path());
+        return;
+    }
+    for (int p = 0; p < GEMM_BF16_PATH_COUNT; p++)
+        if (strcmp(env, path_names[p]) == 0) {
+            if (!gemm_bf16_supported((GemmBf16Path)p))
+                die(false, "RLHF_GEMM_BF16=%s: this CPU (or its OS) has no %s; its default is %s",
+                    env, path_names[p], path_names[best_path()]);
+            int unset = -1;
+            atomic_compare_exchange_strong(&chosen_path, &unset, p);
+            return;
+        }
+    die(false, "RLHF_GEMM_BF16=%s: expected one of amx, avx512, avx2, sgemm", env);
+}
+
+GemmBf16Path gemm_bf16_path(void) {
+    pthread_once(&path_once, choose_path);
+    return (GemmBf16Path)atomic_load(&chosen_path);
+}
+
+bool gemm_bf16_force(GemmBf16Path p) {
+    if (p < 0 || p >= GEMM_BF16_PATH_COUNT || !gemm_bf16_supported(p)) return false;
+    pthread_once(&path_once, choose_path);
+    atomic_store(&chosen_path, (int)p);
+    return true;
+}
+
+/* ---- packing ---- */
+
+static int round_up(int x, int m) {
+    return (x + m - 1) / m * m;
+}
+
+/* The bf16 nearest to f (ties to even); a NaN becomes a quiet NaN. */
+static inline uint16_t narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : r; /* a select: the loops vectorise */
+}
+
+static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
+    size_t at = (size_t)r * s->row_stride + (size_t)c * s->col_stride;
+    return s->f32 ? narrow(s->f32[at]) : s->bf16[at];
+}
+
+/* Packing buffers come from a pool of a few kept ones: an activation is packed on every product,
+ * and memory fresh from the kernel costs a page fault per 4 KB (on our machines' hypervisor 9% of
+ * a bf16 DPO step went to clearing pages). A released buffer is kept in a free slot, or in place
+ * of a smaller kept one; at most POOL_SLOTS buffers, the largest released, are held (never
+ * returned to the OS: a few activations' or weights' packings). */
+#define POOL_SLOTS 4
+
+static struct {
+    uint16_t *p;
+    size_t bytes;
+} pool[POOL_SLOTS];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A 64-byte aligned buffer of at least count bf16 values (count > 0); *bytes gets its size. */
+static uint16_t *alloc_bf16(size_t count, size_t *bytes) {
+    size_t want = (count * sizeof(uint16_t) + 63) / 64 * 64;
+    int best = -1;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < POOL_SLOTS; i++)
+        if (pool[i].p && pool[i].bytes >= want && (best < 0 || pool[i].bytes < pool[best].bytes))
+            best = i;
+    if (best >= 0) {
+        uint16_t *p = pool[best].p;
+        *bytes = pool[best].bytes;
+        pool[best].p = NULL;
+        pthread_mutex_unlock(&pool_lock);
+        return p;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    uint16_t *p = aligned_alloc(64, want);
+    if (!p) die(true, "out of memory packing a bf16 factor (%zu bytes)", want);
+    *bytes = want;
+    return p;
+}
+
+static void release_bf16(uint16_t *p, size_t bytes) {
+    if (!p) return;
+    int slot = -1;
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < POOL_SLOTS && slot < 0; i++)
+        if (!pool[i].p) slot = i; /* an empty slot */
+    if (slot < 0) {               /* else the smallest kept buffer, if smaller than this one */
+        int smallest = 0;
+        for (int i = 1; i < POOL_SLOTS; i++)
+            if (pool[i].bytes < pool[smallest].bytes) smallest = i;
+        if (pool[smallest].bytes < bytes) slot = smallest;
+    }
+    uint16_t *evicted = p;
+    if (slot >= 0) {
+        evicted = pool[slot].p;
+        pool[slot].p = p, pool[slot].bytes = bytes;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(evicted);
+}
+
+#define PACK_ROWS 32 /* rows a transposed source is read for at once: a cache line of fp32 */
+
+/* Row i of a packed A: the source row rounded, then zeros to depth_padded. Read along the
+ * source row (col_stride 1 for a row-major A); an fp32 row-major source has its own loop, which
+ * vectorises. */
+static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, int kp) {
+    if (src->f32 && src->col_stride == 1) {
+        const float *row = src->f32 + (size_t)i * src->row_stride;
+#pragma omp simd
+        for (int k = 0; k < depth; k++)
+            dst[k] = narrow(row[k]);
+    } else {
+        for (int k = 0; k < depth; k++)
+            dst[k] = source_at(src, i, k);
+    }
+    memset(dst + depth, 0, (size_t)(kp - depth) * sizeof *dst);
+}
+
+/* Rows i0 .. i0 + count (count <= PACK_ROWS) of a packed A from a source stored along its
+ * columns (row_stride 1: a transposed matrix, dW's dout^T). An fp32 source goes through tiles of
+ * PACK_ROWS / 2 depth pairs x PACK_ROWS rows: two source rows (depth indices 2q, 2q + 1) rounded
+ * into one 32-bit pair per packed row in a vectorised loop, then each packed row's pairs written
+ * out from L1 (invariant 1: a pair is one 32-bit word). */
+static void pack_a_rows_down(uint16_t *d, const Bf16Source *src, int i0, int count, int depth,
+                             int kp) {
+    if (!src->f32) {
+        for (int k = 0; k < depth; k++)
+            for (int i = i0; i < i0 + count; i++)
+                d[(size_t)i * kp + k] = source_at(src, i, k);
+    } else {
+        uint32_t tile[PACK_ROWS / 2][PACK_ROWS];
+        for (int k0 = 0; k0 < depth; k0 += PACK_ROWS) {
+            int pairs = ((depth - k0 < PACK_ROWS ? depth - k0 : PACK_ROWS) + 1) / 2;
+            for (int q = 0; q < pairs; q++) {
+                int k = k0 + 2 * q;
+                const float *lo = src->f32 + (size_t)k * src->col_stride + i0;
+                if (k + 1 < depth) {
+                    const float *hi = lo + src->col_stride;
+#pragma omp simd
+                    for (int i = 0; i < count; i++)
+                        tile[q][i] = narrow(lo[i]) | (uint32_t)narrow(hi[i]) << 16;
+                } else { /* an odd depth's last index: its pair's other half is padding */
+                    for (int i = 0; i < count; i++)
+                        tile[q][i] = narrow(lo[i]);
+                }
+            }
+            for (int i = 0; i < count; i++) {
+                uint16_t *row = d + (size_t)(i0 + i) * kp + k0;
+                for (int q = 0; q < pairs; q++)
+                    memcpy(row + 2 * q, &tile[q][i], sizeof tile[q][i]);
+            }
+        }
+    }
+    for (int i = i0; i < i0 + count; i++)
+        memset(d + (size_t)i * kp + depth, 0, (size_t)(kp - depth) * sizeof *d);
+}
+
+void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
+    a->rows = rows, a->depth = depth;
+    a->rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
+    a->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    int kp = a->row_stride = a->depth_padded;
+    uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp, &a->bytes);
+    memset(d + (size_t)rows * kp, 0, (size_t)(a->rows_padded - rows) * kp * sizeof *d);
+    bool down = src.row_stride < src.col_stride;
+#pragma omp parallel for schedule(static) if ((size_t)rows * depth > 65536)
+    for (int i0 = 0; i0 < rows; i0 += PACK_ROWS) {
+        int count = rows - i0 < PACK_ROWS ? rows - i0 : PACK_ROWS;
+        if (down)
+            pack_a_rows_down(d, &src, i0, count, depth, kp);
+        else
+            for (int i = i0; i < i0 + count; i++)
+                pack_a_row(d + (size_t)i * kp, &src, i, depth, kp);
+    }
+}
+
+void bf16_packed_a_free(Bf16PackedA *a) {
+    release_bf16(a->data, a->bytes);
+    a->data = NULL;
+}
+
+/* Panel p of a packed B (invariant 2): zero, then the source's values, read along the source's
+ * contiguous direction (down the depth for a transposed W, along the columns otherwise). */
+static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols,
+                         int kp) {
+    memset(panel, 0, (size_t)GEMM_BF16_PANEL * kp * sizeof *panel);
+    int j0 = p * GEMM_BF16_PANEL;
+    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
+    if (src->row_stride < src->col_stride) {
+        for (int jj = 0; jj < width; jj++)
+            for (int k = 0; k < depth; k++)
+                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
+                    source_at(src, k, j0 + jj);
+    } else {
+        for (int k = 0; k < depth; k++)
+            for (int jj = 0; jj < width; jj++)
+                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
+                    source_at(src, k, j0 + jj);
+    }
+}
+
+void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
+    b->depth = depth, b->cols = cols;
+    b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+    int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
+    uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
+#pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
+    for (int p = 0; p < panels; p++)
+        pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
+}
+
+void bf16_packed_b_free(Bf16PackedB *b) {
+    release_bf16(b->data, b->bytes);
+    b->data = NULL;
+}
+
+/* ---- the product ---- */
+
+void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b) {
+    if (a->depth != b->depth)
+        die(true, "gemm_bf16: A's depth %d is not B's %d (a caller's bug)", a->depth, b->depth);
+    if (a->rows == 0 || b->cols == 0) return;
+    if (a->depth == 0) { /* an empty sum */
+        if (!accumulate)
+            for (int i = 0; i < a->rows; i++)
+                memset(c + (size_t)i * ldc, 0, (size_t)b->cols * sizeof *c);
+        return;
+    }
+    switch (gemm_bf16_path()) {
+    case GEMM_BF16_AMX:
+        gemm_bf16_run_amx(c, ldc, accumulate, a, b);
+        break;
+    case GEMM_BF16_AVX512:
+        gemm_bf16_run_avx512(c, ldc, accumulate, a, b);
+        break;
+    case GEMM_BF16_AVX2:
+        gemm_bf16_run_avx2(c, ldc, accumulate, a, b);
+        break;
+    default:
+        die(true, "gemm_bf16 called with no bf16 GEMM path (a caller's bug: check gemm_bf16_path)");
+    }
+}

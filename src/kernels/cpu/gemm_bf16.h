@@ -1,0 +1,99 @@
+/* A bf16 GEMM for the autocast products of training (bf16: true, matmul_autocast.c): both
+ * factors rounded to bf16 (nearest, ties to even) and packed into bf16 panels, each product of
+ * two bf16 values exact in fp32, the sums fp32. C = A · B with A (rows x depth) and B
+ * (depth x cols) packed once each (gemm_bf16.c says how), C fp32.
+ *
+ * Paths (cpuid says which this CPU has; the build targets any x86-64 and compiles the special
+ * paths with target attributes): AMX-BF16 tiles, AVX512_BF16 dot products, AVX2/FMA widening the
+ * bf16 values to fp32. By default AMX where present, else GEMM_BF16_NONE: the caller keeps its
+ * sgemm path, which measured faster than the avx512 and avx2 paths (gemm_bf16.c, best_path).
+ * RLHF_GEMM_BF16=amx|avx512|avx2|sgemm in the environment forces one (a path the CPU lacks is an
+ * error at first use). */
+#ifndef RLHF_KERNELS_CPU_GEMM_BF16_H
+#define RLHF_KERNELS_CPU_GEMM_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    GEMM_BF16_NONE, /* no bf16 GEMM here: the caller rounds into fp32 copies and runs sgemm */
+    GEMM_BF16_AVX2,
+    GEMM_BF16_AVX512,
+    GEMM_BF16_AMX,
+    GEMM_BF16_PATH_COUNT
+} GemmBf16Path;
+
+/* A packed left factor A (rows x depth): row-major bf16 (row_stride values apart), rows padded
+ * with zero rows to a multiple of 32 and depth with zeros to a multiple of 32 (one AMX tile's
+ * depth) and on to the row stride. */
+typedef struct {
+    uint16_t *data;
+    int rows, depth, rows_padded, depth_padded;
+    int row_stride; /* in values: depth_padded (the kernels read rows this far apart) */
+    size_t bytes;   /* data's capacity (a pooled buffer may be larger than needed) */
+} Bf16PackedA;
+
+/* A packed right factor B (depth x cols): panels of 16 columns, each depth_padded / 2 pair steps
+ * of 16 (B[2q][j], B[2q + 1][j]) pairs (the VNNI layout both vdpbf16ps and an AMX B tile read);
+ * cols padded with zero columns to a multiple of 32, depth to a multiple of 32. */
+typedef struct {
+    uint16_t *data;
+    int depth, cols, depth_padded, cols_padded;
+    size_t bytes; /* data's capacity (a pooled buffer may be larger than needed) */
+} Bf16PackedB;
+
+/* Where a factor's values are read from: element (r, c) at f32[r * row_stride + c * col_stride]
+ * (rounded to bf16) or, if f32 is NULL, bf16[...] (as it is). Strides express a transpose. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+    size_t row_stride, col_stride;
+} Bf16Source;
+
+/* The path gemm_bf16 runs: the one forced (gemm_bf16_force, else RLHF_GEMM_BF16), else AMX if
+ * this CPU has it, else GEMM_BF16_NONE. An RLHF_GEMM_BF16 naming an unknown or absent path is
+ * fatal, with a message naming the variable and what this CPU offers. */
+GemmBf16Path gemm_bf16_path(void);
+
+/* Whether this CPU (and its OS, for AMX's tile state) can run path p. GEMM_BF16_NONE: always. */
+bool gemm_bf16_supported(GemmBf16Path p);
+
+/* Run path p from now on (tests and benches); false, changing nothing, if unsupported. */
+bool gemm_bf16_force(GemmBf16Path p);
+
+/* "amx", "avx512", "avx2", "sgemm". */
+const char *gemm_bf16_path_name(GemmBf16Path p);
+
+/* a = src (rows x depth) rounded and packed; a->data is allocated here (bf16_packed_a_free). */
+void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth);
+void bf16_packed_a_free(Bf16PackedA *a);
+
+/* b = src (depth x cols) rounded and packed; b->data is allocated here (bf16_packed_b_free). */
+void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols);
+void bf16_packed_b_free(Bf16PackedB *b);
+
+/* C (a->rows x b->cols, row stride ldc) = A · B, or += A · B if accumulate; a->depth must equal
+ * b->depth. The path must not be GEMM_BF16_NONE. Each element's sum runs over the depth in one
+ * order fixed by the path alone: the same for any number of threads. */
+void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b);
+
+/* W (out_dim, in_dim), fp32 w32 or else bf16 w16, packed as the forward's B (W^T, depth in_dim)
+ * if transposed, else as dX's (W, depth out_dim): from the cache of gemm_bf16_cache.c, packed on
+ * first use and kept until gemm_bf16_weights_changed drops it (or the weights are found
+ * changed). The packing is the cache's: valid until the next drop; the caller does not free it. */
+const Bf16PackedB *bf16_weight_packed(const float *w32, const uint16_t *w16, int out_dim,
+                                      int in_dim, bool transposed);
+
+/* Whoever writes weights that autocast products may have read (an optimizer step, a merge,
+ * freeing them) calls this over the bytes written: cached packings of them are dropped. Cheap
+ * when nothing is cached. */
+void gemm_bf16_weights_changed(const void *begin, size_t bytes);
+
+/* Drops every cached packing (tests, benches). */
+void gemm_bf16_cache_clear(void);
+
+/* The bytes the cache holds now. */
+size_t gemm_bf16_cache_bytes(void);
+
+#endif

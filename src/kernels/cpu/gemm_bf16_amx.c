@@ -1,0 +1,97 @@
+/* gemm_bf16's AMX-BF16 path (gemm_bf16_kernels.h): tdpbf16ps multiplies a 16 x 32 bf16 tile of A
+ * by a 16-pair-step x 16-column tile of B (a panel's layout as packed) into a 16 x 16 fp32 tile.
+ * A block is 32 x 32: 4 tiles of sums (tmm0-3), 2 of A (tmm4-5), 2 of B (tmm6-7). Per element
+ * the sum runs over the depth 32 values at a time, in order; within those, the tile unit's order.
+ * The tile configuration is per thread: each thread of the parallel region loads it and
+ * releases the tiles when done (gemm_bf16_cpu.c got the process the kernel's permission). */
+#include "kernels/cpu/gemm_bf16_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TARGET    __attribute__((target("amx-tile,amx-bf16")))
+#define BLOCK     32 /* rows and columns of a block */
+#define TILE      16
+#define ROW_CHUNK 64 /* rows whose packed A stays in L2 while the panels pass by */
+
+/* Palette 1: 8 tiles of 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) TileConfig;
+
+TARGET static void configure_tiles(void) {
+    TileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = TILE;
+    _tile_loadconfig(&cfg);
+}
+
+TARGET static void release_tiles(void) {
+    _tile_release();
+}
+
+TARGET static void block_32x32(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                               const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
+                               int cols) {
+    int kp = a->depth_padded;
+    size_t ld = (size_t)a->row_stride;
+    const uint16_t *a0 = a->data + i0 * ld, *a1 = a0 + TILE * ld;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int k = 0; k < kp; k += GEMM_BF16_DEPTH_PAD) {
+        _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
+        _tile_loadd(5, a1 + k, ld * sizeof(uint16_t));
+        /* pair steps k / 2 .. k / 2 + 15 of each panel, 64 bytes apart */
+        _tile_loadd(6, panel0 + (size_t)k * TILE, 64);
+        _tile_loadd(7, panel1 + (size_t)k * TILE, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float buf[BLOCK * BLOCK] __attribute__((aligned(64)));
+    _tile_stored(0, buf, BLOCK * sizeof(float));
+    _tile_stored(1, buf + TILE, BLOCK * sizeof(float));
+    _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
+    _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+    gemm_bf16_store_block(c, ldc, accumulate, buf, BLOCK, i0, j0,
+                          a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols);
+}
+
+void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                       const Bf16PackedB *b) {
+    int blocks = (b->cols + BLOCK - 1) / BLOCK; /* rows_padded and cols_padded hold whole ones */
+#pragma omp parallel
+    {
+        configure_tiles();
+#pragma omp for schedule(static) collapse(2)
+        for (int i0 = 0; i0 < a->rows; i0 += ROW_CHUNK)
+            for (int jb = 0; jb < blocks; jb++) {
+                int j0 = jb * BLOCK, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
+                int cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
+                for (int i = i0; i < end; i += BLOCK)
+                    block_32x32(c, ldc, accumulate, a, gemm_bf16_panel(b, 2 * jb),
+                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols);
+            }
+        release_tiles();
+    }
+}
+
+#else
+
+void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                       const Bf16PackedB *b) {
+    (void)c, (void)ldc, (void)accumulate, (void)a, (void)b;
+    abort(); /* gemm_bf16_supported said no: unreachable */
+}
+
+#endif

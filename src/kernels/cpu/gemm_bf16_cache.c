@@ -1,0 +1,128 @@
+/* Weights packed for gemm_bf16 once and kept (gemm_bf16.h, bf16_weight_packed): under autocast
+ * every linear's W was rounded into a fresh copy in every forward and again in every backward,
+ * per micro-batch; one packing per optimizer step does, and a frozen reference's lasts the run.
+ *
+ * Invariants:
+ *  1. An entry is the packing of the weights at [src, src + bytes) as they were when packed,
+ *     in one layout (W^T for the forward, W for dX).
+ *  2. Whoever writes weights a product may have read calls gemm_bf16_weights_changed over the
+ *     bytes written, which drops every entry overlapping them: adamw_step after each update,
+ *     train_reference_sync, lora_merge, model_free (freed memory may come back as other
+ *     weights).
+ *  3. A guard for a writer that does not (a checkpoint read over the weights, memory freed
+ *     elsewhere and reused): each lookup compares a fingerprint of the weights, all values of a
+ *     small W and 512 spread over a large one, and repacks on a mismatch. A change of the
+ *     whole matrix is always seen; a change of a few values the samples miss is not, which is
+ *     why invariant 2 is the rule and this only its guard.
+ *  4. Lookups and drops hold one mutex; a returned packing stays valid until the next drop, so
+ *     a product uses it at once and keeps nothing (products and weight updates do not overlap). */
+#include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FINGERPRINT_SAMPLES 512
+
+typedef struct {
+    const void *src;
+    size_t bytes;
+    bool transposed;
+    int out_dim, in_dim;
+    uint64_t fingerprint;
+    Bf16PackedB packed;
+} Entry;
+
+static Entry *entries;
+static int n_entries, cap_entries;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* FNV-1a over the bytes of the sampled values (all of them when there are few). */
+static uint64_t fingerprint(const unsigned char *p, size_t count, size_t elem) {
+    uint64_t h = 1469598103934665603ull;
+    size_t samples = count <= 4 * FINGERPRINT_SAMPLES ? count : FINGERPRINT_SAMPLES;
+    for (size_t s = 0; s < samples; s++) {
+        size_t at = samples == count ? s : s * (count - 1) / (samples - 1);
+        for (size_t b = 0; b < elem; b++)
+            h = (h ^ p[at * elem + b]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static void drop(int i) {
+    bf16_packed_b_free(&entries[i].packed);
+    entries[i] = entries[--n_entries];
+}
+
+const Bf16PackedB *bf16_weight_packed(const float *w32, const uint16_t *w16, int out_dim,
+                                      int in_dim, bool transposed) {
+    const void *src = w32 ? (const void *)w32 : (const void *)w16;
+    size_t elem = w32 ? sizeof *w32 : sizeof *w16, count = (size_t)out_dim * in_dim;
+    uint64_t fp = fingerprint(src, count, elem);
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < n_entries; i++) {
+        Entry *e = &entries[i];
+        if (e->src != src || e->transposed != transposed || e->out_dim != out_dim ||
+            e->in_dim != in_dim || e->bytes != count * elem)
+            continue;
+        if (e->fingerprint == fp) {
+            pthread_mutex_unlock(&cache_lock);
+            return &e->packed;
+        }
+        drop(i); /* invariant 3: written behind our back */
+        break;
+    }
+    if (n_entries == cap_entries) {
+        cap_entries = cap_entries ? 2 * cap_entries : 64;
+        entries = xrealloc(entries, (size_t)cap_entries * sizeof *entries);
+    }
+    Entry *e = &entries[n_entries++];
+    *e = (Entry){.src = src,
+                 .bytes = count * elem,
+                 .transposed = transposed,
+                 .out_dim = out_dim,
+                 .in_dim = in_dim,
+                 .fingerprint = fp};
+    /* W (out_dim, in_dim) row-major; the forward's B is W^T (in_dim x out_dim) */
+    Bf16Source s = {.f32 = w32,
+                    .bf16 = w32 ? NULL : w16,
+                    .row_stride = transposed ? 1 : (size_t)in_dim,
+                    .col_stride = transposed ? (size_t)in_dim : 1};
+    if (transposed)
+        bf16_pack_b(&e->packed, s, in_dim, out_dim);
+    else
+        bf16_pack_b(&e->packed, s, out_dim, in_dim);
+    pthread_mutex_unlock(&cache_lock);
+    return &e->packed;
+}
+
+void gemm_bf16_weights_changed(const void *begin, size_t bytes) {
+    if (!begin || !bytes) return;
+    const char *lo = begin, *hi = lo + bytes;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = n_entries - 1; i >= 0; i--) {
+        const char *s = entries[i].src;
+        if (s < hi && lo < s + entries[i].bytes) drop(i);
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void gemm_bf16_cache_clear(void) {
+    pthread_mutex_lock(&cache_lock);
+    while (n_entries > 0)
+        drop(n_entries - 1);
+    free(entries);
+    entries = NULL;
+    cap_entries = 0;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+size_t gemm_bf16_cache_bytes(void) {
+    size_t total = 0;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < n_entries; i++)
+        total += (size_t)entries[i].packed.depth_padded * entries[i].packed.cols_padded * 2;
+    pthread_mutex_unlock(&cache_lock);
+    return total;
+}

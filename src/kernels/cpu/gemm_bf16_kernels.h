@@ -1,0 +1,53 @@
+/* The paths of gemm_bf16 (gemm_bf16.h), one file each, and what they share. Private to
+ * gemm_bf16*.c. Each runs the whole product over OpenMP's threads; every output block is
+ * computed by one thread over the full depth, so the result does not depend on the thread count. */
+#ifndef RLHF_KERNELS_CPU_GEMM_BF16_KERNELS_H
+#define RLHF_KERNELS_CPU_GEMM_BF16_KERNELS_H
+
+#include "kernels/cpu/gemm_bf16.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define GEMM_BF16_PANEL 16 /* columns per B panel: one AMX tile's, one zmm of fp32 sums */
+/* rows and columns are padded to this: the AMX kernel's 2 x 2 tiles of 16 x 16 */
+#define GEMM_BF16_ROW_PAD   32
+#define GEMM_BF16_DEPTH_PAD 32 /* one AMX tile's depth in bf16 values */
+
+/* c's block at (i0, j0), rows x cols of it, = or += buf (row stride buf_ld). */
+static inline void gemm_bf16_store_block(float *c, size_t ldc, bool accumulate, const float *buf,
+                                         int buf_ld, int i0, int j0, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        float *dst = c + (size_t)(i0 + i) * ldc + j0;
+        const float *src = buf + (size_t)i * buf_ld;
+        if (accumulate)
+            for (int j = 0; j < cols; j++)
+                dst[j] += src[j];
+        else
+            for (int j = 0; j < cols; j++)
+                dst[j] = src[j];
+    }
+}
+
+/* The bf16 pair (A[i][2q], A[i][2q + 1]) as one 32-bit word (the packed row holds them so). */
+static inline uint32_t gemm_bf16_pair(const uint16_t *row, int q) {
+    return (uint32_t)row[2 * q] | (uint32_t)row[2 * q + 1] << 16;
+}
+
+/* Panel p of b: its depth_padded / 2 pair steps of GEMM_BF16_PANEL pairs. */
+static inline const uint16_t *gemm_bf16_panel(const Bf16PackedB *b, int p) {
+    return b->data + (size_t)p * GEMM_BF16_PANEL * b->depth_padded;
+}
+
+bool gemm_bf16_cpu_has_avx2(void);
+bool gemm_bf16_cpu_has_avx512(void);
+bool gemm_bf16_cpu_has_amx(void); /* asks the kernel for the tile state on first call */
+
+void gemm_bf16_run_avx2(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                        const Bf16PackedB *b);
+void gemm_bf16_run_avx512(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                          const Bf16PackedB *b);
+void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+                       const Bf16PackedB *b);
+
+#endif

@@ -1,0 +1,108 @@
+/* gemm_bf16 (kernels/cpu/gemm_bf16.h) on every path this machine has, against the product of the
+ * same bf16-rounded factors computed here in double. Each product of two bf16 values is exact in
+ * fp32, so what a path may add is fp32 summation error only: over a depth of K terms (and the
+ * accumulated C value) at most (K + 1) u sum |terms| with u = 2^-24, whatever the order. Odd
+ * shapes (every padding and tail: rows, columns, depth, the odd last pair), sources in fp32, in
+ * bf16 and transposed, C written and accumulated with a row stride past its columns (which must
+ * stay untouched), and the same bits with one thread as with two. */
+#include "common/float16.h"
+#include "harness.h"
+#include "kernels/cpu/gemm_bf16.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double b16(float x) {
+    return bf16_to_f32(f32_to_bf16(x));
+}
+
+static void fill(float *x, size_t n, unsigned *seed) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(rand_r(seed) / (double)RAND_MAX - 0.5) * 2.0f;
+}
+
+/* C = A · B (+ C0) for A (m x k) stored transposed if a_t, B (k x n) given in bf16 if b_16. */
+static void check(GemmBf16Path path, int m, int k, int n, bool a_t, bool b_16, bool accumulate,
+                  unsigned seed) {
+    size_t ldc = (size_t)n + 3;
+    float *a = malloc(((size_t)m * k + 1) * sizeof *a), *b = malloc(((size_t)k * n + 1) * 4);
+    float *c = malloc((size_t)m * ldc * sizeof *c + 4), *c1 = malloc((size_t)m * ldc * 4 + 4);
+    uint16_t *b16v = malloc(((size_t)k * n + 1) * sizeof *b16v);
+    fill(a, (size_t)m * k, &seed), fill(b, (size_t)k * n, &seed), fill(c, (size_t)m * ldc, &seed);
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        b16v[i] = f32_to_bf16(b[i]);
+    float *c0 = malloc((size_t)m * ldc * sizeof *c0 + 4);
+    memcpy(c0, c, (size_t)m * ldc * sizeof *c);
+    memcpy(c1, c, (size_t)m * ldc * sizeof *c);
+
+    /* A(i, kk) at a[i * k + kk], or transposed at a[kk * m + i] */
+    Bf16Source as = {
+        .f32 = a, .row_stride = a_t ? 1 : (size_t)k, .col_stride = a_t ? (size_t)m : 1};
+    Bf16Source bs = {.f32 = b_16 ? NULL : b,
+                     .bf16 = b_16 ? b16v : NULL,
+                     .row_stride = (size_t)n,
+                     .col_stride = 1};
+    Bf16PackedA pa;
+    Bf16PackedB pb;
+    bf16_pack_a(&pa, as, m, k);
+    bf16_pack_b(&pb, bs, k, n);
+    omp_set_num_threads(2);
+    gemm_bf16(c, ldc, accumulate, &pa, &pb);
+    omp_set_num_threads(1);
+    gemm_bf16(c1, ldc, accumulate, &pa, &pb);
+    omp_set_num_threads(2);
+
+    int bad = 0, untouched = 0;
+    double worst = 0;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = accumulate ? c0[(size_t)i * ldc + j] : 0, mag = fabs(s);
+            for (int kk = 0; kk < k; kk++) {
+                double t = b16(a[a_t ? (size_t)kk * m + i : (size_t)i * k + kk]) *
+                           b16(b[(size_t)kk * n + j]);
+                s += t, mag += fabs(t);
+            }
+            double err = fabs(c[(size_t)i * ldc + j] - s), bound = (k + 1) * ldexp(1.0, -24) * mag;
+            bad += !(err <= bound);
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+        for (size_t j = n; j < ldc; j++)
+            untouched += c[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j];
+    }
+    CHECK(bad == 0,
+          "%s %dx%dx%d%s%s%s: %d of %d values off the double product beyond fp32 "
+          "summation error (worst %.3g of sum |terms|)",
+          gemm_bf16_path_name(path), m, k, n, a_t ? " A^T" : "", b_16 ? " B bf16" : "",
+          accumulate ? " +=" : "", bad, m * n, worst);
+    CHECK(untouched == m * 3, "%s %dx%dx%d: %d values past the columns written",
+          gemm_bf16_path_name(path), m, k, n, m * 3 - untouched);
+    CHECK(memcmp(c, c1, (size_t)m * ldc * sizeof *c) == 0, "%s %dx%dx%d: one thread and two differ",
+          gemm_bf16_path_name(path), m, k, n);
+    bf16_packed_a_free(&pa);
+    bf16_packed_b_free(&pb);
+    free(a), free(b), free(c), free(c0), free(c1), free(b16v);
+}
+
+int main(void) {
+    int paths = 0;
+    for (int p = GEMM_BF16_AVX2; p < GEMM_BF16_PATH_COUNT; p++) {
+        if (!gemm_bf16_force((GemmBf16Path)p)) {
+            printf("test_gemm_bf16: no %s on this CPU, not checked\n",
+                   gemm_bf16_path_name((GemmBf16Path)p));
+            continue;
+        }
+        paths++;
+        check(p, 1, 1, 1, false, false, false, 1);
+        check(p, 5, 72, 40, false, false, false, 2);
+        check(p, 33, 71, 45, true, false, false, 3);
+        check(p, 67, 131, 97, false, true, true, 4);
+        check(p, 130, 33, 70, true, true, false, 5);
+        check(p, 96, 640, 64, false, false, true, 6);
+        check(p, 17, 1001, 33, true, false, true, 7);
+    }
+    CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no path checked on a CPU with AVX2");
+    return harness_finish("test_gemm_bf16");
+}
