@@ -1,0 +1,213 @@
+/* gemm_f32's own paths: BLIS-style cache blocking around a register micro-kernel
+ * (gemm_f32_kernels.h), and the per-path entry point gemm_f32_on.
+ *
+ * Loops, outermost first (our row-major names; the kernel's tile is mr rows x nr columns):
+ *   m0 over A's rows in blocks of mb      A block packed once, shared by the threads
+ *   k0 over the depth in blocks of kc     (invariant 1 of gemm_f32.h: the k blocks in order)
+ *   n0 over C's columns in blocks of nb   split between the threads; each packs its B block
+ *   i over the A block in steps of mr     A's micro-panel (mr x kc) stays in L1
+ *   j over the B block in steps of nr     B's micro-panels stream from L2
+ * The first k block updates C with the caller's beta, later ones add (beta 1). Which thread
+ * computes a tile changes nothing in its sums, so results do not depend on the thread count. */
+#include "kernels/cpu/gemm_f32.h"
+
+#include "common/error.h"
+#include "kernels/cpu/gemm_f32_kernels.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int min_int(int a, int b) {
+    return a < b ? a : b;
+}
+
+static int round_up(int x, int to) {
+    return (x + to - 1) / to * to;
+}
+
+/* A micro-panel: op(A)'s rows i0 .. i0 + rows - 1 (rows <= mr, zeros past them) at depths
+ * k0 .. k0 + kc - 1, stored k by k, mr values each. */
+static void pack_a(float *dst, const float *a, int lda, bool trans_a, int i0, int rows, int k0,
+                   int kc, int mr) {
+    if (rows < mr) memset(dst, 0, (size_t)kc * mr * sizeof *dst);
+    if (trans_a) /* A stored k x m: a depth's rows are adjacent */
+        for (int kk = 0; kk < kc; kk++) {
+            const float *src = a + (size_t)(k0 + kk) * lda + i0;
+            for (int ii = 0; ii < rows; ii++)
+                dst[(size_t)kk * mr + ii] = src[ii];
+        }
+    else /* rows side by side, depth by depth: mr read streams, one write stream */
+        for (int kk = 0; kk < kc; kk++)
+            for (int ii = 0; ii < rows; ii++)
+                dst[(size_t)kk * mr + ii] = a[(size_t)(i0 + ii) * lda + k0 + kk];
+}
+
+/* A B micro-panel: op(B)'s columns j0 .. j0 + cols - 1 (cols <= nr, zeros past them) at depths
+ * k0 .. k0 + kc - 1, stored k by k, nr values each. */
+static void pack_b(float *dst, const float *b, int ldb, bool trans_b, int j0, int cols, int k0,
+                   int kc, int nr) {
+    if (cols < nr) memset(dst, 0, (size_t)kc * nr * sizeof *dst);
+    if (trans_b) /* B stored n x k (a weight matrix for x W^T): a column's depths are adjacent */
+        for (int jj = 0; jj < cols; jj++) {
+            const float *src = b + (size_t)(j0 + jj) * ldb + k0;
+            for (int kk = 0; kk < kc; kk++)
+                dst[(size_t)kk * nr + jj] = src[kk];
+        }
+    else
+        for (int kk = 0; kk < kc; kk++)
+            memcpy(dst + (size_t)kk * nr, b + (size_t)(k0 + kk) * ldb + j0,
+                   (size_t)cols * sizeof *dst);
+}
+
+/* C = beta C (k == 0: no product to add). */
+static void scale_c(float *c, int ldc, int m, int n, float beta) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++)
+            c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+}
+
+/* The column blocks: as wide as nb_max allows, their count a multiple of the thread count
+ * where there are enough columns, so that the threads get equal shares. */
+static int column_block(const GemmF32Kernel *kd, int n, int threads) {
+    int blocks = (n + kd->nb_max - 1) / kd->nb_max;
+    blocks = round_up(blocks, threads);
+    int most = (n + kd->nr - 1) / kd->nr; /* no block narrower than one micro-panel */
+    if (blocks > most) blocks = most;
+    return round_up((n + blocks - 1) / blocks, kd->nr);
+}
+
+/* A thread's packing buffer, at least `floats` long, starting on a cache line (each vector load
+ * of a panel then reads one line). Kept for the thread's later products and only grown: fresh
+ * memory costs a page fault per 4 KiB on first touch (about 10 us each on our VMs, see
+ * xmalloc_huge), which for a 2 MB panel is as long as a small product. One buffer for A (the
+ * calling thread's) and one for B per OpenMP thread. */
+typedef struct {
+    void *base;
+    size_t floats;
+} PackBuffer;
+
+static _Thread_local PackBuffer a_buffer, b_buffer;
+
+static float *pack_buffer(PackBuffer *buf, size_t floats) {
+    if (buf->floats < floats) {
+        free(buf->base);
+        buf->base = xmalloc((floats + 16) * sizeof(float));
+        buf->floats = floats;
+    }
+    return (float *)(((uintptr_t)buf->base + 63) & ~(uintptr_t)63);
+}
+
+static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m, int n, int k,
+                     float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                     float *c, int ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        scale_c(c, ldc, m, n, beta);
+        return;
+    }
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int nb = column_block(kd, n, threads);
+    int n_blocks = (n + nb - 1) / nb;
+    if (threads > n_blocks) threads = n_blocks;
+    int mb = min_int(kd->mb, round_up(m, kd->mr));
+    float *pa = pack_buffer(&a_buffer, (size_t)mb * kd->kc);
+#pragma omp parallel num_threads(threads)
+    {
+        float *pb = pack_buffer(&b_buffer, (size_t)nb * kd->kc);
+        for (int m0 = 0; m0 < m; m0 += mb) {
+            int rows = min_int(mb, m - m0), a_panels = (rows + kd->mr - 1) / kd->mr;
+            for (int k0 = 0; k0 < k; k0 += kd->kc) {
+                int kc = min_int(kd->kc, k - k0);
+                float beta_here = k0 == 0 ? beta : 1.0f;
+#pragma omp for schedule(static)
+                for (int p = 0; p < a_panels; p++)
+                    pack_a(pa + (size_t)p * kd->mr * kc, a, lda, trans_a, m0 + p * kd->mr,
+                           min_int(kd->mr, rows - p * kd->mr), k0, kc, kd->mr);
+                    /* (the loop's barrier: A is packed before any thread reads it) */
+#pragma omp for schedule(static)
+                for (int blk = 0; blk < n_blocks; blk++) {
+                    int n0 = blk * nb, cols = min_int(nb, n - n0);
+                    for (int j = 0; j < cols; j += kd->nr)
+                        pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
+                               min_int(kd->nr, cols - j), k0, kc, kd->nr);
+                    for (int i = 0; i < rows; i += kd->mr) {
+                        const float *pa_i = pa + (size_t)i * kc;
+                        float *c_i = c + (size_t)(m0 + i) * ldc + n0;
+                        int tile_rows = min_int(kd->mr, rows - i);
+                        for (int j = 0; j < cols; j += kd->nr)
+                            kd->kernel(kc, pa_i, pb + (size_t)j * kc, c_i + j, ldc, tile_rows,
+                                       min_int(kd->nr, cols - j), alpha, beta_here);
+                    }
+                }
+                /* (and its barrier: no thread repacks A while another still reads it) */
+            }
+        }
+    }
+}
+
+bool gemm_f32_path_available(GemmF32Path path) {
+    switch (path) {
+    case GEMM_F32_OPENBLAS:
+    case GEMM_F32_OWN_PORTABLE:
+        return true;
+#if defined(__x86_64__)
+    case GEMM_F32_OWN_AVX512:
+        return __builtin_cpu_supports("avx512f");
+    case GEMM_F32_OWN_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    default:
+        return false;
+    }
+}
+
+GemmF32Path gemm_f32_own_path(void) {
+    if (gemm_f32_path_available(GEMM_F32_OWN_AVX512)) return GEMM_F32_OWN_AVX512;
+    if (gemm_f32_path_available(GEMM_F32_OWN_AVX2)) return GEMM_F32_OWN_AVX2;
+    return GEMM_F32_OWN_PORTABLE;
+}
+
+const char *gemm_f32_path_name(GemmF32Path path) {
+    switch (path) {
+    case GEMM_F32_AUTO:
+        return "auto";
+    case GEMM_F32_OPENBLAS:
+        return "openblas";
+    case GEMM_F32_OWN_AVX512:
+        return "own-avx512";
+    case GEMM_F32_OWN_AVX2:
+        return "own-avx2";
+    case GEMM_F32_OWN_PORTABLE:
+        return "own-portable";
+    default:
+        return "?";
+    }
+}
+
+bool gemm_f32_on(GemmF32Path path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    if (!gemm_f32_path_available(path)) return false;
+    const GemmF32Kernel *kd = &gemm_f32_kernel_portable;
+    switch (path) {
+    case GEMM_F32_OPENBLAS:
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                    ldc);
+        return true;
+#if defined(__x86_64__)
+    case GEMM_F32_OWN_AVX512:
+        kd = &gemm_f32_kernel_avx512;
+        break;
+    case GEMM_F32_OWN_AVX2:
+        kd = &gemm_f32_kernel_avx2;
+        break;
+#endif
+    default:
+        break;
+    }
+    own_gemm(kd, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+}
