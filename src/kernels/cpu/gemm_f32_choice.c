@@ -12,10 +12,12 @@
 #include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
+#include "common/test_hooks.h"
 
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define CALIBRATION_CAP 1024
@@ -89,10 +91,31 @@ static void calibrate(ShapeClass *sc, GemmF32Path own, float beta) {
     free(a), free(b), free(c);
 }
 
+/* The path test_hook_gemm_f32_path names (GEMM_F32_AUTO: none); a name that is not a path of
+ * this CPU ends the process, so that a test cannot pass on a path it did not run. */
+static GemmF32Path hooked_path(void) {
+    const char *name = test_hook_gemm_f32_path();
+    if (!name) return GEMM_F32_AUTO;
+    if (strcmp(name, "own") == 0) return gemm_f32_own_path();
+    for (int p = GEMM_F32_OPENBLAS; p < GEMM_F32_PATHS; p++)
+        if (strcmp(name, gemm_f32_path_name((GemmF32Path)p)) == 0 &&
+            gemm_f32_path_available((GemmF32Path)p))
+            return (GemmF32Path)p;
+    fprintf(stderr, "RLHF_TEST_GEMM_F32=%s: not a GEMM path of this CPU\n", name);
+    abort();
+}
+
 /* The class's path, measuring it first if it is new. */
 static GemmF32Path choose(bool trans_a, bool trans_b, int m, int n, int k, float beta) {
     bool nested = omp_in_parallel();
     GemmF32Path path = gemm_f32_own_path();
+    static bool hook_read;
+    static GemmF32Path hooked = GEMM_F32_AUTO;
+#pragma omp critical(gemm_f32_classes)
+    {
+        if (!hook_read) hooked = hooked_path(), hook_read = true;
+    }
+    if (hooked != GEMM_F32_AUTO) return hooked;
 #pragma omp critical(gemm_f32_classes)
     {
         int bm = bucket(m), bn = bucket(n), bk = bucket(k), i = 0;
