@@ -1,10 +1,11 @@
 /* gemm_f32's own paths: BLIS-style cache blocking around a register micro-kernel
  * (gemm_f32_kernels.h), and the per-path entry point gemm_f32_on.
  *
- * Loops, outermost first (our row-major names; the kernel's tile is mr rows x nr columns):
- *   m0 over A's rows in blocks of mb      A block packed once, shared by the threads
+ * Loops of one thread, outermost first (our row-major names; the kernel's tile is mr rows x
+ * nr columns), over the part of C it computes (own_gemm):
+ *   m0 over A's rows in blocks of mb      A block packed (mb x kc)
  *   k0 over the depth in blocks of kc     (invariant 1 of gemm_f32.h: the k blocks in order)
- *   n0 over C's columns in blocks of nb   split between the threads; each packs its B block
+ *   n0 over C's columns in blocks of nb   B block packed (kc x nb, in L2)
  *   i over the A block in steps of mr     A's micro-panel (mr x kc) stays in L1
  *   j over the B block in steps of nr     B's micro-panels stream from L2
  * The first k block updates C with the caller's beta, later ones add (beta 1). Which thread
@@ -69,21 +70,11 @@ static void scale_c(float *c, int ldc, int m, int n, float beta) {
             c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
 }
 
-/* The column blocks: as wide as nb_max allows, their count a multiple of the thread count
- * where there are enough columns, so that the threads get equal shares. */
-static int column_block(const GemmF32Kernel *kd, int n, int threads) {
-    int blocks = (n + kd->nb_max - 1) / kd->nb_max;
-    blocks = round_up(blocks, threads);
-    int most = (n + kd->nr - 1) / kd->nr; /* no block narrower than one micro-panel */
-    if (blocks > most) blocks = most;
-    return round_up((n + blocks - 1) / blocks, kd->nr);
-}
-
 /* A thread's packing buffer, at least `floats` long, starting on a cache line (each vector load
  * of a panel then reads one line). Kept for the thread's later products and only grown: fresh
  * memory costs a page fault per 4 KiB on first touch (about 10 us each on our VMs, see
- * xmalloc_huge), which for a 2 MB panel is as long as a small product. One buffer for A (the
- * calling thread's) and one for B per OpenMP thread. */
+ * xmalloc_huge), which for a 2 MB panel is as long as a small product. One buffer for A and one
+ * for B per thread. */
 typedef struct {
     void *base;
     size_t floats;
@@ -100,6 +91,45 @@ static float *pack_buffer(PackBuffer *buf, size_t floats) {
     return (float *)(((uintptr_t)buf->base + 63) & ~(uintptr_t)63);
 }
 
+/* One thread's product, blocked as the file's head says. */
+static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m, int n, int k,
+                         float alpha, const float *a, int lda, const float *b, int ldb, float beta,
+                         float *c, int ldc) {
+    int mb = min_int(kd->mb, round_up(m, kd->mr)), nb = min_int(kd->nb_max, round_up(n, kd->nr));
+    float *pa = pack_buffer(&a_buffer, (size_t)mb * kd->kc);
+    float *pb = pack_buffer(&b_buffer, (size_t)nb * kd->kc);
+    for (int m0 = 0; m0 < m; m0 += mb) {
+        int rows = min_int(mb, m - m0);
+        for (int k0 = 0; k0 < k; k0 += kd->kc) {
+            int kc = min_int(kd->kc, k - k0);
+            float beta_here = k0 == 0 ? beta : 1.0f;
+            for (int i = 0; i < rows; i += kd->mr)
+                pack_a(pa + (size_t)i * kc, a, lda, trans_a, m0 + i, min_int(kd->mr, rows - i), k0,
+                       kc, kd->mr);
+            for (int n0 = 0; n0 < n; n0 += nb) {
+                int cols = min_int(nb, n - n0);
+                for (int j = 0; j < cols; j += kd->nr)
+                    pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j, min_int(kd->nr, cols - j),
+                           k0, kc, kd->nr);
+                for (int i = 0; i < rows; i += kd->mr) {
+                    const float *pa_i = pa + (size_t)i * kc;
+                    float *c_i = c + (size_t)(m0 + i) * ldc + n0;
+                    int tile_rows = min_int(kd->mr, rows - i);
+                    for (int j = 0; j < cols; j += kd->nr)
+                        kd->kernel(kc, pa_i, pb + (size_t)j * kc, c_i + j, ldc, tile_rows,
+                                   min_int(kd->nr, cols - j), alpha, beta_here);
+                }
+            }
+        }
+    }
+}
+
+/* The threads split C along its longer side, in whole tiles, and each computes its part alone:
+ * no barrier until the end. Each packs the other operand whole (its share of the copies grows
+ * by about 2 x 32 / (longer side) of the multiply-adds: a few percent at the model's shapes), and
+ * in exchange a thread that the OS deschedules (a loaded machine) holds up no one: on this
+ * workplace's shared 2-core VM a shared A panel with a barrier per k block ran at ~60% of
+ * OpenBLAS's speed, while one thread alone matched it. */
 static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m, int n, int k,
                      float alpha, const float *a, int lda, const float *b, int ldb, float beta,
                      float *c, int ldc) {
@@ -109,42 +139,20 @@ static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m,
         return;
     }
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    int nb = column_block(kd, n, threads);
-    int n_blocks = (n + nb - 1) / nb;
-    if (threads > n_blocks) threads = n_blocks;
-    int mb = min_int(kd->mb, round_up(m, kd->mr));
-    float *pa = pack_buffer(&a_buffer, (size_t)mb * kd->kc);
+    bool split_rows = m >= n;
+    int unit = split_rows ? kd->mr : kd->nr, len = split_rows ? m : n;
+    int share = round_up((len + threads - 1) / threads, unit);
+    threads = (len + share - 1) / share;
 #pragma omp parallel num_threads(threads)
     {
-        float *pb = pack_buffer(&b_buffer, (size_t)nb * kd->kc);
-        for (int m0 = 0; m0 < m; m0 += mb) {
-            int rows = min_int(mb, m - m0), a_panels = (rows + kd->mr - 1) / kd->mr;
-            for (int k0 = 0; k0 < k; k0 += kd->kc) {
-                int kc = min_int(kd->kc, k - k0);
-                float beta_here = k0 == 0 ? beta : 1.0f;
-#pragma omp for schedule(static)
-                for (int p = 0; p < a_panels; p++)
-                    pack_a(pa + (size_t)p * kd->mr * kc, a, lda, trans_a, m0 + p * kd->mr,
-                           min_int(kd->mr, rows - p * kd->mr), k0, kc, kd->mr);
-                    /* (the loop's barrier: A is packed before any thread reads it) */
-#pragma omp for schedule(static)
-                for (int blk = 0; blk < n_blocks; blk++) {
-                    int n0 = blk * nb, cols = min_int(nb, n - n0);
-                    for (int j = 0; j < cols; j += kd->nr)
-                        pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
-                               min_int(kd->nr, cols - j), k0, kc, kd->nr);
-                    for (int i = 0; i < rows; i += kd->mr) {
-                        const float *pa_i = pa + (size_t)i * kc;
-                        float *c_i = c + (size_t)(m0 + i) * ldc + n0;
-                        int tile_rows = min_int(kd->mr, rows - i);
-                        for (int j = 0; j < cols; j += kd->nr)
-                            kd->kernel(kc, pa_i, pb + (size_t)j * kc, c_i + j, ldc, tile_rows,
-                                       min_int(kd->nr, cols - j), alpha, beta_here);
-                    }
-                }
-                /* (and its barrier: no thread repacks A while another still reads it) */
-            }
-        }
+        int t = omp_get_thread_num(), from = t * share, count = min_int(share, len - from);
+        if (count > 0 && split_rows)
+            blocked_gemm(kd, trans_a, trans_b, count, n, k, alpha,
+                         trans_a ? a + from : a + (size_t)from * lda, lda, b, ldb, beta,
+                         c + (size_t)from * ldc, ldc);
+        else if (count > 0)
+            blocked_gemm(kd, trans_a, trans_b, m, count, k, alpha, a, lda,
+                         trans_b ? b + (size_t)from * ldb : b + from, ldb, beta, c + from, ldc);
     }
 }
 
