@@ -17,6 +17,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,30 @@ typedef struct {
 } PackBuffer;
 
 static _Thread_local PackBuffer a_buffer, b_buffer;
+static _Thread_local bool buffers_registered;
+
+/* OpenMP's worker threads come and go with the team size: a thread's buffers are freed as it
+ * ends, by a thread-specific key's destructor (its value only makes the destructor run). */
+static pthread_key_t buffers_key;
+static pthread_once_t buffers_key_once = PTHREAD_ONCE_INIT;
+
+static void free_thread_buffers(void *unused) {
+    (void)unused;
+    free(a_buffer.base), free(b_buffer.base);
+    a_buffer = b_buffer = (PackBuffer){0};
+    buffers_registered = false;
+}
+
+static void make_buffers_key(void) {
+    if (pthread_key_create(&buffers_key, free_thread_buffers) != 0) abort();
+}
 
 static float *pack_buffer(PackBuffer *buf, size_t floats) {
+    if (!buffers_registered) {
+        pthread_once(&buffers_key_once, make_buffers_key);
+        pthread_setspecific(buffers_key, &a_buffer);
+        buffers_registered = true;
+    }
     if (buf->floats < floats) {
         free(buf->base);
         buf->base = xmalloc((floats + 16) * sizeof(float));
