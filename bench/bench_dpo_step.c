@@ -8,6 +8,7 @@
  *
  * Usage: bench_dpo_step MODEL_DIR BATCH_JSON [steps] [lora_r] [gradient_checkpointing 0|1]
  *                       [bf16_reference 0|1] [adamw_8bit 0|1] [unshared 0|1] [autocast 0|1]
+ *                       [gemm auto|openblas|own]
  *   bf16_reference: the frozen reference kept in bf16 (bf16: true); the run then also reports
  *   how far its summed completion log-probs are from the fp32 model's.
  *   adamw_8bit: bitsandbytes' 8-bit AdamW (optimizer: adamw_bnb_8bit).
@@ -15,13 +16,17 @@
  *   computed once (model/token_layout.h).
  *   autocast: bf16 mixed precision as `bf16: true` trains (policy and reference on
  *   backend_cpu_autocast; with it the reference is kept in bf16 too, as bf16: true does).
+ *   gemm: which fp32 GEMM multiplies (gemm_f32_set_policy): auto (the default, as training
+ *   runs: each shape class on the faster by measurement; the choices go to stderr at the end),
+ *   or always OpenBLAS, or always our own kernel, for a side by side.
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
  *   OpenBLAS sgemm GFLOP/s on the model's GEMM shapes (ROWS tokens), best of reps: the
- *   ceiling the step's GFLOP/s are compared with. */
+ *   ceiling the step's GFLOP/s are compared with; our own GEMM's beside it (own_gflops). */
 #include "common/error.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "model/forward.h"
 #include "train/pref_batch.h"
 #include "train/pref_method.h"
@@ -53,34 +58,30 @@ static int fail(void) {
 
 typedef struct {
     const char *name;
-    bool trans_a; /* C (M x N) = A^T B with A stored (K x M): the weight-gradient products */
+    bool trans_a, trans_b; /* A stored (K x M) / B stored (N x K): as the training products */
     int m, n, k;
 } GemmShape;
 
-static double time_sgemm(const GemmShape *s, float *a, float *b, float *c, int reps) {
-    double best = 1e30;
-    for (int r = 0; r <= reps; r++) { /* r = 0 is a warm-up */
-        double t0 = now_seconds();
-        if (s->trans_a)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->m, s->n, s->k, 1.0f, a, s->m, b,
-                        s->n, 0.0f, c, s->n);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->m, s->n, s->k, 1.0f, a, s->k, b,
-                        s->k, 0.0f, c, s->n);
-        double dt = now_seconds() - t0;
-        if (r > 0 && dt < best) best = dt;
-    }
-    return 2.0 * s->m * s->n * s->k / best * 1e-9;
+/* Best-of-reps seconds of one product on `path`. */
+static double time_gemm(GemmF32Path path, const GemmShape *s, float *a, float *b, float *c) {
+    double t0 = now_seconds();
+    gemm_f32_on(path, s->trans_a, s->trans_b, s->m, s->n, s->k, 1.0f, a, s->trans_a ? s->m : s->k,
+                b, s->trans_b ? s->k : s->n, 0.0f, c, s->n);
+    return now_seconds() - t0;
 }
 
+/* OpenBLAS's sgemm and our own GEMM (gemm_f32.h, the path this CPU has) on the model's GEMM
+ * shapes, alternated rep by rep so that both see the same machine; GFLOP/s of each one's best. */
 static int sgemm_peak(int rows, int hidden, int inter, int reps) {
     /* The products of a layer: x W^T for the projections (weights stored out x in, as the
-     * model keeps them), and dW = dY^T X for the weight gradients. */
-    GemmShape shapes[] = {{"x W_up^T", false, rows, inter, hidden},
-                          {"x W_down^T", false, rows, hidden, inter},
-                          {"x W_q^T", false, rows, hidden, hidden},
-                          {"dW_up = dY^T X", true, inter, hidden, rows},
-                          {"dW_down = dY^T X", true, hidden, inter, rows}};
+     * model keeps them), dX = dY W, and dW = dY^T X for the weight gradients. */
+    GemmShape shapes[] = {{"x W_up^T", false, true, rows, inter, hidden},
+                          {"x W_down^T", false, true, rows, hidden, inter},
+                          {"x W_q^T", false, true, rows, hidden, hidden},
+                          {"dX = dY_up W_up", false, false, rows, hidden, inter},
+                          {"dX = dY_down W_down", false, false, rows, inter, hidden},
+                          {"dW_up = dY^T X", true, false, inter, hidden, rows},
+                          {"dW_down = dY^T X", true, false, hidden, inter, rows}};
     int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     size_t most = 0;
     for (int i = 0; i < n_shapes; i++) {
@@ -101,16 +102,31 @@ static int sgemm_peak(int rows, int hidden, int inter, int reps) {
         a[i] = (float)((seed >> 9) & 0xffff) / 65536.0f - 0.5f;
         b[i] = (float)((seed >> 3) & 0xffff) / 65536.0f - 0.5f;
     }
-    double peak = 0;
-    printf("{\"impl\": \"openblas sgemm\", \"blas_core\": \"%s\", \"threads\": %d, \"shapes\": [",
-           openblas_get_corename(), omp_get_max_threads());
+    GemmF32Path own = gemm_f32_own_path();
+    double peak = 0, own_peak = 0, flops_all = 0, blas_s = 0, own_s = 0;
+    printf("{\"impl\": \"openblas sgemm\", \"blas_core\": \"%s\", \"own_path\": \"%s\", "
+           "\"threads\": %d, \"shapes\": [",
+           openblas_get_corename(), gemm_f32_path_name(own), omp_get_max_threads());
     for (int i = 0; i < n_shapes; i++) {
-        double g = time_sgemm(&shapes[i], a, b, c, reps);
+        double best[2] = {1e30, 1e30};
+        for (int r = 0; r <= reps; r++) /* r = 0 is a warm-up */
+            for (int p = 0; p < 2; p++) {
+                double dt = time_gemm(p ? own : GEMM_F32_OPENBLAS, &shapes[i], a, b, c);
+                if (r > 0 && dt < best[p]) best[p] = dt;
+            }
+        double flops = 2.0 * shapes[i].m * shapes[i].n * shapes[i].k;
+        double g = flops / best[0] * 1e-9, g_own = flops / best[1] * 1e-9;
+        flops_all += flops, blas_s += best[0], own_s += best[1];
         if (g > peak) peak = g;
-        printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f}",
-               i ? ", " : "", shapes[i].name, shapes[i].m, shapes[i].n, shapes[i].k, g);
+        if (g_own > own_peak) own_peak = g_own;
+        printf("%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f, "
+               "\"own_gflops\": %.2f}",
+               i ? ", " : "", shapes[i].name, shapes[i].m, shapes[i].n, shapes[i].k, g, g_own);
     }
-    printf("], \"peak_gflops\": %.2f}\n", peak);
+    /* all: the shapes' FLOPs over their summed best times, each library's */
+    printf("], \"peak_gflops\": %.2f, \"own_peak_gflops\": %.2f, \"all_gflops\": %.2f, "
+           "\"own_all_gflops\": %.2f}\n",
+           peak, own_peak, flops_all / blas_s * 1e-9, flops_all / own_s * 1e-9);
     free(a), free(b), free(c);
     return 0;
 }
@@ -235,6 +251,15 @@ int main(int argc, char **argv) {
     bool adamw_8bit = argc > 7 && atoi(argv[7]) != 0;
     bool unshared = argc > 8 && atoi(argv[8]) != 0; /* each row computes its whole prompt */
     bool autocast = argc > 9 && atoi(argv[9]) != 0;
+    const char *gemm = argc > 10 ? argv[10] : "auto";
+    if (strcmp(gemm, "openblas") == 0)
+        gemm_f32_set_policy(GEMM_F32_OPENBLAS);
+    else if (strcmp(gemm, "own") == 0)
+        gemm_f32_set_policy(gemm_f32_own_path());
+    else if (strcmp(gemm, "auto") != 0) {
+        fprintf(stderr, "gemm: expected auto, openblas or own, got \"%s\"\n", gemm);
+        return 2;
+    }
     if (autocast && lora_r == 0) bf16_reference = true;
     if (steps < 1) steps = 1;
     PrefDataset ds;
@@ -339,13 +364,14 @@ int main(int argc, char **argv) {
         "\"loss_step0\": %.9g, \"logps_chosen_step0\": %.9g, \"logps_rejected_step0\": %.9g, "
         "\"loss_last\": %.9g, \"minor_faults_per_step\": %.0f, \"sys_s_per_step\": %.3f, "
         "\"bf16_reference\": %s, \"bf16_ref_logps_max_rel_diff\": %.3g, \"optimizer\": \"%s\", "
-        "\"shared_prompt\": %s, \"autocast_bf16\": %s}\n",
+        "\"shared_prompt\": %s, \"autocast_bf16\": %s, \"gemm\": \"%s\"}\n",
         ds.n_pairs, 2 * ds.n_pairs, (long long)max_len, omp_get_max_threads(), steps, best,
         total / steps, tokens, tokens / best, peak_rss_mb(), checkpointing ? "true" : "false",
         lora_r, lora_r > 0 ? "adapter switched off" : "frozen copy of the model", tr.n_params,
         loss0, logps_chosen0, logps_rejected0, st.loss, faults / steps, sys_s / steps,
         bf16_reference ? "true" : "false", bf16_rel, adamw_8bit ? "adamw_bnb_8bit" : "adamw_torch",
-        unshared ? "false" : "true", autocast ? "true" : "false");
+        unshared ? "false" : "true", autocast ? "true" : "false", gemm);
+    gemm_f32_report(stderr);
     trainer_free(&tr);
     free(order);
     if (lora_r > 0)

@@ -314,6 +314,9 @@ def main():
 
     print(result["workload"])
     print(f"OpenBLAS sgemm peak on the model's shapes: {peak:.1f} GFLOP/s ({sgemm['threads']} threads)")
+    print(f"our own fp32 GEMM ({sgemm['own_path']}) on the same shapes, same run: "
+          f"{sgemm['own_peak_gflops']:.1f} GFLOP/s peak, {sgemm['own_all_gflops']:.1f} over all of them "
+          f"(OpenBLAS {sgemm['all_gflops']:.1f})")
     for label, r in (("rlhf.c", ours), ("TRL", theirs)):
         print(f"{label:7s} {r['tokens_per_s']:9.1f} tokens/s  step {r['best_s']:8.3f} s  "
               f"peak RSS {r['peak_rss_mb']:7.0f} MB  {r['gflops_per_s']:7.1f} GFLOP/s  "

@@ -1,5 +1,6 @@
 /* rlhf: the command-line front end. Dispatches to one file per sub-command. */
 #include "cli/commands.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "train/train_device.h"
 
 #include <stdio.h>
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("rlhf %s (%s)\n", RLHF_VERSION, RLHF_BUILD_FEATURES);
+        gemm_f32_describe(stdout); /* which fp32 GEMM kernel this CPU gets */
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||

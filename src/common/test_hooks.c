@@ -32,6 +32,10 @@ bool test_hook_scripted_completions(void) {
     return env_is_one("RLHF_TEST_SCRIPTED_COMPLETIONS");
 }
 
+const char *test_hook_gemm_f32_path(void) {
+    return getenv("RLHF_TEST_GEMM_F32");
+}
+
 double test_hook_memory_available(void) {
     const char *text = getenv("RLHF_TEST_MEMORY_AVAILABLE_MB");
     char *end;

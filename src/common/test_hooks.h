@@ -36,8 +36,17 @@ bool test_hook_scripted_completions(void);
  * that its refusal can be tested on any machine; unset or not a number: -1 (read the machine). */
 double test_hook_memory_available(void);
 
+/* RLHF_TEST_GEMM_F32=openblas|own|own-avx512|own-avx2|own-portable: the path every fp32 GEMM
+ * takes (kernels/cpu/gemm_f32.h) in place of the measured choice, so that the parity tests can
+ * run through each path; "own" is the best one this CPU has. Unset: NULL. Any other value is
+ * returned as it is (gemm_f32 then refuses it loudly). */
+const char *test_hook_gemm_f32_path(void);
+
 #else
 
+static inline const char *test_hook_gemm_f32_path(void) {
+    return NULL;
+}
 static inline bool test_hook_nan_grad(int64_t step) {
     (void)step;
     return false;

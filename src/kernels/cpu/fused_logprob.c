@@ -1,9 +1,9 @@
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
 #include "kernels/cpu/fast_exp.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -108,8 +108,8 @@ static void block_logsumexp(RunningLse *acc, float *target_logit, float *tile, c
         if (lm_head.bf16)
             matmul_forward_bf16(tile, hidden, lm_head.bf16 + (size_t)c0 * h, NULL, rows, h, cols);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hidden, h,
-                        lm_head.f32 + (size_t)c0 * h, h, 0.0f, tile, cols);
+            gemm_f32(false, true, rows, cols, h, 1.0f, hidden, h, lm_head.f32 + (size_t)c0 * h, h,
+                     0.0f, tile, cols);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++) {
             float *z = tile + (size_t)r * cols;
@@ -224,8 +224,7 @@ void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float 
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
             const float *w = lm_head.f32 ? lm_head.f32 + (size_t)c0 * h : panel;
             if (!lm_head.f32) weight_rows_widen(panel, lm_head, (size_t)c0, cols, h);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, h, 1.0f, hb, h, w, h,
-                        0.0f, s.tile, cols);
+            gemm_f32(false, true, rows, cols, h, 1.0f, hb, h, w, h, 0.0f, s.tile, cols);
 #pragma omp parallel for schedule(static)
             for (int r = 0; r < rows; r++) {
                 float *z = s.tile + (size_t)r * cols;
@@ -246,11 +245,10 @@ void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float 
                     z[j] = -g * fast_expf(z[j] - lse);
                 if (t >= 0 && t < cols) z[t] += g;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, cols, 1.0f, s.tile,
-                        cols, w, h, 1.0f, dhb, h);
+            gemm_f32(false, false, rows, h, cols, 1.0f, s.tile, cols, w, h, 1.0f, dhb, h);
             if (dlm_head) /* NULL: a frozen lm_head */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, h, rows, 1.0f, s.tile,
-                            cols, hb, h, 1.0f, dlm_head + (size_t)c0 * h, h);
+                gemm_f32(true, false, cols, h, rows, 1.0f, s.tile, cols, hb, h, 1.0f,
+                         dlm_head + (size_t)c0 * h, h);
         }
     }
     free(panel);

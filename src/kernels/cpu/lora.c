@@ -1,9 +1,9 @@
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
 #include "common/rng.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,8 +36,7 @@ void lora_forward_add(float *out, const float *in, const float *A, const float *
     const float *x = dropped_input(in, (size_t)n * in_dim, dropout_p, dropout_key, &owned);
     float *t = xmalloc((size_t)n * r * sizeof *t); /* drop(in) A^T: (N, r) */
     matmul_forward(t, x, A, NULL, n, in_dim, r);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, r, scaling, t, r, B, r, 1.0f,
-                out, out_dim);
+    gemm_f32(false, true, n, out_dim, r, scaling, t, r, B, r, 1.0f, out, out_dim);
     free(t);
     free(owned);
 }
@@ -53,20 +52,14 @@ void lora_backward(float *din, float *dA, float *dB, const float *dout, const fl
     float *t = xmalloc((size_t)n * r * sizeof *t), *dt = xmalloc((size_t)n * r * sizeof *dt);
     matmul_forward(t, x, A, NULL, n, in_dim, r);
     if (dB) /* NULL: the adapter is not being trained */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, r, n, scaling, dout, out_dim,
-                    t, r, 1.0f, dB, r);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, r, out_dim, scaling, dout, out_dim, B,
-                r, 0.0f, dt, r);
-    if (dA)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, in_dim, n, 1.0f, dt, r, x, in_dim,
-                    1.0f, dA, in_dim);
+        gemm_f32(true, false, out_dim, r, n, scaling, dout, out_dim, t, r, 1.0f, dB, r);
+    gemm_f32(false, false, n, r, out_dim, scaling, dout, out_dim, B, r, 0.0f, dt, r);
+    if (dA) gemm_f32(true, false, r, in_dim, n, 1.0f, dt, r, x, in_dim, 1.0f, dA, in_dim);
     if (din && dropout_p <= 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, r, 1.0f, dt, r, A, in_dim,
-                    1.0f, din, in_dim);
+        gemm_f32(false, false, n, in_dim, r, 1.0f, dt, r, A, in_dim, 1.0f, din, in_dim);
     } else if (din) {
         float *dx = xmalloc((size_t)n * in_dim * sizeof *dx);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, r, 1.0f, dt, r, A, in_dim,
-                    0.0f, dx, in_dim);
+        gemm_f32(false, false, n, in_dim, r, 1.0f, dt, r, A, in_dim, 0.0f, dx, in_dim);
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < (size_t)n * in_dim; i++)
             din[i] += dx[i] * dropout_scale(dropout_key, i, dropout_p);

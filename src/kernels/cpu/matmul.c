@@ -1,4 +1,5 @@
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
 #include "common/float16.h"
@@ -202,8 +203,7 @@ void matmul_forward(float *out, const float *in, const float *w, const float *bi
     if (n <= FEW_ROWS) /* BLAS would pack all of W for a handful of rows */
         forward_few_rows(out, in, (WeightRef){.f32 = w}, n, in_dim, out_dim);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
-                    w, in_dim, 0.0f, out, out_dim);
+        gemm_f32(false, true, n, out_dim, in_dim, 1.0f, in, in_dim, w, in_dim, 0.0f, out, out_dim);
     bias_add_rows(out, bias, n, out_dim);
 }
 
@@ -211,11 +211,11 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
                      const float *w, int n, int in_dim, int out_dim) {
     if (n == 0) return;
     if (din)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, out_dim, 1.0f, dout,
-                    out_dim, w, in_dim, 0.0f, din, in_dim);
+        gemm_f32(false, false, n, in_dim, out_dim, 1.0f, dout, out_dim, w, in_dim, 0.0f, din,
+                 in_dim);
     if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, n, 1.0f, dout,
-                    out_dim, in, in_dim, 1.0f, dw, in_dim);
+        gemm_f32(true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, in, in_dim, 1.0f, dw,
+                 in_dim);
     if (!dbias) return;
         /* columns split between threads: each sum runs over the rows in order, so it is
          * reproducible */

@@ -1,0 +1,231 @@
+/* gemm_f32 (kernels/cpu/gemm_f32.h) against a double-precision product, on every path this CPU
+ * has: shapes with tails in each dimension for every kernel's tile and blocks, all four transpose
+ * combinations, row strides wider than the rows, alpha, and beta 0 (C full of NaN, never read),
+ * 1 (dW's accumulation) and another value. The bound is fp32 summation's: each element within
+ * (k + 3) u of alpha sum |a||b| + |beta c| (u = 2^-24). Then invariant 1 (the same bits for 1, 2
+ * and 3 threads) and the measured choice (gemm_f32 and its report). */
+#include "harness.h"
+#include "kernels/cpu/gemm_f32.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int m, n, k;
+} Shape;
+
+/* Tails against the tiles (4x8, 6x16, 12x32), depth blocks (256, 384), column blocks (512-768
+ * per thread) and row blocks (4092). */
+static const Shape shapes[] = {{1, 1, 1},     {3, 5, 2},     {13, 33, 7},    {12, 32, 384},
+                               {25, 65, 385}, {7, 17, 257},  {13, 700, 300}, {5, 1601, 33},
+                               {4099, 19, 9}, {30, 45, 800}, {11, 1, 1000}};
+
+static unsigned rng_state = 1;
+static float uniform(void) {
+    rng_state = rng_state * 1103515245u + 12345u;
+    return (float)((rng_state >> 8) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+typedef struct {
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float *a, *b, *c0; /* c0: C before the product */
+} Case;
+
+static Case make_case(Shape s, bool ta, bool tb) {
+    Case t = {.ta = ta, .tb = tb, .m = s.m, .n = s.n, .k = s.k};
+    /* strides a few floats wider than the stored rows */
+    t.lda = (ta ? s.m : s.k) + 3, t.ldb = (tb ? s.k : s.n) + 5, t.ldc = s.n + 2;
+    size_t na = (size_t)(ta ? s.k : s.m) * t.lda, nb = (size_t)(tb ? s.n : s.k) * t.ldb;
+    size_t nc = (size_t)s.m * t.ldc;
+    t.a = malloc(na * sizeof(float)), t.b = malloc(nb * sizeof(float));
+    t.c0 = malloc(nc * sizeof(float));
+    for (size_t i = 0; i < na; i++)
+        t.a[i] = uniform();
+    for (size_t i = 0; i < nb; i++)
+        t.b[i] = uniform();
+    for (size_t i = 0; i < nc; i++)
+        t.c0[i] = uniform();
+    return t;
+}
+
+static void free_case(Case *t) {
+    free(t->a), free(t->b), free(t->c0);
+}
+
+static double at_a(const Case *t, int i, int p) {
+    return t->ta ? t->a[(size_t)p * t->lda + i] : t->a[(size_t)i * t->lda + p];
+}
+static double at_b(const Case *t, int p, int j) {
+    return t->tb ? t->b[(size_t)j * t->ldb + p] : t->b[(size_t)p * t->ldb + j];
+}
+
+/* The double-precision product and its bound for each element of C (m x n). */
+typedef struct {
+    double *want, *bound;
+} Reference;
+
+static Reference reference(const Case *t, float alpha, float beta) {
+    Reference r = {malloc((size_t)t->m * t->n * sizeof(double)),
+                   malloc((size_t)t->m * t->n * sizeof(double))};
+    const double u = ldexp(1.0, -24);
+    for (int i = 0; i < t->m; i++)
+        for (int j = 0; j < t->n; j++) {
+            double s = 0, mag = 0, before = t->c0[(size_t)i * t->ldc + j];
+            for (int p = 0; p < t->k; p++) {
+                double prod = at_a(t, i, p) * at_b(t, p, j);
+                s += prod, mag += fabs(prod);
+            }
+            size_t at = (size_t)i * t->n + j;
+            r.want[at] = alpha * s + (beta == 0.0f ? 0.0 : (double)beta * before);
+            r.bound[at] = (t->k + 3) * u * (fabs(alpha) * mag + fabs(beta * before)) + 1e-30;
+        }
+    return r;
+}
+
+/* Runs `path` on the case and counts the elements outside the bound; the padding between rows
+ * of C must come out untouched. Returns the number of bad elements (-1: path unavailable). */
+static long check_case(GemmF32Path path, const Case *t, const Reference *r, float alpha, float beta,
+                       double *worst) {
+    size_t nc = (size_t)t->m * t->ldc;
+    float *c = malloc(nc * sizeof(float));
+    for (size_t i = 0; i < nc; i++)
+        c[i] = beta == 0.0f && (int)(i % t->ldc) < t->n ? NAN : t->c0[i];
+    if (!gemm_f32_on(path, t->ta, t->tb, t->m, t->n, t->k, alpha, t->a, t->lda, t->b, t->ldb, beta,
+                     c, t->ldc)) {
+        free(c);
+        return -1;
+    }
+    long bad = 0;
+    for (int i = 0; i < t->m; i++)
+        for (int j = 0; j < t->ldc; j++) {
+            float got = c[(size_t)i * t->ldc + j], before = t->c0[(size_t)i * t->ldc + j];
+            if (j >= t->n) { /* the stride's padding */
+                if (memcmp(&got, &before, sizeof got) != 0) bad++;
+                continue;
+            }
+            size_t at = (size_t)i * t->n + j;
+            double err = fabs((double)got - r->want[at]);
+            if (!(err <= r->bound[at])) bad++; /* (NaN counts as bad) */
+            if (err / r->bound[at] > *worst) *worst = err / r->bound[at];
+        }
+    free(c);
+    return bad;
+}
+
+static void test_paths(void) {
+    const float alphas[] = {1.0f, 1.0f, 0.5f}, betas[] = {0.0f, 1.0f, -0.75f};
+    double worst[GEMM_F32_PATHS] = {0};
+    int cases[GEMM_F32_PATHS] = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            Case t = make_case(shapes[s], tr & 1, tr & 2);
+            for (int ab = 0; ab < 3; ab++) {
+                Reference r = reference(&t, alphas[ab], betas[ab]);
+                for (int path = GEMM_F32_OPENBLAS; path < GEMM_F32_PATHS; path++) {
+                    long bad =
+                        check_case((GemmF32Path)path, &t, &r, alphas[ab], betas[ab], &worst[path]);
+                    if (bad < 0) continue; /* not on this CPU */
+                    cases[path]++;
+                    CHECK(bad == 0, "%s %c%c m=%d n=%d k=%d alpha %g beta %g: %ld elements wrong",
+                          gemm_f32_path_name((GemmF32Path)path), t.ta ? 'T' : 'N', t.tb ? 'T' : 'N',
+                          t.m, t.n, t.k, alphas[ab], betas[ab], bad);
+                }
+                free(r.want), free(r.bound);
+            }
+            free_case(&t);
+        }
+    for (int path = GEMM_F32_OPENBLAS; path < GEMM_F32_PATHS; path++)
+        if (cases[path])
+            printf("%s: %d cases, worst error %.3g of the fp32 bound\n",
+                   gemm_f32_path_name((GemmF32Path)path), cases[path], worst[path]);
+        else
+            printf("%s: not on this CPU, skipped\n", gemm_f32_path_name((GemmF32Path)path));
+}
+
+/* k == 0: C = beta C, no product. */
+static void test_empty_depth(void) {
+    for (int path = GEMM_F32_OWN_AVX512; path < GEMM_F32_PATHS; path++) {
+        float c[6] = {1, 2, 3, 4, 5, 6}, a[1] = {0}, b[1] = {0};
+        if (!gemm_f32_on((GemmF32Path)path, false, false, 2, 3, 0, 1.0f, a, 1, b, 3, 0.5f, c, 3))
+            continue;
+        CHECK(c[0] == 0.5f && c[5] == 3.0f, "%s: k = 0 scales C by beta (%g %g)",
+              gemm_f32_path_name((GemmF32Path)path), c[0], c[5]);
+        for (int i = 0; i < 6; i++)
+            c[i] = NAN;
+        gemm_f32_on((GemmF32Path)path, false, false, 2, 3, 0, 1.0f, a, 1, b, 3, 0.0f, c, 3);
+        CHECK(c[0] == 0.0f && c[5] == 0.0f, "%s: k = 0, beta 0 zeroes C",
+              gemm_f32_path_name((GemmF32Path)path));
+    }
+}
+
+/* Invariant 1: 1, 2 and 3 threads give the same bits (a dW-like product: TN, beta 1). */
+static void test_thread_count(void) {
+    Case t = make_case((Shape){30, 1300, 500}, true, false);
+    size_t nc = (size_t)t.m * t.ldc;
+    float *ref = malloc(nc * sizeof(float)), *c = malloc(nc * sizeof(float));
+    int saved = omp_get_max_threads();
+    for (int path = GEMM_F32_OWN_AVX512; path < GEMM_F32_PATHS; path++) {
+        if (!gemm_f32_path_available((GemmF32Path)path)) continue;
+        for (int threads = 1; threads <= 3; threads++) {
+            omp_set_num_threads(threads);
+            float *out = threads == 1 ? ref : c;
+            memcpy(out, t.c0, nc * sizeof(float));
+            gemm_f32_on((GemmF32Path)path, t.ta, t.tb, t.m, t.n, t.k, 1.0f, t.a, t.lda, t.b, t.ldb,
+                        1.0f, out, t.ldc);
+            if (threads > 1)
+                CHECK(memcmp(ref, c, nc * sizeof(float)) == 0, "%s: %d threads differ from 1",
+                      gemm_f32_path_name((GemmF32Path)path), threads);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(ref), free(c);
+    free_case(&t);
+}
+
+/* gemm_f32 measures a class once and keeps its choice (invariant 2); the report names it. */
+static void test_choice(void) {
+    Case t = make_case((Shape){64, 96, 80}, false, true);
+    size_t nc = (size_t)t.m * t.ldc;
+    float *first = malloc(nc * sizeof(float)), *again = malloc(nc * sizeof(float));
+    memcpy(first, t.c0, nc * sizeof(float));
+    memcpy(again, t.c0, nc * sizeof(float));
+    gemm_f32(false, true, t.m, t.n, t.k, 1.0f, t.a, t.lda, t.b, t.ldb, 0.0f, first, t.ldc);
+    for (int i = 0; i < 3; i++) /* same class: same path, same bits */
+        gemm_f32(false, true, t.m, t.n, t.k, 1.0f, t.a, t.lda, t.b, t.ldb, 0.0f, again, t.ldc);
+    CHECK(memcmp(first, again, nc * sizeof(float)) == 0, "a class's product is the same each time");
+    /* and it is the product, whichever path was chosen */
+    Reference r = reference(&t, 1.0f, 0.0f);
+    long bad = 0;
+    for (int i = 0; i < t.m; i++)
+        for (int j = 0; j < t.n; j++) {
+            size_t at = (size_t)i * t.n + j;
+            bad += !(fabs(first[(size_t)i * t.ldc + j] - r.want[at]) <= r.bound[at]);
+        }
+    CHECK(bad == 0, "gemm_f32's product: %ld elements wrong", bad);
+    free(r.want), free(r.bound);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    gemm_f32_report(mem);
+    fclose(mem);
+    printf("%s", text);
+    CHECK(strstr(text, "gemm_f32: NT m=64 n=96 k=80 (class <=64x128x128)") != NULL,
+          "the report names the measured class");
+    CHECK(strstr(text, "1 shape classes measured") != NULL, "one class measured: %s", text);
+    free(text);
+    free(first), free(again);
+    free_case(&t);
+}
+
+int main(void) {
+    gemm_f32_describe(stdout);
+    test_paths();
+    test_empty_depth();
+    test_thread_count();
+    test_choice();
+    return harness_finish("test_gemm_f32");
+}
