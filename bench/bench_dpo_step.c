@@ -17,8 +17,9 @@
  *   autocast: bf16 mixed precision as `bf16: true` trains (policy and reference on
  *   backend_cpu_autocast; with it the reference is kept in bf16 too, as bf16: true does).
  *   gemm: which fp32 GEMM multiplies (gemm_f32_set_policy): auto (the default, as training
- *   runs: each shape class on the faster by measurement; the choices go to stderr at the end),
- *   or always OpenBLAS, or always our own kernel, for a side by side.
+ *   runs: ours where the CPU has AVX2/AVX-512), measured (each shape class on the faster by
+ *   timing at its first product; the choices go to stderr at the end), or always OpenBLAS, or
+ *   always our own kernel, for a side by side.
  *   BATCH_JSON: {"prompt": [[ids]...], "chosen": [[ids]...], "rejected": [[ids]...]}, one
  *   entry per pair (dpo_step_bench.py writes it, and gives the same pairs to TRL).
  *        bench_dpo_step --sgemm ROWS HIDDEN INTERMEDIATE [reps]
@@ -256,8 +257,10 @@ int main(int argc, char **argv) {
         gemm_f32_set_policy(GEMM_F32_OPENBLAS);
     else if (strcmp(gemm, "own") == 0)
         gemm_f32_set_policy(gemm_f32_own_path());
+    else if (strcmp(gemm, "measured") == 0)
+        gemm_f32_set_policy(GEMM_F32_MEASURED);
     else if (strcmp(gemm, "auto") != 0) {
-        fprintf(stderr, "gemm: expected auto, openblas or own, got \"%s\"\n", gemm);
+        fprintf(stderr, "gemm: expected auto, measured, openblas or own, got \"%s\"\n", gemm);
         return 2;
     }
     if (autocast && lora_r == 0) bf16_reference = true;

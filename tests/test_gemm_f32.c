@@ -186,8 +186,44 @@ static void test_thread_count(void) {
     free_case(&t);
 }
 
-/* gemm_f32 measures a class once and keeps its choice (invariant 2); the report names it. */
+/* The default policy's path depends on the CPU only (invariant 2): ours where there is vector
+ * code, OpenBLAS elsewhere; bitwise the named path's product, and nothing measured. */
+static void test_default_path(void) {
+    Case t = make_case((Shape){37, 53, 1000}, false, true); /* k over a depth block */
+    size_t nc = (size_t)t.m * t.ldc;
+    float *got = malloc(nc * sizeof(float)), *want = malloc(nc * sizeof(float));
+    memcpy(got, t.c0, nc * sizeof(float));
+    memcpy(want, t.c0, nc * sizeof(float));
+    GemmF32Path own = gemm_f32_own_path();
+    GemmF32Path expect = own == GEMM_F32_OWN_PORTABLE ? GEMM_F32_OPENBLAS : own;
+    gemm_f32(false, true, t.m, t.n, t.k, 1.0f, t.a, t.lda, t.b, t.ldb, 0.0f, got, t.ldc);
+    gemm_f32_on(expect, false, true, t.m, t.n, t.k, 1.0f, t.a, t.lda, t.b, t.ldb, 0.0f, want,
+                t.ldc);
+    CHECK(memcmp(got, want, nc * sizeof(float)) == 0, "the default multiplies on %s",
+          gemm_f32_path_name(expect));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    gemm_f32_report(mem);
+    fclose(mem);
+    CHECK(strstr(text, "0 shape classes measured") != NULL, "the default measures nothing: %s",
+          text);
+    free(text);
+    mem = open_memstream(&text, &len);
+    gemm_f32_describe(mem);
+    fclose(mem);
+    char named[64];
+    snprintf(named, sizeof named, "fp32 GEMM: %s ", gemm_f32_path_name(expect));
+    CHECK(strstr(text, named) != NULL, "--version names the default's path: %s", text);
+    free(text);
+    free(got), free(want);
+    free_case(&t);
+}
+
+/* Under GEMM_F32_MEASURED gemm_f32 measures a class once and keeps its choice (invariant 2);
+ * the report names it. */
 static void test_choice(void) {
+    gemm_f32_set_policy(GEMM_F32_MEASURED);
     Case t = make_case((Shape){64, 96, 80}, false, true);
     size_t nc = (size_t)t.m * t.ldc;
     float *first = malloc(nc * sizeof(float)), *again = malloc(nc * sizeof(float));
@@ -226,6 +262,7 @@ int main(void) {
     test_paths();
     test_empty_depth();
     test_thread_count();
+    test_default_path();
     test_choice();
     return harness_finish("test_gemm_f32");
 }

@@ -205,6 +205,8 @@ const char *gemm_f32_path_name(GemmF32Path path) {
     switch (path) {
     case GEMM_F32_AUTO:
         return "auto";
+    case GEMM_F32_MEASURED:
+        return "measured";
     case GEMM_F32_OPENBLAS:
         return "openblas";
     case GEMM_F32_OWN_AVX512:

@@ -1,18 +1,27 @@
 /* Row-major fp32 GEMM for training's products (y = x W^T, dX = dY W, dW += dY^T X), our own
- * cache-blocked kernels beside OpenBLAS's sgemm, the faster of the two for each shape class
- * chosen by measurement (gemm_f32_choice.c).
+ * cache-blocked kernels beside OpenBLAS's sgemm (gemm_f32_choice.c decides which runs).
  *
  * Why: OpenBLAS's speed depends on which kernel a machine's OpenBLAS picks (OPENBLAS_CORETYPE,
  * its build's core list); ours pick the kernel from cpuid at run time, so the training speed of
- * a machine is what its vector units give. Where OpenBLAS is faster on a shape it stays.
+ * a machine is what its vector units give, and a product's bits do not depend on the thread
+ * count or on the OpenBLAS build.
+ *
+ * Which one runs (the default, GEMM_F32_AUTO): ours wherever the CPU has AVX2+FMA or AVX-512,
+ * OpenBLAS elsewhere (our portable C kernel is the tests' reference, not a fast path). That rule
+ * came from measurement (bench/README.md: ours 0.77x-1.33x OpenBLAS per training shape, even in
+ * total, on an AVX-512 Xeon), not from timing inside each process: a choice timed at start-up
+ * differs between runs on a loaded machine (8 of 18 shape classes flipped between two runs),
+ * and a resumed run must repeat an uninterrupted one bit for bit (test_crash_resume).
+ * GEMM_F32_MEASURED keeps the per-process measurement for the benches' side by side.
  *
  * Invariants:
  *  1. Every output element is summed in the same order on a path whatever the thread count
  *     and the other dimensions: k ascending within blocks of the path's KC, block after block
  *     in order, each block's sum added to C as it ends. Our paths are therefore deterministic,
  *     and bitwise independent of the number of threads.
- *  2. The path used for a shape class is chosen once per process (first use) and never changes
- *     after, so a run's results do not flip between paths mid-run.
+ *  2. Under GEMM_F32_AUTO the path depends only on the CPU's instruction sets, so two runs on
+ *     one machine multiply alike. Under GEMM_F32_MEASURED the path of a shape class is chosen
+ *     once per process (first use) and never changes after.
  *  3. With beta == 0, C is written without being read (it may hold NaN or garbage), as BLAS. */
 #ifndef RLHF_KERNELS_CPU_GEMM_F32_H
 #define RLHF_KERNELS_CPU_GEMM_F32_H
@@ -20,21 +29,23 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* The ways a product can be computed. GEMM_F32_AUTO: measure, then the faster (invariant 2). */
+/* The ways a product can be computed. GEMM_F32_AUTO: the fixed rule above (invariant 2);
+ * GEMM_F32_MEASURED: each shape class on the faster by measurement. */
 typedef enum {
     GEMM_F32_AUTO = 0,
     GEMM_F32_OPENBLAS,
     GEMM_F32_OWN_AVX512,   /* 12 x 32 register tile, 24 zmm accumulators */
     GEMM_F32_OWN_AVX2,     /* 6 x 16 register tile, 12 ymm accumulators (AVX2 + FMA) */
     GEMM_F32_OWN_PORTABLE, /* 4 x 8 tile in plain C: any CPU, and the reference for the others */
-    GEMM_F32_PATHS
+    GEMM_F32_PATHS,        /* (the count of the paths above) */
+    GEMM_F32_MEASURED      /* a policy, not a path: per-class measurement (benches) */
 } GemmF32Path;
 
 /* C (m x n, row stride ldc) = alpha op(A) op(B) + beta C, row-major as cblas_sgemm with
  * CblasRowMajor: op(A) is m x k (A stored m x k, stride lda; or, trans_a, stored k x m), op(B)
  * is k x n (B stored k x n, stride ldb; or, trans_b, stored n x k). m, n or k of 0 is a no-op
- * except that k == 0 scales C by beta. Runs on the path chosen for the shape's class (AUTO
- * measures on first use; see gemm_f32_set_policy). Uses OpenMP's threads. Never fails. */
+ * except that k == 0 scales C by beta. Runs on the policy's path (gemm_f32_set_policy; the
+ * default is GEMM_F32_AUTO's fixed rule). Uses OpenMP's threads. Never fails. */
 void gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -49,16 +60,19 @@ bool gemm_f32_path_available(GemmF32Path path);
 /* The fastest of our own paths this CPU has (AVX512 > AVX2 > PORTABLE). */
 GemmF32Path gemm_f32_own_path(void);
 
-/* "openblas", "own-avx512", "own-avx2", "own-portable", "auto". */
+/* "openblas", "own-avx512", "own-avx2", "own-portable", "auto", "measured". */
 const char *gemm_f32_path_name(GemmF32Path path);
 
-/* What gemm_f32 does from now on: GEMM_F32_AUTO (the default: measured per shape class), or
- * always one path (OPENBLAS, or our best own path for any GEMM_F32_OWN_*), for a bench's side
- * by side. Not a user setting and not read from the environment. Call before the products. */
+/* What gemm_f32 does from now on: GEMM_F32_AUTO (the default: ours where the CPU has AVX2 or
+ * AVX-512, else OpenBLAS), GEMM_F32_MEASURED (each shape class on the faster, timed at its first
+ * product), or always one path (OPENBLAS, or our best own path for any GEMM_F32_OWN_*), for a
+ * bench's side by side. Not a user setting and not read from the environment. Call before the
+ * products. */
 void gemm_f32_set_policy(GemmF32Path policy);
 
-/* Writes one line per shape class decided so far: its dimensions, both paths' measured GFLOP/s
- * and the choice; then a summary line. Nothing but the summary when no class was decided. */
+/* Writes one line per shape class measured so far (GEMM_F32_MEASURED): its dimensions, both paths'
+ * measured GFLOP/s and the choice; then a summary line. Nothing but the summary when no class was
+ * decided. */
 void gemm_f32_report(FILE *fp);
 
 /* One line naming our kernel for this CPU and the policy, for `rlhf --version`. */

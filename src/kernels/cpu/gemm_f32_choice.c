@@ -1,4 +1,5 @@
-/* gemm_f32: which path multiplies, chosen by measurement (invariant 2 of gemm_f32.h).
+/* gemm_f32: which path multiplies (invariant 2 of gemm_f32.h). GEMM_F32_AUTO, the default, is
+ * a fixed rule of the CPU's instruction sets (why: gemm_f32.h). Under GEMM_F32_MEASURED:
  *
  * Products are grouped in shape classes: the transposes, whether the call is made from inside a
  * parallel region (it then runs on one thread), and each of m, n, k rounded up to a power of
@@ -105,17 +106,21 @@ static GemmF32Path hooked_path(void) {
     abort();
 }
 
-/* The class's path, measuring it first if it is new. */
-static GemmF32Path choose(bool trans_a, bool trans_b, int m, int n, int k, float beta) {
-    bool nested = omp_in_parallel();
-    GemmF32Path path = gemm_f32_own_path();
+/* The test hook's path, read once (GEMM_F32_AUTO: none). */
+static GemmF32Path hooked_path_once(void) {
     static bool hook_read;
     static GemmF32Path hooked = GEMM_F32_AUTO;
 #pragma omp critical(gemm_f32_classes)
     {
         if (!hook_read) hooked = hooked_path(), hook_read = true;
     }
-    if (hooked != GEMM_F32_AUTO) return hooked;
+    return hooked;
+}
+
+/* The class's path, measuring it first if it is new. */
+static GemmF32Path choose(bool trans_a, bool trans_b, int m, int n, int k, float beta) {
+    bool nested = omp_in_parallel();
+    GemmF32Path path = gemm_f32_own_path();
 #pragma omp critical(gemm_f32_classes)
     {
         int bm = bucket(m), bn = bucket(n), bk = bucket(k), i = 0;
@@ -145,12 +150,22 @@ static GemmF32Path choose(bool trans_a, bool trans_b, int m, int n, int k, float
     return path;
 }
 
+/* GEMM_F32_AUTO's rule: our kernel where it has vector code, OpenBLAS elsewhere. */
+static GemmF32Path fixed_path(void) {
+    GemmF32Path own = gemm_f32_own_path();
+    return own == GEMM_F32_OWN_PORTABLE ? GEMM_F32_OPENBLAS : own;
+}
+
 void gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc) {
     GemmF32Path path = policy;
-    if (path == GEMM_F32_AUTO)
-        path =
-            m > 0 && n > 0 && k > 0 ? choose(trans_a, trans_b, m, n, k, beta) : gemm_f32_own_path();
+    GemmF32Path hooked = hooked_path_once();
+    if (hooked != GEMM_F32_AUTO)
+        path = hooked;
+    else if (path == GEMM_F32_AUTO)
+        path = fixed_path();
+    else if (path == GEMM_F32_MEASURED)
+        path = m > 0 && n > 0 && k > 0 ? choose(trans_a, trans_b, m, n, k, beta) : fixed_path();
     gemm_f32_on(path, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -182,9 +197,7 @@ void gemm_f32_report(FILE *fp) {
 }
 
 void gemm_f32_describe(FILE *fp) {
-    fprintf(fp,
-            "fp32 GEMM: %s beside OpenBLAS %s (%d threads); each shape class on the faster, "
-            "measured at its first product\n",
-            gemm_f32_path_name(gemm_f32_own_path()), openblas_get_corename(),
-            omp_get_max_threads());
+    fprintf(fp, "fp32 GEMM: %s for training's products (OpenBLAS %s for the rest; %d threads)\n",
+            gemm_f32_path_name(policy == GEMM_F32_AUTO ? fixed_path() : policy),
+            openblas_get_corename(), omp_get_max_threads());
 }
