@@ -2,7 +2,9 @@
  * TRL's DPOTrainer with the same seed, LoRA and data (tests/fixtures/seeded_run/dpo_lora.json,
  * tools/reference/make_seeded_run_fixtures.py), with nothing aligned by hand: TRL's shuffled
  * batches and PEFT's fresh adapter must come out of the seed as they do in TRL. Every metric TRL
- * logs for the 3 steps must be logged, equal to 1e-4. */
+ * logs for the 3 steps must be logged, equal to 1e-4. The TRL script hands the trainer the file's
+ * rows in order, so the YAML turns off Axolotl's merged-dataset shuffle
+ * (shuffle_merged_datasets: false; test_dataset_order checks that shuffle). */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "harness.h"
@@ -29,6 +31,7 @@ int main(void) {
              "sequence_len: 48\nmicro_batch_size: 2\ngradient_accumulation_steps: 2\n"
              "max_steps: 3\nlearning_rate: 5e-3\nlr_scheduler: linear\nwarmup_steps: 0\n"
              "weight_decay: 0.0\nmax_grad_norm: 1.0\nlogging_steps: 1\nseed: 11\n"
+             "shuffle_merged_datasets: false\n"
              "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_dropout: 0.0\n"
              "lora_target_linear: true\n",
              model, pairs);
