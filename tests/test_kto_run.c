@@ -1,6 +1,7 @@
 /* `rlhf train` with rl: kto end to end on the llama_text fixture: the first step sits at the
  * invariant of trl-methods.md §9 (policy = reference: kl 0, every row loss 0.5), the rewards
- * move apart, TRL's KTO metric keys are logged, the rows are never shuffled (the seed changes
+ * move apart, TRL's KTO metric keys are logged, the rows are never reshuffled per epoch (with
+ * Axolotl's merged-dataset shuffle off, shuffle_merged_datasets: false, the seed changes
  * nothing), precomputed reference log-probs train as the live reference does, apo_zero_unpaired
  * runs with one row per micro-batch, and bad input is a clear error: a row without its label,
  * micro_batch_size 1 with the kto loss, an unknown trl.loss_type. */
@@ -26,7 +27,7 @@ static void write_config(void) {
              "base_model: %s\nrl: kto\nrl_beta: 0.1\ndatasets:\n  - path: %s\n"
              "sequence_len: 64\nmicro_batch_size: 4\ngradient_accumulation_steps: 2\n"
              "num_epochs: 3\nlearning_rate: 2e-3\nlr_scheduler: constant\nwarmup_steps: 0\n"
-             "remove_unused_columns: false\nseed: 3\n",
+             "remove_unused_columns: false\nseed: 3\nshuffle_merged_datasets: false\n",
              model, harness_tmp_path("rows.jsonl"));
     snprintf(config, sizeof config, "%s", harness_tmp_path("kto.yaml"));
     harness_write_file(config, text, strlen(text));

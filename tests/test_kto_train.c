@@ -29,6 +29,7 @@ static const char *write_config(const char *name, const json_t *c) {
              "base_model: %s\nrl: kto\nrl_beta: %.17g\ndatasets:\n  - path: %s\n"
              "sequence_len: %lld\nmicro_batch_size: %lld\ngradient_accumulation_steps: %lld\n"
              "max_steps: %lld\nlearning_rate: %.17g\nlr_scheduler: %s\nwarmup_steps: 0\n"
+             "shuffle_merged_datasets: false\n"
              "kto_desirable_weight: %.17g\nkto_undesirable_weight: %.17g\n"
              "precompute_ref_log_probs: %s\ntrl:\n  loss_type: %s\n",
              model, json_number_value(json_object_get(c, "beta")), rows,

@@ -1,6 +1,7 @@
 /* `rlhf preprocess --debug` for every kind of method: the ids it prints, and the trained/masked
- * marks of SFT, are those of the dataset that training loads (sft_dataset_load, pref_dataset_load,
- * grpo_dataset_load called here on the same config); a preprocess exits 0 for DPO, KTO and GRPO
+ * marks of SFT, are those of the dataset that training loads (sft_dataset_load and
+ * sft_dataset_merge, pref_dataset_load, grpo_dataset_load called here on the same config: each
+ * in Axolotl's merged, shuffled order); a preprocess exits 0 for DPO, KTO and GRPO
  * configs (it refused them before), and --debug-num-examples bounds what it prints. */
 #include "cli/commands.h"
 #include "common/error.h"
@@ -107,7 +108,8 @@ static void check_sft(void) {
     CHECK(tokenizer_load(&tok, cfg.tokenizer_config) == 0, "%s", err_msg());
     CHECK(tokenizer_special_ids(cfg.tokenizer_config, &tok, &eos, &pad) == 0, "%s", err_msg());
     SftDataset ds = {0};
-    CHECK(sft_dataset_load(&ds, &cfg, &tok, eos) == 0, "%s", err_msg());
+    CHECK(sft_dataset_load(&ds, &cfg, &tok, eos) == 0 && sft_dataset_merge(&ds, &cfg) == 0, "%s",
+          err_msg());
     CHECK(count_of(text, "Total input len:") == 3, "3 SFT examples printed");
     const char *cursor = text;
     for (size_t i = 0; i < 3 && i < ds.n; i++) {

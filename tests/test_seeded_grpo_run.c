@@ -5,7 +5,8 @@
  * (RepeatSampler), PEFT's fresh adapter, the completions transformers' generate() samples
  * (torch.multinomial on the global generator) and the row shuffle must all come out of the seed
  * as they do in TRL. Every metric TRL logs for the 3 steps (but its wall time) must be logged,
- * equal to 1e-4 (relative to the larger of 1 and the value). */
+ * equal to 1e-4 (relative to the larger of 1 and the value). The TRL script hands the trainer
+ * the prompts in file order, so the YAML sets shuffle_merged_datasets: false. */
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -53,7 +54,7 @@ int main(void) {
              "micro_batch_size: %g\ngradient_accumulation_steps: %g\nlearning_rate: %g\n"
              "lr_scheduler: %s\nwarmup_steps: %g\nweight_decay: %g\nadam_beta1: %g\n"
              "adam_beta2: %g\nadam_epsilon: %g\nmax_grad_norm: %g\nmax_steps: %g\n"
-             "logging_steps: %g\nseed: %g\n"
+             "logging_steps: %g\nseed: %g\nshuffle_merged_datasets: false\n"
              "adapter: lora\nlora_r: 4\nlora_alpha: 8\nlora_dropout: 0.0\n"
              "lora_target_linear: true\n",
              model, prompts, NUM("num_generations"), NUM("max_completion_length"), NUM("beta"),

@@ -319,11 +319,8 @@ static const KeyStatusRow top_rows[] = {
     /* data */
     USED("datasets", "the datasets: entries (see their own rows)"),
     USED("test_datasets", "the test_datasets: entries (see the datasets rows)"),
-    NOOP("shuffle_merged_datasets", "true",
-         "rlhf.c shuffles the examples every epoch from seed whether or not the merged dataset "
-         "was shuffled first"),
-    NOOP("shuffle_before_merging_datasets", "false",
-         "rlhf.c shuffles the examples every epoch from seed"),
+    USED("shuffle_merged_datasets", R_READ),
+    USED("shuffle_before_merging_datasets", R_READ),
     USED("dataset_prepared_path", R_READ),
     REFUSE("dataset_shard_num", "", R_DATA),
     REFUSE("dataset_shard_idx", "", R_DATA),

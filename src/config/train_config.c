@@ -39,6 +39,7 @@ static void set_defaults(TrainConfig *cfg) {
     cfg->warmup_ratio = -1.0;
     cfg->logging_steps = 1;
     cfg->seed = 42;
+    cfg->shuffle_merged_datasets = true;
     cfg->lora_r = -1;      /* unset */
     cfg->lora_alpha = NAN; /* unset: PEFT's default, 8 */
     cfg->rl_beta = NAN;

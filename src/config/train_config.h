@@ -61,7 +61,11 @@ typedef struct {
     int n_datasets;
     DatasetConfig *test_datasets; /* evaluation data (Axolotl's test_datasets); may be none */
     int n_test_datasets;
-    double val_set_size;      /* fraction (< 1) or count */
+    double val_set_size; /* fraction (< 1) or count */
+    /* Axolotl's merge_datasets (train/data_order.h): the merged rows shuffled once with NumPy's
+     * generator from seed before the split (true), each dataset's rows first (false) */
+    bool shuffle_merged_datasets;
+    bool shuffle_before_merging_datasets;
     int64_t sequence_len;     /* 512 */
     int64_t micro_batch_size; /* 1 */
     /* Axolotl's sample packing (SFT only, data/sample_packing.h): several examples per row of

@@ -23,6 +23,8 @@ static const KeySpec key_specs[] = {
     KEY(datasets, K_DATASETS),
     KEY(test_datasets, K_DATASETS),
     KEY(val_set_size, K_FLOAT),
+    KEY(shuffle_merged_datasets, K_BOOL),
+    KEY(shuffle_before_merging_datasets, K_BOOL),
     KEY(sequence_len, K_INT),
     KEY(micro_batch_size, K_INT),
     KEY(sample_packing, K_BOOL),

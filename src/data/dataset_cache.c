@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CACHE_MAGIC "RLHFSFT1"
+#define CACHE_MAGIC "RLHFSFT2"
 
 static void fnv1a(uint64_t *h, const void *data, size_t len) {
     const uint8_t *p = data;
@@ -124,6 +124,13 @@ void dataset_cache_dir(const TrainConfig *cfg, uint64_t key, char *out, size_t c
     snprintf(out, cap, "%s/%016llx", dataset_prepared_root(cfg), (unsigned long long)key);
 }
 
+/* The cache keeps the tokenised order (invariant 3); the merged order is made from it. */
+static int merge_or_free(SftDataset *ds, const TrainConfig *cfg) {
+    if (sft_dataset_merge(ds, cfg) == 0) return 0;
+    sft_dataset_free(ds);
+    return -1;
+}
+
 int sft_dataset_prepare(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok,
                         int32_t eos_id, int vocab_size, bool rebuild, FILE *log, char *cache_dir,
                         size_t cap) {
@@ -134,17 +141,16 @@ int sft_dataset_prepare(SftDataset *ds, const TrainConfig *cfg, const Tokenizer 
         int found = dataset_cache_read(cache_dir, vocab_size, ds);
         if (found == 1) {
             fprintf(log, "using the prepared dataset in %s (%zu examples)\n", cache_dir, ds->n);
-            return 0;
+            return merge_or_free(ds, cfg);
         }
         if (found < 0) fprintf(log, "warning: %s; preparing the dataset again\n", err_msg());
     }
     if (sft_dataset_load(ds, cfg, tok, eos_id) != 0) return -1;
-    if (dataset_cache_write(cache_dir, ds) != 0) {
+    if (dataset_cache_write(cache_dir, ds) != 0)
         fprintf(log, "warning: the prepared dataset could not be cached: %s\n", err_msg());
-        return 0; /* training can go on without a cache */
-    }
-    fprintf(log, "prepared %zu examples into %s\n", ds->n, cache_dir);
-    return 0;
+    else
+        fprintf(log, "prepared %zu examples into %s\n", ds->n, cache_dir);
+    return merge_or_free(ds, cfg); /* training can go on without a cache */
 }
 
 int dataset_cache_write(const char *dir, const SftDataset *ds) {
@@ -155,12 +161,17 @@ int dataset_cache_write(const char *dir, const SftDataset *ds) {
     if (path_join(path, sizeof path, dir, "examples.bin") != 0) return -1;
     AtomicFile af;
     if (atomic_file_open(&af, path) != 0) return -1;
-    uint64_t n = ds->n, dropped = ds->dropped_too_long;
-    int ok = fwrite(CACHE_MAGIC, 1, 8, af.fp) == 8 && fwrite(&n, 8, 1, af.fp) == 1 &&
-             fwrite(&dropped, 8, 1, af.fp) == 1;
+    uint64_t head[4] = {ds->n, ds->dropped_too_long, ds->rows, (uint64_t)ds->n_parts};
+    int ok = fwrite(CACHE_MAGIC, 1, 8, af.fp) == 8 && fwrite(head, 8, 4, af.fp) == 4;
+    for (int p = 0; ok && p < ds->n_parts; p++) {
+        uint64_t rows = ds->part_rows[p];
+        ok = fwrite(&rows, 8, 1, af.fp) == 1;
+    }
     for (size_t i = 0; ok && i < ds->n; i++) {
+        uint64_t row = ds->items[i].row;
         uint32_t len = (uint32_t)ds->items[i].len;
-        ok = fwrite(&len, 4, 1, af.fp) == 1 && fwrite(ds->items[i].ids, 4, len, af.fp) == len &&
+        ok = fwrite(&row, 8, 1, af.fp) == 1 && fwrite(&len, 4, 1, af.fp) == 1 &&
+             fwrite(ds->items[i].ids, 4, len, af.fp) == len &&
              fwrite(ds->items[i].labels, 1, len, af.fp) == len;
     }
     if (!ok) {
@@ -178,25 +189,53 @@ int dataset_cache_read(const char *dir, int vocab_size, SftDataset *ds) {
     char *data;
     size_t len;
     if (read_file(path, &data, &len) != 0) return -1;
-    size_t pos = 24;
-    uint64_t n = 0, dropped = 0;
+    size_t pos = 40;
+    uint64_t head[4] = {0}; /* examples, dropped, tokenised rows, datasets */
     int rc = 1;
-    if (len < 24 || memcmp(data, CACHE_MAGIC, 8) != 0) {
+    if (len < pos || memcmp(data, CACHE_MAGIC, 8) != 0) {
         rc = err_set("%s: not a dataset cache (bad header)", path);
     } else {
-        memcpy(&n, data + 8, 8);
-        memcpy(&dropped, data + 16, 8);
-        if (n > len) rc = err_set("%s: corrupt (example count %llu)", path, (unsigned long long)n);
+        memcpy(head, data + 8, sizeof head);
+        /* rows not kept have no bytes here: bounded so that a damaged count cannot ask
+         * sft_dataset_merge for an absurd allocation */
+        if (head[0] > len || head[0] > head[2] || head[2] - head[0] > UINT32_MAX ||
+            head[3] > (len - pos) / 8)
+            rc = err_set("%s: corrupt (counts %llu, %llu, %llu)", path, (unsigned long long)head[0],
+                         (unsigned long long)head[2], (unsigned long long)head[3]);
     }
+    uint64_t n = head[0], parts_sum = 0;
+    if (rc == 1) {
+        ds->n_parts = (int)head[3];
+        ds->part_rows = xcalloc((size_t)(head[3] ? head[3] : 1), sizeof *ds->part_rows);
+        for (uint64_t p = 0; p < head[3]; p++, pos += 8) {
+            uint64_t rows;
+            memcpy(&rows, data + pos, 8);
+            ds->part_rows[p] = (size_t)rows;
+            parts_sum += rows;
+        }
+        ds->rows = (size_t)head[2];
+        if (parts_sum != head[2]) rc = err_set("%s: corrupt (rows per dataset)", path);
+    }
+    uint64_t next_row = 0; /* rows are written in tokenised order: strictly increasing */
     if (rc == 1) ds->items = xcalloc((size_t)(n ? n : 1), sizeof *ds->items);
     for (uint64_t i = 0; rc == 1 && i < n; i++) {
         uint32_t l;
-        if (pos + 4 > len || (memcpy(&l, data + pos, 4), pos += 4, l > len - pos) ||
+        uint64_t row;
+        if (pos + 12 > len ||
+            (memcpy(&row, data + pos, 8), memcpy(&l, data + pos + 8, 4), pos += 12,
+             l > len - pos) ||
             (size_t)l * 5 > len - pos) {
             rc = err_set("%s: truncated at example %llu", path, (unsigned long long)i);
             break;
         }
+        if (row < next_row || row >= head[2]) {
+            rc = err_set("%s: corrupt (example %llu's row %llu)", path, (unsigned long long)i,
+                         (unsigned long long)row);
+            break;
+        }
+        next_row = row + 1;
         SftExample *e = &ds->items[ds->n++];
+        e->row = (size_t)row;
         e->len = (int)l;
         e->ids = xmalloc((size_t)(l ? l : 1) * sizeof *e->ids);
         e->labels = xmalloc(l ? l : 1);
@@ -215,6 +254,6 @@ int dataset_cache_read(const char *dir, int vocab_size, SftDataset *ds) {
         sft_dataset_free(ds);
         return -1;
     }
-    ds->dropped_too_long = (size_t)dropped;
+    ds->dropped_too_long = (size_t)head[1];
     return 1;
 }

@@ -2,6 +2,7 @@
 
 #include "chat/chat_template.h"
 #include "common/error.h"
+#include "data/dataset_merge.h"
 #include "data/dataset_rows.h"
 #include "data/python_transform.h"
 #include "data/template_choice.h"
@@ -99,16 +100,36 @@ static bool is_messages(const json_t *v) {
     return true;
 }
 
+/* Axolotl's merge_datasets (data/dataset_merge.h): GRPO drops no row for length, so every
+ * row of every dataset is shuffled. */
+static int merge_datasets(GrpoDataset *ds, const TrainConfig *cfg, const size_t *part_rows,
+                          int n_parts) {
+    size_t *order;
+    if (dataset_merge_order(cfg, part_rows, n_parts, &order) != 0) return -1;
+    if (!order) return 0;
+    dataset_permute(ds->prompt_ids, ds->n, sizeof *ds->prompt_ids, order);
+    dataset_permute(ds->prompt_lens, ds->n, sizeof *ds->prompt_lens, order);
+    json_t *rows = json_array();
+    for (size_t i = 0; i < ds->n; i++)
+        json_array_append(rows, json_array_get(ds->rows, order[i]));
+    json_decref(ds->rows);
+    ds->rows = rows;
+    free(order);
+    return 0;
+}
+
 int grpo_dataset_load(GrpoDataset *ds, const TrainConfig *cfg, const DatasetConfig *list, int n,
                       const Tokenizer *tok, FILE *log) {
     memset(ds, 0, sizeof *ds);
     ds->rows = json_array();
     PromptRenderer r = {.tok = tok};
     int rc = 0;
+    size_t *part_rows = xcalloc((size_t)(n > 0 ? n : 1), sizeof *part_rows);
     for (int d = 0; d < n && rc == 0; d++) {
         json_t *rows = NULL;
         rc = entry_rows(cfg, &list[d], d, &rows);
         size_t first = json_array_size(ds->rows);
+        part_rows[d] = rows ? json_array_size(rows) : 0;
         if (rc == 0) json_array_extend(ds->rows, rows);
         json_decref(rows);
         size_t total = json_array_size(ds->rows);
@@ -134,6 +155,8 @@ int grpo_dataset_load(GrpoDataset *ds, const TrainConfig *cfg, const DatasetConf
         }
     }
     renderer_free(&r);
+    if (rc == 0) rc = merge_datasets(ds, cfg, part_rows, n);
+    free(part_rows);
     if (rc != 0) {
         grpo_dataset_free(ds);
         return -1;

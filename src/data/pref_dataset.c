@@ -1,6 +1,8 @@
 /* Loading a preference dataset: per dataset entry, each row is formatted by its type
  * (pref_format.h), checked against excess_length_strategy (pref_length.h) and tokenised for the
- * method (pref_tokenize.h), in file order.
+ * method (pref_tokenize.h), in file order; then the datasets are merged in Axolotl's order
+ * (data/dataset_merge.h: shuffled from seed by default), as its rl: path merges them after each
+ * dataset's length filter.
  *
  * KTO with paired rows (prompt / chosen / rejected, no type): TRL unpairs them in batches of
  * 1000 pairs, all chosen rows (desirable) then all rejected rows (undesirable) of each batch; the
@@ -11,6 +13,7 @@
 
 #include "chat/chat_template.h"
 #include "common/error.h"
+#include "data/dataset_merge.h"
 #include "data/dataset_rows.h"
 #include "data/pref_format.h"
 #include "data/pref_length.h"
@@ -200,6 +203,17 @@ static void report_tokenize_notes(const PrefTokenizer *t, const TrainConfig *cfg
                 t->responses_cut, cfg->rl == RL_ORPO ? "ORPO" : "CPO");
 }
 
+/* Axolotl's merge_datasets (data/dataset_merge.h): after each dataset's long rows are dropped
+ * (as Axolotl's rl: path drops them), the merged pairs or rows shuffled from seed. */
+static int merge_datasets(PrefDataset *ds, const TrainConfig *cfg, const size_t *part_rows) {
+    size_t *order;
+    if (dataset_merge_order(cfg, part_rows, cfg->n_datasets, &order) != 0) return -1;
+    if (order && ds->n_pairs) dataset_permute(ds->pairs, ds->n_pairs, sizeof *ds->pairs, order);
+    if (order && ds->n_rows) dataset_permute(ds->rows, ds->n_rows, sizeof *ds->rows, order);
+    free(order);
+    return 0;
+}
+
 int pref_dataset_load(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, FILE *log) {
     memset(ds, 0, sizeof *ds);
     if (cfg->rl != RL_DPO && cfg->rl != RL_IPO && cfg->rl != RL_KTO && cfg->rl != RL_ORPO &&
@@ -222,9 +236,15 @@ int pref_dataset_load(PrefDataset *ds, const TrainConfig *cfg, const Tokenizer *
         rc = err_set("%s: the tokenizer has no eos_token (tokenizer_config.json): preference "
                      "training appends it to every response",
                      cfg->tokenizer_config);
-    for (int d = 0; rc == 0 && d < cfg->n_datasets; d++)
+    size_t *part_rows = xcalloc((size_t)cfg->n_datasets, sizeof *part_rows);
+    for (int d = 0; rc == 0 && d < cfg->n_datasets; d++) {
+        size_t before = ds->n_pairs + ds->n_rows;
         rc = load_dataset(ds, cfg, d, &t, log);
+        part_rows[d] = ds->n_pairs + ds->n_rows - before;
+    }
     chat_template_source_free(&src);
+    if (rc == 0) rc = merge_datasets(ds, cfg, part_rows);
+    free(part_rows);
     if (rc == 0) report_tokenize_notes(&t, cfg, log);
     if (rc == 0 && ds->n_pairs == 0 && ds->n_rows == 0) {
         const char *what = cfg->rl == RL_KTO ? "KTO row" : "preference pair";

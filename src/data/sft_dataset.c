@@ -4,10 +4,12 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/json_util.h"
+#include "data/dataset_merge.h"
 #include "data/dataset_rows.h"
 #include "data/sft_chat.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,7 @@ static void push(SftDataset *ds, const int32_t *ids, const uint8_t *labels, int 
     e->labels = xmalloc((size_t)len);
     memcpy(e->ids, ids, (size_t)len * sizeof *ids);
     memcpy(e->labels, labels, (size_t)len);
+    e->row = ds->rows;
 }
 
 static void drop_too_long(SftDataset *ds, size_t len) {
@@ -92,6 +95,7 @@ static int add_completion(const LoadContext *c, const json_t *row) {
     for (size_t i = 0; i < n; i += (size_t)c->seq_len) {
         size_t len = n - i < (size_t)c->seq_len ? n - i : (size_t)c->seq_len;
         if (len >= 2) push(c->ds, ids + i, labels + i, (int)len);
+        c->ds->rows++;
     }
     free(labels);
     free(ids);
@@ -124,6 +128,7 @@ static int add_alpaca(const LoadContext *c, const json_t *row) {
             free(ids);
             free(labels);
         }
+        c->ds->rows++;
     }
     free(p_ids);
     free(r_ids);
@@ -139,6 +144,7 @@ static int add_chat(const LoadContext *c, const json_t *row) {
         drop_too_long(c->ds, n);
     else if (n >= 2)
         push(c->ds, ids, labels, (int)n);
+    c->ds->rows++;
     free(ids);
     free(labels);
     return 0;
@@ -159,8 +165,12 @@ static int add_row(void *ctx, const json_t *row) {
 
 int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *tok, int32_t eos_id) {
     memset(ds, 0, sizeof *ds);
+    ds->part_rows =
+        xcalloc((size_t)(cfg->n_datasets > 0 ? cfg->n_datasets : 1), sizeof *ds->part_rows);
+    ds->n_parts = cfg->n_datasets;
     for (int d = 0; d < cfg->n_datasets; d++) {
         const DatasetConfig *dc = &cfg->datasets[d];
+        size_t rows_before = ds->rows;
         LoadContext c = {ds, tok, eos_id, cfg->sequence_len, SFT_COMPLETION, {0}};
         const char *type = dc->type ? dc->type : "";
         if (strcmp(type, "completion") == 0) {
@@ -180,6 +190,7 @@ int sft_dataset_load(SftDataset *ds, const TrainConfig *cfg, const Tokenizer *to
                            cfg->source, dc->line, d, type);
         }
         int rc = dataset_rows_foreach(dc, add_row, &c);
+        ds->part_rows[d] = ds->rows - rows_before;
         if (c.type == SFT_CHAT) chat_sft_free(&c.chat);
         if (rc != 0) {
             sft_dataset_free(ds);
@@ -205,7 +216,29 @@ void sft_dataset_free(SftDataset *ds) {
         free(ds->items[i].labels);
     }
     free(ds->items);
+    free(ds->part_rows);
     memset(ds, 0, sizeof *ds);
+}
+
+int sft_dataset_merge(SftDataset *ds, const TrainConfig *cfg) {
+    if (ds->n_parts == 0) return 0; /* not from the loader: no rows to shuffle */
+    size_t *order;
+    if (dataset_merge_order(cfg, ds->part_rows, ds->n_parts, &order) != 0) return -1;
+    if (!order) return 0;
+    /* item_of[row]: the kept example of a tokenised row, or SIZE_MAX for a dropped one */
+    size_t *item_of = xmalloc((ds->rows ? ds->rows : 1) * sizeof *item_of);
+    for (size_t r = 0; r < ds->rows; r++)
+        item_of[r] = SIZE_MAX;
+    for (size_t i = 0; i < ds->n; i++)
+        item_of[ds->items[i].row] = i;
+    size_t *kept = xmalloc((ds->n ? ds->n : 1) * sizeof *kept), w = 0;
+    for (size_t k = 0; k < ds->rows; k++)
+        if (item_of[order[k]] != SIZE_MAX) kept[w++] = item_of[order[k]];
+    dataset_permute(ds->items, ds->n, sizeof *ds->items, kept);
+    free(kept);
+    free(item_of);
+    free(order);
+    return 0;
 }
 
 int tokenizer_special_ids(const char *tok_dir, const Tokenizer *tok, int32_t *eos, int32_t *pad) {

@@ -1,26 +1,11 @@
 #include "train/data_order.h"
 
 #include "common/error.h"
-#include "common/rng.h"
 #include "common/torch_generator.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The validation draw's own shuffle (not torch's, nor datasets' train_test_split): a
- * Fisher-Yates over SplitMix64 keyed by (seed, epoch). */
-static void splitmix_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch) {
-    uint64_t state = (uint64_t)seed * 0x100000001B3ull + (uint64_t)epoch;
-    for (size_t i = 0; i < n; i++)
-        order[i] = i;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(rng_splitmix64_next(&state) % i);
-        size_t t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
-}
 
 /* order = the next torch.randperm(n) of g. */
 static void next_randperm(TorchGenerator *g, size_t *order, size_t n) {
@@ -56,7 +41,8 @@ int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order,
         return err_set("%s: val_set_size %g leaves no training example (%zu in the datasets)",
                        cfg->source, cfg->val_set_size, n);
     *order = xmalloc(n * sizeof **order);
-    splitmix_shuffle(*order, n, cfg->seed, -1);
+    for (size_t i = 0; i < n; i++)
+        (*order)[i] = i < *n_val ? n - *n_val + i : i - *n_val;
     return 0;
 }
 

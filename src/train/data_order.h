@@ -22,11 +22,13 @@ void data_order_shuffle(size_t *order, size_t n, int64_t seed, int64_t epoch);
  * fail; costs e + 1 permutations. */
 void data_order_shuffle_repeat_sampler(size_t *order, size_t n, int64_t seed, int64_t epoch);
 
-/* val_set_size: a fraction (< 1) or a count of the n examples, chosen by a seeded shuffle: the
- * first *n_val of *order (new array, caller frees; the draw is reproducible, but not the one
- * datasets' train_test_split makes). *order is NULL and *n_val 0 when there is no validation
- * split. Returns 0, or -1 with an error naming the config when nothing would be left to train
- * on. */
+/* val_set_size as Axolotl's create_train_validation_split takes it: datasets'
+ * train_test_split(test_size, shuffle=False) on the merged (already shuffled) rows, so the last
+ * *n_val of the n rows are held out, in order: *n_val = ceil(fraction * n) for a fraction
+ * (< 1), else the count. *order (new array, caller frees) lists the held-out rows first, then
+ * the kept ones, each in row order (data_order_move_held_out's input). *order is NULL and *n_val
+ * 0 when there is no validation split. Returns 0, or -1 with an error naming the config when
+ * nothing would be left to train on. */
 int data_order_validation_draw(size_t n, const TrainConfig *cfg, size_t **order, size_t *n_val);
 
 /* Moves the items order[0 .. n_val) of an array of *n items of `size` bytes into a new array

@@ -20,7 +20,12 @@ log_history and, to diagnose a mismatch, the completions each generation batch s
 tests/fixtures/seeded_run/grpo_lora.json; tests/test_seeded_grpo_run.c runs `rlhf train` on the
 same YAML and seed.
 
-    /work/venv-ref/bin/python tools/reference/make_seeded_run_fixtures.py [dpo] [grpo]   # ~20 s each
+DPO in Axolotl's order (dpo_axolotl): the same run with the filtered rows first shuffled as
+Axolotl's merge_datasets shuffles them (Dataset.shuffle(seed=seed), shuffle_merged_datasets'
+default), in tests/fixtures/seeded_run/dpo_lora_axolotl_order.json: the YAML without
+shuffle_merged_datasets: false must log it.
+
+    /work/venv-ref/bin/python tools/reference/make_seeded_run_fixtures.py [dpo] [dpo_axolotl] [grpo]   # ~20 s each
 """
 import functools
 import json
@@ -44,7 +49,7 @@ CONFIG = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, max_
 LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")
 
 
-def dpo():
+def dpo(axolotl_order=False):
     import transformers
     import trl
     from datasets import load_dataset
@@ -61,6 +66,10 @@ def dpo():
     data = load_dataset("json", data_files=os.path.join(pt.OUT, "pairs.jsonl"), split="train")
     data = data.filter(functools.partial(axolotl_rl.drop_long_sequences, rl=axolotl_rl.RLType.DPO,
                                          tokenizer=tok, sequence_len=CONFIG["max_length"]))
+    if axolotl_order:
+        # Axolotl's merge_datasets (utils/data/shared.py, shuffle_merged_datasets: true by
+        # default), after the length filter, as its rl: path calls it
+        data = data.shuffle(seed=SEED)
     with tempfile.TemporaryDirectory() as tmp:
         args = DPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
                          gradient_checkpointing=False, dataloader_num_workers=0, **CONFIG)
@@ -69,9 +78,11 @@ def dpo():
         trainer.train()
     history = [h for h in trainer.state.log_history if "loss" in h]
     os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "dpo_lora.json"), "w") as f:
+    name = "dpo_lora_axolotl_order.json" if axolotl_order else "dpo_lora.json"
+    with open(os.path.join(OUT, name), "w") as f:
         json.dump({"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
-                   "config": CONFIG, "lora": LORA, "n_rows": len(data), "log_history": history}, f, indent=1)
+                   "config": CONFIG, "lora": LORA, "n_rows": len(data), "axolotl_order": axolotl_order,
+                   "log_history": history}, f, indent=1)
         f.write("\n")
     print([round(h["loss"], 6) for h in history])
 
@@ -137,5 +148,5 @@ def grpo():
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["dpo", "grpo"]:
-        {"dpo": dpo, "grpo": grpo}[name]()
+    for name in sys.argv[1:] or ["dpo", "dpo_axolotl", "grpo"]:
+        {"dpo": dpo, "dpo_axolotl": functools.partial(dpo, axolotl_order=True), "grpo": grpo}[name]()
