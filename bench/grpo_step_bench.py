@@ -37,7 +37,8 @@ OpenBLAS sgemm's best on the model's shapes, measured in the same run, and again
 own fp32 FMA peak (machine_peak.py: build/bench/peak_flops before and after, the higher kept).
 
 --vs-trl: issue 33's side-by-side workload, 8 prompts x 8 completions (--generations 64
---num-generations 8) of 128 tokens (--completion-len 128), both sides; the other options as given.
+--num-generations 8) of 128 tokens (--completion-len 128), both sides; the other options as given
+(an explicit --generations, e.g. 16 = 2 prompts x 8, where 64 does not fit the time).
 
     tools/reference/.venv/bin/python bench/grpo_step_bench.py [--steps 3] [--lora-r R] [--no-trl]
     tools/reference/.venv/bin/python bench/grpo_step_bench.py --vs-trl --steps 2 [--model smollm2-135m]
@@ -211,7 +212,7 @@ def mean_after_warmup(steps, key):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps, the first a warm-up")
-    ap.add_argument("--generations", type=int, default=8, help="completions per step")
+    ap.add_argument("--generations", type=int, default=None, help="completions per step (8; 64 with --vs-trl)")
     ap.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     ap.add_argument("--prompt-len", type=int, default=64, help="words per prompt")
     ap.add_argument("--completion-len", type=int, default=64)
@@ -229,7 +230,9 @@ def main():
     if a.vs_trl:
         if a.no_trl:
             ap.error("--vs-trl runs TRL's side: drop --no-trl")
-        a.generations, a.num_generations, a.completion_len = 64, 8, 128
+        a.num_generations, a.completion_len = 8, 128
+    if a.generations is None:
+        a.generations = 64 if a.vs_trl else 8
     if a.generations % a.micro_batch or a.generations % a.num_generations:
         ap.error("--generations must be a multiple of --micro-batch and of --num-generations")
     if a.trl_side:
