@@ -13,7 +13,8 @@ The run: `rlhf train` on a generated YAML, rl: dpo (sigmoid, beta 0.1), one pair
 (--prompt-tokens prompt + --response-tokens chosen / rejected, exact token counts of the
 repository's qwen2_bytelevel tokenizer fixture, whose ids fall inside Qwen's vocabulary),
 LoRA r 16, alpha 32 on every linear layer, the reference = the base with the adapter off,
-AdamW, --steps steps. The step time is metrics.jsonl's step_time; peak RSS both as `rlhf train`
+AdamW, --steps steps. A step's wall and CPU seconds are taken between the appearances of
+metrics.jsonl's lines (the first from the log's "training" line); peak RSS both as `rlhf train`
 reports it and as this script reads the child's VmHWM from /proc while it runs (its last
 reading). The memory plan `rlhf train` prints at start is kept in the result.
 
@@ -143,6 +144,16 @@ def write_pairs(path, a):
             f.write(json.dumps(row) + "\n")
 
 
+def process_cpu_s(pid):
+    """User + system CPU seconds of process pid so far (/proc/PID/stat); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def name(a):
     return a.mode + ("_fp32" if a.no_bf16 else "")
 
@@ -177,6 +188,10 @@ seed: 0
     log_path = os.path.join(OUT, f"lora_7b_{name(a)}.log")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     hwm_mb, t0 = 0.0, time.perf_counter()
+    # metrics.jsonl holds no step time for DPO: each step's is the time between its line and the
+    # line before (the first step's from the moment training starts, the log's "training" line)
+    metrics_path = os.path.join(out_dir, "metrics.jsonl")
+    seen, marks, cpu = 0, [], []
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(ROOT, "build", "rlhf"), "train", config], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
@@ -188,6 +203,16 @@ seed: 0
                             hwm_mb = max(hwm_mb, int(line.split()[1]) / 1024)
             except OSError:
                 pass
+            if not marks and "\ntraining " in open(log_path).read():
+                marks.append(time.perf_counter())
+                cpu.append(process_cpu_s(proc.pid))
+            if os.path.exists(metrics_path):
+                with open(metrics_path) as f:
+                    lines = sum(1 for _ in f)
+                if lines > seen:
+                    seen = lines
+                    marks.append(time.perf_counter())
+                    cpu.append(process_cpu_s(proc.pid))
             time.sleep(0.2)
     wall = time.perf_counter() - t0
     text = open(log_path).read()
@@ -196,7 +221,13 @@ seed: 0
     peak = re.search(r"peak memory (\d+) MB", text)
     plan = re.search(r"memory plan: .*", text)
     metrics = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
-    return {"steps": [{k: m.get(k) for k in ("step", "step_time", "loss", "num_tokens")} for m in metrics],
+    steps = [{k: m.get(k) for k in ("step", "loss", "num_tokens")} for m in metrics]
+    for i, st in enumerate(steps):  # a step's wall and CPU seconds, where both marks were seen
+        if i + 1 < len(marks):
+            st["step_s"] = marks[i + 1] - marks[i]
+            if cpu[i] is not None and cpu[i + 1] is not None:
+                st["step_cpu_s"] = cpu[i + 1] - cpu[i]
+    return {"steps": steps,
             "peak_rss_mb_reported": int(peak.group(1)) if peak else None,
             "peak_rss_mb_vmhwm_polled": hwm_mb, "memory_plan": plan.group(0) if plan else None,
             "wall_s_including_load": wall, "log": os.path.relpath(log_path, ROOT)}
