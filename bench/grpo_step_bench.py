@@ -33,9 +33,15 @@ positions, the lm_head over the completion positions only (both sides score only
 attention as full T x T; x3 for forward + backward (x2 with LoRA: no weight gradients). TRL runs
 every completion's prompt rows; rlhf.c a micro-batch's shared prompt once, so each side's
 GFLOP/s and MFU count the rows it executes (the speed ratio is the ratio of times). MFU: against
-OpenBLAS sgemm's best on the model's shapes, measured in the same run.
+OpenBLAS sgemm's best on the model's shapes, measured in the same run, and against the machine's
+own fp32 FMA peak (machine_peak.py: build/bench/peak_flops before and after, the higher kept).
+
+--vs-trl: issue 33's side-by-side workload, 8 prompts x 8 completions (--generations 64
+--num-generations 8) of 128 tokens (--completion-len 128), both sides; the other options as given
+(an explicit --generations, e.g. 16 = 2 prompts x 8, where 64 does not fit the time).
 
     tools/reference/.venv/bin/python bench/grpo_step_bench.py [--steps 3] [--lora-r R] [--no-trl]
+    tools/reference/.venv/bin/python bench/grpo_step_bench.py --vs-trl --steps 2 [--model smollm2-135m]
 
 Writes bench/out/grpo_step.json (grpo_step_lora<R>.json with --lora-r)."""
 import argparse
@@ -206,7 +212,7 @@ def mean_after_warmup(steps, key):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps, the first a warm-up")
-    ap.add_argument("--generations", type=int, default=8, help="completions per step")
+    ap.add_argument("--generations", type=int, default=None, help="completions per step (8; 64 with --vs-trl)")
     ap.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     ap.add_argument("--prompt-len", type=int, default=64, help="words per prompt")
     ap.add_argument("--completion-len", type=int, default=64)
@@ -214,11 +220,21 @@ def main():
     ap.add_argument("--lora-r", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-trl", action="store_true", help="rlhf.c's side only")
+    ap.add_argument("--vs-trl", action="store_true",
+                    help="issue 33's workload: 64 completions, 8 per prompt, of 128 tokens, against TRL")
     ap.add_argument("--trl-side", nargs=2, metavar=("MODEL_DIR", "PROMPTS"), help=argparse.SUPPRESS)
     forward_bench.add_model_argument(ap)
     a = ap.parse_args()
     if a.steps < 2:
         ap.error("--steps must be at least 2 (the first is a warm-up)")
+    if a.vs_trl:
+        if a.no_trl:
+            ap.error("--vs-trl runs TRL's side: drop --no-trl")
+        a.num_generations, a.completion_len = 8, 128
+    if a.generations is None:
+        a.generations = 64 if a.vs_trl else 8
+    if a.generations % a.micro_batch or a.generations % a.num_generations:
+        ap.error("--generations must be a multiple of --micro-batch and of --num-generations")
     if a.trl_side:
         trl_side(a, *a.trl_side)
         return
@@ -230,6 +246,8 @@ def main():
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    import machine_peak
+    peaks = [machine_peak.measure(env)]
     ours = rlhf_side(a, model_dir, prompts, work)
     rows = a.micro_batch * int(ours["prompt_tokens"] + a.completion_len)  # a micro-batch's token rows
     sgemm = json.loads(subprocess.run([os.path.join(ROOT, "build", "bench", "bench_dpo_step"), "--sgemm",
@@ -248,6 +266,8 @@ def main():
             sys.exit(f"TRL side failed (exit {proc.returncode})")
         theirs = json.loads(proc.stdout.strip().splitlines()[-1])
         sides.append(("TRL", theirs))
+    peaks.append(machine_peak.measure(env))
+    machine = machine_peak.merge(peaks)
     peak = sgemm["peak_gflops"]
     for _, side in sides:
         side["mean_after_warmup_s"] = {k: mean_after_warmup(side["steps"], k)
@@ -259,6 +279,7 @@ def main():
         side["training_gflop_executed"] = executed * 1e-9
         side["training_gflops_per_s"] = executed / training_s * 1e-9
         side["training_mfu_vs_sgemm"] = side["training_gflops_per_s"] / peak
+        side["training_mfu_vs_fp32_peak"] = side["training_gflops_per_s"] / machine["fp32_peak_gflops"]
         side["new_tokens_per_s_generation"] = a.generations * side["completion_tokens"] / \
             side["mean_after_warmup_s"]["generation_s"]
     result = {
@@ -268,7 +289,7 @@ def main():
                      + (f"LoRA r {a.lora_r} all-linear" if a.lora_r else "full fine-tuning, AdamW")
                      + f", {a.threads} threads"),
         "model": forward_bench.MODELS[a.model]["desc"] + ", random, fp32 compute",
-        "sgemm": sgemm, "rlhf.c": ours, "trl": theirs,
+        "sgemm": sgemm, "machine_peak": machine, "rlhf.c": ours, "trl": theirs,
     }
     if theirs:
         mine, other = ours["mean_after_warmup_s"], theirs["mean_after_warmup_s"]
@@ -281,13 +302,15 @@ def main():
 
     print(result["workload"])
     print(f"OpenBLAS sgemm peak on the model's shapes: {peak:.1f} GFLOP/s")
+    print(machine_peak.describe(machine))
     print("means of the steps after the first (s):")
     for label, side in sides:
         m = side["mean_after_warmup_s"]
         print(f"{label:7s} step {m['step_s']:7.2f}  generation {m['generation_s']:7.2f} "
               f"({side['new_tokens_per_s_generation']:6.1f} new tok/s)  rewards {m['rewards_s']:6.3f}  "
               f"training {m['training_s']:7.2f} ({side['training_gflops_per_s']:6.1f} GFLOP/s, "
-              f"MFU {100 * side['training_mfu_vs_sgemm']:4.1f}%)  peak RSS {side['peak_rss_mb']:6.0f} MB  "
+              f"MFU {100 * side['training_mfu_vs_sgemm']:4.1f}% of sgemm, "
+              f"{100 * side['training_mfu_vs_fp32_peak']:4.1f}% of the FMA peak)  peak RSS {side['peak_rss_mb']:6.0f} MB  "
               f"prompt {side['prompt_tokens']:.0f} + completion {side['completion_tokens']:.0f} tokens")
     if theirs:
         sp = result["speedup"]
