@@ -59,7 +59,7 @@ static const char *write_config(const json_t *c, bool bf16) {
              "base_model: %s\nrl: dpo\nrl_beta: %.17g\ndatasets:\n  - path: %s\n"
              "sequence_len: %lld\nmicro_batch_size: %lld\ngradient_accumulation_steps: %lld\n"
              "max_steps: %lld\nlearning_rate: %.17g\nlr_scheduler: %s\nwarmup_steps: 0\n"
-             "dpo_loss_type: [sigmoid]\nbf16: %s\n",
+             "dpo_loss_type: [sigmoid]\nbf16: %s\nshuffle_merged_datasets: false\n",
              model, json_number_value(json_object_get(c, "beta")), pairs,
              (long long)json_integer_value(json_object_get(c, "max_length")),
              (long long)json_integer_value(json_object_get(c, "per_device_train_batch_size")),

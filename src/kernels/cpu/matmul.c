@@ -4,7 +4,6 @@
 #include "common/error.h"
 #include "common/float16.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,8 +247,8 @@ static void forward_panels(float *out, const float *in, const uint16_t *w, int n
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < m; r++)
             bf16_widen(panel + (size_t)r * in_dim, w + (size_t)(j0 + r) * in_dim, (size_t)in_dim);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, in_dim, 1.0f, in, in_dim, panel,
-                    in_dim, 0.0f, out + j0, out_dim);
+        gemm_f32(false, true, n, m, in_dim, 1.0f, in, in_dim, panel, in_dim, 0.0f, out + j0,
+                 out_dim);
     }
     free(panel);
 }

@@ -8,10 +8,10 @@
  *     holding the same rounded values gives, up to the order of the sums over panels.
  *  2. A frozen narrow W has no gradient: dw must be NULL (backend.h's linear_backward). */
 #include "common/error.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/nf4.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 
 /* Weight rows per widened panel: about 8 MB of fp32, as matmul.c's bf16 forward panels. */
@@ -50,8 +50,8 @@ void frozen_linear_forward(float *out, const float *in, WeightRef w, const float
     for (int j0 = 0; j0 < out_dim; j0 += rows) {
         int m = out_dim - j0 < rows ? out_dim - j0 : rows;
         weight_rows_widen(panel, w, (size_t)j0, m, in_dim);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, in_dim, 1.0f, in, in_dim, panel,
-                    in_dim, 0.0f, out + j0, out_dim);
+        gemm_f32(false, true, n, m, in_dim, 1.0f, in, in_dim, panel, in_dim, 0.0f, out + j0,
+                 out_dim);
     }
     free(panel);
     bias_add_rows(out, bias, n, out_dim);
@@ -66,8 +66,8 @@ static void din_panels(float *din, const float *dout, WeightRef w, int n, int in
     for (int j0 = 0; j0 < out_dim; j0 += rows) {
         int m = out_dim - j0 < rows ? out_dim - j0 : rows;
         weight_rows_widen(panel, w, (size_t)j0, m, in_dim);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, m, 1.0f, dout + j0,
-                    out_dim, panel, in_dim, j0 == 0 ? 0.0f : 1.0f, din, in_dim);
+        gemm_f32(false, false, n, in_dim, m, 1.0f, dout + j0, out_dim, panel, in_dim,
+                 j0 == 0 ? 0.0f : 1.0f, din, in_dim);
     }
     free(panel);
 }
