@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/test_hooks.h"
 #include "kernels/cpu/adamw8bit.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/nf4.h"
 #include "model/lora.h"
 
@@ -155,15 +156,24 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
     }
     if (cfg->bf16) {
         /* the rounded copies one product holds at a time (backend_autocast.c,
-         * matmul_autocast.c): the lm_head's W (fp32) beside the hidden states; a linear's W
-         * beside its rounded gradient and input (at most T x I each); the attention's q, k, v
-         * and gradient (at most 4 T x H) */
+         * matmul_autocast.c): a trained lm_head's W rounded whole (an adapter's frozen bf16
+         * lm_head is widened tile by tile) beside the hidden states; a linear's W beside its
+         * rounded gradient and input (at most T x I each); the attention's q, k, v and
+         * gradient (at most 4 T x H) */
         double V = mc->vocab_size, H = mc->hidden_size, I = mc->intermediate_size,
                T = (double)p.tokens_per_micro;
-        double head = 4.0 * V * H + 4.0 * T * H, linear = 4.0 * I * H + 8.0 * T * I,
-               attention = 16.0 * T * H;
+        double head = (cfg->adapter ? 0.0 : 4.0 * V * H) + 4.0 * T * H,
+               linear = 4.0 * I * H + 8.0 * T * I, attention = 16.0 * T * H;
         if (attention > linear) linear = attention;
         p.autocast = head > linear ? head : linear;
+        /* where gemm_bf16 runs, its packings of the trained fp32 layer matrices, two bf16
+         * layouts each, kept for the optimizer step (gemm_bf16_cache.c); a frozen base is
+         * packed per product */
+        if (!cfg->adapter && gemm_bf16_path() != GEMM_BF16_NONE) {
+            uint64_t matrices;
+            nf4_base_bytes(mc, &matrices);
+            p.autocast += 4.0 * (double)matrices;
+        }
     }
     p.total = p.weights + p.gradients + p.optimizer + p.reference + p.activations + p.rollout +
               p.autocast;
@@ -228,7 +238,7 @@ void memory_plan_print(const MemoryPlan *p, FILE *log) {
     if (p->autocast > 0)
         fprintf(log,
                 "; bf16 mixed precision: weights, gradients and optimizer fp32, matmul "
-                "inputs rounded to bf16 (up to %s of rounded copies at a time)",
+                "inputs rounded to bf16 (up to %s of rounded copies and packed weights)",
                 amount(p->autocast, b[7]));
     if (p->available >= 0)
         fprintf(log, " of %s free\n", amount(p->available, b[7]));

@@ -1,6 +1,7 @@
 /* Weights packed for gemm_bf16 once and kept (gemm_bf16.h, bf16_weight_packed): under autocast
  * every linear's W was rounded into a fresh copy in every forward and again in every backward,
- * per micro-batch; one packing per optimizer step does, and a frozen reference's lasts the run.
+ * per micro-batch; one packing per optimizer step does (trainable fp32 weights only: a W stored
+ * in bf16 or NF4 is packed per call, matmul_autocast.c says why).
  *
  * Invariants:
  *  1. An entry is the packing of the weights at [src, src + bytes) as they were when packed,

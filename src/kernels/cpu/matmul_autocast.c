@@ -90,13 +90,25 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
 }
 
 /* W packed as the forward's B (W^T) if transposed, else as dX's (W): from gemm_bf16's cache for
- * an fp32 or bf16 W (packed once per optimizer step; a frozen one once). An NF4 W (a QLoRA base)
- * is dequantised and packed per call into *own, which the caller frees: a bf16 copy of the base
- * kept between products would undo what NF4 saves. own->data is NULL otherwise. */
+ * an fp32 W (the policy's, packed once per optimizer step). A W stored in bf16 or NF4 (a frozen
+ * base, a bf16 reference) is packed per call into *own, which the caller frees: its packings
+ * kept between products (two layouts, 4 bytes a parameter) would more than undo what storing
+ * it in 2 or 0.5 bytes saves, and a 7B LoRA over a bf16 base would no longer fit in 24 GB.
+ * own->data is NULL otherwise. */
 static const Bf16PackedB *packed_weight(WeightRef w, int out_dim, int in_dim, bool transposed,
                                         Bf16PackedB *own) {
     own->data = NULL;
-    if (w.f32 || w.bf16) return bf16_weight_packed(w.f32, w.bf16, out_dim, in_dim, transposed);
+    if (w.f32) return bf16_weight_packed(w.f32, NULL, out_dim, in_dim, transposed);
+    if (w.bf16) {
+        Bf16Source s = {.bf16 = w.bf16,
+                        .row_stride = transposed ? 1 : (size_t)in_dim,
+                        .col_stride = transposed ? (size_t)in_dim : 1};
+        if (transposed)
+            bf16_pack_b(own, s, in_dim, out_dim);
+        else
+            bf16_pack_b(own, s, out_dim, in_dim);
+        return own;
+    }
     float *tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
     weight_rows_widen(tmp, w, 0, out_dim, in_dim);
     Bf16Source s = {.f32 = tmp,
