@@ -99,19 +99,14 @@ static const Bf16PackedB *packed_weight(WeightRef w, int out_dim, int in_dim, bo
                                         Bf16PackedB *own) {
     own->data = NULL;
     if (w.f32) return bf16_weight_packed(w.f32, NULL, out_dim, in_dim, transposed);
-    if (w.bf16) {
-        Bf16Source s = {.bf16 = w.bf16,
-                        .row_stride = transposed ? 1 : (size_t)in_dim,
-                        .col_stride = transposed ? (size_t)in_dim : 1};
-        if (transposed)
-            bf16_pack_b(own, s, in_dim, out_dim);
-        else
-            bf16_pack_b(own, s, out_dim, in_dim);
-        return own;
+    float *tmp = NULL; /* an NF4 W dequantised; a bf16 one is read as it is */
+    if (!w.bf16) {
+        tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
+        weight_rows_widen(tmp, w, 0, out_dim, in_dim);
     }
-    float *tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
-    weight_rows_widen(tmp, w, 0, out_dim, in_dim);
+    /* W (out_dim, in_dim) row-major; the forward's B is W^T (in_dim x out_dim) */
     Bf16Source s = {.f32 = tmp,
+                    .bf16 = tmp ? NULL : w.bf16,
                     .row_stride = transposed ? 1 : (size_t)in_dim,
                     .col_stride = transposed ? (size_t)in_dim : 1};
     if (transposed)
