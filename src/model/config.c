@@ -253,6 +253,23 @@ static int parse_nope_layers(ModelConfig *cfg, const json_t *root) {
     return 0;
 }
 
+/* layer_types, a list of "full_attention" / "sliding_attention" per layer, into
+ * cfg->layer_sliding. */
+static int read_layer_types(ModelConfig *cfg, const json_t *types) {
+    if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layers)
+        return err_set("key 'layer_types': expected a list of %d entries (one per layer)",
+                       cfg->n_layers);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        if (!t || (strcmp(t, "sliding_attention") != 0 && strcmp(t, "full_attention") != 0))
+            return err_set("key 'layer_types': entry %d is not \"full_attention\" or "
+                           "\"sliding_attention\"",
+                           l);
+        cfg->layer_sliding[l] = strcmp(t, "sliding_attention") == 0;
+    }
+    return 0;
+}
+
 /* SmolLM3's sliding layers: layer_types as given, else (SmolLM3Config.__post_init__) the NoPE
  * layers when use_sliding_window is true and sliding_window is set. transformers builds the
  * windowed mask for every "sliding_attention" layer whatever use_sliding_window says, and fails
@@ -260,21 +277,12 @@ static int parse_nope_layers(ModelConfig *cfg, const json_t *root) {
 static int parse_smollm3_window(ModelConfig *cfg, const json_t *root, int64_t window) {
     const json_t *types = json_object_get(root, "layer_types");
     if (types && !json_is_null(types)) {
-        if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layers)
-            return err_set("key 'layer_types': expected a list of %d entries (one per layer)",
-                           cfg->n_layers);
-        for (int l = 0; l < cfg->n_layers; l++) {
-            const char *t = json_string_value(json_array_get(types, (size_t)l));
-            if (!t || (strcmp(t, "sliding_attention") != 0 && strcmp(t, "full_attention") != 0))
-                return err_set("key 'layer_types': entry %d is not \"full_attention\" or "
-                               "\"sliding_attention\"",
-                               l);
-            cfg->layer_sliding[l] = strcmp(t, "sliding_attention") == 0;
+        if (read_layer_types(cfg, types) < 0) return -1;
+        for (int l = 0; l < cfg->n_layers; l++)
             if (cfg->layer_sliding[l] && window == 0)
                 return err_set("key 'layer_types': layer %d is \"sliding_attention\" but "
                                "sliding_window is not set",
                                l);
-        }
     } else {
         bool use_window = false;
         if (json_get_bool(root, "use_sliding_window", &use_window) < 0) return -1;
@@ -292,17 +300,7 @@ static int parse_smollm3_window(ModelConfig *cfg, const json_t *root, int64_t wi
 static int parse_gemma3_window(ModelConfig *cfg, const json_t *root, int64_t window) {
     const json_t *types = json_object_get(root, "layer_types");
     if (types && !json_is_null(types)) {
-        if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layers)
-            return err_set("key 'layer_types': expected a list of %d entries (one per layer)",
-                           cfg->n_layers);
-        for (int l = 0; l < cfg->n_layers; l++) {
-            const char *t = json_string_value(json_array_get(types, (size_t)l));
-            if (!t || (strcmp(t, "sliding_attention") != 0 && strcmp(t, "full_attention") != 0))
-                return err_set("key 'layer_types': entry %d is not \"full_attention\" or "
-                               "\"sliding_attention\"",
-                               l);
-            cfg->layer_sliding[l] = strcmp(t, "sliding_attention") == 0;
-        }
+        if (read_layer_types(cfg, types) < 0) return -1;
     } else {
         int64_t pattern = 6;
         if (json_get_int64(root, "sliding_window_pattern", &pattern) < 0) return -1;
