@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 import openai
@@ -116,13 +115,7 @@ for streamed in (False, True):
 
 # malformed requests: OpenAI-shaped 4xx errors, and the server goes on
 def raw_post(path, body):
-    req = urllib.request.Request(base_url + path, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return serve_common.post_json(base_url + path, body)
 
 
 bad = [b"{not json", b"[]", json.dumps({"model": model_name}).encode(),

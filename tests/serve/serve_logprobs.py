@@ -8,8 +8,6 @@ usage: serve_logprobs.py BASE_URL MODEL_NAME FIXTURE
 Prints a FAILED line for each mismatch and exits 1 when there was any."""
 import json
 import sys
-import urllib.error
-import urllib.request
 
 import openai
 
@@ -115,13 +113,7 @@ check(got == want, f"streamed completions {got} != {want}")
 
 # TRL's /generate/ (processed log-probs): top_k 4 keeps 4 ids; logprobs 6 lists those 4 by rank
 def post(path, body):
-    req = urllib.request.Request(base_url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return serve_common.post_json(base_url + path, json.dumps(body).encode())
 
 
 case = ref["processed"]
