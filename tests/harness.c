@@ -49,6 +49,16 @@ const char *harness_source_path(const char *rel) {
     return buf;
 }
 
+json_t *harness_load_fixture_json(const char *rel) {
+    json_error_t jerr;
+    json_t *root = json_load_file(harness_source_path(rel), 0, &jerr);
+    if (!root) {
+        const char *slash = strrchr(rel, '/');
+        fprintf(stderr, "%s: %s (line %d)\n", slash ? slash + 1 : rel, jerr.text, jerr.line);
+    }
+    return root;
+}
+
 int harness_write_file(const char *path, const void *data, size_t len) {
     FILE *fp = fopen(path, "wb");
     if (!fp) return -1;

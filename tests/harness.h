@@ -39,6 +39,10 @@ bool harness_same_file(const char *a, const char *b);
  * $RLHF_TEST_SOURCE_DIR "/" rel where that is set (a test binary run on another machine). */
 const char *harness_source_path(const char *rel);
 
+/* The committed fixture at harness_source_path(rel) as JSON, owned by the caller; NULL after
+ * printing "<file>: <parser's message> (line N)" to stderr when it is missing or malformed. */
+json_t *harness_load_fixture_json(const char *rel);
+
 /* Writes `len` bytes to `path` (plain write; test set-up only). Returns 0 or -1. */
 int harness_write_file(const char *path, const void *data, size_t len);
 

@@ -35,13 +35,8 @@ static int check_epoch(const json_t *batches, size_t *next, const size_t *order,
 }
 
 int main(void) {
-    json_error_t jerr;
-    json_t *root = json_load_file(
-        harness_source_path("tests/fixtures/data_order/trainer_order.json"), 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "trainer_order.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *root = harness_load_fixture_json("tests/fixtures/data_order/trainer_order.json");
+    if (!root) return 1;
     size_t i;
     json_t *c;
     int n_cases = 0;

@@ -213,13 +213,8 @@ static void check_grpo(void) {
 }
 
 int main(void) {
-    json_error_t jerr;
-    json_t *root =
-        json_load_file(harness_source_path("tests/fixtures/numpy_rng/numpy_rng.json"), 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "numpy_rng.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *root = harness_load_fixture_json("tests/fixtures/numpy_rng/numpy_rng.json");
+    if (!root) return 1;
     loaders = json_object_get(root, "loaders");
     if (tokenizer_load(&tok, harness_source_path("tests/fixtures/tokenizers/qwen2_bytelevel")) !=
         0) {

@@ -49,13 +49,8 @@ static int compare(const LoraAdapter *fresh, const LoraAdapter *peft, const char
 }
 
 int main(void) {
-    json_error_t jerr;
-    json_t *root =
-        json_load_file(harness_source_path("tests/fixtures/lora_init/cases.json"), 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "cases.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *root = harness_load_fixture_json("tests/fixtures/lora_init/cases.json");
+    if (!root) return 1;
     size_t i;
     json_t *c;
     int n_cases = 0;

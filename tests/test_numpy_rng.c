@@ -197,13 +197,8 @@ static void check_switches(void) {
 }
 
 int main(void) {
-    json_error_t jerr;
-    json_t *root =
-        json_load_file(harness_source_path("tests/fixtures/numpy_rng/numpy_rng.json"), 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "numpy_rng.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *root = harness_load_fixture_json("tests/fixtures/numpy_rng/numpy_rng.json");
+    if (!root) return 1;
     check_raw(json_object_get(root, "raw"));
     int n_perm = check_permutations(json_object_get(root, "permutation"));
     CHECK(n_perm >= 50, "%d permutation cases", n_perm);

@@ -24,13 +24,8 @@ int main(void) {
                "no Python (RLHF_PYTHON)\n");
         return 77;
     }
-    json_error_t jerr;
-    json_t *ref =
-        json_load_file(harness_source_path("tests/fixtures/seeded_run/grpo_lora.json"), 0, &jerr);
-    if (!ref) {
-        fprintf(stderr, "grpo_lora.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *ref = harness_load_fixture_json("tests/fixtures/seeded_run/grpo_lora.json");
+    if (!ref) return 1;
     /* the reward module beside the YAML, where `rlhf train` looks for it */
     char *py = NULL;
     size_t len = 0;

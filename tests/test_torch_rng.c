@@ -64,13 +64,8 @@ static int check_f64(const json_t *want, const double *got, const char *what, in
 }
 
 int main(void) {
-    json_error_t jerr;
-    json_t *root =
-        json_load_file(harness_source_path("tests/fixtures/torch_rng/torch_rng.json"), 0, &jerr);
-    if (!root) {
-        fprintf(stderr, "torch_rng.json: %s (line %d)\n", jerr.text, jerr.line);
-        return 1;
-    }
+    json_t *root = harness_load_fixture_json("tests/fixtures/torch_rng/torch_rng.json");
+    if (!root) return 1;
     json_t *cases = json_object_get(root, "cases");
     CHECK(json_array_size(cases) > 0, "the fixture has cases");
     int n_perm = 0, n_unif = 0, n_exp = 0, n_kaiming = 0, n_seq = 0;
