@@ -89,12 +89,20 @@ typedef enum {
     CUDA_EMU_SHFL_UP,
     CUDA_EMU_SYNCWARP,
     CUDA_EMU_BALLOT,
+    CUDA_EMU_COMBINE,
 } CudaEmuWarpOp;
 
 /* The calling fiber's part in a warp collective: value is its operand's bits, arg the source
  * lane / lane mask / delta, width the shuffle segment (a power of two <= 32). Returns the bits
  * the lane receives (the ballot for CUDA_EMU_BALLOT). Aborts as rule 5 says. */
 uint64_t cuda_emu_warp_op(CudaEmuWarpOp op, unsigned mask, uint64_t value, int arg, int width);
+/* The warp-collective part of an emulated tensor-core instruction (kernels/cuda/mma.cuh): every
+ * lane of mask posts its operands `in` and the place `out` of its result; when the last lane
+ * arrives, combine(in, out) runs once with every lane's pointers (NULL for lanes outside mask)
+ * while all of them wait, then each lane goes on with its out written. Completes, and aborts,
+ * as a shuffle with the same mask does (rule 5); lanes passing another combine abort. */
+typedef void (*CudaEmuCombine)(const void *const in[32], void *const out[32]);
+void cuda_emu_warp_combine(unsigned mask, const void *in, void *out, CudaEmuCombine combine);
 /* __syncthreads for the calling fiber (rule 4). */
 void cuda_emu_syncthreads(void);
 
