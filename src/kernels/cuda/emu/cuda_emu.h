@@ -14,11 +14,12 @@
  *     at the start of every block: shared memory is never zero or left over from a block before.
  *  4. __syncthreads releases when every thread of the block waits at it. If some wait while the
  *     others have returned (a divergent barrier), the launch aborts with a message.
- *  5. A warp collective (__shfl*_sync, __syncwarp, __ballot_sync...) completes when every lane
- *     its mask names has reached a collective with the same mask and kind. A caller outside its
- *     own mask, a mask naming a lane that does not exist, returns or waits elsewhere, or two
- *     lanes disagreeing about the mask abort the launch with a message naming the lanes. A
- *     shuffle that reads a lane outside the mask gets all-ones bits (NaN), as undefined on a GPU.
+ *  5. A warp collective (__shfl*_sync, __syncwarp, __ballot_sync..., mma.cuh's emulated
+ *     mma.sync) completes when every lane its mask names has reached a collective with the same
+ *     mask and kind. A caller outside its own mask, a mask naming a lane that does not exist,
+ *     returns or waits elsewhere, or two lanes disagreeing about the mask abort the launch with
+ *     a message naming the lanes. A shuffle that reads a lane outside the mask gets all-ones
+ *     bits (NaN), as undefined on a GPU.
  *  6. atomicAdd and friends are plain read-modify-writes: fibers switch only at the points of
  *     rule 2, so nothing interleaves inside one.
  *  7. Device memory is host memory: cudaMalloc poisons what it returns (0xff bytes), cudaMemcpy
