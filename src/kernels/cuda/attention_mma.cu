@@ -6,13 +6,15 @@
 // probability and gradient of its rows lives in its C fragments (lane: rows groupID, groupID + 8;
 // columns tig * 2, + 1 of each 8-column block), so the softmax needs only the 4 lanes of a row:
 //  - forward: a block per (segment, 64-query tile, head); per 32-key tile S = Q K^T, the online
-//    softmax, O += bf16(P) V. With `lse`/`big_d` it writes each row's log-sum-exp and
+//    softmax, O += P V. With `lse`/`big_d` it writes each row's log-sum-exp and
 //    D = Σ dO·O (from the fp32 output) for the backward, the output itself not stored.
 //  - dq: a block per (segment, 64-query tile, head); per 16-key tile S = Q K^T, dP = dO V^T,
-//    P = exp(S scale - lse), dS = P (dP - D), dq += bf16(dS) K.
+//    P = exp(S scale - lse), dS = P (dP - D), dq += dS K.
 //  - dk, dv: a block per (64-key tile, kv head); walks the segments that see its keys, the
-//    group's heads and 16-query tiles in order: S^T = K Q^T, dP^T = V dO^T, dv += bf16(P^T) dO,
-//    dk += bf16(dS^T) Q.
+//    group's heads and 16-query tiles in order: S^T = K Q^T, dP^T = V dO^T, dv += P^T dO,
+//    dk += dS^T Q.
+// Warps skip their products for the tiles none of their rows sees (causal), which changes no
+// bit of a sum: those terms are exact zeros.
 // Operands: q, k, v, dout are rounded to bf16 as they enter shared memory (the autocast hook
 // passes values that are bf16 already, so that is exact); P and dS enter their products as
 // P_PARTS bf16 parts (3: exactly their fp32 values, the CPU autocast's rule); the softmax's max,
