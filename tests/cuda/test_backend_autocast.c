@@ -13,6 +13,9 @@
  * adjacent bf16 values) is counted, and at most 1 in 500 values of a tensor (at least 2) may
  * flip. A wrong rounding rule (toward zero: about half the values one bf16 step off, and
  * the rounded inputs differ) or a wrong operand fails both.
+ * Attention runs on the tensor cores on the device (attention_mma.h): its probabilities and
+ * score gradients enter the bf16 products as three bf16 parts, their fp32 values exactly, so the
+ * same bound holds; the longer segments give it several query and key tiles.
  * Each op runs twice (under cuda-emu with another scheduler seed) and the two results must be
  * bitwise equal.
  *
@@ -187,14 +190,16 @@ static void check_linear(int n, int in_dim, int out_dim, bool bf16_w) {
 
 /* Attention over a shared prefix and two sequences continuing it, one sequence of its own, and
  * padding rows no segment names (their out and dq stay unwritten: compared on the rows written). */
-static void check_attention(int nh, int nkv, int hd, int window) {
-    char what[96];
-    enum { P = 5, A = 9, B = 7, C = 11, PAD = 3, N = P + A + B + C + PAD, NSEG = 4 };
+static void check_attention(int nh, int nkv, int hd, int window, int stretch) {
+    char what[112];
+    enum { NSEG = 4 };
+    const int P = 5 * stretch, A = 9 * stretch, B = 7 * stretch, C = 11 * stretch, PAD = 3,
+              N = P + A + B + C + PAD;
     AttnSegment segs[NSEG] = {{.start = 0, .len = P},
                               {.start = P, .len = A, .prefix_start = 0, .prefix_len = P},
                               {.start = P + A, .len = B, .prefix_start = 0, .prefix_len = P},
                               {.start = P + A + B, .len = C}};
-    int32_t seq_index[N];
+    int32_t *seq_index = malloc((size_t)N * sizeof *seq_index);
     for (int r = 0; r < N; r++)
         seq_index[r] = r < P + A ? r : r < P + A + B ? r - A : r - (P + A + B);
     int written = P + A + B + C; /* rows 0 .. written-1 belong to a segment */
@@ -207,7 +212,7 @@ static void check_attention(int nh, int nkv, int hd, int window) {
                             nh, nkv, hd, window);
     float *q_d = up(q, nq * 4), *k_d = up(k, nk * 4), *v_d = up(v, nk * 4), *dy_d = up(dy, nq * 4);
     AttnSegment *segs_d = up(segs, sizeof segs);
-    int32_t *si_d = up(seq_index, sizeof seq_index);
+    int32_t *si_d = up(seq_index, (size_t)N * sizeof *seq_index);
     float *got[2], *got_dq[2], *got_dk[2], *got_dv[2];
     for (int run = 0; run < 2; run++) {
         start_run(run);
@@ -227,7 +232,9 @@ static void check_attention(int nh, int nkv, int hd, int window) {
         untouched &= isnan(got[0][i]) && isnan(got_dq[0][i]);
     CHECK(untouched, "attention wrote rows of no segment");
 #define NAME(s)                                                                                    \
-    (snprintf(what, sizeof what, "%s nh %d nkv %d hd %d window %d", s, nh, nkv, hd, window), what)
+    (snprintf(what, sizeof what, "%s nh %d nkv %d hd %d window %d rows %d", s, nh, nkv, hd,        \
+              window, N),                                                                          \
+     what)
     expect(NAME("attention"), got[0], got[1], want, nw, true);
     expect(NAME("attention_backward dq"), got_dq[0], got_dq[1], want_dq, nw, true);
     expect(NAME("attention_backward dk"), got_dk[0], got_dk[1], want_dk, nk, true);
@@ -237,7 +244,8 @@ static void check_attention(int nh, int nkv, int hd, int window) {
         free(got[run]), free(got_dq[run]), free(got_dk[run]), free(got_dv[run]);
     dev_be->free(dev_be, q_d), dev_be->free(dev_be, k_d), dev_be->free(dev_be, v_d);
     dev_be->free(dev_be, dy_d), dev_be->free(dev_be, segs_d), dev_be->free(dev_be, si_d);
-    free(q), free(k), free(v), free(dy), free(want), free(want_dq), free(want_dk), free(want_dv);
+    free(seq_index), free(q), free(k), free(v), free(dy), free(want), free(want_dq), free(want_dk),
+        free(want_dv);
 }
 
 /* The lm_head's log-probs, their statistics and the backward, W fp32 (dlm_head accumulated) or
@@ -347,8 +355,14 @@ int main(void) {
     check_linear(37, 48, 40, false);
     check_linear(64, 96, 72, false);
     check_linear(19, 40, 56, true);
-    check_attention(4, 2, 16, 0);
-    check_attention(4, 4, 8, 4);
+    check_attention(4, 2, 16, 0, 1);
+    check_attention(4, 4, 8, 4, 1);
+    check_attention(2, 1, 64, 0, 1); /* a 64-dim head: the HDP 64 kernels */
+    check_attention(2, 2, 40, 6, 1); /* 40 dims padded to 64, a window */
+    /* segments of 40-88 rows: several query and key tiles a segment, key tiles across the prefix
+     * and own rows, under GQA and under a window */
+    check_attention(4, 2, 16, 0, 8);
+    check_attention(2, 1, 32, 37, 8);
     check_logprob(13, 32, 250, false);
     check_logprob(9, 40, 200, true);
     CHECK(backend_cuda_status(dev_be) == 0, "%s: %s", dev_be->name, err_msg());

@@ -16,6 +16,7 @@
 // A query row's TPR threads are consecutive lanes of one warp; its softmax statistics are reduced
 // over them with xor shuffles (a fixed tree) and held alike by each.
 #include "kernels/cuda/attention_tiled.h"
+#include "kernels/cuda/attention_view.cuh"
 #include "kernels/cuda/cuda_device.h"
 
 #define TILE_THREADS 128
@@ -34,34 +35,6 @@
 #define KV_TPK (TILE_THREADS / BK)
 
 static_assert(FK % F_TPR == 0 && BK % B_TPR == 0 && BQ % KV_TPK == 0, "whole columns per thread");
-
-// The key rows of segment s in key order (the prefix's rows, then its own), and what a query
-// sees: key c of own query i when c <= prefix_len + i and, under a window, its seq_index is past
-// the query's - window.
-struct SegmentView {
-    AttnSegment s;
-    __device__ __forceinline__ int key_row(int c) const {
-        return c < s.prefix_len ? s.prefix_start + c : s.start + (c - s.prefix_len);
-    }
-};
-
-// Row r of a query tile starting at own query q0 of segment s (rows_here of the tile's rows are
-// real) and the keys it sees: key c up to its own (causal), under a window only keys whose
-// seq_index is past the query's - window. A row past the segment's end sees none. The forward
-// and dq kernels both mask with sees(), so their P is the same function.
-struct QueryRow {
-    int row, n_keys, oldest;
-    bool real;
-    __device__ __forceinline__ QueryRow(const AttnSegment &s, int q0, int r, int rows_here,
-                                        int window, const int *seq_index)
-        : row(s.start + q0 + r), n_keys(s.prefix_len + q0 + r + 1), oldest(0), real(r < rows_here) {
-        if (window > 0 && real) oldest = seq_index[row] - window;
-    }
-    __device__ __forceinline__ bool sees(const SegmentView &seg, int c, int window,
-                                         const int *seq_index) const {
-        return real && c < n_keys && (window <= 0 || seq_index[seg.key_row(c)] > oldest);
-    }
-};
 
 // Sum and max over the `tpr` consecutive lanes that hold one row (tpr a power of two <= 32).
 template <int TPR> __device__ __forceinline__ float row_sum(float v) {

@@ -6,6 +6,7 @@
 // entries of "bf16 autocast" below, the rest the same.
 #include "kernels/cuda/backend_cuda.h"
 
+#include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_pool.h"
@@ -626,8 +627,9 @@ static bool round_segment_rows(const Backend *be, float *x, const AttnSegment *h
     return true;
 }
 
-// The fp32 attention kernels on q, k, v rounded to bf16 values, the output rounded; the scores
-// and probabilities stay fp32 (backend_autocast.c rule 3).
+// The tensor-core attention (attention_mma.h) on q, k, v rounded to bf16 values, the output
+// rounded; the softmax statistics stay fp32, the probabilities enter P V as bf16 (as torch's bf16
+// SDPA; backend_autocast.c rule 3 keeps them fp32 on the CPU: the tests bound the difference).
 static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
                          const float *v, const AttnSegment *segs, int n_segs,
                          const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
@@ -644,8 +646,8 @@ static void ac_attention(const Backend *be, float *out, const float *q, const fl
     const float *vr = rounded(be, SCRATCH_AC_V, v, rows * kw, op);
     if (qr && kr && vr && max_len > 0 &&
         launched(be, op,
-                 cuda_attention_forward(out, qr, kr, vr, segs, n_segs, max_len, seq_index, n_heads,
-                                        n_kv_heads, hd, window, NULL)))
+                 cuda_attention_mma_forward(out, qr, kr, vr, segs, n_segs, max_len, seq_index,
+                                            n_heads, n_kv_heads, hd, window, NULL)))
         round_segment_rows(be, out, h, n_segs, qw, op);
     free(h);
 }
@@ -676,9 +678,9 @@ static void ac_attention_backward(const Backend *be, float *dq, float *dk, float
     }
     if (good && ok(be) &&
         launched(be, op,
-                 cuda_attention_backward(dq, dk, dv, g, qr, kr, vr, segs, n_segs, max_len,
-                                         seq_index, n_rows, n_heads, n_kv_heads, hd, window, stats,
-                                         NULL)) &&
+                 cuda_attention_mma_backward(dq, dk, dv, g, qr, kr, vr, segs, n_segs, max_len,
+                                             seq_index, n_rows, n_heads, n_kv_heads, hd, window,
+                                             stats, NULL)) &&
         round_segment_rows(be, dq, h, n_segs, qw, op) &&
         launched(be, op, cuda_bf16_round(dk, dk, rows * kw, NULL)))
         launched(be, op, cuda_bf16_round(dv, dv, rows * kw, NULL));

@@ -4,6 +4,7 @@
 set(RLHF_CUDA_OWN_KERNELS
   adamw.cu
   attention.cu
+  attention_mma.cu
   attention_tiled.cu
   device_pool.cu
   elementwise.cu

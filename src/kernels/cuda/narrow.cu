@@ -3,19 +3,16 @@
 // the CUDA backend under bf16 autocast (backend_cuda.h) rounds activations and weights with these
 // before a bf16 cuBLASLt product, and rounds the outputs torch holds in bf16. widen.cu is the
 // other direction.
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 #define NARROW_THREADS 256
 #define NARROW_BLOCKS  1024
 
-// The bits of f rounded to the nearest bf16 (ties to even) in the upper half, the lower half
-// zero. Adding 0x7fff plus the kept half's lowest bit carries into the kept half exactly when the
-// dropped half is above the midpoint, or at it with the kept half odd.
+// The bits of f rounded to the nearest bf16 (bf16.cuh) in the upper half, the lower half zero.
 __device__ __forceinline__ unsigned rounded_bits(float f) {
-    unsigned u = __float_as_uint(f);
-    unsigned r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : r;
+    return bf16_round_bits(f) << 16;
 }
 
 __global__ void __launch_bounds__(NARROW_THREADS)

@@ -2,6 +2,7 @@
 // the checks of cuda_emu.h's rules 3-5, and the random orders of rules 1-2. Each is launched
 // by a C wrapper; the C side checks the results against CUDA's documented semantics.
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/mma.cuh"
 #include "probes.h"
 
 // Per thread (64: two warps), PROBE_SLOTS results in out[thread * PROBE_SLOTS + k].
@@ -112,4 +113,55 @@ extern "C" int probe_partial_warp(void) {
 }
 extern "C" int probe_dynamic_shared(void) {
     return (int)CUDA_LAUNCH(partial_warp_kernel, 1, 32, 1024, (cudaStream_t)0);
+}
+
+// One warp: each lane loads its fragments of a, b, c by mma.cuh's helpers, multiplies, and
+// stores its part of d by the same helpers.
+__global__ void mma_kernel(float *d, const uint16_t *a, const uint16_t *b, const float *c) {
+    int lane = threadIdx.x;
+    unsigned ar[4] = {0, 0, 0, 0}, br[2] = {0, 0};
+    float cr[4], dr[4];
+    for (int i = 0; i < 8; i++) {
+        MmaCoord at = mma_a_coord(lane, i);
+        ar[i >> 1] |= (unsigned)a[at.row * 16 + at.col] << ((i & 1) * 16);
+    }
+    for (int i = 0; i < 4; i++) {
+        MmaCoord at = mma_b_coord(lane, i);
+        br[i >> 1] |= (unsigned)b[at.row * 8 + at.col] << ((i & 1) * 16);
+    }
+    for (int i = 0; i < 4; i++) {
+        MmaCoord at = mma_c_coord(lane, i);
+        cr[i] = c[at.row * 8 + at.col];
+    }
+    mma_bf16_16816(dr, ar, br, cr);
+    for (int i = 0; i < 4; i++) {
+        MmaCoord at = mma_c_coord(lane, i);
+        d[at.row * 8 + at.col] = dr[i];
+    }
+}
+
+extern "C" int probe_mma(float *d, const uint16_t *a, const uint16_t *b, const float *c) {
+    return (int)CUDA_LAUNCH(mma_kernel, 1, 32, 0, (cudaStream_t)0, d, a, b, c);
+}
+
+extern "C" void probe_mma_coord(char which, int lane, int i, int *row, int *col) {
+    MmaCoord at = which == 'a'   ? mma_a_coord(lane, i)
+                  : which == 'b' ? mma_b_coord(lane, i)
+                                 : mma_c_coord(lane, i);
+    *row = at.row, *col = at.col;
+}
+
+// Lanes 16-31 return before the mma: .aligned needs the whole warp, so cuda-emu aborts.
+__global__ void mma_missing_lane_kernel(float *d) {
+    if (threadIdx.x >= 16) return;
+    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0};
+    mma_bf16_16816(c, a, b, c);
+    d[threadIdx.x] = c[0];
+}
+
+extern "C" int probe_mma_missing_lane(void) {
+    float *d;
+    cudaMalloc((void **)&d, 32 * sizeof *d);
+    return (int)CUDA_LAUNCH(mma_missing_lane_kernel, 1, 32, 0, (cudaStream_t)0, d);
 }

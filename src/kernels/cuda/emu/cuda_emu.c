@@ -190,12 +190,36 @@ static void make_ready(int i) {
     blk.ready[blk.n_ready++] = i;
 }
 
+/* What a lane posts to CUDA_EMU_COMBINE (on its fiber's stack, valid while it waits). */
+typedef struct {
+    const void *in;
+    void *out;
+    CudaEmuCombine combine;
+} CombinePost;
+
+/* A CUDA_EMU_COMBINE completed by f: the combine function once, over every lane's posts. */
+static void combine_now(const Fiber *f, const Fiber *warp0, unsigned mask) {
+    const void *in[32] = {0};
+    void *out[32] = {0};
+    CudaEmuCombine combine = ((const CombinePost *)(uintptr_t)f->value)->combine;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1)) continue;
+        const CombinePost *p = (const CombinePost *)(uintptr_t)warp0[l].value;
+        if (p->combine != combine)
+            fail(f, "mma.sync: lane %d runs another warp-collective instruction than lane %d", l,
+                 f->lane);
+        in[l] = p->in, out[l] = p->out;
+    }
+    combine(in, out);
+}
+
 /* The bits lane `lane` of a completed collective receives (rule 5). */
 static uint64_t collective_result(const Fiber *warp0, const Fiber *f, unsigned mask) {
     const uint64_t poison = ~(uint64_t)0;
     int lane = f->lane, seg = lane & ~(f->width - 1), src;
     switch (f->op) {
     case CUDA_EMU_SYNCWARP:
+    case CUDA_EMU_COMBINE: /* its results are written by the combine function */
         return 0;
     case CUDA_EMU_BALLOT: {
         uint64_t bits = 0;
@@ -226,7 +250,8 @@ static uint64_t collective_result(const Fiber *warp0, const Fiber *f, unsigned m
 
 static const char *op_name(CudaEmuWarpOp op) {
     static const char *const names[] = {"__shfl_sync",    "__shfl_xor_sync", "__shfl_down_sync",
-                                        "__shfl_up_sync", "__syncwarp",      "__ballot_sync"};
+                                        "__shfl_up_sync", "__syncwarp",      "__ballot_sync",
+                                        "mma.sync"};
     return names[op];
 }
 
@@ -250,6 +275,7 @@ uint64_t cuda_emu_warp_op(CudaEmuWarpOp op, unsigned mask, uint64_t value, int a
     f->state = WARP;
     w->waiting |= 1u << f->lane;
     if ((w->waiting & mask) == mask) { /* the last lane of the mask: complete it */
+        if (op == CUDA_EMU_COMBINE) combine_now(f, warp0, mask);
         for (int l = 0; l < 32; l++)
             if (mask >> l & 1) warp0[l].result = collective_result(warp0, &warp0[l], mask);
         w->waiting &= ~mask;
@@ -258,6 +284,11 @@ uint64_t cuda_emu_warp_op(CudaEmuWarpOp op, unsigned mask, uint64_t value, int a
     }
     to_scheduler(f, false);
     return f->result;
+}
+
+void cuda_emu_warp_combine(unsigned mask, const void *in, void *out, CudaEmuCombine combine) {
+    CombinePost post = {in, out, combine};
+    cuda_emu_warp_op(CUDA_EMU_COMBINE, mask, (uint64_t)(uintptr_t)&post, 0, 32);
 }
 
 /* Invariant 3's first case: the message for a collective that cannot complete. */

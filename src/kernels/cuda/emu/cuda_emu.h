@@ -14,11 +14,12 @@
  *     at the start of every block: shared memory is never zero or left over from a block before.
  *  4. __syncthreads releases when every thread of the block waits at it. If some wait while the
  *     others have returned (a divergent barrier), the launch aborts with a message.
- *  5. A warp collective (__shfl*_sync, __syncwarp, __ballot_sync...) completes when every lane
- *     its mask names has reached a collective with the same mask and kind. A caller outside its
- *     own mask, a mask naming a lane that does not exist, returns or waits elsewhere, or two
- *     lanes disagreeing about the mask abort the launch with a message naming the lanes. A
- *     shuffle that reads a lane outside the mask gets all-ones bits (NaN), as undefined on a GPU.
+ *  5. A warp collective (__shfl*_sync, __syncwarp, __ballot_sync..., mma.cuh's emulated
+ *     mma.sync) completes when every lane its mask names has reached a collective with the same
+ *     mask and kind. A caller outside its own mask, a mask naming a lane that does not exist,
+ *     returns or waits elsewhere, or two lanes disagreeing about the mask abort the launch with
+ *     a message naming the lanes. A shuffle that reads a lane outside the mask gets all-ones
+ *     bits (NaN), as undefined on a GPU.
  *  6. atomicAdd and friends are plain read-modify-writes: fibers switch only at the points of
  *     rule 2, so nothing interleaves inside one.
  *  7. Device memory is host memory: cudaMalloc poisons what it returns (0xff bytes), cudaMemcpy
@@ -89,12 +90,20 @@ typedef enum {
     CUDA_EMU_SHFL_UP,
     CUDA_EMU_SYNCWARP,
     CUDA_EMU_BALLOT,
+    CUDA_EMU_COMBINE,
 } CudaEmuWarpOp;
 
 /* The calling fiber's part in a warp collective: value is its operand's bits, arg the source
  * lane / lane mask / delta, width the shuffle segment (a power of two <= 32). Returns the bits
  * the lane receives (the ballot for CUDA_EMU_BALLOT). Aborts as rule 5 says. */
 uint64_t cuda_emu_warp_op(CudaEmuWarpOp op, unsigned mask, uint64_t value, int arg, int width);
+/* The warp-collective part of an emulated tensor-core instruction (kernels/cuda/mma.cuh): every
+ * lane of mask posts its operands `in` and the place `out` of its result; when the last lane
+ * arrives, combine(in, out) runs once with every lane's pointers (NULL for lanes outside mask)
+ * while all of them wait, then each lane goes on with its out written. Completes, and aborts,
+ * as a shuffle with the same mask does (rule 5); lanes passing another combine abort. */
+typedef void (*CudaEmuCombine)(const void *const in[32], void *const out[32]);
+void cuda_emu_warp_combine(unsigned mask, const void *in, void *out, CudaEmuCombine combine);
 /* __syncthreads for the calling fiber (rule 4). */
 void cuda_emu_syncthreads(void);
 
