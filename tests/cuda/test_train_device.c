@@ -7,7 +7,13 @@
  * on the device and resumed on the CPU ends where the CPU run ends (its step-2 metrics and final
  * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW and bf16 on the
  * device, an unknown device: each an error naming the key and the file, with nothing written to
- * output_dir.
+ * output_dir. GRPO (rl: grpo, full fine-tuning, a frozen reference on the device): two steps,
+ * each generating on the device (its KV cache, the policy's device weights after the previous
+ * step's update) and sampling on the host from torch's generator as the CPU run does, so the
+ * logged completions must be the same texts; loss, grad_norm, kl, entropy and reward per step
+ * within 1e-5 relative (kl, entropy, reward: plus 1e-7 absolute; kl is 0 at step 1) and the
+ * saved weights within 1e-5 of scale. The replay buffer and sync_ref_model are refused by key on
+ * the device.
  *
  * Why 1e-5: the device's products sum in another order than the CPU's BLAS, so agreement is to
  * fp32 rounding (test_backend_model_cuda: about 3e-6 of a tensor's largest value through a
