@@ -287,9 +287,9 @@ static void same_completions(const char *dev_dir, const char *cpu_dir) {
  * exponentials from torch's generator on the host, so the completions match as long as no
  * draw falls within roundoff of a boundary between two tokens (at this size none does: a
  * flip shows as differing texts and then as loss differences far above the bound). */
-static void check_grpo(void) {
-    const char *cpu = run(grpo_config, "cpu", "grpo_cpu", false, NULL);
-    const char *dev = run(grpo_config, DEVICE, "grpo_dev", false, NULL);
+static void check_grpo(bool lora) {
+    const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", lora, NULL);
+    const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", lora, NULL);
     same_completions(dev, cpu);
     same_metrics("grpo", dev, cpu, STEPS);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
@@ -301,7 +301,8 @@ static void check_grpo(void) {
                   "grpo: step %zu %s %.9g, cpu %.9g", i + 1, keys[k], x, y);
         }
     json_decref(a), json_decref(b);
-    same_weights("grpo", dev, cpu, "model.safetensors");
+    same_weights(lora ? "grpo_lora" : "grpo", dev, cpu,
+                 lora ? "adapter_model.safetensors" : "model.safetensors");
 }
 
 /* The cases, each a method x adapter: on cuda-emu (slow: every CUDA thread a fiber) the two that
@@ -343,7 +344,10 @@ int main(int argc, char **argv) {
     const char *sync[] = {"--trl.sync_ref_model", "true", NULL};
     refused_config(grpo_config, "grpo.yaml", DEVICE, sync, "key 'trl.sync_ref_model'");
 
-    if (argc < 2 || strcmp(argv[1], "grpo") == 0) check_grpo();
+    /* GRPO: full fine-tuning everywhere; with LoRA (the reference: the adapter switched off)
+     * on the device or with RLHF_TRAIN_DEVICE_ALL=1, as the cases below */
+    if (argc < 2 || strcmp(argv[1], "grpo") == 0) check_grpo(false);
+    if (argc < 2 ? all : strcmp(argv[1], "grpo_lora") == 0) check_grpo(true);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool chosen = argc > 1 ? strcmp(argv[1], cases[i].name) == 0 : all || cases[i].emu;
         if (chosen)
