@@ -23,9 +23,10 @@ static const TrainDeviceProvider *provider_named(const char *name) {
     return NULL;
 }
 
-/* What of a GRPO run's settings reads or writes the policy's weights on the host (the device
- * keeps them in its memory for the whole loop: device_residency.h), as "key 'K': why"; NULL
- * when the run generates, scores and trains with the device's weights alone. */
+/* What of a GRPO run's settings the device path does not run, as "key 'K': why": what reads or
+ * writes the policy's weights on the host (the device keeps them in its memory for the whole
+ * loop: device_residency.h), and the replay buffer, not checked there yet; NULL when the run
+ * generates, scores and trains with the device's weights alone. */
 static const char *grpo_unsupported(const GrpoConfig *g) {
     if (g->replay_buffer_size > 0)
         return "key 'trl.replay_buffer_size': the replay buffer is not run on the CUDA backend "
