@@ -505,7 +505,7 @@ int grpo_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const Tokenize
     vllm_server_close(server);
     if (funcs_open) reward_funcs_close(r.funcs, n_funcs);
     free(r.funcs);
-    reference_policy_close(&ref);
+    train_reference_close(&ref); /* a reference moved to the device leaves it first */
     grpo_dataset_free(&r.held_out);
     grpo_dataset_free(&r.train);
     replay_buffer_free(&r.replay);

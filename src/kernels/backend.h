@@ -213,6 +213,14 @@ struct Backend {
                                     WeightRef lm_head, int n, int h, int vocab, LogitCap cap);
     /* x (n) = softcap * tanh(x / softcap), in place (logits for sampling). */
     void (*softcap)(const Backend *be, float *x, size_t n, float softcap);
+
+    /* ---- decoding (optional: NULL where be->copy per row is as good, the CPU) ---- */
+    /* One layer's KV-cache append: k_cache, v_cache (slots, max_len, kvd); row r of k and v
+     * (N, kvd) written at position pos[r] of slot slot[r] (int32 N each, backend memory); the
+     * (slot, pos) pairs are distinct. Other rows untouched. */
+    void (*kv_cache_write)(const Backend *be, float *k_cache, float *v_cache, const float *k,
+                           const float *v, const int32_t *slot, const int32_t *pos, int n,
+                           int max_len, int kvd);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

@@ -76,7 +76,10 @@ static void cached_attention(const DecoderHooks *h, const Model *m, int l, Layer
     const ModelConfig *c = &m->cfg;
     KvCache *kv = b->kv;
     size_t kvd = (size_t)kv->kv_dim;
-    for (int r = 0; r < n; r++) {
+    if (be->kv_cache_write) /* one op for all the rows (a device: one launch, not 2n copies) */
+        be->kv_cache_write(be, kv_cache_row(kv, kv->k, l, 0, 0), kv_cache_row(kv, kv->v, l, 0, 0),
+                           a->k, a->v, b->slot_dev, b->pos_dev, n, kv->max_len, (int)kvd);
+    for (int r = 0; !be->kv_cache_write && r < n; r++) {
         be->copy(be, kv_cache_row(kv, kv->k, l, b->slot[r], b->pos[r]), a->k + (size_t)r * kvd,
                  kvd * sizeof(float), BACKEND_DEVICE_TO_DEVICE);
         be->copy(be, kv_cache_row(kv, kv->v, l, b->slot[r], b->pos[r]), a->v + (size_t)r * kvd,
@@ -134,19 +137,38 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
             ids[r] = chunks[j].tokens[i];
         }
     }
-    size_t table = (size_t)n * (c->rotary_dim / 2);
+    int half = c->rotary_dim / 2;
+    size_t table = (size_t)n * half;
     int sets = rope_table_sets(c);
     size_t table_bytes = (size_t)sets * table * sizeof(float);
-    float *cos_t = xmalloc(table_bytes), *sin_t = xmalloc(table_bytes);
-    if (kv->rope_len_floor > max_pos) max_pos = kv->rope_len_floor; /* kv_cache.h invariant 4 */
-    rope_build_rows(c, max_pos, b.pos, n, cos_t, sin_t);
     void *owned[4] = {0};
     size_t ints = (size_t)n * sizeof(int32_t);
     const int32_t *ids_dev = backend_mirror(be, ids, ints, "token ids", &owned[0]);
-    const float *cos_dev = backend_mirror(be, cos_t, table_bytes, "RoPE tables", &owned[1]);
-    const float *sin_dev = backend_mirror(be, sin_t, table_bytes, "RoPE tables", &owned[2]);
     b.slot_dev = backend_mirror(be, b.slot, ints, "cache slots", &b.owned[0]);
     b.pos_dev = backend_mirror(be, b.pos, ints, "positions", &b.owned[1]);
+    const float *cos_dev = NULL, *sin_dev = NULL;
+    float *cos_t = NULL, *sin_t = NULL;
+    const float *all_cos, *all_sin;
+    if (!be->host_memory && kv_cache_rope_fixed(c) && b.pos_dev &&
+        kv_cache_rope_tables(kv, c, &all_cos, &all_sin) == 0) {
+        /* a device: this step's rows gathered there from the cache's tables of every position
+         * (kv_cache.h invariant 5), nothing built or copied from the host */
+        float *gc = be->alloc(be, table_bytes, "RoPE tables");
+        float *gs = gc ? be->alloc(be, table_bytes, "RoPE tables") : NULL;
+        owned[1] = gc, owned[2] = gs;
+        for (int set = 0; gs && set < sets; set++) {
+            size_t from = (size_t)set * kv->max_len * half;
+            be->rows_gather(be, gc + set * table, all_cos + from, b.pos_dev, n, half);
+            be->rows_gather(be, gs + set * table, all_sin + from, b.pos_dev, n, half);
+        }
+        cos_dev = gc, sin_dev = gs;
+    } else {
+        cos_t = xmalloc(table_bytes), sin_t = xmalloc(table_bytes);
+        if (kv->rope_len_floor > max_pos) max_pos = kv->rope_len_floor; /* kv_cache.h inv. 4 */
+        rope_build_rows(c, max_pos, b.pos, n, cos_t, sin_t);
+        cos_dev = backend_mirror(be, cos_t, table_bytes, "RoPE tables", &owned[1]);
+        sin_dev = backend_mirror(be, sin_t, table_bytes, "RoPE tables", &owned[2]);
+    }
     float *last = be->alloc(be, (size_t)n_chunks * H * sizeof(float), "last rows");
     float *logits_dev =
         be->host_memory ? logits

@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include "common/error.h"
+#include "model/rope_tables.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ void kv_cache_free(KvCache *kv) {
     if (kv->be) {
         kv->be->free(kv->be, kv->k);
         kv->be->free(kv->be, kv->v);
+        kv->be->free(kv->be, kv->rope_cos);
+        kv->be->free(kv->be, kv->rope_sin);
     }
     free(kv->len);
     memset(kv, 0, sizeof *kv);
@@ -48,4 +51,37 @@ void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n) {
                  BACKEND_DEVICE_TO_DEVICE);
     }
     kv->len[to] = n;
+}
+
+bool kv_cache_rope_fixed(const ModelConfig *cfg) {
+    for (int set = 0; set < rope_table_sets(cfg); set++) {
+        RopeType t = (set ? &cfg->rope_local : &cfg->rope)->type;
+        if (t == ROPE_DYNAMIC || t == ROPE_LONGROPE) return false;
+    }
+    return true;
+}
+
+int kv_cache_rope_tables(KvCache *kv, const ModelConfig *cfg, const float **cos_t,
+                         const float **sin_t) {
+    if (!kv_cache_rope_fixed(cfg))
+        return err_set("generation: this model's RoPE tables depend on the batch's length");
+    if (!kv->rope_cos) {
+        const Backend *be = kv->be;
+        size_t bytes =
+            (size_t)rope_table_sets(cfg) * kv->max_len * (cfg->rotary_dim / 2) * sizeof(float);
+        float *c = be->alloc(be, bytes, "RoPE tables"),
+              *s = c ? be->alloc(be, bytes, "RoPE tables") : NULL;
+        if (!s) {
+            be->free(be, c);
+            return -1;
+        }
+        float *hc = xmalloc(bytes), *hs = xmalloc(bytes);
+        rope_build_rows(cfg, kv->max_len, NULL, kv->max_len, hc, hs); /* seq_len unused here */
+        be->copy(be, c, hc, bytes, BACKEND_HOST_TO_DEVICE);
+        be->copy(be, s, hs, bytes, BACKEND_HOST_TO_DEVICE);
+        free(hc), free(hs);
+        kv->rope_cos = c, kv->rope_sin = s;
+    }
+    *cos_t = kv->rope_cos, *sin_t = kv->rope_sin;
+    return 0;
 }

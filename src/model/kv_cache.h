@@ -8,13 +8,18 @@
  *  3. len[s] <= max_len: appending past it is refused by the caller (model_forward_cached).
  *  4. rope_len_floor only raises the seq_len that RoPE types following the batch's length
  *     (dynamic NTK, longrope) are computed with: the rows of a forward see
- *     max(rope_len_floor, largest position + 1 among them). 0 after kv_cache_init. */
+ *     max(rope_len_floor, largest position + 1 among them). 0 after kv_cache_init.
+ *  5. rope_cos/rope_sin, once built, hold exactly the values rope_build_rows gives each
+ *     position (the same function builds them), for RoPE types whose tables do not depend on
+ *     the batch's length only (not dynamic NTK, not longrope): a decoding step gathers its rows
+ *     from them on the backend instead of building and copying them from the host. */
 #ifndef RLHF_MODEL_KV_CACHE_H
 #define RLHF_MODEL_KV_CACHE_H
 
 #include "kernels/backend.h"
 #include "model/config.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct {
@@ -25,6 +30,10 @@ typedef struct {
      * those that stopped, which transformers' generate keeps feeding (invariant 4). */
     int rope_len_floor;
     const Backend *be; /* where k and v live: the model's backend */
+    /* RoPE's cos and sin of positions 0..max_len-1 (rope_build_rows' sets, set s at
+     * s * max_len * rotary_dim/2) in be's memory, built by the first kv_cache_rope_tables call;
+     * NULL before (invariant 5). */
+    float *rope_cos, *rope_sin;
 } KvCache;
 
 /* A cache for n_slots sequences of up to max_len positions in be's memory (that of the model it
@@ -36,6 +45,15 @@ void kv_cache_reset_slot(KvCache *kv, int slot);
 /* Copies positions 0..n-1 of slot `from` into slot `to` (every layer) and sets len[to] = n: a
  * shared prompt is prefilled once. */
 void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n);
+
+/* Whether cfg's RoPE tables are the same whatever the batch's length (invariant 5). */
+bool kv_cache_rope_fixed(const ModelConfig *cfg);
+
+/* The cos and sin tables of invariant 5 for cfg (the model the cache serves), built in the
+ * backend's memory on the first call. Returns 0, or -1 with an error (no memory, or a RoPE
+ * type that depends on the length: kv_cache_rope_fixed false). */
+int kv_cache_rope_tables(KvCache *kv, const ModelConfig *cfg, const float **cos_t,
+                         const float **sin_t);
 
 /* Row `pos` of layer l, slot s, in the K or V array. */
 static inline float *kv_cache_row(const KvCache *kv, float *base, int l, int s, int pos) {

@@ -256,7 +256,10 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     for (int p = 0; p < n_prompts; p++)
         prefill_rows += prompt_lens[p];
     double pack_start = omp_get_wtime();
-    if (packed_model_worth(m, r.n_slots, opt->max_new_tokens, prefill_rows)) {
+    /* the packed copy is the CPU kernels' layout, read from host arrays: a model whose weights
+     * live in a device's memory (rlhf train's device key) decodes from them directly */
+    bool host_weights = model_backend(m)->host_memory;
+    if (host_weights && packed_model_worth(m, r.n_slots, opt->max_new_tokens, prefill_rows)) {
         if (packed_model_fits(m, opt->packed)) {
             packed = opt->packed ? opt->packed : &own;
             if (packed_model_build(packed, m) != 0) packed = NULL, err_clear();

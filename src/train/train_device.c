@@ -23,6 +23,23 @@ static const TrainDeviceProvider *provider_named(const char *name) {
     return NULL;
 }
 
+/* What of a GRPO run's settings the device path does not run, as "key 'K': why": what reads or
+ * writes the policy's weights on the host (the device keeps them in its memory for the whole
+ * loop: device_residency.h), and the replay buffer, not checked there yet; NULL when the run
+ * generates, scores and trains with the device's weights alone. */
+static const char *grpo_unsupported(const GrpoConfig *g) {
+    if (g->replay_buffer_size > 0)
+        return "key 'trl.replay_buffer_size': the replay buffer is not run on the CUDA backend "
+               "yet";
+    if (g->rollout_func)
+        return "key 'trl.rollout_func': a Python rollout function drives the CPU's engine";
+    if (g->vllm_server_url)
+        return "key 'trl.vllm_mode': server mode pushes the weights from host memory";
+    if (g->sync_ref_model)
+        return "key 'trl.sync_ref_model': the reference's mix with the policy runs on the host";
+    return NULL;
+}
+
 /* What of cfg the CUDA backend cannot run, as "key 'K': why", or NULL when it runs all of it. */
 static const char *unsupported(const TrainConfig *cfg) {
     if (optimizer_is_8bit(cfg->optimizer ? cfg->optimizer : ""))
@@ -32,8 +49,10 @@ static const char *unsupported(const TrainConfig *cfg) {
         return "key 'load_in_4bit': NF4 weights have no kernels on the CUDA backend";
     if (cfg->bf16)
         return "key 'bf16': bf16 autocast (and a base frozen in bf16) is CPU-only so far";
-    if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO)
-        return "key 'rl': GRPO's generation does not run on the CUDA backend yet";
+    if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
+        const char *why = grpo_unsupported(&cfg->grpo);
+        if (why) return why;
+    }
     if (cfg->adapter && cfg->lora_model_dir && cfg->rl != RL_NONE && !cfg->rl_adapter_ref_model)
         return "key 'lora_model_dir': the reference adapter loaded from it is kept on the CPU";
     if (dist_size() > 1) return "several ranks: the gradients are summed over MPI in host memory";

@@ -15,8 +15,10 @@
  *     no device answers, the line comes only if the key was written (a CUDA build on a machine
  *     without a GPU trains on the CPU as quietly as a CPU build).
  *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16/NF4 weights, several
- *     ranks, GRPO's generation) is never silently dropped: under cuda it is an error naming the
- *     key, under auto the reason for the CPU. */
+ *     ranks; for GRPO whatever reads or writes the policy's weights on the host: the replay
+ *     buffer, a rollout function, server mode, sync_ref_model) is never silently dropped: under
+ *     cuda it is an error naming the key, under auto the reason for the CPU. GRPO itself runs:
+ *     its generation decodes with the device's weights, its rewards are scored on the host. */
 #ifndef RLHF_TRAIN_TRAIN_DEVICE_H
 #define RLHF_TRAIN_TRAIN_DEVICE_H
 

@@ -380,6 +380,43 @@ static void check_attention(int nh, int nkv, int hd, int window, int C) {
     free(q), free(k), free(v), free(want), free(seq_index);
 }
 
+/* The KV-cache append (kv_cache_write): n new rows of K and V at their (slot, position) in a
+ * cache of 3 slots filled with random values, against the copy per row that model/forward_cached
+ * does without the op (the CPU's path); every other cache row must be left as it was. */
+static void check_kv_cache_write(int kvd) {
+    char what[96];
+    enum { SLOTS = 3, MAX_LEN = 40, N = 6 };
+    int32_t slot[N] = {1, 0, 2, 1, 1, 0}, pos[N] = {0, 39, 17, 18, 19, 5};
+    size_t nc = (size_t)SLOTS * MAX_LEN * kvd, nr = (size_t)N * kvd;
+    float *kc = host_random(nc), *vc = host_random(nc), *k = host_random(nr), *v = host_random(nr);
+    float *want_k = malloc(nc * 4), *want_v = malloc(nc * 4);
+    memcpy(want_k, kc, nc * 4), memcpy(want_v, vc, nc * 4);
+    for (int r = 0; r < N; r++) {
+        size_t at = ((size_t)slot[r] * MAX_LEN + (size_t)pos[r]) * kvd;
+        memcpy(want_k + at, k + (size_t)r * kvd, kvd * 4);
+        memcpy(want_v + at, v + (size_t)r * kvd, kvd * 4);
+    }
+    float *k_d = dev(k, nr * 4), *v_d = dev(v, nr * 4);
+    int *slot_d = dev(slot, sizeof slot), *pos_d = dev(pos, sizeof pos);
+    float *got_k[2], *got_v[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *kc_d = dev(kc, nc * 4), *vc_d = dev(vc, nc * 4);
+        CHECK(cuda_kv_cache_write(kc_d, vc_d, k_d, v_d, slot_d, pos_d, N, MAX_LEN, kvd, NULL) == 0,
+              "launch");
+        got_k[run] = fetch(kc_d, nc * 4), got_v[run] = fetch(vc_d, nc * 4);
+        cudaFree(kc_d), cudaFree(vc_d);
+    }
+    snprintf(what, sizeof what, "kv_cache_write keys kvd %d", kvd);
+    expect(what, got_k[0], got_k[1], want_k, nc);
+    snprintf(what, sizeof what, "kv_cache_write values kvd %d", kvd);
+    expect(what, got_v[0], got_v[1], want_v, nc);
+    for (int run = 0; run < 2; run++)
+        free(got_k[run]), free(got_v[run]);
+    cudaFree(k_d), cudaFree(v_d), cudaFree(slot_d), cudaFree(pos_d);
+    free(kc), free(vc), free(k), free(v), free(want_k), free(want_v);
+}
+
 /* Decoding rows over a KV cache of 3 slots: positions in the first tile, past it (two tiles),
  * the first position; the cache rows past each position are poison (never read). */
 static void check_attention_cached(int nh, int nkv, int hd, int window) {
@@ -512,6 +549,8 @@ int main(void) {
     check_attention(2, 2, 200, 0, 9);  /* hd > the block: two output dims per thread */
     check_attention_cached(4, 2, 16, 0);
     check_attention_cached(2, 1, 64, 3);
+    check_kv_cache_write(32);
+    check_kv_cache_write(2 * 64 + 3); /* several blocks, a width no block size divides */
     size_t adamw_sizes[] = {3, 1000, 9000};
     for (size_t i = 0; i < sizeof adamw_sizes / sizeof *adamw_sizes; i++)
         check_adamw(adamw_sizes[i]);

@@ -7,7 +7,13 @@
  * on the device and resumed on the CPU ends where the CPU run ends (its step-2 metrics and final
  * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW and bf16 on the
  * device, an unknown device: each an error naming the key and the file, with nothing written to
- * output_dir.
+ * output_dir. GRPO (rl: grpo, full fine-tuning, a frozen reference on the device): two steps,
+ * each generating on the device (its KV cache, the policy's device weights after the previous
+ * step's update) and sampling on the host from torch's generator as the CPU run does, so the
+ * logged completions must be the same texts; loss, grad_norm, kl, entropy and reward per step
+ * within 1e-5 relative (kl, entropy, reward: plus 1e-7 absolute; kl is 0 at step 1) and the
+ * saved weights within 1e-5 of scale. The replay buffer and sync_ref_model are refused by key on
+ * the device.
  *
  * Why 1e-5: the device's products sum in another order than the CPU's BLAS, so agreement is to
  * fp32 rounding (test_backend_model_cuda: about 3e-6 of a tensor's largest value through a
@@ -50,7 +56,7 @@
 #endif
 #define REL 1e-5
 
-static char sft_config[4096], dpo_config[4096];
+static char sft_config[4096], dpo_config[4096], grpo_config[4096];
 
 static void write_configs(void) {
     char data[8192], text[8192];
@@ -81,6 +87,25 @@ static void write_configs(void) {
              harness_tmp_path("pairs.jsonl"), common);
     snprintf(dpo_config, sizeof dpo_config, "%s", harness_tmp_path("dpo.yaml"));
     harness_write_file(dpo_config, text, strlen(text));
+    /* GRPO: one prompt x 4 completions of 4 tokens a step, sampled at temperature 1 from
+     * torch's generator on the host (grpo_rng: torch, the default), so both runs draw the same
+     * exponentials; beta 0.05 so the reference (a frozen copy, on the device too) is read; a
+     * reward some completions miss (an "e" in the text of the tiny model's random tokens; with
+     * seed 6 both steps' groups have rewards 0 and 1, so advantages, gradients and, at step 2,
+     * the KL are not zero); the completions logged to compare them */
+    const char *prompts = harness_write_grpo_prompts();
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: grpo\ndatasets:\n  - path: %s\n"
+             "trl:\n  num_generations: 4\n  max_completion_length: 4\n  beta: 0.05\n"
+             "  log_completions: true\n  num_completions_to_print: 0\n"
+             "  reward_funcs:\n    - {function: builtin.format, pattern: \"e\", "
+             "match: search}\n"
+             "micro_batch_size: 4\ngradient_accumulation_steps: 1\nmax_steps: 2\n"
+             "learning_rate: 5e-3\nlr_scheduler: constant\nwarmup_steps: 0\nseed: 6\n"
+             "logging_steps: 1\nadam_epsilon: 1e-4\n",
+             model, prompts);
+    snprintf(grpo_config, sizeof grpo_config, "%s", harness_tmp_path("grpo.yaml"));
+    harness_write_file(grpo_config, text, strlen(text));
 }
 
 /* rlhf train config --key value ... (NULL-terminated pairs); returns cli_train's status. */
@@ -205,21 +230,79 @@ static void check_case(const char *what, const char *config, bool lora) {
 
 /* A config the device refuses: a clear error naming `needle` and the file, output_dir not
  * made. */
-static void refused(const char *device, const char *const *extra, const char *needle) {
+static void refused_config(const char *config, const char *file, const char *device,
+                           const char *const *extra, const char *needle) {
     const char *out = harness_tmp_path("refused");
     const char *kv[12] = {"--device", device, "--output_dir", out};
     int n = 4;
     for (; extra && *extra; extra++)
         kv[n++] = *extra;
     kv[n] = NULL;
-    CHECK(train(sft_config, kv) != CLI_EXIT_OK, "device %s with %s: accepted", device, needle);
+    CHECK(train(config, kv) != CLI_EXIT_OK, "device %s with %s: accepted", device, needle);
     const char *msg = err_msg();
-    CHECK(strstr(msg, needle) && strstr(msg, "sft.yaml"),
+    CHECK(strstr(msg, needle) && strstr(msg, file),
           "device %s: the error names %s and the "
           "file: %s",
           device, needle, msg);
     CHECK(!dir_exists(out), "device %s refused: %s was made", device, out);
     printf("refused as expected: %s\n", msg);
+}
+
+static void refused(const char *device, const char *const *extra, const char *needle) {
+    refused_config(sft_config, "sft.yaml", device, extra, needle);
+}
+
+/* The completions a run logged (completions.jsonl: one row per completion and step) against
+ * the CPU run's: the same steps, prompts and completion texts, in the same order. */
+static void same_completions(const char *dev_dir, const char *cpu_dir) {
+    char pa[4200], pb[4200], *a = NULL, *b = NULL;
+    snprintf(pa, sizeof pa, "%s/completions.jsonl", dev_dir);
+    snprintf(pb, sizeof pb, "%s/completions.jsonl", cpu_dir);
+    CHECK(read_file(pa, &a, NULL) == 0 && read_file(pb, &b, NULL) == 0, "%s", err_msg());
+    int rows = 0, differ = 0;
+    char *sa = NULL, *sb = NULL;
+    char *la = a ? strtok_r(a, "\n", &sa) : NULL, *lb = b ? strtok_r(b, "\n", &sb) : NULL;
+    for (; la && lb; la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb), rows++) {
+        json_t *x = json_loads(la, 0, NULL), *y = json_loads(lb, 0, NULL);
+        const char *keys[] = {"prompt", "completion"};
+        bool same = x && y &&
+                    json_integer_value(json_object_get(x, "step")) ==
+                        json_integer_value(json_object_get(y, "step"));
+        for (int k = 0; same && k < 2; k++) {
+            const char *u = json_string_value(json_object_get(x, keys[k])),
+                       *v = json_string_value(json_object_get(y, keys[k]));
+            same = u && v && strcmp(u, v) == 0;
+        }
+        if (!same && differ++ == 0) printf("grpo: completion %d: %s\n  cpu: %s\n", rows, la, lb);
+        json_decref(x), json_decref(y);
+    }
+    CHECK(!la && !lb, "grpo: the device logged %s completions than the cpu", la ? "more" : "fewer");
+    CHECK(rows == STEPS * 4 && differ == 0, "grpo: %d of %d completions differ", differ, rows);
+    printf("grpo: %d completions, the same texts on both\n", rows);
+    free(a), free(b);
+}
+
+/* GRPO on the device against the CPU: generation on the device's weights (the KV cache in its
+ * memory), rewards on the host, training on the device. The same seed draws the same
+ * exponentials from torch's generator on the host, so the completions match as long as no
+ * draw falls within roundoff of a boundary between two tokens (at this size none does: a
+ * flip shows as differing texts and then as loss differences far above the bound). */
+static void check_grpo(bool lora) {
+    const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", lora, NULL);
+    const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", lora, NULL);
+    same_completions(dev, cpu);
+    same_metrics("grpo", dev, cpu, STEPS);
+    json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
+    const char *keys[] = {"kl", "entropy", "reward"};
+    for (size_t i = 0; i < STEPS; i++)
+        for (int k = 0; k < 3; k++) {
+            double x = harness_metric(a, i, keys[k]), y = harness_metric(b, i, keys[k]);
+            CHECK(isfinite(x) && fabs(x - y) <= REL * fabs(y) + 1e-7,
+                  "grpo: step %zu %s %.9g, cpu %.9g", i + 1, keys[k], x, y);
+        }
+    json_decref(a), json_decref(b);
+    same_weights(lora ? "grpo_lora" : "grpo", dev, cpu,
+                 lora ? "adapter_model.safetensors" : "model.safetensors");
 }
 
 /* The cases, each a method x adapter: on cuda-emu (slow: every CUDA thread a fiber) the two that
@@ -256,7 +339,15 @@ int main(int argc, char **argv) {
     const char *bf16[] = {"--bf16", "true", NULL};
     refused(DEVICE, bf16, "key 'bf16'");
     refused("tpu", no_extra, "key 'device'");
+    const char *replay[] = {"--trl.replay_buffer_size", "2", NULL};
+    refused_config(grpo_config, "grpo.yaml", DEVICE, replay, "key 'trl.replay_buffer_size'");
+    const char *sync[] = {"--trl.sync_ref_model", "true", NULL};
+    refused_config(grpo_config, "grpo.yaml", DEVICE, sync, "key 'trl.sync_ref_model'");
 
+    /* GRPO: full fine-tuning everywhere; with LoRA (the reference: the adapter switched off)
+     * on the device or with RLHF_TRAIN_DEVICE_ALL=1, as the cases below */
+    if (argc < 2 || strcmp(argv[1], "grpo") == 0) check_grpo(false);
+    if (argc < 2 ? all : strcmp(argv[1], "grpo_lora") == 0) check_grpo(true);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool chosen = argc > 1 ? strcmp(argv[1], cases[i].name) == 0 : all || cases[i].emu;
         if (chosen)

@@ -344,6 +344,14 @@ static void cuda_attention_cached_op(const Backend *be, float *out, const float 
                                        n_kv_heads, hd, window, NULL));
 }
 
+static void cuda_kv_cache_write_op(const Backend *be, float *k_cache, float *v_cache,
+                                   const float *k, const float *v, const int32_t *slot,
+                                   const int32_t *pos, int n, int max_len, int kvd) {
+    if (ok(be) && n > 0)
+        launched(be, "kv_cache_write",
+                 cuda_kv_cache_write(k_cache, v_cache, k, v, slot, pos, n, max_len, kvd, NULL));
+}
+
 // ---- lm_head (invariant 3) ----
 
 // The lm_head's products take operands of one type t: fp32 (a bf16 W widened), or under autocast
@@ -726,6 +734,7 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
     be->attention = cuda_attention_op;
     be->attention_backward = cuda_attention_backward_op;
     be->attention_cached = cuda_attention_cached_op;
+    be->kv_cache_write = cuda_kv_cache_write_op;
     be->logprob = cuda_logprob;
     be->logprob_backward = cuda_logprob_backward;
     be->embedding_gather = cuda_embedding_gather_op;

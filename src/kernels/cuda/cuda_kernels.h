@@ -136,6 +136,11 @@ int cuda_lse_finish(float *logp, LogitStats *stats, const CudaLseRow *st, int ro
 int cuda_dlogits(float *logits, int ld, const CudaLseRow *st, const float *dlogp, const int *target,
                  int rows, int cols, int c0, void *stream);
 
+/* backend.h's kv_cache_write: row r of k and v (n, kvd) written at position pos[r] of slot
+ * slot[r] of one layer's caches (slots, max_len, kvd). One launch for both. */
+int cuda_kv_cache_write(float *k_cache, float *v_cache, const float *k, const float *v,
+                        const int *slot, const int *pos, int n, int max_len, int kvd, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@ set(RLHF_CUDA_OWN_KERNELS
   device_pool.cu
   elementwise.cu
   embedding.cu
+  kv_cache_write.cu
   logprob.cu
   lora_dropout.cu
   narrow.cu
