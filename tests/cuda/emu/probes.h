@@ -19,6 +19,9 @@ int probe_unwritten_shared(unsigned *out, int threads);
 int probe_block_order(int *order, int *counter, int blocks);
 /* order[k] = the thread of one block that ran k-th; *counter must be 0. */
 int probe_thread_order(int *order, int *counter, int threads);
+/* sums[b] = sum over the block's threads t of 1000 * b + t; neighbour[b * threads + t] = the sum
+ * of warp (t / 32 + 1) % warps of block b. threads: a multiple of 32, at most 1024. */
+int probe_block_sum(long long *sums, long long *neighbour, int blocks, int threads);
 /* A launch of 1025 threads per block (invalid). */
 int probe_bad_block(void);
 /* These abort the process with cuda-emu's message. */
