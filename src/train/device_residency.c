@@ -43,7 +43,6 @@ int device_residency_enter(DeviceResidency *r, Trainer *tr, const Backend *be) {
     if (opt->cfg.eight_bit)
         return err_set("optimizer adamw_bnb_8bit: the %s backend keeps fp32 moments only",
                        be->name);
-    if (tr->sharded) return err_set("the %s backend trains on one rank only", be->name);
     if (adamw_check_backend(opt, be) != 0) return -1;
     r->be = be;
     r->tr = tr;

@@ -15,8 +15,10 @@
  *     copies again without copying (the host view is read-only for its callers).
  *  3. _leave is _to_host, then the device memory freed: after it the Trainer and the model are
  *     as a CPU run leaves them, so the session saves, merges and trains again unchanged.
- *  4. Only fp32 weights and fp32 moments (no 8-bit AdamW, no frozen bf16/NF4 base, one rank):
- *     train_device_open refuses the rest before anything is loaded. */
+ *  4. Only fp32 weights and fp32 moments (no 8-bit AdamW, no frozen bf16/NF4 base):
+ *     train_device_open refuses the rest before anything is loaded. Over several ranks with
+ *     ZeRO-1 the moments are this rank's slice (AdamW's n), and the gradients and weights are
+ *     summed and gathered on the device (dist/dist_device.h). */
 #ifndef RLHF_TRAIN_DEVICE_RESIDENCY_H
 #define RLHF_TRAIN_DEVICE_RESIDENCY_H
 
