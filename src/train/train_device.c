@@ -28,8 +28,6 @@ static const char *unsupported(const TrainConfig *cfg) {
     if (optimizer_is_8bit(cfg->optimizer ? cfg->optimizer : ""))
         return "key 'optimizer': 8-bit AdamW (adamw_bnb_8bit) has no kernel on the CUDA backend; "
                "use optimizer: adamw_torch";
-    if (cfg->load_in_4bit)
-        return "key 'load_in_4bit': NF4 weights have no kernels on the CUDA backend";
     if (cfg->bf16)
         return "key 'bf16': bf16 autocast (and a base frozen in bf16) is CPU-only so far";
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO)

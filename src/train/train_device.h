@@ -14,7 +14,7 @@
  *     why when a device answers but the run needs what it lacks; when the build has no CUDA or
  *     no device answers, the line comes only if the key was written (a CUDA build on a machine
  *     without a GPU trains on the CPU as quietly as a CPU build).
- *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16/NF4 weights, GRPO's
+ *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16 weights, GRPO's
  *     generation, several ranks without a collective) is never silently dropped: under cuda it is
  *     an error naming the key, under auto the reason for the CPU.
  *  4. Several ranks train on the device only with the provider's collective (NCCL on a GPU, MPI
