@@ -94,8 +94,9 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
     if (dist_size() > 1 && !why) {
         int rc = open_collective(p, &comm, want, cfg->source);
         if (rc < 0) return -1;
-        if (rc > 0) { /* auto: the CPU, for every rank alike */
-            fprintf(log, "device: auto: training on the CPU (%s)\n", err_msg());
+        if (rc > 0) { /* auto: the CPU, for every rank alike; quiet as below when no GPU */
+            if (written || !p->dist_open)
+                fprintf(log, "device: auto: training on the CPU (%s)\n", err_msg());
             err_clear();
             return 0;
         }
