@@ -8,12 +8,37 @@
 #include "kernels/cuda/backend_cuda.h"
 #endif
 
+#if defined(RLHF_WITH_NCCL)
+#include "dist/dist_nccl.h"
+#endif
+#include "dist/dist_device.h"
+
 #if defined(RLHF_WITH_CUDA)
-static const TrainDeviceProvider cuda = {"cuda", backend_cuda_new, backend_cuda_free,
-                                         backend_cuda_status};
+/* Several ranks: NCCL where the build found it, else refused by name (train_device.h inv. 4). */
+static const TrainDeviceProvider cuda = {
+    .name = "cuda",
+    .open = backend_cuda_new,
+    .close = backend_cuda_free,
+    .status = backend_cuda_status,
+#if defined(RLHF_WITH_NCCL)
+    .dist_open = dist_nccl_open,
+#else
+    .no_dist = "this build has no NCCL (nccl.h and libnccl were not found next to the CUDA "
+               "toolkit when it was configured): install NCCL and rebuild, or use device: cpu",
+#endif
+};
 #elif defined(RLHF_WITH_CUDA_EMU)
-static const TrainDeviceProvider cuda_emu = {"cuda-emu", backend_cuda_emu_new, backend_cuda_free,
-                                             backend_cuda_status};
+/* Several ranks: cuda-emu's device memory is host memory, so dist.h's MPI collectives move it. */
+static const DistDeviceComm *cuda_emu_dist_open(void) {
+    return &dist_mpi_comm;
+}
+static const TrainDeviceProvider cuda_emu = {
+    .name = "cuda-emu",
+    .open = backend_cuda_emu_new,
+    .close = backend_cuda_free,
+    .status = backend_cuda_status,
+    .dist_open = cuda_emu_dist_open,
+};
 #endif
 
 void train_device_register_linked(void) {

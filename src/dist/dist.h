@@ -34,6 +34,9 @@ void dist_finalize(void);
 
 int dist_rank(void); /* 0 .. dist_size()-1; 0 in a single process */
 int dist_size(void); /* 1 in a single process */
+/* This rank's number among the ranks on its own machine (MPI's shared-memory split, found at
+ * dist_init): what picks its GPU, one rank per GPU. 0 in a single process. */
+int dist_local_rank(void);
 
 static inline bool dist_is_root(void) {
     return dist_rank() == 0;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int world_rank = 0, world_size = 1;
+static int world_rank = 0, world_size = 1, local_rank = 0;
 static bool joined;
 
 /* Set by the launchers we know of: Open MPI, MPICH/Hydra and PMIx-based ones (Slurm's srun). */
@@ -30,6 +30,10 @@ int dist_init(void) {
     MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
     joined = true;
     return 0;
 }
@@ -38,7 +42,7 @@ void dist_finalize(void) {
     if (!joined) return;
     MPI_Finalize();
     joined = false;
-    world_rank = 0, world_size = 1;
+    world_rank = 0, world_size = 1, local_rank = 0;
 }
 
 int dist_rank(void) {
@@ -47,6 +51,10 @@ int dist_rank(void) {
 
 int dist_size(void) {
     return world_size;
+}
+
+int dist_local_rank(void) {
+    return local_rank;
 }
 
 bool dist_compiled(void) {

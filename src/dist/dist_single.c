@@ -28,6 +28,10 @@ int dist_size(void) {
     return 1;
 }
 
+int dist_local_rank(void) {
+    return 0;
+}
+
 bool dist_compiled(void) {
     return false;
 }

@@ -36,25 +36,28 @@ int device_residency_enter(DeviceResidency *r, Trainer *tr, const Backend *be) {
     memset(r, 0, sizeof *r);
     Model *m = tr->model;
     AdamW *opt = &tr->adamw;
-    if (!m->params)
-        return err_set("the %s backend trains fp32 weights only (this model is stored in bf16 or "
-                       "NF4)",
+    bool frozen = !m->params;
+    if (frozen && (!frozen_residency_applies(m) || !tr->lora))
+        return err_set("the %s backend trains fp32 weights, or an adapter on an NF4 base, only "
+                       "(this model is stored in bf16)",
                        be->name);
     if (opt->cfg.eight_bit)
         return err_set("optimizer adamw_bnb_8bit: the %s backend keeps fp32 moments only",
                        be->name);
-    if (tr->sharded) return err_set("the %s backend trains on one rank only", be->name);
     if (adamw_check_backend(opt, be) != 0) return -1;
     r->be = be;
     r->tr = tr;
     size_t n = opt->n;
-    r->dev_model = copy_up(be, m->params, m->n_params, "the model's weights");
+    /* a frozen base has no fp32 block (n_params still counts it): device_frozen.h moves it */
+    r->dev_model = copy_up(be, m->params, frozen ? 0 : m->n_params, "the model's weights");
     if (r->dev_model && tr->lora)
         r->dev_lora = copy_up(be, tr->lora->params, tr->lora->n_params, "the adapter's weights");
     if (r->dev_model && (!tr->lora || r->dev_lora))
         r->dev_grads =
             be->alloc(be, (tr->n_params ? tr->n_params : 1) * sizeof(float), "the gradients");
     if (r->dev_grads) r->dev_moments = be->alloc(be, (2 * n + 1) * sizeof(float), "AdamW moments");
+    if (r->dev_moments && frozen && frozen_residency_enter(&r->frozen, m, be) != 0)
+        be->free(be, r->dev_moments), r->dev_moments = NULL;
     if (!r->dev_moments) {
         free_device(r);
         return err_prefix("training on the %s backend", be->name);
@@ -82,9 +85,13 @@ void device_residency_to_host(DeviceResidency *r) {
     const Backend *be = r->be;
     AdamW *opt = &tr->adamw;
     size_t n = opt->n;
-    be->copy(be, r->host_model, r->dev_model, tr->model->n_params * sizeof(float),
-             BACKEND_DEVICE_TO_HOST);
-    model_rebase_params(tr->model, r->host_model);
+    if (r->frozen.m) {
+        frozen_residency_point(&r->frozen, false); /* nothing of it changed: no copy */
+    } else {
+        be->copy(be, r->host_model, r->dev_model, tr->model->n_params * sizeof(float),
+                 BACKEND_DEVICE_TO_HOST);
+        model_rebase_params(tr->model, r->host_model);
+    }
     if (tr->lora) {
         be->copy(be, r->host_lora, r->dev_lora, tr->lora->n_params * sizeof(float),
                  BACKEND_DEVICE_TO_HOST);
@@ -103,7 +110,10 @@ void device_residency_to_device(DeviceResidency *r) {
     if (!r || !r->tr || !r->host_view) return;
     Trainer *tr = r->tr;
     AdamW *opt = &tr->adamw;
-    model_rebase_params(tr->model, r->dev_model);
+    if (r->frozen.m)
+        frozen_residency_point(&r->frozen, true);
+    else
+        model_rebase_params(tr->model, r->dev_model);
     if (tr->lora) lora_rebase_params(tr->lora, r->dev_lora);
     move_moments(opt, opt->m, opt->v, r->dev_moments, r->dev_moments + opt->n);
     point_trained(tr);
@@ -117,6 +127,7 @@ void device_residency_leave(DeviceResidency *r) {
     tr->grads = r->host_grads;
     tr->model->backend = r->was_backend;
     tr->resident = NULL;
+    frozen_residency_leave(&r->frozen);
     free_device(r);
     memset(r, 0, sizeof *r);
 }

@@ -1,7 +1,7 @@
 #include "train/train_device.h"
 
 #include "common/error.h"
-#include "dist/dist.h"
+#include "dist/dist_device.h"
 
 #include <string.h>
 
@@ -37,6 +37,11 @@ static const char *grpo_unsupported(const GrpoConfig *g) {
         return "key 'trl.vllm_mode': server mode pushes the weights from host memory";
     if (g->sync_ref_model)
         return "key 'trl.sync_ref_model': the reference's mix with the policy runs on the host";
+    /* Both landed the same day (GRPO on the device; several ranks on the device), untested
+     * together. */
+    if (dist_size() > 1)
+        return "several ranks (--nproc/mpirun) with GRPO on the CUDA backend are not checked yet; "
+               "one rank, or device: cpu";
     return NULL;
 }
 
@@ -45,8 +50,6 @@ static const char *unsupported(const TrainConfig *cfg) {
     if (optimizer_is_8bit(cfg->optimizer ? cfg->optimizer : ""))
         return "key 'optimizer': 8-bit AdamW (adamw_bnb_8bit) has no kernel on the CUDA backend; "
                "use optimizer: adamw_torch";
-    if (cfg->load_in_4bit)
-        return "key 'load_in_4bit': NF4 weights have no kernels on the CUDA backend";
     if (cfg->bf16)
         return "key 'bf16': bf16 autocast (and a base frozen in bf16) is CPU-only so far";
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
@@ -55,8 +58,38 @@ static const char *unsupported(const TrainConfig *cfg) {
     }
     if (cfg->adapter && cfg->lora_model_dir && cfg->rl != RL_NONE && !cfg->rl_adapter_ref_model)
         return "key 'lora_model_dir': the reference adapter loaded from it is kept on the CPU";
-    if (dist_size() > 1) return "several ranks: the gradients are summed over MPI in host memory";
     return NULL;
+}
+
+/* Several ranks (invariant 4): p's collective into *comm. Returns 0; 1 (under auto) or -1 (with
+ * device: written) with an error saying why there is none. Every rank gets the same answer:
+ * the build decides whether there is one, and dist_open agrees its failures over the ranks. */
+static int open_collective(const TrainDeviceProvider *p, const DistDeviceComm **comm,
+                           const char *want, const char *source) {
+    bool is_auto = strcmp(want, "auto") == 0;
+    if (!p->dist_open) {
+        err_set("several ranks (%d) on the %s backend: %s", dist_size(), p->name,
+                p->no_dist ? p->no_dist : "this build has no collective for its memory");
+        return is_auto ? 1 : err_prefix("%s: key 'device': %s", source, want);
+    }
+    *comm = p->dist_open();
+    if (*comm) return 0;
+    return is_auto ? 1 : err_prefix("%s: key 'device': %s", source, want);
+}
+
+/* After p->open on every rank: 0 when every rank has its backend in *be; else -1 with an error
+ * on every rank (its own, or which rank failed first), *be closed and NULL, comm closed. */
+static int open_on_every_rank(const TrainDeviceProvider *p, Backend **be,
+                              const DistDeviceComm *comm) {
+    int first_failed = dist_allreduce_min_int(*be ? dist_size() : dist_rank());
+    if (first_failed == dist_size()) return 0;
+    if (*be) {
+        p->close(*be);
+        *be = NULL;
+        err_set("rank %d could not open its %s device", first_failed, p->name);
+    }
+    if (comm->close) comm->close();
+    return -1;
 }
 
 int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
@@ -81,7 +114,24 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
             fprintf(log, "device: auto: training on the CPU (this build has no CUDA backend)\n");
         return 0;
     }
+    const DistDeviceComm *comm = NULL;
+    if (dist_size() > 1 && !why) {
+        int rc = open_collective(p, &comm, want, cfg->source);
+        if (rc < 0) return -1;
+        if (rc > 0) { /* auto: the CPU, for every rank alike; quiet as below when no GPU */
+            if (written || !p->dist_open)
+                fprintf(log, "device: auto: training on the CPU (%s)\n", err_msg());
+            err_clear();
+            return 0;
+        }
+    }
     Backend *be = p->open();
+    if (comm && open_on_every_rank(p, &be, comm) != 0) {
+        if (!is_auto) return err_prefix("%s: key 'device': %s", cfg->source, want);
+        fprintf(log, "device: auto: training on the CPU (%s)\n", err_msg());
+        err_clear();
+        return 0;
+    }
     if (!be) {
         if (!is_auto) return err_prefix("%s: key 'device': %s", cfg->source, want);
         /* a CUDA build without a GPU: the CPU, as HF's Trainer; said only when the key was set */
@@ -98,6 +148,7 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
     }
     d->provider = p;
     d->be = be;
+    if (comm) dist_device_attach(be, comm);
     fprintf(log,
             "device: %s%s: weights, gradients and AdamW moments in %s memory; checkpoints and the "
             "saved model copied to the host\n",
@@ -106,6 +157,7 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
 }
 
 void train_device_close(TrainDevice *d) {
+    if (d->provider && d->be && dist_size() > 1) dist_device_attach(d->be, NULL);
     if (d->provider && d->be) d->provider->close(d->be);
     memset(d, 0, sizeof *d);
 }

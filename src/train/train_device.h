@@ -14,11 +14,16 @@
  *     why when a device answers but the run needs what it lacks; when the build has no CUDA or
  *     no device answers, the line comes only if the key was written (a CUDA build on a machine
  *     without a GPU trains on the CPU as quietly as a CPU build).
- *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16/NF4 weights, several
- *     ranks; for GRPO whatever reads or writes the policy's weights on the host: the replay
- *     buffer, a rollout function, server mode, sync_ref_model) is never silently dropped: under
- *     cuda it is an error naming the key, under auto the reason for the CPU. GRPO itself runs:
- *     its generation decodes with the device's weights, its rewards are scored on the host. */
+ *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16 weights, several
+ *     ranks without a collective; for GRPO whatever reads or writes the policy's weights on the
+ *     host: the replay buffer, a rollout function, server mode, sync_ref_model) is never silently
+ *     dropped: under cuda it is an error naming the key, under auto the reason for the CPU. GRPO
+ *     itself runs: its generation decodes with the device's weights, its rewards are scored on
+ *     the host.
+ *  4. Several ranks train on the device only with the provider's collective (NCCL on a GPU, MPI
+ *     on cuda-emu's host-addressable memory), attached to the backend (dist_device_attach) until
+ *     train_device_close. Every rank ends on the same choice: an open that fails on any rank
+ *     fails (or, under auto, falls back to the CPU) on all of them. */
 #ifndef RLHF_TRAIN_TRAIN_DEVICE_H
 #define RLHF_TRAIN_TRAIN_DEVICE_H
 
@@ -34,6 +39,12 @@ typedef struct {
     Backend *(*open)(void);           /* NULL with an error naming why (no device) */
     void (*close)(Backend *be);       /* frees what open returned */
     int (*status)(const Backend *be); /* 0, or -1 with the first failed op's error */
+    /* Several ranks (invariant 4): the collectives on this device's memory
+     * (dist/dist_device.h), opened by every rank before `open`, since opening may choose the
+     * rank's device (one rank per GPU). NULL with an error, the failure agreed by all ranks.
+     * A NULL member: this build has none for the device, and no_dist says why. */
+    const struct DistDeviceComm *(*dist_open)(void);
+    const char *no_dist;
 } TrainDeviceProvider;
 
 /* Makes p (static storage) available to `device: <p->name>`. Called by the program before

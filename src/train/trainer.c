@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "common/test_hooks.h"
+#include "dist/dist_device.h"
 #include "methods/sft.h"
 #include "model/backward.h"
 
@@ -102,10 +103,12 @@ static int reduce_over_ranks(Trainer *t, int rc, StepStats *stats) {
     dist_allreduce_sum_f64(sums, 2);
     stats->loss = sums[0];
     stats->tokens = (size_t)sums[1];
+    /* the gradients live in the model's backend memory (a device's, through NCCL there) */
+    const Backend *be = model_backend(t->model);
     if (t->sharded)
-        dist_reduce_scatter_sum_f32(t->grads, &t->shards);
+        dist_reduce_scatter_sum_f32_on(be, t->grads, &t->shards);
     else
-        dist_allreduce_sum_f32(t->grads, t->n_params);
+        dist_allreduce_sum_f32_on(be, t->grads, t->n_params);
     return 0;
 }
 
@@ -177,7 +180,7 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         grad_clip(be, t->grads, t->adamw.spans, t->adamw.n_spans, t->opt.max_grad_norm,
                   stats->grad_norm);
     adamw_step(&t->adamw, be, t->params, t->grads, stats->lr);
-    if (t->sharded) dist_allgather_f32(t->params, &t->shards);
+    if (t->sharded) dist_allgather_f32_on(be, t->params, &t->shards);
     t->step++;
     return 0;
 }

@@ -6,7 +6,9 @@
  *    poison under some seed, and never with the barrier;
  *  - blocks start, and the threads of a block run, in a seeded random order: a permutation,
  *    the same for the same seed, another for another seed;
- *  - a block of 1025 threads is cudaErrorInvalidConfiguration;
+ *  - a block of 1025 threads is cudaErrorInvalidConfiguration; blocks of 32, 256 and 1024
+ *    threads (launched in that order, so the fiber pool grows twice) reduce with shuffles and a
+ *    barrier to the sums computed here;
  *  - a divergent barrier, a mask naming a lane that returned or that the block does not have, a
  *    caller outside its mask, lanes disagreeing about the mask and a launch asking for dynamic
  *    shared memory each abort the process with a message naming the case;
@@ -130,6 +132,40 @@ static void check_block_order(void) {
     CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "the launch error was not kept");
     CHECK(cudaGetLastError() == cudaSuccess, "the launch error was not cleared");
     cudaFree(order), cudaFree(counter);
+}
+
+/* Full-size blocks (issue 29: a 1024-thread block crashed in swapcontext once the fiber pool had
+ * grown). Each size runs twice, with two seeds; the sums are checked against a loop here. */
+static void check_block_sizes(void) {
+    enum { B = 2, MAX_T = 1024 };
+    long long *sums, *neighbour;
+    cudaMalloc((void **)&sums, B * sizeof *sums);
+    cudaMalloc((void **)&neighbour, B * MAX_T * sizeof *neighbour);
+    static const int sizes[] = {32, 256, 1024, 1024};
+    for (int k = 0; k < 4; k++) {
+        int T = sizes[k], warps = T / 32;
+        cuda_emu_set_seed(11 + (uint64_t)k);
+        CHECK(probe_block_sum(sums, neighbour, B, T) == cudaSuccess, "launch of %d threads", T);
+        for (int b = 0; b < B; b++) {
+            long long want = 0;
+            for (int t = 0; t < T; t++)
+                want += 1000LL * b + t;
+            CHECK(sums[b] == want, "%d threads, block %d: sum %lld, want %lld", T, b, sums[b],
+                  want);
+            for (int t = 0; t < T; t++) {
+                int w = (t / 32 + 1) % warps;
+                long long nb = 0;
+                for (int l = 0; l < 32; l++)
+                    nb += 1000LL * b + w * 32 + l;
+                if (neighbour[b * T + t] != nb) {
+                    CHECK(0, "%d threads, block %d thread %d: neighbour warp sum %lld, want %lld",
+                          T, b, t, neighbour[b * T + t], nb);
+                    break;
+                }
+            }
+        }
+    }
+    cudaFree(sums), cudaFree(neighbour);
 }
 
 /* Runs probe() in a child process; it must abort with `message` in its stderr. */
@@ -295,6 +331,7 @@ int main(void) {
     check_shuffles();
     check_race_and_poison();
     check_block_order();
+    check_block_sizes();
     expect_abort("divergent_barrier", probe_divergent_barrier,
                  "kernel divergent_barrier_kernel: block (0,0,0) thread (");
     expect_abort("divergent_barrier_text", probe_divergent_barrier,

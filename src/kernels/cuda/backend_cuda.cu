@@ -17,6 +17,8 @@
 
 extern "C" {
 #include "common/error.h"
+#include "kernels/cpu/adamw8bit.h" // q8_map_dynamic: the map NF4's absmax codes index
+#include "kernels/cpu/nf4.h"
 }
 
 #include <math.h>
@@ -38,7 +40,8 @@ enum {
     SCRATCH_LORA_T,   // x A^T
     SCRATCH_LORA_DT,  // its gradient
     SCRATCH_LORA_DX,  // the dropped input's gradient
-    SCRATCH_WIDEN,    // a bf16 weight (or lm_head chunk) widened to fp32
+    SCRATCH_WIDEN,    // a bf16 weight (or lm_head chunk) widened to fp32, or an NF4 one
+    SCRATCH_NF4_MAP,  // the 256 values NF4's absmax codes index, uploaded once
     SCRATCH_LOGITS,   // one lm_head chunk
     SCRATCH_LSE,      // the chunk rows' running log-sum-exp
     // bf16 autocast (invariant 6)
@@ -142,13 +145,35 @@ static void cuda_sync(const Backend *be) {
 
 // ---- dense layers ----
 
-// W as fp32 device memory: itself, or a bf16 W widened into scratch.
+// Values first .. first+numel-1 of an NF4 W (QLoRA's base, its arrays in device memory:
+// backend_cuda.h invariant 7) dequantised into out32 (fp32) or, when that is NULL, out16 (bf16);
+// false after recording a failure.
+static bool nf4_dequantized(const Backend *be, const Nf4Weight *q, size_t first, float *out32,
+                            uint16_t *out16, size_t numel, const char *op) {
+    CudaCtx *c = ctx_of(be);
+    bool fresh = !c->scratch[SCRATCH_NF4_MAP];
+    float *map = (float *)scratch(be, SCRATCH_NF4_MAP, 256 * sizeof(float), op);
+    if (!map) return false;
+    if (fresh) {
+        Q8Map host;
+        q8_map_dynamic(&host, true);
+        cudaError_t rc = cudaMemcpy(map, host.value, sizeof host.value, cudaMemcpyHostToDevice);
+        if (rc != cudaSuccess) return fail(be, op, cudaGetErrorString(rc));
+    }
+    if (first + numel > q->numel)
+        return fail(be, op, "an NF4 weight smaller than the product's shape");
+    return launched(be, op,
+                    cuda_nf4_dequantize(out32, out16, q->packed, q->qabsmax, q->absmax2, q->offset,
+                                        map, nf4_values, first, numel, NULL));
+}
+
+// W as fp32 device memory: itself, or a bf16 W widened (an NF4 one dequantised) into scratch.
 static const float *weight_f32(const Backend *be, WeightRef w, size_t numel, const char *op) {
     if (w.f32) return w.f32;
     if (w.nf4) {
-        // no NF4 dequantisation kernel yet: a QLoRA base runs on the CPU backend only
-        fail(be, op, "an NF4 weight (QLoRA's base) is not supported on this backend");
-        return NULL;
+        float *wide = (float *)scratch(be, SCRATCH_WIDEN, numel * sizeof(float), op);
+        if (!wide || !nf4_dequantized(be, w.nf4, 0, wide, NULL, numel, op)) return NULL;
+        return wide;
     }
     float *wide = (float *)scratch(be, SCRATCH_WIDEN, numel * sizeof(float), op);
     if (!wide || !launched(be, op, cuda_bf16_widen(wide, w.bf16, numel, NULL))) return NULL;
@@ -378,8 +403,9 @@ static const uint16_t *narrowed(const Backend *be, int s, const float *x, size_t
 static const uint16_t *weight_bf16(const Backend *be, WeightRef w, size_t numel, const char *op) {
     if (w.bf16) return w.bf16;
     if (w.nf4) {
-        fail(be, op, "an NF4 weight (QLoRA's base) is not supported on this backend");
-        return NULL;
+        uint16_t *w16 = (uint16_t *)scratch(be, SCRATCH_AC_W, numel * sizeof(uint16_t), op);
+        if (!w16 || !nf4_dequantized(be, w.nf4, 0, NULL, w16, numel, op)) return NULL;
+        return w16;
     }
     return narrowed(be, SCRATCH_AC_W, w.f32, numel, op);
 }
@@ -394,10 +420,19 @@ static const void *lm_head_hidden(const Backend *be, const float *hidden, size_t
 // The lm_head's rows c0 .. c0+cols-1 as an operand of lm_head_type.
 static const void *chunk_weight(const Backend *be, WeightRef w, int c0, int cols, int h,
                                 const char *op) {
+    size_t numel = (size_t)cols * h;
+    if (w.nf4) { // its rows from value c0 * h on (an offset pointer cannot say that)
+        bool f32 = lm_head_type(be) == GEMM_F32;
+        void *out = scratch(be, f32 ? SCRATCH_WIDEN : SCRATCH_AC_W,
+                            numel * (f32 ? sizeof(float) : sizeof(uint16_t)), op);
+        if (!out || !nf4_dequantized(be, w.nf4, (size_t)c0 * h, f32 ? (float *)out : NULL,
+                                     f32 ? NULL : (uint16_t *)out, numel, op))
+            return NULL;
+        return out;
+    }
     WeightRef part = {.f32 = w.f32 ? w.f32 + (size_t)c0 * h : NULL,
                       .bf16 = w.bf16 ? w.bf16 + (size_t)c0 * h : NULL,
-                      .nf4 = w.nf4};
-    size_t numel = (size_t)cols * h;
+                      .nf4 = NULL};
     if (lm_head_type(be) == GEMM_F32) return weight_f32(be, part, numel, op);
     return weight_bf16(be, part, numel, op);
 }

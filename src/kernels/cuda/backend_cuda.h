@@ -29,7 +29,11 @@
  *     dlogits go into the backward products as three bf16 parts (their sum is dlogits to 2^-24),
  *     since cuBLASLt has no fp32 x bf16 product. Attention runs the fp32 kernels on q, k, v (and
  *     dout) rounded to bf16 values and rounds what it writes. LoRA's branch, attention_cached and
- *     everything else are the fp32 backend's. Values stay fp32 in memory throughout. */
+ *     everything else are the fp32 backend's. Values stay fp32 in memory throughout.
+ *  7. An NF4 weight (WeightRef.nf4, QLoRA's frozen base) is a host Nf4Weight whose arrays
+ *     (packed, qabsmax, absmax2) are device memory (nf4_backend.h makes such a copy). Each
+ *     product dequantises it into scratch (nf4.cu: fp32 bit for bit as kernels/cpu/nf4.c, or bf16
+ *     under autocast) and multiplies that as a stored fp32 / bf16 weight. */
 #ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 #define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 

@@ -99,6 +99,16 @@ int cuda_lora_dropout(float *out, const float *in, size_t n, float p, uint64_t k
 /* out (n) written = the bf16 bits of in widened to fp32. */
 int cuda_bf16_widen(float *out, const uint16_t *in, size_t n, void *stream);
 
+/* QLoRA's NF4 base (nf4.cu; kernels/cpu/nf4.h's layout, its arrays in device memory): values
+ * first .. first+count-1 of the flattened matrix dequantised into out32 (fp32, bit for bit
+ * nf4_dequantize's) or, when out32 is NULL, out16 (those values rounded to bf16, nearest even).
+ * map: the 256 values of the signed dynamic map the absmax codes index (q8_map_dynamic);
+ * codebook: nf4_values (16 floats, host memory, passed by value). */
+int cuda_nf4_dequantize(float *out32, uint16_t *out16, const uint8_t *packed,
+                        const uint8_t *qabsmax, const float *absmax2, float offset,
+                        const float *map, const float *codebook, size_t first, size_t count,
+                        void *stream);
+
 /* bf16 autocast's roundings (narrow.cu), each value to the nearest bf16 with ties to even, a NaN
  * to the quiet NaN 0x7fc0, bit for bit as kernels/cpu/autocast.h's bf16_narrow and
  * bf16_round_copy:

@@ -13,6 +13,7 @@ set(RLHF_CUDA_OWN_KERNELS
   logprob.cu
   lora_dropout.cu
   narrow.cu
+  nf4.cu
   rmsnorm.cu
   rope.cu
   rows.cu

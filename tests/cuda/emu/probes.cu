@@ -78,6 +78,30 @@ __global__ void partial_warp_kernel(void) {
     (void)__shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+// A block of any size up to 1024 sums v = 1000 * block + thread: a shuffle reduction per warp,
+// the warp sums through shared memory behind a barrier, then warp 0 reduces them. Each thread
+// also reports the sum of its neighbouring warp (read after the barrier), so the barrier and the
+// shuffles of every warp of a full-size block are exercised. sums[block], neighbour[global thread].
+__global__ void block_sum_kernel(long long *sums, long long *neighbour) {
+    __shared__ long long warp_sums[32];
+    int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = (blockDim.x + 31) / 32;
+    long long v = 1000LL * blockIdx.x + t;
+    for (int d = 16; d > 0; d /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, d);
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    neighbour[blockIdx.x * blockDim.x + t] = warp_sums[(warp + 1) % warps];
+    if (warp == 0) {
+        long long s = lane < warps ? warp_sums[lane] : 0;
+        for (int d = 16; d > 0; d /= 2)
+            s += __shfl_down_sync(0xffffffffu, s, d);
+        if (lane == 0) sums[blockIdx.x] = s;
+    }
+}
+
+extern "C" int probe_block_sum(long long *sums, long long *neighbour, int blocks, int threads) {
+    return (int)CUDA_LAUNCH(block_sum_kernel, blocks, threads, 0, (cudaStream_t)0, sums, neighbour);
+}
 extern "C" int probe_shuffles(int *out) {
     return (int)CUDA_LAUNCH(shuffle_kernel, 1, 64, 0, (cudaStream_t)0, out);
 }

@@ -27,6 +27,9 @@ int probe_thread_order(int *order, int *counter, int threads);
 int probe_mma(float *d, const uint16_t *a, const uint16_t *b, const float *c);
 /* mma.cuh's fragment helpers from C: which 'a', 'b' or 'c'; element i of lane's fragment. */
 void probe_mma_coord(char which, int lane, int i, int *row, int *col);
+/* sums[b] = sum over the block's threads t of 1000 * b + t; neighbour[b * threads + t] = the sum
+ * of warp (t / 32 + 1) % warps of block b. threads: a multiple of 32, at most 1024. */
+int probe_block_sum(long long *sums, long long *neighbour, int blocks, int threads);
 /* A launch of 1025 threads per block (invalid). */
 int probe_bad_block(void);
 /* These abort the process with cuda-emu's message. */

@@ -321,11 +321,19 @@ __attribute__((noinline)) static void init_context(Fiber *f) {
     getcontext(&f->ctx);
 }
 
+/* Grows the pool to n fibers (between launches: no fiber is running or suspended).
+ * A ucontext_t points into itself (glibc's uc_mcontext.fpregs -> __fpregs_mem, set by
+ * getcontext), so a context moved by realloc would make swapcontext save and restore the FPU
+ * state through the old, freed array: a crash in swapcontext once the pool had grown (issue 29,
+ * first seen on a 1024-thread block). So every context that was in the array is initialised
+ * again in place (the old pointer may not even be compared once realloc has freed it). */
 static bool grow_pool(int n) {
     if (n <= blk.capacity) return true;
     Fiber *fibers = realloc(blk.fibers, (size_t)n * sizeof *fibers);
     if (!fibers) return false;
     blk.fibers = fibers;
+    for (int i = 0; i < blk.capacity; i++)
+        init_context(&fibers[i]);
     long page = sysconf(_SC_PAGESIZE);
     for (int i = blk.capacity; i < n; i++) {
         Fiber *f = &fibers[i];

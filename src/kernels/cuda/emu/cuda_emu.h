@@ -223,6 +223,15 @@ static inline float rsqrtf(float x) {
 static inline double rsqrt(double x) {
     return 1.0 / sqrt(x);
 }
+/* Correctly rounded single operations. g++ contracts a * b + c into an fma even in ISO C++ mode
+ * (-ffp-contract=fast is its default there), so the product goes through memory. */
+static inline float __fmul_rn(float a, float b) {
+    volatile float product = a * b;
+    return product;
+}
+static inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
 static inline float __fdividef(float a, float b) {
     return a / b;
 }
