@@ -45,6 +45,13 @@ QWEN25_7B = {
     "initializer_range": 0.02, "torch_dtype": "bfloat16", "use_cache": True,
     "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28,
 }
+# Qwen/Qwen2.5-0.5B's, untied as the 7B's is (the 0.5B ties its lm_head to the embedding, which
+# would hide the embedding's saving): a small shape to check memory savings on before the 7B
+QWEN25_05B_UNTIED = dict(QWEN25_7B, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, sliding_window=32768,
+                         max_window_layers=21)
+SHAPES = {"7b": QWEN25_7B, "0.5b": QWEN25_05B_UNTIED}
 SHARD_BYTES = 2 << 30
 
 
@@ -71,15 +78,15 @@ def tensor_shapes(c):
     yield "lm_head.weight", (v, h)
 
 
-def make_model(path):
-    """The random bf16 checkpoint at path, written shard by shard (made once)."""
+def make_model(path, config):
+    """The random bf16 checkpoint of config at path, written shard by shard (made once)."""
     if os.path.exists(os.path.join(path, "model.safetensors.index.json")):
         return
     import torch
     from safetensors.torch import save_file
     os.makedirs(path, exist_ok=True)
     gen = torch.Generator().manual_seed(0)
-    shapes = list(tensor_shapes(QWEN25_7B))
+    shapes = list(tensor_shapes(config))
     n_shards, size = 1, 0
     for _, shape in shapes:  # huggingface_hub's split: fill a shard until the next tensor overflows it
         nbytes = 2 * torch.Size(shape).numel()
@@ -112,7 +119,7 @@ def make_model(path):
         total += nbytes
     flush()
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(QWEN25_7B, f, indent=1)
+        json.dump(config, f, indent=1)
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
     print(f"made {path}: {total / 1e9:.2f} GB in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -155,7 +162,8 @@ def process_cpu_s(pid):
 
 
 def name(a):
-    return a.mode + ("_fp32" if a.no_bf16 else "")
+    return (a.mode + ("_fp32" if a.no_bf16 else "") + ("" if a.shape == "7b" else "_" + a.shape)
+            + ("_nockpt" if a.no_gradient_checkpointing else "") + (a.tag and "_" + a.tag))
 
 
 def run_rlhf(a, model_dir, pairs, work):
@@ -184,6 +192,7 @@ lora_target_linear: true
 output_dir: {out_dir}
 logging_steps: 1
 seed: 0
+gradient_checkpointing: {'false' if a.no_gradient_checkpointing else 'true'}
 """)
     log_path = os.path.join(OUT, f"lora_7b_{name(a)}.log")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
@@ -193,7 +202,7 @@ seed: 0
     metrics_path = os.path.join(out_dir, "metrics.jsonl")
     seen, marks, cpu = 0, [], []
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([os.path.join(ROOT, "build", "rlhf"), "train", config], stdout=log,
+        proc = subprocess.Popen([a.rlhf, "train", config], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
         while proc.poll() is None:
             try:
@@ -236,19 +245,31 @@ seed: 0
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=("qlora", "bf16"), required=True)
-    ap.add_argument("--dir", default="/tmp/bench33/qwen2.5-7b-random")
+    ap.add_argument("--dir", default=None, help="default /tmp/bench33/qwen2.5-7b-random")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--response-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-bf16", action="store_true",
                     help="qlora mode: bf16: false (fp32 products over the dequantised NF4 base)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="7b",
+                    help="0.5b: Qwen2.5-0.5B's shape with an untied lm_head (default dir "
+                         "/tmp/bench33/qwen2.5-0.5b-untied-random)")
+    ap.add_argument("--no-gradient-checkpointing", action="store_true",
+                    help="gradient_checkpointing: false (default true, as Axolotl's LoRA/QLoRA "
+                         "examples set it)")
+    ap.add_argument("--rlhf", default=os.path.join(ROOT, "build", "rlhf"),
+                    help="the rlhf binary (another build's, to compare in one run)")
+    ap.add_argument("--tag", default="", help="appended to the output files' names")
     ap.add_argument("--make-only", action="store_true", help="write the model and stop")
     ap.add_argument("--delete", action="store_true", help="remove the model directory at the end")
     a = ap.parse_args()
     if a.no_bf16 and a.mode != "qlora":
         ap.error("--no-bf16 is for --mode qlora (a LoRA base is kept in bf16 only with bf16: true)")
-    make_model(a.dir)
+    if a.dir is None:
+        a.dir = ("/tmp/bench33/qwen2.5-7b-random" if a.shape == "7b"
+                 else "/tmp/bench33/qwen2.5-0.5b-untied-random")
+    make_model(a.dir, SHAPES[a.shape])
     if a.make_only:
         return
     os.makedirs(OUT, exist_ok=True)
@@ -263,7 +284,10 @@ def main():
                           f"{'QLoRA (NF4 base)' if a.mode == 'qlora' else 'frozen bf16 base'}, 1 pair of "
                           f"{a.prompt_tokens} + {a.response_tokens} tokens a step, {a.steps} steps, "
                           f"{a.threads} threads",
-              "model": "Qwen2.5-7B-shaped, random bf16 weights", "load_average_at_start": load}
+              "model": ("Qwen2.5-7B-shaped" if a.shape == "7b" else
+                        "Qwen2.5-0.5B-shaped, untied lm_head") + ", random bf16 weights",
+              "gradient_checkpointing": not a.no_gradient_checkpointing, "rlhf": a.rlhf,
+              "load_average_at_start": load}
     result.update(run_rlhf(a, a.dir, pairs, work))
     with open("/proc/loadavg") as f:
         result["load_average_at_end"] = f.read().split()[:3]

@@ -13,6 +13,10 @@
  * 4. model_load_frozen (straight from the checkpoint, no fp32 copy) gives what model_load and
  *    then model_store_bf16 / model_store_nf4 give: the same NF4 states and the same log-probs, bit
  *    for bit, on fixture models with biases, q/k norms, tied embeddings, shards, bf16 storage;
+ *    an untied embedding of a bf16 file is read from the file's mapping, not copied;
+ * 3b. an adapter `rlhf train` trained with adapter: qlora (tests/fixtures/qlora_trained,
+ *    tools/reference/make_qlora_trained_fixture.py), loaded by peft over bitsandbytes' 4-bit base:
+ *    rlhf.c's log-probs with it over the straight-loaded NF4 base equal peft's, as in 3;
  * 5. `rlhf train` with rl: dpo, adapter: qlora starts at ln 2, the loss falls, and the adapter it
  *    saves loads as a PEFT adapter; bad combinations are clear errors; rl: grpo runs over it. */
 #include "cli/commands.h"
@@ -101,13 +105,23 @@ static void check_gradients(const char *adapter) {
     model_free(&quant);
 }
 
-static void check_against_peft(void) {
+/* fixture: tests/fixtures/qlora (peft's own random adapter; the base through model_load and
+ * model_store_nf4) or tests/fixtures/qlora_trained (the adapter `rlhf train` saved; the base
+ * through model_load_frozen, as training loads it, its untied bf16 embedding left in the file). */
+static void check_against_peft(const char *fixture, bool frozen) {
+    char path[4096];
     Model m;
-    CHECK(model_load(&m, harness_source_path("tests/fixtures/qlora/model")) == 0, "%s", err_msg());
-    CHECK(model_store_nf4(&m, true) == 0, "%s", err_msg());
+    snprintf(path, sizeof path, "%s/model", harness_source_path(fixture));
+    if (frozen) {
+        CHECK(model_load_frozen(&m, path, true, true) == 0, "%s", err_msg());
+        CHECK(m.embed_map != NULL, "%s: the untied bf16 embedding is left in its file", fixture);
+    } else {
+        CHECK(model_load(&m, path) == 0, "%s", err_msg());
+        CHECK(model_store_nf4(&m, true) == 0, "%s", err_msg());
+    }
     SafetensorsFile f;
-    CHECK(safetensors_open(&f, harness_source_path("tests/fixtures/qlora/quant.safetensors")) == 0,
-          "%s", err_msg());
+    snprintf(path, sizeof path, "%s/quant.safetensors", harness_source_path(fixture));
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
     const Nf4Weight *q = m.layers[0].wq4;
     const SafetensorsTensor *packed = safetensors_find(&f, "packed"),
                             *qabsmax = safetensors_find(&f, "qabsmax"),
@@ -126,8 +140,8 @@ static void check_against_peft(void) {
     safetensors_close(&f);
 
     json_t *ref;
-    CHECK(json_load_path(harness_source_path("tests/fixtures/qlora/reference.json"), &ref) == 0,
-          "%s", err_msg());
+    snprintf(path, sizeof path, "%s/reference.json", harness_source_path(fixture));
+    CHECK(json_load_path(path, &ref) == 0, "%s", err_msg());
     json_t *ids = json_object_get(ref, "input_ids"), *mask = json_object_get(ref, "attention_mask");
     int B = (int)json_array_size(ids), T = (int)json_array_size(json_array_get(ids, 0));
     int32_t *tokens = malloc((size_t)B * T * sizeof *tokens);
@@ -141,7 +155,7 @@ static void check_against_peft(void) {
         }
     LoraAdapter a;
     char adir[4096];
-    snprintf(adir, sizeof adir, "%s", harness_source_path("tests/fixtures/qlora/adapter"));
+    snprintf(adir, sizeof adir, "%s/adapter", harness_source_path(fixture));
     CHECK(lora_load(&a, &m.cfg, adir) == 0, "%s", err_msg());
     m.lora = &a;
     TokenBatch batch = {.batch = B, .t_len = T, .tokens = tokens, .attn_mask = attn};
@@ -165,9 +179,10 @@ static void check_against_peft(void) {
                 off_exact = fmax(off_exact, fabs(logp[b * T + t] - x) / fmax(1.0, fabs(x)));
                 off_bnb = fmax(off_bnb, fabs(logp[b * T + t] - y));
             }
-        CHECK(off_exact <= 1e-5, "%s: off by %.3g", exact[pass], off_exact);
+        CHECK(off_exact <= 1e-5, "%s %s: off by %.3g", fixture, exact[pass], off_exact);
         CHECK(bnb_error > 0 && off_bnb <= 1.5 * bnb_error,
-              "%s: off by %.3g, bitsandbytes' own error %.3g", bnb[pass], off_bnb, bnb_error);
+              "%s %s: off by %.3g, bitsandbytes' own error %.3g", fixture, bnb[pass], off_bnb,
+              bnb_error);
     }
     free(logp), free(tokens), free(attn);
     json_decref(ref);
@@ -188,6 +203,10 @@ static void check_frozen_load(const char *base) {
               err_msg());
         CHECK(got.params == NULL && (nf4 ? got.nf4 != NULL : got.nf4 == NULL), "%s: frozen storage",
               base);
+        /* an untied embedding stored in bf16 is left in its file (model/embed_map.c) */
+        bool bf16_file = strcmp(got.cfg.weights_dtype, "bfloat16") == 0;
+        CHECK((got.embed_map != NULL) == (bf16_file && !got.cfg.tie_word_embeddings),
+              "%s: embedding %s its file", base, got.embed_map ? "left in" : "copied out of");
         for (size_t i = 0; nf4 && i < (size_t)got.cfg.n_layers * LORA_N_MODULES; i++) {
             const Nf4Weight *x = &want.nf4[i], *y = &got.nf4[i];
             CHECK(x->numel == y->numel && memcmp(x->packed, y->packed, (x->numel + 1) / 2) == 0 &&
@@ -297,7 +316,8 @@ static void check_grpo_run(void) {
 int main(void) {
     check_gradients("qwen2_qv");
     check_gradients("llama_all_linear");
-    check_against_peft();
+    check_against_peft("tests/fixtures/qlora", false);
+    check_against_peft("tests/fixtures/qlora_trained", true);
     const char *frozen[] = {"qwen2_bias", "qwen3_qknorm", "llama_tied", "llama_sharded",
                             "llama_bf16"};
     for (size_t i = 0; i < sizeof frozen / sizeof *frozen; i++)

@@ -207,6 +207,7 @@ static void embed_rows(const Model *m, const LayoutMirror *dev, size_t n, float 
     const Backend *be = model_backend(m);
     WeightRef table = {.f32 = m->embed, .bf16 = m->embed16};
     be->embedding_gather(be, x, table, dev->tokens, (int)n, m->cfg.hidden_size);
+    model_release_embedding(m);
     if (m->cfg.embed_scaled) be->scale(be, x, model_embed_scale(m), n * (size_t)m->cfg.hidden_size);
 }
 

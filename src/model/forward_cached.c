@@ -179,6 +179,7 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
     if (rc == 0) {
         WeightRef embed = {.f32 = m->embed, .bf16 = m->embed16};
         be->embedding_gather(be, b.a.x_in, embed, ids_dev, n, (int)H);
+        model_release_embedding(m);
         if (c->embed_scaled) be->scale(be, b.a.x_in, model_embed_scale(m), (size_t)n * H);
         /* tables built for these rows; Gemma 3's local set after the global one */
         DecoderRows rows = {n, NULL, cos_dev, sin_dev, NULL, NULL};

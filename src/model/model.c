@@ -160,6 +160,7 @@ void model_free(Model *m) {
     gemm_bf16_weights_changed(m->params16, m->n_params * sizeof *m->params16);
     free(m->params);
     free(m->params16);
+    model_unmap_embedding(m);
     free(m->params_small);
     free(m->param_info);
     free(m->layers);

@@ -64,6 +64,10 @@ typedef struct {
      * NULL otherwise. */
     struct Nf4Weight *nf4;
     const uint16_t *embed16, *lm_head16;
+    /* model_load_frozen's untied bf16 embedding left in its safetensors file (embed_map.c):
+     * embed16 points into this read-only mapping, not into params16. NULL otherwise. */
+    void *embed_map;
+    size_t embed_map_len;
     LayerWeights *layers;    /* [L] */
     const LoraAdapter *lora; /* an adapter applied on top of the weights; NULL: none */
     /* The log-probs read off the model (model_token_logprobs, the training tape) are those of
@@ -79,6 +83,12 @@ typedef struct {
 static inline const Backend *model_backend(const Model *m) {
     return m->backend ? m->backend : backend_cpu();
 }
+
+/* Gives back the resident pages of an embedding left in its file (Model.embed_map) once a
+ * gather has copied its rows out: what stays resident is then one forward's rows, not every row
+ * the run has touched. Nothing when the embedding is held in memory. Safe while other threads
+ * read the table (a dropped page is read again from the file). */
+void model_release_embedding(const Model *m);
 
 /* Keeps the weights of a loaded model in bf16 (rounded to nearest even, as torch's
  * .to(torch.bfloat16)); computations stay fp32. Halves the model's memory; for a model that is

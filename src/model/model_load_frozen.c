@@ -59,6 +59,19 @@ static int read_bf16(const Model *m, const SafetensorsTensor *t, int i, const ch
     return 0;
 }
 
+/* Checks tensor i (read through `scratch`, CHUNK_VALUES floats) for NaN and infinity, as
+ * read_bf16 does, without keeping it: the embedding left in its file. */
+static int check_finite_chunks(const Model *m, const SafetensorsTensor *t, int i, const char *dir,
+                               float *scratch) {
+    size_t numel = m->param_info[i].numel;
+    for (size_t at = 0; at < numel; at += CHUNK_VALUES) {
+        size_t n = numel - at < CHUNK_VALUES ? numel - at : CHUNK_VALUES;
+        if (tensor_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
+        if (model_check_finite(scratch, n, dir, m->param_info[i].name) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Whether param_info[i] is a layer matrix (the tensors NF4 quantises). */
 static bool is_layer_matrix(const Model *m, int i) {
     return m->param_info[i].ndim == 2 && strncmp(m->param_info[i].name, "model.layers.", 13) == 0;
@@ -163,11 +176,22 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
     size_t *small_at = xmalloc((size_t)n * sizeof *small_at);
     size_t *half_at = xmalloc((size_t)n * sizeof *half_at);
     size_t n_small = 0, n_half = 0, largest = 0;
+    /* an untied bf16 embedding stays in its file (embed_map.c), outside params16 */
+    int embed_at = -1;
+    const uint16_t *mapped_embed = NULL;
+    for (int i = 0; i < n; i++)
+        if (strcmp(m->param_info[i].name, "model.embed_tokens.weight") == 0) embed_at = i;
+    if (embed_at >= 0) {
+        const SafetensorsTensor *t = model_checkpoint_tensor(m, &ck, dir, embed_at);
+        if (t) mapped_embed = model_map_embedding(m, &ck, t);
+        err_clear(); /* a missing tensor is reported by the loop below, in order */
+    }
     for (int i = 0; i < n; i++) { /* where each tensor goes */
         const ParamInfo *p = &m->param_info[i];
         bool quantised = nf4 && is_layer_matrix(m, i);
+        bool mapped = i == embed_at && mapped_embed;
         small_at[i] = p->ndim == 1 ? n_small : SIZE_MAX;
-        half_at[i] = p->ndim == 2 && !quantised ? n_half : SIZE_MAX;
+        half_at[i] = p->ndim == 2 && !quantised && !mapped ? n_half : SIZE_MAX;
         if (p->ndim == 1) n_small += p->numel;
         if (half_at[i] != SIZE_MAX) n_half += p->numel;
         if (quantised && p->numel > largest) largest = p->numel;
@@ -194,6 +218,8 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
                 dst[k] = bf16_to_f32(f32_to_bf16(dst[k]));
         } else if (half_at[i] != SIZE_MAX) {
             rc = read_bf16(m, t, i, dir, m->params16 + half_at[i], scratch);
+        } else if (i == embed_at) { /* mapped: checked as read_bf16 checks, nothing copied */
+            rc = check_finite_chunks(m, t, i, dir, scratch);
         } else { /* a layer matrix to NF4, as model_store_nf4 */
             int l, k;
             matrix_slot(p->name, &l, &k);
@@ -213,6 +239,7 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
     if (rc == 0) rc = model_check_no_extra(m, &ck);
     hf_weights_close(&ck);
     if (rc == 0) point(m, small_at, half_at, nf4);
+    if (rc == 0 && mapped_embed) m->embed16 = mapped_embed;
     free(small_at);
     free(half_at);
     if (rc != 0) model_free(m);

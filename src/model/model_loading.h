@@ -22,4 +22,13 @@ int model_check_finite(const float *w, size_t numel, const char *dir, const char
  * those transformers itself ignores). */
 int model_check_no_extra(const Model *m, const HfWeights *ck);
 
+/* The embedding tensor t of ck (a tensor of one of its files) mapped read-only on its own from
+ * its file (embed_map.c), recorded in m->embed_map so that it outlives ck; NULL, with nothing
+ * recorded and no error, where it is not left in the file (a tied embedding, not bf16 in the
+ * file, misaligned, or the file cannot be mapped again): the caller then copies it. */
+const uint16_t *model_map_embedding(Model *m, const HfWeights *ck, const SafetensorsTensor *t);
+
+/* Unmaps m->embed_map (nothing when NULL). */
+void model_unmap_embedding(Model *m);
+
 #endif

@@ -126,6 +126,17 @@ static double adamw8bit_bytes(const ModelConfig *c, uint64_t n_params) {
     return 8.0 * (double)fp32 + 2.0 * ((double)q8 + 4.0 * ceil((double)q8 / Q8_BLOCK));
 }
 
+/* Bytes of the frozen base's embedding that stay resident: an untied embedding of a bf16
+ * checkpoint is left in its file (model/embed_map.c), of which a forward keeps only its tokens'
+ * rows, each with the kernel's fault-around (up to 64 KiB of mapped neighbours); otherwise the
+ * whole table in bf16. */
+static double frozen_embedding_bytes(const ModelConfig *c, uint64_t tokens) {
+    double table = 2.0 * (double)c->vocab_size * (double)c->hidden_size;
+    if (c->tie_word_embeddings || strcmp(c->weights_dtype, "bfloat16") != 0) return table;
+    double rows = (double)tokens * (2.0 * (double)c->hidden_size + 65536.0);
+    return rows < table ? rows : table;
+}
+
 MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
     MemoryPlan p = {0};
     p.n_params = memory_plan_model_params(mc);
@@ -133,19 +144,23 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
     p.n_trained = cfg->adapter ? n_lora : p.n_params;
     /* an adapter with bf16: true keeps the frozen base in bf16 (train/session.c); QLoRA its
      * layer matrices in NF4 and the rest in bf16 */
-    double base_bytes = cfg->adapter && cfg->bf16 ? 2.0 : 4.0;
+    bool frozen_bf16 = cfg->load_in_4bit || (cfg->adapter && cfg->bf16); /* session.c */
+    double base_bytes = frozen_bf16 ? 2.0 : 4.0;
+    p.tokens_per_micro = micro_batch_tokens(cfg);
     p.weights = base_bytes * (double)p.n_params + 4.0 * (double)n_lora;
     if (cfg->load_in_4bit) {
         uint64_t matrices;
         double nf4 = nf4_base_bytes(mc, &matrices);
         p.weights = nf4 + 2.0 * (double)(p.n_params - matrices) + 4.0 * (double)n_lora;
     }
+    if (frozen_bf16) /* the embedding as model_load_frozen holds it */
+        p.weights += frozen_embedding_bytes(mc, p.tokens_per_micro) -
+                     2.0 * (double)mc->vocab_size * (double)mc->hidden_size;
     p.gradients = 4.0 * (double)p.n_trained;
     p.optimizer = optimizer_is_8bit(cfg->optimizer) && !cfg->adapter
                       ? adamw8bit_bytes(mc, p.n_params)
                       : 8.0 * (double)p.n_trained;
     if (needs_frozen_reference(cfg)) p.reference = (cfg->bf16 ? 2.0 : 4.0) * (double)p.n_params;
-    p.tokens_per_micro = micro_batch_tokens(cfg);
     p.activations = activation_bytes(mc, p.tokens_per_micro, cfg->gradient_checkpointing);
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
         double seqs = cfg->grpo.generation_batch_size > 0 ? cfg->grpo.generation_batch_size : 1;

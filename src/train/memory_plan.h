@@ -5,6 +5,8 @@
  *
  * The parts follow what the code allocates (fp32 unless said):
  *  - weights: every parameter in fp32 (bf16/fp16 files are widened at load), plus the adapter;
+ *    a frozen base (adapter with bf16, or QLoRA) in bf16 / NF4, its untied embedding of a bf16
+ *    checkpoint counted as one micro-batch's rows (model/embed_map.c leaves it in the file);
  *  - gradients: one fp32 value per trained parameter (the whole model, or the adapter);
  *  - optimizer: AdamW's two fp32 moments per trained parameter; 8-bit AdamW one byte each plus
  *    a scale per 256-value block, except tensors of fewer than 4096 values and the embedding,
