@@ -98,6 +98,7 @@ lr_scheduler: constant
 output_dir: {os.path.join(work, 'out')}
 logging_steps: 1
 seed: 0
+{'bf16: true' if a.bf16 else ''}
 {lora}""")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     run = subprocess.run([os.path.join(ROOT, "build", "rlhf"), "train", config], capture_output=True,
@@ -166,7 +167,7 @@ def trl_side(a, model_dir, prompts):
         peft_config = LoraConfig(r=a.lora_r, lora_alpha=2 * a.lora_r, lora_dropout=0.0,
                                  target_modules="all-linear", task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
+        args = GRPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=a.bf16, use_cpu=True,
                           dataloader_num_workers=0, disable_tqdm=True, seed=0, logging_steps=1,
                           per_device_train_batch_size=a.micro_batch,
                           gradient_accumulation_steps=a.generations // a.micro_batch,
@@ -222,6 +223,10 @@ def main():
     ap.add_argument("--no-trl", action="store_true", help="rlhf.c's side only")
     ap.add_argument("--vs-trl", action="store_true",
                     help="issue 33's workload: 64 completions, 8 per prompt, of 128 tokens, against TRL")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 mixed precision on both sides: rlhf.c bf16: true (autocast products on "
+                         "gemm_bf16, generation on AMX tiles where present), TRL bf16=True (torch CPU "
+                         "autocast, oneDNN); fp32 weights and AdamW on both")
     ap.add_argument("--trl-side", nargs=2, metavar=("MODEL_DIR", "PROMPTS"), help=argparse.SUPPRESS)
     forward_bench.add_model_argument(ap)
     a = ap.parse_args()
@@ -259,7 +264,7 @@ def main():
         cmd = [sys.executable, __file__, "--trl-side", model_dir, prompts] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
             if k in ("steps", "generations", "num_generations", "prompt_len", "completion_len", "micro_batch",
-                     "lora_r", "threads")]
+                     "lora_r", "threads")] + (["--bf16"] if a.bf16 else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-6000:])
@@ -283,19 +288,21 @@ def main():
         side["new_tokens_per_s_generation"] = a.generations * side["completion_tokens"] / \
             side["mean_after_warmup_s"]["generation_s"]
     result = {
-        "workload": (f"GRPO step fp32, loss dapo, beta 0, {a.generations} completions ({a.num_generations} per "
+        "workload": (f"GRPO step {'bf16 autocast' if a.bf16 else 'fp32'}, loss dapo, beta 0, {a.generations} completions ({a.num_generations} per "
                      f"prompt) of {a.completion_len} tokens, prompts of ~{ours['prompt_tokens']:.0f} tokens, "
                      f"micro-batches of {a.micro_batch}, "
                      + (f"LoRA r {a.lora_r} all-linear" if a.lora_r else "full fine-tuning, AdamW")
                      + f", {a.threads} threads"),
-        "model": forward_bench.MODELS[a.model]["desc"] + ", random, fp32 compute",
+        "model": forward_bench.MODELS[a.model]["desc"] + (", random, bf16 autocast compute (fp32 weights)"
+                                                          if a.bf16 else ", random, fp32 compute"),
         "sgemm": sgemm, "machine_peak": machine, "rlhf.c": ours, "trl": theirs,
     }
     if theirs:
         mine, other = ours["mean_after_warmup_s"], theirs["mean_after_warmup_s"]
         result["speedup"] = {k: other[k] / mine[k] for k in ("step_s", "generation_s", "training_s")}
         result["rss_ratio"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
-    name = (f"grpo_step_lora{a.lora_r}" if a.lora_r else "grpo_step") + forward_bench.MODELS[a.model]["suffix"] + ".json"
+    name = ((f"grpo_step_lora{a.lora_r}" if a.lora_r else "grpo_step") + forward_bench.MODELS[a.model]["suffix"]
+            + ("_bf16" if a.bf16 else "") + ".json")
     out_path = os.path.join(OUT, name)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1)
