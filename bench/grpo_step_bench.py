@@ -109,7 +109,9 @@ seed: 0
     done = re.search(r"peak memory (\d+) MB", run.stdout + run.stderr)
     lines = [json.loads(line) for line in open(os.path.join(work, "out", "metrics.jsonl"))]
     steps = [{"step": m["step"], "step_s": m["step_time"], "generation_s": m["time/generation"],
-              "rewards_s": m["time/rewards"], "training_s": m["time/training"]} for m in lines]
+              "rewards_s": m["time/rewards"], "training_s": m["time/training"],
+              "generation_cpu_s": m.get("cpu_time/generation"), "training_cpu_s": m.get("cpu_time/training")}
+             for m in lines]
     return {"impl": "rlhf.c", "steps": steps, "peak_rss_mb": int(done.group(1)),
             "prompt_tokens": lines[0]["num_tokens"] / a.generations - lines[0]["completions/mean_length"],
             "completion_tokens": lines[0]["completions/mean_length"],
@@ -132,12 +134,13 @@ def trl_side(a, model_dir, prompts):
         return [1.0 if re.search(PATTERN, c) else 0.0 for c in completions]
 
     class TimedGRPOTrainer(GRPOTrainer):
-        generation_s = rewards_s = 0.0
+        generation_s = rewards_s = generation_cpu_s = 0.0
 
         def _generate(self, *args, **kwargs):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             out = super()._generate(*args, **kwargs)
             self.generation_s += time.perf_counter() - t
+            self.generation_cpu_s += time.process_time() - c
             return out
 
         def _calculate_rewards(self, *args, **kwargs):
@@ -153,12 +156,16 @@ def trl_side(a, model_dir, prompts):
         def on_step_begin(self, args, state, control, **kwargs):
             self.threads = torch.get_num_threads()
             self.t0, self.g0, self.r0 = time.perf_counter(), trainer.generation_s, trainer.rewards_s
+            self.c0, self.gc0 = time.process_time(), trainer.generation_cpu_s
 
         def on_step_end(self, args, state, control, **kwargs):
             step = time.perf_counter() - self.t0
             gen, rew = trainer.generation_s - self.g0, trainer.rewards_s - self.r0
+            gen_cpu = trainer.generation_cpu_s - self.gc0
             self.steps.append({"step": state.global_step, "step_s": step, "generation_s": gen,
-                               "rewards_s": rew, "training_s": step - gen - rew})
+                               "rewards_s": rew, "training_s": step - gen - rew,
+                               "generation_cpu_s": gen_cpu,
+                               "training_cpu_s": time.process_time() - self.c0 - gen_cpu})
 
     timer = StepTimer()
     peft_config = None
@@ -277,6 +284,9 @@ def main():
     for _, side in sides:
         side["mean_after_warmup_s"] = {k: mean_after_warmup(side["steps"], k)
                                        for k in ("step_s", "generation_s", "rewards_s", "training_s")}
+        if all(s.get("generation_cpu_s") is not None for s in side["steps"]):
+            side["mean_after_warmup_cpu_s"] = {k: mean_after_warmup(side["steps"], k)
+                                               for k in ("generation_cpu_s", "training_cpu_s")}
         training_s = side["mean_after_warmup_s"]["training_s"]
         credited = training_flops(cfg, a, side["prompt_tokens"], prompt_once=False)
         executed = training_flops(cfg, a, side["prompt_tokens"], prompt_once=side is ours)
@@ -319,6 +329,11 @@ def main():
               f"MFU {100 * side['training_mfu_vs_sgemm']:4.1f}% of sgemm, "
               f"{100 * side['training_mfu_vs_fp32_peak']:4.1f}% of the FMA peak)  peak RSS {side['peak_rss_mb']:6.0f} MB  "
               f"prompt {side['prompt_tokens']:.0f} + completion {side['completion_tokens']:.0f} tokens")
+    for label, side in sides:
+        c = side.get("mean_after_warmup_cpu_s")
+        if c:
+            print(f"{label:7s} CPU seconds (all threads): generation {c['generation_cpu_s']:7.2f}  "
+                  f"training (rewards included) {c['training_cpu_s']:7.2f}")
     if theirs:
         sp = result["speedup"]
         print(f"rlhf.c / TRL: step {sp['step_s']:.2f}x, generation {sp['generation_s']:.2f}x, training "
