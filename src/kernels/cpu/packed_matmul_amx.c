@@ -11,8 +11,9 @@
  * cache keeps of W (gemm_bf16_cache.c): made once per optimizer step for the policy's fp32
  * weights (the same packing the training forward under autocast reads, dropped by the AdamW
  * step) and once per model for weights stored in bf16 (dropped at model_free). A cached packing
- * is valid only until the next drop, so it is looked up per product (a lock and a fingerprint of
- * 512 values), never kept.
+ * is valid only until the next drop, so it is looked up per product, never kept: with its
+ * fingerprint (512 values of W) once, when the PackedModel is built at the start of a generate()
+ * call, and without it at each product of the call (the weights do not change during one).
  *
  * Rounding: as packed_matmul_bf16.c's, the inputs rounded to bf16 (nearest, ties to even), each
  * product of two bf16 values exact in fp32, fp32 sums; the sums run 32 depth values at a time in
@@ -28,15 +29,10 @@ bool packed_weight_is_amx(const PackedWeight *p) {
     return p->amx.f32 != NULL || p->amx.bf16 != NULL;
 }
 
-/* W's packing as the forward's B (W^T), from the cache. */
-static const Bf16PackedB *cached_packing(const PackedWeight *p) {
-    return bf16_weight_packed(p->amx.f32, p->amx.bf16, p->out_dim, p->in_dim, true);
-}
-
 void packed_weight_amx(PackedWeight *p, WeightRef w, int in_dim, int out_dim) {
     *p = (PackedWeight){
         .amx = {.f32 = w.f32, .bf16 = w.f32 ? NULL : w.bf16}, .in_dim = in_dim, .out_dim = out_dim};
-    (void)cached_packing(p);
+    (void)bf16_weight_packed(p->amx.f32, p->amx.bf16, out_dim, in_dim, true); /* checked */
 }
 
 void packed_matmul_amx_forward(float *out, const float *in, const PackedWeight *w,
@@ -45,7 +41,10 @@ void packed_matmul_amx_forward(float *out, const float *in, const PackedWeight *
     Bf16PackedA a;
     bf16_pack_a(&a, (Bf16Source){.f32 = in, .row_stride = (size_t)w->in_dim, .col_stride = 1}, n,
                 w->in_dim);
-    gemm_bf16(out, (size_t)w->out_dim, false, &a, cached_packing(w));
+    /* checked by packed_weight_amx at the start of this generate() call; nothing writes the
+     * weights during it */
+    gemm_bf16(out, (size_t)w->out_dim, false, &a,
+              bf16_weight_packed_unchanged(w->amx.f32, w->amx.bf16, w->out_dim, w->in_dim, true));
     bf16_packed_a_free(&a);
     bias_add_rows(out, bias, n, w->out_dim);
 }
