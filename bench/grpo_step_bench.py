@@ -98,6 +98,7 @@ lr_scheduler: constant
 output_dir: {os.path.join(work, 'out')}
 logging_steps: 1
 seed: 0
+{'bf16: true' if a.bf16 else ''}
 {lora}""")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     run = subprocess.run([os.path.join(ROOT, "build", "rlhf"), "train", config], capture_output=True,
@@ -108,7 +109,9 @@ seed: 0
     done = re.search(r"peak memory (\d+) MB", run.stdout + run.stderr)
     lines = [json.loads(line) for line in open(os.path.join(work, "out", "metrics.jsonl"))]
     steps = [{"step": m["step"], "step_s": m["step_time"], "generation_s": m["time/generation"],
-              "rewards_s": m["time/rewards"], "training_s": m["time/training"]} for m in lines]
+              "rewards_s": m["time/rewards"], "training_s": m["time/training"],
+              "generation_cpu_s": m.get("cpu_time/generation"), "training_cpu_s": m.get("cpu_time/training")}
+             for m in lines]
     return {"impl": "rlhf.c", "steps": steps, "peak_rss_mb": int(done.group(1)),
             "prompt_tokens": lines[0]["num_tokens"] / a.generations - lines[0]["completions/mean_length"],
             "completion_tokens": lines[0]["completions/mean_length"],
@@ -131,12 +134,13 @@ def trl_side(a, model_dir, prompts):
         return [1.0 if re.search(PATTERN, c) else 0.0 for c in completions]
 
     class TimedGRPOTrainer(GRPOTrainer):
-        generation_s = rewards_s = 0.0
+        generation_s = rewards_s = generation_cpu_s = 0.0
 
         def _generate(self, *args, **kwargs):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             out = super()._generate(*args, **kwargs)
             self.generation_s += time.perf_counter() - t
+            self.generation_cpu_s += time.process_time() - c
             return out
 
         def _calculate_rewards(self, *args, **kwargs):
@@ -152,12 +156,16 @@ def trl_side(a, model_dir, prompts):
         def on_step_begin(self, args, state, control, **kwargs):
             self.threads = torch.get_num_threads()
             self.t0, self.g0, self.r0 = time.perf_counter(), trainer.generation_s, trainer.rewards_s
+            self.c0, self.gc0 = time.process_time(), trainer.generation_cpu_s
 
         def on_step_end(self, args, state, control, **kwargs):
             step = time.perf_counter() - self.t0
             gen, rew = trainer.generation_s - self.g0, trainer.rewards_s - self.r0
+            gen_cpu = trainer.generation_cpu_s - self.gc0
             self.steps.append({"step": state.global_step, "step_s": step, "generation_s": gen,
-                               "rewards_s": rew, "training_s": step - gen - rew})
+                               "rewards_s": rew, "training_s": step - gen - rew,
+                               "generation_cpu_s": gen_cpu,
+                               "training_cpu_s": time.process_time() - self.c0 - gen_cpu})
 
     timer = StepTimer()
     peft_config = None
@@ -166,7 +174,7 @@ def trl_side(a, model_dir, prompts):
         peft_config = LoraConfig(r=a.lora_r, lora_alpha=2 * a.lora_r, lora_dropout=0.0,
                                  target_modules="all-linear", task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=False, use_cpu=True,
+        args = GRPOConfig(output_dir=tmp, report_to=[], save_strategy="no", bf16=a.bf16, use_cpu=True,
                           dataloader_num_workers=0, disable_tqdm=True, seed=0, logging_steps=1,
                           per_device_train_batch_size=a.micro_batch,
                           gradient_accumulation_steps=a.generations // a.micro_batch,
@@ -222,6 +230,10 @@ def main():
     ap.add_argument("--no-trl", action="store_true", help="rlhf.c's side only")
     ap.add_argument("--vs-trl", action="store_true",
                     help="issue 33's workload: 64 completions, 8 per prompt, of 128 tokens, against TRL")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 mixed precision on both sides: rlhf.c bf16: true (autocast products on "
+                         "gemm_bf16, generation on AMX tiles where present), TRL bf16=True (torch CPU "
+                         "autocast, oneDNN); fp32 weights and AdamW on both")
     ap.add_argument("--trl-side", nargs=2, metavar=("MODEL_DIR", "PROMPTS"), help=argparse.SUPPRESS)
     forward_bench.add_model_argument(ap)
     a = ap.parse_args()
@@ -259,7 +271,7 @@ def main():
         cmd = [sys.executable, __file__, "--trl-side", model_dir, prompts] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
             if k in ("steps", "generations", "num_generations", "prompt_len", "completion_len", "micro_batch",
-                     "lora_r", "threads")]
+                     "lora_r", "threads")] + (["--bf16"] if a.bf16 else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-6000:])
@@ -272,6 +284,9 @@ def main():
     for _, side in sides:
         side["mean_after_warmup_s"] = {k: mean_after_warmup(side["steps"], k)
                                        for k in ("step_s", "generation_s", "rewards_s", "training_s")}
+        if all(s.get("generation_cpu_s") is not None for s in side["steps"]):
+            side["mean_after_warmup_cpu_s"] = {k: mean_after_warmup(side["steps"], k)
+                                               for k in ("generation_cpu_s", "training_cpu_s")}
         training_s = side["mean_after_warmup_s"]["training_s"]
         credited = training_flops(cfg, a, side["prompt_tokens"], prompt_once=False)
         executed = training_flops(cfg, a, side["prompt_tokens"], prompt_once=side is ours)
@@ -283,19 +298,21 @@ def main():
         side["new_tokens_per_s_generation"] = a.generations * side["completion_tokens"] / \
             side["mean_after_warmup_s"]["generation_s"]
     result = {
-        "workload": (f"GRPO step fp32, loss dapo, beta 0, {a.generations} completions ({a.num_generations} per "
+        "workload": (f"GRPO step {'bf16 autocast' if a.bf16 else 'fp32'}, loss dapo, beta 0, {a.generations} completions ({a.num_generations} per "
                      f"prompt) of {a.completion_len} tokens, prompts of ~{ours['prompt_tokens']:.0f} tokens, "
                      f"micro-batches of {a.micro_batch}, "
                      + (f"LoRA r {a.lora_r} all-linear" if a.lora_r else "full fine-tuning, AdamW")
                      + f", {a.threads} threads"),
-        "model": forward_bench.MODELS[a.model]["desc"] + ", random, fp32 compute",
+        "model": forward_bench.MODELS[a.model]["desc"] + (", random, bf16 autocast compute (fp32 weights)"
+                                                          if a.bf16 else ", random, fp32 compute"),
         "sgemm": sgemm, "machine_peak": machine, "rlhf.c": ours, "trl": theirs,
     }
     if theirs:
         mine, other = ours["mean_after_warmup_s"], theirs["mean_after_warmup_s"]
         result["speedup"] = {k: other[k] / mine[k] for k in ("step_s", "generation_s", "training_s")}
         result["rss_ratio"] = ours["peak_rss_mb"] / theirs["peak_rss_mb"]
-    name = (f"grpo_step_lora{a.lora_r}" if a.lora_r else "grpo_step") + forward_bench.MODELS[a.model]["suffix"] + ".json"
+    name = ((f"grpo_step_lora{a.lora_r}" if a.lora_r else "grpo_step") + forward_bench.MODELS[a.model]["suffix"]
+            + ("_bf16" if a.bf16 else "") + ".json")
     out_path = os.path.join(OUT, name)
     with open(out_path, "w") as f:
         json.dump(result, f, indent=1)
@@ -312,6 +329,11 @@ def main():
               f"MFU {100 * side['training_mfu_vs_sgemm']:4.1f}% of sgemm, "
               f"{100 * side['training_mfu_vs_fp32_peak']:4.1f}% of the FMA peak)  peak RSS {side['peak_rss_mb']:6.0f} MB  "
               f"prompt {side['prompt_tokens']:.0f} + completion {side['completion_tokens']:.0f} tokens")
+    for label, side in sides:
+        c = side.get("mean_after_warmup_cpu_s")
+        if c:
+            print(f"{label:7s} CPU seconds (all threads): generation {c['generation_cpu_s']:7.2f}  "
+                  f"training (rewards included) {c['training_cpu_s']:7.2f}")
     if theirs:
         sp = result["speedup"]
         print(f"rlhf.c / TRL: step {sp['step_s']:.2f}x, generation {sp['generation_s']:.2f}x, training "

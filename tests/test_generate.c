@@ -9,6 +9,9 @@
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/kernels.h"
 #include "model/forward.h"
 #include "model/packed_model.h"
 #include "rollout/generate.h"
@@ -218,12 +221,22 @@ static void test_packed_decoding(const char *name) {
 }
 
 /* A model kept in bf16 decodes on bf16 packed weights where the CPU has bf16 dot products
- * (packed_bf16_available): its products then round their inputs to bf16 too, so the tokens are
- * held to the plain bf16-weight products' (fp32 arithmetic) by log-prob, over each pair of
- * completions' common start, which must be most of them. Measured (Zen 5): all 160 tokens the
- * same, worst log-prob 0.97e-2 relative; the bound is 2e-2 so that another CPU's summing of a
- * dot product's pair does not fail it, while a wrong product is off by far more. */
-static void test_packed_bf16_decoding(void) {
+ * (packed_bf16_available), or on AMX tiles with gemm_bf16's cached packing where gemm_bf16 runs
+ * on AMX (packed_amx_available): its products then round their inputs to bf16 too, so the tokens
+ * are held to the plain bf16-weight products' (fp32 arithmetic) by log-prob, over each pair of
+ * completions' common start, which must be most of them. Measured (Zen 5, panels): all 160
+ * tokens the same, worst log-prob 0.97e-2 relative; the bound is 2e-2 so that another CPU's
+ * summing of a dot product's pair does not fail it, while a wrong product is off by far more.
+ * Run on each path this machine has, forced through gemm_bf16_force: the default (AMX where
+ * present) and the panels (GEMM_BF16_NONE: not AMX). */
+static void check_packed_bf16_decoding(GemmBf16Path path) {
+    GemmBf16Path before = gemm_bf16_path();
+    if (!gemm_bf16_force(path)) {
+        fprintf(stderr, "bf16 packed decoding on %s: skipped, this CPU has no such path\n",
+                gemm_bf16_path_name(path));
+        return;
+    }
+    bool amx = packed_amx_available(), panels = !amx && packed_bf16_available();
     Model m;
     CHECK(model_load(&m, harness_source_path("tests/fixtures/models/llama_bf16")) == 0, "%s",
           err_msg());
@@ -233,9 +246,14 @@ static void test_packed_bf16_decoding(void) {
     Completion plain[N], packed[N];
     decode_stairs(&m, 4, NULL, plain);
     decode_stairs(&m, 0, &store, packed);
-    CHECK((store.block != NULL) == packed_bf16_available(),
+    CHECK((store.layers != NULL) == (amx || panels),
           "8 sequences of a bf16 model over %d steps %s on packed weights", STAIRS_NEW,
-          packed_bf16_available() ? "were decoded" : "were not decoded (no bf16 dot products)");
+          amx || panels ? "were decoded" : "were not decoded (no bf16 dot products)");
+    CHECK(!amx || (store.block == NULL && packed_weight_is_amx(&store.layers[0]) &&
+                   packed_weight_is_amx(&store.lm_head)),
+          "bf16 decoding on AMX: every matrix the cache's packing, no copy of the store's own");
+    CHECK(amx || !store.layers || store.layers[0].panels16 != NULL,
+          "bf16 decoding without AMX: the AVX512_BF16 panels");
     int common = 0, total = 0;
     double worst = 0;
     for (int i = 0; i < N; i++) {
@@ -245,12 +263,55 @@ static void test_packed_bf16_decoding(void) {
         }
         common += t, total += plain[i].len;
     }
-    fprintf(stderr, "bf16 packed decoding: %d of %d tokens the same, worst log-prob error %.3g\n",
-            common, total, worst);
-    CHECK(2 * common > total, "bf16 packed decoding: only %d of %d tokens as the plain products'",
-          common, total);
-    CHECK(worst < 2e-2, "bf16 packed decoding: log-probs %.3g relative from the plain products'",
+    const char *on = amx ? "AMX tiles" : panels ? "bf16 panels" : "plain products";
+    fprintf(stderr, "bf16 decoding on %s: %d of %d tokens the same, worst log-prob error %.3g\n",
+            on, common, total, worst);
+    CHECK(2 * common > total, "bf16 decoding on %s: only %d of %d tokens as the plain products'",
+          on, common, total);
+    CHECK(worst < 2e-2, "bf16 decoding on %s: log-probs %.3g relative from the plain products'", on,
           worst);
+    completions_free(plain, N);
+    completions_free(packed, N);
+    packed_model_free(&store);
+    model_free(&m);
+    gemm_bf16_force(before);
+}
+
+static void test_packed_bf16_decoding(void) {
+    check_packed_bf16_decoding(GEMM_BF16_AMX);
+    check_packed_bf16_decoding(GEMM_BF16_NONE);
+}
+
+/* GRPO's generation with bf16: true: fp32 weights under bf16 autocast decode on AMX tiles with
+ * the packing gemm_bf16's cache keeps for the autocast training products (no copy of the
+ * store's own), and each packed product is autocast_linear_forward's own (the same packing of
+ * x, the same cached W, the same tile order, the same rounding of the output): the same tokens
+ * and log-probs bit for bit as decoding without the store (max_batch 4: too few rows to pack,
+ * every product autocast_linear_forward). Without AMX, no store is built (autocast does not
+ * multiply fp32 panels). */
+static void test_autocast_decoding(void) {
+    Model m;
+    CHECK(model_load(&m, harness_source_path("tests/fixtures/models/qwen2_bias")) == 0, "%s",
+          err_msg());
+    m.backend = backend_cpu_autocast();
+    enum { N = STAIRS };
+    PackedModel store = {0};
+    Completion plain[N], packed[N];
+    decode_stairs(&m, 4, NULL, plain);
+    decode_stairs(&m, 0, &store, packed);
+    bool amx = packed_amx_available();
+    CHECK((store.layers != NULL) == amx && store.block == NULL, "fp32 weights under autocast: %s",
+          amx ? "the AMX form, no copy" : "no packed store");
+    CHECK(!amx || packed_weight_is_amx(&store.lm_head), "autocast decoding: lm_head on AMX");
+    bool bitwise = true;
+    for (int i = 0; i < N; i++)
+        bitwise &=
+            plain[i].len == packed[i].len &&
+            memcmp(plain[i].ids, packed[i].ids, (size_t)plain[i].len * sizeof(int32_t)) == 0 &&
+            memcmp(plain[i].logprobs, packed[i].logprobs, (size_t)plain[i].len * sizeof(float)) ==
+                0;
+    CHECK(bitwise, "autocast decoding on AMX: the tokens and log-probs of the plain autocast "
+                   "products, bit for bit");
     completions_free(plain, N);
     completions_free(packed, N);
     packed_model_free(&store);
@@ -321,12 +382,13 @@ static void test_packed_prefill(const char *name, int n_prompts) {
     opt.packed = &store;
     CHECK(generate(&m, prompts, lens, n_prompts, &opt, out) == 0, "%s", err_msg());
     int rows = n_prompts * LEN;
-    bool expect = packed_matmul_suits(rows) && (!bf16 || packed_bf16_available());
-    CHECK((store.block != NULL) == expect, "%s: a prefill of %d rows %s packed weights", name, rows,
-          expect ? "multiplies" : "does not multiply");
+    bool amx = bf16 && packed_amx_available(); /* the AMX form: every product that suits */
+    bool expect = packed_matmul_suits(rows) && (!bf16 || amx || packed_bf16_available());
+    CHECK((store.layers != NULL) == expect, "%s: a prefill of %d rows %s packed weights", name,
+          rows, expect ? "multiplies" : "does not multiply");
     double worst = worst_against_forward(&m, prompts, lens, out, n_prompts, !bf16);
     fprintf(stderr, "%s: prefill of %d rows%s, worst log-prob error %.3g against the forward\n",
-            name, rows, store.block ? " on packed weights" : "", worst);
+            name, rows, store.layers ? " on packed weights" : "", worst);
     CHECK(worst <= (bf16 ? 2e-2 : 1e-4),
           "%s: prefill and decoding log-probs %.3g relative from the training forward's", name,
           worst);
@@ -434,6 +496,7 @@ int main(void) {
     check_model_batches("phi3_longrope", false, true);
     check_model_batches("phi4_mini_partial", false, true);
     test_packed_bf16_decoding();
+    test_autocast_decoding();
     test_sampling_independence();
     test_torch_sampled();
 

@@ -3,6 +3,7 @@
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
@@ -397,8 +398,82 @@ static void test_packed_matmul_bf16(void) {
         check_packed_matmul_bf16(shapes[s][0], shapes[s][1], shapes[s][2]);
 }
 
+/* The rollout's AMX form (packed_matmul_amx.c) of W (fp32, or kept in bf16) against the exact
+ * product, per output element relative to the sum of its terms' magnitudes S = sum |x_k w_k|
+ * (+ |bias|). The bounds, derived (u = 2^-24 fp32's unit roundoff, b = 2^-8 bf16's):
+ *  - against the rounded operands (x and W rounded to bf16 as the kernel rounds them, each
+ *    product then exact in fp32): the fp32 sums of in_dim terms, plus the bias's addition, err
+ *    at most (in_dim + 1) u S (the classic bound for recursive summation; the tile unit's own
+ *    order and its pairwise steps are within it);
+ *  - against the fp32 operands: each term x_k w_k is moved by at most (2b + b^2) |x_k w_k| by
+ *    the two roundings (b for x alone when W is already bf16), on top of the sums' error.
+ * And a row alone at 1 thread is bit for bit its batch's row (every output element is summed
+ * by one thread over the whole depth, whatever the other rows). On every gemm_bf16 path this CPU
+ * has (the form's products are gemm_bf16's; the rollout takes it on AMX only). */
+static void check_packed_matmul_amx(int n, int in_dim, int out_dim, bool bf16_weights) {
+    LinearCase c = linear_case_new(n, in_dim, out_dim);
+    size_t nw = (size_t)out_dim * in_dim, nx = (size_t)n * in_dim;
+    uint16_t *w16 = malloc(nw * sizeof *w16), *x16 = malloc(nx * sizeof *x16);
+    float *w_rounded = malloc(nw * sizeof(float)), *x_rounded = malloc(nx * sizeof(float));
+    for (size_t i = 0; i < nw; i++)
+        w16[i] = f32_to_bf16(c.w[i]);
+    for (size_t i = 0; i < nx; i++)
+        x16[i] = f32_to_bf16(c.x[i]);
+    bf16_widen(w_rounded, w16, nw);
+    bf16_widen(x_rounded, x16, nx);
+    if (bf16_weights) memcpy(c.w, w_rounded, nw * sizeof(float)); /* the model's values */
+    PackedWeight pw;
+    WeightRef w = bf16_weights ? (WeightRef){.bf16 = w16} : (WeightRef){.f32 = c.w};
+    packed_weight_amx(&pw, w, in_dim, out_dim);
+    CHECK(packed_weight_is_amx(&pw) && !pw.panels && !pw.panels16, "the AMX form holds no copy");
+    const char *kind = bf16_weights ? "bf16" : "fp32";
+    const double u = ldexp(1.0, -24), b = ldexp(1.0, -8);
+    for (int p = GEMM_BF16_AVX2; p < GEMM_BF16_PATH_COUNT; p++) {
+        if (!gemm_bf16_force((GemmBf16Path)p)) continue;
+        const char *path = gemm_bf16_path_name((GemmBf16Path)p);
+        packed_matmul_forward(c.out, c.x, &pw, c.bias, n);
+        double sums = (in_dim + 1) * u;
+        double worst = worst_linear_error(c.out, x_rounded, w_rounded, c.bias, n, in_dim, out_dim);
+        CHECK(worst <= sums,
+              "AMX form (%s, %s W) %dx%dx%d: %.3g of the term magnitudes from "
+              "the product of the rounded operands, over the bound %.3g",
+              path, kind, n, in_dim, out_dim, worst, sums);
+        double rounding = bf16_weights ? b : 2 * b + b * b;
+        worst = worst_linear_error(c.out, c.x, c.w, c.bias, n, in_dim, out_dim);
+        CHECK(worst <= rounding + sums,
+              "AMX form (%s, %s W) %dx%dx%d: %.3g against fp32, over "
+              "the bound %.3g",
+              path, kind, n, in_dim, out_dim, worst, rounding + sums);
+        int mid = n / 2, threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        packed_matmul_forward(c.one, c.x + (size_t)mid * in_dim, &pw, c.bias, 1);
+        omp_set_num_threads(threads);
+        CHECK(memcmp(c.one, c.out + (size_t)mid * out_dim, sizeof *c.one * out_dim) == 0,
+              "AMX form (%s) %dx%dx%d: row %d alone at 1 thread differs from its batch's", path, n,
+              in_dim, out_dim, mid);
+    }
+    gemm_bf16_weights_changed(c.w, nw * sizeof(float)); /* the cache's packings of W go */
+    gemm_bf16_weights_changed(w16, nw * sizeof *w16);
+    free(w16), free(x16), free(w_rounded), free(x_rounded);
+    linear_case_free(&c);
+}
+
+/* test_packed_matmul_bf16's shapes, with fp32 and bf16 weights; the path gemm_bf16 had before
+ * is restored. */
+static void test_packed_matmul_amx(void) {
+    const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},     {64, 512, 40},
+                             {15, 2100, 150}, {70, 1101, 150}, {530, 300, 70}};
+    GemmBf16Path before = gemm_bf16_path();
+    srand(15);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            check_packed_matmul_amx(shapes[s][0], shapes[s][1], shapes[s][2], bf16);
+    gemm_bf16_force(before);
+}
+
 int main(void) {
     test_packed_matmul();
+    test_packed_matmul_amx();
     test_packed_matmul_bf16();
     test_matmul_few_rows();
     test_matmul_bf16();

@@ -33,7 +33,8 @@ static const char generate_usage[] =
     "half the bytes read per decoded token; the arithmetic stays fp32, except that on a CPU\n"
     "with bf16 dot products (AVX512_BF16) 6 or more sequences decoding together, and prompts\n"
     "of 64 tokens or more being prefilled, multiply bf16-rounded inputs by the weights,\n"
-    "summing in fp32 (about twice as fast).\n";
+    "summing in fp32; with AMX tiles every product of 6 rows or more does, on the tiles\n"
+    "(RLHF_GEMM_BF16=sgemm keeps the dot products).\n";
 
 typedef struct {
     const char *model, *tokenizer, *prompt, *prompts, *out, *adapter;

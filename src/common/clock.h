@@ -7,4 +7,9 @@
  * Cannot fail. */
 double clock_seconds(void);
 
+/* CPU seconds this process has run, all its threads together, since an arbitrary origin: the
+ * work a phase took whatever share of the cores the machine's load left it (a shared machine's
+ * wall times measure the load). Cannot fail. */
+double cpu_seconds(void);
+
 #endif

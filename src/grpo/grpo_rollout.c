@@ -216,9 +216,10 @@ static int generate_and_score(GrpoRollout *r, const GrpoDataset *ds, const size_
         if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
         return rc;
     }
-    double t0 = clock_seconds();
+    double t0 = clock_seconds(), cpu0 = cpu_seconds();
     if (generate_rows(r, ds, idx, n_prompts, G, stream, first, trainer_state, comp) != 0) return -1;
     double t1 = clock_seconds();
+    if (times) times->generate_cpu_s += cpu_seconds() - cpu0;
     int rc = score(r, ds, idx, rows, G, comp, NULL, trainer_state, rewards);
     if (times) times->generate_s += t1 - t0, times->reward_s += clock_seconds() - t1;
     return rc;

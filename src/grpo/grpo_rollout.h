@@ -48,6 +48,7 @@ typedef struct GrpoRollout {
 
 typedef struct {
     double generate_s, reward_s; /* wall time of the two halves */
+    double generate_cpu_s;       /* CPU time of in-process generation (all threads) */
     long generated_tokens;       /* completion tokens of the whole batch, every rank's */
 } RolloutTimes;
 

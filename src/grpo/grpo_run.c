@@ -53,8 +53,9 @@ typedef struct {
     int64_t generations_per_epoch, steps_per_epoch, total;
     RolloutTimes times;
     double train_s, step_start;
+    double train_cpu_s;        /* CPU time of training (all threads), as train_s */
     RolloutTimes logged_times; /* times, train_s and the step at the last metrics line */
-    double logged_train_s;
+    double logged_train_s, logged_train_cpu_s;
     int64_t logged_step;
     /* torch's global generator as TRL's GRPOTrainer leaves it after set_seed(seed) (one
      * process only; see grpo_run): the DataLoader's draw at each epoch, the sampling of every
@@ -190,9 +191,10 @@ static int add_generation(GrpoRun *r, int64_t index) {
     else
         json_decref(req.log_rows);
     if (rc == 0) {
-        double t0 = clock_seconds();
+        double t0 = clock_seconds(), cpu0 = cpu_seconds();
         rc = grpo_trainer_logprobs(&r->gt, &b);
         r->train_s += clock_seconds() - t0;
+        r->train_cpu_s += cpu_seconds() - cpu0;
         if (rc == 0 && r->replay.capacity > 0) rc = replay(r, &b, group_std, index);
         if (rc == 0)
             grpo_trainer_add(&r->gt, &b);
@@ -211,13 +213,14 @@ static int grpo_step(void *ctx, Trainer *tr, StepStats *st, double *tokens) {
     long generated = r->times.generated_tokens;
     while (grpo_trainer_queued(&r->gt) < grpo_trainer_window(&r->gt))
         if (add_generation(r, r->next_generation++) != 0) return -1;
-    double t0 = clock_seconds();
+    double t0 = clock_seconds(), cpu0 = cpu_seconds();
     int rc = grpo_trainer_step(&r->gt, st);
     /* TRL's SyncRefModelCallback.on_step_end: after the optimizer step, every
      * ref_model_sync_steps steps (tr->step counts this one already) */
     if (rc == 0 && r->g->sync_ref_model && tr->step % r->g->ref_model_sync_steps == 0)
         rc = train_reference_sync(r->ref, tr->model, r->g->ref_model_mixup_alpha);
     r->train_s += clock_seconds() - t0;
+    r->train_cpu_s += cpu_seconds() - cpu0;
     *tokens += (double)(r->times.generated_tokens - generated); /* generated tokens/s */
     return rc;
 }
@@ -244,8 +247,16 @@ static void grpo_timing(void *ctx, json_t *entry, int64_t step) {
                         json_real((r->times.reward_s - r->logged_times.reward_s) / steps));
     json_object_set_new(entry, "time/training",
                         json_real((r->train_s - r->logged_train_s) / steps));
+    /* CPU seconds of the same two phases (in-process generation only): what they cost whatever
+     * the machine's load */
+    json_object_set_new(
+        entry, "cpu_time/generation",
+        json_real((r->times.generate_cpu_s - r->logged_times.generate_cpu_s) / steps));
+    json_object_set_new(entry, "cpu_time/training",
+                        json_real((r->train_cpu_s - r->logged_train_cpu_s) / steps));
     r->logged_times = r->times;
     r->logged_train_s = r->train_s;
+    r->logged_train_cpu_s = r->train_cpu_s;
     r->logged_step = step;
 }
 

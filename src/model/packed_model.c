@@ -1,7 +1,9 @@
 #include "model/packed_model.h"
 
 #include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +21,25 @@
 #define PACKED_MIN_PREFILL_ROWS      256
 #define PACKED_MIN_PREFILL_ROWS_BF16 64
 
+/* Whether m's products are bf16 products: its weights are kept in bf16, or it computes under
+ * bf16 autocast (bf16: true; backend_autocast.c multiplies fp32 weights rounded to bf16). */
+static bool bf16_products(const Model *m) {
+    return !m->params || model_backend(m) == backend_cpu_autocast();
+}
+
+bool packed_model_amx(const Model *m) {
+    return !m->nf4 && bf16_products(m) && packed_amx_available();
+}
+
 bool packed_model_worth(const Model *m, int rows, int steps, long prefill_rows) {
     if (m->nf4) return false; /* a packed copy of NF4 weights would be the base in 16 or 32 bits */
+    /* no copy of its own: the cache's packing, which autocast training reads too (fp32 weights:
+     * always) or which is made once per model (bf16 ones: when some product suits it) */
+    if (packed_model_amx(m))
+        return m->params || packed_matmul_suits(rows) ||
+               packed_matmul_suits(prefill_rows < INT_MAX ? (int)prefill_rows : INT_MAX);
+    /* fp32 panels are not what autocast multiplies (ac_linear passes them by) */
+    if (m->params && bf16_products(m)) return false;
     if (!m->params && !packed_bf16_available()) return false;
     if (packed_matmul_suits(rows) && steps >= PACKED_MIN_STEPS) return true;
     /* the prefill's products take the packed path only where it suits that many rows */
@@ -48,6 +67,11 @@ static double available_bytes(void) {
 }
 
 bool packed_model_fits(const Model *m, const PackedModel *store) {
+    /* AMX: the cache's packing; fp32 weights under autocast have it for training anyway, bf16
+     * ones keep it until model_free (what the cache holds already counts as free) */
+    if (packed_model_amx(m))
+        return m->params || (double)m->n_params * sizeof(uint16_t) <=
+                                0.5 * (available_bytes() + (double)gemm_bf16_cache_bytes());
     double held = store ? (double)store->block_bytes : 0;
     double bytes = (double)m->n_params * (m->params ? sizeof(float) : sizeof(uint16_t));
     return bytes <= 0.5 * (available_bytes() + held);
@@ -79,21 +103,44 @@ static size_t pack_matrix(PackedWeight *p, char *dst, WeightRef w, int in_dim, i
     return packed_bytes(w.bf16 != NULL, in_dim, out_dim);
 }
 
+/* packed_model_build on AMX tiles: no block, each matrix the AMX form (packed_weight_amx). */
+static void build_amx(PackedModel *p, const Model *m, const int dims[PACKED_PER_LAYER][2]) {
+    const ModelConfig *c = &m->cfg;
+    if (p->block || (p->layers && p->n_layers != c->n_layers)) packed_model_free(p);
+    if (!p->layers) {
+        *p = (PackedModel){.n_layers = c->n_layers};
+        p->layers = xmalloc((size_t)c->n_layers * PACKED_PER_LAYER * sizeof *p->layers);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        WeightRef w[PACKED_PER_LAYER];
+        layer_matrices(&m->layers[l], w);
+        for (int i = 0; i < PACKED_PER_LAYER; i++)
+            packed_weight_amx(&p->layers[l * PACKED_PER_LAYER + i], w[i], dims[i][0], dims[i][1]);
+    }
+    packed_weight_amx(&p->lm_head, model_lm_head(m), c->hidden_size, c->vocab_size);
+}
+
 int packed_model_build(PackedModel *p, const Model *m) {
     const ModelConfig *c = &m->cfg;
     int H = c->hidden_size, I = c->intermediate_size;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    /* (in_dim, out_dim) of each matrix */
+    const int dims[PACKED_PER_LAYER][2] = {{H, qd}, {H, kvd}, {H, kvd}, {qd, H},
+                                           {H, I},  {H, I},   {I, H}};
+    if (packed_model_amx(m)) {
+        build_amx(p, m, dims);
+        return 0;
+    }
     bool bf16 = m->params == NULL;
     if (bf16 && !packed_bf16_available())
         return err_set("packed weights: the model is kept in bf16 and this CPU (or build) has no "
                        "bf16 dot products");
-    /* (in_dim, out_dim) of each matrix */
-    const int dims[PACKED_PER_LAYER][2] = {{H, qd}, {H, kvd}, {H, kvd}, {qd, H},
-                                           {H, I},  {H, I},   {I, H}};
     size_t bytes = packed_bytes(bf16, H, c->vocab_size);
     for (int i = 0; i < PACKED_PER_LAYER; i++)
         bytes += (size_t)c->n_layers * packed_bytes(bf16, dims[i][0], dims[i][1]);
-    if (p->block && (p->block_bytes != bytes || p->n_layers != c->n_layers)) packed_model_free(p);
+    if ((p->block && (p->block_bytes != bytes || p->n_layers != c->n_layers)) ||
+        (!p->block && p->layers)) /* sized for another shape, or an AMX one */
+        packed_model_free(p);
     if (!p->block) {
         *p = (PackedModel){.block = xmalloc_huge(bytes, "packed weights"),
                            .block_bytes = bytes,

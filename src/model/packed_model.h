@@ -3,7 +3,8 @@
  * its rows by weights laid out once, instead of BLAS laying them out again at every product.
  * Costs a second copy of the weights while it lives: fp32, or bf16 for a model kept in bf16
  * where the CPU has bf16 dot products (packed_bf16_available), whose products then round their
- * inputs to bf16 as well. */
+ * inputs to bf16 as well. With AMX, bf16 products use gemm_bf16's cached packing instead
+ * (packed_model_amx). */
 #ifndef RLHF_MODEL_PACKED_MODEL_H
 #define RLHF_MODEL_PACKED_MODEL_H
 
@@ -32,6 +33,13 @@ typedef struct PackedModel {
     PackedWeight *layers; /* [n_layers * PACKED_PER_LAYER] */
     PackedWeight lm_head;
 } PackedModel;
+
+/* Whether m's packed form is the AMX one (kernels.h, packed_weight_amx): m's products are bf16
+ * products (weights kept in bf16, or fp32 ones under bf16 autocast) and gemm_bf16 runs on AMX
+ * tiles here (packed_amx_available). Its PackedModel then holds no copy of the weights: each
+ * matrix's products read the packing gemm_bf16's cache keeps (made once per optimizer step for
+ * fp32 weights, once per model for bf16 ones). NF4 weights are never packed. */
+bool packed_model_amx(const Model *m);
 
 /* Whether packing m pays for a generate() call that decodes `rows` rows per step over `steps`
  * steps after prefilling `prefill_rows` prompt tokens in all: the weights are fp32, or bf16 with

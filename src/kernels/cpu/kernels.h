@@ -37,10 +37,13 @@ void bias_add_rows(float *out, const float *bias, int n, int out_dim);
 
 /* A weight matrix copied into the layout packed_matmul_forward reads (see packed_matmul.c):
  * for a generate() call that multiplies the same weights by many rows at every decode step.
- * fp32 panels, or bf16 ones (packed_matmul_bf16.c) for a model kept in bf16: one of the two. */
+ * fp32 panels, or bf16 ones (packed_matmul_bf16.c) for a model kept in bf16, or (amx set) no
+ * copy of its own: the products run on gemm_bf16's AMX tiles with the packing gemm_bf16's cache
+ * keeps of W (packed_matmul_amx.c). Exactly one of the three. */
 typedef struct PackedWeight {
     float *panels;
     uint16_t *panels16;
+    WeightRef amx; /* f32 or bf16 set: W itself, whose cached packing the products read */
     int in_dim, out_dim;
 } PackedWeight;
 
@@ -90,6 +93,26 @@ void packed_weight_fill_bf16(PackedWeight *p, uint16_t *dst, const uint16_t *w, 
  * each product exact, the sums fp32. */
 void packed_matmul_bf16_forward(float *out, const float *in, const PackedWeight *w,
                                 const float *bias, int n);
+
+/* Whether the rollout multiplies bf16 products on AMX tiles: gemm_bf16's path is AMX (the
+ * default where cpuid finds it; RLHF_GEMM_BF16 or gemm_bf16_force choose another, and then the
+ * AVX512_BF16 panels of packed_matmul_bf16.c serve). */
+bool packed_amx_available(void);
+
+/* p = the AMX form of W (out_dim, in_dim), fp32 or bf16 (w.nf4 is not taken): p keeps w and
+ * makes sure gemm_bf16's cache holds W's packing now (bf16_weight_packed, the forward's W^T),
+ * so that the copy's cost falls here and not on the first product. Requires
+ * packed_amx_available(). */
+void packed_weight_amx(PackedWeight *p, WeightRef w, int in_dim, int out_dim);
+
+/* Whether p is the AMX form (packed_weight_amx). */
+bool packed_weight_is_amx(const PackedWeight *p);
+
+/* packed_matmul_forward with the AMX form: each input rounded to bf16 (nearest, ties to even),
+ * W's values rounded likewise (bf16 ones as they are), each product exact, the sums fp32 in the
+ * AMX tiles' order (32 depth values at a time); fp32 bias added, the output not rounded. */
+void packed_matmul_amx_forward(float *out, const float *in, const PackedWeight *w,
+                               const float *bias, int n);
 
 /* dst[i] = the fp32 value of the bf16 src[i] (exact). */
 void bf16_widen(float *dst, const uint16_t *src, size_t n);

@@ -303,6 +303,10 @@ void packed_matmul_forward(float *out, const float *in, const PackedWeight *w, c
         packed_matmul_bf16_forward(out, in, w, bias, n);
         return;
     }
+    if (packed_weight_is_amx(w)) {
+        packed_matmul_amx_forward(out, in, w, bias, n);
+        return;
+    }
     if (n == 0) return;
     int in_dim = w->in_dim, out_dim = w->out_dim;
     int chunk = n < CHUNK_ROWS ? n : CHUNK_ROWS;
