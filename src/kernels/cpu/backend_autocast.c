@@ -19,13 +19,16 @@
  *     and the gradients it writes.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
  *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
- *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32.
+ *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. On gemm_bf16
+ *     (fused_logprob_autocast.c) the logits' gradient is rounded to bf16 too, as torch's is
+ *     (its logits are bf16); the sgemm path multiplies it in fp32.
  *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
  * Everything else is backend_cpu's own entry. */
 #include "kernels/backend.h"
 
 #include "common/error.h"
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
@@ -132,6 +135,10 @@ static void ac_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
                               int h, int vocab, LogitCap cap) {
     (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) { /* the packing rounds hidden and W */
+        autocast_logprob_forward(logp, stats, hidden, target, lm_head, n, h, vocab, cap);
+        return;
+    }
     float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
     if (!lm_head.bf16) {
         /* rounded once into an fp32 copy, which the fused kernel multiplies by sgemm directly
@@ -156,6 +163,12 @@ static void ac_logprob_capped_backward(const Backend *be, float *dhidden, float 
                                        const int32_t *target, WeightRef lm_head, int n, int h,
                                        int vocab, LogitCap cap) {
     (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        autocast_logprob_backward(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab,
+                                  cap);
+        bf16_round_inplace(dhidden, (size_t)n * h);
+        return;
+    }
     float *hr = rounded(hidden, (size_t)n * h);
     if (lm_head.bf16) {
         /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */

@@ -284,6 +284,7 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
     b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
+    b->panel_stride = (size_t)GEMM_BF16_PANEL * kp;
     uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
@@ -293,6 +294,45 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
 void bf16_packed_b_free(Bf16PackedB *b) {
     release_bf16(b->data, b->bytes);
     b->data = NULL;
+}
+
+/* A caller's bug (a view outside its factor, or one whose padding would not be zero). */
+static void check_view(bool ok, const char *what, int at, int count, int size) {
+    if (!ok)
+        die(true, "gemm_bf16: a view of %s %d.. %d of %d (not on a 32 boundary or outside it)",
+            what, at, at + count, size);
+}
+
+Bf16PackedB bf16_packed_b_view(const Bf16PackedB *b, int k0, int depth, int j0, int cols) {
+    int end_k = k0 + depth, end_j = j0 + cols;
+    check_view(k0 % GEMM_BF16_DEPTH_PAD == 0 && depth >= 0 && end_k <= b->depth &&
+                   (end_k == b->depth || end_k % GEMM_BF16_DEPTH_PAD == 0),
+               "depth", k0, depth, b->depth);
+    check_view(j0 % GEMM_BF16_ROW_PAD == 0 && cols >= 0 && end_j <= b->cols &&
+                   (end_j == b->cols || end_j % GEMM_BF16_ROW_PAD == 0),
+               "columns", j0, cols, b->cols);
+    Bf16PackedB v = *b;
+    /* panel j0 / 16, pair step k0 / 2 (invariant 2: a pair step is 2 x 16 values) */
+    v.data =
+        b->data + (size_t)(j0 / GEMM_BF16_PANEL) * b->panel_stride + (size_t)k0 * GEMM_BF16_PANEL;
+    v.depth = depth, v.cols = cols;
+    v.depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    v.cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+    v.bytes = 0;
+    return v;
+}
+
+Bf16PackedA bf16_packed_a_rows(const Bf16PackedA *a, int r0, int rows) {
+    int end = r0 + rows;
+    check_view(r0 % GEMM_BF16_ROW_PAD == 0 && rows >= 0 && end <= a->rows &&
+                   (end == a->rows || end % GEMM_BF16_ROW_PAD == 0),
+               "rows", r0, rows, a->rows);
+    Bf16PackedA v = *a;
+    v.data = a->data + (size_t)r0 * a->row_stride;
+    v.rows = rows;
+    v.rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
+    v.bytes = 0;
+    return v;
 }
 
 /* ---- the product ---- */
