@@ -126,8 +126,10 @@ static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
  * and memory fresh from the kernel costs a page fault per 4 KB (on our machines' hypervisor 9% of
  * a bf16 DPO step went to clearing pages). A released buffer is kept in a free slot, or in place
  * of a smaller kept one; at most POOL_SLOTS buffers, the largest released, are held (never
- * returned to the OS: a few activations' or weights' packings). */
-#define POOL_SLOTS 4
+ * returned to the OS: a few activations' or weights' packings, the lm_head's two among them).
+ * A request takes the smallest kept buffer that holds it and is no more than 4 times its size:
+ * a small packing does not take the lm_head's, which its next packing would then fault in anew. */
+#define POOL_SLOTS 8
 
 static struct {
     uint16_t *p;
@@ -141,7 +143,8 @@ static uint16_t *alloc_bf16(size_t count, size_t *bytes) {
     int best = -1;
     pthread_mutex_lock(&pool_lock);
     for (int i = 0; i < POOL_SLOTS; i++)
-        if (pool[i].p && pool[i].bytes >= want && (best < 0 || pool[i].bytes < pool[best].bytes))
+        if (pool[i].p && pool[i].bytes >= want && pool[i].bytes / 4 <= want &&
+            (best < 0 || pool[i].bytes < pool[best].bytes))
             best = i;
     if (best >= 0) {
         uint16_t *p = pool[best].p;
@@ -259,18 +262,46 @@ void bf16_packed_a_free(Bf16PackedA *a) {
     a->data = NULL;
 }
 
-/* Panel p of a packed B (invariant 2): zero, then the source's values, read along the source's
- * contiguous direction (down the depth for a transposed W, along the columns otherwise). */
+/* The bf16 pair (x[0], x[step]) of an fp32 or (if f32 is NULL) bf16 source as one 32-bit word,
+ * lo half first (invariant 1); hi_too false: an odd depth's last index, its pair's other half
+ * padding. */
+static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_t at, size_t step,
+                                   bool hi_too) {
+    if (f32) return narrow(f32[at]) | (hi_too ? (uint32_t)narrow(f32[at + step]) << 16 : 0u);
+    return bf16[at] | (hi_too ? (uint32_t)bf16[at + step] << 16 : 0u);
+}
+
+/* Panel p of a packed B (invariant 2): zero, then the source's values, a depth pair (one 32-bit
+ * word) at a time, read along the source's contiguous direction: down the depth for a
+ * transposed W (row_stride 1: a column's pairs are adjacent), along the columns for a
+ * row-major source (col_stride 1: two source rows give a pair step's 16 words), else value by
+ * value. */
 static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols,
                          int kp) {
     memset(panel, 0, (size_t)GEMM_BF16_PANEL * kp * sizeof *panel);
     int j0 = p * GEMM_BF16_PANEL;
-    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
-    if (src->row_stride < src->col_stride) {
-        for (int jj = 0; jj < width; jj++)
-            for (int k = 0; k < depth; k++)
-                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
-                    source_at(src, k, j0 + jj);
+    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL, pairs = (depth + 1) / 2;
+    const float *f32 = src->f32;
+    const uint16_t *bf16 = src->bf16;
+    size_t rs = src->row_stride, cs = src->col_stride;
+    if (rs == 1) {
+        for (int jj = 0; jj < width; jj++) {
+            size_t col = (size_t)(j0 + jj) * cs;
+            for (int q = 0; q < pairs; q++) {
+                uint32_t word = source_pair(f32, bf16, col + 2 * (size_t)q, 1, 2 * q + 1 < depth);
+                memcpy(panel + (size_t)q * 2 * GEMM_BF16_PANEL + 2 * jj, &word, sizeof word);
+            }
+        }
+    } else if (cs == 1) {
+        for (int q = 0; q < pairs; q++) {
+            size_t row = 2 * (size_t)q * rs + (size_t)j0;
+            bool hi_too = 2 * q + 1 < depth;
+            uint16_t *step = panel + (size_t)q * 2 * GEMM_BF16_PANEL;
+            for (int jj = 0; jj < width; jj++) {
+                uint32_t word = source_pair(f32, bf16, row + (size_t)jj, rs, hi_too);
+                memcpy(step + 2 * jj, &word, sizeof word);
+            }
+        }
     } else {
         for (int k = 0; k < depth; k++)
             for (int jj = 0; jj < width; jj++)
