@@ -285,11 +285,36 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
     const uint16_t *bf16 = src->bf16;
     size_t rs = src->row_stride, cs = src->col_stride;
     if (rs == 1) {
-        for (int jj = 0; jj < width; jj++) {
-            size_t col = (size_t)(j0 + jj) * cs;
-            for (int q = 0; q < pairs; q++) {
-                uint32_t word = source_pair(f32, bf16, col + 2 * (size_t)q, 1, 2 * q + 1 < depth);
-                memcpy(panel + (size_t)q * 2 * GEMM_BF16_PANEL + 2 * jj, &word, sizeof word);
+        /* PANEL pair steps at a time through an L1 tile: each column's pairs rounded in a
+         * vectorised loop along its source row, then the tile written out step by step (a
+         * 16 x 16 transpose of words) */
+        uint32_t tile[GEMM_BF16_PANEL][GEMM_BF16_PANEL];
+        for (int q0 = 0; q0 < pairs; q0 += GEMM_BF16_PANEL) {
+            int count = pairs - q0 < GEMM_BF16_PANEL ? pairs - q0 : GEMM_BF16_PANEL;
+            bool whole = 2 * (q0 + count) <= depth; /* no odd last index in this chunk */
+            memset(tile, 0, sizeof tile);
+            for (int jj = 0; jj < width; jj++) {
+                size_t at = (size_t)(j0 + jj) * cs + 2 * (size_t)q0;
+                uint32_t *t = tile[jj];
+                if (f32 && whole) {
+#pragma omp simd
+                    for (int q = 0; q < count; q++)
+                        t[q] = narrow(f32[at + 2 * q]) | (uint32_t)narrow(f32[at + 2 * q + 1])
+                                                             << 16;
+                } else if (whole) {
+                    memcpy(t, bf16 + at, (size_t)count * sizeof *t);
+                } else {
+                    for (int q = 0; q < count; q++)
+                        t[q] =
+                            source_pair(f32, bf16, at + 2 * (size_t)q, 1, 2 * (q0 + q) + 1 < depth);
+                }
+            }
+            for (int q = 0; q < count; q++) {
+                uint32_t step[GEMM_BF16_PANEL];
+#pragma omp simd
+                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                    step[jj] = tile[jj][q];
+                memcpy(panel + (size_t)(q0 + q) * 2 * GEMM_BF16_PANEL, step, sizeof step);
             }
         }
     } else if (cs == 1) {
