@@ -4,7 +4,8 @@
  * bf16(dz) · bf16(W), dW += bf16(dz)^T · bf16(hidden). Shapes with a row tail past one row
  * block (512), a vocabulary tail past one tile (4096, not a multiple of 32) and an odd hidden
  * size, targets in the last tile and on the last column; every bf16 GEMM path this CPU has. W
- * in bf16 gives bit for bit what its (bf16-exact) fp32 values give.
+ * in bf16 gives bit for bit what its (bf16-exact) fp32 values give. The forward's LogitStats (mean
+ * logit, entropy, argmax) within the logits' own bound.
  *
  * Bounds (derived, not tuned): an fp32 sum of n terms is within n 2^-24 sum |terms| of the exact
  * sum, in any order; the fp32 dz may round to the bf16 neighbour of the exact dz's rounding
@@ -40,25 +41,33 @@ static double dz_spread(double dz, double g) {
 }
 
 typedef struct {
-    double *logp, *logp_tol; /* N */
-    double *dz, *dz_err;     /* N x V: b16 of the exact dz, and its spread */
-    double *dh, *dh_tol;     /* N x H */
-    double *dw, *dw_tol;     /* V x H (dW starts at 0.25) */
+    double *logp, *logp_tol;       /* N */
+    double *mean, *entropy, *zmax; /* N: LogitStats' mean logit and entropy, the largest logit */
+    double **z;                    /* N x V: the logits (the argmax is checked against them) */
+    double *dz, *dz_err;           /* N x V: b16 of the exact dz, and its spread */
+    double *dh, *dh_tol;           /* N x H */
+    double *dw, *dw_tol;           /* V x H (dW starts at 0.25) */
 } Reference;
 
 static Reference reference(const float *hid, const float *w, const int32_t *target,
                            const float *dlogp) {
-    Reference r = {malloc(N * sizeof(double)),
-                   malloc(N * sizeof(double)),
-                   malloc((size_t)N * V * sizeof(double)),
-                   malloc((size_t)N * V * sizeof(double)),
-                   calloc((size_t)N * H, sizeof(double)),
-                   calloc((size_t)N * H, sizeof(double)),
-                   malloc((size_t)V * H * sizeof(double)),
-                   calloc((size_t)V * H, sizeof(double))};
-    double gamma_h = H * ldexp(1.0, -24), *z = malloc(V * sizeof *z);
+    size_t nv = (size_t)N * V, nh = (size_t)N * H, vh = (size_t)V * H;
+    Reference r = {.logp = malloc(N * sizeof(double)),
+                   .logp_tol = malloc(N * sizeof(double)),
+                   .mean = malloc(N * sizeof(double)),
+                   .entropy = malloc(N * sizeof(double)),
+                   .zmax = malloc(N * sizeof(double)),
+                   .z = malloc(N * sizeof(double *)),
+                   .dz = malloc(nv * sizeof(double)),
+                   .dz_err = malloc(nv * sizeof(double)),
+                   .dh = calloc(nh, sizeof(double)),
+                   .dh_tol = calloc(nh, sizeof(double)),
+                   .dw = malloc(vh * sizeof(double)),
+                   .dw_tol = calloc(vh, sizeof(double))};
+    double gamma_h = H * ldexp(1.0, -24);
     for (int i = 0; i < N; i++) {
-        double zmax = -INFINITY, zerr = 0, sum = 0;
+        double zmax = -INFINITY, zerr = 0, sum = 0, zsum = 0, pz = 0;
+        double *z = r.z[i] = malloc(V * sizeof *z);
         for (int j = 0; j < V; j++) {
             double s = 0, sabs = 0;
             for (int k = 0; k < H; k++) {
@@ -70,9 +79,14 @@ static Reference reference(const float *hid, const float *w, const int32_t *targ
             zmax = fmax(zmax, s);
         }
         for (int j = 0; j < V; j++)
-            sum += exp(z[j] - zmax);
+            sum += exp(z[j] - zmax), zsum += z[j];
         double lse = zmax + log(sum);
+        for (int j = 0; j < V; j++)
+            pz += exp(z[j] - lse) * z[j];
         r.logp[i] = z[target[i]] - lse;
+        r.mean[i] = zsum / V;
+        r.entropy[i] = lse - pz;
+        r.zmax[i] = zmax;
         /* z[t] and lse each off by at most zerr; the fp32 exps, their sums and the final
          * subtraction by a few ulps of lse */
         r.logp_tol[i] = 2 * zerr + 1e-6 * (1 + fabs(lse));
@@ -82,7 +96,6 @@ static Reference reference(const float *hid, const float *w, const int32_t *targ
             r.dz_err[(size_t)i * V + j] = dz_spread(dz, dlogp[i]);
         }
     }
-    free(z);
     double gamma_v = V * ldexp(1.0, -24), gamma_n = N * ldexp(1.0, -24);
     for (int i = 0; i < N; i++)
         for (int j = 0; j < V; j++) {
@@ -133,7 +146,8 @@ static void check_path(const Reference *ref, const float *hid, const float *w, c
     for (size_t a = 0; a < (size_t)V * H; a++)
         dw[a] = 0.25f; /* accumulated onto */
     gemm_bf16_cache_clear();
-    autocast_logprob_forward(logp, NULL, hid, target, (WeightRef){.f32 = w}, N, H, V, plain);
+    LogitStats *stats = malloc(N * sizeof *stats);
+    autocast_logprob_forward(logp, stats, hid, target, (WeightRef){.f32 = w}, N, H, V, plain);
     autocast_logprob_forward(logp16, NULL, hid, target, (WeightRef){.bf16 = w16}, N, H, V, plain);
     autocast_logprob_backward(dh, dw, dlogp, hid, target, (WeightRef){.f32 = w}, N, H, V, plain);
     autocast_logprob_backward(dh16, NULL, dlogp, hid, target, (WeightRef){.bf16 = w16}, N, H, V,
@@ -142,6 +156,17 @@ static void check_path(const Reference *ref, const float *hid, const float *w, c
     int bad = count_off(logp, ref->logp, ref->logp_tol, N, &worst);
     CHECK(bad == 0, "%s: %d of %d log-probs off (worst %.2f of its bound)", path, bad, N, worst);
     printf("%s: log-probs at most %.3f of their bound", path, worst);
+    /* each logit within logp_tol / 2 of its exact value (the bound's zerr), so are their mean,
+     * the entropy within the log-prob's bound, and the argmax's logit within 2 zerr of the top */
+    int bad_stats = 0;
+    for (int i = 0; i < N; i++) {
+        double zerr = ref->logp_tol[i] / 2;
+        bad_stats += !(fabs(stats[i].mean_logit - ref->mean[i]) <= zerr + 1e-6);
+        bad_stats += !(fabs(stats[i].entropy - ref->entropy[i]) <= ref->logp_tol[i] + 1e-5);
+        bad_stats += !(stats[i].argmax >= 0 && stats[i].argmax < V &&
+                       ref->z[i][stats[i].argmax] >= ref->zmax[i] - 2 * zerr);
+    }
+    CHECK(bad_stats == 0, "%s: %d LogitStats values off", path, bad_stats);
     bad = count_off(dh, ref->dh, ref->dh_tol, (size_t)N * H, &worst);
     CHECK(bad == 0, "%s: %d of %d dhidden off (worst %.2f of its bound)", path, bad, N * H, worst);
     printf(", dhidden %.3f", worst);
@@ -151,7 +176,7 @@ static void check_path(const Reference *ref, const float *hid, const float *w, c
     CHECK(memcmp(logp, logp16, N * sizeof *logp) == 0, "%s: log-probs differ with W in bf16", path);
     CHECK(memcmp(dh, dh16, (size_t)N * H * sizeof *dh) == 0, "%s: dhidden differs with W in bf16",
           path);
-    free(logp), free(logp16), free(dh), free(dh16), free(dw);
+    free(stats), free(logp), free(logp16), free(dh), free(dh16), free(dw);
 }
 
 int main(void) {
@@ -176,6 +201,9 @@ int main(void) {
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no bf16 GEMM path ran");
     gemm_bf16_cache_clear();
+    for (int i = 0; i < N; i++)
+        free(ref.z[i]);
+    free(ref.z), free(ref.mean), free(ref.entropy), free(ref.zmax);
     free(ref.logp), free(ref.logp_tol), free(ref.dz), free(ref.dz_err), free(ref.dh);
     free(ref.dh_tol), free(ref.dw), free(ref.dw_tol);
     free(hid), free(w), free(dlogp), free(w16), free(target);
