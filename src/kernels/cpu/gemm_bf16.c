@@ -335,6 +335,35 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
     }
 }
 
+/* Pair step q of every panel of a packed B from a row-major source (col_stride 1): source rows
+ * 2q and 2q + 1 (zero past the depth), each panel's 16 words, zero past the columns
+ * (invariants 2 and 3). */
+static void pack_b_step(uint16_t *d, const Bf16Source *src, int q, int depth, int cols, int panels,
+                        int kp) {
+    int k = 2 * q;
+    size_t rs = src->row_stride;
+    for (int p = 0; p < panels; p++) {
+        uint32_t step[GEMM_BF16_PANEL];
+        int j0 = p * GEMM_BF16_PANEL;
+        int width = k >= depth ? 0 : cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
+        if (width < 0) width = 0;
+        bool hi_too = k + 1 < depth;
+        size_t at = (size_t)k * rs + (size_t)j0;
+        if (width == GEMM_BF16_PANEL && src->f32 && hi_too) {
+            const float *lo = src->f32 + at, *hi = lo + rs;
+#pragma omp simd
+            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                step[jj] = narrow(lo[jj]) | (uint32_t)narrow(hi[jj]) << 16;
+        } else {
+            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                step[jj] =
+                    jj < width ? source_pair(src->f32, src->bf16, at + (size_t)jj, rs, hi_too) : 0u;
+        }
+        memcpy(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
+               sizeof step);
+    }
+}
+
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     b->depth = depth, b->cols = cols;
     b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
@@ -342,6 +371,15 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
     b->panel_stride = (size_t)GEMM_BF16_PANEL * kp;
     uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
+    if (src.col_stride == 1 && src.row_stride > 1) {
+        /* a row-major source: pair step by pair step, two whole source rows at a time (panel
+         * by panel would read 64 bytes of every row per panel: over a W larger than the cache,
+         * such as the lm_head's, that measured 20x slower) */
+#pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
+        for (int q = 0; q < kp / 2; q++)
+            pack_b_step(d, &src, q, depth, cols, panels, kp);
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
         pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
