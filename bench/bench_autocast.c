@@ -13,9 +13,8 @@
  *   machine shared with other jobs, the time this work took on its core, whatever else ran.
  *   VOCAB: the lm_head instead of the layer, fused with the log-softmax (ROWS x HIDDEN against
  *   VOCAB x HIDDEN, the backend table's logprob and logprob_backward): fp32, then autocast on
- *   the sgemm path
- *   (rounded fp32 copies) and on each bf16 GEMM path (fused_logprob_autocast.c), W's packings
- *   cached as in training ("pack W": both layouts, once per optimizer step). */
+ *   the sgemm path (rounded fp32 copies) and on each bf16 GEMM path (fused_logprob_autocast.c),
+ *   W's packings cached as in training ("pack W": both layouts, once per optimizer step). */
 #include "kernels/backend.h"
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
