@@ -8,9 +8,14 @@
  * that packing's own time); and gemm_bf16 alone per path, both factors packed beforehand (its
  * kernel's rate; "pack x" and "pack W" are the two packings' times). Best of reps,
  * milliseconds and GFLOP/s. Nothing here is asserted; the machine's load shows in every figure. *
- * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] [cpu]
+ * Usage: bench_autocast ROWS HIDDEN INTERMEDIATE [reps] [cpu|wall] [VOCAB]
  *   cpu: time by the process's CPU clock instead of the wall clock: with OMP_NUM_THREADS=1 on a
- *   machine shared with other jobs, the time this work took on its core, whatever else ran. */
+ *   machine shared with other jobs, the time this work took on its core, whatever else ran.
+ *   VOCAB: the lm_head instead of the layer, fused with the log-softmax (ROWS x HIDDEN against
+ *   VOCAB x HIDDEN, the backend table's logprob and logprob_backward): fp32, then autocast on
+ *   the sgemm path (rounded fp32 copies) and on each bf16 GEMM path (fused_logprob_autocast.c),
+ *   W's packings cached as in training ("pack W": both layouts, once per optimizer step). */
+#include "kernels/backend.h"
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
@@ -87,14 +92,64 @@ static void gemm_prepacked(int n, int in, int o, int reps) {
     free(x), free(w), free(out);
 }
 
+/* The lm_head + log-softmax, forward and backward, fp32 and under autocast on every path. */
+static void lm_head(int n, int h, int vocab, int reps) {
+    float *hid = random_floats((size_t)n * h), *w = random_floats((size_t)vocab * h);
+    float *dlogp = random_floats((size_t)n), *logp = malloc((size_t)n * sizeof *logp);
+    float *dh = malloc((size_t)n * h * sizeof *dh), *dw = calloc((size_t)vocab * h, sizeof *dw);
+    int32_t *target = malloc((size_t)n * sizeof *target);
+    for (int i = 0; i < n; i++)
+        target[i] = rand() % vocab;
+    double flops = 2.0 * n * h * vocab; /* one product; the backward runs three */
+    for (int run = 0; run <= GEMM_BF16_PATH_COUNT; run++) {
+        const Backend *be = run == 0 ? backend_cpu() : backend_cpu_autocast();
+        char name[64] = "fp32";
+        if (run > 0) {
+            GemmBf16Path path = (GemmBf16Path)(run - 1);
+            if (!gemm_bf16_force(path)) continue;
+            snprintf(name, sizeof name, "autocast, %s", gemm_bf16_path_name(path));
+        }
+        WeightRef wr = {.f32 = w};
+        double best_f = 1e30, best_b = 1e30, pack = 0;
+        if (run > 1) { /* the cache's packing of W, both layouts, as once per optimizer step */
+            gemm_bf16_cache_clear();
+            double t0 = now_seconds();
+            bf16_weight_packed(w, NULL, vocab, h, true);
+            bf16_weight_packed(w, NULL, vocab, h, false);
+            pack = now_seconds() - t0;
+        }
+        for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
+            double t0 = now_seconds();
+            be->logprob(be, logp, NULL, hid, target, wr, n, h, vocab);
+            double t1 = now_seconds();
+            be->logprob_backward(be, dh, dw, dlogp, hid, target, wr, n, h, vocab);
+            double t2 = now_seconds();
+            if (r > 0 && t1 - t0 < best_f) best_f = t1 - t0;
+            if (r > 0 && t2 - t1 < best_b) best_b = t2 - t1;
+        }
+        printf("lm_head %5d x %5d -> %6d  %-18s forward %8.2f ms %6.1f GFLOP/s  backward %8.2f ms "
+               "%6.1f GFLOP/s",
+               n, h, vocab, name, 1e3 * best_f, flops / best_f / 1e9, 1e3 * best_b,
+               3 * flops / best_b / 1e9);
+        if (run > 1) printf("  (pack W %.2f ms)", 1e3 * pack);
+        printf("\n");
+    }
+    gemm_bf16_cache_clear();
+    free(hid), free(w), free(dlogp), free(logp), free(dh), free(dw), free(target);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps] [cpu]\n", argv[0]);
+        fprintf(stderr, "usage: %s ROWS HIDDEN INTERMEDIATE [reps] [cpu|wall] [VOCAB]\n", argv[0]);
         return 2;
     }
     int n = atoi(argv[1]), h = atoi(argv[2]), inter = atoi(argv[3]);
     int reps = argc > 4 ? atoi(argv[4]) : 3;
     use_cpu_clock = argc > 5 && strcmp(argv[5], "cpu") == 0;
+    if (argc > 6) { /* the lm_head only */
+        lm_head(n, h, atoi(argv[6]), reps);
+        return 0;
+    }
     int shapes[2][2] = {{h, inter}, {inter, h}}; /* gate/up, then down */
     const char *names[] = {"fp32 sgemm", "autocast", "packed bf16 dot"};
     printf("rows %d, AVX512_BF16 packed kernel: %s, bf16 GEMM paths:", n,

@@ -30,4 +30,21 @@ void autocast_linear_forward(float *out, const float *in, WeightRef w, const flo
 void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
                               const float *in, WeightRef w, int n, int in_dim, int out_dim);
 
+/* The lm_head's log-probs under autocast on gemm_bf16 (fused_logprob_autocast.c; only when
+ * gemm_bf16_path() is not GEMM_BF16_NONE): as fused_logprob_forward_capped, with the logits
+ * bf16(hidden) · bf16(W)^T in fp32 sums, not rounded; the log-softmax, stats and log-probs fp32.
+ * W fp32 (packed once per optimizer step by gemm_bf16's cache), bf16 or NF4 (packed tile by
+ * tile). n may be 0. */
+void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidden,
+                              const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
+                              LogitCap cap);
+
+/* Its backward, as fused_logprob_backward_capped: each logit's gradient dz fp32, then rounded to
+ * bf16 for both products (torch's logits are bf16, so is their gradient); dhidden (n, h)
+ * written = bf16(dz) · bf16(W) in fp32 sums, not rounded (the caller rounds it); dlm_head
+ * (vocab, h) accumulated += bf16(dz)^T · bf16(hidden), fp32, or NULL for a frozen lm_head. */
+void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
+                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                               int h, int vocab, LogitCap cap);
+
 #endif

@@ -19,13 +19,16 @@
  *     and the gradients it writes.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
  *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
- *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32.
+ *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. On gemm_bf16
+ *     (fused_logprob_autocast.c) the logits' gradient is rounded to bf16 too, as torch's is
+ *     (its logits are bf16); the sgemm path multiplies it in fp32.
  *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
  * Everything else is backend_cpu's own entry. */
 #include "kernels/backend.h"
 
 #include "common/error.h"
 #include "kernels/cpu/autocast.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
@@ -67,22 +70,63 @@ static float *rounded(const float *x, size_t n) {
     return r;
 }
 
+/* The attention's rounded copies of q, k, v and (backward) dout, kept between calls: every
+ * layer's attention makes them, forward and backward, and fresh buffers of a few MB each cost
+ * page faults every time. One set is kept; a call that finds it taken (another thread's
+ * attention) makes its own, freed when done. */
+enum { COPY_Q, COPY_K, COPY_V, COPY_G, COPIES };
+
+typedef struct {
+    float *p[COPIES];
+    size_t cap[COPIES]; /* floats each holds */
+} AttnCopies;
+
+static AttnCopies kept_copies; /* valid while kept_copies_full */
+static bool kept_copies_full;
+static pthread_mutex_t kept_copies_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Copies holding want[i] floats each (want[i] 0: that one unused). */
+static AttnCopies copies_take(const size_t want[COPIES]) {
+    AttnCopies c = {0};
+    pthread_mutex_lock(&kept_copies_lock);
+    if (kept_copies_full) c = kept_copies, kept_copies_full = false;
+    pthread_mutex_unlock(&kept_copies_lock);
+    for (int i = 0; i < COPIES; i++)
+        if (c.cap[i] < want[i]) {
+            free(c.p[i]);
+            c.p[i] = xmalloc(want[i] * sizeof *c.p[i]);
+            c.cap[i] = want[i];
+        }
+    return c;
+}
+
+static void copies_give(AttnCopies *c) {
+    pthread_mutex_lock(&kept_copies_lock);
+    bool keep = !kept_copies_full;
+    if (keep) kept_copies = *c, kept_copies_full = true;
+    pthread_mutex_unlock(&kept_copies_lock);
+    if (!keep)
+        for (int i = 0; i < COPIES; i++)
+            free(c->p[i]);
+}
+
 static void ac_attention_scored(const Backend *be, float *out, const float *q, const float *k,
                                 const float *v, const AttnSegment *segs, int n_segs,
                                 const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
                                 int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)attn_segments_rows(segs, n_segs);
-    float *qr = rounded(q, rows * n_heads * hd), *kr = rounded(k, rows * n_kv_heads * hd),
-          *vr = rounded(v, rows * n_kv_heads * hd);
-    attention_forward_scored(out, qr, kr, vr, segs, n_segs, seq_index, n_heads, n_kv_heads, hd,
-                             window, sc);
+    size_t qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
+    AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, 0});
+    bf16_round_copy(c.p[COPY_Q], q, qn);
+    bf16_round_copy(c.p[COPY_K], k, kn);
+    bf16_round_copy(c.p[COPY_V], v, kn);
+    attention_forward_scored(out, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs, seq_index,
+                             n_heads, n_kv_heads, hd, window, sc);
     for (int s = 0; s < n_segs; s++) /* only the rows attention wrote */
         bf16_round_inplace(out + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
-    free(vr);
-    free(kr);
-    free(qr);
+    copies_give(&c);
 }
 
 static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
@@ -100,24 +144,24 @@ static void ac_attention_scored_backward(const Backend *be, float *dq, float *dk
                                          int n_kv_heads, int hd, int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)n_rows, qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
-    float *qr = rounded(q, qn), *kr = rounded(k, kn), *vr = rounded(v, kn);
-    float *g = xmalloc((qn ? qn : 1) * sizeof *g);
+    AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, qn + 1});
+    float *g = c.p[COPY_G];
+    bf16_round_copy(c.p[COPY_Q], q, qn);
+    bf16_round_copy(c.p[COPY_K], k, kn);
+    bf16_round_copy(c.p[COPY_V], v, kn);
     memset(g, 0, qn * sizeof *g); /* rows in no segment are never read, but stay defined */
     for (int s = 0; s < n_segs; s++) {
         size_t at = (size_t)segs[s].start * n_heads * hd, len = (size_t)segs[s].len * n_heads * hd;
         bf16_round_copy(g + at, dout + at, len);
     }
-    attention_backward_scored(dq, dk, dv, g, qr, kr, vr, segs, n_segs, seq_index, n_rows, n_heads,
-                              n_kv_heads, hd, window, sc);
+    attention_backward_scored(dq, dk, dv, g, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs,
+                              seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
     for (int s = 0; s < n_segs; s++)
         bf16_round_inplace(dq + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
     bf16_round_inplace(dk, kn);
     bf16_round_inplace(dv, kn);
-    free(g);
-    free(vr);
-    free(kr);
-    free(qr);
+    copies_give(&c);
 }
 
 static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,
@@ -133,6 +177,10 @@ static void ac_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
                               int h, int vocab, LogitCap cap) {
     (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) { /* the packing rounds hidden and W */
+        autocast_logprob_forward(logp, stats, hidden, target, lm_head, n, h, vocab, cap);
+        return;
+    }
     float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
     if (!lm_head.bf16) {
         /* rounded once into an fp32 copy, which the fused kernel multiplies by sgemm directly
@@ -157,6 +205,12 @@ static void ac_logprob_capped_backward(const Backend *be, float *dhidden, float 
                                        const int32_t *target, WeightRef lm_head, int n, int h,
                                        int vocab, LogitCap cap) {
     (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        autocast_logprob_backward(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab,
+                                  cap);
+        bf16_round_inplace(dhidden, (size_t)n * h);
+        return;
+    }
     float *hr = rounded(hidden, (size_t)n * h);
     if (lm_head.bf16) {
         /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */

@@ -2,7 +2,7 @@
 #include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
-#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/fused_logprob_rows.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -19,81 +19,6 @@
 int fused_logprob_chunk_rows(int vocab) {
     (void)vocab;
     return ROW_BLOCK;
-}
-
-/* Running log-sum-exp of one row: max m and s = sum exp(z - m) over the columns seen so far. */
-typedef struct {
-    float max;
-    double sum;
-    /* with statistics: the sum of the logits, sum exp(z - m) * (z - m) (relative to the running
-     * max, so that the entropy log(s) - ez / s loses nothing to cancellation when the logits are
-     * large), and the first index of the largest logit */
-    double zsum, ez;
-    int argmax;
-} RunningLse;
-
-static void lse_update(RunningLse *acc, const float *z, int n) {
-    float m = acc->max;
-    for (int j = 0; j < n; j++)
-        m = z[j] > m ? z[j] : m;
-    /* fp32 exponentials in short fp32 blocks, blocks added in fp64: fp32 accuracy at any
-     * vocabulary size without a double exp per logit. */
-    double s = 0.0;
-    for (int j0 = 0; j0 < n; j0 += 256) {
-        int j1 = j0 + 256 < n ? j0 + 256 : n;
-        float block = 0.0f;
-#pragma omp simd reduction(+ : block)
-        for (int j = j0; j < j1; j++)
-            block += fast_expf(z[j] - m);
-        s += block;
-    }
-    acc->sum = acc->sum * exp((double)acc->max - (double)m) + s;
-    acc->max = m;
-}
-
-/* lse_update plus the statistics (c0: the column index of z[0]). */
-static void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
-    float m = acc->max;
-    int arg = acc->argmax;
-    for (int j = 0; j < n; j++)
-        if (z[j] > m) m = z[j], arg = c0 + j; /* strict: the first maximum wins, as argmax */
-    double s = 0.0, ez = 0.0, zs = 0.0;
-    for (int j0 = 0; j0 < n; j0 += 256) {
-        int j1 = j0 + 256 < n ? j0 + 256 : n;
-        float block = 0.0f, block_ez = 0.0f, block_z = 0.0f;
-#pragma omp simd reduction(+ : block, block_ez, block_z)
-        for (int j = j0; j < j1; j++) {
-            float e = fast_expf(z[j] - m);
-            block += e;
-            block_ez += e * (z[j] - m);
-            block_z += z[j];
-        }
-        s += block, ez += block_ez, zs += block_z;
-    }
-    double scale = exp((double)acc->max - (double)m);
-    if (acc->sum > 0) /* e^(z-m') (z-m') = e^(z-m) e^(m-m') ((z-m) + (m-m')) */
-        acc->ez = scale * (acc->ez + ((double)acc->max - (double)m) * acc->sum);
-    acc->ez += ez;
-    acc->sum = acc->sum * scale + s;
-    acc->zsum += zs;
-    acc->max = m;
-    acc->argmax = arg;
-}
-
-/* Whether LogitCap changes the logits at all. */
-static bool cap_active(LogitCap cap) {
-    return cap.softcap > 0 || cap.post_scale != 1.0f;
-}
-
-/* z = post_scale * softcap * tanh(z / softcap) (or post_scale * z without a cap), in place, as
- * transformers' Gemma2ForCausalLM (divide, tanh, multiply) and then TRL's logits / T. */
-static void finish_logits(float *z, int n, LogitCap cap) {
-    if (cap.softcap > 0)
-        for (int j = 0; j < n; j++)
-            z[j] = tanhf(z[j] / cap.softcap) * cap.softcap;
-    if (cap.post_scale != 1.0f)
-        for (int j = 0; j < n; j++)
-            z[j] *= cap.post_scale;
 }
 
 /* One block of rows against the whole vocabulary, tile by tile: each row's running
@@ -230,20 +155,7 @@ void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float 
                 float *z = s.tile + (size_t)r * cols;
                 float g = dlogp[r0 + r];
                 float lse = (float)(s.acc[r].max + log(s.acc[r].sum));
-                int t = target[r0 + r] - c0;
-                if (cap_active(cap)) {
-                    for (int j = 0; j < cols; j++) {
-                        float th = cap.softcap > 0 ? tanhf(z[j] / cap.softcap) : 0.0f;
-                        float f = cap.softcap > 0 ? th * cap.softcap : z[j];
-                        float dz = (j == t ? g : 0.0f) - g * fast_expf(f * cap.post_scale - lse);
-                        z[j] = dz * cap.post_scale * (cap.softcap > 0 ? 1.0f - th * th : 1.0f);
-                    }
-                    continue;
-                }
-#pragma omp simd
-                for (int j = 0; j < cols; j++)
-                    z[j] = -g * fast_expf(z[j] - lse);
-                if (t >= 0 && t < cols) z[t] += g;
+                logit_grads(z, cols, g, lse, target[r0 + r] - c0, cap);
             }
             gemm_f32(false, false, rows, h, cols, 1.0f, s.tile, cols, w, h, 1.0f, dhb, h);
             if (dlm_head) /* NULL: a frozen lm_head */

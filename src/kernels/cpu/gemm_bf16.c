@@ -126,8 +126,10 @@ static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
  * and memory fresh from the kernel costs a page fault per 4 KB (on our machines' hypervisor 9% of
  * a bf16 DPO step went to clearing pages). A released buffer is kept in a free slot, or in place
  * of a smaller kept one; at most POOL_SLOTS buffers, the largest released, are held (never
- * returned to the OS: a few activations' or weights' packings). */
-#define POOL_SLOTS 4
+ * returned to the OS: a few activations' or weights' packings, the lm_head's two among them).
+ * A request takes the smallest kept buffer that holds it and is no more than 4 times its size:
+ * a small packing does not take the lm_head's, which its next packing would then fault in anew. */
+#define POOL_SLOTS 8
 
 static struct {
     uint16_t *p;
@@ -141,7 +143,8 @@ static uint16_t *alloc_bf16(size_t count, size_t *bytes) {
     int best = -1;
     pthread_mutex_lock(&pool_lock);
     for (int i = 0; i < POOL_SLOTS; i++)
-        if (pool[i].p && pool[i].bytes >= want && (best < 0 || pool[i].bytes < pool[best].bytes))
+        if (pool[i].p && pool[i].bytes >= want && pool[i].bytes / 4 <= want &&
+            (best < 0 || pool[i].bytes < pool[best].bytes))
             best = i;
     if (best >= 0) {
         uint16_t *p = pool[best].p;
@@ -259,18 +262,71 @@ void bf16_packed_a_free(Bf16PackedA *a) {
     a->data = NULL;
 }
 
-/* Panel p of a packed B (invariant 2): zero, then the source's values, read along the source's
- * contiguous direction (down the depth for a transposed W, along the columns otherwise). */
+/* The bf16 pair (x[0], x[step]) of an fp32 or (if f32 is NULL) bf16 source as one 32-bit word,
+ * lo half first (invariant 1); hi_too false: an odd depth's last index, its pair's other half
+ * padding. */
+static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_t at, size_t step,
+                                   bool hi_too) {
+    if (f32) return narrow(f32[at]) | (hi_too ? (uint32_t)narrow(f32[at + step]) << 16 : 0u);
+    return bf16[at] | (hi_too ? (uint32_t)bf16[at + step] << 16 : 0u);
+}
+
+/* Panel p of a packed B (invariant 2): zero, then the source's values, a depth pair (one 32-bit
+ * word) at a time, read along the source's contiguous direction: down the depth for a
+ * transposed W (row_stride 1: a column's pairs are adjacent), along the columns for a
+ * row-major source (col_stride 1: two source rows give a pair step's 16 words), else value by
+ * value. */
 static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols,
                          int kp) {
     memset(panel, 0, (size_t)GEMM_BF16_PANEL * kp * sizeof *panel);
     int j0 = p * GEMM_BF16_PANEL;
-    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
-    if (src->row_stride < src->col_stride) {
-        for (int jj = 0; jj < width; jj++)
-            for (int k = 0; k < depth; k++)
-                panel[(size_t)(k / 2) * 2 * GEMM_BF16_PANEL + jj * 2 + k % 2] =
-                    source_at(src, k, j0 + jj);
+    int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL, pairs = (depth + 1) / 2;
+    const float *f32 = src->f32;
+    const uint16_t *bf16 = src->bf16;
+    size_t rs = src->row_stride, cs = src->col_stride;
+    if (rs == 1) {
+        /* PANEL pair steps at a time through an L1 tile: each column's pairs rounded in a
+         * vectorised loop along its source row, then the tile written out step by step (a
+         * 16 x 16 transpose of words) */
+        uint32_t tile[GEMM_BF16_PANEL][GEMM_BF16_PANEL];
+        for (int q0 = 0; q0 < pairs; q0 += GEMM_BF16_PANEL) {
+            int count = pairs - q0 < GEMM_BF16_PANEL ? pairs - q0 : GEMM_BF16_PANEL;
+            bool whole = 2 * (q0 + count) <= depth; /* no odd last index in this chunk */
+            memset(tile, 0, sizeof tile);
+            for (int jj = 0; jj < width; jj++) {
+                size_t at = (size_t)(j0 + jj) * cs + 2 * (size_t)q0;
+                uint32_t *t = tile[jj];
+                if (f32 && whole) {
+#pragma omp simd
+                    for (int q = 0; q < count; q++)
+                        t[q] = narrow(f32[at + 2 * q]) | (uint32_t)narrow(f32[at + 2 * q + 1])
+                                                             << 16;
+                } else if (whole) {
+                    memcpy(t, bf16 + at, (size_t)count * sizeof *t);
+                } else {
+                    for (int q = 0; q < count; q++)
+                        t[q] =
+                            source_pair(f32, bf16, at + 2 * (size_t)q, 1, 2 * (q0 + q) + 1 < depth);
+                }
+            }
+            for (int q = 0; q < count; q++) {
+                uint32_t step[GEMM_BF16_PANEL];
+#pragma omp simd
+                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                    step[jj] = tile[jj][q];
+                memcpy(panel + (size_t)(q0 + q) * 2 * GEMM_BF16_PANEL, step, sizeof step);
+            }
+        }
+    } else if (cs == 1) {
+        for (int q = 0; q < pairs; q++) {
+            size_t row = 2 * (size_t)q * rs + (size_t)j0;
+            bool hi_too = 2 * q + 1 < depth;
+            uint16_t *step = panel + (size_t)q * 2 * GEMM_BF16_PANEL;
+            for (int jj = 0; jj < width; jj++) {
+                uint32_t word = source_pair(f32, bf16, row + (size_t)jj, rs, hi_too);
+                memcpy(step + 2 * jj, &word, sizeof word);
+            }
+        }
     } else {
         for (int k = 0; k < depth; k++)
             for (int jj = 0; jj < width; jj++)
@@ -279,12 +335,51 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
     }
 }
 
+/* Pair step q of every panel of a packed B from a row-major source (col_stride 1): source rows
+ * 2q and 2q + 1 (zero past the depth), each panel's 16 words, zero past the columns
+ * (invariants 2 and 3). */
+static void pack_b_step(uint16_t *d, const Bf16Source *src, int q, int depth, int cols, int panels,
+                        int kp) {
+    int k = 2 * q;
+    size_t rs = src->row_stride;
+    for (int p = 0; p < panels; p++) {
+        uint32_t step[GEMM_BF16_PANEL];
+        int j0 = p * GEMM_BF16_PANEL;
+        int width = k >= depth ? 0 : cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
+        if (width < 0) width = 0;
+        bool hi_too = k + 1 < depth;
+        size_t at = (size_t)k * rs + (size_t)j0;
+        if (width == GEMM_BF16_PANEL && src->f32 && hi_too) {
+            const float *lo = src->f32 + at, *hi = lo + rs;
+#pragma omp simd
+            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                step[jj] = narrow(lo[jj]) | (uint32_t)narrow(hi[jj]) << 16;
+        } else {
+            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                step[jj] =
+                    jj < width ? source_pair(src->f32, src->bf16, at + (size_t)jj, rs, hi_too) : 0u;
+        }
+        memcpy(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
+               sizeof step);
+    }
+}
+
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
     b->depth = depth, b->cols = cols;
     b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
     b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
+    b->panel_stride = (size_t)GEMM_BF16_PANEL * kp;
     uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
+    if (src.col_stride == 1 && src.row_stride > 1) {
+        /* a row-major source: pair step by pair step, two whole source rows at a time (panel
+         * by panel would read 64 bytes of every row per panel: over a W larger than the cache,
+         * such as the lm_head's, that measured 20x slower) */
+#pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
+        for (int q = 0; q < kp / 2; q++)
+            pack_b_step(d, &src, q, depth, cols, panels, kp);
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
         pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
@@ -293,6 +388,45 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
 void bf16_packed_b_free(Bf16PackedB *b) {
     release_bf16(b->data, b->bytes);
     b->data = NULL;
+}
+
+/* A caller's bug (a view outside its factor, or one whose padding would not be zero). */
+static void check_view(bool ok, const char *what, int at, int count, int size) {
+    if (!ok)
+        die(true, "gemm_bf16: a view of %s %d.. %d of %d (not on a 32 boundary or outside it)",
+            what, at, at + count, size);
+}
+
+Bf16PackedB bf16_packed_b_view(const Bf16PackedB *b, int k0, int depth, int j0, int cols) {
+    int end_k = k0 + depth, end_j = j0 + cols;
+    check_view(k0 % GEMM_BF16_DEPTH_PAD == 0 && depth >= 0 && end_k <= b->depth &&
+                   (end_k == b->depth || end_k % GEMM_BF16_DEPTH_PAD == 0),
+               "depth", k0, depth, b->depth);
+    check_view(j0 % GEMM_BF16_ROW_PAD == 0 && cols >= 0 && end_j <= b->cols &&
+                   (end_j == b->cols || end_j % GEMM_BF16_ROW_PAD == 0),
+               "columns", j0, cols, b->cols);
+    Bf16PackedB v = *b;
+    /* panel j0 / 16, pair step k0 / 2 (invariant 2: a pair step is 2 x 16 values) */
+    v.data =
+        b->data + (size_t)(j0 / GEMM_BF16_PANEL) * b->panel_stride + (size_t)k0 * GEMM_BF16_PANEL;
+    v.depth = depth, v.cols = cols;
+    v.depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    v.cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+    v.bytes = 0;
+    return v;
+}
+
+Bf16PackedA bf16_packed_a_rows(const Bf16PackedA *a, int r0, int rows) {
+    int end = r0 + rows;
+    check_view(r0 % GEMM_BF16_ROW_PAD == 0 && rows >= 0 && end <= a->rows &&
+                   (end == a->rows || end % GEMM_BF16_ROW_PAD == 0),
+               "rows", r0, rows, a->rows);
+    Bf16PackedA v = *a;
+    v.data = a->data + (size_t)r0 * a->row_stride;
+    v.rows = rows;
+    v.rows_padded = round_up(rows > 0 ? rows : 1, GEMM_BF16_ROW_PAD);
+    v.bytes = 0;
+    return v;
 }
 
 /* ---- the product ---- */

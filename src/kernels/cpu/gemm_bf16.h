@@ -36,10 +36,13 @@ typedef struct {
 
 /* A packed right factor B (depth x cols): panels of 16 columns, each depth_padded / 2 pair steps
  * of 16 (B[2q][j], B[2q + 1][j]) pairs (the VNNI layout both vdpbf16ps and an AMX B tile read);
- * cols padded with zero columns to a multiple of 32, depth to a multiple of 32. */
+ * cols padded with zero columns to a multiple of 32, depth to a multiple of 32. Panels start
+ * panel_stride values apart: 16 x depth_padded as packed, more in a view of a depth range
+ * (bf16_packed_b_view). */
 typedef struct {
     uint16_t *data;
     int depth, cols, depth_padded, cols_padded;
+    size_t panel_stride;
     size_t bytes; /* data's capacity (a pooled buffer may be larger than needed) */
 } Bf16PackedB;
 
@@ -72,6 +75,16 @@ void bf16_packed_a_free(Bf16PackedA *a);
 /* b = src (depth x cols) rounded and packed; b->data is allocated here (bf16_packed_b_free). */
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols);
 void bf16_packed_b_free(Bf16PackedB *b);
+
+/* The block of a packed B at depth k0.. k0 + depth and columns j0.. j0 + cols, as a Bf16PackedB
+ * that shares b's data (not to be freed): k0 and j0 multiples of 32, the block inside b. Its
+ * padding is b's: zero where b's is, b's own values where the block ends before b does, so a
+ * block ending inside b must end at a multiple of 32 (a tile of the lm_head: fused_logprob.c). */
+Bf16PackedB bf16_packed_b_view(const Bf16PackedB *b, int k0, int depth, int j0, int cols);
+
+/* The rows r0.. r0 + rows of a packed A, sharing a's data: r0 a multiple of 32, and the block
+ * ending at a's last row or at a multiple of 32. */
+Bf16PackedA bf16_packed_a_rows(const Bf16PackedA *a, int r0, int rows);
 
 /* C (a->rows x b->cols, row stride ldc) = A · B, or += A · B if accumulate; a->depth must equal
  * b->depth. The path must not be GEMM_BF16_NONE. Each element's sum runs over the depth in one

@@ -36,7 +36,7 @@ static inline uint32_t gemm_bf16_pair(const uint16_t *row, int q) {
 
 /* Panel p of b: its depth_padded / 2 pair steps of GEMM_BF16_PANEL pairs. */
 static inline const uint16_t *gemm_bf16_panel(const Bf16PackedB *b, int p) {
-    return b->data + (size_t)p * GEMM_BF16_PANEL * b->depth_padded;
+    return b->data + (size_t)p * b->panel_stride;
 }
 
 bool gemm_bf16_cpu_has_avx2(void);

@@ -1,0 +1,107 @@
+/* The per-row arithmetic of the fused lm_head + log-softmax (fused_logprob.c, and its autocast
+ * products in fused_logprob_autocast.c): a running log-sum-exp over vocabulary tiles, the logit
+ * cap, and a row's logit gradients. Private to those two files. */
+#ifndef RLHF_KERNELS_CPU_FUSED_LOGPROB_ROWS_H
+#define RLHF_KERNELS_CPU_FUSED_LOGPROB_ROWS_H
+
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/tensor_types.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+/* Running log-sum-exp of one row: max m and s = sum exp(z - m) over the columns seen so far. */
+typedef struct {
+    float max;
+    double sum;
+    /* with statistics: the sum of the logits, sum exp(z - m) * (z - m) (relative to the running
+     * max, so that the entropy log(s) - ez / s loses nothing to cancellation when the logits are
+     * large), and the first index of the largest logit */
+    double zsum, ez;
+    int argmax;
+} RunningLse;
+
+static inline void lse_update(RunningLse *acc, const float *z, int n) {
+    float m = acc->max;
+    for (int j = 0; j < n; j++)
+        m = z[j] > m ? z[j] : m;
+    /* fp32 exponentials in short fp32 blocks, blocks added in fp64: fp32 accuracy at any
+     * vocabulary size without a double exp per logit. */
+    double s = 0.0;
+    for (int j0 = 0; j0 < n; j0 += 256) {
+        int j1 = j0 + 256 < n ? j0 + 256 : n;
+        float block = 0.0f;
+#pragma omp simd reduction(+ : block)
+        for (int j = j0; j < j1; j++)
+            block += fast_expf(z[j] - m);
+        s += block;
+    }
+    acc->sum = acc->sum * exp((double)acc->max - (double)m) + s;
+    acc->max = m;
+}
+
+/* lse_update plus the statistics (c0: the column index of z[0]). */
+static inline void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
+    float m = acc->max;
+    int arg = acc->argmax;
+    for (int j = 0; j < n; j++)
+        if (z[j] > m) m = z[j], arg = c0 + j; /* strict: the first maximum wins, as argmax */
+    double s = 0.0, ez = 0.0, zs = 0.0;
+    for (int j0 = 0; j0 < n; j0 += 256) {
+        int j1 = j0 + 256 < n ? j0 + 256 : n;
+        float block = 0.0f, block_ez = 0.0f, block_z = 0.0f;
+#pragma omp simd reduction(+ : block, block_ez, block_z)
+        for (int j = j0; j < j1; j++) {
+            float e = fast_expf(z[j] - m);
+            block += e;
+            block_ez += e * (z[j] - m);
+            block_z += z[j];
+        }
+        s += block, ez += block_ez, zs += block_z;
+    }
+    double scale = exp((double)acc->max - (double)m);
+    if (acc->sum > 0) /* e^(z-m') (z-m') = e^(z-m) e^(m-m') ((z-m) + (m-m')) */
+        acc->ez = scale * (acc->ez + ((double)acc->max - (double)m) * acc->sum);
+    acc->ez += ez;
+    acc->sum = acc->sum * scale + s;
+    acc->zsum += zs;
+    acc->max = m;
+    acc->argmax = arg;
+}
+
+/* Whether LogitCap changes the logits at all. */
+static inline bool cap_active(LogitCap cap) {
+    return cap.softcap > 0 || cap.post_scale != 1.0f;
+}
+
+/* z = post_scale * softcap * tanh(z / softcap) (or post_scale * z without a cap), in place, as
+ * transformers' Gemma2ForCausalLM (divide, tanh, multiply) and then TRL's logits / T. */
+static inline void finish_logits(float *z, int n, LogitCap cap) {
+    if (cap.softcap > 0)
+        for (int j = 0; j < n; j++)
+            z[j] = tanhf(z[j] / cap.softcap) * cap.softcap;
+    if (cap.post_scale != 1.0f)
+        for (int j = 0; j < n; j++)
+            z[j] *= cap.post_scale;
+}
+
+/* z (cols raw logits of one row of a tile, t its target's column or outside 0..cols) becomes
+ * dz: d logp / d z_j = [j = t] - softmax_j, so with upstream g, dz = g (onehot - p), p from the
+ * row's log-sum-exp lse; with a cap, taken back through f(z) = post c tanh(z / c). */
+static inline void logit_grads(float *z, int cols, float g, float lse, int t, LogitCap cap) {
+    if (cap_active(cap)) {
+        for (int j = 0; j < cols; j++) {
+            float th = cap.softcap > 0 ? tanhf(z[j] / cap.softcap) : 0.0f;
+            float f = cap.softcap > 0 ? th * cap.softcap : z[j];
+            float dz = (j == t ? g : 0.0f) - g * fast_expf(f * cap.post_scale - lse);
+            z[j] = dz * cap.post_scale * (cap.softcap > 0 ? 1.0f - th * th : 1.0f);
+        }
+        return;
+    }
+#pragma omp simd
+    for (int j = 0; j < cols; j++)
+        z[j] = -g * fast_expf(z[j] - lse);
+    if (t >= 0 && t < cols) z[t] += g;
+}
+
+#endif
