@@ -3,9 +3,13 @@
  * combinations, row strides wider than the rows, alpha, and beta 0 (C full of NaN, never read),
  * 1 (dW's accumulation) and another value. The bound is fp32 summation's: each element within
  * (k + 3) u of alpha sum |a||b| + |beta c| (u = 2^-24). Then invariant 1 (the same bits for 1, 2
- * and 3 threads) and the measured choice (gemm_f32 and its report). */
+ * and 3 threads) and the measured choice (gemm_f32 and its report). Last, the AVX-512 packer
+ * (gemm_f32_pack_avx512) against the packing's definition, float for float: the tolerance
+ * above would not see a panel that differs only in which of two equal-magnitude values sits
+ * where. */
 #include "harness.h"
 #include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_f32_kernels.h"
 
 #include <math.h>
 #include <omp.h>
@@ -257,6 +261,58 @@ static void test_choice(void) {
     free_case(&t);
 }
 
+#if defined(__x86_64__)
+/* One panel from gemm_f32_pack_avx512 against its contract (gemm_f32_kernels.h): item it's
+ * depth d at src + (first + it) ld + k0 + d (along_k) or src + (k0 + d) ld + first + it, zeros
+ * for it >= count; the words past the panel untouched. */
+static long check_pack(const float *src, int ld, bool along_k, int first, int count, int k0, int kc,
+                       int width) {
+    size_t size = (size_t)kc * width;
+    float *dst = malloc((size + 16) * sizeof *dst);
+    for (size_t i = 0; i < size + 16; i++)
+        dst[i] = NAN;
+    gemm_f32_pack_avx512(dst + 1, src, ld, along_k, first, count, k0, kc, width);
+    long bad = !isnan(dst[0]);
+    for (int d = 0; d < kc; d++)
+        for (int it = 0; it < width; it++) {
+            float want = 0.0f;
+            if (it < count)
+                want = along_k ? src[(size_t)(first + it) * ld + k0 + d]
+                               : src[(size_t)(k0 + d) * ld + first + it];
+            float got = dst[1 + (size_t)d * width + it];
+            bad += memcmp(&got, &want, sizeof got) != 0;
+        }
+    for (int i = 0; i < 15; i++)
+        bad += !isnan(dst[1 + size + i]);
+    free(dst);
+    return bad;
+}
+
+static void test_avx512_pack(void) {
+    if (!gemm_f32_path_available(GEMM_F32_OWN_AVX512)) {
+        printf("no AVX-512: its packer not tested\n");
+        return;
+    }
+    int ld = 700, lines = 120;
+    float *src = malloc((size_t)ld * lines * sizeof *src);
+    for (size_t i = 0; i < (size_t)ld * lines; i++)
+        src[i] = uniform();
+    const int widths[] = {12, 32}, depths[] = {1, 15, 16, 17, 383, 384};
+    for (int w = 0; w < 2; w++)
+        for (int dk = 0; dk < 6; dk++)
+            for (int count = 1; count <= widths[w]; count += count < 4 ? 1 : 5)
+                for (int along_k = 0; along_k < 2; along_k++) {
+                    int first = 3 + count, k0 = 5, kc = depths[dk];
+                    if (!along_k && k0 + kc > lines) kc = lines - k0;
+                    if (along_k && k0 + kc > ld) kc = ld - k0;
+                    long bad = check_pack(src, ld, along_k, first, count, k0, kc, widths[w]);
+                    CHECK(bad == 0, "pack width %d count %d kc %d along_k %d: %ld floats wrong",
+                          widths[w], count, kc, along_k, bad);
+                }
+    free(src);
+}
+#endif
+
 int main(void) {
     gemm_f32_describe(stdout);
     test_paths();
@@ -264,5 +320,8 @@ int main(void) {
     test_thread_count();
     test_default_path();
     test_choice();
+#if defined(__x86_64__)
+    test_avx512_pack();
+#endif
     return harness_finish("test_gemm_f32");
 }

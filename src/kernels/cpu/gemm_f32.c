@@ -127,13 +127,21 @@ static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, in
             int kc = min_int(kd->kc, k - k0);
             float beta_here = k0 == 0 ? beta : 1.0f;
             for (int i = 0; i < rows; i += kd->mr)
-                pack_a(pa + (size_t)i * kc, a, lda, trans_a, m0 + i, min_int(kd->mr, rows - i), k0,
-                       kc, kd->mr);
+                if (kd->pack)
+                    kd->pack(pa + (size_t)i * kc, a, lda, !trans_a, m0 + i,
+                             min_int(kd->mr, rows - i), k0, kc, kd->mr);
+                else
+                    pack_a(pa + (size_t)i * kc, a, lda, trans_a, m0 + i, min_int(kd->mr, rows - i),
+                           k0, kc, kd->mr);
             for (int n0 = 0; n0 < n; n0 += nb) {
                 int cols = min_int(nb, n - n0);
                 for (int j = 0; j < cols; j += kd->nr)
-                    pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j, min_int(kd->nr, cols - j),
-                           k0, kc, kd->nr);
+                    if (kd->pack)
+                        kd->pack(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
+                                 min_int(kd->nr, cols - j), k0, kc, kd->nr);
+                    else
+                        pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
+                               min_int(kd->nr, cols - j), k0, kc, kd->nr);
                 for (int i = 0; i < rows; i += kd->mr) {
                     const float *pa_i = pa + (size_t)i * kc;
                     float *c_i = c + (size_t)(m0 + i) * ldc + n0;

@@ -60,8 +60,14 @@ __attribute__((target("avx512f"))) static void kernel_12x32(int kc, const float 
     gemm_f32_tile_update(c, ldc, tile, NR, rows, cols, alpha, beta);
 }
 
-/* kc 384: A's micro-panel 18 KB in L1 (48 KB); nb 640: B's block 960 KB of a 2 MB L2. */
-const GemmF32Kernel gemm_f32_kernel_avx512 = {
-    .mr = MR, .nr = NR, .kc = 384, .mb = 4092, .nb_max = 640, .kernel = kernel_12x32};
+/* kc 384: A's micro-panel 18 KB in L1 (48 KB); nb 640: B's block 960 KB of a 2 MB L2. Panels
+ * packed with vector transposes (gemm_f32_pack_avx512.c). */
+const GemmF32Kernel gemm_f32_kernel_avx512 = {.mr = MR,
+                                              .nr = NR,
+                                              .kc = 384,
+                                              .mb = 4092,
+                                              .nb_max = 640,
+                                              .kernel = kernel_12x32,
+                                              .pack = gemm_f32_pack_avx512};
 
 #endif

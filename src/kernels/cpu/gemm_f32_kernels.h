@@ -9,10 +9,19 @@
 #ifndef RLHF_KERNELS_CPU_GEMM_F32_KERNELS_H
 #define RLHF_KERNELS_CPU_GEMM_F32_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef void (*GemmF32MicroKernel)(int kc, const float *pa, const float *pb, float *c, int ldc,
                                    int rows, int cols, float alpha, float beta);
+
+/* Packs one micro-panel: items first .. first + count - 1 (count <= width; zeros in the panel
+ * past them) at depths k0 .. k0 + kc - 1, stored depth by depth, `width` floats each. along_k:
+ * an item's depths are adjacent in src (item i at src + i ld + k0: A not transposed, B
+ * transposed); else a depth's items are adjacent (depth d at src + d ld + first). A's panels
+ * are mr wide, B's nr. Pure copies: any packer gives the same panel. */
+typedef void (*GemmF32Pack)(float *dst, const float *src, int ld, bool along_k, int first,
+                            int count, int k0, int kc, int width);
 
 typedef struct {
     int mr, nr; /* register tile: rows of C x columns of C */
@@ -20,6 +29,7 @@ typedef struct {
     int mb;     /* rows of A packed at once (a multiple of mr) */
     int nb_max; /* columns of B packed at once per thread (kc x nb in L2; a multiple of nr) */
     GemmF32MicroKernel kernel;
+    GemmF32Pack pack; /* NULL: gemm_f32.c's scalar packing */
 } GemmF32Kernel;
 
 /* The kernels; the SIMD ones exist on x86-64 only (compiled for their instructions with target
@@ -28,6 +38,8 @@ extern const GemmF32Kernel gemm_f32_kernel_portable;
 #if defined(__x86_64__)
 extern const GemmF32Kernel gemm_f32_kernel_avx2;
 extern const GemmF32Kernel gemm_f32_kernel_avx512;
+void gemm_f32_pack_avx512(float *dst, const float *src, int ld, bool along_k, int first, int count,
+                          int k0, int kc, int width);
 #endif
 
 /* The update every kernel makes, element by element: t = alpha * acc, then C = t where beta is
