@@ -8,12 +8,28 @@
 #include "kernels/cuda/backend_cuda.h"
 #endif
 
+#if defined(RLHF_WITH_CUDA) || defined(RLHF_WITH_CUDA_EMU)
+static void peak_memory(const Backend *be, size_t *in_use, size_t *reserved) {
+    BackendCudaMemory m;
+    backend_cuda_memory(be, &m);
+    *in_use = m.peak_in_use, *reserved = m.peak_reserved;
+}
+#endif
+
 #if defined(RLHF_WITH_CUDA)
-static const TrainDeviceProvider cuda = {"cuda", backend_cuda_new, backend_cuda_free,
-                                         backend_cuda_status};
+static const TrainDeviceProvider cuda = {.name = "cuda",
+                                         .open = backend_cuda_new,
+                                         .open_bf16 = backend_cuda_autocast_new,
+                                         .close = backend_cuda_free,
+                                         .status = backend_cuda_status,
+                                         .peak_memory = peak_memory};
 #elif defined(RLHF_WITH_CUDA_EMU)
-static const TrainDeviceProvider cuda_emu = {"cuda-emu", backend_cuda_emu_new, backend_cuda_free,
-                                             backend_cuda_status};
+static const TrainDeviceProvider cuda_emu = {.name = "cuda-emu",
+                                             .open = backend_cuda_emu_new,
+                                             .open_bf16 = backend_cuda_emu_autocast_new,
+                                             .close = backend_cuda_free,
+                                             .status = backend_cuda_status,
+                                             .peak_memory = peak_memory};
 #endif
 
 void train_device_register_linked(void) {

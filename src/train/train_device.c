@@ -30,8 +30,9 @@ static const char *unsupported(const TrainConfig *cfg) {
                "use optimizer: adamw_torch";
     if (cfg->load_in_4bit)
         return "key 'load_in_4bit': NF4 weights have no kernels on the CUDA backend";
-    if (cfg->bf16)
-        return "key 'bf16': bf16 autocast (and a base frozen in bf16) is CPU-only so far";
+    if (cfg->bf16 && cfg->adapter)
+        return "key 'bf16': with an adapter the base is kept frozen in bf16, which the CUDA "
+               "backend does not hold yet (bf16: true trains there without an adapter)";
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO)
         return "key 'rl': GRPO's generation does not run on the CUDA backend yet";
     if (cfg->adapter && cfg->lora_model_dir && cfg->rl != RL_NONE && !cfg->rl_adapter_ref_model)
@@ -62,7 +63,7 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
             fprintf(log, "device: auto: training on the CPU (this build has no CUDA backend)\n");
         return 0;
     }
-    Backend *be = p->open();
+    Backend *be = cfg->bf16 ? p->open_bf16() : p->open(); /* invariant 4 */
     if (!be) {
         if (!is_auto) return err_prefix("%s: key 'device': %s", cfg->source, want);
         /* a CUDA build without a GPU: the CPU, as HF's Trainer; said only when the key was set */
@@ -80,15 +81,25 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
     d->provider = p;
     d->be = be;
     fprintf(log,
-            "device: %s%s: weights, gradients and AdamW moments in %s memory; checkpoints and the "
-            "saved model copied to the host\n",
-            want, is_auto ? " (cuda)" : "", be->name);
+            "device: %s%s: weights, gradients and AdamW moments in %s memory%s; checkpoints and "
+            "the saved model copied to the host\n",
+            want, is_auto ? " (cuda)" : "", be->name,
+            cfg->bf16 ? ", products under bf16 autocast (each weight rounded to bf16 once a step)"
+                      : "");
     return 0;
 }
 
 void train_device_close(TrainDevice *d) {
     if (d->provider && d->be) d->provider->close(d->be);
     memset(d, 0, sizeof *d);
+}
+
+void train_device_report_memory(const TrainDevice *d, FILE *log) {
+    if (!d || !d->provider || !d->be || !d->provider->peak_memory) return;
+    size_t in_use = 0, reserved = 0;
+    d->provider->peak_memory(d->be, &in_use, &reserved);
+    fprintf(log, "device memory (%s): peak %.0f MB in use, %.0f MB reserved\n", d->be->name,
+            (double)in_use / (1 << 20), (double)reserved / (1 << 20));
 }
 
 int train_device_status(const TrainDevice *d) {

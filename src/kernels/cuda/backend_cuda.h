@@ -29,7 +29,12 @@
  *     dlogits go into the backward products as three bf16 parts (their sum is dlogits to 2^-24),
  *     since cuBLASLt has no fp32 x bf16 product. Attention runs the fp32 kernels on q, k, v (and
  *     dout) rounded to bf16 values and rounds what it writes. LoRA's branch, attention_cached and
- *     everything else are the fp32 backend's. Values stay fp32 in memory throughout. */
+ *     everything else are the fp32 backend's. Values stay fp32 in memory throughout.
+ *  7. Under autocast an fp32 weight is narrowed to bf16 once per optimizer step, not per product
+ *     (weight_cache.h): the copy is kept until the AdamW update, a copy or memset over it, or its
+ *     free drops it; a weight stored in bf16 is read as it is. Its bytes count in the pool.
+ *  8. All device memory the backend holds (what alloc hands out, scratch, the weight cache) is
+ *     the pool's, so its high-water marks (backend_cuda_memory) are the backend's peak. */
 #ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 #define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 
@@ -53,6 +58,16 @@ Backend *backend_cuda_emu_autocast_new(void);
 /* Frees be, its scratch and every block of its pool, cached or still held by a caller (whose
  * pointers are then dangling); NULL is ignored. */
 void backend_cuda_free(Backend *be);
+/* What the backend holds in device memory (invariant 8), in bytes: now and at its high-water
+ * marks since it was made (in use: blocks handed out, scratch and the weight cache, as
+ * torch.cuda.max_memory_allocated counts; reserved: those plus the pool's cached blocks, as
+ * torch.cuda.max_memory_reserved), the weight cache's share now, and how many weights the cache
+ * has narrowed and how many products it served from a kept copy (invariant 7). */
+typedef struct {
+    size_t in_use, reserved, peak_in_use, peak_reserved, weight_cache;
+    size_t weight_narrowings, weight_reuses;
+} BackendCudaMemory;
+void backend_cuda_memory(const Backend *be, BackendCudaMemory *out);
 /* 0, or -1 with err_set naming the op and the failure of the first op that failed (invariant 4).
  * Waits for the work before it. */
 int backend_cuda_status(const Backend *be);
