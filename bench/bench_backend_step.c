@@ -298,15 +298,21 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         phase[i] /= steps;
     double step = phase[0] + phase[1] + phase[2];
+    /* the device pool's high-water marks over the model's upload and the steps, as torch's
+     * max_memory_allocated / max_memory_reserved (backend_cuda.h invariant 8) */
+    BackendCudaMemory mem;
+    backend_cuda_memory(be, &mem);
     double per_token = bench_flops_per_token(&m, t);
     double flops = per_token * (double)cells * 4; /* reference forward 1, policy 1 + backward 2 */
     printf("{\"bench\": \"dpo_step\", \"backend\": \"%s\", \"precision\": \"%s\", "
            "\"config\": \"%s\", \"rows\": %d, "
            "\"seq_len\": %d, \"params\": %zu, \"step_s\": %.4f, \"reference_s\": %.4f, "
            "\"policy_fwd_bwd_s\": %.4f, \"optimizer_s\": %.4f, \"tokens_per_s\": %.1f, "
-           "\"tflop_per_step\": %.3f, \"tflop_s\": %.2f, \"loss\": %.6f}\n",
+           "\"tflop_per_step\": %.3f, \"tflop_s\": %.2f, \"loss\": %.6f, "
+           "\"peak_mem_gb\": %.3f, \"peak_reserved_gb\": %.3f}\n",
            be->name, precision, argv[1], rows, t, m.n_params, step, phase[0], phase[1], phase[2],
-           (double)cells / step, flops / 1e12, flops / step / 1e12, loss);
+           (double)cells / step, flops / 1e12, flops / step / 1e12, loss, mem.peak_in_use / 1e9,
+           mem.peak_reserved / 1e9);
     fflush(stdout);
 
     if (decode > 0 &&

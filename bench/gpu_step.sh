@@ -65,15 +65,19 @@ ceil = next((r for r in rows if r["bench"] == "ceilings"), {})
 bf16, fp32 = ceil.get("bf16_tflop_s"), ceil.get("fp32_no_tf32_tflop_s")
 copy = ceil.get("copy_tb_s")
 print(f"\n{ceil.get('gpu', '?')}: copy {copy} TB/s, bf16 GEMM {bf16} TFLOP/s, fp32 (no TF32) {fp32} TFLOP/s")
-print(f"{'shape':14} {'what':30} {'step s':>8} {'tok/s':>9} {'TFLOP/s':>8} {'MFU bf16':>8} {'MFU 989':>8} {'MFU fp32':>8}")
+print(f"{'shape':14} {'what':30} {'step s':>8} {'tok/s':>9} {'TFLOP/s':>8} {'MFU bf16':>8} {'MFU 989':>8} {'MFU fp32':>8} {'peak GB':>8} {'resv GB':>8}")
+gb = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"
 for r in rows:
     if r["bench"] != "dpo_step":
         continue
     what = r["backend"] + " " + r.get("precision", "fp32")
     tf = r["tflop_s"]
     mfu = lambda peak: f"{100 * tf / peak:.1f}%" if peak else "-"
+    # peak: the device pool's high-water mark (rlhf.c) or torch.cuda.max_memory_allocated;
+    # resv: the pool's cached blocks too, or max_memory_reserved
     print(f"{r['shape']:14} {what:30} {r['step_s']:8.3f} {r['tokens_per_s']:9.0f} {tf:8.1f} "
-          f"{mfu(bf16):>8} {mfu(989):>8} {mfu(fp32):>8}")
+          f"{mfu(bf16):>8} {mfu(989):>8} {mfu(fp32):>8} {gb(r.get('peak_mem_gb')):>8} "
+          f"{gb(r.get('peak_reserved_gb')):>8}")
 # torch's precision -> rlhf.c's row of the same arithmetic
 same = {"fp32_no_tf32": "fp32", "bf16_autocast": "bf16_autocast"}
 for shape in sorted({r["shape"] for r in rows if "shape" in r}):

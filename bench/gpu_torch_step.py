@@ -184,6 +184,8 @@ def bench_grpo(config_path, prompts, per, prompt_len, completion_len, steps):
     prompt_ids = torch.randint(0, cfg.vocab_size, (prompts, prompt_len), device=DEV)
     warm_completion = torch.randint(0, cfg.vocab_size, (rows, completion_len), device=DEV)
     for precision, autocast in (("fp32_no_tf32", False), ("bf16_autocast", True)):
+        if DEV == "cuda":  # each precision's own high-water mark (the model and moments stay)
+            torch.cuda.reset_peak_memory_stats()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         gens, trains = [], []
@@ -233,6 +235,8 @@ def bench_model(config_path, rows, t, steps, decode_tokens):
     mask[:, t // 2:] = 1
     flops = flops_per_token(cfg, t) * rows * t * 4  # reference 1, policy 1, backward 2
     for precision, autocast in (("fp32_no_tf32", False), ("bf16_autocast", True)):
+        if DEV == "cuda":  # each precision's own high-water mark (the model and moments stay)
+            torch.cuda.reset_peak_memory_stats()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         model.train()
@@ -250,7 +254,9 @@ def bench_model(config_path, rows, t, steps, decode_tokens):
                           "step_s": round(step, 4), "tokens_per_s": round(rows * t / step, 1),
                           "tflop_per_step": round(flops / 1e12, 3),
                           "tflop_s": round(flops / step / 1e12, 2), "loss": loss.item(),
-                          "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 1)
+                          "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 3)
+                          if DEV == "cuda" else None,
+                          "peak_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 3)
                           if DEV == "cuda" else None}),
               flush=True)
     opt = None

@@ -13,13 +13,23 @@
 #endif
 #include "dist/dist_device.h"
 
+#if defined(RLHF_WITH_CUDA) || defined(RLHF_WITH_CUDA_EMU)
+static void peak_memory(const Backend *be, size_t *in_use, size_t *reserved) {
+    BackendCudaMemory m;
+    backend_cuda_memory(be, &m);
+    *in_use = m.peak_in_use, *reserved = m.peak_reserved;
+}
+#endif
+
 #if defined(RLHF_WITH_CUDA)
 /* Several ranks: NCCL where the build found it, else refused by name (train_device.h inv. 4). */
 static const TrainDeviceProvider cuda = {
     .name = "cuda",
     .open = backend_cuda_new,
+    .open_bf16 = backend_cuda_autocast_new,
     .close = backend_cuda_free,
     .status = backend_cuda_status,
+    .peak_memory = peak_memory,
 #if defined(RLHF_WITH_NCCL)
     .dist_open = dist_nccl_open,
 #else
@@ -35,8 +45,10 @@ static const DistDeviceComm *cuda_emu_dist_open(void) {
 static const TrainDeviceProvider cuda_emu = {
     .name = "cuda-emu",
     .open = backend_cuda_emu_new,
+    .open_bf16 = backend_cuda_emu_autocast_new,
     .close = backend_cuda_free,
     .status = backend_cuda_status,
+    .peak_memory = peak_memory,
     .dist_open = cuda_emu_dist_open,
 };
 #endif

@@ -164,6 +164,17 @@ void model_free(Model *m);
  * the returned array undoes it. An fp32 model only (not model_store_bf16's). */
 float *model_rebase_params(Model *m, float *params);
 
+/* model_rebase_params for a model kept in bf16 by model_store_bf16 (not NF4, not
+ * model_load_frozen's compact layout): params16 holds n_params values laid out as params was,
+ * params_small the norms and biases (model_bf16_small_count floats). Points params16, embed16,
+ * lm_head16 and each layer's matrices at the same offsets of `half`, and params_small and every
+ * norm and bias pointer at the same offsets of `small`; returns the arrays they pointed into in
+ * *old_half and *old_small. Nothing is copied or freed: the caller fills both arrays (a device
+ * backend's copies) and owns all four; rebasing back to the old arrays undoes it. */
+void model_rebase_bf16(Model *m, uint16_t *half, float *small, uint16_t **old_half,
+                       float **old_small);
+size_t model_bf16_small_count(const Model *m);
+
 /* The parameter called `name`, or NULL. */
 const ParamInfo *model_find_param(const Model *m, const char *name);
 

@@ -7,8 +7,29 @@
 #include <stdlib.h>
 
 /* A frozen copy computed where the policy trains (train_device.h): its weights moved into be's
- * memory, the host array freed (a reference never reads them on the host). */
+ * memory, the host arrays freed (a reference never reads them on the host). A reference kept in
+ * bf16 (bf16: true) moves as it is, half the bytes, its products reading the bf16 weights
+ * directly (backend_cuda.h invariant 7). */
 static int reference_to_device(Model *r, const Backend *be) {
+    if (r->params16) {
+        size_t n_small = model_bf16_small_count(r);
+        uint16_t *half = be->alloc(be, r->n_params * sizeof *half, "the reference model's weights");
+        float *small = half ? be->alloc(be, (n_small ? n_small : 1) * sizeof *small,
+                                        "the reference model's norms and biases")
+                            : NULL;
+        if (!small) {
+            be->free(be, half);
+            return -1;
+        }
+        be->copy(be, half, r->params16, r->n_params * sizeof *half, BACKEND_HOST_TO_DEVICE);
+        be->copy(be, small, r->params_small, n_small * sizeof *small, BACKEND_HOST_TO_DEVICE);
+        uint16_t *old_half;
+        float *old_small;
+        model_rebase_bf16(r, half, small, &old_half, &old_small);
+        free(old_half), free(old_small);
+        r->backend = be;
+        return 0;
+    }
     float *dev = be->alloc(be, r->n_params * sizeof(float), "the reference model's weights");
     if (!dev) return -1;
     be->copy(be, dev, r->params, r->n_params * sizeof(float), BACKEND_HOST_TO_DEVICE);
@@ -17,11 +38,20 @@ static int reference_to_device(Model *r, const Backend *be) {
     return 0;
 }
 
-/* Back to a host array (its values unused: the model is freed next), the device copy freed. */
+/* Back to host arrays (their values unused: the model is freed next), the device copies freed. */
 static void reference_off_device(Model *r) {
     const Backend *be = r->backend;
     if (!be || be->host_memory) return;
-    be->free(be, model_rebase_params(r, xmalloc(r->n_params * sizeof(float))));
+    if (r->params16) {
+        size_t n_small = model_bf16_small_count(r);
+        uint16_t *dev_half;
+        float *dev_small;
+        model_rebase_bf16(r, xmalloc(r->n_params * sizeof(uint16_t)),
+                          xmalloc((n_small ? n_small : 1) * sizeof(float)), &dev_half, &dev_small);
+        be->free(be, dev_half), be->free(be, dev_small);
+    } else {
+        be->free(be, model_rebase_params(r, xmalloc(r->n_params * sizeof(float))));
+    }
     r->backend = NULL;
 }
 

@@ -14,16 +14,20 @@
  *     why when a device answers but the run needs what it lacks; when the build has no CUDA or
  *     no device answers, the line comes only if the key was written (a CUDA build on a machine
  *     without a GPU trains on the CPU as quietly as a CPU build).
- *  3. What the CUDA backend lacks (8-bit AdamW, bf16 autocast, frozen bf16 weights, several
- *     ranks without a collective; for GRPO whatever reads or writes the policy's weights on the
- *     host: the replay buffer, a rollout function, server mode, sync_ref_model) is never silently
- *     dropped: under cuda it is an error naming the key, under auto the reason for the CPU. GRPO
- *     itself runs: its generation decodes with the device's weights, its rewards are scored on
- *     the host.
+ *  3. What the CUDA backend lacks (8-bit AdamW, bf16 with an adapter (its base frozen in bf16)
+ *     or with GRPO or several ranks, several ranks without a collective; for GRPO whatever reads
+ *     or writes the policy's weights on the host: the replay buffer, a rollout function, server
+ *     mode, sync_ref_model) is never silently dropped: under cuda it is an error naming the key,
+ *     under auto the reason for the CPU. GRPO itself runs: its generation decodes with the
+ *     device's weights, its rewards are scored on the host.
  *  4. Several ranks train on the device only with the provider's collective (NCCL on a GPU, MPI
  *     on cuda-emu's host-addressable memory), attached to the backend (dist_device_attach) until
  *     train_device_close. Every rank ends on the same choice: an open that fails on any rank
- *     fails (or, under auto, falls back to the CPU) on all of them. */
+ *     fails (or, under auto, falls back to the CPU) on all of them.
+ *  5. bf16: true (or auto resolved true, as on the CPU: config/train_config_keys.c) opens the
+ *     provider's autocast backend (backend_cuda.h invariant 6), which the policy and the frozen
+ *     reference (kept in bf16) then compute on, exactly where a CPU run uses
+ *     backend_cpu_autocast; without bf16 the fp32 backend. */
 #ifndef RLHF_TRAIN_TRAIN_DEVICE_H
 #define RLHF_TRAIN_TRAIN_DEVICE_H
 
@@ -37,6 +41,7 @@
 typedef struct {
     const char *name;                 /* "cuda" or "cuda-emu" */
     Backend *(*open)(void);           /* NULL with an error naming why (no device) */
+    Backend *(*open_bf16)(void);      /* the same under bf16 autocast (invariant 4) */
     void (*close)(Backend *be);       /* frees what open returned */
     int (*status)(const Backend *be); /* 0, or -1 with the first failed op's error */
     /* Several ranks (invariant 4): the collectives on this device's memory
@@ -45,6 +50,9 @@ typedef struct {
      * A NULL member: this build has none for the device, and no_dist says why. */
     const struct DistDeviceComm *(*dist_open)(void);
     const char *no_dist;
+    /* the high-water marks of the device memory be has held since open, in bytes: in use (as
+     * torch.cuda.max_memory_allocated counts) and reserved from the device (max_memory_reserved) */
+    void (*peak_memory)(const Backend *be, size_t *in_use, size_t *reserved);
 } TrainDeviceProvider;
 
 /* Makes p (static storage) available to `device: <p->name>`. Called by the program before
@@ -69,6 +77,10 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log);
 
 /* Frees the backend (nothing may still be allocated on it). */
 void train_device_close(TrainDevice *d);
+
+/* One line on log with the device's peak memory (TrainDeviceProvider.peak_memory); nothing when
+ * training on the CPU. */
+void train_device_report_memory(const TrainDevice *d, FILE *log);
 
 /* 0, or -1 with the device backend's first failure (an op that failed inside a step): called
  * after each step and before anything is saved, so a failed kernel is an error, not garbage. */

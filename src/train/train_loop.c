@@ -143,7 +143,8 @@ int train_loop_run(const TrainConfig *cfg, Model *m, LoraAdapter *lora, const St
         fprintf(log, "done: %lld steps", ran);
     fprintf(log, " in %.1f s, %.0f tok/s, peak memory %.0f MB\n", elapsed,
             hooks.tokens / (elapsed > 0 ? elapsed : 1), ru.ru_maxrss / 1024.0);
-    if (dist_is_root()) { /* the main curves at a glance */
+    train_device_report_memory(device, log); /* the GPU's beside the host's peak RSS */
+    if (dist_is_root()) {                    /* the main curves at a glance */
         MetricSet curves;
         metrics_series_from_entries(&curves, log_history);
         sparkline_summary(log, &curves);

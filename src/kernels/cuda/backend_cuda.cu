@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_pool.h"
 #include "kernels/cuda/gemm_ops.h"
+#include "kernels/cuda/weight_cache.h"
 #ifndef RLHF_CUDA_EMU
 #include "kernels/cuda/gemm_cublaslt.h"
 #endif
@@ -46,7 +47,6 @@ enum {
     SCRATCH_LSE,      // the chunk rows' running log-sum-exp
     // bf16 autocast (invariant 6)
     SCRATCH_AC_X,    // an activation (a linear's input, the lm_head's hidden) in bf16
-    SCRATCH_AC_W,    // a weight (or lm_head chunk) in bf16
     SCRATCH_AC_G,    // a linear's incoming gradient, or a part of the lm_head's dlogits, in bf16
     SCRATCH_AC_BIAS, // a bias rounded to bf16 values (fp32, the product's output type)
     SCRATCH_AC_Q,    // attention's q, k, v and dout rounded to bf16 values (fp32)
@@ -58,8 +58,9 @@ enum {
 
 typedef struct {
     GemmLt *gemm;
-    DevicePool *pool; // the memory alloc hands out (device_pool.h)
-    bool autocast;    // invariant 6
+    DevicePool *pool;     // the memory alloc and scratch hand out (device_pool.h)
+    WeightCache *weights; // fp32 weights narrowed to bf16 under autocast (invariant 8)
+    bool autocast;        // invariant 6
     int chunk_rows, chunk_cols;
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
@@ -91,17 +92,30 @@ static bool multiplied(const Backend *be, const char *op, int rc) {
     return rc == 0 || fail(be, op, err_msg());
 }
 
-// At least bytes of scratch slot s (invariant 2), or NULL after recording the failure.
+// A block of the pool for alloc (called between ops, never inside one, so no op holds a copy of
+// the weight cache then); where the device cannot serve it, the cache's copies are dropped and
+// it is tried once more (weight_cache.h invariant 4).
+static void *device_alloc(CudaCtx *c, size_t bytes, const char **why) {
+    void *p = device_pool_alloc(c->pool, bytes, why);
+    if (!p && weight_cache_drop_all(c->weights) > 0) p = device_pool_alloc(c->pool, bytes, why);
+    return p;
+}
+
+// At least bytes of scratch slot s (invariant 2), or NULL after recording the failure. A slot
+// that grows goes back to the pool (reused in stream order, device_pool.h invariant 3), so the
+// pool's high-water marks count scratch too.
 static void *scratch(const Backend *be, int s, size_t bytes, const char *op) {
     CudaCtx *c = ctx_of(be);
     if (bytes <= c->scratch_bytes[s] && c->scratch[s]) return c->scratch[s];
-    cudaFree(c->scratch[s]); // waits for the work that used it (cudaFree synchronises)
+    device_pool_free(c->pool, c->scratch[s]);
     c->scratch[s] = NULL, c->scratch_bytes[s] = 0;
-    void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-        char why[96];
-        snprintf(why, sizeof why, "no %zu bytes of device memory for scratch", bytes);
-        fail(be, op, why);
+    const char *why = "";
+    // not device_alloc: an op may hold one of the weight cache's copies while it asks for scratch
+    void *p = device_pool_alloc(c->pool, bytes ? bytes : 1, &why);
+    if (!p) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no %zu bytes of device memory for scratch (%s)", bytes, why);
+        fail(be, op, msg);
         return NULL;
     }
     c->scratch[s] = p, c->scratch_bytes[s] = bytes;
@@ -112,19 +126,23 @@ static void *scratch(const Backend *be, int s, size_t bytes, const char *op) {
 
 static void *cuda_alloc(const Backend *be, size_t bytes, const char *what) {
     const char *why = "";
-    void *p = device_pool_alloc(ctx_of(be)->pool, bytes, &why);
+    void *p = device_alloc(ctx_of(be), bytes, &why);
     if (!p) err_set("%s: cannot allocate %zu bytes of CUDA device memory (%s)", what, bytes, why);
     return p;
 }
 
 static void cuda_free_mem(const Backend *be, void *p) {
+    CudaCtx *c = ctx_of(be);
+    // the pool hands the block out again: no bf16 copy of what it held may outlive it (invariant 8)
+    weight_cache_written(c->weights, p, device_pool_block_bytes(c->pool, p));
     // memory the pool did not hand out (none should reach here) goes straight back
-    if (device_pool_free(ctx_of(be)->pool, p) != 0) cudaFree(p);
+    if (device_pool_free(c->pool, p) != 0) cudaFree(p);
 }
 
 static void cuda_copy(const Backend *be, void *dst, const void *src, size_t bytes,
                       BackendCopy dir) {
     if (!bytes) return;
+    if (dir != BACKEND_DEVICE_TO_HOST) weight_cache_written(ctx_of(be)->weights, dst, bytes);
     cudaMemcpyKind kind = dir == BACKEND_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                           : dir == BACKEND_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                           : cudaMemcpyDeviceToDevice;
@@ -134,6 +152,7 @@ static void cuda_copy(const Backend *be, void *dst, const void *src, size_t byte
 
 static void cuda_memset_mem(const Backend *be, void *dst, int value, size_t bytes) {
     if (!bytes || !ok(be)) return;
+    weight_cache_written(ctx_of(be)->weights, dst, bytes);
     cudaError_t rc = cudaMemset(dst, value, bytes);
     if (rc != cudaSuccess) fail(be, "memset", cudaGetErrorString(rc));
 }
@@ -399,7 +418,8 @@ static const uint16_t *narrowed(const Backend *be, int s, const float *x, size_t
     return x16;
 }
 
-// W as bf16 device memory: itself when stored bf16, else the fp32 W rounded into scratch.
+// W as bf16 device memory: itself when stored bf16, else the fp32 W's rounding, narrowed once
+// per optimizer step (invariant 8).
 static const uint16_t *weight_bf16(const Backend *be, WeightRef w, size_t numel, const char *op) {
     if (w.bf16) return w.bf16;
     if (w.nf4) {
@@ -407,7 +427,10 @@ static const uint16_t *weight_bf16(const Backend *be, WeightRef w, size_t numel,
         if (!w16 || !nf4_dequantized(be, w.nf4, 0, NULL, w16, numel, op)) return NULL;
         return w16;
     }
-    return narrowed(be, SCRATCH_AC_W, w.f32, numel, op);
+    const char *why = "";
+    const uint16_t *w16 = weight_cache_bf16(ctx_of(be)->weights, w.f32, numel, &why);
+    if (!w16) fail(be, op, why);
+    return w16;
 }
 
 // The lm_head's hidden states as the products' operand: hidden itself, or its bf16 copy.
@@ -594,6 +617,7 @@ static void cuda_rows_scatter_add_op(const Backend *be, float *dst, const float 
 static void cuda_adamw_op(const Backend *be, float *p, float *m, float *v, const float *g,
                           size_t numel, const AdamWStepCoefs *c, float step_size,
                           float inv_bc2_sqrt) {
+    weight_cache_written(ctx_of(be)->weights, p, numel * sizeof(float)); // invariant 8
     if (ok(be) && numel > 0)
         launched(be, "adamw", cuda_adamw(p, m, v, g, numel, c, step_size, inv_bc2_sqrt, NULL));
 }
@@ -739,13 +763,15 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
     Backend *be = (Backend *)calloc(1, sizeof *be);
     CudaCtx *c = (CudaCtx *)calloc(1, sizeof *c);
     DevicePool *pool = device_pool_new();
-    if (!be || !c || !pool) {
+    WeightCache *weights = pool ? weight_cache_new(pool) : NULL;
+    if (!be || !c || !pool || !weights) {
+        weight_cache_free(weights);
         free(be), free(c), device_pool_free_all(pool), gemm_lt_free(gemm);
         err_set("cuda backend: out of host memory");
         return NULL;
     }
-    c->gemm = gemm, c->pool = pool, c->autocast = autocast, c->chunk_rows = chunk_rows,
-    c->chunk_cols = chunk_cols;
+    c->gemm = gemm, c->pool = pool, c->weights = weights, c->autocast = autocast,
+    c->chunk_rows = chunk_rows, c->chunk_cols = chunk_cols;
     be->name = name;
     be->host_memory = false;
     be->ctx = c;
@@ -791,12 +817,24 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
 extern "C" void backend_cuda_free(Backend *be) {
     if (!be) return;
     CudaCtx *c = ctx_of(be);
-    for (int s = 0; s < N_SCRATCH; s++)
-        cudaFree(c->scratch[s]);
-    device_pool_free_all(c->pool);
+    weight_cache_free(c->weights);
+    device_pool_free_all(c->pool); // the scratch slots are its blocks
     gemm_lt_free(c->gemm);
     free(c);
     free(be);
+}
+
+extern "C" void backend_cuda_memory(const Backend *be, BackendCudaMemory *out) {
+    const CudaCtx *c = ctx_of(be);
+    BackendCudaMemory m = {};
+    m.in_use = device_pool_live_bytes(c->pool);
+    m.reserved = m.in_use + device_pool_cached_bytes(c->pool);
+    m.peak_in_use = device_pool_peak_live_bytes(c->pool);
+    m.peak_reserved = device_pool_peak_reserved_bytes(c->pool);
+    m.weight_cache = weight_cache_bytes(c->weights);
+    m.weight_narrowings = weight_cache_misses(c->weights);
+    m.weight_reuses = weight_cache_hits(c->weights);
+    *out = m;
 }
 
 extern "C" int backend_cuda_status(const Backend *be) {

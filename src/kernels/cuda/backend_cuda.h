@@ -33,7 +33,12 @@
  *  7. An NF4 weight (WeightRef.nf4, QLoRA's frozen base) is a host Nf4Weight whose arrays
  *     (packed, qabsmax, absmax2) are device memory (nf4_backend.h makes such a copy). Each
  *     product dequantises it into scratch (nf4.cu: fp32 bit for bit as kernels/cpu/nf4.c, or bf16
- *     under autocast) and multiplies that as a stored fp32 / bf16 weight. */
+ *     under autocast) and multiplies that as a stored fp32 / bf16 weight.
+ *  8. Under autocast an fp32 weight is narrowed to bf16 once per optimizer step, not per product
+ *     (weight_cache.h): the copy is kept until the AdamW update, a copy or memset over it, or its
+ *     free drops it; a weight stored in bf16 is read as it is. Its bytes count in the pool.
+ *  9. All device memory the backend holds (what alloc hands out, scratch, the weight cache) is
+ *     the pool's, so its high-water marks (backend_cuda_memory) are the backend's peak. */
 #ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 #define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 
@@ -57,6 +62,16 @@ Backend *backend_cuda_emu_autocast_new(void);
 /* Frees be, its scratch and every block of its pool, cached or still held by a caller (whose
  * pointers are then dangling); NULL is ignored. */
 void backend_cuda_free(Backend *be);
+/* What the backend holds in device memory (invariant 9), in bytes: now and at its high-water
+ * marks since it was made (in use: blocks handed out, scratch and the weight cache, as
+ * torch.cuda.max_memory_allocated counts; reserved: those plus the pool's cached blocks, as
+ * torch.cuda.max_memory_reserved), the weight cache's share now, and how many weights the cache
+ * has narrowed and how many products it served from a kept copy (invariant 8). */
+typedef struct {
+    size_t in_use, reserved, peak_in_use, peak_reserved, weight_cache;
+    size_t weight_narrowings, weight_reuses;
+} BackendCudaMemory;
+void backend_cuda_memory(const Backend *be, BackendCudaMemory *out);
 /* 0, or -1 with err_set naming the op and the failure of the first op that failed (invariant 4).
  * Waits for the work before it. */
 int backend_cuda_status(const Backend *be);

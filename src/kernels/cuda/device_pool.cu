@@ -20,6 +20,7 @@ typedef struct {
 struct DevicePool {
     BlockList live, cached;
     size_t live_bytes, cached_bytes;
+    size_t peak_live, peak_reserved; // invariant 5
 };
 
 static bool list_push(BlockList *l, PoolBlock b) {
@@ -84,6 +85,9 @@ extern "C" void *device_pool_alloc(DevicePool *pool, size_t bytes, const char **
         return NULL;
     }
     pool->live_bytes += b.bytes;
+    if (pool->live_bytes > pool->peak_live) pool->peak_live = pool->live_bytes;
+    size_t reserved = pool->live_bytes + pool->cached_bytes;
+    if (reserved > pool->peak_reserved) pool->peak_reserved = reserved;
     return b.ptr;
 }
 
@@ -102,6 +106,12 @@ extern "C" int device_pool_free(DevicePool *pool, void *p) {
     return -1;
 }
 
+extern "C" size_t device_pool_block_bytes(const DevicePool *pool, const void *p) {
+    for (size_t i = pool->live.n; p && i-- > 0;)
+        if (pool->live.at[i].ptr == p) return pool->live.at[i].bytes;
+    return 0;
+}
+
 extern "C" void device_pool_release(DevicePool *pool) {
     for (size_t i = 0; i < pool->cached.n; i++)
         cudaFree(pool->cached.at[i].ptr);
@@ -114,6 +124,19 @@ extern "C" size_t device_pool_cached_bytes(const DevicePool *pool) {
 
 extern "C" size_t device_pool_live_bytes(const DevicePool *pool) {
     return pool->live_bytes;
+}
+
+extern "C" size_t device_pool_peak_live_bytes(const DevicePool *pool) {
+    return pool->peak_live;
+}
+
+extern "C" size_t device_pool_peak_reserved_bytes(const DevicePool *pool) {
+    return pool->peak_reserved;
+}
+
+extern "C" void device_pool_reset_peak(DevicePool *pool) {
+    pool->peak_live = pool->live_bytes;
+    pool->peak_reserved = pool->live_bytes + pool->cached_bytes;
 }
 
 extern "C" void device_pool_free_all(DevicePool *pool) {

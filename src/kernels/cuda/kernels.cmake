@@ -19,6 +19,7 @@ set(RLHF_CUDA_OWN_KERNELS
   rows.cu
   sum_squares.cu
   swiglu.cu
+  weight_cache.cu
   widen.cu
 )
 # The backend table over them (backend_cuda.h), the same source in both libraries. It calls the
