@@ -46,6 +46,7 @@ enum {
     SCRATCH_LOGITS,   // one lm_head chunk
     SCRATCH_LSE,      // the chunk rows' running log-sum-exp
     // bf16 autocast (invariant 6)
+    SCRATCH_AC_W,    // an NF4 weight (or lm_head chunk) dequantised to bf16 for one product
     SCRATCH_AC_X,    // an activation (a linear's input, the lm_head's hidden) in bf16
     SCRATCH_AC_G,    // a linear's incoming gradient, or a part of the lm_head's dlogits, in bf16
     SCRATCH_AC_BIAS, // a bias rounded to bf16 values (fp32, the product's output type)
