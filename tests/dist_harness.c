@@ -59,8 +59,8 @@ void dist_compare_metrics(const char *name, const char *one, const char *two) {
             json_t *w = json_object_get(y, key);
             CHECK(w != NULL, "%s: line %zu: %s missing with 2 ranks", name, i + 1, key);
             if (!w || !json_is_number(v) || strcmp(key, "step_time") == 0 ||
-                strncmp(key, "time/", 5) == 0)
-                continue; /* wall times */
+                strncmp(key, "time/", 5) == 0 || strncmp(key, "cpu_time/", 9) == 0)
+                continue; /* wall and CPU times */
             double p = json_number_value(v), q = json_number_value(w);
             bool exact = strcmp(key, "num_tokens") == 0 || strcmp(key, "step") == 0;
             /* 1e-6 absolute: the implicit rewards are beta x a difference of two summed

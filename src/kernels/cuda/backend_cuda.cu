@@ -517,11 +517,12 @@ static void cuda_logprob(const Backend *be, float *logp, LogitStats *stats, cons
 }
 
 // dlogits (rows, cols, packed) times the chunk's operands, accumulated into dhidden (rows, h) and
-// dw (NULL: a frozen lm_head). Under autocast the fp32 dlogits go in as DLOGIT_PARTS bf16 parts
-// (cuda_bf16_split; dlogits is left holding the remainder), each a bf16 product summed in fp32:
-// the same products as the fp32 dlogits times the bf16 operands that the CPU's autocast
-// computes, to fp32 rounding (invariant 6).
-#define DLOGIT_PARTS 3
+// dw (NULL: a frozen lm_head). Under autocast the fp32 dlogits are rounded to bf16 first (one
+// cuda_bf16_split part; the remainder left in dlogits is dropped), then one bf16 product summed in
+// fp32: the CPU autocast's rule (kernels/cpu/fused_logprob_autocast.c rounding 2: torch's logits
+// are bf16, so the gradient reaching its lm_head is bf16; invariant 6). DLOGIT_PARTS 3 would give
+// the fp32 dlogits' products to fp32 rounding, the CPU's rule before the lm_head moved to AMX.
+#define DLOGIT_PARTS 1
 static bool dlogits_products(const Backend *be, float *dhidden, float *dw, float *dlogits,
                              const void *hidden, const void *wc, int rows, int cols, int h,
                              const char *op) {
