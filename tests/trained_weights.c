@@ -67,3 +67,38 @@ double saved_weights_gap(const char *a_dir, const char *b_dir, double *scale) {
     if (scale) *scale = largest;
     return err;
 }
+
+double safetensors_files_gap(const char *what, const char *a_path, const char *b_path,
+                             double *scale, double *worst_tensor) {
+    SafetensorsFile fa, fb;
+    if (safetensors_open(&fa, a_path) != 0) {
+        CHECK(0, "%s: %s", what, err_msg());
+        return INFINITY;
+    }
+    if (safetensors_open(&fb, b_path) != 0) {
+        CHECK(0, "%s: %s", what, err_msg());
+        safetensors_close(&fa);
+        return INFINITY;
+    }
+    double worst = 0, gap = 0, largest_all = 0;
+    CHECK(fa.n_tensors == fb.n_tensors, "%s: %zu and %zu tensors", what, fa.n_tensors,
+          fb.n_tensors);
+    for (size_t i = 0; i < fb.n_tensors; i++) {
+        const SafetensorsTensor *tb = &fb.tensors[i], *ta = safetensors_find(&fa, tb->name);
+        CHECK(ta && ta->numel == tb->numel, "%s: tensor %s", what, tb->name);
+        if (!ta || ta->numel != tb->numel) continue;
+        float *x = malloc((size_t)ta->numel * sizeof *x),
+              *y = malloc((size_t)tb->numel * sizeof *y);
+        CHECK(safetensors_to_f32(ta, x) == 0 && safetensors_to_f32(tb, y) == 0, "%s", err_msg());
+        double largest = 0, err = 0;
+        for (int64_t k = 0; k < tb->numel; k++)
+            largest = fmax(largest, fabs(y[k])), err = fmax(err, fabs((double)x[k] - y[k]));
+        if (largest > 0) worst = fmax(worst, err / largest);
+        gap = fmax(gap, err), largest_all = fmax(largest_all, largest);
+        free(x), free(y);
+    }
+    safetensors_close(&fa), safetensors_close(&fb);
+    *scale = largest_all;
+    if (worst_tensor) *worst_tensor = worst;
+    return gap;
+}

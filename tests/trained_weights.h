@@ -18,4 +18,13 @@ void trained_weights_check(const char *name, const char *path, const Model *m,
  * NULL) receives the first one's largest weight. */
 double saved_weights_gap(const char *a_dir, const char *b_dir, double *scale);
 
+/* Every tensor of safetensors file b against a's tensor of the same name (an adapter, a model,
+ * an optimizer state): the largest |a - b|, *scale the largest |b|, *worst_tensor (may be NULL)
+ * the largest difference relative to its own tensor's largest |b|. Unequal tensor counts, or a
+ * tensor missing from a or of another size, fail a CHECK naming `what`; the rest are still
+ * compared. INFINITY when either
+ * file does not open. */
+double safetensors_files_gap(const char *what, const char *a_path, const char *b_path,
+                             double *scale, double *worst_tensor);
+
 #endif

@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "harness.h"
-#include "io/safetensors.h"
+#include "trained_weights.h"
 #include "train/train_device.h"
 
 #include <math.h>
@@ -73,27 +73,10 @@ int main(void) {
     char pa[4200], pb[4200];
     snprintf(pa, sizeof pa, "%s/adapter_model.safetensors", dev);
     snprintf(pb, sizeof pb, "%s/adapter_model.safetensors", cpu);
-    SafetensorsFile fa, fb;
-    CHECK(safetensors_open(&fa, pa) == 0 && safetensors_open(&fb, pb) == 0, "%s", err_msg());
-    double worst = 0, gap = 0, scale = 0;
-    for (size_t i = 0; i < fb.n_tensors; i++) {
-        const SafetensorsTensor *tb = &fb.tensors[i], *ta = safetensors_find(&fa, tb->name);
-        CHECK(ta && ta->numel == tb->numel, "tensor %s", tb->name);
-        if (!ta || ta->numel != tb->numel) continue;
-        float *x = malloc((size_t)ta->numel * sizeof *x),
-              *y = malloc((size_t)tb->numel * sizeof *y);
-        CHECK(safetensors_to_f32(ta, x) == 0 && safetensors_to_f32(tb, y) == 0, "%s", err_msg());
-        double largest = 0, err = 0;
-        for (int64_t k = 0; k < tb->numel; k++)
-            largest = fmax(largest, fabs(y[k])), err = fmax(err, fabs((double)x[k] - y[k]));
-        if (largest > 0) worst = fmax(worst, err / largest);
-        gap = fmax(gap, err), scale = fmax(scale, largest);
-        free(x), free(y);
-    }
+    double scale = 0, worst = 0, gap = safetensors_files_gap("adapter", pa, pb, &scale, &worst);
     CHECK(scale > 0 && gap <= REL * scale, "the adapters differ by %.3g (largest weight %.3g)", gap,
           scale);
     printf("adapter within %.3g of its largest weight (worst tensor %.3g of its own largest)\n",
            gap / scale, worst);
-    safetensors_close(&fa), safetensors_close(&fb);
     return harness_finish("test_qlora_device_emu");
 }

@@ -46,7 +46,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "harness.h"
-#include "io/safetensors.h"
+#include "trained_weights.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "train/train_device.h"
 
@@ -205,30 +205,9 @@ static double same_weights(const char *what, const char *a_dir, const char *b_di
     char pa[4200], pb[4200];
     snprintf(pa, sizeof pa, "%s/%s", a_dir, file);
     snprintf(pb, sizeof pb, "%s/%s", b_dir, file);
-    SafetensorsFile fa, fb;
-    CHECK(safetensors_open(&fa, pa) == 0, "%s", err_msg());
-    CHECK(safetensors_open(&fb, pb) == 0, "%s", err_msg());
-    double worst = 0, scale = 0, gap = 0;
-    CHECK(fa.n_tensors == fb.n_tensors, "%s: %zu and %zu tensors", what, fa.n_tensors,
-          fb.n_tensors);
-    for (size_t i = 0; i < fb.n_tensors; i++) {
-        const SafetensorsTensor *tb = &fb.tensors[i], *ta = safetensors_find(&fa, tb->name);
-        CHECK(ta && ta->numel == tb->numel, "%s: tensor %s", what, tb->name);
-        if (!ta || ta->numel != tb->numel) continue;
-        float *x = malloc((size_t)ta->numel * sizeof *x),
-              *y = malloc((size_t)tb->numel * sizeof *y);
-        CHECK(safetensors_to_f32(ta, x) == 0 && safetensors_to_f32(tb, y) == 0, "%s", err_msg());
-        double largest = 0, err = 0;
-        for (int64_t k = 0; k < tb->numel; k++)
-            largest = fmax(largest, fabs(y[k])), err = fmax(err, fabs((double)x[k] - y[k]));
-        if (largest > 0) worst = fmax(worst, err / largest);
-        scale = fmax(scale, largest), gap = fmax(gap, err);
-        free(x), free(y);
-    }
+    double scale = 0, worst = 0, gap = safetensors_files_gap(what, pa, pb, &scale, &worst);
     CHECK(gap <= rel * scale, "%s: weights differ by %.3g (scale %.3g)", what, gap, scale);
     printf("%s: weights within %.3g of scale (worst tensor %.3g)\n", what, gap / scale, worst);
-    safetensors_close(&fa);
-    safetensors_close(&fb);
     return scale > 0 ? gap / scale : 0;
 }
 
