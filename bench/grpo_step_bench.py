@@ -166,6 +166,9 @@ def trl_side(a, model_dir, prompts):
                                "rewards_s": rew, "training_s": step - gen - rew,
                                "generation_cpu_s": gen_cpu,
                                "training_cpu_s": time.process_time() - self.c0 - gen_cpu})
+            # a TRL step at the 0.5B shape takes many minutes: show each as it ends
+            with open(os.path.join(OUT, "grpo_step", "trl_steps.jsonl"), "a") as f:
+                f.write(json.dumps(self.steps[-1]) + "\n")
 
     timer = StepTimer()
     peft_config = None
