@@ -194,6 +194,8 @@ const Backend *op_timer_wrap(const Backend *in) {
     timed.attention = attention, timed.attention_backward = attention_backward;
     timed.attention_cached = attention_cached;
     timed.logprob = logprob, timed.logprob_backward = logprob_backward;
+    /* the hand-over would bypass the timed logprob pair: off, so every lm_head pass is timed */
+    timed.logprob_lse = NULL, timed.logprob_backward_lse = NULL;
     timed.embedding_gather = embedding_gather;
     timed.embedding_scatter_add = embedding_scatter_add;
     timed.rows_gather = rows_gather, timed.rows_scatter_add = rows_scatter_add;

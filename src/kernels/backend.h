@@ -221,6 +221,20 @@ struct Backend {
     void (*kv_cache_write)(const Backend *be, float *k_cache, float *v_cache, const float *k,
                            const float *v, const int32_t *slot, const int32_t *pos, int n,
                            int max_len, int kvd);
+
+    /* ---- the lm_head's log-sum-exp handed over (optional: NULL where not offered; a backend
+     * offers both or neither, and one that derives from another's table must reset both when it
+     * replaces logprob) ---- */
+    /* logprob that also writes lse (N floats, backend memory): each row's log-sum-exp, exactly
+     * as logprob_backward_lse wants it. */
+    void (*logprob_lse)(const Backend *be, float *logp, LogitStats *stats, float *lse,
+                        const float *hidden, const int32_t *target, WeightRef lm_head, int n, int h,
+                        int vocab);
+    /* logprob_backward given the lse that logprob_lse wrote for the same hidden rows, targets
+     * and lm_head: one pass over the lm_head fewer (it need not recompute the log-sum-exp). */
+    void (*logprob_backward_lse)(const Backend *be, float *dhidden, float *dlm_head,
+                                 const float *dlogp, const float *lse, const float *hidden,
+                                 const int32_t *target, WeightRef lm_head, int n, int h, int vocab);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

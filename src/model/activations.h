@@ -64,7 +64,25 @@ typedef struct {
     float *cos_t, *sin_t; /* RoPE tables (n_positions, hd/2), host */
     LayoutMirror dev;     /* layout and tables as the backend reads them */
     const Backend *be;    /* where the buffers above (but layout, cos_t, sin_t) live */
+    /* The lm_head's hand-over (backend logprob_lse): NULL, or what the tape's last
+     * model_tape_logprobs* call kept (TapeLse's invariants). A separate allocation, so that
+     * those calls, which take the tape const, can refresh it. */
+    struct TapeLse *lse;
 } ForwardTape;
+
+/* Each scored row's log-sum-exp from the tape's last log-prob pass, for the backward.
+ * Invariants:
+ *  1. valid only between a model_tape_logprobs* call and the next model_forward_tape on the
+ *     tape (which clears `valid`): the hidden rows and the lm_head are those of that pass.
+ *  2. where[0 .. n_sel) are the cells that pass scored, in its order; the backward takes lse
+ *     only when its own target_mask selects exactly these cells, else it recomputes.
+ *  3. lse (n_sel floats) lives in the tape's backend memory; where on the host. */
+typedef struct TapeLse {
+    bool valid;
+    size_t n_sel, capacity; /* rows held / allocated */
+    size_t *where;
+    float *lse;
+} TapeLse;
 
 /* Runs the forward keeping what backward needs (see ForwardTape). `tape` is either zeroed
  * ({0}) or a tape of an earlier call, whose buffers are reused when they are large enough (so a
@@ -84,5 +102,12 @@ void forward_tape_free(ForwardTape *tape);
 int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBatch *b,
                           const uint8_t *target_mask, const float *hidden, float *logp,
                           LogitStats *stats);
+
+/* model_layout_logprobs that also fills *keep (TapeLse; its buffers grown as needed, in the
+ * backend's memory) where the backend offers logprob_lse and no logit soft cap applies; else
+ * marks it not valid. */
+int model_layout_logprobs_keep(const Model *m, const TokenLayout *lay, const TokenBatch *b,
+                               const uint8_t *target_mask, const float *hidden, float *logp,
+                               LogitStats *stats, TapeLse *keep);
 
 #endif

@@ -14,8 +14,8 @@ int model_tape_logprobs(const Model *m, const ForwardTape *tape, const uint8_t *
 
 int model_tape_logprobs_stats(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                               float *logp, LogitStats *stats) {
-    return model_layout_logprobs(m, &tape->layout, &tape->batch, target_mask, tape->hidden, logp,
-                                 stats);
+    return model_layout_logprobs_keep(m, &tape->layout, &tape->batch, target_mask, tape->hidden,
+                                      logp, stats, tape->lse);
 }
 
 /* Gradient buffers for one layer's backward, reused by every layer. */
@@ -153,6 +153,14 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
 #undef G
 }
 
+/* Whether the tape holds the log-sum-exp of exactly these scored cells (TapeLse's invariants
+ * 1 and 2), so that the lm_head's backward can skip recomputing it. */
+static bool lse_handed_over(const ForwardTape *tape, const size_t *where, size_t n_sel) {
+    const TapeLse *k = tape->lse;
+    return k && k->valid && n_sel && k->n_sel == n_sel &&
+           memcmp(k->where, where, n_sel * sizeof *where) == 0 && tape->be->logprob_backward_lse;
+}
+
 int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *target_mask,
                    const float *dlogp, float *grads, float *lora_grads) {
     const Backend *be = model_backend(m);
@@ -198,8 +206,14 @@ int model_backward(const Model *m, const ForwardTape *tape, const uint8_t *targe
                                         c->vocab_size, model_logit_cap(m));
         } else {
             model_scale_logit_rows(m, rows, n_sel, H); /* the lm_head saw row / T ... */
-            be->logprob_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows,
-                                 targets_dev, model_lm_head(m), (int)n_sel, (int)H, c->vocab_size);
+            if (lse_handed_over(tape, where, n_sel))
+                be->logprob_backward_lse(be, drows, grad_of(m, grads, m->lm_head), dsel_dev,
+                                         tape->lse->lse, rows, targets_dev, model_lm_head(m),
+                                         (int)n_sel, (int)H, c->vocab_size);
+            else
+                be->logprob_backward(be, drows, grad_of(m, grads, m->lm_head), dsel_dev, rows,
+                                     targets_dev, model_lm_head(m), (int)n_sel, (int)H,
+                                     c->vocab_size);
             model_scale_logit_rows(m, drows, n_sel, H); /* ... so d(row) = d(row / T) / T */
         }
         float *dhidden = g.tmp;

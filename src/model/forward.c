@@ -332,6 +332,8 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
         return -1;
     }
     tape_layout_free(tape);
+    if (!tape->lse && be->logprob_lse) tape->lse = xcalloc(1, sizeof *tape->lse);
+    if (tape->lse) tape->lse->valid = false; /* TapeLse invariant 1 */
     tape->batch = *b;
     tape->n = n;
     tape->layout = fs.lay, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t, tape->dev = fs.dev;
@@ -367,7 +369,10 @@ void forward_tape_free(ForwardTape *tape) {
             be->free(be, tape->layers[l].block);
         be->free(be, tape->scratch.block);
         be->free(be, tape->x_final);
+        if (tape->lse) be->free(be, tape->lse->lse);
     }
+    if (tape->lse) free(tape->lse->where);
+    free(tape->lse);
     free(tape->layers);
     memset(tape, 0, sizeof *tape);
 }
@@ -375,7 +380,27 @@ void forward_tape_free(ForwardTape *tape) {
 int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBatch *b,
                           const uint8_t *target_mask, const float *hidden, float *logp,
                           LogitStats *stats) {
+    return model_layout_logprobs_keep(m, lay, b, target_mask, hidden, logp, stats, NULL);
+}
+
+/* Grows keep's buffers to n_sel rows; false (an error set) when the backend's memory runs out. */
+static bool tape_lse_reserve(const Backend *be, TapeLse *keep, size_t n_sel) {
+    if (keep->capacity >= n_sel) return true;
+    be->free(be, keep->lse);
+    free(keep->where);
+    keep->capacity = 0;
+    keep->where = xmalloc(n_sel * sizeof *keep->where);
+    keep->lse = be->alloc(be, n_sel * sizeof(float), "lm_head log-sum-exp");
+    if (!keep->lse) return false;
+    keep->capacity = n_sel;
+    return true;
+}
+
+int model_layout_logprobs_keep(const Model *m, const TokenLayout *lay, const TokenBatch *b,
+                               const uint8_t *target_mask, const float *hidden, float *logp,
+                               LogitStats *stats, TapeLse *keep) {
     const Backend *be = model_backend(m);
+    if (keep) keep->valid = false;
     size_t cells = (size_t)b->batch * b->t_len, H = (size_t)m->cfg.hidden_size;
     /* Gather the rows that predict a selected token, so only they meet the lm_head. */
     size_t *where = xmalloc(cells * sizeof *where), *from = xmalloc(cells * sizeof *from);
@@ -405,6 +430,14 @@ int model_layout_logprobs(const Model *m, const TokenLayout *lay, const TokenBat
         if (m->cfg.final_softcap > 0) { /* the cap first, then 1/T (TRL's logits / T) */
             be->logprob_capped(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m),
                                (int)n_sel, (int)H, m->cfg.vocab_size, model_logit_cap(m));
+        } else if (keep && be->logprob_lse && be->logprob_backward_lse && n_sel &&
+                   tape_lse_reserve(be, keep, n_sel)) {
+            model_scale_logit_rows(m, rows, n_sel, H);
+            be->logprob_lse(be, sel_dev, stats_dev, keep->lse, rows, targets_dev, model_lm_head(m),
+                            (int)n_sel, (int)H, m->cfg.vocab_size);
+            memcpy(keep->where, where, n_sel * sizeof *where);
+            keep->n_sel = n_sel;
+            keep->valid = true;
         } else {
             model_scale_logit_rows(m, rows, n_sel, H);
             be->logprob(be, sel_dev, stats_dev, rows, targets_dev, model_lm_head(m), (int)n_sel,

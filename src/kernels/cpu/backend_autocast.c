@@ -249,6 +249,9 @@ static void autocast_init(void) {
     autocast_backend.attention_scored_backward = ac_attention_scored_backward;
     autocast_backend.logprob_capped = ac_logprob_capped;
     autocast_backend.logprob_capped_backward = ac_logprob_capped_backward;
+    /* its lm_head multiplies in bf16: the fp32 hand-over of backend_cpu does not apply */
+    autocast_backend.logprob_lse = NULL;
+    autocast_backend.logprob_backward_lse = NULL;
 }
 
 const Backend *backend_cpu_autocast(void) {

@@ -160,6 +160,21 @@ static void cpu_logprob_backward(const Backend *be, float *dhidden, float *dlm_h
     fused_logprob_backward_weights(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab);
 }
 
+static void cpu_logprob_lse(const Backend *be, float *logp, LogitStats *stats, float *lse,
+                            const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                            int h, int vocab) {
+    (void)be;
+    fused_logprob_forward_lse(logp, stats, lse, hidden, target, lm_head, n, h, vocab);
+}
+
+static void cpu_logprob_backward_lse(const Backend *be, float *dhidden, float *dlm_head,
+                                     const float *dlogp, const float *lse, const float *hidden,
+                                     const int32_t *target, WeightRef lm_head, int n, int h,
+                                     int vocab) {
+    (void)be;
+    fused_logprob_backward_lse(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n, h, vocab);
+}
+
 static void cpu_embedding_gather(const Backend *be, float *out, WeightRef table, const int32_t *ids,
                                  int n, int h) {
     (void)be;
@@ -336,6 +351,8 @@ static const Backend cpu_backend = {
     .attention_cached_scored = cpu_attention_cached_scored,
     .logprob_capped = cpu_logprob_capped,
     .logprob_capped_backward = cpu_logprob_capped_backward,
+    .logprob_lse = cpu_logprob_lse,
+    .logprob_backward_lse = cpu_logprob_backward_lse,
     .softcap = cpu_softcap,
 };
 

@@ -84,9 +84,11 @@ void fused_logprob_forward_weights(float *logp, LogitStats *stats, const float *
                                  (LogitCap){0.0f, 1.0f});
 }
 
-void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *hidden,
-                                  const int32_t *target, WeightRef lm_head, int n_rows, int h,
-                                  int vocab, LogitCap cap) {
+/* The forward of every public variant: lse (may be NULL) receives each row's log-sum-exp as the
+ * backward computes it from the same running sums, (float)(max + log(sum)). */
+static void forward_rows(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                         const int32_t *target, WeightRef lm_head, int n_rows, int h, int vocab,
+                         LogitCap cap) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
@@ -95,8 +97,9 @@ void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *h
                         lm_head, rows, h, vocab, stats != NULL, cap);
         for (int r = 0; r < rows; r++) {
             const RunningLse *a = &s.acc[r];
-            double lse = a->max + log(a->sum);
-            logp[r0 + r] = (float)((double)s.target_logit[r] - lse);
+            double row_lse = a->max + log(a->sum);
+            logp[r0 + r] = (float)((double)s.target_logit[r] - row_lse);
+            if (lse) lse[r0 + r] = (float)row_lse;
             if (stats) /* H = lse - sum p z = log(s) - sum p (z - m) */
                 stats[r0 + r] = (LogitStats){(float)(a->zsum / vocab),
                                              (float)(log(a->sum) - a->ez / a->sum), a->argmax};
@@ -105,13 +108,27 @@ void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *h
     scratch_free(&s);
 }
 
+void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *hidden,
+                                  const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                  int vocab, LogitCap cap) {
+    forward_rows(logp, stats, NULL, hidden, target, lm_head, n_rows, h, vocab, cap);
+}
+
+void fused_logprob_forward_lse(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                               const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                               int vocab) {
+    forward_rows(logp, stats, lse, hidden, target, lm_head, n_rows, h, vocab,
+                 (LogitCap){0.0f, 1.0f});
+}
+
 void fused_logprob_forward(float *logp, const float *hidden, const int32_t *target,
                            const float *lm_head, int n_rows, int h, int vocab) {
     fused_logprob_forward_stats(logp, NULL, hidden, target, lm_head, n_rows, h, vocab);
 }
 
 /* d logp / d z_j = [j = target] - softmax_j, so with upstream g: dz = g (onehot - p). The logits
- * are recomputed tile by tile, after a first pass has found each row's log-sum-exp. */
+ * are recomputed tile by tile, after a first pass has found each row's log-sum-exp (skipped
+ * where the forward hands it over: fused_logprob_backward_lse). */
 void fused_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                             const float *hidden, const int32_t *target, const float *lm_head,
                             int n_rows, int h, int vocab) {
@@ -128,22 +145,31 @@ void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float
                                   vocab, (LogitCap){0.0f, 1.0f});
 }
 
-/* With a LogitCap the raw logit z becomes f(z) = post c tanh(z / c), f'(z) = post (1 - tanh²):
+/* The backward of every public variant. lse: each row's log-sum-exp from forward_rows of the
+ * same rows (the hand-over), or NULL to find it here with a first pass over the vocabulary.
+ * With a LogitCap the raw logit z becomes f(z) = post c tanh(z / c), f'(z) = post (1 - tanh²):
  * the gradient of each finished logit is carried back to z through it. */
-void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
-                                   const float *hidden, const int32_t *target, WeightRef lm_head,
-                                   int n_rows, int h, int vocab, LogitCap cap) {
+static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, const float *lse,
+                          const float *hidden, const int32_t *target, WeightRef lm_head, int n_rows,
+                          int h, int vocab, LogitCap cap) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     float *panel = NULL;
     if (!lm_head.f32)
         panel = xmalloc((size_t)(vocab < VOCAB_BLOCK ? vocab : VOCAB_BLOCK) * h * sizeof(float));
+    float *row_lse =
+        lse ? NULL : xmalloc((size_t)(n_rows < ROW_BLOCK ? n_rows : ROW_BLOCK) * sizeof(float));
     for (int r0 = 0; r0 < n_rows; r0 += ROW_BLOCK) {
         int rows = n_rows - r0 < ROW_BLOCK ? n_rows - r0 : ROW_BLOCK;
         const float *hb = hidden + (size_t)r0 * h;
         float *dhb = dhidden + (size_t)r0 * h;
-        block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
-                        false, cap);
+        const float *block_lse = lse ? lse + r0 : row_lse;
+        if (!lse) {
+            block_logsumexp(s.acc, s.target_logit, s.tile, hb, target + r0, lm_head, rows, h, vocab,
+                            false, cap);
+            for (int r = 0; r < rows; r++)
+                row_lse[r] = (float)(s.acc[r].max + log(s.acc[r].sum));
+        }
         memset(dhb, 0, (size_t)rows * h * sizeof(float));
         for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
             int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
@@ -151,18 +177,29 @@ void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float 
             if (!lm_head.f32) weight_rows_widen(panel, lm_head, (size_t)c0, cols, h);
             gemm_f32(false, true, rows, cols, h, 1.0f, hb, h, w, h, 0.0f, s.tile, cols);
 #pragma omp parallel for schedule(static)
-            for (int r = 0; r < rows; r++) {
-                float *z = s.tile + (size_t)r * cols;
-                float g = dlogp[r0 + r];
-                float lse = (float)(s.acc[r].max + log(s.acc[r].sum));
-                logit_grads(z, cols, g, lse, target[r0 + r] - c0, cap);
-            }
+            for (int r = 0; r < rows; r++)
+                logit_grads(s.tile + (size_t)r * cols, cols, dlogp[r0 + r], block_lse[r],
+                            target[r0 + r] - c0, cap);
             gemm_f32(false, false, rows, h, cols, 1.0f, s.tile, cols, w, h, 1.0f, dhb, h);
             if (dlm_head) /* NULL: a frozen lm_head */
                 gemm_f32(true, false, cols, h, rows, 1.0f, s.tile, cols, hb, h, 1.0f,
                          dlm_head + (size_t)c0 * h, h);
         }
     }
+    free(row_lse);
     free(panel);
     scratch_free(&s);
+}
+
+void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
+                                   const float *hidden, const int32_t *target, WeightRef lm_head,
+                                   int n_rows, int h, int vocab, LogitCap cap) {
+    backward_rows(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n_rows, h, vocab, cap);
+}
+
+void fused_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                const float *lse, const float *hidden, const int32_t *target,
+                                WeightRef lm_head, int n_rows, int h, int vocab) {
+    backward_rows(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n_rows, h, vocab,
+                  (LogitCap){0.0f, 1.0f});
 }

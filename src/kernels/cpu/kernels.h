@@ -195,6 +195,12 @@ void fused_logprob_forward_capped(float *logp, LogitStats *stats, const float *h
                                   const int32_t *target, WeightRef lm_head, int n_rows, int h,
                                   int vocab, LogitCap cap);
 
+/* fused_logprob_forward_weights (no cap) that also writes lse[i] (n_rows floats), row i's
+ * log-sum-exp, for fused_logprob_backward_lse to take over instead of recomputing it. */
+void fused_logprob_forward_lse(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                               const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                               int vocab);
+
 /* Rows per tile used by fused_logprob_forward (tiles also split the vocabulary). */
 int fused_logprob_chunk_rows(int vocab);
 
@@ -268,6 +274,15 @@ void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float
 void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
                                    const float *hidden, const int32_t *target, WeightRef lm_head,
                                    int n_rows, int h, int vocab, LogitCap cap);
+
+/* fused_logprob_backward_weights given lse, each row's log-sum-exp as fused_logprob_forward_lse
+ * wrote it for the same hidden rows and lm_head: the first of the backward's three passes over
+ * the lm_head (2 x n_rows x vocab x h FLOPs) is skipped. Bitwise the gradients
+ * fused_logprob_backward_weights gives where its recomputed log-sum-exp equals lse (it does when
+ * the forward ran without stats; with them, its sums may differ in the last bit). */
+void fused_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                const float *lse, const float *hidden, const int32_t *target,
+                                WeightRef lm_head, int n_rows, int h, int vocab);
 
 /* Gradients of attention_forward_scored (attention_backward with the scores as sc says). */
 void attention_backward_scored(float *dq, float *dk, float *dv, const float *dout, const float *q,
