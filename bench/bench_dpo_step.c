@@ -29,6 +29,7 @@
  *   ceiling the step's GFLOP/s are compared with; our own GEMM's beside it (own_gflops). */
 #include "common/error.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "model/forward.h"
 #include "train/pref_batch.h"
@@ -312,6 +313,9 @@ int main(int argc, char **argv) {
     } else {
         if (model_load(&frozen, argv[1]) != 0) return fail();
         if (bf16_reference && model_store_bf16(&frozen) != 0) return fail();
+        /* as train_reference_open declares a bf16 reference's weights frozen */
+        if (bf16_reference && autocast)
+            gemm_bf16_keep_packed(frozen.params16, frozen.n_params * sizeof *frozen.params16);
         if (autocast) frozen.backend = backend_cpu_autocast();
         reference_policy_from_model(&ref, &frozen);
     }

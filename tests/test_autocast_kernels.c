@@ -155,6 +155,52 @@ static void check_weight_cache(void) {
     free(x), free(w);
 }
 
+/* A frozen bf16 W declared with gemm_bf16_keep_packed (a DPO reference): the linear and the
+ * lm_head read its packing from the cache, made on the first product and reused (the cache does
+ * not grow on the second), with results bit for bit those of the per-call packing; a drop over
+ * its bytes (model_free) ends the declaration and the packing. */
+static void check_kept_bf16(void) {
+    enum { N = 9, IN = 96, OUT = 64, VOCAB = 200 };
+    unsigned seed = 12;
+    float *x = malloc(N * IN * sizeof *x), *w = malloc(VOCAB * IN * sizeof *w);
+    uint16_t *w16 = malloc(VOCAB * IN * sizeof *w16);
+    fill(x, N * IN, &seed), fill(w, VOCAB * IN, &seed);
+    for (int i = 0; i < VOCAB * IN; i++)
+        w16[i] = f32_to_bf16(w[i]);
+    int32_t target[N];
+    for (int r = 0; r < N; r++)
+        target[r] = (r * 37) % VOCAB;
+    WeightRef ref = {.bf16 = w16};
+    LogitCap cap = {0.0f, 1.0f};
+    float per_call[N * OUT], kept_out[N * OUT], lp_call[N], lp_kept[N];
+    const char *path = gemm_bf16_path_name(gemm_bf16_path());
+    gemm_bf16_cache_clear();
+    autocast_linear_forward(per_call, x, ref, NULL, N, IN, OUT);
+    autocast_logprob_forward(lp_call, NULL, x, target, ref, N, IN, VOCAB, cap);
+    CHECK(gemm_bf16_cache_bytes() == 0, "%s kept: a bf16 W not declared was cached", path);
+
+    gemm_bf16_keep_packed(w16, VOCAB * IN * sizeof *w16);
+    CHECK(gemm_bf16_weight_kept(w16 + 5), "%s kept: w16 not found in its range", path);
+    autocast_linear_forward(kept_out, x, ref, NULL, N, IN, OUT);
+    size_t after_linear = gemm_bf16_cache_bytes();
+    CHECK(after_linear > 0, "%s kept: the declared W's packing is not in the cache", path);
+    autocast_logprob_forward(lp_kept, NULL, x, target, ref, N, IN, VOCAB, cap);
+    size_t after_both = gemm_bf16_cache_bytes();
+    CHECK(after_both > after_linear, "%s kept: the lm_head's packing is not in the cache", path);
+    autocast_linear_forward(kept_out, x, ref, NULL, N, IN, OUT);
+    autocast_logprob_forward(lp_kept, NULL, x, target, ref, N, IN, VOCAB, cap);
+    CHECK(gemm_bf16_cache_bytes() == after_both, "%s kept: packed again on the second call", path);
+    CHECK(memcmp(kept_out, per_call, sizeof per_call) == 0,
+          "%s kept: the linear differs from the per-call packing", path);
+    CHECK(memcmp(lp_kept, lp_call, sizeof lp_call) == 0,
+          "%s kept: the lm_head's log-probs differ from the per-call packing", path);
+
+    gemm_bf16_weights_changed(w16, VOCAB * IN * sizeof *w16);
+    CHECK(!gemm_bf16_weight_kept(w16 + 5), "%s kept: still declared after a drop", path);
+    CHECK(gemm_bf16_cache_bytes() == 0, "%s kept: packing left after a drop", path);
+    free(x), free(w), free(w16);
+}
+
 int main(void) {
     /* every path the products can take here: the sgemm one, then each bf16 GEMM */
     for (int p = GEMM_BF16_NONE; p < GEMM_BF16_PATH_COUNT; p++) {
@@ -162,7 +208,7 @@ int main(void) {
         check_shape(5, 72, 40, 1);
         check_shape(33, 70, 45, 2);
         check_shape(300, 96, 64, 3);
-        if (gemm_bf16_path() != GEMM_BF16_NONE) check_weight_cache();
+        if (gemm_bf16_path() != GEMM_BF16_NONE) check_weight_cache(), check_kept_bf16();
     }
     return harness_finish("test_autocast_kernels");
 }

@@ -189,6 +189,13 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
             nf4_base_bytes(mc, &matrices);
             p.autocast += 4.0 * (double)matrices;
         }
+        /* and a frozen bf16 reference's forward packings, its layer matrices and lm_head, made
+         * once and kept for the run (gemm_bf16_keep_packed, train_reference_open) */
+        if (needs_frozen_reference(cfg) && gemm_bf16_path() != GEMM_BF16_NONE) {
+            uint64_t matrices;
+            nf4_base_bytes(mc, &matrices);
+            p.autocast += 2.0 * ((double)matrices + V * H);
+        }
     }
     p.total = p.weights + p.gradients + p.optimizer + p.reference + p.activations + p.rollout +
               p.autocast;

@@ -76,6 +76,11 @@ int train_reference_open(ReferencePolicy *ref, const TrainConfig *cfg, Model *m,
             reference_policy_close(ref);
             return err_prefix("the reference model on the %s backend", device->name);
         }
+        /* its bf16 weights never change: their packings for the autocast products are made
+         * once, not on every forward (2 bytes a parameter; model_free ends it) */
+        if (cfg->bf16 && !device)
+            gemm_bf16_keep_packed(ref->owned_model->params16,
+                                  ref->owned_model->n_params * sizeof *ref->owned_model->params16);
         fprintf(log, "reference: a frozen copy of %s%s\n", cfg->base_model,
                 cfg->bf16 ? ", its weights kept in bf16, computed under bf16 autocast (bf16: true)"
                           : "");

@@ -15,8 +15,9 @@
  *     rows in blocks of ROW_BLOCK (a multiple of 32) inside. A tile of W is packed (or viewed)
  *     once per pass, so a W stored in bf16 is packed tile by tile into a pooled buffer and never
  *     whole, as fused_logprob.c widens it.
- *  2. An fp32 W (the policy's) is packed whole, both layouts, in gemm_bf16's cache (once per
- *     optimizer step, as the linears'); its tiles are views of that packing
+ *  2. An fp32 W (the policy's), or a bf16 one declared frozen (gemm_bf16_keep_packed: a DPO
+ *     reference's, forward layout only, packed once for the run), is packed whole, both layouts, in
+ * gemm_bf16's cache (once per optimizer step, as the linears'); its tiles are views of that packing
  *     (bf16_packed_b_view). hidden is packed once per call, as A (rows) and, for dW, as B
  *     (depth = rows); row blocks are views of those.
  *  3. The fp32 logit tile (ROW_BLOCK x VOCAB_BLOCK) and the per-row accumulators are kept between
@@ -102,9 +103,11 @@ typedef struct {
 
 static LmHead lm_head_open(WeightRef w, int h, int vocab, bool backward, float *widened) {
     LmHead l = {.w = w, .h = h, .vocab = vocab, .widened = widened};
-    if (w.f32) {
-        l.fwd_all = *bf16_weight_packed(w.f32, NULL, vocab, h, true);
-        if (backward) l.dx_all = *bf16_weight_packed(w.f32, NULL, vocab, h, false);
+    /* an fp32 W, or a bf16 one declared frozen (a DPO reference's, gemm_bf16_keep_packed) */
+    if (w.f32 || gemm_bf16_weight_kept(w.bf16)) {
+        const uint16_t *w16 = w.f32 ? NULL : w.bf16;
+        l.fwd_all = *bf16_weight_packed(w.f32, w16, vocab, h, true);
+        if (backward) l.dx_all = *bf16_weight_packed(w.f32, w16, vocab, h, false);
     }
     return l;
 }
@@ -113,7 +116,7 @@ static LmHead lm_head_open(WeightRef w, int h, int vocab, bool backward, float *
  * B (W: depth cols, h columns). Valid until the next call or lm_head_close. */
 static void lm_head_tile(LmHead *l, int c0, int cols, bool dx, Bf16PackedB *fwd, Bf16PackedB *dxb) {
     int h = l->h;
-    if (l->w.f32) {
+    if (l->fwd_all.data) { /* packed whole in the cache */
         *fwd = bf16_packed_b_view(&l->fwd_all, 0, h, c0, cols);
         if (dx) *dxb = bf16_packed_b_view(&l->dx_all, c0, cols, 0, h);
         return;

@@ -106,6 +106,18 @@ const Bf16PackedB *bf16_weight_packed(const float *w32, const uint16_t *w16, int
 const Bf16PackedB *bf16_weight_packed_unchanged(const float *w32, const uint16_t *w16, int out_dim,
                                                 int in_dim, bool transposed);
 
+/* Declares the weights at [begin, begin + bytes) frozen for as long as they live (a DPO run's
+ * frozen reference kept in bf16): a product with a W stored in bf16 inside such a range reads
+ * its packing from the cache, packed on first use and kept, as for an fp32 W, instead of packing
+ * it on every call (gemm_bf16_weight_kept). The packing is the forward's layout only, unless a
+ * product asks for dX's too: 2 bytes a parameter more while the weights live. Not for a LoRA base
+ * (a 7B base's packing would not fit beside it). gemm_bf16_weights_changed over any part of the
+ * range (model_free) ends it. */
+void gemm_bf16_keep_packed(const void *begin, size_t bytes);
+
+/* Whether w16 lies in a range gemm_bf16_keep_packed declared (and no drop has ended). */
+bool gemm_bf16_weight_kept(const uint16_t *w16);
+
 /* Whoever writes weights that autocast products may have read (an optimizer step, a merge,
  * freeing them) calls this over the bytes written: cached packings of them are dropped. Cheap
  * when nothing is cached. */

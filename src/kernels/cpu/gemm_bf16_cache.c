@@ -15,7 +15,10 @@
  *     small W and 512 spread over a large one, and repacks on a mismatch. A change of the
  *     whole matrix is always seen; a change of a few values the samples miss is not, which is
  *     why invariant 2 is the rule and this only its guard.
- *  4. Lookups and drops hold one mutex; a returned packing stays valid until the next drop, so
+ *  4. Kept ranges (gemm_bf16_keep_packed) only say which bf16 weights the callers look up here
+ *     rather than pack per call; gemm_bf16_weights_changed over any part of one ends it, as it
+ *     drops the entries in it (invariant 2), so memory freed and reused is never taken for it.
+ *  5. Lookups and drops hold one mutex; a returned packing stays valid until the next drop, so
  *     a product uses it at once and keeps nothing (products and weight updates do not overlap). */
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -37,6 +40,13 @@ typedef struct {
 
 static Entry *entries;
 static int n_entries, cap_entries;
+
+typedef struct {
+    const char *begin, *end;
+} Range;
+
+static Range *kept; /* invariant 4 */
+static int n_kept, cap_kept;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* FNV-1a over the bytes of the sampled values (all of them when there are few). */
@@ -111,10 +121,34 @@ const Bf16PackedB *bf16_weight_packed_unchanged(const float *w32, const uint16_t
     return lookup(w32, w16, out_dim, in_dim, transposed, false);
 }
 
+void gemm_bf16_keep_packed(const void *begin, size_t bytes) {
+    if (!begin || !bytes) return;
+    pthread_mutex_lock(&cache_lock);
+    if (n_kept == cap_kept) {
+        cap_kept = cap_kept ? 2 * cap_kept : 8;
+        kept = xrealloc(kept, (size_t)cap_kept * sizeof *kept);
+    }
+    kept[n_kept++] = (Range){begin, (const char *)begin + bytes};
+    pthread_mutex_unlock(&cache_lock);
+}
+
+bool gemm_bf16_weight_kept(const uint16_t *w16) {
+    if (!w16) return false;
+    const char *p = (const char *)w16;
+    bool found = false;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < n_kept && !found; i++)
+        found = kept[i].begin <= p && p < kept[i].end;
+    pthread_mutex_unlock(&cache_lock);
+    return found;
+}
+
 void gemm_bf16_weights_changed(const void *begin, size_t bytes) {
     if (!begin || !bytes) return;
     const char *lo = begin, *hi = lo + bytes;
     pthread_mutex_lock(&cache_lock);
+    for (int i = n_kept - 1; i >= 0; i--) /* invariant 4 */
+        if (kept[i].begin < hi && lo < kept[i].end) kept[i] = kept[--n_kept];
     for (int i = n_entries - 1; i >= 0; i--) {
         const char *s = entries[i].src;
         if (s < hi && lo < s + entries[i].bytes) drop(i);

@@ -90,8 +90,9 @@ static void finish_output(float *out, const float *bias, int n, int out_dim) {
 }
 
 /* W packed as the forward's B (W^T) if transposed, else as dX's (W): from gemm_bf16's cache for
- * an fp32 W (the policy's, packed once per optimizer step). A W stored in bf16 or NF4 (a frozen
- * base, a bf16 reference) is packed per call into *own, which the caller frees: its packings
+ * an fp32 W (the policy's, packed once per optimizer step) or a bf16 W declared frozen (a DPO
+ * reference, gemm_bf16_keep_packed: packed once). Any other W stored in bf16 or NF4 (a frozen
+ * base) is packed per call into *own, which the caller frees: its packings
  * kept between products (two layouts, 4 bytes a parameter) would more than undo what storing
  * it in 2 or 0.5 bytes saves, and a 7B LoRA over a bf16 base would no longer fit in 24 GB.
  * own->data is NULL otherwise. */
@@ -99,6 +100,9 @@ static const Bf16PackedB *packed_weight(WeightRef w, int out_dim, int in_dim, bo
                                         Bf16PackedB *own) {
     own->data = NULL;
     if (w.f32) return bf16_weight_packed(w.f32, NULL, out_dim, in_dim, transposed);
+    /* a frozen reference's bf16 W: packed once and kept (gemm_bf16_keep_packed) */
+    if (gemm_bf16_weight_kept(w.bf16))
+        return bf16_weight_packed(NULL, w.bf16, out_dim, in_dim, transposed);
     float *tmp = NULL; /* an NF4 W dequantised; a bf16 one is read as it is */
     if (!w.bf16) {
         tmp = xmalloc(((size_t)out_dim * in_dim + 1) * sizeof *tmp);
