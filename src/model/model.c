@@ -8,9 +8,12 @@
 #include "model/model_loading.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     ParamInfo *info;
@@ -276,14 +279,39 @@ int model_check_no_extra(const Model *m, const HfWeights *ck) {
     return hf_weights_for_each(ck, check_expected, &ctx);
 }
 
+int model_read_checkpoint_range(const SafetensorsTensor *t, size_t first, size_t n, float *out) {
+    SafetensorsTensor view = *t;
+    size_t width = t->nbytes / (size_t)(t->numel ? t->numel : 1);
+    view.data = (const char *)t->data + first * width;
+    view.numel = (int64_t)n;
+    view.nbytes = n * width;
+    view.ndim = 1;
+    view.shape[0] = (int64_t)n;
+    int rc = safetensors_to_f32(&view, out);
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0 && view.nbytes) {
+        uintptr_t start = (uintptr_t)view.data & ~(uintptr_t)(page - 1);
+        uintptr_t end = (uintptr_t)view.data + view.nbytes;
+        (void)madvise((void *)start, end - start,
+                      MADV_DONTNEED); /* advice: failure costs memory only */
+    }
+    return rc;
+}
+
+/* Each tensor in pieces, so that no more than a piece of the mapped file is resident at once
+ * beside the fp32 block (model_read_checkpoint_range). */
 static int load_tensors(Model *m, const HfWeights *ck, const char *dir) {
     for (int i = 0; i < m->n_param_tensors; i++) {
         const ParamInfo *p = &m->param_info[i];
         const SafetensorsTensor *t = model_checkpoint_tensor(m, ck, dir, i);
         if (!t) return -1;
         float *w = m->params + p->offset;
-        if (safetensors_to_f32(t, w) != 0) return err_prefix("%s", dir);
-        if (model_check_finite(w, (size_t)t->numel, dir, p->name) != 0) return -1;
+        size_t numel = (size_t)t->numel;
+        for (size_t at = 0; at < numel; at += MODEL_LOAD_CHUNK_VALUES) {
+            size_t n = numel - at < MODEL_LOAD_CHUNK_VALUES ? numel - at : MODEL_LOAD_CHUNK_VALUES;
+            if (model_read_checkpoint_range(t, at, n, w + at) != 0) return err_prefix("%s", dir);
+        }
+        if (model_check_finite(w, numel, dir, p->name) != 0) return -1;
     }
     return model_check_no_extra(m, ck);
 }

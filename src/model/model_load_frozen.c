@@ -11,46 +11,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-/* Values converted at a time for the tensors read in chunks (the embedding: 1 GB of fp32 on a
- * 7B vocabulary otherwise). */
-#define CHUNK_VALUES ((size_t)1 << 22)
-
-/* Values first .. first + n - 1 of t in fp32 (t F32, BF16 or F16, as safetensors_to_f32). */
-static int tensor_range(const SafetensorsTensor *t, size_t first, size_t n, float *out) {
-    SafetensorsTensor view = *t;
-    size_t width = t->nbytes / (size_t)(t->numel ? t->numel : 1);
-    view.data = (const char *)t->data + first * width;
-    view.numel = (int64_t)n;
-    view.nbytes = n * width;
-    view.ndim = 1;
-    view.shape[0] = (int64_t)n;
-    return safetensors_to_f32(&view, out);
-}
-
-/* Gives back the pages of the read-only checkpoint mapping that held t: once converted, a
- * tensor is not read again, and the mapped file would otherwise stay in the process's resident
- * memory (the whole checkpoint, 15 GB for a 7B model in bf16) until the file is closed. The
- * mapping is private and never written, so a page shared with the next tensor is simply read
- * from the file again. */
-static void release_pages(const SafetensorsTensor *t) {
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || !t->nbytes) return;
-    uintptr_t start = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
-    uintptr_t end = (uintptr_t)t->data + t->nbytes;
-    (void)madvise((void *)start, end - start,
-                  MADV_DONTNEED); /* advice: failure costs memory only */
-}
-
-/* Tensor i into bf16 at dst (numel values), through `scratch` (CHUNK_VALUES floats). */
+/* Tensor i into bf16 at dst (numel values), through `scratch` (MODEL_LOAD_CHUNK_VALUES floats). */
 static int read_bf16(const Model *m, const SafetensorsTensor *t, int i, const char *dir,
                      uint16_t *dst, float *scratch) {
     size_t numel = m->param_info[i].numel;
-    for (size_t at = 0; at < numel; at += CHUNK_VALUES) {
-        size_t n = numel - at < CHUNK_VALUES ? numel - at : CHUNK_VALUES;
-        if (tensor_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
+    for (size_t at = 0; at < numel; at += MODEL_LOAD_CHUNK_VALUES) {
+        size_t n = numel - at < MODEL_LOAD_CHUNK_VALUES ? numel - at : MODEL_LOAD_CHUNK_VALUES;
+        if (model_read_checkpoint_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
         if (model_check_finite(scratch, n, dir, m->param_info[i].name) != 0) return -1;
 #pragma omp parallel for schedule(static)
         for (size_t k = 0; k < n; k++)
@@ -59,14 +27,14 @@ static int read_bf16(const Model *m, const SafetensorsTensor *t, int i, const ch
     return 0;
 }
 
-/* Checks tensor i (read through `scratch`, CHUNK_VALUES floats) for NaN and infinity, as
+/* Checks tensor i (read through `scratch`, MODEL_LOAD_CHUNK_VALUES floats) for NaN and infinity, as
  * read_bf16 does, without keeping it: the embedding left in its file. */
 static int check_finite_chunks(const Model *m, const SafetensorsTensor *t, int i, const char *dir,
                                float *scratch) {
     size_t numel = m->param_info[i].numel;
-    for (size_t at = 0; at < numel; at += CHUNK_VALUES) {
-        size_t n = numel - at < CHUNK_VALUES ? numel - at : CHUNK_VALUES;
-        if (tensor_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
+    for (size_t at = 0; at < numel; at += MODEL_LOAD_CHUNK_VALUES) {
+        size_t n = numel - at < MODEL_LOAD_CHUNK_VALUES ? numel - at : MODEL_LOAD_CHUNK_VALUES;
+        if (model_read_checkpoint_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
         if (model_check_finite(scratch, n, dir, m->param_info[i].name) != 0) return -1;
     }
     return 0;
@@ -199,9 +167,9 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
     int rc = 0;
     m->params_small = xmalloc((n_small ? n_small : 1) * sizeof(float));
     m->params16 = xmalloc_checked((n_half ? n_half : 1) * sizeof(uint16_t), "bf16 weights");
-    float *scratch =
-        xmalloc_checked((largest > CHUNK_VALUES ? largest : CHUNK_VALUES) * sizeof(float),
-                        "a weight matrix in fp32");
+    float *scratch = xmalloc_checked(
+        (largest > MODEL_LOAD_CHUNK_VALUES ? largest : MODEL_LOAD_CHUNK_VALUES) * sizeof(float),
+        "a weight matrix in fp32");
     if (nf4) m->nf4 = xcalloc((size_t)m->cfg.n_layers * LORA_N_MODULES, sizeof *m->nf4);
     if (!m->params16 || !scratch) rc = -1;
     for (int i = 0; rc == 0 && i < n; i++) {
@@ -211,7 +179,7 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
             rc = -1;
         } else if (small_at[i] != SIZE_MAX) { /* widened from bf16, as model_store_bf16 */
             float *dst = m->params_small + small_at[i];
-            rc = tensor_range(t, 0, p->numel, dst) != 0
+            rc = model_read_checkpoint_range(t, 0, p->numel, dst) != 0
                      ? err_prefix("%s", dir)
                      : model_check_finite(dst, p->numel, dir, p->name);
             for (size_t k = 0; rc == 0 && k < p->numel; k++)
@@ -223,7 +191,7 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
         } else { /* a layer matrix to NF4, as model_store_nf4 */
             int l, k;
             matrix_slot(p->name, &l, &k);
-            rc = tensor_range(t, 0, p->numel, scratch) != 0
+            rc = model_read_checkpoint_range(t, 0, p->numel, scratch) != 0
                      ? err_prefix("%s", dir)
                      : model_check_finite(scratch, p->numel, dir, p->name);
             if (rc == 0 && round_bf16)
@@ -233,7 +201,6 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
             if (rc == 0)
                 rc = nf4_quantize(&m->nf4[(size_t)l * LORA_N_MODULES + k], scratch, p->numel);
         }
-        if (t) release_pages(t);
     }
     free(scratch);
     if (rc == 0) rc = model_check_no_extra(m, &ck);

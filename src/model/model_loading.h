@@ -15,6 +15,20 @@ void model_init_layout(Model *m, ModelConfig *cfg);
 const SafetensorsTensor *model_checkpoint_tensor(const Model *m, const HfWeights *ck,
                                                  const char *dir, int i);
 
+/* Values converted at a time when a tensor is read in pieces (the embedding: 1 GB of fp32 on a
+ * 7B vocabulary otherwise). */
+#define MODEL_LOAD_CHUNK_VALUES ((size_t)1 << 22)
+
+/* Values first .. first + n - 1 of the checkpoint tensor t (F32, BF16 or F16, as
+ * safetensors_to_f32) in fp32 at out; then the pages of the read-only checkpoint mapping that
+ * held them are given back (madvise DONTNEED). Why: a converted value is not read again, and
+ * the mapped file would otherwise stay in the process's resident memory (counted in VmRSS and
+ * VmHWM) until the file is closed: the whole checkpoint, or at least the largest tensor (a 7B
+ * lm_head: 1.09 GB in bf16) on top of the weights already loaded. The mapping is private and
+ * never written, so a page shared with the next range is read from the file again. t must come
+ * from an HfWeights (a file mapping, never a caller's buffer). 0, or -1 with an error. */
+int model_read_checkpoint_range(const SafetensorsTensor *t, size_t first, size_t n, float *out);
+
 /* 0, or -1 with an error naming the tensor and the first NaN or infinity in w (numel values). */
 int model_check_finite(const float *w, size_t numel, const char *dir, const char *name);
 

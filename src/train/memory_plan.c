@@ -17,6 +17,10 @@
  * backward holds a chunk of logits and one of their gradients. */
 #define LOGIT_CHUNK_BYTES (16.0 * 1024 * 1024)
 
+/* The vocabulary rows of one lm_head tile under autocast (fused_logprob_autocast.c's
+ * VOCAB_BLOCK). */
+#define LOGIT_TILE_ROWS 4096.0
+
 static uint64_t linear_params(int64_t out, int64_t in, bool bias) {
     return (uint64_t)(out * in + (bias ? out : 0));
 }
@@ -170,24 +174,42 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
         if (seqs >= 6) p.rollout += 4.0 * (double)p.n_params; /* the packed weights */
     }
     if (cfg->bf16) {
-        /* the rounded copies one product holds at a time (backend_autocast.c,
-         * matmul_autocast.c): a trained lm_head's W rounded whole (an adapter's frozen bf16
-         * lm_head is widened tile by tile) beside the hidden states; a linear's W beside its
-         * rounded gradient and input (at most T x I each); the attention's q, k, v and
-         * gradient (at most 4 T x H) */
         double V = mc->vocab_size, H = mc->hidden_size, I = mc->intermediate_size,
                T = (double)p.tokens_per_micro;
-        double head = (cfg->adapter ? 0.0 : 4.0 * V * H) + 4.0 * T * H,
-               linear = 4.0 * I * H + 8.0 * T * I, attention = 16.0 * T * H;
-        if (attention > linear) linear = attention;
-        p.autocast = head > linear ? head : linear;
-        /* where gemm_bf16 runs, its packings of the trained fp32 layer matrices, two bf16
-         * layouts each, kept for the optimizer step (gemm_bf16_cache.c); a frozen base is
-         * packed per product */
-        if (!cfg->adapter && gemm_bf16_path() != GEMM_BF16_NONE) {
-            uint64_t matrices;
-            nf4_base_bytes(mc, &matrices);
-            p.autocast += 4.0 * (double)matrices;
+        double qd = (double)mc->n_heads * mc->head_dim, kvd = (double)mc->n_kv_heads * mc->head_dim;
+        if (gemm_bf16_path() == GEMM_BF16_NONE) {
+            /* the rounded copies one product holds at a time (backend_autocast.c,
+             * matmul_autocast.c): a trained lm_head's W rounded whole (an adapter's frozen bf16
+             * lm_head is widened tile by tile) beside the hidden states; a linear's W beside
+             * its rounded gradient and input (at most T x I each); the attention's q, k, v and
+             * gradient (at most 4 T x H) */
+            double head = (cfg->adapter ? 0.0 : 4.0 * V * H) + 4.0 * T * H,
+                   linear = 4.0 * I * H + 8.0 * T * I, attention = 16.0 * T * H;
+            if (attention > linear) linear = attention;
+            p.autocast = head > linear ? head : linear;
+        } else {
+            /* gemm_bf16 rounds while it packs, so no fp32 rounded copies; what stays (all of it
+             * kept between products, so added, not the largest of them):
+             *  - the attention's rounded q, k, v and gradient (backend_autocast.c's kept set);
+             *  - gemm_bf16's pool of released packings (gemm_bf16.c: up to 8, never given back):
+             *    an activation's (T x I at most, bf16); over a frozen base, whose W is packed
+             *    per product, also the largest layer matrix's (I x H) and an attention
+             *    matrix's (qd x H: too small to reuse the former), and the frozen lm_head's two
+             *    tiles (fused_logprob_autocast.c: VOCAB_BLOCK rows of H, two layouts);
+             *  - under QLoRA, while its W is packed, the whole NF4 matrix dequantised to fp32
+             *    (matmul_autocast.c: packed_weight);
+             *  - a trained model: the cache's packings of its fp32 layer matrices, two bf16
+             *    layouts each, kept for the optimizer step (gemm_bf16_cache.c), and the
+             *    lm_head's, whole. */
+            bool frozen = cfg->adapter;
+            p.autocast = 4.0 * (2.0 * T * qd + 2.0 * T * kvd) + 2.0 * T * (I > H ? I : H);
+            if (frozen) p.autocast += 2.0 * I * H + 2.0 * qd * H + 2.0 * 2.0 * LOGIT_TILE_ROWS * H;
+            if (cfg->load_in_4bit) p.autocast += 4.0 * I * H;
+            if (!frozen) {
+                uint64_t matrices;
+                nf4_base_bytes(mc, &matrices);
+                p.autocast += 4.0 * (double)matrices + 4.0 * V * H;
+            }
         }
         /* and a frozen bf16 reference's forward packings, its layer matrices and lm_head, made
          * once and kept for the run (gemm_bf16_keep_packed, train_reference_open) */

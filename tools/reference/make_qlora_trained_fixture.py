@@ -32,15 +32,15 @@ import subprocess
 import sys
 import tempfile
 
-import bitsandbytes
 import peft
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen2Config, Qwen2ForCausalLM
+from safetensors.torch import load_file
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_model_fixtures as mf  # noqa: E402
+import qlora_common as qc  # noqa: E402
 
 OUT = os.path.join(mf.REPO, "tests", "fixtures", "qlora_trained")
 TOKENIZER = os.path.join(mf.REPO, "tests", "fixtures", "tokenizers", "qwen2_bytelevel")
@@ -97,10 +97,7 @@ def main():
                       num_key_value_heads=2, num_hidden_layers=2, vocab_size=3072,
                       tie_word_embeddings=False, max_position_embeddings=128)
     model_dir = os.path.join(OUT, "model")
-    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir)
-    for fn in ("generation_config.json",):
-        if os.path.exists(os.path.join(model_dir, fn)):
-            os.remove(os.path.join(model_dir, fn))
+    qc.save_bf16_model(Qwen2ForCausalLM(cfg), model_dir)
 
     adapter_dir = os.path.join(OUT, "adapter")
     os.makedirs(adapter_dir)
@@ -109,29 +106,8 @@ def main():
         for fn in ("adapter_model.safetensors", "adapter_config.json"):
             shutil.copy(os.path.join(out, fn), os.path.join(adapter_dir, fn))
 
-    base = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, device_map="cpu", attn_implementation="eager",
-        quantization_config=BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float32)).eval()
-    # an fp32 copy holding each dequantised 4-bit matrix (taken before any forward: on the CPU
-    # bitsandbytes repacks the weights at the first one): exact fp32 arithmetic
-    exact = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
-    sd = exact.state_dict()
-    with torch.no_grad():
-        for n, mod in base.named_modules():
-            if isinstance(mod, bitsandbytes.nn.Linear4bit):
-                w = bitsandbytes.functional.dequantize_4bit(mod.weight.data, mod.weight.quant_state)
-                sd[n + ".weight"].copy_(w.float().reshape(sd[n + ".weight"].shape))
-    q = base.model.layers[0].self_attn.q_proj
-    assert isinstance(q, bitsandbytes.nn.Linear4bit)
-    st = q.weight.quant_state
-    save_file({"packed": q.weight.data.reshape(-1).contiguous(),
-               "qabsmax": st.absmax.contiguous(),
-               "absmax2": st.state2.absmax.contiguous(),
-               "offset": st.offset.reshape(1).float().contiguous()},
-              os.path.join(OUT, "quant.safetensors"))
+    base, exact = qc.load_4bit_and_exact(model_dir)
+    qc.save_quant_state(base, os.path.join(OUT, "quant.safetensors"))
 
     # rlhf.c's adapter, as a peft user loads it over the 4-bit base
     model = peft.PeftModel.from_pretrained(base, adapter_dir).eval()
@@ -147,39 +123,22 @@ def main():
     texts = ["Q3: 3 plus 5 is 8.", "Q7: 7 plus 9 is 36 or so, I guess."]
     enc = tok(texts, padding=True, return_tensors="pt")  # right padding
     ids, mask = enc["input_ids"], enc["attention_mask"]
-    with torch.no_grad():
-        on = mf.token_logp_from_logits(model(input_ids=ids, attention_mask=mask).logits.float(),
-                                       ids, mask)
-        with model.disable_adapter():
-            off = mf.token_logp_from_logits(
-                model(input_ids=ids, attention_mask=mask).logits.float(), ids, mask)
+    on, off = qc.logp_on_off(model, ids, mask)
     exact = peft.PeftModel.from_pretrained(exact, adapter_dir).eval()
-    with torch.no_grad():
-        exact_on = mf.token_logp_from_logits(
-            exact(input_ids=ids, attention_mask=mask).logits.float(), ids, mask)
-        with exact.disable_adapter():
-            exact_off = mf.token_logp_from_logits(
-                exact(input_ids=ids, attention_mask=mask).logits.float(), ids, mask)
-    bnb_error = float(max((on - exact_on).abs().max(), (off - exact_off).abs().max()))
+    exact_on, exact_off = qc.logp_on_off(exact, ids, mask)
     effect = float((on - off).abs().max())
+    commit = subprocess.run(["git", "-C", mf.REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    ref = qc.reference(ids, mask, on, off, exact_on, exact_off, adapter_effect=effect,
+                       trained_by=f"rlhf.c {commit}")
+    bnb_error = ref["bnb_error"]
     if not effect > 10 * bnb_error:
         sys.exit(f"the adapter moves the log-probs by {effect:.3g}, not clearly more than "
                  f"bitsandbytes' error {bnb_error:.3g}: no test in that")
-    commit = subprocess.run(["git", "-C", mf.REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
     with open(os.path.join(OUT, "reference.json"), "w") as f:
-        json.dump({"input_ids": ids.tolist(), "attention_mask": mask.tolist(),
-                   "token_logp_adapter": on.tolist(), "token_logp_base": off.tolist(),
-                   "token_logp_adapter_dequant": exact_on.tolist(),
-                   "token_logp_base_dequant": exact_off.tolist(), "bnb_error": bnb_error,
-                   "adapter_effect": effect, "trained_by": f"rlhf.c {commit}",
-                   "versions": {"bitsandbytes": bitsandbytes.__version__,
-                                "peft": peft.__version__, "torch": torch.__version__,
-                                "transformers": transformers.__version__}}, f)
+        json.dump(ref, f)
         f.write("\n")
-    for root, _, files in os.walk(OUT):
-        for fn in files:
-            os.chmod(os.path.join(root, fn), 0o644)
+    qc.make_readable(OUT)
     print(sorted(os.listdir(OUT)), "adapter effect", effect, "bitsandbytes' error", bnb_error)
 
 
