@@ -161,10 +161,10 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
                          "once a step)";
     fprintf(log,
             "device: %s%s: %s in %s memory%s; checkpoints and the saved model copied to the host\n",
-            want, is_auto ? " (cuda)" : "", be->name,
+            want, is_auto ? " (cuda)" : "",
             cfg->adapter ? "the frozen base, the adapter, its gradients and AdamW moments"
                          : "weights, gradients and AdamW moments",
-            precision);
+            be->name, precision);
     return 0;
 }
 

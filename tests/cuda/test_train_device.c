@@ -5,9 +5,9 @@
  * step the logged loss and grad_norm agree to 1e-5 relative; the saved weights (model or adapter),
  * and checkpoint-1's weights and AdamW moments, to 1e-5 of the largest value. checkpoint-1 written
  * on the device and resumed on the CPU ends where the CPU run ends (its step-2 metrics and final
- * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW and bf16 with an
- * adapter (a base frozen in bf16) on the device, an unknown device: each an error naming the key
- * and the file, with nothing written to output_dir. GRPO (rl: grpo, full fine-tuning, a frozen
+ * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW on the device, an
+ * unknown device: each an error naming the key and the file, with nothing written to
+ * output_dir. GRPO (rl: grpo, full fine-tuning, a frozen
  * reference on the device): two steps, each generating on the device (its KV cache, the policy's
  * device weights after the previous step's update) and sampling on the host from torch's
  * generator as the CPU run does, so the logged completions must be the same texts; loss,
@@ -37,6 +37,20 @@
  * fp32 run's (2.4e-3 against 4.4e-3, 8.3e-4 against 1.3e-3). The step-2 figures need the bf16
  * weight cache (backend_cuda.h invariant 7) dropped by step 1's AdamW update: a stale copy makes
  * step 2's products read step 0's weights (measured: SFT step-2 loss 3.6% off, grad_norm 19%).
+ *
+ * bf16: true with an adapter (sft_lora_bf16, dpo_lora_bf16: LoRA on a base frozen in bf16, the
+ * DPO reference that base with the adapter off; sft_qlora_bf16, dpo_qlora_bf16: QLoRA, the NF4
+ * base dequantised to bf16 per product; on cuda-emu test_train_device_emu_bf16_adapter runs
+ * the SFT ones, test_train_device_emu_bf16_dpo_lora the DPO LoRA one): the device holds the CPU's
+ * frozen base as it is (train/device_frozen.h), so both sides multiply the same bf16 values and the
+ * argument above holds unchanged: the same bounds (SFT 1e-4, DPO 1e-2, and the same share of the
+ * fp32 run's distance), the fp32 run here being the same adapter over an fp32 base (QLoRA:
+ * quantised from fp32 values). Measured on cuda-emu: sft_lora_bf16 loss/grad_norm equal,
+ * adapter 4.9e-7 of scale (fp32: 1.2e-2, 1.7e-2); sft_qlora_bf16 2.8e-6, 2.8e-5
+ * (fp32: 9.4e-2, 2.1e-2); dpo_lora_bf16 1.7e-3, 1.3e-3 (fp32: 2.7e-3, 9.2e-3). The SFT cases are
+ * what catch a missed rounding: the input gradient left fp32 (ac_linear_backward's din not rounded)
+ * puts sft_qlora_bf16 1.2e-3 off, an NF4 weight truncated to bf16 instead of rounded 1.6e-2; DPO's
+ * flips hide both (1.3e-3 and 1.7e-3: within its bound).
  *
  * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
  * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
@@ -343,8 +357,9 @@ static const struct {
              {"dpo_lora", true, LORA, false, true},
              {"sft_lora", false, LORA, false, false},
              {"dpo", true, FULL, false, false},
-             /* their own ctest entries on cuda-emu (test_train_device_emu_bf16, ..._bf16_adapter),
-              * run beside: the base frozen in bf16 (LoRA) or NF4 (QLoRA) under an adapter */
+             /* their own ctest entries on cuda-emu (test_train_device_emu_bf16, ..._bf16_adapter,
+              * ..._bf16_dpo_lora), run beside: the adapters over a base frozen in bf16 (LoRA) or
+              * NF4 (QLoRA) */
              {"dpo_bf16", true, FULL, true, false},
              {"sft_bf16", false, FULL, true, false},
              {"dpo_lora_bf16", true, LORA, true, false},
