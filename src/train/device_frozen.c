@@ -116,10 +116,12 @@ int frozen_residency_enter(FrozenResidency *f, Model *m, const Backend *be) {
         if (m->nf4[k].packed) rc = nf4_to_backend(be, &m->nf4[k], &f->dev_nf4[k]);
     if (rc != 0) {
         free_all(f);
-        return err_prefix("the frozen NF4 base on the %s backend", be->name);
+        return err_prefix("the frozen %s base on the %s backend", m->nf4 ? "NF4" : "bf16",
+                          be->name);
     }
     frozen_residency_point(f, true);
-    /* the copy read all of an embedding left in its file; the host view never reads it */
+    /* the copy read all of an embedding left in its file (model.h: embed_map): its pages go
+     * back, nothing on the host reads them while the device trains */
     model_release_embedding(m);
     return 0;
 }
