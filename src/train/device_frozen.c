@@ -9,7 +9,7 @@
 #include <string.h>
 
 bool frozen_residency_applies(const Model *m) {
-    return !m->params && m->nf4 && m->params16;
+    return !m->params && m->params16;
 }
 
 /* Records slot's tensor of `bytes` (a NULL pointer is skipped); a tensor already recorded (a tied
@@ -72,7 +72,9 @@ int frozen_residency_enter(FrozenResidency *f, Model *m, const Backend *be) {
     const ModelConfig *c = &m->cfg;
     size_t h = (size_t)c->hidden_size, v = (size_t)c->vocab_size, i_dim = c->intermediate_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    f->t = xcalloc((size_t)c->n_layers * 20 + 8, sizeof *f->t);
+    /* per layer up to 13 norms and biases and 7 bf16 matrices; the embedding, lm_head, final
+     * norm */
+    f->t = xcalloc((size_t)c->n_layers * (13 + LORA_N_MODULES) + 3, sizeof *f->t);
     int rc = add(f, (void **)&m->embed16, v * h * 2, "the frozen embedding");
     if (rc == 0) rc = add(f, (void **)&m->lm_head16, v * h * 2, "the frozen lm_head");
     if (rc == 0) rc = add(f, (void **)&m->final_norm, h * 4, "the final norm");
@@ -96,16 +98,31 @@ int frozen_residency_enter(FrozenResidency *f, Model *m, const Backend *be) {
                    {&w->b_down, h}};
         for (size_t k = 0; rc == 0 && k < sizeof vec / sizeof *vec; k++)
             rc = add(f, (void **)vec[k].p, vec[k].n * 4, "a frozen norm or bias");
+        /* a bf16 base's matrices (NULL under NF4), each (out, in) as decoder_layer.c reads it;
+         * a fused Phi-3 tensor's rows are copied module by module, as each product reads them */
+        struct {
+            const uint16_t **p;
+            size_t n;
+        } mat[LORA_N_MODULES] = {{&w->wq16, qd * h},        {&w->wk16, kvd * h},
+                                 {&w->wv16, kvd * h},       {&w->wo16, h * qd},
+                                 {&w->w_gate16, i_dim * h}, {&w->w_up16, i_dim * h},
+                                 {&w->w_down16, h * i_dim}};
+        for (size_t k = 0; rc == 0 && k < LORA_N_MODULES; k++)
+            rc = add(f, (void **)mat[k].p, mat[k].n * 2, "a frozen bf16 matrix");
     }
-    f->n_nf4 = (size_t)c->n_layers * LORA_N_MODULES;
-    f->dev_nf4 = xcalloc(f->n_nf4, sizeof *f->dev_nf4);
+    f->n_nf4 = m->nf4 ? (size_t)c->n_layers * LORA_N_MODULES : 0;
+    f->dev_nf4 = f->n_nf4 ? xcalloc(f->n_nf4, sizeof *f->dev_nf4) : NULL;
     for (size_t k = 0; rc == 0 && k < f->n_nf4; k++)
         if (m->nf4[k].packed) rc = nf4_to_backend(be, &m->nf4[k], &f->dev_nf4[k]);
     if (rc != 0) {
         free_all(f);
-        return err_prefix("the frozen NF4 base on the %s backend", be->name);
+        return err_prefix("the frozen %s base on the %s backend", m->nf4 ? "NF4" : "bf16",
+                          be->name);
     }
     frozen_residency_point(f, true);
+    /* the copy read all of an embedding left in its file (model.h: embed_map): its pages go
+     * back, nothing on the host reads them while the device trains */
+    model_release_embedding(m);
     return 0;
 }
 

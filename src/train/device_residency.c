@@ -38,8 +38,8 @@ int device_residency_enter(DeviceResidency *r, Trainer *tr, const Backend *be) {
     AdamW *opt = &tr->adamw;
     bool frozen = !m->params;
     if (frozen && (!frozen_residency_applies(m) || !tr->lora))
-        return err_set("the %s backend trains fp32 weights, or an adapter on an NF4 base, only "
-                       "(this model is stored in bf16)",
+        return err_set("the %s backend trains fp32 weights, or an adapter on a frozen bf16 or "
+                       "NF4 base, only (this model is stored frozen, with no adapter)",
                        be->name);
     if (opt->cfg.eight_bit)
         return err_set("optimizer adamw_bnb_8bit: the %s backend keeps fp32 moments only",

@@ -15,9 +15,8 @@
  *     copies again without copying (the host view is read-only for its callers).
  *  3. _leave is _to_host, then the device memory freed: after it the Trainer and the model are
  *     as a CPU run leaves them, so the session saves, merges and trains again unchanged.
- *  4. Only fp32 weights, or a frozen NF4 base under an adapter (device_frozen.h: its tensors
- *     copied once, pointers moved with the rest), and fp32 moments (no 8-bit AdamW, no base
- *     frozen in bf16):
+ *  4. Only fp32 weights, or a frozen bf16 or NF4 base under an adapter (device_frozen.h: its
+ *     tensors copied once, pointers moved with the rest), and fp32 moments (no 8-bit AdamW):
  *     train_device_open refuses the rest before anything is loaded. Over several ranks with
  *     ZeRO-1 the moments are this rank's slice (AdamW's n), and the gradients and weights are
  *     summed and gathered on the device (dist/dist_device.h). */
@@ -36,7 +35,7 @@ struct DeviceResidency {
     float *host_model, *host_lora, *host_grads;
     float *dev_model, *dev_lora, *dev_grads, *dev_moments; /* dev_moments: m then v, n each */
     bool host_view;                                        /* between _to_host and _to_device */
-    FrozenResidency frozen; /* a QLoRA base's NF4 and bf16 tensors (device_frozen.h), or empty */
+    FrozenResidency frozen; /* a frozen base's bf16 / NF4 tensors (device_frozen.h), or empty */
 };
 
 /* Moves tr's model, adapter, gradients and moments into be's memory (invariant 1) and sets

@@ -50,9 +50,6 @@ static const char *unsupported(const TrainConfig *cfg) {
     if (optimizer_is_8bit(cfg->optimizer ? cfg->optimizer : ""))
         return "key 'optimizer': 8-bit AdamW (adamw_bnb_8bit) has no kernel on the CUDA backend; "
                "use optimizer: adamw_torch";
-    if (cfg->bf16 && cfg->adapter)
-        return "key 'bf16': with an adapter the base is kept frozen in bf16, which the CUDA "
-               "backend does not hold yet (bf16: true trains there without an adapter)";
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
         if (cfg->bf16)
             return "key 'bf16': GRPO under bf16 autocast on the CUDA backend is not checked yet "
@@ -156,12 +153,18 @@ int train_device_open(TrainDevice *d, const TrainConfig *cfg, FILE *log) {
     d->provider = p;
     d->be = be;
     if (comm) dist_device_attach(be, comm);
+    const char *precision =
+        !cfg->bf16     ? ""
+        : cfg->adapter ? ", products under bf16 autocast (the frozen base read as the bf16 "
+                         "values it holds, the adapter's branch in fp32)"
+                       : ", products under bf16 autocast (each weight rounded to bf16 "
+                         "once a step)";
     fprintf(log,
-            "device: %s%s: weights, gradients and AdamW moments in %s memory%s; checkpoints and "
-            "the saved model copied to the host\n",
-            want, is_auto ? " (cuda)" : "", be->name,
-            cfg->bf16 ? ", products under bf16 autocast (each weight rounded to bf16 once a step)"
-                      : "");
+            "device: %s%s: %s in %s memory%s; checkpoints and the saved model copied to the host\n",
+            want, is_auto ? " (cuda)" : "",
+            cfg->adapter ? "the frozen base, the adapter, its gradients and AdamW moments"
+                         : "weights, gradients and AdamW moments",
+            be->name, precision);
     return 0;
 }
 

@@ -14,8 +14,8 @@
  *     why when a device answers but the run needs what it lacks; when the build has no CUDA or
  *     no device answers, the line comes only if the key was written (a CUDA build on a machine
  *     without a GPU trains on the CPU as quietly as a CPU build).
- *  3. What the CUDA backend lacks (8-bit AdamW, bf16 with an adapter (its base frozen in bf16)
- *     or with GRPO or several ranks, several ranks without a collective; for GRPO whatever reads
+ *  3. What the CUDA backend lacks (8-bit AdamW, bf16 with GRPO or several ranks, several ranks
+ *     without a collective; for GRPO whatever reads
  *     or writes the policy's weights on the host: the replay buffer, a rollout function, server
  *     mode, sync_ref_model) is never silently dropped: under cuda it is an error naming the key,
  *     under auto the reason for the CPU. GRPO itself runs: its generation decodes with the
@@ -27,7 +27,9 @@
  *  5. bf16: true (or auto resolved true, as on the CPU: config/train_config_keys.c) opens the
  *     provider's autocast backend (backend_cuda.h invariant 6), which the policy and the frozen
  *     reference (kept in bf16) then compute on, exactly where a CPU run uses
- *     backend_cpu_autocast; without bf16 the fp32 backend. */
+ *     backend_cpu_autocast; without bf16 the fp32 backend. With an adapter the base is the
+ *     CPU's frozen one (bf16, or NF4 under load_in_4bit), moved to the device as it is
+ *     (device_frozen.h): no fp32 copy of it exists on either side. */
 #ifndef RLHF_TRAIN_TRAIN_DEVICE_H
 #define RLHF_TRAIN_TRAIN_DEVICE_H
 

@@ -5,9 +5,9 @@
  * step the logged loss and grad_norm agree to 1e-5 relative; the saved weights (model or adapter),
  * and checkpoint-1's weights and AdamW moments, to 1e-5 of the largest value. checkpoint-1 written
  * on the device and resumed on the CPU ends where the CPU run ends (its step-2 metrics and final
- * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW and bf16 with an
- * adapter (a base frozen in bf16) on the device, an unknown device: each an error naming the key
- * and the file, with nothing written to output_dir. GRPO (rl: grpo, full fine-tuning, a frozen
+ * weights, the same bounds). Bad input: a device this build lacks, 8-bit AdamW on the device, an
+ * unknown device: each an error naming the key and the file, with nothing written to
+ * output_dir. GRPO (rl: grpo, full fine-tuning, a frozen
  * reference on the device): two steps, each generating on the device (its KV cache, the policy's
  * device weights after the previous step's update) and sampling on the host from torch's
  * generator as the CPU run does, so the logged completions must be the same texts; loss,
@@ -37,6 +37,22 @@
  * fp32 run's (2.4e-3 against 4.4e-3, 8.3e-4 against 1.3e-3). The step-2 figures need the bf16
  * weight cache (backend_cuda.h invariant 7) dropped by step 1's AdamW update: a stale copy makes
  * step 2's products read step 0's weights (measured: SFT step-2 loss 3.6% off, grad_norm 19%).
+ *
+ * bf16: true with an adapter (sft_lora_bf16, dpo_lora_bf16: LoRA on a base frozen in bf16, the
+ * DPO reference that base with the adapter off; sft_qlora_bf16, dpo_qlora_bf16: QLoRA, the NF4
+ * base dequantised to bf16 per product; on cuda-emu test_train_device_emu_bf16_adapter runs
+ * sft_lora_bf16, test_train_device_emu_bf16_dpo_lora dpo_lora_bf16; sft_qlora_bf16 passes in a
+ * release build but is 1e-3 off in the sanitizer build, whose CPU autocast runs without
+ * -march=native's kernels, so CI does not run it): the device holds the CPU's
+ * frozen base as it is (train/device_frozen.h), so both sides multiply the same bf16 values and the
+ * argument above holds unchanged: the same bounds (SFT 1e-4, DPO 1e-2, and the same share of the
+ * fp32 run's distance), the fp32 run here being the same adapter over an fp32 base (QLoRA:
+ * quantised from fp32 values). Measured on cuda-emu: sft_lora_bf16 loss/grad_norm equal,
+ * adapter 4.9e-7 of scale (fp32: 1.2e-2, 1.7e-2); sft_qlora_bf16 2.8e-6, 2.8e-5
+ * (fp32: 9.4e-2, 2.1e-2); dpo_lora_bf16 1.7e-3, 1.3e-3 (fp32: 2.7e-3, 9.2e-3). The SFT cases are
+ * what catch a missed rounding: the input gradient left fp32 (ac_linear_backward's din not rounded)
+ * puts sft_qlora_bf16 1.2e-3 off (sft_lora_bf16 1.5e-3), an NF4 weight truncated to bf16 instead
+ * of rounded 1.6e-2; DPO's flips hide both (1.3e-3 and 1.7e-3: within its bound).
  *
  * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
  * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
@@ -139,19 +155,14 @@ static int train(const char *config, const char *const *kv) {
     return cli_train(n, args);
 }
 
-static const char *const lora_keys[] = {"--adapter",
-                                        "lora",
-                                        "--lora_r",
-                                        "4",
-                                        "--lora_alpha",
-                                        "16",
-                                        "--lora_dropout",
-                                        "0.1",
-                                        "--lora_target_linear",
-                                        "true"};
+/* What a case trains: every weight, a LoRA adapter, or a QLoRA one (on an NF4 base). */
+typedef enum { FULL, LORA, QLORA } Adapter;
 
-/* A run of config on device into out (under tmp), with LoRA when lora; extra: more pairs. */
-static const char *run(const char *config, const char *device, const char *name, bool lora,
+static const char *const lora_keys[] = {"--lora_r",       "4",   "--lora_alpha",         "16",
+                                        "--lora_dropout", "0.1", "--lora_target_linear", "true"};
+
+/* A run of config on device into out (under tmp), with the adapter ad; extra: more pairs. */
+static const char *run(const char *config, const char *device, const char *name, Adapter ad,
                        const char *const *extra) {
     static char outs[16][4096];
     static int next;
@@ -160,7 +171,9 @@ static const char *run(const char *config, const char *device, const char *name,
     const char *kv[40];
     int n = 0;
     kv[n++] = "--device", kv[n++] = device, kv[n++] = "--output_dir", kv[n++] = out;
-    for (size_t i = 0; lora && i < sizeof lora_keys / sizeof *lora_keys; i++)
+    if (ad != FULL) kv[n++] = "--adapter", kv[n++] = ad == QLORA ? "qlora" : "lora";
+    if (ad == QLORA) kv[n++] = "--load_in_4bit", kv[n++] = "true";
+    for (size_t i = 0; ad != FULL && i < sizeof lora_keys / sizeof *lora_keys; i++)
         kv[n++] = lora_keys[i];
     for (; extra && *extra; extra++)
         kv[n++] = *extra;
@@ -215,7 +228,7 @@ static const char *const bf16_keys[] = {"--bf16", "true", NULL};
 
 /* One method x adapter x precision case: the device run against the CPU run, then the device's
  * checkpoint-1 resumed on the CPU against the CPU run; with bf16 all three under bf16: true. */
-static void check_case(const char *what, const char *config, bool lora, bool bf16, bool dpo) {
+static void check_case(const char *what, const char *config, Adapter lora, bool bf16, bool dpo) {
     double rel_bf16 = dpo ? REL_BF16_DPO : REL_BF16_SFT;
     rel = bf16 ? rel_bf16 : REL;
     const char *const *extra = bf16 ? bf16_keys : NULL;
@@ -316,8 +329,9 @@ static void same_completions(const char *dev_dir, const char *cpu_dir) {
  * draw falls within roundoff of a boundary between two tokens (at this size none does: a
  * flip shows as differing texts and then as loss differences far above the bound). */
 static void check_grpo(bool lora) {
-    const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", lora, NULL);
-    const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", lora, NULL);
+    Adapter ad = lora ? LORA : FULL;
+    const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", ad, NULL);
+    const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", ad, NULL);
     same_completions(dev, cpu);
     same_metrics("grpo", dev, cpu, STEPS);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
@@ -338,14 +352,22 @@ static void check_grpo(bool lora) {
  * RLHF_TRAIN_DEVICE_ALL=1. Case names as arguments run those cases alone. */
 static const struct {
     const char *name;
-    bool dpo, lora, bf16, emu;
-} cases[] = {{"sft", false, false, false, true},
-             {"dpo_lora", true, true, false, true},
-             {"sft_lora", false, true, false, false},
-             {"dpo", true, false, false, false},
-             /* its own ctest entry on cuda-emu (test_train_device_emu_bf16), run beside */
-             {"dpo_bf16", true, false, true, false},
-             {"sft_bf16", false, false, true, false}};
+    bool dpo;
+    Adapter lora;
+    bool bf16, emu;
+} cases[] = {{"sft", false, FULL, false, true},
+             {"dpo_lora", true, LORA, false, true},
+             {"sft_lora", false, LORA, false, false},
+             {"dpo", true, FULL, false, false},
+             /* their own ctest entries on cuda-emu (test_train_device_emu_bf16, ..._bf16_adapter,
+              * ..._bf16_dpo_lora), run beside: the adapters over a base frozen in bf16 (LoRA) or
+              * NF4 (QLoRA) */
+             {"dpo_bf16", true, FULL, true, false},
+             {"sft_bf16", false, FULL, true, false},
+             {"dpo_lora_bf16", true, LORA, true, false},
+             {"sft_qlora_bf16", false, QLORA, true, false},
+             {"sft_lora_bf16", false, LORA, true, false},
+             {"dpo_qlora_bf16", true, QLORA, true, false}};
 
 int main(int argc, char **argv) {
 #ifdef RLHF_WITH_CUDA
@@ -367,10 +389,6 @@ int main(int argc, char **argv) {
     refused(OTHER_DEVICE, no_extra, "key 'device'");
     const char *eight_bit[] = {"--optimizer", "adamw_bnb_8bit", NULL};
     refused(DEVICE, eight_bit, "key 'optimizer'");
-    const char *bf16_lora[] = {
-        "--bf16", "true", "--adapter", "lora", "--lora_r", "4", "--lora_target_linear",
-        "true",   NULL};
-    refused(DEVICE, bf16_lora, "key 'bf16'");
     refused("tpu", no_extra, "key 'device'");
     const char *replay[] = {"--trl.replay_buffer_size", "2", NULL};
     refused_config(grpo_config, "grpo.yaml", DEVICE, replay, "key 'trl.replay_buffer_size'");
