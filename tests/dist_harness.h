@@ -30,10 +30,15 @@ extern DistWorst dist_worst;
  * 1e-6 absolute: a GRPO loss is ~0 by construction at some steps), num_tokens and step exactly.
  * Prints the worst relative difference. */
 void dist_compare_metrics(const char *name, const char *one, const char *two);
+/* The same with another bound: rel relative or abs_tol absolute (bf16 runs). */
+void dist_compare_metrics_within(const char *name, const char *one, const char *two, double rel,
+                                 double abs_tol);
 
 /* The final weights (model.safetensors) or adapter of two output directories: within 1e-5 of
  * the largest weight (each tensor's largest, for an adapter). Prints the gap. */
 void dist_compare_outputs(const char *name, const char *one, const char *two);
+/* The same within bound (of the largest weight) in place of 1e-5. */
+void dist_compare_outputs_within(const char *name, const char *one, const char *two, double bound);
 
 /* One process with gradient accumulation ga1 against 2 ranks with ga2 (the same global batch
  * when ga1 = 2 x ga2), both with `extra` (NULL-terminated), compared as above. Output

@@ -44,4 +44,6 @@ void dist_reduce_scatter_sum_f32_on(const Backend *be, float *buf, const DistSha
 void dist_allgather_f32_on(const Backend *be, float *buf, const DistShards *s) {
     if (dist_size() == 1) return;
     comm_for(be, "an all-gather")->allgather_f32(buf, s);
+    /* invariant 4: the other ranks' slices (ZeRO-1's updated weights) are new here */
+    if (be->written) be->written(be, buf, s->n * sizeof *buf);
 }

@@ -15,7 +15,12 @@
  *     comm attached to it, and at most one is attached in a process (one device per rank).
  *  3. A collective on a device backend with no comm attached is a bug in the caller's set-up
  *     (train_device_open refuses several ranks without one): it ends the job (dist_abort) with
- *     a message rather than summing nothing. */
+ *     a message rather than summing nothing.
+ *  4. What a collective writes outside the rank's own slice is reported to the backend
+ *     (be->written) once it is there: the all-gather writes weights, and a backend that keeps
+ *     bf16 copies of them (CUDA under bf16 autocast) would otherwise multiply the copies it
+ *     narrowed before the other ranks' AdamW updates. (The sums write gradients, of which no
+ *     backend keeps copies.) */
 #ifndef RLHF_DIST_DIST_DEVICE_H
 #define RLHF_DIST_DIST_DEVICE_H
 
@@ -39,7 +44,7 @@ extern const DistDeviceComm dist_mpi_comm;
  * that was attached. */
 void dist_device_attach(const Backend *be, const DistDeviceComm *comm);
 
-/* dist.h's collectives of the same names on be's memory (invariants 1-3). */
+/* dist.h's collectives of the same names on be's memory (invariants 1-4). */
 void dist_allreduce_sum_f32_on(const Backend *be, float *buf, size_t n);
 void dist_reduce_scatter_sum_f32_on(const Backend *be, float *buf, const DistShards *s);
 void dist_allgather_f32_on(const Backend *be, float *buf, const DistShards *s);

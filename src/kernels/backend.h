@@ -59,6 +59,11 @@ struct Backend {
     void (*copy)(const Backend *be, void *dst, const void *src, size_t bytes, BackendCopy dir);
     /* Sets bytes of backend memory to the byte value. */
     void (*memset)(const Backend *be, void *dst, int value, size_t bytes);
+    /* Told that bytes at p of backend memory were written by something other than this table (a
+     * collective of dist_device.h on several ranks): whatever the backend keeps derived from
+     * them (bf16 copies of weights) is dropped, as a copy or memset over them would drop it.
+     * NULL where the backend keeps nothing that could go stale. */
+    void (*written)(const Backend *be, const void *p, size_t bytes);
     /* Waits for every op called before it. */
     void (*sync)(const Backend *be);
 

@@ -37,11 +37,6 @@ static const char *grpo_unsupported(const GrpoConfig *g) {
         return "key 'trl.vllm_mode': server mode pushes the weights from host memory";
     if (g->sync_ref_model)
         return "key 'trl.sync_ref_model': the reference's mix with the policy runs on the host";
-    /* Both landed the same day (GRPO on the device; several ranks on the device), untested
-     * together. */
-    if (dist_size() > 1)
-        return "several ranks (--nproc/mpirun) with GRPO on the CUDA backend are not checked yet; "
-               "one rank, or device: cpu";
     return NULL;
 }
 
@@ -51,15 +46,9 @@ static const char *unsupported(const TrainConfig *cfg) {
         return "key 'optimizer': 8-bit AdamW (adamw_bnb_8bit) has no kernel on the CUDA backend; "
                "use optimizer: adamw_torch";
     if (cfg->rl == RL_GRPO || cfg->rl == RL_GDPO) {
-        if (cfg->bf16)
-            return "key 'bf16': GRPO under bf16 autocast on the CUDA backend is not checked yet "
-                   "(bf16: false, or device: cpu)";
         const char *why = grpo_unsupported(&cfg->grpo);
         if (why) return why;
     }
-    if (cfg->bf16 && dist_size() > 1)
-        return "key 'bf16': several ranks under bf16 autocast on the CUDA backend are not checked "
-               "yet (bf16: false, one rank, or device: cpu)";
     if (cfg->adapter && cfg->lora_model_dir && cfg->rl != RL_NONE && !cfg->rl_adapter_ref_model)
         return "key 'lora_model_dir': the reference adapter loaded from it is kept on the CPU";
     return NULL;

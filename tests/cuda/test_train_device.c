@@ -295,7 +295,7 @@ static void refused(const char *device, const char *const *extra, const char *ne
 
 /* The completions a run logged (completions.jsonl: one row per completion and step) against
  * the CPU run's: the same steps, prompts and completion texts, in the same order. */
-static void same_completions(const char *dev_dir, const char *cpu_dir) {
+static void same_completions(const char *dev_dir, const char *cpu_dir, int steps) {
     char pa[4200], pb[4200], *a = NULL, *b = NULL;
     snprintf(pa, sizeof pa, "%s/completions.jsonl", dev_dir);
     snprintf(pb, sizeof pb, "%s/completions.jsonl", cpu_dir);
@@ -318,7 +318,7 @@ static void same_completions(const char *dev_dir, const char *cpu_dir) {
         json_decref(x), json_decref(y);
     }
     CHECK(!la && !lb, "grpo: the device logged %s completions than the cpu", la ? "more" : "fewer");
-    CHECK(rows == STEPS * 4 && differ == 0, "grpo: %d of %d completions differ", differ, rows);
+    CHECK(rows == steps * 4 && differ == 0, "grpo: %d of %d completions differ", differ, rows);
     printf("grpo: %d completions, the same texts on both\n", rows);
     free(a), free(b);
 }
@@ -332,7 +332,7 @@ static void check_grpo(bool lora) {
     Adapter ad = lora ? LORA : FULL;
     const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", ad, NULL);
     const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", ad, NULL);
-    same_completions(dev, cpu);
+    same_completions(dev, cpu, STEPS);
     same_metrics("grpo", dev, cpu, STEPS);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
     const char *keys[] = {"kl", "entropy", "reward"};
@@ -345,6 +345,45 @@ static void check_grpo(bool lora) {
     json_decref(a), json_decref(b);
     same_weights(lora ? "grpo_lora" : "grpo", dev, cpu,
                  lora ? "adapter_model.safetensors" : "model.safetensors");
+}
+
+/* GRPO under bf16 autocast (grpo_bf16): one step on the device against one on the CPU, both
+ * bf16: true, the reference kept in bf16 on both. Generation reads the same weights, so the
+ * completions must be the same texts. grad_norm, entropy and reward within REL_BF16_DPO: GRPO's
+ * gradient is, like DPO's, a difference (of completions with opposite advantages) that magnifies
+ * the bf16 flips the file comment describes (measured: grad_norm 1.3e-3, entropy 2.1e-5). The kl
+ * is half the mean square of per-token gaps between the policy (fp32 weights rounded per
+ * product) and the bf16 reference (its norms and embedding rounded too), gaps of ~1e-2 here; the
+ * two backends' per-token log-probs differ by up to ~2e-3 (DPO's pairs: ~1e-2 over 40 tokens),
+ * which moves the kl by up to ~2 x 2e-3 / 1e-2 = 40%: 0.5 relative (measured 19%). At step 1 the
+ * ratio is 1 and the advantages sum to zero, so the loss is beta x kl: the same 0.5, plus 1e-7
+ * for the policy term's roundoff. The weights after the step within REL_BF16_DPO of scale. One
+ * step, not two: AdamW's first step moves a weight by about lr g / (|g| + eps), so the bf16
+ * roundoff of a gradient near eps becomes a weight difference of up to lr, and step 2's sampled
+ * tokens then differ (measured: 2 of 4 completions at step 2); the 2-step decode after an update
+ * is test_train_device's fp32 GRPO case, and the bf16 weight copies dropped by the update are
+ * the SFT/DPO bf16 cases' step 2. */
+static void check_grpo_bf16(void) {
+    const char *one_step[] = {"--bf16", "true", "--max_steps", "1", NULL};
+    const char *cpu = run(grpo_config, "cpu", "grpo_bf16_cpu", FULL, one_step);
+    const char *dev = run(grpo_config, DEVICE, "grpo_bf16_dev", FULL, one_step);
+    same_completions(dev, cpu, 1);
+    json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
+    CHECK(json_array_size(a) == 1 && json_array_size(b) == 1, "grpo_bf16: %zu and %zu log rows",
+          json_array_size(a), json_array_size(b));
+    const char *keys[] = {"grad_norm", "entropy", "reward", "kl", "loss"};
+    const double bound[] = {REL_BF16_DPO, REL_BF16_DPO, REL_BF16_DPO, 0.5, 0.5};
+    for (int k = 0; k < 5 && json_array_size(a) == 1 && json_array_size(b) == 1; k++) {
+        double x = harness_metric(a, 0, keys[k]), y = harness_metric(b, 0, keys[k]);
+        CHECK(isfinite(x) && fabs(x - y) <= bound[k] * fabs(y) + 1e-7,
+              "grpo_bf16: step 1 %s %.9g, cpu %.9g (rel %.2g)", keys[k], x, y,
+              fabs(x - y) / fabs(y));
+        printf("grpo_bf16: %s %.9g, cpu %.9g (rel %.2g)\n", keys[k], x, y, fabs(x - y) / fabs(y));
+    }
+    json_decref(a), json_decref(b);
+    rel = REL_BF16_DPO;
+    same_weights("grpo_bf16", dev, cpu, "model.safetensors");
+    rel = REL;
 }
 
 /* The cases, each a method x adapter: on cuda-emu (slow: every CUDA thread a fiber) the two that
@@ -399,6 +438,10 @@ int main(int argc, char **argv) {
      * on the device or with RLHF_TRAIN_DEVICE_ALL=1, as the cases below */
     if (argc < 2 || strcmp(argv[1], "grpo") == 0) check_grpo(false);
     if (argc < 2 ? all : strcmp(argv[1], "grpo_lora") == 0) check_grpo(true);
+    bool grpo_bf16 = argc < 2 && all; /* on cuda-emu: test_train_device_emu_bf16 names it */
+    for (int a = 1; a < argc; a++)
+        grpo_bf16 = grpo_bf16 || strcmp(argv[a], "grpo_bf16") == 0;
+    if (grpo_bf16) check_grpo_bf16();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool chosen = argc > 1 ? false : all || cases[i].emu;
         for (int a = 1; a < argc; a++)

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/adamw8bit.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <stdlib.h>
@@ -310,6 +311,13 @@ static void cpu_softcap(const Backend *be, float *x, size_t n, float softcap) {
     softcap_inplace(x, n, softcap);
 }
 
+/* A collective wrote weights (ZeRO-1's all-gather): their bf16 packings go, by
+ * gemm_bf16_cache.c's invariant 2 rather than by its fingerprint guard. */
+static void cpu_written(const Backend *be, const void *p, size_t bytes) {
+    (void)be;
+    gemm_bf16_weights_changed(p, bytes);
+}
+
 static const Backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
@@ -317,6 +325,7 @@ static const Backend cpu_backend = {
     .free = cpu_free,
     .copy = cpu_copy,
     .memset = cpu_memset,
+    .written = cpu_written,
     .sync = cpu_sync,
     .linear = cpu_linear,
     .linear_backward = cpu_linear_backward,

@@ -151,6 +151,12 @@ static void cuda_copy(const Backend *be, void *dst, const void *src, size_t byte
     if (rc != cudaSuccess) fail(be, "copy", cudaGetErrorString(rc));
 }
 
+// Memory a collective wrote (NCCL, or MPI on cuda-emu): the bf16 copies of weights there go
+// (invariant 8), as for a copy; a ZeRO-1 all-gather brings the other ranks' updated slices.
+static void cuda_written(const Backend *be, const void *p, size_t bytes) {
+    if (bytes) weight_cache_written(ctx_of(be)->weights, p, bytes);
+}
+
 static void cuda_memset_mem(const Backend *be, void *dst, int value, size_t bytes) {
     if (!bytes || !ok(be)) return;
     weight_cache_written(ctx_of(be)->weights, dst, bytes);
@@ -781,6 +787,7 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
     be->free = cuda_free_mem;
     be->copy = cuda_copy;
     be->memset = cuda_memset_mem;
+    be->written = cuda_written;
     be->sync = cuda_sync;
     be->linear = cuda_linear;
     be->linear_backward = cuda_linear_backward;
