@@ -341,15 +341,15 @@ static void check_packed_matmul(int n, int in_dim, int out_dim) {
 
 /* Shapes with every edge: out_dim not a multiple of the 16- or 32-feature panel, in_dim past one
  * 1024-deep block and not a multiple of it, rows in more than one 256-row chunk (the
- * last one short), and 1 to 17 rows: a last tile of every height, for tiles of 6 (AVX2) and 8
- * rows (AVX-512). */
+ * last one short), and 1 to 25 rows: tiles of every height, for tiles of up to 6 (AVX2) and 12
+ * rows (AVX-512, their heights evened out: 13 rows 7 + 6, 25 rows 9 + 8 + 8). */
 static void test_packed_matmul(void) {
     const int shapes[][3] = {{1, 37, 19},     {6, 64, 16},  {64, 512, 40}, {15, 1100, 150},
                              {70, 1100, 150}, {130, 20, 5}, {530, 300, 70}};
     srand(12);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         check_packed_matmul(shapes[s][0], shapes[s][1], shapes[s][2]);
-    for (int n = 1; n <= 17; n++)
+    for (int n = 1; n <= 25; n++)
         check_packed_matmul(n, 600, 33);
 }
 

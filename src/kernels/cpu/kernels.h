@@ -53,10 +53,11 @@ typedef struct PackedWeight {
  * 606, 128 rows 973 vs 1009. Beyond, BLAS's own copy of W is amortised over enough rows. */
 #define PACKED_MATMUL_MIN_ROWS 6
 #if defined(__AVX512F__)
-/* With AVX-512 the packed kernel (8 x 32 tiles) outruns OpenBLAS's AVX2 kernels at every size:
- * 896 x 4864 products of 200-8192 rows 456-465 vs 215-243 GFLOP/s (AMD Zen 5, 2 threads; the
- * AVX2 kernels are what this workplace's OPENBLAS_CORETYPE=Haswell gives, and OpenBLAS's own
- * AVX-512 ones reach ~467). So a prefill of many prompts multiplies packed weights too. */
+/* With AVX-512 the packed kernel (8 x 32 tiles then; 12 x 32 now) outruns OpenBLAS's AVX2 kernels
+ * at every size: 896 x 4864 products of 200-8192 rows 456-465 vs 215-243 GFLOP/s (AMD Zen 5, 2
+ * threads; the AVX2 kernels are what this workplace's OPENBLAS_CORETYPE=Haswell gives, and
+ * OpenBLAS's own AVX-512 ones reach ~467). So a prefill of many prompts multiplies packed weights
+ * too. */
 #define PACKED_MATMUL_MAX_ROWS INT_MAX
 #else
 #define PACKED_MATMUL_MAX_ROWS 128

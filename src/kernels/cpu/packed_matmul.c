@@ -8,10 +8,10 @@
  * dot-product path of matmul.c reads W once per 4 rows and is bound by its horizontal sums. The
  * weights do not change during a generate() call, so they are laid out once and every decode
  * step multiplies them in place, a register tile of rows x features at a time: 6 x 16 with AVX2,
- * 8 x 32 with AVX-512, whose FMAs do twice the work where the CPU runs them full width (AMD Zen
- * 5: batch-64 decoding of the 0.5B shape 194 -> 311 tok/s against the AVX2 tile, both compiled
- * for the machine; OpenBLAS's own kernels there are the AVX2 ones this workplace pins with
- * OPENBLAS_CORETYPE=Haswell).
+ * 12 x 32 with AVX-512 (the training GEMM's tile, gemm_f32_avx512.c), whose FMAs do twice the work
+ * where the CPU runs them full width (AMD Zen 5: batch-64 decoding of the 0.5B shape 194 -> 311
+ * tok/s against the AVX2 tile, both compiled for the machine; OpenBLAS's own kernels there are the
+ * AVX2 ones this workplace pins with OPENBLAS_CORETYPE=Haswell).
  *
  * Layout. The output features are cut into panels of PANEL_COLS; the input dimension into blocks
  * of BLOCK_DEPTH. Block b holds, for each panel in turn, its depth x PANEL_COLS weights with the
@@ -32,14 +32,17 @@
 #include <string.h>
 
 /* The register tile: TILE_ROWS input rows x one panel of PANEL_COLS output features (two vectors),
- * 2 x TILE_ROWS accumulators. AVX-512 (32 registers of 16 floats): 8 x 32, 16 of the registers;
- * AVX2 (16 registers of 8 floats): 6 x 16, 12 of them. */
+ * 2 x TILE_ROWS accumulators. AVX-512 (32 registers of 16 floats): 12 x 32, 24 of the registers;
+ * AVX2 (16 registers of 8 floats): 6 x 16, 12 of them. 12 rows against the 8 this kernel had:
+ * each panel vector loaded serves 12 FMAs, not 8 (one thread, 64 rows, the 135M shape's products
+ * 576 -> 1536 148-151 -> 158-160 GFLOP per CPU-second, 1536 -> 576 141 -> 150; alternated runs,
+ * bench_packed_matmul, against a 226 FMA peak). */
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define HAVE_SIMD 1
 typedef __m512 vec;
 #define VEC_FLOATS 16
-#define TILE_ROWS  8
+#define TILE_ROWS  12
 #define vec_zero   _mm512_setzero_ps
 #define vec_load   _mm512_load_ps
 #define vec_loadu  _mm512_loadu_ps
@@ -84,6 +87,14 @@ static int panel_count(int out_dim) {
     return (out_dim + PANEL_COLS - 1) / PANEL_COLS;
 }
 
+/* The rows each tile of an n-row product takes: as few tiles as TILE_ROWS allows, their heights
+ * evened out (16 rows at 12 a tile: 8 + 8, not 12 + 4, whose 4-row tile reads the panel for a
+ * third of the FMAs; 64: five of 11 and one of 9). The heights change no output's sum. */
+static int tile_height(int n) {
+    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    return (n + tiles - 1) / tiles;
+}
+
 static int block_depth(int in_dim, int k0) {
     return in_dim - k0 < BLOCK_DEPTH ? in_dim - k0 : BLOCK_DEPTH;
 }
@@ -126,14 +137,14 @@ void packed_weight_fill(PackedWeight *p, float *dst, const float *w, int in_dim,
 /* The input rows in tiles: block b, tile t holds depth x TILE_ROWS values, input index major.
  * Called by every thread of a parallel region: the tiles are shared out. */
 static void pack_rows(float *d, const float *in, int n, int in_dim) {
-    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    int height = tile_height(n), tiles = (n + height - 1) / height;
 #pragma omp for schedule(static)
     for (int t = 0; t < tiles; t++)
         for (int k0 = 0; k0 < in_dim; k0 += BLOCK_DEPTH) {
             int depth = block_depth(in_dim, k0);
             float *block = d + (size_t)k0 * tiles * TILE_ROWS;
             for (int i = 0; i < TILE_ROWS; i++) {
-                int r = t * TILE_ROWS + i;
+                int r = i < height ? t * height + i : n; /* rows past the tile's height: zero */
                 float *dst = block + (size_t)t * depth * TILE_ROWS + i;
                 for (int k = 0; k < depth; k++)
                     dst[(size_t)k * TILE_ROWS] = r < n ? in[(size_t)r * in_dim + k0 + k] : 0.0f;
@@ -187,7 +198,8 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
                                                             uintptr_t ahead, int ahead_stride) {
     vec c0a = vec_zero(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a;
     vec c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a;
-    vec c7b = c0a;
+    vec c7b = c0a, c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a,
+        c11b = c0a;
     for (int k = 0; k < depth; k++, x += TILE_ROWS, w += PANEL_COLS) {
         vec w0 = vec_load(w), w1 = vec_load(w + VEC_FLOATS);
         /* two 64-byte lines a step: the stride is at most a step's PANEL_COLS floats (128 bytes
@@ -203,6 +215,10 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
         TILE_ROW_FMA(5);
         TILE_ROW_FMA(6);
         TILE_ROW_FMA(7);
+        TILE_ROW_FMA(8);
+        TILE_ROW_FMA(9);
+        TILE_ROW_FMA(10);
+        TILE_ROW_FMA(11);
     }
     TILE_ROW_STORE(0);
     TILE_ROW_STORE(1);
@@ -212,6 +228,10 @@ static inline __attribute__((always_inline)) void tile_rows(float *out, size_t l
     TILE_ROW_STORE(5);
     TILE_ROW_STORE(6);
     TILE_ROW_STORE(7);
+    TILE_ROW_STORE(8);
+    TILE_ROW_STORE(9);
+    TILE_ROW_STORE(10);
+    TILE_ROW_STORE(11);
 }
 
 static void tile_product(float *out, size_t ld, const float *x, const float *w, int depth, int rows,
@@ -230,6 +250,10 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
 #if TILE_ROWS > 6
         TILE_CASE(6);
         TILE_CASE(7);
+        TILE_CASE(8);
+        TILE_CASE(9);
+        TILE_CASE(10);
+        TILE_CASE(11);
 #endif
     default:
         tile_rows(out, ld, x, w, depth, TILE_ROWS, cols, add, ahead, ahead_stride);
@@ -271,7 +295,7 @@ static void tile_product(float *out, size_t ld, const float *x, const float *w, 
  * A lone tile reads its panel block once and asks for the lines PREFETCH_FLOATS ahead. */
 static void multiply_packed_rows(float *out, const float *x, const PackedWeight *w, int n) {
     int in_dim = w->in_dim, out_dim = w->out_dim, panels = panel_count(out_dim);
-    int tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
+    int height = tile_height(n), tiles = (n + height - 1) / height;
     int ahead_stride = tiles == 1 ? PANEL_COLS : (PANEL_COLS + tiles - 1) / tiles; /* per step */
     for (int k0 = 0; k0 < in_dim; k0 += BLOCK_DEPTH) {
         int depth = block_depth(in_dim, k0);
@@ -282,14 +306,14 @@ static void multiply_packed_rows(float *out, const float *x, const PackedWeight 
             int cols =
                 out_dim - pi * PANEL_COLS < PANEL_COLS ? out_dim - pi * PANEL_COLS : PANEL_COLS;
             for (int t = 0; t < tiles; t++) {
-                int rows = n - t * TILE_ROWS < TILE_ROWS ? n - t * TILE_ROWS : TILE_ROWS;
+                int rows = n - t * height < height ? n - t * height : height;
                 const float *panel = wb + (size_t)pi * depth * PANEL_COLS;
                 size_t lead =
                     tiles == 1 ? PREFETCH_FLOATS : (size_t)depth * (PANEL_COLS + t * ahead_stride);
                 /* as an integer: past the last panel the address is outside W (harmless to a
                  * prefetch, but not a pointer C lets us form) */
                 uintptr_t ahead = (uintptr_t)panel + lead * sizeof(float);
-                tile_product(out + (size_t)t * TILE_ROWS * out_dim + (size_t)pi * PANEL_COLS,
+                tile_product(out + (size_t)t * height * out_dim + (size_t)pi * PANEL_COLS,
                              (size_t)out_dim, xb + (size_t)t * depth * TILE_ROWS, panel, depth,
                              rows, cols, k0 > 0, ahead, ahead_stride);
             }
