@@ -31,6 +31,7 @@
  * (tests/CMakeLists.txt sets RLHF_TEST_BINARY_DIR to it). Skipped (77) without MPI. */
 #include "dist_harness.h"
 #include "harness.h"
+#include "logged_completions.h"
 
 #include "common/error.h"
 #include "common/fileio.h"
@@ -81,37 +82,6 @@ static void write_configs(void) {
     harness_write_file(harness_tmp_path("grpo.yaml"), text, strlen(text));
 }
 
-/* The prompt and completion texts of two runs' completions.jsonl (rank 0's log), row by row. */
-static void same_completions(const char *name, const char *cpu_dir, const char *emu_dir) {
-    char pa[4400], pb[4400], *a = NULL, *b = NULL;
-    snprintf(pa, sizeof pa, "%s/completions.jsonl", cpu_dir);
-    snprintf(pb, sizeof pb, "%s/completions.jsonl", emu_dir);
-    CHECK(read_file(pa, &a, NULL) == 0 && read_file(pb, &b, NULL) == 0, "%s: %s", name, err_msg());
-    int rows = 0, differ = 0;
-    char *sa = NULL, *sb = NULL;
-    char *la = a ? strtok_r(a, "\n", &sa) : NULL, *lb = b ? strtok_r(b, "\n", &sb) : NULL;
-    for (; la && lb; la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb), rows++) {
-        json_t *x = json_loads(la, 0, NULL), *y = json_loads(lb, 0, NULL);
-        const char *keys[] = {"prompt", "completion"};
-        bool same = x && y;
-        for (int k = 0; same && k < 2; k++) {
-            const char *u = json_string_value(json_object_get(x, keys[k])),
-                       *v = json_string_value(json_object_get(y, keys[k]));
-            same = u && v && strcmp(u, v) == 0;
-        }
-        if (!same && differ++ == 0)
-            printf("%s: row %d: cpu %s\n  cuda-emu %s\n", name, rows, la, lb);
-        json_decref(x), json_decref(y);
-    }
-    CHECK(!la && !lb && rows == 2 * 2 * 4 && differ == 0,
-          "%s: %d of %d completions differ (%s left over)", name, differ, rows,
-          la   ? "cpu's"
-          : lb ? "cuda-emu's"
-               : "none");
-    printf("%s: %d completions, the same texts on both\n", name, rows);
-    free(a), free(b);
-}
-
 /* config on 2 ranks with device: cpu and device: cuda-emu (plus extra, NULL-terminated),
  * compared as the header says. */
 static void cpu_vs_emu(const char *name, const char *config, const char *const *extra, double rel) {
@@ -148,7 +118,8 @@ static void cpu_vs_emu(const char *name, const char *config, const char *const *
         dist_compare_metrics_within(name, cpu, emu, rel, 1e-6);
     }
     dist_compare_outputs_within(name, cpu, emu, rel);
-    if (strcmp(config, "grpo.yaml") == 0) same_completions(name, cpu, emu);
+    if (strcmp(config, "grpo.yaml") == 0)
+        logged_completions_same(name, cpu, "cpu", emu, "cuda-emu", 2 * 2 * 4);
 }
 
 /* Case names as arguments run those alone. */

@@ -62,6 +62,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "harness.h"
+#include "logged_completions.h"
 #include "trained_weights.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "train/train_device.h"
@@ -293,36 +294,6 @@ static void refused(const char *device, const char *const *extra, const char *ne
     refused_config(sft_config, "sft.yaml", device, extra, needle);
 }
 
-/* The completions a run logged (completions.jsonl: one row per completion and step) against
- * the CPU run's: the same steps, prompts and completion texts, in the same order. */
-static void same_completions(const char *dev_dir, const char *cpu_dir, int steps) {
-    char pa[4200], pb[4200], *a = NULL, *b = NULL;
-    snprintf(pa, sizeof pa, "%s/completions.jsonl", dev_dir);
-    snprintf(pb, sizeof pb, "%s/completions.jsonl", cpu_dir);
-    CHECK(read_file(pa, &a, NULL) == 0 && read_file(pb, &b, NULL) == 0, "%s", err_msg());
-    int rows = 0, differ = 0;
-    char *sa = NULL, *sb = NULL;
-    char *la = a ? strtok_r(a, "\n", &sa) : NULL, *lb = b ? strtok_r(b, "\n", &sb) : NULL;
-    for (; la && lb; la = strtok_r(NULL, "\n", &sa), lb = strtok_r(NULL, "\n", &sb), rows++) {
-        json_t *x = json_loads(la, 0, NULL), *y = json_loads(lb, 0, NULL);
-        const char *keys[] = {"prompt", "completion"};
-        bool same = x && y &&
-                    json_integer_value(json_object_get(x, "step")) ==
-                        json_integer_value(json_object_get(y, "step"));
-        for (int k = 0; same && k < 2; k++) {
-            const char *u = json_string_value(json_object_get(x, keys[k])),
-                       *v = json_string_value(json_object_get(y, keys[k]));
-            same = u && v && strcmp(u, v) == 0;
-        }
-        if (!same && differ++ == 0) printf("grpo: completion %d: %s\n  cpu: %s\n", rows, la, lb);
-        json_decref(x), json_decref(y);
-    }
-    CHECK(!la && !lb, "grpo: the device logged %s completions than the cpu", la ? "more" : "fewer");
-    CHECK(rows == steps * 4 && differ == 0, "grpo: %d of %d completions differ", differ, rows);
-    printf("grpo: %d completions, the same texts on both\n", rows);
-    free(a), free(b);
-}
-
 /* GRPO on the device against the CPU: generation on the device's weights (the KV cache in its
  * memory), rewards on the host, training on the device. The same seed draws the same
  * exponentials from torch's generator on the host, so the completions match as long as no
@@ -332,7 +303,7 @@ static void check_grpo(bool lora) {
     Adapter ad = lora ? LORA : FULL;
     const char *cpu = run(grpo_config, "cpu", lora ? "grpo_lora_cpu" : "grpo_cpu", ad, NULL);
     const char *dev = run(grpo_config, DEVICE, lora ? "grpo_lora_dev" : "grpo_dev", ad, NULL);
-    same_completions(dev, cpu, STEPS);
+    logged_completions_same("grpo", dev, "device", cpu, "cpu", STEPS * 4);
     same_metrics("grpo", dev, cpu, STEPS);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
     const char *keys[] = {"kl", "entropy", "reward"};
@@ -367,7 +338,7 @@ static void check_grpo_bf16(void) {
     const char *one_step[] = {"--bf16", "true", "--max_steps", "1", NULL};
     const char *cpu = run(grpo_config, "cpu", "grpo_bf16_cpu", FULL, one_step);
     const char *dev = run(grpo_config, DEVICE, "grpo_bf16_dev", FULL, one_step);
-    same_completions(dev, cpu, 1);
+    logged_completions_same("grpo_bf16", dev, "device", cpu, "cpu", 4);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
     CHECK(json_array_size(a) == 1 && json_array_size(b) == 1, "grpo_bf16: %zu and %zu log rows",
           json_array_size(a), json_array_size(b));
