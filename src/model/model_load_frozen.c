@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tensor i into bf16 at dst (numel values), through `scratch` (MODEL_LOAD_CHUNK_VALUES floats). */
+/* Tensor i into bf16 at dst (numel values), through `scratch` (MODEL_LOAD_CHUNK_VALUES floats),
+ * each piece checked for NaN and infinity; with dst NULL only checked (the embedding left in its
+ * file). */
 static int read_bf16(const Model *m, const SafetensorsTensor *t, int i, const char *dir,
                      uint16_t *dst, float *scratch) {
     size_t numel = m->param_info[i].numel;
@@ -20,22 +22,10 @@ static int read_bf16(const Model *m, const SafetensorsTensor *t, int i, const ch
         size_t n = numel - at < MODEL_LOAD_CHUNK_VALUES ? numel - at : MODEL_LOAD_CHUNK_VALUES;
         if (model_read_checkpoint_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
         if (model_check_finite(scratch, n, dir, m->param_info[i].name) != 0) return -1;
+        if (!dst) continue;
 #pragma omp parallel for schedule(static)
         for (size_t k = 0; k < n; k++)
             dst[at + k] = f32_to_bf16(scratch[k]);
-    }
-    return 0;
-}
-
-/* Checks tensor i (read through `scratch`, MODEL_LOAD_CHUNK_VALUES floats) for NaN and infinity, as
- * read_bf16 does, without keeping it: the embedding left in its file. */
-static int check_finite_chunks(const Model *m, const SafetensorsTensor *t, int i, const char *dir,
-                               float *scratch) {
-    size_t numel = m->param_info[i].numel;
-    for (size_t at = 0; at < numel; at += MODEL_LOAD_CHUNK_VALUES) {
-        size_t n = numel - at < MODEL_LOAD_CHUNK_VALUES ? numel - at : MODEL_LOAD_CHUNK_VALUES;
-        if (model_read_checkpoint_range(t, at, n, scratch) != 0) return err_prefix("%s", dir);
-        if (model_check_finite(scratch, n, dir, m->param_info[i].name) != 0) return -1;
     }
     return 0;
 }
@@ -187,7 +177,7 @@ int model_load_frozen(Model *m, const char *dir, bool nf4, bool round_bf16) {
         } else if (half_at[i] != SIZE_MAX) {
             rc = read_bf16(m, t, i, dir, m->params16 + half_at[i], scratch);
         } else if (i == embed_at) { /* mapped: checked as read_bf16 checks, nothing copied */
-            rc = check_finite_chunks(m, t, i, dir, scratch);
+            rc = read_bf16(m, t, i, dir, NULL, scratch);
         } else { /* a layer matrix to NF4, as model_store_nf4 */
             int l, k;
             matrix_slot(p->name, &l, &k);
