@@ -96,6 +96,7 @@ max_steps: {a.steps}
 learning_rate: {LEARNING_RATE}
 lr_scheduler: constant
 output_dir: {os.path.join(work, 'out')}
+overwrite_output_dir: true
 logging_steps: 1
 seed: 0
 {'bf16: true' if a.bf16 else ''}
