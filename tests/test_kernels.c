@@ -3,6 +3,7 @@
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/fused_logprob_rows.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
@@ -471,6 +472,70 @@ static void test_packed_matmul_amx(void) {
     gemm_bf16_force(before);
 }
 
+/* lane_sum.h's order written out from its invariants: value j into lane j % 16, each lane in
+ * index order, then lane l + w onto lane l for w = 8, 4, 2, 1. */
+static float sum_in_lane_order(const float *x, int n) {
+    float lane[16] = {0};
+    for (int j = 0; j < n; j++)
+        lane[j % 16] += x[j];
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* The log-sum-exp's fp32 block sums (fused_logprob_rows.h) in lane_sum.h's order, bit for bit,
+ * so that a Release build and the sanitizer build (no -march=native, -O0) compute the same
+ * log-probs: a compiler-chosen order (omp simd reduction) differed between them in the last bit,
+ * and under bf16 autocast one such bit flipped a bf16 gradient and moved a QLoRA step's
+ * grad_norm by 6.8e-4 (issue 29). Lengths around the 16 lanes and the 256-value blocks; the sums
+ * also near the double-precision ones, so the order written here is a sum at all. */
+static void test_lse_order(void) {
+    const int lengths[] = {1, 15, 16, 17, 255, 256, 257, 1000, 4096};
+    float *z = malloc(4096 * sizeof *z), *e = malloc(4096 * sizeof *e);
+    float *ez = malloc(4096 * sizeof *ez);
+    srand(29);
+    for (int i = 0; i < 4096; i++)
+        z[i] = (float)rand() / RAND_MAX * 16 - 8;
+    int off_order = 0, off_value = 0;
+    for (size_t c = 0; c < sizeof lengths / sizeof *lengths; c++) {
+        int n = lengths[c];
+        float m = -INFINITY;
+        for (int j = 0; j < n; j++)
+            m = z[j] > m ? z[j] : m;
+        double want = 0, want_ez = 0, want_z = 0, exact = 0;
+        for (int j0 = 0; j0 < n; j0 += 256) {
+            int len = n - j0 < 256 ? n - j0 : 256;
+            for (int j = j0; j < j0 + len; j++) {
+                e[j] = fast_expf(z[j] - m);
+                ez[j] = e[j] * (z[j] - m);
+                exact += exp((double)z[j] - m);
+            }
+            want += sum_in_lane_order(e + j0, len);
+            want_ez += sum_in_lane_order(ez + j0, len);
+            want_z += sum_in_lane_order(z + j0, len);
+        }
+        RunningLse plain = {.max = -INFINITY}, stats = {.max = -INFINITY};
+        lse_update(&plain, z, n);
+        lse_update_stats(&stats, z, n, 0);
+        bool same =
+            plain.sum == want && stats.sum == want && stats.ez == want_ez && stats.zsum == want_z;
+        off_order += !same;
+        off_value += !harness_close(plain.sum, exact, 1e-6, 0);
+        if (!same)
+            fprintf(stderr,
+                    "n %d: sum %.17g (lane order %.17g), stats %.17g %.17g %.17g "
+                    "(lane order %.17g %.17g)\n",
+                    n, plain.sum, want, stats.sum, stats.ez, stats.zsum, want_ez, want_z);
+    }
+    CHECK(off_order == 0, "%d of 9 lengths: the log-sum-exp's sums not in lane_sum.h's order",
+          off_order);
+    CHECK(off_value == 0, "%d of 9 lengths: the sum of exponentials off the double one", off_value);
+    free(z);
+    free(e);
+    free(ez);
+}
+
 int main(void) {
     test_packed_matmul();
     test_packed_matmul_amx();
@@ -481,5 +546,6 @@ int main(void) {
     test_attention_over_cache();
     test_fast_exp();
     test_fused_logprob();
+    test_lse_order();
     return harness_finish("test_kernels");
 }

@@ -41,9 +41,8 @@
  * bf16: true with an adapter (sft_lora_bf16, dpo_lora_bf16: LoRA on a base frozen in bf16, the
  * DPO reference that base with the adapter off; sft_qlora_bf16, dpo_qlora_bf16: QLoRA, the NF4
  * base dequantised to bf16 per product; on cuda-emu test_train_device_emu_bf16_adapter runs
- * sft_lora_bf16, test_train_device_emu_bf16_dpo_lora dpo_lora_bf16; sft_qlora_bf16 passes in a
- * release build but is 1e-3 off in the sanitizer build, whose CPU autocast runs without
- * -march=native's kernels, so CI does not run it): the device holds the CPU's
+ * sft_lora_bf16, test_train_device_emu_bf16_dpo_lora dpo_lora_bf16,
+ * test_train_device_emu_bf16_qlora sft_qlora_bf16): the device holds the CPU's
  * frozen base as it is (train/device_frozen.h), so both sides multiply the same bf16 values and the
  * argument above holds unchanged: the same bounds (SFT 1e-4, DPO 1e-2, and the same share of the
  * fp32 run's distance), the fp32 run here being the same adapter over an fp32 base (QLoRA:
@@ -53,6 +52,12 @@
  * what catch a missed rounding: the input gradient left fp32 (ac_linear_backward's din not rounded)
  * puts sft_qlora_bf16 1.2e-3 off (sft_lora_bf16 1.5e-3), an NF4 weight truncated to bf16 instead
  * of rounded 1.6e-2; DPO's flips hide both (1.3e-3 and 1.7e-3: within its bound).
+ * The SFT bound holds because on this tiny case no sum lands close enough to a bf16 midpoint
+ * to flip: a single flip is carried on by the backward to about 7e-4 of grad_norm (the sanitizer
+ * build's CPU run, whose log-sum-exp summed in another order until kernels/cpu/lane_sum.h fixed
+ * it, flipped one value of the lm_head's dhidden and landed 6.8e-4 off: a bound of 1e-3 would
+ * then no longer tell a flip from the missed rounding above). So the CPU's sums are in one
+ * written order in every build, and a Release and a sanitizer build train the same bits.
  *
  * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
  * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
@@ -370,8 +375,8 @@ static const struct {
              {"sft_lora", false, LORA, false, false},
              {"dpo", true, FULL, false, false},
              /* their own ctest entries on cuda-emu (test_train_device_emu_bf16, ..._bf16_adapter,
-              * ..._bf16_dpo_lora), run beside: the adapters over a base frozen in bf16 (LoRA) or
-              * NF4 (QLoRA) */
+              * ..._bf16_dpo_lora, ..._bf16_qlora), run beside: the adapters over a base frozen in
+              * bf16 (LoRA) or NF4 (QLoRA) */
              {"dpo_bf16", true, FULL, true, false},
              {"sft_bf16", false, FULL, true, false},
              {"dpo_lora_bf16", true, LORA, true, false},

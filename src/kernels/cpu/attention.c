@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lane_sum.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -69,17 +70,25 @@ static void softmax_columns(float *row, int n, int lo, int hi) {
         row[j] = 0.0f;
     for (int j = hi + 1; j < n; j++)
         row[j] = 0.0f;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = lo; j <= hi; j++) {
-        float e = fast_expf(row[j] - max);
-        row[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
+    /* the sum in lane_sum.h's order: the same bits in every build */
+    float lane[LANE_SUM_WIDTH] = {0};
+    int j = lo;
+    for (; j + LANE_SUM_WIDTH <= hi + 1; j += LANE_SUM_WIDTH)
 #pragma omp simd
-    for (int j = lo; j <= hi; j++)
-        row[j] *= inv;
+        for (int l = 0; l < LANE_SUM_WIDTH; l++) {
+            float e = fast_expf(row[j + l] - max);
+            row[j + l] = e;
+            lane[l] += e;
+        }
+    for (int l = 0; j + l <= hi; l++) {
+        float e = fast_expf(row[j + l] - max);
+        row[j + l] = e;
+        lane[l] += e;
+    }
+    float inv = 1.0f / lane_sum_total(lane);
+#pragma omp simd
+    for (int c = lo; c <= hi; c++)
+        row[c] *= inv;
 }
 
 /* out (rows, n_keys) = alpha X · R^T over both key pieces, R the rows (keys, or values for dP)

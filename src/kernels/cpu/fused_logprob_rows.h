@@ -5,6 +5,7 @@
 #define RLHF_KERNELS_CPU_FUSED_LOGPROB_ROWS_H
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/lane_sum.h"
 #include "kernels/tensor_types.h"
 
 #include <math.h>
@@ -26,15 +27,18 @@ static inline void lse_update(RunningLse *acc, const float *z, int n) {
     for (int j = 0; j < n; j++)
         m = z[j] > m ? z[j] : m;
     /* fp32 exponentials in short fp32 blocks, blocks added in fp64: fp32 accuracy at any
-     * vocabulary size without a double exp per logit. */
+     * vocabulary size without a double exp per logit. A block's sum in lane_sum.h's order. */
     double s = 0.0;
     for (int j0 = 0; j0 < n; j0 += 256) {
-        int j1 = j0 + 256 < n ? j0 + 256 : n;
-        float block = 0.0f;
-#pragma omp simd reduction(+ : block)
-        for (int j = j0; j < j1; j++)
-            block += fast_expf(z[j] - m);
-        s += block;
+        int j1 = j0 + 256 < n ? j0 + 256 : n, j = j0;
+        float lane[LANE_SUM_WIDTH] = {0};
+        for (; j + LANE_SUM_WIDTH <= j1; j += LANE_SUM_WIDTH)
+#pragma omp simd
+            for (int l = 0; l < LANE_SUM_WIDTH; l++)
+                lane[l] += fast_expf(z[j + l] - m);
+        for (int l = 0; j + l < j1; l++)
+            lane[l] += fast_expf(z[j + l] - m);
+        s += lane_sum_total(lane);
     }
     acc->sum = acc->sum * exp((double)acc->max - (double)m) + s;
     acc->max = m;
@@ -47,17 +51,24 @@ static inline void lse_update_stats(RunningLse *acc, const float *z, int n, int 
     for (int j = 0; j < n; j++)
         if (z[j] > m) m = z[j], arg = c0 + j; /* strict: the first maximum wins, as argmax */
     double s = 0.0, ez = 0.0, zs = 0.0;
-    for (int j0 = 0; j0 < n; j0 += 256) {
-        int j1 = j0 + 256 < n ? j0 + 256 : n;
-        float block = 0.0f, block_ez = 0.0f, block_z = 0.0f;
-#pragma omp simd reduction(+ : block, block_ez, block_z)
-        for (int j = j0; j < j1; j++) {
-            float e = fast_expf(z[j] - m);
-            block += e;
-            block_ez += e * (z[j] - m);
-            block_z += z[j];
+    for (int j0 = 0; j0 < n; j0 += 256) { /* each block's sums in lane_sum.h's order */
+        int j1 = j0 + 256 < n ? j0 + 256 : n, j = j0;
+        float le[LANE_SUM_WIDTH] = {0}, lez[LANE_SUM_WIDTH] = {0}, lz[LANE_SUM_WIDTH] = {0};
+        for (; j + LANE_SUM_WIDTH <= j1; j += LANE_SUM_WIDTH)
+#pragma omp simd
+            for (int l = 0; l < LANE_SUM_WIDTH; l++) {
+                float e = fast_expf(z[j + l] - m);
+                le[l] += e;
+                lez[l] += e * (z[j + l] - m);
+                lz[l] += z[j + l];
+            }
+        for (int l = 0; j + l < j1; l++) {
+            float e = fast_expf(z[j + l] - m);
+            le[l] += e;
+            lez[l] += e * (z[j + l] - m);
+            lz[l] += z[j + l];
         }
-        s += block, ez += block_ez, zs += block_z;
+        s += lane_sum_total(le), ez += lane_sum_total(lez), zs += lane_sum_total(lz);
     }
     double scale = exp((double)acc->max - (double)m);
     if (acc->sum > 0) /* e^(z-m') (z-m') = e^(z-m) e^(m-m') ((z-m) + (m-m')) */
