@@ -41,12 +41,15 @@
  * tensor's largest (9.2e-3 without). The CPU is as far from itself with another GEMM (AVX-512
  * against AMX: the same rounding, another sum order): 1.5e-3 and 5.8e-4; one flip of one reference
  * value: 1.3e-3. So the bound is not tightened: the gap is the luck of which sums straddle a
- * midpoint, which cuBLASLt's order on the device draws anew. So that a device computing something
- * else cannot pass, its distance from the CPU's bf16 run must be under a quarter (SFT: 1.8e-5
- * against 3.0e-3, 3.2e-6 against 1.3e-3) or (DPO) under the CPU's fp32 run's (2.4e-3 against
- * 4.4e-3, 8.3e-4 against 1.3e-3). The step-2 figures need the bf16 weight cache (backend_cuda.h
- * invariant 7) dropped by step 1's AdamW update: a stale copy makes step 2's products read step 0's
- * weights (measured: SFT step-2 loss 3.6% off, grad_norm 19%).
+ * midpoint, which cuBLASLt's order on the device draws anew. A CPU without AMX
+ * (RLHF_GEMM_BF16=sgemm) gives the same: sft_bf16 equal, dpo_bf16 1.8e-3 and 5.1e-4; until its
+ * lm_head rounded the logits' gradient to bf16 as AMX's and the device's do (backend_autocast.c
+ * rule 4), sft_bf16 was 2.9e-3 off there. So that a device computing something else cannot pass,
+ * its distance from the CPU's bf16 run must be under a quarter (SFT: 1.8e-5 against 3.0e-3, 3.2e-6
+ * against 1.3e-3) or (DPO) under the CPU's fp32 run's (2.4e-3 against 4.4e-3, 8.3e-4 against
+ * 1.3e-3). The step-2 figures need the bf16 weight cache (backend_cuda.h invariant 7) dropped by
+ * step 1's AdamW update: a stale copy makes step 2's products read step 0's weights (measured: SFT
+ * step-2 loss 3.6% off, grad_norm 19%).
  *
  * bf16: true with an adapter (sft_lora_bf16, dpo_lora_bf16: LoRA on a base frozen in bf16, the
  * DPO reference that base with the adapter off; sft_qlora_bf16, dpo_qlora_bf16: QLoRA, the NF4
