@@ -22,9 +22,9 @@
  *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. The logits'
  *     gradient is rounded to bf16 before both products, as torch's is (its logits are bf16), on
  *     gemm_bf16 (fused_logprob_autocast.c) and on the sgemm path alike
- *     (fused_logprob_backward_bf16_dz): where it stayed fp32 without AMX, a CPU without AMX
+ *     (fused_logprob_backward_bf16_dz): while the sgemm path kept it fp32, a CPU without AMX
  *     trained other gradients (tiny model, SFT under bf16: 2.9e-3 from AMX's loss and grad_norm,
- *     0.6e-2 of a gradient's largest) and parted from the device, which rounds it (issue 29).
+ *     6e-3 of a gradient's largest) and parted from the device, which rounds it (issue 29).
  *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
  * Everything else is backend_cpu's own entry. */
 #include "kernels/backend.h"
