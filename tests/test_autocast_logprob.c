@@ -10,9 +10,17 @@
  * Bounds (derived, not tuned): an fp32 sum of n terms is within n 2^-24 sum |terms| of the exact
  * sum, in any order; the fp32 dz may round to the bf16 neighbour of the exact dz's rounding
  * where the exact dz lies within 1e-5 relative (+ 1e-6 dlogp) of a rounding boundary (the
- * logits' fp32 error and fast_expf's 3e-7), which each term's bound carries. */
+ * logits' fp32 error and fast_expf's 3e-7), which each term's bound carries.
+ *
+ * Then the same through the CPU autocast backend's table (backend_cpu_autocast: what training
+ * calls) on every path, the sgemm one included, which a CPU without AMX takes by default: there
+ * the rounded factors are multiplied by sgemm (fused_logprob.c), and dz must still be rounded to
+ * bf16 (backend_autocast.c rule 4), as on gemm_bf16 and on the device. Log-probs and dW within
+ * the bounds above; dhidden, which the backend rounds to bf16, within its bound plus that
+ * rounding (2^-9 of its value). */
 #include "common/float16.h"
 #include "harness.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -179,6 +187,38 @@ static void check_path(const Reference *ref, const float *hid, const float *w, c
     free(stats), free(logp), free(logp16), free(dh), free(dh16), free(dw);
 }
 
+/* The lm_head through backend_cpu_autocast's table on the path forced (file comment). */
+static void check_backend(const Reference *ref, const float *hid, const float *w,
+                          const int32_t *target, const float *dlogp) {
+    const Backend *be = backend_cpu_autocast();
+    const char *path = gemm_bf16_path_name(gemm_bf16_path());
+    float *logp = malloc(N * sizeof *logp), *dh = malloc((size_t)N * H * sizeof *dh);
+    float *dw = malloc((size_t)V * H * sizeof *dw);
+    double *dh_tol = malloc((size_t)N * H * sizeof *dh_tol);
+    for (size_t a = 0; a < (size_t)V * H; a++)
+        dw[a] = 0.25f; /* accumulated onto */
+    for (size_t a = 0; a < (size_t)N * H; a++)
+        dh_tol[a] = ref->dh_tol[a] + ldexp(fabs(ref->dh[a]) + ref->dh_tol[a], -9);
+    gemm_bf16_cache_clear();
+    WeightRef wr = {.f32 = w};
+    be->logprob(be, logp, NULL, hid, target, wr, N, H, V);
+    be->logprob_backward(be, dh, dw, dlogp, hid, target, wr, N, H, V);
+    double worst;
+    int bad = count_off(logp, ref->logp, ref->logp_tol, N, &worst);
+    CHECK(bad == 0, "%s backend: %d of %d log-probs off (worst %.2f of its bound)", path, bad, N,
+          worst);
+    printf("%s backend: log-probs at most %.3f of their bound", path, worst);
+    bad = count_off(dh, ref->dh, dh_tol, (size_t)N * H, &worst);
+    CHECK(bad == 0, "%s backend: %d of %d dhidden off (worst %.2f of its bound)", path, bad, N * H,
+          worst);
+    printf(", dhidden %.3f", worst);
+    bad = count_off(dw, ref->dw, ref->dw_tol, (size_t)V * H, &worst);
+    CHECK(bad == 0, "%s backend: %d of %d dW off (worst %.2f of its bound)", path, bad, V * H,
+          worst);
+    printf(", dW %.3f\n", worst);
+    free(logp), free(dh), free(dw), free(dh_tol);
+}
+
 int main(void) {
     unsigned seed = 7;
     float *hid = malloc((size_t)N * H * sizeof *hid), *w = malloc((size_t)V * H * sizeof *w);
@@ -200,6 +240,8 @@ int main(void) {
         paths++;
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no bf16 GEMM path ran");
+    for (int p = GEMM_BF16_NONE; p < GEMM_BF16_PATH_COUNT; p++)
+        if (gemm_bf16_force((GemmBf16Path)p)) check_backend(&ref, hid, w, target, dlogp);
     gemm_bf16_cache_clear();
     for (int i = 0; i < N; i++)
         free(ref.z[i]);

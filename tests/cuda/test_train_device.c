@@ -21,22 +21,35 @@
  * rounding difference in a gradient moves the weights by much less than 1e-5 of their scale
  * (the largest seen is printed per case: about 1e-6 to 3e-6).
  *
- * bf16: true (sft_bf16, dpo_bf16: full fine-tuning, the DPO reference kept in bf16 on the
- * device; on cuda-emu its own ctest entry, test_train_device_emu_bf16): both sides round the same
- * values to bf16 (backend_cuda.h invariant 6), but an output rounded after fp32 sums taken in
- * another order lands on the neighbouring bf16 value (2^-8 of it) where the two sums straddle a
- * rounding midpoint, and such a flip travels on (test_backend_autocast counts them op by op).
- * SFT: 1e-4 relative, and of scale for the weights (measured on cuda-emu: loss/grad_norm 1.8e-5,
- * weights 3.2e-6, moments 2.6e-6). DPO's loss and gradient are differences of nearly equal
- * log-probs and gradients (chosen against rejected over a shared prompt, policy against
- * reference), which magnifies the flips: 1e-2 (measured: 2.4e-3 grad_norm, 8.3e-4 weights, 5.9e-3
- * the moments, whose v squares the gradient). That this gap is flips and not a missed rounding is
- * a reading, not a proof (the ops agree to 2e-5 on this model in test_backend_model_emu). So that
- * a device computing something else cannot pass, its distance from the CPU's bf16 run must be
- * under a quarter (SFT: 1.8e-5 against 3.0e-3, 3.2e-6 against 1.3e-3) or (DPO) under the CPU's
- * fp32 run's (2.4e-3 against 4.4e-3, 8.3e-4 against 1.3e-3). The step-2 figures need the bf16
- * weight cache (backend_cuda.h invariant 7) dropped by step 1's AdamW update: a stale copy makes
- * step 2's products read step 0's weights (measured: SFT step-2 loss 3.6% off, grad_norm 19%).
+ * bf16: true (sft_bf16, dpo_bf16: full fine-tuning, the DPO reference kept in bf16 on the device;
+ * on cuda-emu its own ctest entry, test_train_device_emu_bf16): both sides round the same values to
+ * bf16 (backend_cuda.h invariant 6), but an output rounded after fp32 sums taken in another order
+ * lands on the neighbouring bf16 value (2^-8 of it) where the two sums straddle a rounding
+ * midpoint, and such a flip travels on (test_backend_autocast counts them op by op). SFT: 1e-4
+ * relative, and of scale for the weights (measured on cuda-emu: loss/grad_norm 1.8e-5, weights
+ * 3.2e-6, moments 2.6e-6). DPO's loss and gradient are differences of nearly equal log-probs and
+ * gradients (chosen against rejected over a shared prompt, policy against reference), which
+ * magnifies the flips: 1e-2 (measured: 2.4e-3 grad_norm, 8.3e-4 weights, 5.9e-3 the moments, whose
+ * v squares the gradient). That this gap is flips and not a missed rounding was shown on dpo_bf16
+ * (issue 29): in a per-op trace of the first forward every linear on either side equals bf16(the
+ * exact sum of its rounded inputs) but for single midpoint flips, the residual, norms and SwiGLU
+ * fp32 on both; the two runs part at two flip events in layer 0 (one token's RMSNorm output lies 1
+ * fp32 ulp above a bf16 midpoint, where the device's fp32 sum of squares (a tree; the CPU's is in
+ * double) lands 2 ulps lower, 8 rows; one token's down_proj output in the reference, from the sum
+ * order, 2 rows), and the CPU run with those 10 values set to the device's lands within 1.1e-6
+ * (metrics) and 8e-7 (weights) of the device's run, its step-1 gradients within 3.5e-5 of each
+ * tensor's largest (9.2e-3 without). The CPU is as far from itself with another GEMM (AVX-512
+ * against AMX: the same rounding, another sum order): 1.5e-3 and 5.8e-4; one flip of one reference
+ * value: 1.3e-3. So the bound is not tightened: the gap is the luck of which sums straddle a
+ * midpoint, which cuBLASLt's order on the device draws anew. A CPU without AMX
+ * (RLHF_GEMM_BF16=sgemm) gives the same: sft_bf16 equal, dpo_bf16 1.8e-3 and 5.1e-4; until its
+ * lm_head rounded the logits' gradient to bf16 as AMX's and the device's do (backend_autocast.c
+ * rule 4), sft_bf16 was 2.9e-3 off there. So that a device computing something else cannot pass,
+ * its distance from the CPU's bf16 run must be under a quarter (SFT: 1.8e-5 against 3.0e-3, 3.2e-6
+ * against 1.3e-3) or (DPO) under the CPU's fp32 run's (2.4e-3 against 4.4e-3, 8.3e-4 against
+ * 1.3e-3). The step-2 figures need the bf16 weight cache (backend_cuda.h invariant 7) dropped by
+ * step 1's AdamW update: a stale copy makes step 2's products read step 0's weights (measured: SFT
+ * step-2 loss 3.6% off, grad_norm 19%).
  *
  * bf16: true with an adapter (sft_lora_bf16, dpo_lora_bf16: LoRA on a base frozen in bf16, the
  * DPO reference that base with the adapter off; sft_qlora_bf16, dpo_qlora_bf16: QLoRA, the NF4

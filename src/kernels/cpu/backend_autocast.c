@@ -19,9 +19,12 @@
  *     and the gradients it writes.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
  *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
- *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. On gemm_bf16
- *     (fused_logprob_autocast.c) the logits' gradient is rounded to bf16 too, as torch's is
- *     (its logits are bf16); the sgemm path multiplies it in fp32.
+ *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. The logits'
+ *     gradient is rounded to bf16 before both products, as torch's is (its logits are bf16), on
+ *     gemm_bf16 (fused_logprob_autocast.c) and on the sgemm path alike
+ *     (fused_logprob_backward_bf16_dz): while the sgemm path kept it fp32, a CPU without AMX
+ *     trained other gradients (tiny model, SFT under bf16: 2.9e-3 from AMX's loss and grad_norm,
+ *     6e-3 of a gradient's largest) and parted from the device, which rounds it (issue 29).
  *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
  * Everything else is backend_cpu's own entry. */
 #include "kernels/backend.h"
@@ -214,12 +217,12 @@ static void ac_logprob_capped_backward(const Backend *be, float *dhidden, float 
     float *hr = rounded(hidden, (size_t)n * h);
     if (lm_head.bf16) {
         /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */
-        fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab,
-                                      cap);
+        fused_logprob_backward_bf16_dz(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab,
+                                       cap);
     } else {
         float *wr = rounded(lm_head.f32, (size_t)vocab * h);
-        fused_logprob_backward_capped(dhidden, dlm_head, dlogp, hr, target, (WeightRef){.f32 = wr},
-                                      n, h, vocab, cap);
+        fused_logprob_backward_bf16_dz(dhidden, dlm_head, dlogp, hr, target, (WeightRef){.f32 = wr},
+                                       n, h, vocab, cap);
         free(wr);
     }
     bf16_round_inplace(dhidden, (size_t)n * h);

@@ -2,6 +2,7 @@
 #include "kernels/cpu/gemm_f32.h"
 
 #include "common/error.h"
+#include "kernels/cpu/autocast.h"
 #include "kernels/cpu/fused_logprob_rows.h"
 
 #include <math.h>
@@ -148,10 +149,11 @@ void fused_logprob_backward_weights(float *dhidden, float *dlm_head, const float
 /* The backward of every public variant. lse: each row's log-sum-exp from forward_rows of the
  * same rows (the hand-over), or NULL to find it here with a first pass over the vocabulary.
  * With a LogitCap the raw logit z becomes f(z) = post c tanh(z / c), f'(z) = post (1 - tanh²):
- * the gradient of each finished logit is carried back to z through it. */
+ * the gradient of each finished logit is carried back to z through it. round_dz: each logit's
+ * gradient rounded to bf16 before both products (fused_logprob_backward_bf16_dz). */
 static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, const float *lse,
                           const float *hidden, const int32_t *target, WeightRef lm_head, int n_rows,
-                          int h, int vocab, LogitCap cap) {
+                          int h, int vocab, LogitCap cap, bool round_dz) {
     if (n_rows == 0) return;
     LogprobScratch s = scratch_alloc(n_rows, vocab);
     float *panel = NULL;
@@ -177,9 +179,11 @@ static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, c
             if (!lm_head.f32) weight_rows_widen(panel, lm_head, (size_t)c0, cols, h);
             gemm_f32(false, true, rows, cols, h, 1.0f, hb, h, w, h, 0.0f, s.tile, cols);
 #pragma omp parallel for schedule(static)
-            for (int r = 0; r < rows; r++)
-                logit_grads(s.tile + (size_t)r * cols, cols, dlogp[r0 + r], block_lse[r],
-                            target[r0 + r] - c0, cap);
+            for (int r = 0; r < rows; r++) {
+                float *dz = s.tile + (size_t)r * cols;
+                logit_grads(dz, cols, dlogp[r0 + r], block_lse[r], target[r0 + r] - c0, cap);
+                if (round_dz) bf16_round_inplace(dz, (size_t)cols); /* under 65536: no team */
+            }
             gemm_f32(false, false, rows, h, cols, 1.0f, s.tile, cols, w, h, 1.0f, dhb, h);
             if (dlm_head) /* NULL: a frozen lm_head */
                 gemm_f32(true, false, cols, h, rows, 1.0f, s.tile, cols, hb, h, 1.0f,
@@ -194,12 +198,20 @@ static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, c
 void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float *dlogp,
                                    const float *hidden, const int32_t *target, WeightRef lm_head,
                                    int n_rows, int h, int vocab, LogitCap cap) {
-    backward_rows(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n_rows, h, vocab, cap);
+    backward_rows(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n_rows, h, vocab, cap,
+                  false);
+}
+
+void fused_logprob_backward_bf16_dz(float *dhidden, float *dlm_head, const float *dlogp,
+                                    const float *hidden, const int32_t *target, WeightRef lm_head,
+                                    int n_rows, int h, int vocab, LogitCap cap) {
+    backward_rows(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n_rows, h, vocab, cap,
+                  true);
 }
 
 void fused_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dlogp,
                                 const float *lse, const float *hidden, const int32_t *target,
                                 WeightRef lm_head, int n_rows, int h, int vocab) {
     backward_rows(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n_rows, h, vocab,
-                  (LogitCap){0.0f, 1.0f});
+                  (LogitCap){0.0f, 1.0f}, false);
 }

@@ -6,9 +6,9 @@
  *  1. logits = bf16(hidden) · bf16(W)^T, fp32 sums, not rounded: log-probs stay fp32.
  *  2. dz, each logit's gradient, is rounded to bf16 before both backward products: torch's
  *     logits are a bf16 tensor, so the gradient reaching its lm_head is bf16 (the sgemm path,
- *     taken without a bf16 GEMM, multiplies the fp32 dz). dhidden = bf16(dz) · bf16(W) summed in
- *     fp32 over all vocabulary tiles (the caller rounds it); dW += bf16(dz)^T · bf16(hidden),
- *     fp32 sums not rounded, as autocast_linear_backward's dW.
+ *     taken without a bf16 GEMM, rounds it too: fused_logprob_backward_bf16_dz). dhidden = bf16(dz)
+ * · bf16(W) summed in fp32 over all vocabulary tiles (the caller rounds it); dW += bf16(dz)^T ·
+ * bf16(hidden), fp32 sums not rounded, as autocast_linear_backward's dW.
  *
  * Layout of the work (invariants):
  *  1. The vocabulary is walked in tiles of VOCAB_BLOCK (a multiple of 32) columns, outermost; the

@@ -276,6 +276,15 @@ void fused_logprob_backward_capped(float *dhidden, float *dlm_head, const float 
                                    const float *hidden, const int32_t *target, WeightRef lm_head,
                                    int n_rows, int h, int vocab, LogitCap cap);
 
+/* fused_logprob_backward_capped with each logit's gradient dz (fp32) rounded to bf16 before both
+ * products, which then multiply bf16 values in fp32: bf16 autocast's lm_head backward where no
+ * bf16 GEMM runs (backend_autocast.c rule 4; torch's logits are bf16, so is their gradient), as
+ * autocast_logprob_backward rounds it on gemm_bf16. hidden and lm_head as the caller rounded them.
+ */
+void fused_logprob_backward_bf16_dz(float *dhidden, float *dlm_head, const float *dlogp,
+                                    const float *hidden, const int32_t *target, WeightRef lm_head,
+                                    int n_rows, int h, int vocab, LogitCap cap);
+
 /* fused_logprob_backward_weights given lse, each row's log-sum-exp as fused_logprob_forward_lse
  * wrote it for the same hidden rows and lm_head: the first of the backward's three passes over
  * the lm_head (2 x n_rows x vocab x h FLOPs) is skipped. Bitwise the gradients
