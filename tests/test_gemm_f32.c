@@ -313,6 +313,92 @@ static void test_avx512_pack(void) {
 }
 #endif
 
+/* gemm_f32_shared: each part's C bitwise what gemm_f32_on gives that product alone on the same
+ * path (which test_paths holds to the double-precision bound), for a group sharing A and one
+ * sharing B, every transpose combination, parts with tails against every tile (one of no items
+ * among them), their own alpha and beta (0 with C full of NaN), depths over two blocks, a
+ * shared side longer and shorter than the parts' (the threads split one or the other), 1 to 3
+ * threads. */
+static void test_shared(void) {
+    static const int lens[] = {13, 1, 0, 40, 33};
+    static const float alphas[] = {1.0f, -0.5f, 1.0f, 2.0f, 1.0f};
+    static const float betas[] = {0.0f, 1.0f, 0.0f, 0.25f, 1.0f};
+    enum { PARTS = 5 };
+    static const int dims[] = {7, 29, 300};
+    int saved = omp_get_max_threads();
+    long bad = 0, groups = 0;
+    for (int path = GEMM_F32_OPENBLAS; path < GEMM_F32_PATHS; path++) {
+        if (!gemm_f32_path_available((GemmF32Path)path)) continue;
+        for (int shares_a = 0; shares_a < 2; shares_a++)
+            for (int tr = 0; tr < 4; tr++)
+                for (int d = 0; d < 3; d++)
+                    for (int threads = 1; threads <= 3; threads++) {
+                        omp_set_num_threads(threads);
+                        bool ta = tr & 1, tb = tr & 2;
+                        int dim = dims[d], k = 785; /* three depth blocks of 384, 256 */
+                        /* the shared operand and each part's, strides a few floats wider */
+                        int ld = (shares_a ? (ta ? dim : k) : (tb ? k : dim)) + 3;
+                        size_t ns = (size_t)(shares_a ? (ta ? k : dim) : (tb ? dim : k)) * ld;
+                        float *shared = malloc(ns * sizeof(float));
+                        for (size_t i = 0; i < ns; i++)
+                            shared[i] = uniform();
+                        GemmF32Part parts[PARTS];
+                        float *want[PARTS];
+                        size_t nc[PARTS];
+                        for (int p = 0; p < PARTS; p++) {
+                            int len = lens[p];
+                            bool x_trans = shares_a ? tb : ta; /* the part's own operand */
+                            int ldx = (shares_a ? (x_trans ? k : len) : (x_trans ? len : k)) + 1;
+                            size_t nx =
+                                (size_t)(shares_a ? (x_trans ? len : k) : (x_trans ? k : len)) *
+                                ldx;
+                            int rows = shares_a ? dim : len, cols = shares_a ? len : dim;
+                            int ldc = cols + 2;
+                            nc[p] = (size_t)rows * ldc;
+                            float *x = malloc((nx ? nx : 1) * sizeof(float));
+                            float *c = malloc((nc[p] ? nc[p] : 1) * sizeof(float));
+                            want[p] = malloc((nc[p] ? nc[p] : 1) * sizeof(float));
+                            for (size_t i = 0; i < nx; i++)
+                                x[i] = uniform();
+                            for (size_t i = 0; i < nc[p]; i++)
+                                c[i] = betas[p] == 0.0f ? NAN : uniform();
+                            memcpy(want[p], c, nc[p] * sizeof(float));
+                            parts[p] = (GemmF32Part){x, ldx, len, alphas[p], betas[p], c, ldc};
+                            if (shares_a)
+                                gemm_f32_on((GemmF32Path)path, ta, tb, dim, len, k, alphas[p],
+                                            shared, ld, x, ldx, betas[p], want[p], ldc);
+                            else
+                                gemm_f32_on((GemmF32Path)path, ta, tb, len, dim, k, alphas[p], x,
+                                            ldx, shared, ld, betas[p], want[p], ldc);
+                        }
+                        CHECK(gemm_f32_shared_on((GemmF32Path)path, shares_a, ta, tb, dim, k,
+                                                 shared, ld, parts, PARTS),
+                              "%s: gemm_f32_shared_on refused", gemm_f32_path_name(path));
+                        groups++;
+                        for (int p = 0; p < PARTS; p++) {
+                            if (memcmp(want[p], parts[p].c, nc[p] * sizeof(float)) != 0) {
+                                if (bad++ < 5)
+                                    printf("%s: shared %c, %c%c, dim %d, %d threads: part %d "
+                                           "differs from its product alone\n",
+                                           gemm_f32_path_name((GemmF32Path)path),
+                                           shares_a ? 'A' : 'B', ta ? 'T' : 'N', tb ? 'T' : 'N',
+                                           dim, threads, p);
+                            }
+                            free((void *)parts[p].x), free(parts[p].c), free(want[p]);
+                        }
+                        free(shared);
+                    }
+    }
+    omp_set_num_threads(saved);
+    CHECK(bad == 0, "gemm_f32_shared: %ld parts of %ld groups differ bitwise from gemm_f32_on", bad,
+          groups);
+    GemmF32Part too_many[GEMM_F32_MAX_PARTS + 1] = {{0}};
+    float x = 0;
+    CHECK(!gemm_f32_shared_on(gemm_f32_own_path(), true, false, true, 1, 1, &x, 1, too_many,
+                              GEMM_F32_MAX_PARTS + 1),
+          "gemm_f32_shared_on takes more than GEMM_F32_MAX_PARTS parts");
+}
+
 int main(void) {
     gemm_f32_describe(stdout);
     test_paths();
@@ -320,6 +406,7 @@ int main(void) {
     test_thread_count();
     test_default_path();
     test_choice();
+    test_shared();
 #if defined(__x86_64__)
     test_avx512_pack();
 #endif

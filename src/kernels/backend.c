@@ -10,3 +10,14 @@ const void *backend_mirror(const Backend *be, const void *host, size_t bytes, co
     *owned = dev;
     return dev;
 }
+
+void backend_linears(const Backend *be, const LinearPart *parts, int count, const float *in, int n,
+                     int in_dim) {
+    if (be->linears) {
+        be->linears(be, parts, count, in, n, in_dim);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        be->linear(be, parts[i].out, in, parts[i].w, NULL, parts[i].bias, n, in_dim,
+                   parts[i].out_dim);
+}

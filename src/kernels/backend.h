@@ -240,6 +240,19 @@ struct Backend {
     void (*logprob_backward_lse)(const Backend *be, float *dhidden, float *dlm_head,
                                  const float *dlogp, const float *lse, const float *hidden,
                                  const int32_t *target, WeightRef lm_head, int n, int h, int vocab);
+
+    /* ---- linears of one input (optional: NULL where the backend has no faster way than one
+     * linear / linear_backward per product; call them through backend_linears, and test
+     * linear_weight_grads for NULL before splitting a backward into din and weight parts) ---- */
+    /* parts[i].out written = in (N, in_dim) · W_i^T (+ bias_i) for i < count, each with the bits
+     * linear (packed NULL) gives it alone; the backend may share work on `in` between them (the
+     * CPU packs it once). */
+    void (*linears)(const Backend *be, const LinearPart *parts, int count, const float *in, int n,
+                    int in_dim);
+    /* For i < count: parts[i].dw += dout_i^T · in, parts[i].dbias += column sums of dout_i, with
+     * the bits linear_backward's dw and dbias get (din NULL there). */
+    void (*linear_weight_grads)(const Backend *be, const LinearGradPart *parts, int count,
+                                const float *in, int n, int in_dim);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */
@@ -250,6 +263,10 @@ const Backend *backend_cpu(void);
  * computed as torch's CPU autocast does, bf16 inputs summed in fp32. Always available (without
  * AVX512_BF16 its products are rounded copies multiplied by sgemm). */
 const Backend *backend_cpu_autocast(void);
+
+/* be->linears where the backend has it, else be->linear (packed NULL) once per part. */
+void backend_linears(const Backend *be, const LinearPart *parts, int count, const float *in, int n,
+                     int in_dim);
 
 /* A host array seen by the backend: on a host-memory backend the array itself (nothing copied,
  * nothing owned), else a copy in backend memory that *owned receives (be->free it). NULL with an

@@ -17,6 +17,26 @@ typedef struct {
     const struct Nf4Weight *nf4;
 } WeightRef;
 
+/* One of several linears of the same input (backend.h's linears): out (N, out_dim) written =
+ * in · W^T (+ bias (out_dim) when not NULL). */
+typedef struct {
+    float *out;
+    WeightRef w;
+    const float *bias;
+    int out_dim;
+} LinearPart;
+
+/* One of several linears' weight gradients over the same input (backend.h's
+ * linear_weight_grads): dw (out_dim, in_dim) accumulated += dout^T · in, dbias (out_dim)
+ * accumulated += the column sums of dout (N, out_dim); either may be NULL, dw only with W in
+ * fp32. */
+typedef struct {
+    float *dw, *dbias;
+    const float *dout;
+    WeightRef w;
+    int out_dim;
+} LinearGradPart;
+
 /* Rows of q/k/v that attend as one sequence. Its own rows start .. start+len-1 are queries and
  * keys; before them every query sees the prefix rows prefix_start .. prefix_start+prefix_len-1:
  * the rows of a prefix this sequence shares with another (a prompt that both responses of a

@@ -63,6 +63,34 @@ static void lora_back(const Model *m, int l, LoraModule mod, float *din, const f
                       m->lora->scaling, lora_dropout_p(m->lora), lora_dropout_key(m->lora, l, mod));
 }
 
+/* The backward of layer l's linears mods[0 .. count - 1], all of the input xn (N, H) (q, k, v;
+ * gate, up): dxn written = Σ_i dout_i W_i plus each adapter's input gradient, summed in part
+ * order through tmp (N, H) as one linear after another would; the weights' (grads) and
+ * adapters' (lora_grads) gradients accumulated. Where the backend has linear_weight_grads, the
+ * weight gradients are taken together after the input gradients (the CPU packs xn once for
+ * them); their bits are the same either way, each being its own op's sum. */
+static void linears_backward(const Model *m, int l, const LoraModule *mods,
+                             const float *const *douts, int count, const float *xn, float *dxn,
+                             float *tmp, float *grads, float *lora_grads, int n) {
+    const Backend *be = model_backend(m);
+    bool together = be->linear_weight_grads != NULL;
+    LinearGradPart parts[LORA_N_MODULES]; /* (count <= LORA_N_MODULES) */
+    int in_dim = 0;
+    for (int i = 0; i < count; i++) {
+        LinearGradPart *p = &parts[i];
+        const float *bias;
+        layer_linear(m, l, mods[i], &p->w, &bias, &in_dim, &p->out_dim);
+        p->dw = grad_of(m, grads, p->w.f32), p->dbias = grad_of(m, grads, bias);
+        p->dout = douts[i];
+        float *din = i == 0 ? dxn : tmp;
+        be->linear_backward(be, din, together ? NULL : p->dw, together ? NULL : p->dbias, p->dout,
+                            xn, p->w, n, in_dim, p->out_dim);
+        lora_back(m, l, mods[i], din, p->dout, xn, n, lora_grads);
+        if (i > 0) be->add(be, dxn, dxn, tmp, (size_t)n * in_dim);
+    }
+    if (together) be->linear_weight_grads(be, parts, count, xn, n, in_dim);
+}
+
 /* dx holds dL/d(layer output) on entry and dL/d(layer input) on return. */
 static void layer_backward(const Model *m, int l, const ForwardTape *tape, float *dx, float *grads,
                            float *lora_grads, LayerGrads *g) {
@@ -73,7 +101,7 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     const LayerActs *a = &acts;
     const LayoutMirror *dev = &tape->dev;
     int n = (int)tape->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
-    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    int qd = c->n_heads * hd;
 #define G(p) grad_of(m, grads, (p))
 
     /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid); Gemma 2 norms
@@ -92,13 +120,9 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     else
         be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
     model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
-    be->linear_backward(be, g->dxn, G(w->w_gate), G(w->b_gate), g->dact, a->xn,
-                        LAYER_WEIGHT(w, w_gate), n, H, I);
-    lora_back(m, l, LORA_GATE, g->dxn, g->dact, a->xn, n, lora_grads);
-    be->linear_backward(be, g->tmp, G(w->w_up), G(w->b_up), g->dup, a->xn, LAYER_WEIGHT(w, w_up), n,
-                        H, I);
-    lora_back(m, l, LORA_UP, g->tmp, g->dup, a->xn, n, lora_grads);
-    be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
+    linears_backward(m, l, (const LoraModule[]){LORA_GATE, LORA_UP},
+                     (const float *const[]){g->dact, g->dup}, 2, a->xn, g->dxn, g->tmp, grads,
+                     lora_grads, n);
     model_rmsnorm_backward(m, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H);
     be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
 
@@ -137,17 +161,9 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                                n * c->n_kv_heads, hd);
     }
     model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
-    be->linear_backward(be, g->dxn, G(w->wq), G(w->bq), g->dq, a->xn, LAYER_WEIGHT(w, wq), n, H,
-                        qd);
-    lora_back(m, l, LORA_Q, g->dxn, g->dq, a->xn, n, lora_grads);
-    be->linear_backward(be, g->tmp, G(w->wk), G(w->bk), g->dk, a->xn, LAYER_WEIGHT(w, wk), n, H,
-                        kvd);
-    lora_back(m, l, LORA_K, g->tmp, g->dk, a->xn, n, lora_grads);
-    be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
-    be->linear_backward(be, g->tmp, G(w->wv), G(w->bv), g->dv, a->xn, LAYER_WEIGHT(w, wv), n, H,
-                        kvd);
-    lora_back(m, l, LORA_V, g->tmp, g->dv, a->xn, n, lora_grads);
-    be->add(be, g->dxn, g->dxn, g->tmp, (size_t)n * H);
+    linears_backward(m, l, (const LoraModule[]){LORA_Q, LORA_K, LORA_V},
+                     (const float *const[]){g->dq, g->dk, g->dv}, 3, a->xn, g->dxn, g->tmp, grads,
+                     lora_grads, n);
     model_rmsnorm_backward(m, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H);
     be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_in */
 #undef G

@@ -107,6 +107,27 @@ static void linear_with_lora(const Model *m, const DecoderHooks *hooks, int l, L
                  lora_dropout_p(m->lora), lora_dropout_key(m->lora, l, mod));
 }
 
+/* outs[i] = the linear mods[i] of the one input `in`, i < count, each plus its adapter's term:
+ * the products together where the hooks can (decoder_layer.h's linears), then the terms. Each out
+ * is written by its own ops only, so the order changes no bits. */
+static void linears_with_lora(const Model *m, const DecoderHooks *hooks, int l,
+                              const LoraModule *mods, float *const *outs, int count,
+                              const float *in, int n) {
+    const Backend *be = model_backend(m);
+    if (hooks->linears)
+        hooks->linears(hooks, m, l, mods, outs, count, in, n);
+    else
+        for (int i = 0; i < count; i++)
+            hooks->linear(hooks, m, l, mods[i], outs[i], in, n);
+    for (int i = 0; i < count; i++) {
+        const LoraLinear *lin = lora_linear(m->lora, l, mods[i]);
+        if (lin)
+            be->lora(be, outs[i], in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
+                     m->lora->scaling, lora_dropout_p(m->lora),
+                     lora_dropout_key(m->lora, l, mods[i]));
+    }
+}
+
 void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
                            const DecoderHooks *hooks, LayerActs *a, float *x_out) {
     const Backend *be = model_backend(m);
@@ -117,9 +138,8 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)), rope the
      * identity on a NoPE layer (SmolLM3), the o output normed again first in Gemma 2 */
     model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
-    linear_with_lora(m, hooks, l, LORA_Q, a->q_pre, a->xn, n);
-    linear_with_lora(m, hooks, l, LORA_K, a->k_pre, a->xn, n);
-    linear_with_lora(m, hooks, l, LORA_V, a->v, a->xn, n);
+    linears_with_lora(m, hooks, l, (const LoraModule[]){LORA_Q, LORA_K, LORA_V},
+                      (float *const[]){a->q_pre, a->k_pre, a->v}, 3, a->xn, n);
     if (c->qk_norm) { /* per head; (1 + w) in Gemma 3 */
         model_rmsnorm(m, a->q, a->q_pre, w->q_norm, n * c->n_heads, hd);
         model_rmsnorm(m, a->k, a->k_pre, w->k_norm, n * c->n_kv_heads, hd);
@@ -141,8 +161,8 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid), the down output
      * normed again first in Gemma 2 */
     model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
-    linear_with_lora(m, hooks, l, LORA_GATE, a->gate, a->xn, n);
-    linear_with_lora(m, hooks, l, LORA_UP, a->up, a->xn, n);
+    linears_with_lora(m, hooks, l, (const LoraModule[]){LORA_GATE, LORA_UP},
+                      (float *const[]){a->gate, a->up}, 2, a->xn, n);
     model_gated_act(m, a->act, a->gate, a->up, (size_t)n * I);
     linear_with_lora(m, hooks, l, LORA_DOWN, sandwich ? a->mlp_out : a->proj, a->act, n);
     if (sandwich) model_rmsnorm(m, a->proj, a->mlp_out, w->mlp_out_norm, n, H);

@@ -22,6 +22,11 @@ struct DecoderHooks {
     void (*attention)(const DecoderHooks *h, const Model *m, int l, LayerActs *a, int n,
                       int window);
     void *ctx; /* the hooks' own state */
+    /* Optional (NULL: `linear` once per product): outs[i] written as `linear` writes the linear
+     * mods[i] of the same input, i < count <= LORA_N_MODULES, each with the bits `linear` gives it
+     * (the batch forward multiplies them together, packing `in` once). */
+    void (*linears)(const DecoderHooks *h, const Model *m, int l, const LoraModule *mods,
+                    float *const *outs, int count, const float *in, int n);
 };
 
 /* The rows a layer computes, in backend memory: RoPE position of each row (int32, or NULL when

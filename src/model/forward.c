@@ -110,6 +110,19 @@ static void batch_linear(const DecoderHooks *h, const Model *m, int l, LoraModul
     be->linear(be, out, in, w, NULL, bias, n, in_dim, out_dim);
 }
 
+/* The batch forward's products of one input together (backend_linears: the CPU packs it once). */
+static void batch_linears(const DecoderHooks *h, const Model *m, int l, const LoraModule *mods,
+                          float *const *outs, int count, const float *in, int n) {
+    (void)h;
+    LinearPart parts[LORA_N_MODULES]; /* (count <= LORA_N_MODULES: decoder_layer.h) */
+    int in_dim = 0;
+    for (int i = 0; i < count; i++) {
+        parts[i].out = outs[i];
+        layer_linear(m, l, mods[i], &parts[i].w, &parts[i].bias, &in_dim, &parts[i].out_dim);
+    }
+    backend_linears(model_backend(m), parts, count, in, n, in_dim);
+}
+
 static void batch_attention(const DecoderHooks *h, const Model *m, int l, LayerActs *a, int n,
                             int window) {
     (void)l, (void)n;
@@ -129,7 +142,7 @@ static void layer_forward(const Model *m, int l, const LayoutMirror *dev, size_t
                           float *x_out) {
     DecoderRows rows = {(int)n,     dev->positions, dev->cos_t,
                         dev->sin_t, dev->cos_local, dev->sin_local};
-    DecoderHooks hooks = {batch_linear, batch_attention, (void *)dev};
+    DecoderHooks hooks = {batch_linear, batch_attention, (void *)dev, batch_linears};
     decoder_layer_forward(m, l, &rows, &hooks, a, x_out);
 }
 

@@ -184,7 +184,8 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         /* tables built for these rows; Gemma 3's local set after the global one */
         DecoderRows rows = {n, NULL, cos_dev, sin_dev, NULL, NULL};
         if (sets > 1) rows.cos_local = cos_dev + table, rows.sin_local = sin_dev + table;
-        DecoderHooks hooks = {cached_linear, cached_attention, &b};
+        /* no linears: its products may come from the prepacked weights, one by one */
+        DecoderHooks hooks = {cached_linear, cached_attention, &b, NULL};
         for (int l = 0; l < c->n_layers; l++)
             decoder_layer_forward(m, l, &rows, &hooks, &b.a, b.a.x_in);
         /* the final norm and lm_head only for each chunk's last row */

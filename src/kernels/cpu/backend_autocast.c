@@ -255,6 +255,10 @@ static void autocast_init(void) {
     /* its lm_head multiplies in bf16: the fp32 hand-over of backend_cpu does not apply */
     autocast_backend.logprob_lse = NULL;
     autocast_backend.logprob_backward_lse = NULL;
+    /* nor do the CPU's fp32 products of one input: its linears round to bf16 (backend_linears
+     * and the backward then go product by product through the ops above) */
+    autocast_backend.linears = NULL;
+    autocast_backend.linear_weight_grads = NULL;
 }
 
 const Backend *backend_cpu_autocast(void) {

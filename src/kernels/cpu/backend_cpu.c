@@ -54,6 +54,18 @@ static void cpu_linear_backward(const Backend *be, float *din, float *dw, float 
     linear_backward(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
 }
 
+static void cpu_linears(const Backend *be, const LinearPart *parts, int count, const float *in,
+                        int n, int in_dim) {
+    (void)be;
+    linears_forward(parts, count, in, n, in_dim);
+}
+
+static void cpu_linear_weight_grads(const Backend *be, const LinearGradPart *parts, int count,
+                                    const float *in, int n, int in_dim) {
+    (void)be;
+    linear_weight_grads(parts, count, in, n, in_dim);
+}
+
 static void cpu_lora(const Backend *be, float *out, const float *in, const float *A, const float *B,
                      int n, int in_dim, int out_dim, int r, float scaling, float dropout_p,
                      uint64_t dropout_key) {
@@ -363,6 +375,8 @@ static const Backend cpu_backend = {
     .logprob_lse = cpu_logprob_lse,
     .logprob_backward_lse = cpu_logprob_backward_lse,
     .softcap = cpu_softcap,
+    .linears = cpu_linears,
+    .linear_weight_grads = cpu_linear_weight_grads,
 };
 
 const Backend *backend_cpu(void) {

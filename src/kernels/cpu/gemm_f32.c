@@ -114,10 +114,56 @@ static float *pack_buffer(PackBuffer *buf, size_t floats) {
     return (float *)(((uintptr_t)buf->base + 63) & ~(uintptr_t)63);
 }
 
-/* One thread's product, blocked as the file's head says. */
-static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m, int n, int k,
-                         float alpha, const float *a, int lda, const float *b, int ldb, float beta,
-                         float *c, int ldc) {
+/* One side of a thread's product: stretches of op(A)'s rows (the A side) or op(B)'s columns (the
+ * B side), each from its own matrix. A side has one stretch unless it is the parts' side of a
+ * group (gemm_f32_shared), where each part is one. The side's rows (columns) are numbered in a
+ * virtual order in which every stretch starts at a multiple of the kernel's mr (nr): a tile of
+ * the kernel never holds two stretches' items, and the rows (columns) between one stretch's end
+ * and the next one's start are never packed nor written. */
+typedef struct {
+    const float *src; /* the stretch's first row (column) of its operand */
+    int ld;
+    int len; /* rows (columns) */
+    int at;  /* its first virtual row (column): a multiple of the tile */
+    int off; /* rows (columns) of its part's C before the stretch's first (a thread's cut) */
+    /* on the parts' side only: the part's C (at its row 0, column 0) and update */
+    float *c;
+    int ldc;
+    float alpha, beta;
+} Stretch;
+
+typedef struct {
+    Stretch s[GEMM_F32_MAX_PARTS];
+    int n;
+    int len; /* virtual rows (columns): the last stretch's at + len */
+} Side;
+
+/* The stretch holding virtual row (column) v, which a tile start never falls outside of. */
+static const Stretch *stretch_at(const Side *side, int v) {
+    int i = side->n - 1;
+    while (i > 0 && side->s[i].at > v)
+        i--;
+    return &side->s[i];
+}
+
+/* Packs one micro-panel of `width` items from virtual item v of a side (A's rows: is_a). */
+static void pack_panel(const GemmF32Kernel *kd, float *dst, const Side *side, bool is_a, bool trans,
+                       int v, int block_end, int k0, int kc, int width) {
+    const Stretch *st = stretch_at(side, v);
+    int first = v - st->at, count = min_int(min_int(width, st->len - first), block_end - v);
+    if (kd->pack) /* A's items have their depths adjacent when A is not transposed */
+        kd->pack(dst, st->src, st->ld, is_a ? !trans : trans, first, count, k0, kc, width);
+    else if (is_a)
+        pack_a(dst, st->src, st->ld, trans, first, count, k0, kc, width);
+    else
+        pack_b(dst, st->src, st->ld, trans, first, count, k0, kc, width);
+}
+
+/* One thread's product (or group of products), blocked as the file's head says. A block of A
+ * packed once serves every part on the B side, and a block of B every part on the A side. */
+static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int k, const Side *sa,
+                         const Side *sb, bool parts_on_b) {
+    int m = sa->len, n = sb->len;
     int mb = min_int(kd->mb, round_up(m, kd->mr)), nb = min_int(kd->nb_max, round_up(n, kd->nr));
     float *pa = pack_buffer(&a_buffer, (size_t)mb * kd->kc);
     float *pb = pack_buffer(&b_buffer, (size_t)nb * kd->kc);
@@ -125,33 +171,49 @@ static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, in
         int rows = min_int(mb, m - m0);
         for (int k0 = 0; k0 < k; k0 += kd->kc) {
             int kc = min_int(kd->kc, k - k0);
-            float beta_here = k0 == 0 ? beta : 1.0f;
             for (int i = 0; i < rows; i += kd->mr)
-                if (kd->pack)
-                    kd->pack(pa + (size_t)i * kc, a, lda, !trans_a, m0 + i,
-                             min_int(kd->mr, rows - i), k0, kc, kd->mr);
-                else
-                    pack_a(pa + (size_t)i * kc, a, lda, trans_a, m0 + i, min_int(kd->mr, rows - i),
-                           k0, kc, kd->mr);
+                pack_panel(kd, pa + (size_t)i * kc, sa, true, trans_a, m0 + i, m0 + rows, k0, kc,
+                           kd->mr);
             for (int n0 = 0; n0 < n; n0 += nb) {
                 int cols = min_int(nb, n - n0);
                 for (int j = 0; j < cols; j += kd->nr)
-                    if (kd->pack)
-                        kd->pack(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
-                                 min_int(kd->nr, cols - j), k0, kc, kd->nr);
-                    else
-                        pack_b(pb + (size_t)j * kc, b, ldb, trans_b, n0 + j,
-                               min_int(kd->nr, cols - j), k0, kc, kd->nr);
+                    pack_panel(kd, pb + (size_t)j * kc, sb, false, trans_b, n0 + j, n0 + cols, k0,
+                               kc, kd->nr);
                 for (int i = 0; i < rows; i += kd->mr) {
+                    const Stretch *ra = stretch_at(sa, m0 + i);
+                    int r = m0 + i - ra->at;
+                    int tile_rows = min_int(min_int(kd->mr, ra->len - r), rows - i);
                     const float *pa_i = pa + (size_t)i * kc;
-                    float *c_i = c + (size_t)(m0 + i) * ldc + n0;
-                    int tile_rows = min_int(kd->mr, rows - i);
-                    for (int j = 0; j < cols; j += kd->nr)
-                        kd->kernel(kc, pa_i, pb + (size_t)j * kc, c_i + j, ldc, tile_rows,
-                                   min_int(kd->nr, cols - j), alpha, beta_here);
+                    for (int j = 0; j < cols; j += kd->nr) {
+                        const Stretch *rb = stretch_at(sb, n0 + j);
+                        const Stretch *part = parts_on_b ? rb : ra;
+                        int col = n0 + j - rb->at;
+                        int tile_cols = min_int(min_int(kd->nr, rb->len - col), cols - j);
+                        float *c = part->c + (size_t)(ra->off + r) * part->ldc + rb->off + col;
+                        kd->kernel(kc, pa_i, pb + (size_t)j * kc, c, part->ldc, tile_rows,
+                                   tile_cols, part->alpha, k0 == 0 ? part->beta : 1.0f);
+                    }
                 }
             }
         }
+    }
+}
+
+/* The stretches of `side` within virtual items from .. from + count - 1, renumbered from 0.
+ * trans: the side's operand is stored transposed (items side by side in a row). */
+static void cut_side(Side *out, const Side *side, bool is_a, bool trans, int from, int count) {
+    out->n = 0, out->len = 0;
+    for (int i = 0; i < side->n; i++) {
+        Stretch st = side->s[i];
+        int lo = st.at > from ? st.at : from, hi = min_int(st.at + st.len, from + count);
+        if (hi <= lo) continue;
+        int cut = lo - st.at;
+        /* an item is a row of a stored matrix unless its side is transposed (A) or not (B) */
+        bool item_is_row = is_a ? !trans : trans;
+        st.src += item_is_row ? (size_t)cut * st.ld : (size_t)cut;
+        st.off += cut, st.len = hi - lo, st.at = lo - from;
+        out->s[out->n++] = st;
+        out->len = st.at + st.len;
     }
 }
 
@@ -160,13 +222,18 @@ static void blocked_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, in
  * by about 2 x 32 / (longer side) of the multiply-adds: a few percent at the model's shapes), and
  * in exchange a thread that the OS deschedules (a loaded machine) holds up no one: on this
  * workplace's shared 2-core VM a shared A panel with a barrier per k block ran at ~60% of
- * OpenBLAS's speed, while one thread alone matched it. */
-static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m, int n, int k,
-                     float alpha, const float *a, int lda, const float *b, int ldb, float beta,
-                     float *c, int ldc) {
+ * OpenBLAS's speed, while one thread alone matched it. A group's longer side counts all its
+ * parts (the packing each thread repeats is then the smaller operand, as for one product). */
+static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int k, const Side *sa,
+                     const Side *sb, bool parts_on_b) {
+    int m = sa->len, n = sb->len;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
-        scale_c(c, ldc, m, n, beta);
+        const Side *parts = parts_on_b ? sb : sa;
+        for (int p = 0; p < parts->n; p++) {
+            const Stretch *st = &parts->s[p];
+            scale_c(st->c, st->ldc, parts_on_b ? m : st->len, parts_on_b ? st->len : n, st->beta);
+        }
         return;
     }
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -177,13 +244,14 @@ static void own_gemm(const GemmF32Kernel *kd, bool trans_a, bool trans_b, int m,
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num(), from = t * share, count = min_int(share, len - from);
-        if (count > 0 && split_rows)
-            blocked_gemm(kd, trans_a, trans_b, count, n, k, alpha,
-                         trans_a ? a + from : a + (size_t)from * lda, lda, b, ldb, beta,
-                         c + (size_t)from * ldc, ldc);
-        else if (count > 0)
-            blocked_gemm(kd, trans_a, trans_b, m, count, k, alpha, a, lda,
-                         trans_b ? b + (size_t)from * ldb : b + from, ldb, beta, c + from, ldc);
+        Side cut;
+        if (count > 0 && split_rows) {
+            cut_side(&cut, sa, true, trans_a, from, count);
+            blocked_gemm(kd, trans_a, trans_b, k, &cut, sb, parts_on_b);
+        } else if (count > 0) {
+            cut_side(&cut, sb, false, trans_b, from, count);
+            blocked_gemm(kd, trans_a, trans_b, k, sa, &cut, parts_on_b);
+        }
     }
 }
 
@@ -228,27 +296,81 @@ const char *gemm_f32_path_name(GemmF32Path path) {
     }
 }
 
+/* Our kernel for `path` (the portable one for any path without its own). */
+static const GemmF32Kernel *kernel_of(GemmF32Path path) {
+    switch (path) {
+#if defined(__x86_64__)
+    case GEMM_F32_OWN_AVX512:
+        return &gemm_f32_kernel_avx512;
+    case GEMM_F32_OWN_AVX2:
+        return &gemm_f32_kernel_avx2;
+#endif
+    default:
+        return &gemm_f32_kernel_portable;
+    }
+}
+
+/* A side of one stretch: `len` items of src from item 0 (no C: it is not the parts' side). */
+static void side_of_one(Side *side, const float *src, int ld, int len) {
+    side->s[0] = (Stretch){.src = src, .ld = ld, .len = len};
+    side->n = 1, side->len = len;
+}
+
+/* The parts' side of a group: each part a stretch starting at the next multiple of `unit` (parts
+ * of no items left out). */
+static void side_of_parts(Side *side, const GemmF32Part *parts, int n_parts, int unit) {
+    side->n = 0, side->len = 0;
+    for (int p = 0, at = 0; p < n_parts; p++) {
+        if (parts[p].len <= 0) continue;
+        side->s[side->n++] = (Stretch){.src = parts[p].x,
+                                       .ld = parts[p].ldx,
+                                       .len = parts[p].len,
+                                       .at = at,
+                                       .c = parts[p].c,
+                                       .ldc = parts[p].ldc,
+                                       .alpha = parts[p].alpha,
+                                       .beta = parts[p].beta};
+        side->len = at + parts[p].len;
+        at = round_up(side->len, unit);
+    }
+}
+
 bool gemm_f32_on(GemmF32Path path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
     if (!gemm_f32_path_available(path)) return false;
-    const GemmF32Kernel *kd = &gemm_f32_kernel_portable;
-    switch (path) {
-    case GEMM_F32_OPENBLAS:
+    if (path == GEMM_F32_OPENBLAS) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
                     ldc);
         return true;
-#if defined(__x86_64__)
-    case GEMM_F32_OWN_AVX512:
-        kd = &gemm_f32_kernel_avx512;
-        break;
-    case GEMM_F32_OWN_AVX2:
-        kd = &gemm_f32_kernel_avx2;
-        break;
-#endif
-    default:
-        break;
     }
-    own_gemm(kd, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    Side sa, sb;
+    side_of_one(&sa, a, lda, m);
+    side_of_one(&sb, b, ldb, n);
+    sb.s[0].c = c, sb.s[0].ldc = ldc, sb.s[0].alpha = alpha, sb.s[0].beta = beta;
+    own_gemm(kernel_of(path), trans_a, trans_b, k, &sa, &sb, true);
+    return true;
+}
+
+bool gemm_f32_shared_on(GemmF32Path path, bool shares_a, bool trans_a, bool trans_b, int dim, int k,
+                        const float *shared, int ld, const GemmF32Part *parts, int n_parts) {
+    if (!gemm_f32_path_available(path) || n_parts < 0 || n_parts > GEMM_F32_MAX_PARTS) return false;
+    if (path == GEMM_F32_OPENBLAS || dim <= 0) {
+        for (int p = 0; p < n_parts; p++) {
+            const GemmF32Part *q = &parts[p];
+            gemm_f32_on(path, trans_a, trans_b, shares_a ? dim : q->len, shares_a ? q->len : dim, k,
+                        q->alpha, shares_a ? shared : q->x, shares_a ? ld : q->ldx,
+                        shares_a ? q->x : shared, shares_a ? q->ldx : ld, q->beta, q->c, q->ldc);
+        }
+        return true;
+    }
+    const GemmF32Kernel *kd = kernel_of(path);
+    Side one, many;
+    side_of_one(&one, shared, ld, dim);
+    side_of_parts(&many, parts, n_parts, shares_a ? kd->nr : kd->mr);
+    if (shares_a)
+        own_gemm(kd, trans_a, trans_b, k, &one, &many, true);
+    else
+        own_gemm(kd, trans_a, trans_b, k, &many, &one, false);
     return true;
 }

@@ -54,6 +54,38 @@ void gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 bool gemm_f32_on(GemmF32Path path, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
+/* The most products one gemm_f32_shared call takes (q, k and v are three). */
+#define GEMM_F32_MAX_PARTS 8
+
+/* One product of a group sharing an operand (gemm_f32_shared): its own operand x (B of a group
+ * sharing A, A of one sharing B, stored as the group's trans_b / trans_a say, row stride ldx),
+ * its length len (sharing A: op(B) is k x len, C is dim x len; sharing B: op(A) is len x k, C is
+ * len x dim), and its C (row stride ldc) = alpha op(A) op(B) + beta C. */
+typedef struct {
+    const float *x;
+    int ldx;
+    int len;
+    float alpha, beta;
+    float *c;
+    int ldc;
+} GemmF32Part;
+
+/* Several products with one operand in common, e.g. x_n W_q^T, x_n W_k^T, x_n W_v^T (shares_a,
+ * shared = x_n) or dW_q += dq^T x_n, dW_k += dk^T x_n, ... (sharing B = x_n): shares_a: op(A)
+ * (dim x k, stored as trans_a says, stride ld) is `shared`; else op(B) (k x dim) is. Each part's
+ * C gets the bits gemm_f32 would give it alone (the same packed values, k blocks and sums:
+ * invariant 1); on our paths each block of the shared operand is packed once for all parts
+ * instead of once per product. On OpenBLAS's path (and per part under GEMM_F32_MEASURED) it is
+ * one gemm_f32 per part. The parts' C must not overlap each other or any operand. n_parts <=
+ * GEMM_F32_MAX_PARTS. Never fails. */
+void gemm_f32_shared(bool shares_a, bool trans_a, bool trans_b, int dim, int k, const float *shared,
+                     int ld, const GemmF32Part *parts, int n_parts);
+
+/* gemm_f32_shared on one named path (not AUTO). Returns false, touching nothing, when this CPU
+ * lacks the path's instructions or n_parts is out of range. For tests and benches. */
+bool gemm_f32_shared_on(GemmF32Path path, bool shares_a, bool trans_a, bool trans_b, int dim, int k,
+                        const float *shared, int ld, const GemmF32Part *parts, int n_parts);
+
 /* Whether this CPU runs `path` (cpuid; OPENBLAS and PORTABLE: always). */
 bool gemm_f32_path_available(GemmF32Path path);
 

@@ -156,17 +156,38 @@ static GemmF32Path fixed_path(void) {
     return own == GEMM_F32_OWN_PORTABLE ? GEMM_F32_OPENBLAS : own;
 }
 
+/* The path of every product from now on, short of GEMM_F32_MEASURED's per-class choice (which
+ * this returns as it is). */
+static GemmF32Path current_path(void) {
+    GemmF32Path hooked = hooked_path_once();
+    if (hooked != GEMM_F32_AUTO) return hooked;
+    return policy == GEMM_F32_AUTO ? fixed_path() : policy;
+}
+
 void gemm_f32(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc) {
-    GemmF32Path path = policy;
-    GemmF32Path hooked = hooked_path_once();
-    if (hooked != GEMM_F32_AUTO)
-        path = hooked;
-    else if (path == GEMM_F32_AUTO)
-        path = fixed_path();
-    else if (path == GEMM_F32_MEASURED)
+    GemmF32Path path = current_path();
+    if (path == GEMM_F32_MEASURED)
         path = m > 0 && n > 0 && k > 0 ? choose(trans_a, trans_b, m, n, k, beta) : fixed_path();
     gemm_f32_on(path, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_f32_shared(bool shares_a, bool trans_a, bool trans_b, int dim, int k, const float *shared,
+                     int ld, const GemmF32Part *parts, int n_parts) {
+    GemmF32Path path = current_path();
+    if (path != GEMM_F32_MEASURED) {
+        gemm_f32_shared_on(path, shares_a, trans_a, trans_b, dim, k, shared, ld, parts, n_parts);
+        return;
+    }
+    for (int p = 0; p < n_parts; p++) { /* each part on its own class's path */
+        const GemmF32Part *q = &parts[p];
+        if (shares_a)
+            gemm_f32(trans_a, trans_b, dim, q->len, k, q->alpha, shared, ld, q->x, q->ldx, q->beta,
+                     q->c, q->ldc);
+        else
+            gemm_f32(trans_a, trans_b, q->len, dim, k, q->alpha, q->x, q->ldx, shared, ld, q->beta,
+                     q->c, q->ldc);
+    }
 }
 
 void gemm_f32_set_policy(GemmF32Path p) {

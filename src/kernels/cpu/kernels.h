@@ -213,6 +213,21 @@ int fused_logprob_chunk_rows(int vocab);
 void matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
                      const float *w, int n, int in_dim, int out_dim);
 
+/* dbias (out_dim) += the column sums of dout (N, out_dim), each summed over the rows in order
+ * (matmul_backward's dbias). */
+void bias_grad_add(float *dbias, const float *dout, int n, int out_dim);
+
+/* linear_forward of each part over one input (backend.h's linears): fp32 W over more rows than
+ * the few-rows path takes are multiplied by one gemm_f32_shared, `in` packed once; each out has
+ * the bits linear_forward gives it. */
+void linears_forward(const LinearPart *parts, int count, const float *in, int n, int in_dim);
+
+/* matmul_backward's dw and dbias of each part over one input (backend.h's
+ * linear_weight_grads): the dw products by one gemm_f32_shared (`in` packed once); the bits of
+ * matmul_backward(NULL, dw, dbias, ...) per part. */
+void linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
+                         int in_dim);
+
 /* matmul_backward with W as it is stored (matmul_frozen.c): fp32, or frozen and narrower (bf16,
  * NF4),
  * then widened panel by panel and dw must be NULL. */

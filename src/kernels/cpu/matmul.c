@@ -215,9 +215,12 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
     if (dw)
         gemm_f32(true, false, out_dim, in_dim, n, 1.0f, dout, out_dim, in, in_dim, 1.0f, dw,
                  in_dim);
-    if (!dbias) return;
-        /* columns split between threads: each sum runs over the rows in order, so it is
-         * reproducible */
+    if (dbias) bias_grad_add(dbias, dout, n, out_dim);
+}
+
+void bias_grad_add(float *dbias, const float *dout, int n, int out_dim) {
+    /* columns split between threads: each sum runs over the rows in order, so it is
+     * reproducible */
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < out_dim; j++) {
         float s = 0.0f;
@@ -225,6 +228,61 @@ void matmul_backward(float *din, float *dw, float *dbias, const float *dout, con
             s += dout[(size_t)r * out_dim + j];
         dbias[j] += s;
     }
+}
+
+/* Whether w is an fp32 matrix (not bf16 or NF4). */
+static bool stored_f32(WeightRef w) {
+    return w.f32 && !w.bf16 && !w.nf4;
+}
+
+void linears_forward(const LinearPart *parts, int count, const float *in, int n, int in_dim) {
+    bool shared = n > FEW_ROWS && count <= GEMM_F32_MAX_PARTS;
+    for (int i = 0; i < count; i++)
+        shared = shared && stored_f32(parts[i].w);
+    if (!shared) { /* the few-rows path reads W row by row, narrow W are widened: one by one */
+        for (int i = 0; i < count; i++)
+            linear_forward(parts[i].out, in, parts[i].w, parts[i].bias, n, in_dim,
+                           parts[i].out_dim);
+        return;
+    }
+    GemmF32Part gp[GEMM_F32_MAX_PARTS] = {{0}};
+    for (int i = 0; i < count; i++) /* out_i = in W_i^T, as matmul_forward's gemm_f32 */
+        gp[i] = (GemmF32Part){.x = parts[i].w.f32,
+                              .ldx = in_dim,
+                              .len = parts[i].out_dim,
+                              .alpha = 1.0f,
+                              .beta = 0.0f,
+                              .c = parts[i].out,
+                              .ldc = parts[i].out_dim};
+    gemm_f32_shared(true, false, true, n, in_dim, in, in_dim, gp, count);
+    for (int i = 0; i < count; i++)
+        bias_add_rows(parts[i].out, parts[i].bias, n, parts[i].out_dim);
+}
+
+void linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
+                         int in_dim) {
+    if (n == 0) return;
+    GemmF32Part gp[GEMM_F32_MAX_PARTS] = {{0}};
+    int products = 0;
+    for (int i = 0; i < count; i++) {
+        const LinearGradPart *p = &parts[i];
+        if (!p->dw) continue;
+        if (count > GEMM_F32_MAX_PARTS) { /* (more than a layer has: one by one) */
+            matmul_backward(NULL, p->dw, NULL, p->dout, in, NULL, n, in_dim, p->out_dim);
+            continue;
+        }
+        /* dW_i += dout_i^T in, as matmul_backward's gemm_f32 */
+        gp[products++] = (GemmF32Part){.x = p->dout,
+                                       .ldx = p->out_dim,
+                                       .len = p->out_dim,
+                                       .alpha = 1.0f,
+                                       .beta = 1.0f,
+                                       .c = p->dw,
+                                       .ldc = in_dim};
+    }
+    if (products) gemm_f32_shared(false, true, false, in_dim, n, in, in_dim, gp, products);
+    for (int i = 0; i < count; i++)
+        if (parts[i].dbias) bias_grad_add(parts[i].dbias, parts[i].dout, n, parts[i].out_dim);
 }
 
 /* ---- products with bf16 weights ---- */
