@@ -11,6 +11,7 @@
 #include "train/optimizer.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,8 +350,85 @@ static void test_calloc_written(void) {
     CHECK(calloc_written(SIZE_MAX / 2, 4) == NULL, "an overflowing size is refused");
 }
 
+/* The trainer's clip folded into AdamW's read (adamw_step_scaled with grad_clip_coef) against
+ * the two passes it replaced (grad_clip, then adamw_step), fp32 and 8-bit moments, steps with
+ * and without clipping: parameters and moments equal bit for bit, the gradients unclipped. */
+static void test_clip_folded(bool eight_bit) {
+    ParamSpan spans[3] = {{0, 1000, true, false},
+                          {1000, Q8_MIN_NUMEL + 300, true, false}, /* 8-bit moments if asked */
+                          {1000 + Q8_MIN_NUMEL + 300, 77, false, false}};
+    size_t n = spans[2].offset + spans[2].numel;
+    AdamWConfig cfg = {0.9, 0.999, 1e-8, 0.01, eight_bit};
+    AdamW two_pass, folded;
+    CHECK(adamw_init(&two_pass, &cfg, spans, 3) == 0 && adamw_init(&folded, &cfg, spans, 3) == 0,
+          "%s", err_msg());
+    float *p_two = malloc(n * sizeof *p_two), *p_fold = malloc(n * sizeof *p_fold);
+    float *g = malloc(n * sizeof *g), *g_two = malloc(n * sizeof *g_two);
+    for (size_t i = 0; i < n; i++)
+        p_two[i] = p_fold[i] = (float)cos(0.7 * (double)i);
+    const Backend *be = backend_cpu();
+    int clipped = 0;
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < n; i++) /* steps 0 and 2 far above max_norm 1, 1 and 3 below */
+            g[i] = (float)sin(0.37 * (double)i + k) * (k % 2 ? 1e-3f : 0.5f);
+        memcpy(g_two, g, n * sizeof *g);
+        double norm = grad_global_norm(be, g, spans, 3);
+        float coef = grad_clip_coef(1.0, norm);
+        clipped += coef < 1.0f;
+        grad_clip(be, g_two, spans, 3, 1.0, norm);
+        adamw_step(&two_pass, be, p_two, g_two, 1e-3);
+        adamw_step_scaled(&folded, be, p_fold, g, 1e-3, coef);
+        CHECK(fabs(g[5] - sin(0.37 * 5 + k) * (k % 2 ? 1e-3 : 0.5)) < 1e-6,
+              "step %d: the gradients were scaled in place", k);
+    }
+    CHECK(clipped == 2, "%d of 4 steps clipped, want 2", clipped);
+    CHECK(memcmp(p_two, p_fold, n * sizeof *p_two) == 0,
+          "%s: parameters differ between the folded clip and the separate pass",
+          eight_bit ? "8-bit" : "fp32");
+    for (int s = 0; s < 3; s++) {
+        MomentTensor a[4], b[4];
+        int na = adamw_span_moments(&two_pass, s, a), nb = adamw_span_moments(&folded, s, b);
+        CHECK(na == nb && (na == 4) == (eight_bit && s == 1), "span %d: %d moment tensors", s, na);
+        for (int t = 0; t < na && na == nb; t++)
+            CHECK(memcmp(a[t].data, b[t].data, moment_tensor_bytes(&a[t])) == 0,
+                  "%s span %d: %s differs", eight_bit ? "8-bit" : "fp32", s, a[t].key);
+    }
+    adamw_free(&two_pass), adamw_free(&folded);
+    free(p_two), free(p_fold), free(g), free(g_two);
+}
+
+/* The gradient's sum of squares (what grad_norm is the root of) over many of its blocks and a
+ * ragged tail: the same bits with 1, 2 and 3 threads (its order is fixed by the length alone),
+ * and within 1e-14 of a long double sum. */
+static void test_sum_squares_threads(void) {
+    size_t n = 5 * 8192 * 7 + 4099;
+    float *g = malloc(n * sizeof *g);
+    long double want = 0;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = (float)(sin(0.91 * (double)i) * (1.0 + (double)(i % 977)));
+        want += (long double)g[i] * g[i];
+    }
+    const Backend *be = backend_cpu();
+    int threads = omp_get_max_threads();
+    double got[3];
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        got[t - 1] = be->sum_squares(be, g, n);
+    }
+    omp_set_num_threads(threads);
+    CHECK(memcmp(&got[0], &got[1], sizeof got[0]) == 0 &&
+              memcmp(&got[0], &got[2], sizeof got[0]) == 0,
+          "sum_squares depends on the thread count: %.17g %.17g %.17g", got[0], got[1], got[2]);
+    CHECK(fabs(got[0] - (double)want) <= 1e-14 * (double)want, "sum_squares %.17g, want %.17Lg",
+          got[0], want);
+    free(g);
+}
+
 int main(void) {
     test_calloc_written();
+    test_sum_squares_threads();
+    test_clip_folded(false);
+    test_clip_folded(true);
     test_schedules();
     run_case("adamw_cosine_clip");
     run_case("adamw_linear_qknorm");

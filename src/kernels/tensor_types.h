@@ -94,6 +94,10 @@ typedef struct {
     float shrink;   /* 1 - lr * weight_decay, or 1 for a span without decay */
     float neg_step; /* -lr / (1 - beta1^t) */
     float bc2_sqrt; /* sqrt(1 - beta2^t) */
+    /* What each gradient is multiplied by as it is read: clip_grad_norm_'s coefficient, or 1
+     * (exact: g * 1 = g). The product is rounded to fp32 before it is used, so the update sees
+     * the bits a separate scaling pass would have stored. Every constructor must set it. */
+    float grad_scale;
 } AdamWStepCoefs;
 
 #endif

@@ -139,6 +139,11 @@ int adamw_check_backend(const AdamW *opt, const Backend *be) {
 }
 
 void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads, double lr) {
+    adamw_step_scaled(opt, be, params, grads, lr, 1.0f);
+}
+
+void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float *grads, double lr,
+                       float grad_scale) {
     const AdamWConfig *cfg = &opt->cfg;
     opt->step++;
     double bc1 = 1.0 - pow(cfg->beta1, (double)opt->step);
@@ -149,7 +154,8 @@ void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads
                         .one_minus_beta2 = (float)(1.0 - cfg->beta2),
                         .eps = (float)cfg->eps,
                         .neg_step = (float)(-lr / bc1),
-                        .bc2_sqrt = (float)bc2_sqrt};
+                        .bc2_sqrt = (float)bc2_sqrt,
+                        .grad_scale = grad_scale};
     for (int s = 0; s < opt->n_spans; s++) {
         const ParamSpan *span = &opt->spans[s];
         SpanMoments *mom = &opt->moments[s];
@@ -178,11 +184,15 @@ double grad_global_norm(const Backend *be, const float *grads, const ParamSpan *
     return sqrt(grad_sum_squares(be, grads, spans, n_spans));
 }
 
+float grad_clip_coef(double max_norm, double norm) {
+    double coef = max_norm / (norm + 1e-6);
+    return coef >= 1.0 ? 1.0f : (float)coef;
+}
+
 void grad_clip(const Backend *be, float *grads, const ParamSpan *spans, int n_spans,
                double max_norm, double norm) {
-    double coef = max_norm / (norm + 1e-6);
-    if (coef >= 1.0) return;
-    float f = (float)coef;
+    float f = grad_clip_coef(max_norm, norm);
+    if (f == 1.0f) return;
     for (int s = 0; s < n_spans; s++)
         be->scale(be, grads + spans[s].offset, f, spans[s].numel);
 }

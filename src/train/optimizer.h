@@ -89,6 +89,11 @@ size_t moment_tensor_bytes(const MomentTensor *t);
  * model's backend) and the update runs there; the moments are still host memory (malloc), which
  * a device backend will have to change. */
 void adamw_step(AdamW *opt, const Backend *be, float *params, const float *grads, double lr);
+/* adamw_step on the gradients times grad_scale (grad_clip_coef's), each product rounded to fp32
+ * as it is read: the bits grad_clip followed by adamw_step give, without grad_clip's pass over
+ * the gradients (a read and a write of every one). grads are left as they were. */
+void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float *grads, double lr,
+                       float grad_scale);
 
 /* The gradients below are be's memory, the sums run there. */
 
@@ -98,6 +103,9 @@ double grad_global_norm(const Backend *be, const float *grads, const ParamSpan *
 /* Its square before the root: what ranks holding slices of the gradient sum. */
 double grad_sum_squares(const Backend *be, const float *grads, const ParamSpan *spans, int n_spans);
 
+/* clip_grad_norm_'s coefficient for a global norm: (float)(max_norm / (norm + 1e-6)) where that
+ * is below 1, else exactly 1 (torch clamps it to 1 and multiplies anyway; x * 1 = x). */
+float grad_clip_coef(double max_norm, double norm);
 /* clip_grad_norm_: scales every gradient by min(1, max_norm / (norm + 1e-6)). */
 void grad_clip(const Backend *be, float *grads, const ParamSpan *spans, int n_spans,
                double max_norm, double norm);

@@ -175,11 +175,11 @@ int trainer_step(Trainer *t, const MicroBatch *mbs, int n, const TrainMethod *me
         t->step++;
         return TRAINER_STEP_SKIPPED;
     }
-    /* the spans AdamW updates: all of them, or this rank's slice */
-    if (t->opt.max_grad_norm > 0)
-        grad_clip(be, t->grads, t->adamw.spans, t->adamw.n_spans, t->opt.max_grad_norm,
-                  stats->grad_norm);
-    adamw_step(&t->adamw, be, t->params, t->grads, stats->lr);
+    /* the clip rides on AdamW's read of each gradient (adamw_step_scaled: the bits a separate
+     * scaling pass gave, one pass over the gradients fewer); t->grads stay unclipped */
+    float clip =
+        t->opt.max_grad_norm > 0 ? grad_clip_coef(t->opt.max_grad_norm, stats->grad_norm) : 1.0f;
+    adamw_step_scaled(&t->adamw, be, t->params, t->grads, stats->lr, clip);
     if (t->sharded) dist_allgather_f32_on(be, t->params, &t->shards);
     t->step++;
     return 0;

@@ -468,7 +468,8 @@ static void check_adamw(size_t n) {
                         .eps = 1e-8f,
                         .shrink = 1.0f - 1e-3f * 0.01f,
                         .neg_step = 0.0f,
-                        .bc2_sqrt = 0.0f};
+                        .bc2_sqrt = 0.0f,
+                        .grad_scale = 0.75f}; /* the clip folded into the read, as the CPU's */
     float step_size = 1e-3f / (1.0f - 0.9f * 0.9f * 0.9f),
           inv_bc2_sqrt = 1.0f / sqrtf(1.0f - 0.997f);
     float *wp = malloc(n * 4), *wm = malloc(n * 4), *wv = malloc(n * 4);

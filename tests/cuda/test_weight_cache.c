@@ -112,7 +112,8 @@ int main(void) {
                         .eps = 1e-8f,
                         .shrink = 1.0f,
                         .neg_step = -0.05f,
-                        .bc2_sqrt = sqrtf(0.001f)};
+                        .bc2_sqrt = sqrtf(0.001f),
+                        .grad_scale = 1.0f};
     be->adamw(be, w_dev, mv, mv + OUT * IN, g_dev, OUT * IN, &c, 0.05f, 1.0f / sqrtf(0.001f));
     fresh_after("adamw", be, x_dev, x, w_dev, out1);
 

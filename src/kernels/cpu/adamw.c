@@ -1,23 +1,63 @@
 /* The fp32 AdamW update and the gradient's sum of squares, for backend_cpu (backend.h). */
 #include "kernels/cpu/kernels.h"
 
+#include "common/error.h"
+
 #include <math.h>
+#include <stdlib.h>
 
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
-                      const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
+                      const AdamWStepCoefs *coefs, float step_size, float inv_bc2_sqrt) {
+    const AdamWStepCoefs c = *coefs; /* locals: the stores cannot alias them */
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < numel; i++) {
-        p[i] *= c->shrink;
-        m[i] += (1.0f - c->beta1) * (g[i] - m[i]);
-        v[i] = c->beta2 * v[i] + (1.0f - c->beta2) * g[i] * g[i];
-        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + c->eps);
+        /* the clip's scaling, rounded as the separate pass stored it (C11: no contraction) */
+        float gi = g[i] * c.grad_scale;
+        p[i] *= c.shrink;
+        m[i] += (1.0f - c.beta1) * (gi - m[i]);
+        v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * gi * gi;
+        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + c.eps);
     }
 }
 
+/* Σ g² in a fixed order that depends on n alone (not on the thread count, not on the vector
+ * width): blocks of SS_BLOCK values, each summed in SS_LANES double lanes (lane k takes the
+ * values at k mod SS_LANES, in order) folded pairwise, then the blocks' sums added in order.
+ * Each square is exact in double (a float's 24-bit significand squared), so only the additions
+ * round, and the lanes keep every vector unit busy where one chain of dependent adds waited
+ * on each add's latency (the loop this replaced ran at one value per add latency). */
+#define SS_LANES        16
+#define SS_BLOCK        8192
+#define SS_STACK_BLOCKS 64
+
+static double block_sum_squares(const float *g, size_t n) {
+    double lane[SS_LANES] = {0};
+    size_t i = 0;
+    for (; i + SS_LANES <= n; i += SS_LANES)
+#pragma omp simd
+        for (int k = 0; k < SS_LANES; k++)
+            lane[k] += (double)g[i + k] * g[i + k];
+    for (int k = 0; i < n; i++, k++)
+        lane[k] += (double)g[i] * g[i];
+    for (int width = SS_LANES / 2; width >= 1; width /= 2)
+        for (int k = 0; k < width; k++)
+            lane[k] += lane[k + width];
+    return lane[0];
+}
+
 double sum_squares(const float *g, size_t n) {
+    size_t blocks = (n + SS_BLOCK - 1) / SS_BLOCK;
+    if (blocks <= 1) return block_sum_squares(g, n); /* no parallel region for a small span */
+    double stack[SS_STACK_BLOCKS];
+    double *part = blocks <= SS_STACK_BLOCKS ? stack : xmalloc(blocks * sizeof *part);
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < blocks; b++) {
+        size_t at = b * SS_BLOCK;
+        part[b] = block_sum_squares(g + at, n - at < SS_BLOCK ? n - at : SS_BLOCK);
+    }
     double ss = 0.0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        ss += (double)g[i] * g[i];
+    for (size_t b = 0; b < blocks; b++)
+        ss += part[b];
+    if (part != stack) free(part);
     return ss;
 }

@@ -200,8 +200,9 @@ void adamw8bit_update(Q8Moments *q, const Q8Map *m_map, const Q8Map *v_map, floa
         const float *gb = g + at;
 #pragma omp simd
         for (size_t i = 0; i < n; i++) {
-            m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gb[i];
-            v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gb[i] * gb[i];
+            float gi = gb[i] * c.grad_scale; /* the clip, as adamw_f32_update reads it */
+            m[i] = m[i] * c.beta1 + c.one_minus_beta1 * gi;
+            v[i] = v[i] * c.beta2 + c.one_minus_beta2 * gi * gi;
             float denom = sqrtf(v[i]) / c.bc2_sqrt + c.eps;
             pb[i] = pb[i] * c.shrink + c.neg_step * m[i] / denom;
         }

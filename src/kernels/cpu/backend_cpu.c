@@ -121,7 +121,9 @@ static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, con
 
 static void cpu_add(const Backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;
-#pragma omp parallel for schedule(static)
+    /* simd: out may be a or b (dx += tmp), the same element, which vector lanes keep; without
+     * it -O2 (whose cheap cost model adds no run-time overlap check) left this loop scalar */
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }

@@ -334,7 +334,8 @@ void softcap_inplace(float *x, size_t n, float softcap);
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
                       const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
 
-/* Σ g[i]² over n values, in double. */
+/* Σ g[i]² over n values, in double, summed in an order fixed by n alone: the same bits for any
+ * thread count and vector width. */
 double sum_squares(const float *g, size_t n);
 
 #endif

@@ -5,22 +5,48 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* Every row's sums run in double, one add after another in column order, as they always have
+ * (so every bit is what the one-row loops gave). One such chain waits on each add's latency;
+ * RMS_ROWS rows side by side are as many independent chains, which the core overlaps. */
+#define RMS_ROWS 8
+
+/* ss[k] = Σ_j x[k][j]² for the rows x[k] = x + k c, k < rows <= RMS_ROWS. */
+static void rows_sum_squares(const float *x, int rows, int c, double *ss) {
+    for (int k = 0; k < rows; k++)
+        ss[k] = 0.0;
+    for (int j = 0; j < c; j++)
+        for (int k = 0; k < rows; k++) {
+            double v = x[(size_t)k * c + j];
+            ss[k] += v * v;
+        }
+}
+
+static float rstd_of(double ss, int c, float eps) {
+    return 1.0f / sqrtf((float)(ss / c) + eps);
+}
+
 /* The norm with gain (offset + w): 0 for Llama's w, 1 for Gemma's (1 + w) (one fp32 add, as
  * transformers' 1.0 + weight.float()). */
 static void rmsnorm_offset_forward(float *out, const float *in, const float *w, float offset, int n,
                                    int c, float eps) {
+    int groups = (n + RMS_ROWS - 1) / RMS_ROWS;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        const float *x = in + (size_t)r * c;
-        float *y = out + (size_t)r * c;
+    for (int grp = 0; grp < groups; grp++) {
+        int r0 = grp * RMS_ROWS, rows = n - r0 < RMS_ROWS ? n - r0 : RMS_ROWS;
         /* transformers accumulates the mean of squares in fp32; summing in double here
          * keeps us within its rounding for any width. */
-        double ss = 0.0;
-        for (int j = 0; j < c; j++)
-            ss += (double)x[j] * x[j];
-        float rstd = 1.0f / sqrtf((float)(ss / c) + eps);
-        for (int j = 0; j < c; j++)
-            y[j] = (offset + w[j]) * (x[j] * rstd);
+        double ss[RMS_ROWS];
+        rows_sum_squares(in + (size_t)r0 * c, rows, c, ss);
+        for (int k = 0; k < rows; k++) {
+            const float *x = in + (size_t)(r0 + k) * c;
+            float *y = out + (size_t)(r0 + k) * c;
+            float rstd = rstd_of(ss[k], c, eps);
+            /* simd: out may be in itself, the same element (the compiler would not vectorise
+             * a loop it cannot prove free of partial overlap) */
+#pragma omp simd
+            for (int j = 0; j < c; j++)
+                y[j] = (offset + w[j]) * (x[j] * rstd);
+        }
     }
 }
 
@@ -32,40 +58,63 @@ void rmsnorm_1p_forward(float *out, const float *in, const float *w, int n, int 
     rmsnorm_offset_forward(out, in, w, 1.0f, n, c, eps);
 }
 
-static float row_rstd(const float *x, int c, float eps) {
-    double ss = 0.0;
-    for (int j = 0; j < c; j++)
-        ss += (double)x[j] * x[j];
-    return 1.0f / sqrtf((float)(ss / c) + eps);
-}
+/* The columns of dw one thread sums at a time: a block of them side by side, each over the rows
+ * in row order (the order the one-column loop had), so the adds are independent vector lanes. */
+#define RMS_DW_COLS 64
 
 /* With y = g ⊙ x r, g = offset + w, r = (mean(x²) + eps)^-1/2:
- * dx = r (g ⊙ dy) - x r³/C Σ_k g_k dy_k x_k,   dw = dg = Σ_rows dy ⊙ x r. */
+ * dx = r (g ⊙ dy) - x r³/C Σ_k g_k dy_k x_k,   dw = dg = Σ_rows dy ⊙ x r.
+ * One parallel region, three loops, each ending in a barrier: the rows' r; dw's columns (reading
+ * every row's r and dy); dx's rows, which may overwrite dy (din may alias dout), so not before
+ * dw has read it. */
 static void rmsnorm_offset_backward(float *din, float *dw, const float *dout, const float *in,
                                     const float *w, float offset, int n, int c, float eps) {
     float *rstd = xmalloc((size_t)n * sizeof *rstd);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++)
-        rstd[r] = row_rstd(in + (size_t)r * c, c, eps);
-    if (dw) {
-#pragma omp parallel for schedule(static)
-        for (int j = 0; j < c; j++) {
-            float s = 0.0f;
-            for (int r = 0; r < n; r++)
-                s += dout[(size_t)r * c + j] * in[(size_t)r * c + j] * rstd[r];
-            dw[j] += s;
+    int groups = (n + RMS_ROWS - 1) / RMS_ROWS, col_blocks = (c + RMS_DW_COLS - 1) / RMS_DW_COLS;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int grp = 0; grp < groups; grp++) {
+            int r0 = grp * RMS_ROWS, rows = n - r0 < RMS_ROWS ? n - r0 : RMS_ROWS;
+            double ss[RMS_ROWS];
+            rows_sum_squares(in + (size_t)r0 * c, rows, c, ss);
+            for (int k = 0; k < rows; k++)
+                rstd[r0 + k] = rstd_of(ss[k], c, eps);
         }
-    }
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < n; r++) {
-        const float *x = in + (size_t)r * c, *dy = dout + (size_t)r * c;
-        float *dx = din + (size_t)r * c;
-        double dot = 0.0;
-        for (int j = 0; j < c; j++)
-            dot += (double)(offset + w[j]) * dy[j] * x[j];
-        float rs = rstd[r], k = (float)(dot / c) * rs * rs * rs;
-        for (int j = 0; j < c; j++)
-            dx[j] = rs * (offset + w[j]) * dy[j] - k * x[j];
+        if (dw) {
+#pragma omp for schedule(static)
+            for (int cb = 0; cb < col_blocks; cb++) {
+                int j0 = cb * RMS_DW_COLS, cols = c - j0 < RMS_DW_COLS ? c - j0 : RMS_DW_COLS;
+                float s[RMS_DW_COLS] = {0};
+                for (int r = 0; r < n; r++) {
+                    const float *dy = dout + (size_t)r * c + j0, *x = in + (size_t)r * c + j0;
+                    float rs = rstd[r];
+#pragma omp simd
+                    for (int j = 0; j < cols; j++)
+                        s[j] += dy[j] * x[j] * rs;
+                }
+                for (int j = 0; j < cols; j++)
+                    dw[j0 + j] += s[j];
+            }
+        }
+#pragma omp for schedule(static)
+        for (int grp = 0; grp < groups; grp++) {
+            int r0 = grp * RMS_ROWS, rows = n - r0 < RMS_ROWS ? n - r0 : RMS_ROWS;
+            double dot[RMS_ROWS] = {0};
+            for (int j = 0; j < c; j++) {
+                double g = offset + w[j];
+                for (int k = 0; k < rows; k++)
+                    dot[k] += g * dout[(size_t)(r0 + k) * c + j] * in[(size_t)(r0 + k) * c + j];
+            }
+            for (int k = 0; k < rows; k++) {
+                const float *x = in + (size_t)(r0 + k) * c, *dy = dout + (size_t)(r0 + k) * c;
+                float *dx = din + (size_t)(r0 + k) * c;
+                float rs = rstd[r0 + k], kk = (float)(dot[k] / c) * rs * rs * rs;
+#pragma omp simd /* din may be dout, element for element */
+                for (int j = 0; j < c; j++)
+                    dx[j] = rs * (offset + w[j]) * dy[j] - kk * x[j];
+            }
+        }
     }
     free(rstd);
 }

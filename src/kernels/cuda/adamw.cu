@@ -11,7 +11,9 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
                  float step_size, float inv_bc2_sqrt) {
     for (size_t i = (size_t)blockIdx.x * ADAMW_THREADS + threadIdx.x; i < numel;
          i += (size_t)gridDim.x * ADAMW_THREADS) {
-        float gi = g[i], mi = m[i], vi = v[i];
+        // the clip's scaling, rounded on its own (__fmul_rn is never fused into an FMA) as the
+        // CPU's separate product is
+        float gi = __fmul_rn(g[i], c.grad_scale), mi = m[i], vi = v[i];
         float pi = p[i] * c.shrink;
         mi += (1.0f - c.beta1) * (gi - mi);
         vi = c.beta2 * vi + (1.0f - c.beta2) * gi * gi;
