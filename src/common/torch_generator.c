@@ -83,12 +83,7 @@ void torch_uniform_f64(TorchGenerator *g, double *out, size_t n, double from, do
     }
 }
 
-void torch_exponential_f32(TorchGenerator *g, float *out, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        double u = (double)(torch_generator_random64(g) & ((1ull << 53) - 1)) * 0x1.0p-53;
-        out[i] = (float)-log1p(-u);
-    }
-}
+/* torch_exponential_f32: common/torch_exponential.c */
 
 double torch_kaiming_uniform_bound(int64_t fan_in, double a) {
     double gain = sqrt(2.0 / (1 + a * a));

@@ -21,13 +21,16 @@ typedef struct {
     const PackedModel *packed;
 } CachedRows;
 
-static int rows_alloc(const Backend *be, CachedRows *b, const ModelConfig *c, int n) {
+/* The activations of n rows, then the last row of each of n_chunks chunks (*last), in the
+ * cache's step block (kv_cache.h invariant 6). */
+static int rows_alloc(CachedRows *b, const ModelConfig *c, int n, int n_chunks, float **last) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t rows = (size_t)n;
-    b->block = be->alloc(be, rows * (3 * H + 2 * qd + 2 * kvd + 2 * I) * sizeof(float),
-                         "decode activations");
+    size_t acts = rows * (3 * H + 2 * qd + 2 * kvd + 2 * I);
+    b->block = kv_cache_step_block(b->kv, (acts + (size_t)n_chunks * H) * sizeof(float));
     if (!b->block) return -1;
+    *last = b->block + acts;
     LayerActs *a = &b->a;
     float *p = b->block;
     a->x_in = a->x_mid = p, p += rows * H;
@@ -47,7 +50,6 @@ static int rows_alloc(const Backend *be, CachedRows *b, const ModelConfig *c, in
 }
 
 static void rows_free(const Backend *be, CachedRows *b) {
-    be->free(be, b->block);
     be->free(be, b->owned[0]);
     be->free(be, b->owned[1]);
     free(b->slot);
@@ -124,9 +126,9 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         if (kv->len[ch->slot] + ch->n_tokens > max_pos) max_pos = kv->len[ch->slot] + ch->n_tokens;
     }
     const Backend *be = model_backend(m);
-    CachedRows b = {0};
-    if (rows_alloc(be, &b, c, n) != 0) return -1;
-    b.kv = kv, b.packed = packed;
+    CachedRows b = {.kv = kv, .packed = packed};
+    float *last = NULL;
+    if (rows_alloc(&b, c, n, n_chunks, &last) != 0) return -1;
     size_t H = (size_t)c->hidden_size;
     int32_t *ids = xmalloc((size_t)n * sizeof *ids);
     int r = 0;
@@ -169,7 +171,6 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         cos_dev = backend_mirror(be, cos_t, table_bytes, "RoPE tables", &owned[1]);
         sin_dev = backend_mirror(be, sin_t, table_bytes, "RoPE tables", &owned[2]);
     }
-    float *last = be->alloc(be, (size_t)n_chunks * H * sizeof(float), "last rows");
     float *logits_dev =
         be->host_memory ? logits
                         : be->alloc(be, (size_t)n_chunks * c->vocab_size * sizeof(float), "logits");
@@ -205,7 +206,6 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         for (int j = 0; j < n_chunks; j++)
             kv->len[chunks[j].slot] += chunks[j].n_tokens;
     }
-    be->free(be, last);
     for (int i = 0; i < 4; i++)
         be->free(be, owned[i]);
     free(cos_t);

@@ -32,9 +32,20 @@ void kv_cache_free(KvCache *kv) {
         kv->be->free(kv->be, kv->v);
         kv->be->free(kv->be, kv->rope_cos);
         kv->be->free(kv->be, kv->rope_sin);
+        kv->be->free(kv->be, kv->step_block);
     }
     free(kv->len);
     memset(kv, 0, sizeof *kv);
+}
+
+void *kv_cache_step_block(KvCache *kv, size_t bytes) {
+    if (kv->step_block && bytes <= kv->step_bytes && bytes >= kv->step_bytes / 2)
+        return kv->step_block;
+    kv->be->free(kv->be, kv->step_block);
+    kv->step_bytes = 0;
+    kv->step_block = kv->be->alloc(kv->be, bytes, "decode activations");
+    if (kv->step_block) kv->step_bytes = bytes;
+    return kv->step_block;
 }
 
 void kv_cache_reset_slot(KvCache *kv, int slot) {

@@ -12,7 +12,10 @@
  *  5. rope_cos/rope_sin, once built, hold exactly the values rope_build_rows gives each
  *     position (the same function builds them), for RoPE types whose tables do not depend on
  *     the batch's length only (not dynamic NTK, not longrope): a decoding step gathers its rows
- *     from them on the backend instead of building and copying them from the host. */
+ *     from them on the backend instead of building and copying them from the host.
+ *  6. step_block (step_bytes of be's memory, NULL before the first forward) is the last
+ *     forward's activations, handed to the next: the decode steps of a generation, each the same
+ *     number of rows, write into memory already mapped (no page faults a step). */
 #ifndef RLHF_MODEL_KV_CACHE_H
 #define RLHF_MODEL_KV_CACHE_H
 
@@ -34,6 +37,8 @@ typedef struct {
      * s * max_len * rotary_dim/2) in be's memory, built by the first kv_cache_rope_tables call;
      * NULL before (invariant 5). */
     float *rope_cos, *rope_sin;
+    void *step_block; /* invariant 6 */
+    size_t step_bytes;
 } KvCache;
 
 /* A cache for n_slots sequences of up to max_len positions in be's memory (that of the model it
@@ -41,6 +46,12 @@ typedef struct {
 int kv_cache_init(KvCache *kv, const Backend *be, const ModelConfig *cfg, int n_slots, int max_len);
 void kv_cache_free(KvCache *kv);
 void kv_cache_reset_slot(KvCache *kv, int slot);
+
+/* At least `bytes` of be's memory for one forward's activations (invariant 6), valid until the
+ * next call or kv_cache_free; its contents are whatever the last forward left. The block is
+ * replaced when too small, or more than twice as large as asked (a prefill's block is given back
+ * at the first decode step). NULL with an error when out of memory. */
+void *kv_cache_step_block(KvCache *kv, size_t bytes);
 
 /* Copies positions 0..n-1 of slot `from` into slot `to` (every layer) and sets len[to] = n: a
  * shared prompt is prefilled once. */

@@ -1,0 +1,36 @@
+/* tensor.exponential_() on float32 as torch draws it (torch_generator.h), bit for bit, at the
+ * rate a GRPO step needs (64 rows x 151936 vocabulary x 128 tokens = 1.25 G draws): the words a
+ * block at a time (mt19937_simd.h), then u -> (float)-log1p(-u) eight or four at a time with
+ * glibc's vector log1p (libmvec). That log1p is not libm's to the last bit; the float it rounds
+ * to is libm's unless a float rounding boundary (a midpoint between two floats, where the low
+ * 29 bits of the double are 2^28) lies between the two: wherever the vector result is within
+ * TORCH_EXP_MIDPOINT_ULPS double ulps of one, the element is recomputed with libm's log1p. The
+ * margin is 1024 times libmvec's stated 4-ulp bound (its x86-64 functions, glibc wiki) plus
+ * libm's own ~1 ulp, and costs ~2^-16 of the elements a libm call. The draws of a large call are
+ * split across the OpenMP threads: each skips (twists without tempering) to its part. */
+#ifndef RLHF_COMMON_TORCH_EXPONENTIAL_H
+#define RLHF_COMMON_TORCH_EXPONENTIAL_H
+
+#include "common/mt19937_simd.h"
+#include "common/torch_generator.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Double ulps around a float midpoint within which the vector log1p is not trusted. */
+#define TORCH_EXP_MIDPOINT_ULPS 4096
+
+/* torch_exponential_f32 (torch_generator.h) on `path` (draw_path_supported). SCALAR is the
+ * serial reference: one random64 and one libm log1p per element. */
+void torch_exponential_f32_path(TorchGenerator *g, float *out, size_t n, DrawPath path);
+
+/* out[i] = (float)-log1p(-u_i), u_i from the word pair w[2i] (high), w[2i + 1] (low) as
+ * torch_exponential_f32 makes it, on `path`: equal to libm's in every element. */
+void torch_exponential_from_words(const uint32_t *w, float *out, size_t n, DrawPath path);
+
+/* For the tests and the search tool only: the vector log1p(-u_i) of the same pairs, before any
+ * check (path AVX2 or AVX512; SCALAR gives libm's). Returns false when this build or CPU has no
+ * vector log1p for `path` (then r is untouched). */
+bool torch_exponential_vector_log1p(const uint32_t *w, double *r, size_t n, DrawPath path);
+
+#endif
