@@ -6,9 +6,14 @@
  *    (lm_head): din = dout · W and the lm_head's dhidden over bf16 weights equal those over their
  *    fp32 widening;
  * 3. a DPO run with adapter: lora and bf16: true, on a checkpoint stored in bf16 (so keeping the
- *    base in bf16 rounds nothing), starts at ln 2 and trains the adapter the fp32 base trains. */
+ *    base in bf16 rounds nothing), starts at ln 2 and trains the adapter the fp32 base trains;
+ * 4. a NaN in an untied bf16 embedding, the one tensor model_load_frozen leaves in its file
+ *    (model/embed_map.c) and so only reads to check, is refused at load (bf16 base and NF4 base,
+ *    and `rlhf train` with adapter: lora, bf16: true) with an error naming the tensor and the
+ *    index, and nothing written to output_dir. */
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/float16.h"
 #include "common/json_util.h"
 #include "frozen_base.h"
@@ -163,7 +168,71 @@ static void check_kernels(void) {
     free(w16), free(w), free(dout), free(want), free(got), free(hidden);
 }
 
+/* Item 4: an untied copy of llama_text stored in bf16 (tokenizer and all, so `rlhf train` runs
+ * on it) whose embedding holds a bf16 NaN at one index; the clean copy's embedding is checked to
+ * be the mapped one, so the NaN goes down the path that only checks. */
+static void check_nan_in_mapped_embedding(void) {
+    Model m;
+    char dir[4096], path[4200];
+    const char *untied = harness_write_untied_llama_text();
+    snprintf(dir, sizeof dir, "%s", harness_tmp_path("untied_bf16_nan"));
+    CHECK(model_load(&m, untied) == 0 && model_dir_write(&m, untied, untied, dir, ST_BF16) == 0,
+          "an untied bf16 copy of llama_text: %s", err_msg());
+    model_free(&m);
+    CHECK(model_load_frozen(&m, dir, false, true) == 0 && m.embed_map != NULL,
+          "the clean untied bf16 copy loads with its embedding left in the file: %s", err_msg());
+    size_t numel = (size_t)m.cfg.vocab_size * m.cfg.hidden_size;
+    model_free(&m);
+
+    /* the NaN (bf16 0x7fc0) near the end of the table: a check that stops early misses it */
+    size_t nan_at = numel - 3, len = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    SafetensorsFile f;
+    CHECK(safetensors_open(&f, path) == 0, "%s", err_msg());
+    const SafetensorsTensor *t = safetensors_find(&f, "model.embed_tokens.weight");
+    CHECK(t && t->dtype == ST_BF16 && (size_t)t->numel == numel, "the copy's embedding is bf16");
+    size_t at = t ? (size_t)((const char *)t->data - (const char *)f.map) + 2 * nan_at : 0;
+    safetensors_close(&f);
+    char *bytes = NULL;
+    CHECK(read_file(path, &bytes, &len) == 0 && at + 2 <= len, "%s", err_msg());
+    if (!bytes || at + 2 > len) return;
+    bytes[at] = (char)0xc0, bytes[at + 1] = 0x7f; /* little-endian 0x7fc0 */
+    harness_write_file(path, bytes, len);
+    free(bytes);
+
+    char want[128];
+    snprintf(want, sizeof want, "tensor \"model.embed_tokens.weight\" holds NaN at flat index %zu",
+             nan_at);
+    for (int nf4 = 0; nf4 < 2; nf4++) {
+        err_clear();
+        CHECK(model_load_frozen(&m, dir, nf4, true) != 0,
+              "a NaN in the mapped embedding: loaded (%s)", nf4 ? "NF4" : "bf16");
+        CHECK(strstr(err_msg(), want) && strstr(err_msg(), dir),
+              "%s base: the error \"%s\" lacks \"%s\"", nf4 ? "NF4" : "bf16", err_msg(), want);
+        printf("refused at load (%s base): %s\n", nf4 ? "NF4" : "bf16", err_msg());
+    }
+
+    harness_write_arith_pairs("nan_pairs.jsonl", 4);
+    char text[8192], config[4096], out[4096];
+    snprintf(text, sizeof text,
+             "base_model: %s\nrl: dpo\ndatasets:\n  - path: %s\nsequence_len: 64\n"
+             "micro_batch_size: 2\nmax_steps: 1\nlearning_rate: 1e-3\nadapter: lora\nlora_r: "
+             "4\nlora_alpha: 8\n"
+             "lora_target_linear: true\nbf16: true\n",
+             dir, harness_tmp_path("nan_pairs.jsonl"));
+    snprintf(config, sizeof config, "%s", harness_tmp_path("nan_embed.yaml"));
+    harness_write_file(config, text, strlen(text));
+    snprintf(out, sizeof out, "%s", harness_tmp_path("nan_embed_out"));
+    char *args[] = {config, "--output_dir", out};
+    err_clear();
+    CHECK(cli_train(3, args) != CLI_EXIT_OK, "rlhf train over the NaN embedding: trained");
+    CHECK(strstr(err_msg(), want) != NULL, "rlhf train: the error \"%s\" lacks \"%s\"", err_msg(),
+          want);
+    CHECK(!dir_exists(out), "rlhf train refused the base but made %s", out);
+}
+
 int main(void) {
+    check_nan_in_mapped_embedding();
     check_kernels();
     check_gradients("qwen2_qv");
     check_gradients("llama_all_linear");
