@@ -58,14 +58,16 @@ static inline void lse_update_stats(RunningLse *acc, const float *z, int n, int 
 #pragma omp simd
             for (int l = 0; l < LANE_SUM_WIDTH; l++) {
                 float e = fast_expf(z[j + l] - m);
+                float e_z = e * (z[j + l] - m); /* its own statement: no compiler fuses it */
                 le[l] += e;
-                lez[l] += e * (z[j + l] - m);
+                lez[l] += e_z;
                 lz[l] += z[j + l];
             }
         for (int l = 0; j + l < j1; l++) {
             float e = fast_expf(z[j + l] - m);
+            float e_z = e * (z[j + l] - m);
             le[l] += e;
-            lez[l] += e * (z[j + l] - m);
+            lez[l] += e_z;
             lz[l] += z[j + l];
         }
         s += lane_sum_total(le), ez += lane_sum_total(lez), zs += lane_sum_total(lz);
