@@ -3,8 +3,27 @@
 #include "common/error.h"
 #include "model/rope_tables.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Asks the kernel to back the whole pages of [p, p + bytes) with transparent huge pages (THP in
+ * "madvise" mode, Debian's default, gives them only where asked). The cache is written a row at
+ * a time as the sequences grow, so with 4 KiB pages every (layer, slot) faults in a fresh page
+ * every few steps: 720 faults a decode step at 64 rows of SmolLM2-135M. Advice only: without it
+ * (another OS, THP off) nothing changes but the count. */
+static void advise_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t to = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (to > from) (void)madvise((void *)from, to - from, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
 
 int kv_cache_init(KvCache *kv, const Backend *be, const ModelConfig *cfg, int n_slots,
                   int max_len) {
@@ -21,6 +40,10 @@ int kv_cache_init(KvCache *kv, const Backend *be, const ModelConfig *cfg, int n_
         be->free(be, kv->k);
         memset(kv, 0, sizeof *kv);
         return -1;
+    }
+    if (be->host_memory) {
+        advise_huge_pages(kv->k, n * sizeof(float));
+        advise_huge_pages(kv->v, n * sizeof(float));
     }
     kv->len = xcalloc((size_t)n_slots, sizeof *kv->len);
     return 0;
