@@ -26,8 +26,9 @@
  * with full fine-tuning differ from the CPU's in layer 0's attention by ~1e-3 of a tensor's
  * largest value on one rank as well, which is not understood yet.)
  *
- * bf16 x adapter x ranks (dpo-lora-bf16-zero1): the same DPO with a LoRA adapter (dropout on)
- * over the base frozen in bf16, ZeRO-1 under bf16 on both sides. loss and grad_norm within
+ * bf16 x adapter x ranks (dpo-lora-bf16-zero1): the same DPO with a LoRA adapter over the
+ * base frozen in bf16 (its lora_dropout inert: rl methods switch dropout off, as TRL's
+ * disable_dropout), ZeRO-1 under bf16 on both sides. loss and grad_norm within
  * REL_BF16 as above (measured: step 2 3.2e-4 and 1.4e-4; step 1 equal). The adapter has no
  * a-priori bound of its own: B starts at zero, after two AdamW steps its entries are about 2 lr,
  * and a gradient entry within bf16 roundoff of zero can turn an entry's step, so each tensor's
@@ -88,7 +89,7 @@ static void write_configs(void) {
              "dataset_prepared_path: %s\n",
              model, harness_tmp_path("pairs.jsonl"), common, harness_tmp_path("prepared"));
     harness_write_file(harness_tmp_path("dpo.yaml"), text, strlen(text));
-    /* the same DPO with a LoRA adapter (dropout on), as test_train_device_emu's lora_keys */
+    /* the same DPO with a LoRA adapter, as test_train_device_emu's lora_keys */
     snprintf(text + strlen(text), sizeof text - strlen(text),
              "adapter: lora\nlora_r: 4\nlora_alpha: 16\nlora_dropout: 0.1\n"
              "lora_target_linear: true\n");
