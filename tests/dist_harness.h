@@ -39,6 +39,10 @@ void dist_compare_metrics_within(const char *name, const char *one, const char *
 void dist_compare_outputs(const char *name, const char *one, const char *two);
 /* The same within bound (of the largest weight) in place of 1e-5. */
 void dist_compare_outputs_within(const char *name, const char *one, const char *two, double bound);
+/* The gap those compare, unchecked: the largest difference of the final weights relative to the
+ * largest weight, or of an adapter relative to each tensor's largest; INFINITY when a file is
+ * missing or the two do not hold the same tensors. */
+double dist_outputs_gap(const char *one, const char *two);
 
 /* One process with gradient accumulation ga1 against 2 ranks with ga2 (the same global batch
  * when ga1 = 2 x ga2), both with `extra` (NULL-terminated), compared as above. Output

@@ -71,6 +71,8 @@
  * it, flipped one value of the lm_head's dhidden and landed 6.8e-4 off: a bound of 1e-3 would
  * then no longer tell a flip from the missed rounding above). So the CPU's sums are in one
  * written order in every build, and a Release and a sanitizer build train the same bits.
+ * GRPO with LoRA under bf16 (grpo_lora_bf16; on cuda-emu test_train_device_emu_bf16_grpo_lora):
+ * check_grpo_bf16.
  *
  * Built twice from this source: test_train_device_emu on cuda-emu (label gpu-emu, every CI run)
  * and test_train_device_cuda on the device (label gpu, RLHF_WITH_CUDA builds), which exits 77
@@ -111,6 +113,9 @@
  * gradient are differences of nearly equal log-probs and gradients */
 #define REL_BF16_SFT 1e-4
 #define REL_BF16_DPO 1e-2
+/* GRPO's kl and loss with a LoRA adapter under bf16, its reference the base with the adapter off
+ * (check_grpo_bf16 derives it) */
+#define KL_BF16_LORA 0.1
 
 static char sft_config[4096], dpo_config[4096], grpo_config[4096];
 
@@ -351,27 +356,54 @@ static void check_grpo(bool lora) {
  * roundoff of a gradient near eps becomes a weight difference of up to lr, and step 2's sampled
  * tokens then differ (measured: 2 of 4 completions at step 2); the 2-step decode after an update
  * is test_train_device's fp32 GRPO case, and the bf16 weight copies dropped by the update are
- * the SFT/DPO bf16 cases' step 2. */
-static void check_grpo_bf16(void) {
-    const char *one_step[] = {"--bf16", "true", "--max_steps", "1", NULL};
-    const char *cpu = run(grpo_config, "cpu", "grpo_bf16_cpu", FULL, one_step);
-    const char *dev = run(grpo_config, DEVICE, "grpo_bf16_dev", FULL, one_step);
-    logged_completions_same("grpo_bf16", dev, "device", cpu, "cpu", 4);
+ * the SFT/DPO bf16 cases' step 2.
+ *
+ * With a LoRA adapter over the base frozen in bf16 (grpo_lora_bf16: bf16 x adapter x GRPO, the
+ * device generating with the adapter over its copy of the frozen base, train/device_frozen.h):
+ * two steps, since B starts at zero and at step 1 the adapter changes nothing (kl is 0 on both);
+ * at step 2 the completions are sampled with the updated adapter and the kl is read. Only B
+ * moves at step 1 (dA is 0 while B is), each entry by about lr with the sign of its gradient on
+ * both backends, apart from entries whose gradient is within roundoff of zero; the step-2 draws
+ * are the CPU's (measured: the same 8 completions), as they were not for full fine-tuning,
+ * whose every weight takes such a step. Bounds: grad_norm, entropy and reward as
+ * above. The kl is not against a separately rounded reference here but against the same bf16
+ * base with the adapter off: a flip in a base product falls alike in the policy's and the
+ * reference's pass unless the adapter's term moves the sum across the midpoint, so the per-token
+ * gaps d (kl = 5.3e-3: d ~ 0.1) move by at most one flip's effect on a token's log-prob, up to
+ * ~1e-2 (the largest seen on test_dist_device_emu's DPO rows), i.e. 2 x 1e-2 / 0.1 = 20% on one
+ * of 16 tokens, ~1.3% of the kl per flip: KL_BF16_LORA 0.1 allows several; the loss (beta x kl
+ * plus the policy term's roundoff, the ratio 1 and the advantages summing to zero) the same.
+ * Weights: REL_BF16_DPO of the adapter's largest (A's). Measured on cuda-emu: every metric
+ * within 1.5e-6 (ASan build 5.6e-7), the adapter 2.0e-6 of scale (worst tensor 3.1e-5). The
+ * device's copy of the frozen final norm cut to half its bytes fails it (the completions differ
+ * from step 1, and every metric). */
+static void check_grpo_bf16(const char *what, Adapter ad, int steps) {
+    char max_steps[8], cpu_name[64], dev_name[64];
+    snprintf(max_steps, sizeof max_steps, "%d", steps);
+    snprintf(cpu_name, sizeof cpu_name, "%s_cpu", what);
+    snprintf(dev_name, sizeof dev_name, "%s_dev", what);
+    const char *kv[] = {"--bf16", "true", "--max_steps", max_steps, NULL};
+    const char *cpu = run(grpo_config, "cpu", cpu_name, ad, kv);
+    const char *dev = run(grpo_config, DEVICE, dev_name, ad, kv);
+    logged_completions_same(what, dev, "device", cpu, "cpu", 4 * steps);
     json_t *a = harness_read_metrics(dev), *b = harness_read_metrics(cpu);
-    CHECK(json_array_size(a) == 1 && json_array_size(b) == 1, "grpo_bf16: %zu and %zu log rows",
-          json_array_size(a), json_array_size(b));
+    size_t rows = (size_t)steps;
+    CHECK(json_array_size(a) == rows && json_array_size(b) == rows, "%s: %zu and %zu log rows",
+          what, json_array_size(a), json_array_size(b));
     const char *keys[] = {"grad_norm", "entropy", "reward", "kl", "loss"};
-    const double bound[] = {REL_BF16_DPO, REL_BF16_DPO, REL_BF16_DPO, 0.5, 0.5};
-    for (int k = 0; k < 5 && json_array_size(a) == 1 && json_array_size(b) == 1; k++) {
-        double x = harness_metric(a, 0, keys[k]), y = harness_metric(b, 0, keys[k]);
-        CHECK(isfinite(x) && fabs(x - y) <= bound[k] * fabs(y) + 1e-7,
-              "grpo_bf16: step 1 %s %.9g, cpu %.9g (rel %.2g)", keys[k], x, y,
-              fabs(x - y) / fabs(y));
-        printf("grpo_bf16: %s %.9g, cpu %.9g (rel %.2g)\n", keys[k], x, y, fabs(x - y) / fabs(y));
-    }
+    double kl_bound = ad == FULL ? 0.5 : KL_BF16_LORA;
+    const double bound[] = {REL_BF16_DPO, REL_BF16_DPO, REL_BF16_DPO, kl_bound, kl_bound};
+    for (size_t i = 0; i < rows && json_array_size(a) == rows && json_array_size(b) == rows; i++)
+        for (int k = 0; k < 5; k++) {
+            double x = harness_metric(a, i, keys[k]), y = harness_metric(b, i, keys[k]);
+            double r = y != 0 ? fabs(x - y) / fabs(y) : fabs(x);
+            CHECK(isfinite(x) && fabs(x - y) <= bound[k] * fabs(y) + 1e-7,
+                  "%s: step %zu %s %.9g, cpu %.9g (rel %.2g)", what, i + 1, keys[k], x, y, r);
+            printf("%s: step %zu %s %.9g, cpu %.9g (rel %.2g)\n", what, i + 1, keys[k], x, y, r);
+        }
     json_decref(a), json_decref(b);
     rel = REL_BF16_DPO;
-    same_weights("grpo_bf16", dev, cpu, "model.safetensors");
+    same_weights(what, dev, cpu, ad == FULL ? "model.safetensors" : "adapter_model.safetensors");
     rel = REL;
 }
 
@@ -427,10 +459,15 @@ int main(int argc, char **argv) {
      * on the device or with RLHF_TRAIN_DEVICE_ALL=1, as the cases below */
     if (argc < 2 || strcmp(argv[1], "grpo") == 0) check_grpo(false);
     if (argc < 2 ? all : strcmp(argv[1], "grpo_lora") == 0) check_grpo(true);
-    bool grpo_bf16 = argc < 2 && all; /* on cuda-emu: test_train_device_emu_bf16 names it */
-    for (int a = 1; a < argc; a++)
+    /* under bf16: true (on cuda-emu: test_train_device_emu_bf16 and ..._bf16_grpo_lora name
+     * them), full fine-tuning for one step, LoRA over the bf16 base for two */
+    bool grpo_bf16 = argc < 2 && all, grpo_lora_bf16 = argc < 2 && all;
+    for (int a = 1; a < argc; a++) {
         grpo_bf16 = grpo_bf16 || strcmp(argv[a], "grpo_bf16") == 0;
-    if (grpo_bf16) check_grpo_bf16();
+        grpo_lora_bf16 = grpo_lora_bf16 || strcmp(argv[a], "grpo_lora_bf16") == 0;
+    }
+    if (grpo_bf16) check_grpo_bf16("grpo_bf16", FULL, 1);
+    if (grpo_lora_bf16) check_grpo_bf16("grpo_lora_bf16", LORA, 2);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool chosen = argc > 1 ? false : all || cases[i].emu;
         for (int a = 1; a < argc; a++)
