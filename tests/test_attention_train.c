@@ -1,10 +1,11 @@
 /* Training attention (kernels/cpu/attention.c) and its products (attention_products.c) against
  * double-precision definitions: the products at edge shapes (rows around the 8-row tile,
  * columns around the 32-column tile and its 16-column halves, an empty depth, a transposed A,
- * beta 0 over NaN), then the forward and the backward (dQ, dK, dV) over a preference batch's
- * layout at head dims 64 (SmolLM2's and Qwen2.5's: whole tiles) and 24 (masked tails), GQA, a
- * prompt shared by two segments, with and without a sliding window. test_kernel_grads checks
- * the backward by finite differences at a tiny head dim; this checks it at the shapes that run. */
+ * beta 0 over NaN), also with the causal parts left out, then the forward and the backward (dQ, dK,
+ * dV) over a preference batch's layout at head dims 64 (SmolLM2's and Qwen2.5's: whole tiles) and
+ * 24 (masked tails), GQA, a prompt shared by two segments, with and without a sliding window.
+ * test_kernel_grads checks the backward by finite differences at a tiny head dim; this checks it at
+ * the shapes that run. */
 #include "harness.h"
 #include "kernels/cpu/attention_products.h"
 #include "kernels/cpu/kernels.h"
@@ -18,21 +19,31 @@ static float uniform(void) {
     return (float)rand() / RAND_MAX * 2 - 1;
 }
 
-static void check_product(bool trans_a, int m, int n, int k, float beta) {
+/* Whether op(A)(i, l) lies in ATTN_CAUSAL_DEPTH's zero part. */
+static bool depth_zero(bool trans_a, int i, int l, int diag) {
+    return trans_a ? l < i - diag : l > i + diag;
+}
+
+static void check_product(bool trans_a, int m, int n, int k, float beta, AttnShape shape,
+                          int diag) {
     int lda = (trans_a ? m : k) + 3, ldb = n + 5, ldc = n + 2;
     int a_rows = trans_a ? k : m;
     float *a = malloc(sizeof(float) * ((size_t)a_rows * lda + 1));
     float *b = malloc(sizeof(float) * ((size_t)k * ldb + 1));
     float *c = malloc(sizeof(float) * (size_t)m * ldc),
           *c0 = malloc(sizeof(float) * (size_t)m * ldc);
-    for (int i = 0; i < a_rows * lda; i++)
-        a[i] = uniform();
+    for (int r = 0; r < a_rows; r++)
+        for (int col = 0; col < lda; col++) {
+            int i = trans_a ? col : r, l = trans_a ? r : col; /* op(A)(i, l) */
+            bool zero = shape == ATTN_CAUSAL_DEPTH && depth_zero(trans_a, i, l, diag);
+            a[(size_t)r * lda + col] = zero ? 0.0f : uniform();
+        }
     for (int i = 0; i < k * ldb; i++)
         b[i] = uniform();
     for (int i = 0; i < m * ldc; i++)
         c0[i] = c[i] = beta == 0.0f ? NAN : uniform(); /* beta 0: C is never read */
     float alpha = 0.37f;
-    attention_product(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    attention_product(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape, diag);
     int bad = 0;
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < ldc; j++) {
@@ -45,11 +56,13 @@ static void check_product(bool trans_a, int m, int n, int k, float beta) {
             for (int l = 0; l < k; l++)
                 want += (double)(trans_a ? a[l * lda + i] : a[i * lda + l]) * b[l * ldb + j];
             want = alpha * want + (beta != 0.0f ? c0[i * ldc + j] : 0.0);
+            if (shape == ATTN_CAUSAL_OUTPUT && j > i + diag) want = 0;
             bad += !harness_close(c[i * ldc + j], want, 1e-5, 1e-5);
         }
     }
-    CHECK(bad == 0, "attention_product trans_a %d m %d n %d k %d beta %g: %d of %d differ", trans_a,
-          m, n, k, beta, bad, m * ldc);
+    CHECK(bad == 0,
+          "attention_product trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ",
+          trans_a, m, n, k, beta, (int)shape, diag, bad, m * ldc);
     free(a), free(b), free(c), free(c0);
 }
 
@@ -60,9 +73,20 @@ static void test_products(void) {
         for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
                 for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
-                    check_product(t, ms[mi], ns[ni], ks[ki], 0.0f);
-                    check_product(t, ms[mi], ns[ni], ks[ki], 1.0f);
+                    check_product(t, ms[mi], ns[ni], ks[ki], 0.0f, ATTN_DENSE, 0);
+                    check_product(t, ms[mi], ns[ni], ks[ki], 1.0f, ATTN_DENSE, 0);
                 }
+    /* the causal shapes: diagonals through, before and past the tiles (a query block's first
+     * query sees diag + 1 keys: its prefix and the earlier blocks) */
+    const int diags[] = {-9, 0, 3, 8, 31, 40, 200};
+    for (size_t di = 0; di < sizeof diags / sizeof *diags; di++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int d = diags[di], m = ms[mi], n = ns[ni];
+                check_product(false, m, n, 64, 0.0f, ATTN_CAUSAL_OUTPUT, d);
+                check_product(false, m, 64, n, 0.0f, ATTN_CAUSAL_DEPTH, d);
+                check_product(true, m, 64, n, 1.0f, ATTN_CAUSAL_DEPTH, d);
+            }
 }
 
 /* One segment's attention from the definition, in double: forward into out, and with dout the

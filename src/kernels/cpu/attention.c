@@ -22,6 +22,7 @@ typedef struct {
     int n_keys;       /* columns */
     int a_row, a_len; /* prefix piece */
     int b_row, b_len; /* own piece */
+    int diag;         /* query row r of the block sees columns up to r + diag (its own key) */
 } BlockKeys;
 
 /* The row holding key c of segment s. */
@@ -56,6 +57,7 @@ static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int 
     int own_first = bk.first > s->prefix_len ? bk.first - s->prefix_len : 0;
     bk.b_row = s->start + own_first;
     bk.b_len = bk.n_keys - bk.a_len;
+    bk.diag = s->prefix_len + i0 - bk.first;
     return bk;
 }
 
@@ -153,11 +155,12 @@ static void key_panels_free(KeyPanels *kp) {
 }
 
 /* out (rows, n_keys) = alpha X · R^T, with rt = R^T (hd, n_keys; leading dimension ldr), a
- * transposed panel (keys, or values for dP); X (rows, hd) the block's query-side rows. */
+ * transposed panel (keys, or values for dP); X (rows, hd) the block's query-side rows. Entries
+ * past a row's own key are 0 (each query's masked keys: neither its softmax nor dS reads them). */
 static void times_key_rows(float *out, const float *x, int x_stride, const float *rt, int ldr,
                            int hd, const BlockKeys *bk, int rows, float alpha) {
     attention_product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt, ldr, 0.0f, out,
-                      bk->n_keys);
+                      bk->n_keys, ATTN_CAUSAL_OUTPUT, bk->diag);
 }
 
 /* Soft-capping of a block's scores, in place: t = tanh(s / cap), s = cap t (Gemma 2, as
@@ -180,22 +183,21 @@ static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride,
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
     int lo = 0;
     for (int r = 0; r < rows; r++) {
-        int self = s->prefix_len + i0 + r; /* the query's own key */
         if (window > 0) /* the window's start only moves forward as the query does */
             while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
                 lo++;
-        float inv = softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, self - bk->first,
+        float inv = softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, r + bk->diag,
                                     inv_sum == NULL);
         if (inv_sum) inv_sum[r] = inv;
     }
 }
 
 /* out (rows, hd) = alpha P · V, vr (n_keys, hd) the block's values (or keys, for dQ): a rows
- * panel from the block's first key. */
+ * panel from the block's first key. P's entries past each row's own key are 0 and skipped. */
 static void probs_times_values(float *out, int out_stride, const float *p, const float *vr, int hd,
                                const BlockKeys *bk, int rows, float alpha) {
     attention_product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr, hd, 0.0f, out,
-                      out_stride);
+                      out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
 }
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
@@ -284,15 +286,18 @@ static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
 }
 
 /* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
- * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). */
+ * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's entries past
+ * each query's own key are 0 and skipped. */
 static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
                             const float *mat, const float *x, int x_stride, int hd,
                             const BlockKeys *bk, int rows, float alpha) {
     if (bk->a_len > 0)
         attention_product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
-                          prefix_acc + (size_t)bk->first * acc_stride, acc_stride);
+                          prefix_acc + (size_t)bk->first * acc_stride, acc_stride,
+                          ATTN_CAUSAL_DEPTH, bk->diag);
     attention_product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride,
-                      1.0f, d_own + (size_t)bk->b_row * kv_stride, kv_stride);
+                      1.0f, d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
+                      bk->diag - bk->a_len);
 }
 
 /* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its

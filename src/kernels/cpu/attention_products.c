@@ -74,10 +74,23 @@ static bool have_avx512(void) {
 }
 #endif
 
+static int clamp(int x, int lo, int hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* ATTN_CAUSAL_OUTPUT's left-out part: C(i, j) = 0 for j > i + diag. */
+static void zero_upper(int m, int n, float *c, int ldc, int diag) {
+    for (int i = 0; i < m; i++)
+        for (int j = clamp(i + diag + 1, 0, n); j < n; j++)
+            c[(size_t)i * ldc + j] = 0.0f;
+}
+
 void attention_product(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
-                       const float *b, int ldb, float beta, float *c, int ldc) {
+                       const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
+                       int diag) {
     if (!have_avx512()) {
         gemm_f32(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        if (shape == ATTN_CAUSAL_OUTPUT) zero_upper(m, n, c, ldc, diag);
         return;
     }
     if (m <= 0 || n <= 0) return;
@@ -86,9 +99,16 @@ void attention_product(bool trans_a, int m, int n, int k, float alpha, const flo
         int cols = n - j < TILE_COLS ? n - j : TILE_COLS;
         for (int i = 0; i < m; i += TILE_ROWS) {
             int rows = m - i < TILE_ROWS ? m - i : TILE_ROWS;
-            const float *ai = trans_a ? a + i : a + (size_t)i * lda;
-            tile_8x32(trans_a, rows, cols, k, alpha, ai, lda, b + j, ldb, beta,
-                      c + (size_t)i * ldc + j, ldc);
+            float *ci = c + (size_t)i * ldc + j;
+            int l0 = 0, l1 = k; /* the depth this tile sums over */
+            if (shape == ATTN_CAUSAL_OUTPUT && j > i + rows - 1 + diag)
+                continue; /* no row of the tile sees its columns: zeroed below */
+            if (shape == ATTN_CAUSAL_DEPTH && !trans_a) l1 = clamp(i + rows + diag, 0, k);
+            if (shape == ATTN_CAUSAL_DEPTH && trans_a) l0 = clamp(i - diag, 0, k);
+            const float *ai = trans_a ? a + (size_t)l0 * lda + i : a + (size_t)i * lda + l0;
+            tile_8x32(trans_a, rows, cols, l1 - l0, alpha, ai, lda, b + (size_t)l0 * ldb + j, ldb,
+                      beta, ci, ldc);
         }
     }
+    if (shape == ATTN_CAUSAL_OUTPUT) zero_upper(m, n, c, ldc, diag);
 }
