@@ -11,6 +11,7 @@
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,17 @@ static bool depth_zero(bool trans_a, int i, int l, int diag) {
     return trans_a ? l < i - diag : l > i + diag;
 }
 
-static void check_product(bool trans_a, int m, int n, int k, float beta, AttnShape shape,
-                          int diag) {
+typedef void (*ProductFn)(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
+                          int diag);
+
+/* Both paths: attention_product (the AVX-512 tile where cpuid has it) and the fallback other
+ * CPUs run. */
+static const ProductFn products[] = {attention_product, attention_product_fallback};
+static const char *const product_names[] = {"attention_product", "attention_product_fallback"};
+
+static void check_one_product(int path, bool trans_a, int m, int n, int k, float beta,
+                              AttnShape shape, int diag) {
     int lda = (trans_a ? m : k) + 3, ldb = n + 5, ldc = n + 2;
     int a_rows = trans_a ? k : m;
     float *a = malloc(sizeof(float) * ((size_t)a_rows * lda + 1));
@@ -43,7 +53,7 @@ static void check_product(bool trans_a, int m, int n, int k, float beta, AttnSha
     for (int i = 0; i < m * ldc; i++)
         c0[i] = c[i] = beta == 0.0f ? NAN : uniform(); /* beta 0: C is never read */
     float alpha = 0.37f;
-    attention_product(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape, diag);
+    products[path](trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape, diag);
     int bad = 0;
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < ldc; j++) {
@@ -60,10 +70,15 @@ static void check_product(bool trans_a, int m, int n, int k, float beta, AttnSha
             bad += !harness_close(c[i * ldc + j], want, 1e-5, 1e-5);
         }
     }
-    CHECK(bad == 0,
-          "attention_product trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ",
-          trans_a, m, n, k, beta, (int)shape, diag, bad, m * ldc);
+    CHECK(bad == 0, "%s trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ",
+          product_names[path], trans_a, m, n, k, beta, (int)shape, diag, bad, m * ldc);
     free(a), free(b), free(c), free(c0);
+}
+
+static void check_product(bool trans_a, int m, int n, int k, float beta, AttnShape shape,
+                          int diag) {
+    for (int path = 0; path < 2; path++)
+        check_one_product(path, trans_a, m, n, k, beta, shape, diag);
 }
 
 static void test_products(void) {
@@ -201,7 +216,12 @@ static void check_attention(int nh, int nkv, int hd, int window) {
 
 int main(void) {
     srand(33);
+    /* the products are single-threaded on the tile; gemm_f32's threads would only wait on
+     * each other at these sizes */
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     test_products();
+    omp_set_num_threads(threads);
     check_attention(6, 2, 64, 0);
     check_attention(6, 2, 64, 50);
     check_attention(6, 3, 24, 0);

@@ -85,12 +85,19 @@ static void zero_upper(int m, int n, float *c, int ldc, int diag) {
             c[(size_t)i * ldc + j] = 0.0f;
 }
 
+void attention_product_fallback(bool trans_a, int m, int n, int k, float alpha, const float *a,
+                                int lda, const float *b, int ldb, float beta, float *c, int ldc,
+                                AttnShape shape, int diag) {
+    gemm_f32(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (shape == ATTN_CAUSAL_OUTPUT) zero_upper(m, n, c, ldc, diag);
+}
+
 void attention_product(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
                        const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
                        int diag) {
     if (!have_avx512()) {
-        gemm_f32(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        if (shape == ATTN_CAUSAL_OUTPUT) zero_upper(m, n, c, ldc, diag);
+        attention_product_fallback(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape,
+                                   diag);
         return;
     }
     if (m <= 0 || n <= 0) return;

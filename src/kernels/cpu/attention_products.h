@@ -35,4 +35,10 @@ void attention_product(bool trans_a, int m, int n, int k, float alpha, const flo
                        const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
                        int diag);
 
+/* attention_product as CPUs without AVX-512 run it (gemm_f32, then ATTN_CAUSAL_OUTPUT's part
+ * zeroed), on any CPU: for tests. */
+void attention_product_fallback(bool trans_a, int m, int n, int k, float alpha, const float *a,
+                                int lda, const float *b, int ldb, float beta, float *c, int ldc,
+                                AttnShape shape, int diag);
+
 #endif
