@@ -286,8 +286,8 @@ static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
 }
 
 /* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
- * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's entries past
- * each query's own key are 0 and skipped. */
+ * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's
+ * entries past each query's own key are 0 and skipped. */
 static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
                             const float *mat, const float *x, int x_stride, int hd,
                             const BlockKeys *bk, int rows, float alpha) {
