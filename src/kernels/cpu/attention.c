@@ -2,11 +2,12 @@
 
 #include "common/error.h"
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/attention_products.h"
 #include "kernels/cpu/lane_sum.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ typedef struct {
     int n_keys;       /* columns */
     int a_row, a_len; /* prefix piece */
     int b_row, b_len; /* own piece */
+    int diag;         /* query row r of the block sees columns up to r + diag (its own key) */
 } BlockKeys;
 
 /* The row holding key c of segment s. */
@@ -56,14 +58,19 @@ static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int 
     int own_first = bk.first > s->prefix_len ? bk.first - s->prefix_len : 0;
     bk.b_row = s->start + own_first;
     bk.b_len = bk.n_keys - bk.a_len;
+    bk.diag = s->prefix_len + i0 - bk.first;
     return bk;
 }
 
 /* Softmax of one score row over columns lo..hi (the keys the query sees); the other columns get
  * probability 0 (transformers adds the dtype's minimum, which underflows to exactly 0). The
- * exponentials are fast_expf's, vectorised (relative error below 3e-7, as libm's expf). */
-static void softmax_columns(float *row, int n, int lo, int hi) {
+ * exponentials are fast_expf's, vectorised (relative error below 3e-7, as libm's expf), and so
+ * is the maximum (a scalar compare chain was half of the softmax's time). Returns 1 / the sum of
+ * the exponentials; with `normalise` false the row keeps the exponentials unscaled (the forward
+ * scales its output row instead: hd products where the row has up to n). */
+static float softmax_columns(float *row, int n, int lo, int hi, bool normalise) {
     float max = -INFINITY;
+#pragma omp simd reduction(max : max)
     for (int j = lo; j <= hi; j++)
         max = row[j] > max ? row[j] : max;
     for (int j = 0; j < lo; j++)
@@ -86,20 +93,83 @@ static void softmax_columns(float *row, int n, int lo, int hi) {
         lane[l] += e;
     }
     float inv = 1.0f / lane_sum_total(lane);
+    if (normalise) {
 #pragma omp simd
-    for (int c = lo; c <= hi; c++)
-        row[c] *= inv;
+        for (int c = lo; c <= hi; c++)
+            row[c] *= inv;
+    }
+    return inv;
 }
 
-/* out (rows, n_keys) = alpha X · R^T over both key pieces, R the rows (keys, or values for dP)
- * of kv head column rh; X (rows, hd) the block's query-side rows. */
-static void times_key_rows(float *out, const float *x, int x_stride, const float *rh, int kv_stride,
+/* Each (segment, kv head)'s keys or values in the segment's key order (key c in row
+ * key_row(s, c)), laid out as the products read them: rows (n_keys, hd), or transposed
+ * (hd, n_keys), the right operand of X · R^T. A query block's keys are the columns first..first +
+ * n_keys - 1 of its segment's panel, so each is gathered once per call, for all the blocks and
+ * the n_rep query heads that read it (per block and head, the gathering took 12% of the time). */
+typedef struct {
+    float *base;
+    size_t *at; /* (n_segs * n_kv_heads + 1): where panel (si, kvh) starts */
+    int n_kv_heads;
+    bool transposed;
+} KeyPanels;
+
+static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
+                             const AttnSegment *segs, int n_segs, int n_kv_heads, int hd) {
+    int n_panels = n_segs * n_kv_heads, kv_stride = n_kv_heads * hd;
+    kp->at = xmalloc((size_t)(n_panels + 1) * sizeof *kp->at);
+    kp->at[0] = 0;
+    for (int i = 0; i < n_panels; i++) {
+        const AttnSegment *s = &segs[i / n_kv_heads];
+        kp->at[i + 1] = kp->at[i] + (size_t)(s->prefix_len + s->len) * hd;
+    }
+    kp->base = xmalloc((kp->at[n_panels] + 1) * sizeof(float));
+    kp->n_kv_heads = n_kv_heads;
+    kp->transposed = transposed;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n_panels; i++) {
+        const AttnSegment *s = &segs[i / n_kv_heads];
+        const float *xh = x + (size_t)(i % n_kv_heads) * hd;
+        float *dst = kp->base + kp->at[i];
+        int n = s->prefix_len + s->len;
+        /* 16 keys at a time: the transposed stores are runs of 16 floats */
+        for (int c0 = 0; c0 < n; c0 += 16) {
+            int cn = n - c0 < 16 ? n - c0 : 16;
+            const float *src[16];
+            for (int c = 0; c < cn; c++)
+                src[c] = xh + (size_t)key_row(s, c0 + c) * kv_stride;
+            if (!transposed) {
+                for (int c = 0; c < cn; c++)
+                    memcpy(dst + (size_t)(c0 + c) * hd, src[c], (size_t)hd * sizeof(float));
+                continue;
+            }
+            for (int d = 0; d < hd; d++)
+                for (int c = 0; c < cn; c++)
+                    dst[(size_t)d * n + c0 + c] = src[c][d];
+        }
+    }
+}
+
+/* Panel (si, kvh) from key `first` on; *ld receives its leading dimension (the segment's key
+ * count when transposed, hd for rows). */
+static const float *key_panel(const KeyPanels *kp, const AttnSegment *segs, int si, int kvh,
+                              int first, int hd, int *ld) {
+    const float *p = kp->base + kp->at[si * kp->n_kv_heads + kvh];
+    *ld = kp->transposed ? segs[si].prefix_len + segs[si].len : hd;
+    return kp->transposed ? p + first : p + (size_t)first * hd;
+}
+
+static void key_panels_free(KeyPanels *kp) {
+    free(kp->base);
+    free(kp->at);
+}
+
+/* out (rows, n_keys) = alpha X · R^T, with rt = R^T (hd, n_keys; leading dimension ldr), a
+ * transposed panel (keys, or values for dP); X (rows, hd) the block's query-side rows. Entries
+ * past a row's own key are 0 (each query's masked keys: neither its softmax nor dS reads them). */
+static void times_key_rows(float *out, const float *x, int x_stride, const float *rt, int ldr,
                            int hd, const BlockKeys *bk, int rows, float alpha) {
-    if (bk->a_len > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->a_len, hd, alpha, x,
-                    x_stride, rh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, out, bk->n_keys);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk->b_len, hd, alpha, x, x_stride,
-                rh + (size_t)bk->b_row * kv_stride, kv_stride, 0.0f, out + bk->a_len, bk->n_keys);
+    attention_product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt, ldr, 0.0f, out,
+                      bk->n_keys, ATTN_CAUSAL_OUTPUT, bk->diag);
 }
 
 /* Soft-capping of a block's scores, in place: t = tanh(s / cap), s = cap t (Gemma 2, as
@@ -109,38 +179,34 @@ static void cap_scores(float *p, size_t n, float cap) {
         p[i] = tanhf(p[i] / cap) * cap;
 }
 
-/* The probabilities of a query block: scores by BLAS against both key pieces (soft-capped when
- * sc.softcap > 0), then a softmax per row over the keys it sees. qh and kh point at head h's (kv
- * head's) column of row 0. */
-static void block_probs(float *p, const float *qh, int q_stride, const float *kh, int kv_stride,
-                        int hd, const AttnSegment *s, const int32_t *seq_index, const BlockKeys *bk,
-                        int i0, int rows, AttnScores sc, int window) {
-    times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kh, kv_stride, hd, bk,
-                   rows, sc.scale);
+/* The probabilities of a query block: scores against the block's keys (kt: their transposed
+ * panel from the block's first key, leading dimension ldk), soft-capped when sc.softcap > 0, then
+ * a softmax per row over the keys it sees. qh points at head h's column of row 0. With inv_sum
+ * NULL the rows are probabilities; otherwise they are left unnormalised and inv_sum[r] receives
+ * row r's 1 / sum (softmax_columns). */
+static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride, const float *kt,
+                        int ldk, int hd, const AttnSegment *s, const int32_t *seq_index,
+                        const BlockKeys *bk, int i0, int rows, AttnScores sc, int window) {
+    times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, ldk, hd, bk, rows,
+                   sc.scale);
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
     int lo = 0;
     for (int r = 0; r < rows; r++) {
-        int self = s->prefix_len + i0 + r; /* the query's own key */
         if (window > 0) /* the window's start only moves forward as the query does */
             while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
                 lo++;
-        softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, self - bk->first);
+        float inv = softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, r + bk->diag,
+                                    inv_sum == NULL);
+        if (inv_sum) inv_sum[r] = inv;
     }
 }
 
-/* out (rows, hd) = alpha P · V over both key pieces (V: values, or keys for dQ). */
-static void probs_times_values(float *out, int out_stride, const float *p, const float *vh,
-                               int kv_stride, int hd, const BlockKeys *bk, int rows, float alpha) {
-    float beta = 0.0f;
-    if (bk->a_len > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, bk->a_len, alpha, p,
-                    bk->n_keys, vh + (size_t)bk->a_row * kv_stride, kv_stride, 0.0f, out,
-                    out_stride);
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, bk->b_len, alpha,
-                p + bk->a_len, bk->n_keys, vh + (size_t)bk->b_row * kv_stride, kv_stride, beta, out,
-                out_stride);
+/* out (rows, hd) = alpha P · V, vr (n_keys, hd) the block's values (or keys, for dQ): a rows
+ * panel from the block's first key. P's entries past each row's own key are 0 and skipped. */
+static void probs_times_values(float *out, int out_stride, const float *p, const float *vr, int hd,
+                               const BlockKeys *bk, int rows, float alpha) {
+    attention_product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr, hd, 0.0f, out,
+                      out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
 }
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
@@ -170,11 +236,13 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void attention_forward_scored(float *out, const float *q, const float *k, const float *v,
                               const AttnSegment *segs, int n_segs, const int32_t *seq_index,
                               int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
-    int n_rep = n_heads / n_kv_heads;
-    int q_stride = n_heads * hd, kv_stride = n_kv_heads * hd;
+    int n_rep = n_heads / n_kv_heads, q_stride = n_heads * hd;
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
     int n_blocks = max_blocks(segs, n_segs);
+    KeyPanels kt, vr;
+    key_panels_build(&kt, k, true, segs, n_segs, n_kv_heads, hd);
+    key_panels_build(&vr, v, false, segs, n_segs, n_kv_heads, hd);
 
     /* One (segment, head, query block) per task. */
 #pragma omp parallel for schedule(dynamic) collapse(3)
@@ -186,49 +254,71 @@ void attention_forward_scored(float *out, const float *q, const float *k, const 
                 if (i0 >= s->len) continue;
                 int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
                 float *p = scores_all + scratch * (size_t)omp_get_thread_num();
-                const float *kh = k + (size_t)(h / n_rep) * hd, *vh = v + (size_t)(h / n_rep) * hd;
                 BlockKeys bk = block_keys(s, seq_index, i0, rows, window);
-                block_probs(p, q + (size_t)h * hd, q_stride, kh, kv_stride, hd, s, seq_index, &bk,
-                            i0, rows, sc, window);
-                probs_times_values(out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd,
-                                   q_stride, p, vh, kv_stride, hd, &bk, rows, 1.0f);
+                int ldk, ldv;
+                const float *kp = key_panel(&kt, segs, si, h / n_rep, bk.first, hd, &ldk);
+                const float *vp = key_panel(&vr, segs, si, h / n_rep, bk.first, hd, &ldv);
+                float inv_sum[QUERY_BLOCK];
+                block_probs(p, inv_sum, q + (size_t)h * hd, q_stride, kp, ldk, hd, s, seq_index,
+                            &bk, i0, rows, sc, window);
+                float *o = out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd;
+                probs_times_values(o, q_stride, p, vp, hd, &bk, rows, 1.0f);
+                for (int r = 0; r < rows; r++) {
+                    float *orow = o + (size_t)r * q_stride;
+#pragma omp simd
+                    for (int d = 0; d < hd; d++)
+                        orow[d] *= inv_sum[r];
+                }
             }
         }
     }
+    key_panels_free(&kt);
+    key_panels_free(&vr);
     free(scores_all);
 }
 
-/* dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, row by row. */
+/* dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, row by row; the row sum in double, both loops
+ * vectorised. */
 static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
     for (int r = 0; r < rows; r++) {
         const float *pr = p + (size_t)r * n;
         float *dr = dp + (size_t)r * n;
         double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
         for (int l = 0; l < n; l++)
             sum += (double)dr[l] * pr[l];
+        float rowsum = (float)sum;
+#pragma omp simd
         for (int l = 0; l < n; l++)
-            dr[l] = pr[l] * (dr[l] - (float)sum);
+            dr[l] = pr[l] * (dr[l] - rowsum);
     }
 }
 
 /* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
- * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). */
+ * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's
+ * entries past each query's own key are 0 and skipped. */
 static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
                             const float *mat, const float *x, int x_stride, int hd,
                             const BlockKeys *bk, int rows, float alpha) {
     if (bk->a_len > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk->a_len, hd, rows, alpha, mat,
-                    bk->n_keys, x, x_stride, 1.0f, prefix_acc + (size_t)bk->first * acc_stride,
-                    acc_stride);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk->b_len, hd, rows, alpha,
-                mat + bk->a_len, bk->n_keys, x, x_stride, 1.0f,
-                d_own + (size_t)bk->b_row * kv_stride, kv_stride);
+        attention_product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
+                          prefix_acc + (size_t)bk->first * acc_stride, acc_stride,
+                          ATTN_CAUSAL_DEPTH, bk->diag);
+    attention_product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride,
+                      1.0f, d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
+                      bk->diag - bk->a_len);
 }
 
 /* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its
  * output gradient: dV += P^T dO, dP = dO V^T, dS = P ⊙ (dP - rowsum(dP ⊙ P)), dQ = scale dS K,
  * dK += scale dS^T Q. With soft-capping, dS is taken back through the cap first:
- * d(s)/d(scale q·k) = 1 - tanh², from the uncapped scores recomputed into `raw`. */
+ * d(s)/d(scale q·k) = 1 - tanh², from the uncapped scores recomputed into `raw`. The keys and
+ * values come from KeyPanels: kt and vt transposed, kr rows. */
+typedef struct {
+    KeyPanels kt, vt, kr;
+    const AttnSegment *segs;
+} BackwardPanels;
+
 typedef struct {
     float *dq, *dk, *dv;
     const float *dout, *q, *k, *v;
@@ -237,28 +327,32 @@ typedef struct {
     AttnScores sc;
 } AttentionGrads;
 
-static void block_backward(const AttentionGrads *g, const AttnSegment *s, int h, int kvh, int i0,
-                           int rows, float *probs, float *dprobs, float *raw, float *pdk,
-                           float *pdv) {
+static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, int si, int h,
+                           int kvh, int i0, int rows, float *probs, float *dprobs, float *raw,
+                           float *pdk, float *pdv) {
     int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
-    const float *kh = g->k + (size_t)kvh * hd, *vh = g->v + (size_t)kvh * hd;
+    const AttnSegment *s = &pan->segs[si];
     BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window);
-    block_probs(probs, g->q + (size_t)h * hd, qs, kh, ks, hd, s, g->seq_index, &bk, i0, rows, g->sc,
-                g->window);
+    int ldk, ldv, ldr;
+    const float *kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd, &ldk);
+    const float *vt = key_panel(&pan->vt, pan->segs, si, kvh, bk.first, hd, &ldv);
+    const float *kr = key_panel(&pan->kr, pan->segs, si, kvh, bk.first, hd, &ldr);
+    block_probs(probs, NULL, g->q + (size_t)h * hd, qs, kt, ldk, hd, s, g->seq_index, &bk, i0, rows,
+                g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
     keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
                     rows, 1.0f);
-    times_key_rows(dprobs, g->dout + q_off, qs, vh, ks, hd, &bk, rows, 1.0f); /* dP = dO V^T */
+    times_key_rows(dprobs, g->dout + q_off, qs, vt, ldv, hd, &bk, rows, 1.0f); /* dP = dO V^T */
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
     if (g->sc.softcap > 0) {
-        times_key_rows(raw, g->q + q_off, qs, kh, ks, hd, &bk, rows, g->sc.scale);
+        times_key_rows(raw, g->q + q_off, qs, kt, ldk, hd, &bk, rows, g->sc.scale);
         size_t cells = (size_t)rows * bk.n_keys;
         for (size_t i = 0; i < cells; i++) {
             float t = tanhf(raw[i] / g->sc.softcap);
             dprobs[i] *= 1.0f - t * t;
         }
     }
-    probs_times_values(g->dq + q_off, qs, dprobs, kh, ks, hd, &bk, rows, g->sc.scale);
+    probs_times_values(g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
     keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
                     g->sc.scale);
 }
@@ -290,6 +384,10 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
     float *acc = xcalloc(2 * acc_total + 1, sizeof(float));
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scratch_all = xmalloc(3 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
+    BackwardPanels pan = {.segs = segs};
+    key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd);
+    key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd);
+    key_panels_build(&pan.kr, k, false, segs, n_segs, n_kv_heads, hd);
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int si = 0; si < n_segs; si++) {
@@ -301,7 +399,7 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
             for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
                 for (int i0 = 0; i0 < s->len; i0 += QUERY_BLOCK) {
                     int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
-                    block_backward(&g, s, h, kvh, i0, rows, probs, probs + scratch,
+                    block_backward(&g, &pan, si, h, kvh, i0, rows, probs, probs + scratch,
                                    probs + 2 * scratch, pdk, pdv);
                 }
         }
@@ -323,6 +421,9 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
             }
         }
     }
+    key_panels_free(&pan.kt);
+    key_panels_free(&pan.vt);
+    key_panels_free(&pan.kr);
     free(scratch_all);
     free(acc);
     free(acc_off);
