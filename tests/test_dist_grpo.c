@@ -1,17 +1,18 @@
 /* GRPO over MPI (issue 11): `rlhf train --nproc 2` against one process on the same global batch
  * (twice the gradient accumulation, so the same generation batches): the per-step losses, grad
  * norms and every logged metric (rewards, completions, KL, clip ratios, the replay buffer's,
- * eval_), and the final weights, agree to 1e-5 relative for the loss types grpo and dapo, GDPO
- * and GRPO with the replay buffer, each with and without ZeRO-1, and for bnpo (without) and
- * dr_grpo on a LoRA adapter (with). Completions come from the RLHF_TEST_SCRIPTED_COMPLETIONS hook
- * (each completion drawn from its own stream alone), so they cannot differ between the runs; one
- * pair of runs samples from the model as usual and agrees as well. A 2-rank run resumed from its
- * checkpoint (replay buffer included) ends bit for bit where the uninterrupted one does, and its
- * checkpoint resumes in one process. A rank killed with SIGKILL takes the job down with a
- * message and no hang, leaving whole checkpoints that resume to the uninterrupted weights. A
- * reward function failing on every rank, or on one, and a generation batch that does not fit
- * the ranks end the job with one error line. A generation batch of one group leaves rank 1
- * nothing to generate and still agrees. Skipped (exit 77) in a build without MPI. */
+ * eval_), and the final weights (an adapter to 1e-4 of each tensor's largest: dist_harness.c),
+ * agree to 1e-5 relative for the loss types grpo and dapo, GDPO and GRPO with the replay buffer,
+ * each with and without ZeRO-1, and for bnpo (without) and dr_grpo on a LoRA adapter (with).
+ * Completions come from the RLHF_TEST_SCRIPTED_COMPLETIONS hook (each completion drawn from its own
+ * stream alone), so they cannot differ between the runs; one pair of runs samples from the model as
+ * usual and agrees as well. A 2-rank run resumed from its checkpoint (replay buffer included) ends
+ * bit for bit where the uninterrupted one does, and its checkpoint resumes in one process. A rank
+ * killed with SIGKILL takes the job down with a message and no hang, leaving whole checkpoints that
+ * resume to the uninterrupted weights. A reward function failing on every rank, or on one, and a
+ * generation batch that does not fit the ranks end the job with one error line. A generation batch
+ * of one group leaves rank 1 nothing to generate and still agrees. Skipped (exit 77) in a build
+ * without MPI. */
 #include "dist_harness.h"
 #include "harness.h"
 
