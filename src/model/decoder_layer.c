@@ -95,16 +95,21 @@ void layer_linear(const Model *m, int l, LoraModule mod, WeightRef *w, const flo
     *w = LAYER_WEIGHT(lw, w_down), *bias = lw->b_down, *in_dim = I, *out_dim = H;
 }
 
-/* out = the linear `mod` of in, through the hook, plus the adapter's term when the model carries
- * one for it. */
-static void linear_with_lora(const Model *m, const DecoderHooks *hooks, int l, LoraModule mod,
-                             float *out, const float *in, int n) {
-    const Backend *be = model_backend(m);
-    hooks->linear(hooks, m, l, mod, out, in, n);
+/* out += the adapter's term of the linear `mod` of in, when the model carries one for it. */
+static void add_lora_term(const Model *m, int l, LoraModule mod, float *out, const float *in,
+                          int n) {
     const LoraLinear *lin = lora_linear(m->lora, l, mod);
     if (lin)
-        be->lora(be, out, in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r, m->lora->scaling,
-                 lora_dropout_p(m->lora), lora_dropout_key(m->lora, l, mod));
+        model_backend(m)->lora(model_backend(m), out, in, lin->A, lin->B, n, lin->in, lin->out,
+                               m->lora->r, m->lora->scaling, lora_dropout_p(m->lora),
+                               lora_dropout_key(m->lora, l, mod));
+}
+
+/* out = the linear `mod` of in, through the hook, plus the adapter's term. */
+static void linear_with_lora(const Model *m, const DecoderHooks *hooks, int l, LoraModule mod,
+                             float *out, const float *in, int n) {
+    hooks->linear(hooks, m, l, mod, out, in, n);
+    add_lora_term(m, l, mod, out, in, n);
 }
 
 /* outs[i] = the linear mods[i] of the one input `in`, i < count, each plus its adapter's term:
@@ -113,19 +118,13 @@ static void linear_with_lora(const Model *m, const DecoderHooks *hooks, int l, L
 static void linears_with_lora(const Model *m, const DecoderHooks *hooks, int l,
                               const LoraModule *mods, float *const *outs, int count,
                               const float *in, int n) {
-    const Backend *be = model_backend(m);
     if (hooks->linears)
         hooks->linears(hooks, m, l, mods, outs, count, in, n);
     else
         for (int i = 0; i < count; i++)
             hooks->linear(hooks, m, l, mods[i], outs[i], in, n);
-    for (int i = 0; i < count; i++) {
-        const LoraLinear *lin = lora_linear(m->lora, l, mods[i]);
-        if (lin)
-            be->lora(be, outs[i], in, lin->A, lin->B, n, lin->in, lin->out, m->lora->r,
-                     m->lora->scaling, lora_dropout_p(m->lora),
-                     lora_dropout_key(m->lora, l, mods[i]));
-    }
+    for (int i = 0; i < count; i++)
+        add_lora_term(m, l, mods[i], outs[i], in, n);
 }
 
 void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
