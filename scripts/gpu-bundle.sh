@@ -6,9 +6,10 @@
 # (jansson, libyaml, pcre2, utf8proc, OpenBLAS, protobuf-c, ISA-L) may be missing there. This
 # script builds the CUDA build here (nvcc 13.0, the device's version), portable (no
 # -march=native: the device's CPU is another), without the optional parts that would drag large
-# libraries along (Python, cairo, libmicrohttpd, MPI, libcurl), and copies beside it every shared library
-# its binaries need that is not the C runtime, the C++ runtime or CUDA's own (those the device
-# has). The run tool carries the result, packed: `run(command="bash scripts/gpu-check.sh",
+# libraries along (Python, cairo, libmicrohttpd, MPI, libcurl), and copies beside it every
+# shared library its binaries need that is not the C runtime, the C++ runtime, CUDA's own or NCCL
+# (the device has them: NCCL in PyTorch's nvidia-nccl wheel, 218 MB unpacked; libmvec is glibc's).
+# The run tool carries the result, packed: `run(command="bash scripts/gpu-check.sh",
 # carry=["build-gpu/bundle.tar.xz"])`; the working tree and what is carried travel within 64 MiB,
 # which this script checks.
 #
@@ -47,7 +48,7 @@ done
 cp "$build/rlhf" "$build/bench/bench_backend_step_cuda" "$bundle/bin/"
 echo "gpu-bundle: $(wc -l < "$list") device tests listed in $list"
 
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas)'
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas|libnccl\.|libmvec\.)'
 for bin in "$bundle"/bin/*; do
     ldd "$bin" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
         [[ $name =~ $skip ]] || cp -L -n "$path" "$bundle/lib/$name"

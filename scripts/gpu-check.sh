@@ -43,7 +43,7 @@ done
 pip_cuda=$(python3 -c '
 import os, nvidia
 dirs = {root for base in nvidia.__path__ for root, _, files in os.walk(base)
-        if any(f.startswith(("libcudart.so", "libcublasLt.so", "libcublas.so")) for f in files)}
+        if any(f.startswith(("libcudart.so", "libcublasLt.so", "libcublas.so", "libnccl.so")) for f in files)}
 print(":".join(sorted(dirs)))' 2> /dev/null || true)
 echo "cuBLASLt: toolkit ${cuda_lib:-none}; pip wheels ${pip_cuda:-none}"
 note "cublasLt" "${cuda_lib:-${pip_cuda:-not found}}"
