@@ -30,6 +30,11 @@ TARGET static void configure_tiles(void) {
     cfg.palette = 1;
     for (int t = 0; t < 8; t++)
         cfg.colsb[t] = 64, cfg.rows[t] = TILE;
+    /* GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the configuration, so
+     * without -march=native's inlining choices it dropped the stores of colsb and rows and
+     * ldtilecfg faulted on the stack's garbage (the portable CUDA bundle, 2026-11-28): the
+     * barrier makes every store to cfg happen first. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 
