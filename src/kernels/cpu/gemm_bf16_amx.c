@@ -33,7 +33,8 @@ TARGET static void configure_tiles(void) {
     /* GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the configuration, so
      * without -march=native's inlining choices it dropped the stores of colsb and rows and
      * ldtilecfg faulted on the stack's garbage (the portable CUDA bundle, 2026-11-28): the
-     * barrier makes every store to cfg happen first. */
+     * barrier makes every store to cfg happen first (test_gemm_bf16_portable builds this file so).
+     */
     __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
