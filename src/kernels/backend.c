@@ -21,3 +21,25 @@ void backend_linears(const Backend *be, const LinearPart *parts, int count, cons
         be->linear(be, parts[i].out, in, parts[i].w, NULL, parts[i].bias, n, in_dim,
                    parts[i].out_dim);
 }
+
+double backend_sum_squares_multi(const Backend *be, const GradTensor *tensors, int count) {
+    if (be->sum_squares_multi) return be->sum_squares_multi(be, tensors, count);
+    double total = 0.0;
+    for (int t = 0; t < count; t++)
+        total += be->sum_squares(be, tensors[t].g, tensors[t].n);
+    return total;
+}
+
+void backend_adamw_multi(const Backend *be, const AdamWTensor *tensors, int count,
+                         const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
+    if (be->adamw_multi) {
+        be->adamw_multi(be, tensors, count, c, step_size, inv_bc2_sqrt);
+        return;
+    }
+    AdamWStepCoefs each = *c;
+    for (int t = 0; t < count; t++) {
+        each.shrink = tensors[t].shrink;
+        be->adamw(be, tensors[t].p, tensors[t].m, tensors[t].v, tensors[t].g, tensors[t].numel,
+                  &each, step_size, inv_bc2_sqrt);
+    }
+}
