@@ -31,6 +31,7 @@ enum {
     T_SUMSQ,
     T_ADAMW_MULTI,
     T_SUMSQ_MULTI,
+    T_ROPE_QK,
     N_TIMED
 };
 
@@ -56,7 +57,8 @@ static const char *const op_names[N_TIMED] = {"linear",
                                               "adamw",
                                               "sum_squares",
                                               "adamw_multi",
-                                              "sum_squares_multi"};
+                                              "sum_squares_multi",
+                                              "rope_qk"};
 
 static const Backend *inner;
 static Backend timed;
@@ -197,6 +199,13 @@ static double sum_squares_multi(const Backend *be, const GradTensor *tensors, in
     return s;
 }
 
+static void rope_qk(const Backend *be, float *q, float *k, const int32_t *positions,
+                    const float *cos_table, const float *sin_table, int n, int q_heads, int k_heads,
+                    int hd, int rot, bool backward) {
+    TIMED(T_ROPE_QK, inner->rope_qk(be, q, k, positions, cos_table, sin_table, n, q_heads, k_heads,
+                                    hd, rot, backward));
+}
+
 const Backend *op_timer_wrap(const Backend *in) {
     inner = in;
     timed = *in;
@@ -217,6 +226,7 @@ const Backend *op_timer_wrap(const Backend *in) {
     /* where the inner backend has none, the loops of backend.c call the timed per-tensor ops */
     timed.adamw_multi = in->adamw_multi ? adamw_multi : NULL;
     timed.sum_squares_multi = in->sum_squares_multi ? sum_squares_multi : NULL;
+    timed.rope_qk = in->rope_qk ? rope_qk : NULL;
     return &timed;
 }
 

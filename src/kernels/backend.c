@@ -43,3 +43,17 @@ void backend_adamw_multi(const Backend *be, const AdamWTensor *tensors, int coun
                   &each, step_size, inv_bc2_sqrt);
     }
 }
+
+void backend_rope_qk(const Backend *be, float *q, float *k, const int32_t *positions,
+                     const float *cos_table, const float *sin_table, int n, int q_heads,
+                     int k_heads, int hd, int rot, bool backward) {
+    if (be->rope_qk) {
+        be->rope_qk(be, q, k, positions, cos_table, sin_table, n, q_heads, k_heads, hd, rot,
+                    backward);
+        return;
+    }
+    void (*one)(const Backend *, float *, const int32_t *, const float *, const float *, int, int,
+                int, int) = backward ? be->rope_backward : be->rope;
+    one(be, q, positions, cos_table, sin_table, n, q_heads, hd, rot);
+    one(be, k, positions, cos_table, sin_table, n, k_heads, hd, rot);
+}

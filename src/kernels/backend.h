@@ -282,6 +282,12 @@ struct Backend {
      * those count adamw calls give. The tensors overlap nowhere. tensors: host array. */
     void (*adamw_multi)(const Backend *be, const AdamWTensor *tensors, int count,
                         const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+    /* rope (backward: rope_backward) on q (N, q_heads, hd) and on k (N, k_heads, hd), the bits
+     * of the two calls; one launch instead of two on a device (call it through
+     * backend_rope_qk, which makes the two calls where this is NULL). */
+    void (*rope_qk)(const Backend *be, float *q, float *k, const int32_t *positions,
+                    const float *cos_table, const float *sin_table, int n, int q_heads, int k_heads,
+                    int hd, int rot, bool backward);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */
@@ -302,6 +308,11 @@ double backend_sum_squares_multi(const Backend *be, const GradTensor *tensors, i
 /* be->adamw_multi where the backend has it, else be->adamw once per tensor (its shrink in c). */
 void backend_adamw_multi(const Backend *be, const AdamWTensor *tensors, int count,
                          const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+
+/* be->rope_qk where the backend has it, else rope (or rope_backward) on q, then on k. */
+void backend_rope_qk(const Backend *be, float *q, float *k, const int32_t *positions,
+                     const float *cos_table, const float *sin_table, int n, int q_heads,
+                     int k_heads, int hd, int rot, bool backward);
 
 /* A host array seen by the backend: on a host-memory backend the array itself (nothing copied,
  * nothing owned), else a copy in backend memory that *owned receives (be->free it). NULL with an

@@ -177,6 +177,56 @@ static void check_rope(int n, int heads, int hd, int rot, int max_pos, bool with
     free(x), free(cos_t), free(sin_t), free(pos), free(want), free(want_back);
 }
 
+/* cuda_rope_qk on q (n, qh, hd) and k (n, kh, hd), laid out in one buffer as q, a gap, k, a gap:
+ * against the CPU's rope on each (the header's bound) and bitwise against cuda_rope_forward /
+ * cuda_rope_backward on each (its contract), the gaps untouched. */
+static void check_rope_qk(int n, int qh, int kh, int hd, int rot, int max_pos) {
+    char what[96];
+    size_t nq = (size_t)n * qh * hd, nk = (size_t)n * kh * hd, nt = (size_t)max_pos * (rot / 2);
+    size_t k_at = nq + 11, total = k_at + nk + 13;
+    float *x = host_random(total), *cos_t = host_random(nt), *sin_t = host_random(nt);
+    int *pos = host_ids((size_t)n, max_pos);
+    float *cos_d = dev(cos_t, nt * 4), *sin_d = dev(sin_t, nt * 4);
+    int *pos_d = dev(pos, (size_t)n * 4);
+    for (int backward = 0; backward < 2; backward++) {
+        float *want = malloc(total * 4);
+        memcpy(want, x, total * 4);
+        if (backward) {
+            CPU->rope_backward(CPU, want, pos, cos_t, sin_t, n, qh, hd, rot);
+            CPU->rope_backward(CPU, want + k_at, pos, cos_t, sin_t, n, kh, hd, rot);
+        } else {
+            CPU->rope(CPU, want, pos, cos_t, sin_t, n, qh, hd, rot);
+            CPU->rope(CPU, want + k_at, pos, cos_t, sin_t, n, kh, hd, rot);
+        }
+        float *single_d = dev(x, total * 4);
+        int (*one)(float *, const int *, const float *, const float *, int, int, int, int, void *) =
+            backward ? cuda_rope_backward : cuda_rope_forward;
+        CHECK(one(single_d, pos_d, cos_d, sin_d, n, qh, hd, rot, NULL) == 0, "launch");
+        CHECK(one(single_d + k_at, pos_d, cos_d, sin_d, n, kh, hd, rot, NULL) == 0, "launch");
+        float *single = fetch(single_d, total * 4);
+        float *got[2];
+        for (int run = 0; run < 2; run++) {
+            start_run(run);
+            float *xd = dev(x, total * 4);
+            CHECK(cuda_rope_qk(xd, xd + k_at, pos_d, cos_d, sin_d, n, qh, kh, hd, rot, backward,
+                               NULL) == 0,
+                  "launch");
+            got[run] = fetch(xd, total * 4);
+            cudaFree(xd);
+        }
+        snprintf(what, sizeof what, "rope_qk%s %d x (%d + %d) x %d rot %d",
+                 backward ? " backward" : "", n, qh, kh, hd, rot);
+        expect(what, got[0], got[1], want, total);
+        CHECK(memcmp(got[0], single, total * 4) == 0, "%s: not the bits of two single launches",
+              what);
+        for (int run = 0; run < 2; run++)
+            free(got[run]);
+        free(single), free(want), cudaFree(single_d);
+    }
+    cudaFree(cos_d), cudaFree(sin_d), cudaFree(pos_d);
+    free(x), free(cos_t), free(sin_t), free(pos);
+}
+
 static void check_swiglu(size_t n) {
     char what[64];
     float *gate = host_random(n), *up = host_random(n), *dout = host_random(n);
@@ -754,7 +804,9 @@ int main(void) {
     check_rope(5, 2, 8, 8, 9, false);
     check_rope(7, 3, 64, 64, 40, true);
     check_rope(3, 14, 64, 64, 5, true);
-    check_rope(6, 3, 32, 24, 11, true); /* partial rotary: Phi-4-mini's 0.75 */
+    check_rope(6, 3, 32, 24, 11, true);  /* partial rotary: Phi-4-mini's 0.75 */
+    check_rope_qk(5, 14, 2, 64, 64, 40); /* Qwen2.5-0.5B's heads */
+    check_rope_qk(1, 4, 4, 32, 24, 9);   /* one decode row, partial rotary */
     size_t swiglu_sizes[] = {1, 255, 4864 + 7};
     for (size_t i = 0; i < sizeof swiglu_sizes / sizeof *swiglu_sizes; i++)
         check_swiglu(swiglu_sizes[i]);

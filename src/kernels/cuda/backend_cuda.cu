@@ -316,6 +316,15 @@ static void cuda_rope_backward_op(const Backend *be, float *dx, const int32_t *p
                  cuda_rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, rot, NULL));
 }
 
+static void cuda_rope_qk_op(const Backend *be, float *q, float *k, const int32_t *positions,
+                            const float *cos_t, const float *sin_t, int n, int q_heads, int k_heads,
+                            int hd, int rot, bool backward) {
+    if (ok(be) && n > 0)
+        launched(be, backward ? "rope_qk backward" : "rope_qk",
+                 cuda_rope_qk(q, k, positions, cos_t, sin_t, n, q_heads, k_heads, hd, rot, backward,
+                              NULL));
+}
+
 static void cuda_swiglu_op(const Backend *be, float *out, const float *gate, const float *up,
                            size_t n) {
     if (ok(be)) launched(be, "swiglu", cuda_swiglu_forward(out, gate, up, n, NULL));
@@ -904,6 +913,7 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
     be->sum_squares = cuda_sum_squares_op;
     be->sum_squares_multi = cuda_sum_squares_multi_op;
     be->adamw_multi = cuda_adamw_multi_op;
+    be->rope_qk = cuda_rope_qk_op;
     if (autocast) { // logprob and logprob_backward branch on c->autocast themselves
         be->linear = ac_linear;
         be->linear_backward = ac_linear_backward;

@@ -130,6 +130,12 @@ size_t cuda_adamw_multi_plan(CudaAdamWTensor *table, int count);
 int cuda_adamw_multi(const CudaAdamWTensor *table, int count, size_t chunks,
                      const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt, void *stream);
 
+/* backend.h's rope_qk: cuda_rope_forward (backward != 0: cuda_rope_backward) on q (n, q_heads,
+ * hd) and on k (n, k_heads, hd) in one launch, the bits of the two calls. */
+int cuda_rope_qk(float *q, float *k, const int *positions, const float *cos_table,
+                 const float *sin_table, int n, int q_heads, int k_heads, int hd, int rot,
+                 int backward, void *stream);
+
 /* LoRA's dropout (kernels/cpu/lora.c's mask, bit for bit): y = in[i] * (u(key, i) < p ? 0 :
  * 1/(1-p)); out[i] written = y, or with accumulate out[i] += y. */
 int cuda_lora_dropout(float *out, const float *in, size_t n, float p, uint64_t key, int accumulate,
