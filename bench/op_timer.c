@@ -29,6 +29,9 @@ enum {
     T_ROWS_SCATTER,
     T_ADAMW,
     T_SUMSQ,
+    T_ADAMW_MULTI,
+    T_SUMSQ_MULTI,
+    T_ROPE_QK,
     N_TIMED
 };
 
@@ -52,7 +55,10 @@ static const char *const op_names[N_TIMED] = {"linear",
                                               "rows_gather",
                                               "rows_scatter_add",
                                               "adamw",
-                                              "sum_squares"};
+                                              "sum_squares",
+                                              "adamw_multi",
+                                              "sum_squares_multi",
+                                              "rope_qk"};
 
 static const Backend *inner;
 static Backend timed;
@@ -183,6 +189,23 @@ static double sum_squares(const Backend *be, const float *g, size_t n) {
     return s;
 }
 
+static void adamw_multi(const Backend *be, const AdamWTensor *tensors, int count,
+                        const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
+    TIMED(T_ADAMW_MULTI, inner->adamw_multi(be, tensors, count, c, step_size, inv_bc2_sqrt));
+}
+static double sum_squares_multi(const Backend *be, const GradTensor *tensors, int count) {
+    double t0 = begin(), s = inner->sum_squares_multi(be, tensors, count);
+    end(T_SUMSQ_MULTI, t0);
+    return s;
+}
+
+static void rope_qk(const Backend *be, float *q, float *k, const int32_t *positions,
+                    const float *cos_table, const float *sin_table, int n, int q_heads, int k_heads,
+                    int hd, int rot, bool backward) {
+    TIMED(T_ROPE_QK, inner->rope_qk(be, q, k, positions, cos_table, sin_table, n, q_heads, k_heads,
+                                    hd, rot, backward));
+}
+
 const Backend *op_timer_wrap(const Backend *in) {
     inner = in;
     timed = *in;
@@ -200,6 +223,10 @@ const Backend *op_timer_wrap(const Backend *in) {
     timed.embedding_scatter_add = embedding_scatter_add;
     timed.rows_gather = rows_gather, timed.rows_scatter_add = rows_scatter_add;
     timed.adamw = adamw, timed.sum_squares = sum_squares;
+    /* where the inner backend has none, the loops of backend.c call the timed per-tensor ops */
+    timed.adamw_multi = in->adamw_multi ? adamw_multi : NULL;
+    timed.sum_squares_multi = in->sum_squares_multi ? sum_squares_multi : NULL;
+    timed.rope_qk = in->rope_qk ? rope_qk : NULL;
     return &timed;
 }
 

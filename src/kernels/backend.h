@@ -38,6 +38,21 @@ struct Q8Map;        /* kernels/cpu/adamw8bit.h */
 struct Q8Moments;    /* kernels/cpu/adamw8bit.h */
 struct PackedWeight; /* kernels/cpu/kernels.h: a CPU backend's prepacked weight */
 
+/* One tensor of the multi-tensor optimizer ops (below): n values at g, backend memory. */
+typedef struct {
+    const float *g;
+    size_t n;
+} GradTensor;
+
+/* One tensor of adamw_multi: p, m, v updated in place from g, numel values each (backend
+ * memory); shrink is this tensor's AdamWStepCoefs.shrink (1 - lr*wd, or 1 without decay). */
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    size_t numel;
+    float shrink;
+} AdamWTensor;
+
 typedef enum {
     BACKEND_HOST_TO_DEVICE,
     BACKEND_DEVICE_TO_HOST,
@@ -253,6 +268,26 @@ struct Backend {
      * the bits linear_backward's dw and dbias get (din NULL there). */
     void (*linear_weight_grads)(const Backend *be, const LinearGradPart *parts, int count,
                                 const float *in, int n, int in_dim);
+
+    /* ---- multi-tensor optimizer ops (optional: NULL where one call per tensor is as good, the
+     * CPU; call them through backend_sum_squares_multi and backend_adamw_multi, which loop
+     * sum_squares / adamw then). A device backend does all tensors in a few launches and, for
+     * the sum, one read back to the host, where one op per tensor costs a launch (and a host
+     * read) for each of a model's few hundred tensors. ---- */
+    /* Σ over t < count of sum_squares(tensors[t].g, tensors[t].n), each tensor's sum the bits
+     * sum_squares gives it alone, added in double in ascending t from 0.0: the bits of the
+     * host loop backend_sum_squares_multi runs where this is NULL. tensors: host array. */
+    double (*sum_squares_multi)(const Backend *be, const GradTensor *tensors, int count);
+    /* For t < count, adamw on tensor t with c->shrink replaced by tensors[t].shrink: the bits
+     * those count adamw calls give. The tensors overlap nowhere. tensors: host array. */
+    void (*adamw_multi)(const Backend *be, const AdamWTensor *tensors, int count,
+                        const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+    /* rope (backward: rope_backward) on q (N, q_heads, hd) and on k (N, k_heads, hd), the bits
+     * of the two calls; one launch instead of two on a device (call it through
+     * backend_rope_qk, which makes the two calls where this is NULL). */
+    void (*rope_qk)(const Backend *be, float *q, float *k, const int32_t *positions,
+                    const float *cos_table, const float *sin_table, int n, int q_heads, int k_heads,
+                    int hd, int rot, bool backward);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */
@@ -267,6 +302,17 @@ const Backend *backend_cpu_autocast(void);
 /* be->linears where the backend has it, else be->linear (packed NULL) once per part. */
 void backend_linears(const Backend *be, const LinearPart *parts, int count, const float *in, int n,
                      int in_dim);
+
+/* be->sum_squares_multi where the backend has it, else the host loop its contract names. */
+double backend_sum_squares_multi(const Backend *be, const GradTensor *tensors, int count);
+/* be->adamw_multi where the backend has it, else be->adamw once per tensor (its shrink in c). */
+void backend_adamw_multi(const Backend *be, const AdamWTensor *tensors, int count,
+                         const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+
+/* be->rope_qk where the backend has it, else rope (or rope_backward) on q, then on k. */
+void backend_rope_qk(const Backend *be, float *q, float *k, const int32_t *positions,
+                     const float *cos_table, const float *sin_table, int n, int q_heads,
+                     int k_heads, int hd, int rot, bool backward);
 
 /* A host array seen by the backend: on a host-memory backend the array itself (nothing copied,
  * nothing owned), else a copy in backend memory that *owned receives (be->free it). NULL with an

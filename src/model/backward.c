@@ -151,8 +151,8 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     const float *cos_t = local ? dev->cos_local : dev->cos_t;
     const float *sin_t = local ? dev->sin_local : dev->sin_t;
     if (!c->layer_nope[l]) { /* a NoPE layer applied none: dq, dk pass as they are */
-        be->rope_backward(be, g->dq, dev->positions, cos_t, sin_t, n, c->n_heads, hd, rot);
-        be->rope_backward(be, g->dk, dev->positions, cos_t, sin_t, n, c->n_kv_heads, hd, rot);
+        backend_rope_qk(be, g->dq, g->dk, dev->positions, cos_t, sin_t, n, c->n_heads,
+                        c->n_kv_heads, hd, rot, true);
     }
     if (c->qk_norm) { /* (1 + w) in Gemma 3 */
         model_rmsnorm_backward(m, g->dq, G(w->q_norm), g->dq, a->q_pre, w->q_norm, n * c->n_heads,

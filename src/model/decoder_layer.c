@@ -148,8 +148,8 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     const float *cos_t = local ? rows->cos_local : rows->cos_t;
     const float *sin_t = local ? rows->sin_local : rows->sin_t;
     if (!c->layer_nope[l]) { /* a NoPE layer (SmolLM3) attends with q and k as projected */
-        be->rope(be, a->q, rows->positions, cos_t, sin_t, n, c->n_heads, hd, rot);
-        be->rope(be, a->k, rows->positions, cos_t, sin_t, n, c->n_kv_heads, hd, rot);
+        backend_rope_qk(be, a->q, a->k, rows->positions, cos_t, sin_t, n, c->n_heads, c->n_kv_heads,
+                        hd, rot, false);
     }
     hooks->attention(hooks, m, l, a, n, c->layer_sliding[l] ? c->sliding_window : 0);
     bool sandwich = c->gemma_norms;

@@ -156,26 +156,37 @@ void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float
                         .neg_step = (float)(-lr / bc1),
                         .bc2_sqrt = (float)bc2_sqrt,
                         .grad_scale = grad_scale};
+    float decayed = (float)(1.0 - lr * cfg->weight_decay);
+    /* the spans with fp32 moments in one multi-tensor call (a device backend's few launches),
+     * the 8-bit ones each on its own */
+    AdamWTensor *f32 = xmalloc((size_t)(opt->n_spans ? opt->n_spans : 1) * sizeof *f32);
+    int n_f32 = 0;
     for (int s = 0; s < opt->n_spans; s++) {
         const ParamSpan *span = &opt->spans[s];
         SpanMoments *mom = &opt->moments[s];
-        c.shrink = span->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f;
+        c.shrink = span->decay ? decayed : 1.0f;
         if (mom->m)
-            be->adamw(be, params + span->offset, mom->m, mom->v, grads + span->offset, span->numel,
-                      &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
+            f32[n_f32++] = (AdamWTensor){params + span->offset, mom->m,      mom->v,
+                                         grads + span->offset,  span->numel, c.shrink};
         else
             be->adamw8bit(be, &mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
                           grads + span->offset, &c);
-        /* bf16 products repack what changed (kernels/cpu/gemm_bf16_cache.c) */
-        gemm_bf16_weights_changed(params + span->offset, span->numel * sizeof *params);
     }
+    backend_adamw_multi(be, f32, n_f32, &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
+    free(f32);
+    /* bf16 products repack what changed (kernels/cpu/gemm_bf16_cache.c) */
+    for (int s = 0; s < opt->n_spans; s++)
+        gemm_bf16_weights_changed(params + opt->spans[s].offset,
+                                  opt->spans[s].numel * sizeof *params);
 }
 
 double grad_sum_squares(const Backend *be, const float *grads, const ParamSpan *spans,
                         int n_spans) {
-    double total = 0.0;
+    GradTensor *t = xmalloc((size_t)(n_spans ? n_spans : 1) * sizeof *t);
     for (int s = 0; s < n_spans; s++)
-        total += be->sum_squares(be, grads + spans[s].offset, spans[s].numel);
+        t[s] = (GradTensor){grads + spans[s].offset, spans[s].numel};
+    double total = backend_sum_squares_multi(be, t, n_spans);
+    free(t);
     return total;
 }
 

@@ -9,8 +9,10 @@
  * Built twice from this source: test_backend_ops against cuda-emu (RLHF_CUDA_EMU, label
  * gpu-emu, every CI run), and test_backend_ops_cuda against the real device with -DRLHF_CUDA
  * (label gpu), which exits 77 (skipped) where no device is present. */
+#include "common/error.h"
 #include "harness.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 #ifdef RLHF_CUDA_EMU
@@ -173,6 +175,56 @@ static void check_rope(int n, int heads, int hd, int rot, int max_pos, bool with
         free(got[run]), free(got_back[run]);
     cudaFree(cos_d), cudaFree(sin_d), cudaFree(pos_d);
     free(x), free(cos_t), free(sin_t), free(pos), free(want), free(want_back);
+}
+
+/* cuda_rope_qk on q (n, qh, hd) and k (n, kh, hd), laid out in one buffer as q, a gap, k, a gap:
+ * against the CPU's rope on each (the header's bound) and bitwise against cuda_rope_forward /
+ * cuda_rope_backward on each (its contract), the gaps untouched. */
+static void check_rope_qk(int n, int qh, int kh, int hd, int rot, int max_pos) {
+    char what[96];
+    size_t nq = (size_t)n * qh * hd, nk = (size_t)n * kh * hd, nt = (size_t)max_pos * (rot / 2);
+    size_t k_at = nq + 11, total = k_at + nk + 13;
+    float *x = host_random(total), *cos_t = host_random(nt), *sin_t = host_random(nt);
+    int *pos = host_ids((size_t)n, max_pos);
+    float *cos_d = dev(cos_t, nt * 4), *sin_d = dev(sin_t, nt * 4);
+    int *pos_d = dev(pos, (size_t)n * 4);
+    for (int backward = 0; backward < 2; backward++) {
+        float *want = malloc(total * 4);
+        memcpy(want, x, total * 4);
+        if (backward) {
+            CPU->rope_backward(CPU, want, pos, cos_t, sin_t, n, qh, hd, rot);
+            CPU->rope_backward(CPU, want + k_at, pos, cos_t, sin_t, n, kh, hd, rot);
+        } else {
+            CPU->rope(CPU, want, pos, cos_t, sin_t, n, qh, hd, rot);
+            CPU->rope(CPU, want + k_at, pos, cos_t, sin_t, n, kh, hd, rot);
+        }
+        float *single_d = dev(x, total * 4);
+        int (*one)(float *, const int *, const float *, const float *, int, int, int, int, void *) =
+            backward ? cuda_rope_backward : cuda_rope_forward;
+        CHECK(one(single_d, pos_d, cos_d, sin_d, n, qh, hd, rot, NULL) == 0, "launch");
+        CHECK(one(single_d + k_at, pos_d, cos_d, sin_d, n, kh, hd, rot, NULL) == 0, "launch");
+        float *single = fetch(single_d, total * 4);
+        float *got[2];
+        for (int run = 0; run < 2; run++) {
+            start_run(run);
+            float *xd = dev(x, total * 4);
+            CHECK(cuda_rope_qk(xd, xd + k_at, pos_d, cos_d, sin_d, n, qh, kh, hd, rot, backward,
+                               NULL) == 0,
+                  "launch");
+            got[run] = fetch(xd, total * 4);
+            cudaFree(xd);
+        }
+        snprintf(what, sizeof what, "rope_qk%s %d x (%d + %d) x %d rot %d",
+                 backward ? " backward" : "", n, qh, kh, hd, rot);
+        expect(what, got[0], got[1], want, total);
+        CHECK(memcmp(got[0], single, total * 4) == 0, "%s: not the bits of two single launches",
+              what);
+        for (int run = 0; run < 2; run++)
+            free(got[run]);
+        free(single), free(want), cudaFree(single_d);
+    }
+    cudaFree(cos_d), cudaFree(sin_d), cudaFree(pos_d);
+    free(x), free(cos_t), free(sin_t), free(pos);
 }
 
 static void check_swiglu(size_t n) {
@@ -517,6 +569,227 @@ static void check_sum_squares(size_t n) {
     free(g);
 }
 
+/* The multi-tensor kernels' tensors: sizes (0: empty; 1; below, at and above a block of 256;
+ * above 128 blocks of 256 values, where cuda_sum_squares' partition stops growing) placed at
+ * offsets of one buffer with a gap of GAP values after each, so a value written off its tensor
+ * shows in a gap. */
+#define GAP 37
+static const size_t multi_sizes[] = {300, 1, 0, 256, 257, 40000, 7, 4096 + 5, 100003};
+#define N_MULTI ((int)(sizeof multi_sizes / sizeof *multi_sizes))
+
+static size_t multi_layout(size_t *offset) {
+    size_t at = 0;
+    for (int t = 0; t < N_MULTI; t++)
+        offset[t] = at, at += multi_sizes[t] + GAP;
+    return at;
+}
+
+/* cuda_sum_squares_multi: the CPU's per-tensor sums to 1e-5, and the bits of a host loop over
+ * cuda_sum_squares (its contract), twice (another interleaving) with poisoned scratch. */
+static void check_sum_squares_multi(void) {
+    size_t offset[N_MULTI], total_n = multi_layout(offset);
+    float *g = host_random(total_n);
+    float *g_d = dev(g, total_n * 4), *partials1 = dev(NULL, CUDA_SUM_SQUARES_PARTIALS * 4);
+    double want = 0.0, per_tensor = 0.0;
+    CudaSumSqTensor table[N_MULTI];
+    for (int t = 0; t < N_MULTI; t++) {
+        want += CPU->sum_squares(CPU, g + offset[t], multi_sizes[t]);
+        double *one = dev(NULL, sizeof(double));
+        CHECK(cuda_sum_squares(one, g_d + offset[t], multi_sizes[t], partials1, NULL) == 0,
+              "launch");
+        double *h = fetch(one, sizeof(double));
+        per_tensor += *h;
+        free(h), cudaFree(one);
+        table[t] = (CudaSumSqTensor){.g = g_d + offset[t], .n = multi_sizes[t]};
+    }
+    int partials_n = cuda_sum_squares_multi_plan(table, N_MULTI);
+    CHECK(partials_n > N_MULTI && partials_n <= N_MULTI * CUDA_SUM_SQUARES_PARTIALS,
+          "sum_squares_multi plan: %d partials for %d tensors", partials_n, N_MULTI);
+    CudaSumSqTensor *table_d = dev(table, sizeof table);
+    double got[2];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        double *out = dev(NULL, sizeof(double)), *sums = dev(NULL, N_MULTI * sizeof(double));
+        float *partials = dev(NULL, (size_t)partials_n * 4);
+        CHECK(cuda_sum_squares_multi(out, table_d, N_MULTI, partials_n, partials, sums, NULL) == 0,
+              "launch");
+        double *h = fetch(out, sizeof(double));
+        got[run] = *h;
+        free(h), cudaFree(out), cudaFree(sums), cudaFree(partials);
+    }
+    CHECK(harness_close(got[0], want, 1e-5, 0.0), "sum_squares_multi: %.12g, want %.12g", got[0],
+          want);
+    CHECK(memcmp(&got[0], &per_tensor, sizeof got[0]) == 0,
+          "sum_squares_multi: %.17g, not the per-tensor kernel's %.17g", got[0], per_tensor);
+    CHECK(memcmp(&got[0], &got[1], sizeof got[0]) == 0, "sum_squares_multi: two runs differ");
+    cudaFree(table_d), cudaFree(g_d), cudaFree(partials1);
+    free(g);
+}
+
+static AdamWStepCoefs test_adamw_coefs(void) {
+    return (AdamWStepCoefs){.beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .one_minus_beta1 = 0.1f,
+                            .one_minus_beta2 = 0.001f,
+                            .eps = 1e-8f,
+                            .shrink = 1.0f,
+                            .grad_scale = 0.75f};
+}
+
+/* cuda_adamw_multi: every tensor with its own shrink against the CPU's adamw (the header's bound)
+ * and bitwise against cuda_adamw per tensor; the gaps between tensors keep their values. */
+static void check_adamw_multi(void) {
+    size_t offset[N_MULTI], n = multi_layout(offset);
+    float *p = host_random(n), *m = host_random(n), *v = host_random(n), *g = host_random(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = v[i] * v[i];
+    AdamWStepCoefs c = test_adamw_coefs();
+    float step_size = 1e-3f / (1.0f - 0.9f * 0.9f), inv_bc2_sqrt = 1.0f / sqrtf(1.0f - 0.998f);
+    float *want[3] = {malloc(n * 4), malloc(n * 4), malloc(n * 4)};
+    memcpy(want[0], p, n * 4), memcpy(want[1], m, n * 4), memcpy(want[2], v, n * 4);
+    float *g_d = dev(g, n * 4);
+    /* the per-tensor kernel's bits, and the CPU's values */
+    float *pd = dev(p, n * 4), *md = dev(m, n * 4), *vd = dev(v, n * 4);
+    for (int t = 0; t < N_MULTI; t++) {
+        c.shrink = t % 2 ? 1.0f : 1.0f - 1e-3f * (float)(t + 1) * 0.01f;
+        size_t o = offset[t];
+        CPU->adamw(CPU, want[0] + o, want[1] + o, want[2] + o, g + o, multi_sizes[t], &c, step_size,
+                   inv_bc2_sqrt);
+        CHECK(cuda_adamw(pd + o, md + o, vd + o, g_d + o, multi_sizes[t], &c, step_size,
+                         inv_bc2_sqrt, NULL) == 0,
+              "launch");
+    }
+    float *per_tensor[3] = {fetch(pd, n * 4), fetch(md, n * 4), fetch(vd, n * 4)};
+    cudaFree(pd), cudaFree(md), cudaFree(vd);
+    float *got[2][3];
+    for (int run = 0; run < 2; run++) {
+        start_run(run);
+        float *d[3] = {dev(p, n * 4), dev(m, n * 4), dev(v, n * 4)};
+        CudaAdamWTensor table[N_MULTI];
+        for (int t = 0; t < N_MULTI; t++) {
+            size_t o = offset[t];
+            table[t] =
+                (CudaAdamWTensor){.p = d[0] + o,
+                                  .m = d[1] + o,
+                                  .v = d[2] + o,
+                                  .g = g_d + o,
+                                  .numel = multi_sizes[t],
+                                  .shrink = t % 2 ? 1.0f : 1.0f - 1e-3f * (float)(t + 1) * 0.01f};
+        }
+        size_t chunks = cuda_adamw_multi_plan(table, N_MULTI);
+        CudaAdamWTensor *table_d = dev(table, sizeof table);
+        CHECK(cuda_adamw_multi(table_d, N_MULTI, chunks, &c, step_size, inv_bc2_sqrt, NULL) == 0,
+              "launch");
+        for (int k = 0; k < 3; k++)
+            got[run][k] = fetch(d[k], n * 4), cudaFree(d[k]);
+        cudaFree(table_d);
+    }
+    const char *names[3] = {"p", "m", "v"};
+    const float *before[3] = {p, m, v};
+    for (int k = 0; k < 3; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "adamw_multi %s", names[k]);
+        expect(what, got[0][k], got[1][k], want[k], n);
+        CHECK(memcmp(got[0][k], per_tensor[k], n * 4) == 0,
+              "adamw_multi %s: not the per-tensor kernel's bits", names[k]);
+        size_t moved = 0;
+        for (int t = 0; t < N_MULTI; t++)
+            for (size_t i = offset[t] + multi_sizes[t]; i < offset[t] + multi_sizes[t] + GAP; i++)
+                moved += memcmp(&got[0][k][i], &before[k][i], 4) != 0;
+        CHECK(moved == 0, "adamw_multi %s: %zu values between the tensors written", names[k],
+              moved);
+    }
+    for (int k = 0; k < 3; k++) {
+        free(want[k]), free(per_tensor[k]);
+        for (int run = 0; run < 2; run++)
+            free(got[run][k]);
+    }
+    cudaFree(g_d);
+    free(p), free(m), free(v), free(g);
+}
+
+/* The backend's entries (backend_cuda.cu, invariant 10) against a loop of its per-tensor ops,
+ * bitwise: the same table twice (the second call reuses the uploaded table), the same table over
+ * changed gradients, then another table (fewer tensors, another order), which must be uploaded
+ * anew. */
+static void check_multi_backend(void) {
+#ifdef RLHF_CUDA_EMU
+    Backend *be = backend_cuda_emu_new();
+#else
+    Backend *be = backend_cuda_new();
+#endif
+    CHECK(be != NULL, "backend: %s", err_msg());
+    if (!be) return;
+    size_t offset[N_MULTI], n = multi_layout(offset);
+    float *g = host_random(n), *p = host_random(n), *m = host_random(n), *v = host_random(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = v[i] * v[i];
+    float *g_d = be->alloc(be, n * 4, "g");
+    be->copy(be, g_d, g, n * 4, BACKEND_HOST_TO_DEVICE);
+    GradTensor all[N_MULTI], some[3];
+    for (int t = 0; t < N_MULTI; t++)
+        all[t] = (GradTensor){g_d + offset[t], multi_sizes[t]};
+    some[0] = all[8], some[1] = all[3], some[2] = all[5];
+    const GradTensor *tables[4] = {all, all, all, some};
+    int counts[4] = {N_MULTI, N_MULTI, N_MULTI, 3};
+    for (int call = 0; call < 4; call++) {
+        if (call == 2) { /* new gradients under the same table */
+            for (size_t i = 0; i < n; i++)
+                g[i] = frand();
+            be->copy(be, g_d, g, n * 4, BACKEND_HOST_TO_DEVICE);
+        }
+        double loop = 0.0;
+        for (int t = 0; t < counts[call]; t++)
+            loop += be->sum_squares(be, tables[call][t].g, tables[call][t].n);
+        double got = be->sum_squares_multi(be, tables[call], counts[call]);
+        CHECK(memcmp(&got, &loop, sizeof got) == 0,
+              "backend sum_squares_multi, call %d: %.17g, the per-tensor loop %.17g", call, got,
+              loop);
+    }
+    /* adamw_multi against be->adamw per tensor, on the tensors of `some` then of `all` */
+    float *state[2][3];
+    for (int side = 0; side < 2; side++)
+        for (int k = 0; k < 3; k++) {
+            state[side][k] = be->alloc(be, n * 4, "state");
+            be->copy(be, state[side][k],
+                     k == 0   ? p
+                     : k == 1 ? m
+                              : v,
+                     n * 4, BACKEND_HOST_TO_DEVICE);
+        }
+    AdamWStepCoefs c = test_adamw_coefs();
+    int picks[2][N_MULTI] = {{8, 3, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
+    int npicks[2] = {3, N_MULTI};
+    for (int round = 0; round < 2; round++) {
+        AdamWTensor ts[N_MULTI];
+        for (int j = 0; j < npicks[round]; j++) {
+            int t = picks[round][j];
+            size_t o = offset[t];
+            ts[j] = (AdamWTensor){state[1][0] + o, state[1][1] + o, state[1][2] + o,
+                                  g_d + o,         multi_sizes[t],  j % 2 ? 1.0f : 0.999f};
+            c.shrink = ts[j].shrink;
+            be->adamw(be, state[0][0] + o, state[0][1] + o, state[0][2] + o, g_d + o,
+                      multi_sizes[t], &c, 1e-3f, 1.5f);
+        }
+        be->adamw_multi(be, ts, npicks[round], &c, 1e-3f, 1.5f);
+    }
+    for (int k = 0; k < 3; k++) {
+        float *a = malloc(n * 4), *b = malloc(n * 4);
+        be->copy(be, a, state[0][k], n * 4, BACKEND_DEVICE_TO_HOST);
+        be->copy(be, b, state[1][k], n * 4, BACKEND_DEVICE_TO_HOST);
+        CHECK(memcmp(a, b, n * 4) == 0, "backend adamw_multi: tensor %d not the per-tensor bits",
+              k);
+        free(a), free(b);
+    }
+    CHECK(backend_cuda_status(be) == 0, "backend: %s", err_msg());
+    for (int side = 0; side < 2; side++)
+        for (int k = 0; k < 3; k++)
+            be->free(be, state[side][k]);
+    be->free(be, g_d);
+    backend_cuda_free(be);
+    free(g), free(p), free(m), free(v);
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -531,7 +804,9 @@ int main(void) {
     check_rope(5, 2, 8, 8, 9, false);
     check_rope(7, 3, 64, 64, 40, true);
     check_rope(3, 14, 64, 64, 5, true);
-    check_rope(6, 3, 32, 24, 11, true); /* partial rotary: Phi-4-mini's 0.75 */
+    check_rope(6, 3, 32, 24, 11, true);  /* partial rotary: Phi-4-mini's 0.75 */
+    check_rope_qk(5, 14, 2, 64, 64, 40); /* Qwen2.5-0.5B's heads */
+    check_rope_qk(1, 4, 4, 32, 24, 9);   /* one decode row, partial rotary */
     size_t swiglu_sizes[] = {1, 255, 4864 + 7};
     for (size_t i = 0; i < sizeof swiglu_sizes / sizeof *swiglu_sizes; i++)
         check_swiglu(swiglu_sizes[i]);
@@ -558,5 +833,8 @@ int main(void) {
     size_t ss_sizes[] = {1, 1000, 100003};
     for (size_t i = 0; i < sizeof ss_sizes / sizeof *ss_sizes; i++)
         check_sum_squares(ss_sizes[i]);
+    check_sum_squares_multi();
+    check_adamw_multi();
+    check_multi_backend();
     return harness_finish("test_backend_ops");
 }

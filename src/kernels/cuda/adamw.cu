@@ -1,26 +1,37 @@
 // One torch AdamW step in fp32, elementwise over a grid-stride loop, the CPU's formulas
 // (kernels/cpu/adamw.c) in the same order, so the update rounds as the CPU's does.
+//
+// The multi-tensor form (torch's multi_tensor_apply in spirit) updates every tensor of a table in
+// one launch: the tensors are cut into chunks of CUDA_ADAMW_CHUNK values, a block takes chunks in
+// a grid-stride loop and finds each one's tensor by a binary search over the first chunks. The
+// update of a value is adamw_value in both forms: the same bits whichever launch runs it.
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 #define ADAMW_THREADS 256
 #define ADAMW_BLOCKS  1024
 
+// Value i of p, m, v from g[i], with the tensor's shrink.
+__device__ __forceinline__ void adamw_value(float *p, float *m, float *v, const float *g, size_t i,
+                                            const AdamWStepCoefs &c, float shrink, float step_size,
+                                            float inv_bc2_sqrt) {
+    // the clip's scaling, rounded on its own (__fmul_rn is never fused into an FMA) as the
+    // CPU's separate product is
+    float gi = __fmul_rn(g[i], c.grad_scale), mi = m[i], vi = v[i];
+    float pi = p[i] * shrink;
+    mi += (1.0f - c.beta1) * (gi - mi);
+    vi = c.beta2 * vi + (1.0f - c.beta2) * gi * gi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + c.eps);
+    m[i] = mi;
+    v[i] = vi;
+}
+
 __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(float *p, float *m, float *v, const float *g, size_t numel, AdamWStepCoefs c,
                  float step_size, float inv_bc2_sqrt) {
     for (size_t i = (size_t)blockIdx.x * ADAMW_THREADS + threadIdx.x; i < numel;
-         i += (size_t)gridDim.x * ADAMW_THREADS) {
-        // the clip's scaling, rounded on its own (__fmul_rn is never fused into an FMA) as the
-        // CPU's separate product is
-        float gi = __fmul_rn(g[i], c.grad_scale), mi = m[i], vi = v[i];
-        float pi = p[i] * c.shrink;
-        mi += (1.0f - c.beta1) * (gi - mi);
-        vi = c.beta2 * vi + (1.0f - c.beta2) * gi * gi;
-        p[i] = pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + c.eps);
-        m[i] = mi;
-        v[i] = vi;
-    }
+         i += (size_t)gridDim.x * ADAMW_THREADS)
+        adamw_value(p, m, v, g, i, c, c.shrink, step_size, inv_bc2_sqrt);
 }
 
 extern "C" int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel,
@@ -31,4 +42,46 @@ extern "C" int cuda_adamw(float *p, float *m, float *v, const float *g, size_t n
     return (int)CUDA_LAUNCH(adamw_kernel, blocks < ADAMW_BLOCKS ? (int)blocks : ADAMW_BLOCKS,
                             ADAMW_THREADS, 0, (cudaStream_t)stream, p, m, v, g, numel, *c,
                             step_size, inv_bc2_sqrt);
+}
+
+// ---- multi-tensor ----
+
+__global__ void __launch_bounds__(ADAMW_THREADS)
+    adamw_multi_kernel(const CudaAdamWTensor *table, int count, size_t chunks, AdamWStepCoefs c,
+                       float step_size, float inv_bc2_sqrt) {
+    for (size_t k = blockIdx.x; k < chunks; k += gridDim.x) {
+        // the last tensor whose first chunk is <= k: an empty tensor shares its first chunk with
+        // the next one and is passed over
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (table[mid].first_chunk <= k)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const CudaAdamWTensor t = table[lo];
+        size_t begin = (k - t.first_chunk) * CUDA_ADAMW_CHUNK;
+        size_t end = begin + CUDA_ADAMW_CHUNK < t.numel ? begin + CUDA_ADAMW_CHUNK : t.numel;
+        for (size_t i = begin + threadIdx.x; i < end; i += ADAMW_THREADS)
+            adamw_value(t.p, t.m, t.v, t.g, i, c, t.shrink, step_size, inv_bc2_sqrt);
+    }
+}
+
+extern "C" size_t cuda_adamw_multi_plan(CudaAdamWTensor *table, int count) {
+    size_t chunks = 0;
+    for (int t = 0; t < count; t++) {
+        table[t].first_chunk = chunks;
+        chunks += (table[t].numel + CUDA_ADAMW_CHUNK - 1) / CUDA_ADAMW_CHUNK;
+    }
+    return chunks;
+}
+
+extern "C" int cuda_adamw_multi(const CudaAdamWTensor *table, int count, size_t chunks,
+                                const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt,
+                                void *stream) {
+    if (chunks == 0 || count == 0) return 0;
+    int blocks = chunks < ADAMW_BLOCKS ? (int)chunks : ADAMW_BLOCKS;
+    return (int)CUDA_LAUNCH(adamw_multi_kernel, blocks, ADAMW_THREADS, 0, (cudaStream_t)stream,
+                            table, count, chunks, *c, step_size, inv_bc2_sqrt);
 }

@@ -54,6 +54,9 @@ enum {
     SCRATCH_AC_K,
     SCRATCH_AC_V,
     SCRATCH_AC_DOUT,
+    // multi-tensor optimizer ops: their tables, kept between calls (invariant 10)
+    SCRATCH_SUMSQ_TABLE,
+    SCRATCH_ADAMW_TABLE,
     N_SCRATCH
 };
 
@@ -65,6 +68,11 @@ typedef struct {
     int chunk_rows, chunk_cols;
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
+    // invariant 10: what a table slot holds, as uploaded (host copy, its bytes, the slot's
+    // address then); NULL where nothing was uploaded
+    void *uploaded[N_SCRATCH];
+    size_t uploaded_bytes[N_SCRATCH];
+    void *uploaded_to[N_SCRATCH];
     char error[320]; // invariant 4: the first failure, "" while none
 } CudaCtx;
 
@@ -306,6 +314,15 @@ static void cuda_rope_backward_op(const Backend *be, float *dx, const int32_t *p
     if (ok(be) && n > 0)
         launched(be, "rope_backward",
                  cuda_rope_backward(dx, positions, cos_t, sin_t, n, heads, hd, rot, NULL));
+}
+
+static void cuda_rope_qk_op(const Backend *be, float *q, float *k, const int32_t *positions,
+                            const float *cos_t, const float *sin_t, int n, int q_heads, int k_heads,
+                            int hd, int rot, bool backward) {
+    if (ok(be) && n > 0)
+        launched(be, backward ? "rope_qk backward" : "rope_qk",
+                 cuda_rope_qk(q, k, positions, cos_t, sin_t, n, q_heads, k_heads, hd, rot, backward,
+                              NULL));
 }
 
 static void cuda_swiglu_op(const Backend *be, float *out, const float *gate, const float *up,
@@ -645,6 +662,86 @@ static double cuda_sum_squares_op(const Backend *be, const float *g, size_t n) {
     return ok(be) ? total : NAN;
 }
 
+// ---- multi-tensor optimizer ops (backend.h's sum_squares_multi, adamw_multi) ----
+
+// bytes of host table in scratch slot s (invariant 10): copied only where the slot does not
+// already hold the same bytes (a run's tables are the same every step, so the copy, a host sync,
+// happens once). The device address, or NULL after recording the failure.
+static void *table_on_device(const Backend *be, int s, const void *host, size_t bytes,
+                             const char *op) {
+    CudaCtx *c = ctx_of(be);
+    void *d = scratch(be, s, bytes, op);
+    if (!d) return NULL;
+    if (c->uploaded[s] && c->uploaded_to[s] == d && c->uploaded_bytes[s] == bytes &&
+        memcmp(c->uploaded[s], host, bytes) == 0)
+        return d;
+    void *copy = realloc(c->uploaded[s], bytes);
+    if (!copy) {
+        free(c->uploaded[s]);
+        c->uploaded[s] = NULL;
+        fail(be, op, "out of host memory for the tensor table");
+        return NULL;
+    }
+    memcpy(copy, host, bytes);
+    c->uploaded[s] = copy, c->uploaded_bytes[s] = bytes, c->uploaded_to[s] = d;
+    cuda_copy(be, d, host, bytes, BACKEND_HOST_TO_DEVICE);
+    return ok(be) ? d : NULL;
+}
+
+// NaN once the backend has failed, as cuda_sum_squares_op.
+static double cuda_sum_squares_multi_op(const Backend *be, const GradTensor *tensors, int count) {
+    const char *op = "sum_squares_multi";
+    if (!ok(be)) return NAN;
+    if (count <= 0) return 0.0;
+    CudaSumSqTensor *table = (CudaSumSqTensor *)calloc((size_t)count, sizeof *table);
+    if (!table) {
+        fail(be, op, "out of host memory for the tensor table");
+        return NAN;
+    }
+    for (int t = 0; t < count; t++)
+        table[t].g = tensors[t].g, table[t].n = tensors[t].n;
+    int partials = cuda_sum_squares_multi_plan(table, count);
+    const CudaSumSqTensor *dt = (const CudaSumSqTensor *)table_on_device(
+        be, SCRATCH_SUMSQ_TABLE, table, (size_t)count * sizeof *table, op);
+    free(table);
+    // the total, the tensors' sums (doubles first: aligned), then the partials
+    size_t sums_bytes = (1 + (size_t)count) * sizeof(double);
+    char *s = dt ? (char *)scratch(be, SCRATCH_PARTIALS,
+                                   sums_bytes + (size_t)partials * sizeof(float), op)
+                 : NULL;
+    if (!s || !launched(be, op,
+                        cuda_sum_squares_multi((double *)s, dt, count, partials,
+                                               (float *)(s + sums_bytes), (double *)s + 1, NULL)))
+        return NAN;
+    double total = NAN;
+    cuda_copy(be, &total, s, sizeof total, BACKEND_DEVICE_TO_HOST);
+    return ok(be) ? total : NAN;
+}
+
+static void cuda_adamw_multi_op(const Backend *be, const AdamWTensor *tensors, int count,
+                                const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
+    const char *op = "adamw_multi";
+    for (int t = 0; t < count; t++) // invariant 8
+        weight_cache_written(ctx_of(be)->weights, tensors[t].p, tensors[t].numel * sizeof(float));
+    if (!ok(be) || count <= 0) return;
+    CudaAdamWTensor *table = (CudaAdamWTensor *)calloc((size_t)count, sizeof *table);
+    if (!table) {
+        fail(be, op, "out of host memory for the tensor table");
+        return;
+    }
+    for (int t = 0; t < count; t++)
+        table[t].p = tensors[t].p, table[t].m = tensors[t].m, table[t].v = tensors[t].v,
+        table[t].g = tensors[t].g, table[t].numel = tensors[t].numel,
+        table[t].shrink = tensors[t].shrink;
+    size_t chunks = cuda_adamw_multi_plan(table, count);
+    const CudaAdamWTensor *dt =
+        chunks ? (const CudaAdamWTensor *)table_on_device(be, SCRATCH_ADAMW_TABLE, table,
+                                                          (size_t)count * sizeof *table, op)
+               : NULL;
+    free(table);
+    if (dt) launched(be, op, cuda_adamw_multi(dt, count, chunks, c, step_size, inv_bc2_sqrt, NULL));
+}
+
 // ---- bf16 autocast (invariant 6): kernels/cpu/backend_autocast.c's rules, on the device ----
 
 // n values of x rounded to bf16 values, fp32 (scratch slot s), or NULL after recording the
@@ -814,6 +911,9 @@ static Backend *backend_make(const char *name, GemmLt *gemm, bool autocast, int 
     be->adamw = cuda_adamw_op;
     be->adamw8bit = NULL; // invariant 5
     be->sum_squares = cuda_sum_squares_op;
+    be->sum_squares_multi = cuda_sum_squares_multi_op;
+    be->adamw_multi = cuda_adamw_multi_op;
+    be->rope_qk = cuda_rope_qk_op;
     if (autocast) { // logprob and logprob_backward branch on c->autocast themselves
         be->linear = ac_linear;
         be->linear_backward = ac_linear_backward;
@@ -827,6 +927,8 @@ extern "C" void backend_cuda_free(Backend *be) {
     if (!be) return;
     CudaCtx *c = ctx_of(be);
     weight_cache_free(c->weights);
+    for (int s = 0; s < N_SCRATCH; s++)
+        free(c->uploaded[s]);
     device_pool_free_all(c->pool); // the scratch slots are its blocks
     gemm_lt_free(c->gemm);
     free(c);

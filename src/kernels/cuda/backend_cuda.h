@@ -38,7 +38,11 @@
  *     (weight_cache.h): the copy is kept until the AdamW update, a copy or memset over it, or its
  *     free drops it; a weight stored in bf16 is read as it is. Its bytes count in the pool.
  *  9. All device memory the backend holds (what alloc hands out, scratch, the weight cache) is
- *     the pool's, so its high-water marks (backend_cuda_memory) are the backend's peak. */
+ *     the pool's, so its high-water marks (backend_cuda_memory) are the backend's peak.
+ * 10. The multi-tensor optimizer ops (sum_squares_multi, adamw_multi: a few launches for all of
+ *     a model's tensors, and one host read for the norm) keep their tensor tables in scratch
+ *     slots with a host copy of what each holds; a call copies its table to the device only
+ *     where it differs from that (a run's tables repeat every step: one copy, one host sync). */
 #ifndef RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 #define RLHF_KERNELS_CUDA_BACKEND_CUDA_H
 

@@ -91,6 +91,51 @@ int cuda_adamw(float *p, float *m, float *v, const float *g, size_t numel, const
 #define CUDA_SUM_SQUARES_PARTIALS 128
 int cuda_sum_squares(double *out, const float *g, size_t n, float *partials, void *stream);
 
+/* ---- multi-tensor optimizer ops (backend.h's sum_squares_multi, adamw_multi): one table of
+ * tensors in device memory, its launch plan filled on the host by the *_plan function. Every
+ * tensor's result is the bits of the per-tensor kernel above, whatever the other tensors. ---- */
+
+/* One tensor of cuda_sum_squares_multi: g, n set by the caller; first_block (its first partial)
+ * and blocks (cuda_sum_squares' partition of n) by cuda_sum_squares_multi_plan. */
+typedef struct {
+    const float *g;
+    size_t n;
+    int first_block, blocks;
+} CudaSumSqTensor;
+/* Plans table[0 .. count) (host memory; count >= 1): returns the partials (blocks of the first
+ * launch) the call needs, at most count * CUDA_SUM_SQUARES_PARTIALS. */
+int cuda_sum_squares_multi_plan(CudaSumSqTensor *table, int count);
+/* *out (one device double) written = Σ_t s_t over t ascending from 0.0 in double, s_t the value
+ * cuda_sum_squares writes for tensor t: the bits of a host loop over cuda_sum_squares. Three
+ * launches, no atomics. table: the planned count entries, in device memory; partials: the plan's
+ * value of floats, tensor_sums: count doubles, both device memory the call may overwrite. */
+int cuda_sum_squares_multi(double *out, const CudaSumSqTensor *table, int count, int partials_n,
+                           float *partials, double *tensor_sums, void *stream);
+
+/* One tensor of cuda_adamw_multi: p, m, v, g, numel, shrink (its c->shrink) set by the caller;
+ * first_chunk by cuda_adamw_multi_plan. */
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    size_t numel;
+    float shrink;
+    size_t first_chunk;
+} CudaAdamWTensor;
+/* Plans table[0 .. count) (host memory): returns the chunks of CUDA_ADAMW_CHUNK values the
+ * tensors split into (a tensor's last chunk may be short; an empty tensor has none). */
+#define CUDA_ADAMW_CHUNK 4096
+size_t cuda_adamw_multi_plan(CudaAdamWTensor *table, int count);
+/* cuda_adamw on every tensor of table (the planned count entries, device memory; chunks the
+ * plan's value) with its own shrink, in one launch: the same bits per value. */
+int cuda_adamw_multi(const CudaAdamWTensor *table, int count, size_t chunks,
+                     const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt, void *stream);
+
+/* backend.h's rope_qk: cuda_rope_forward (backward != 0: cuda_rope_backward) on q (n, q_heads,
+ * hd) and on k (n, k_heads, hd) in one launch, the bits of the two calls. */
+int cuda_rope_qk(float *q, float *k, const int *positions, const float *cos_table,
+                 const float *sin_table, int n, int q_heads, int k_heads, int hd, int rot,
+                 int backward, void *stream);
+
 /* LoRA's dropout (kernels/cpu/lora.c's mask, bit for bit): y = in[i] * (u(key, i) < p ? 0 :
  * 1/(1-p)); out[i] written = y, or with accumulate out[i] += y. */
 int cuda_lora_dropout(float *out, const float *in, size_t n, float p, uint64_t key, int accumulate,
