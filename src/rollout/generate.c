@@ -1,6 +1,7 @@
 #include "rollout/generate.h"
 
 #include "common/error.h"
+#include "common/torch_exponential.h"
 #include "model/forward_cached.h"
 #include "model/packed_model.h"
 #include "rollout/top_logprobs.h"
@@ -56,7 +57,10 @@ typedef struct {
     int32_t *refeed;  /* [n_slots][max_len]: sequences fed whole again (refeed_chunk) */
     Completion *out;
     SamplerRng *rngs;
-    float *exponentials;  /* [n_jobs][V]: this step's torch draws (opt->torch_rng), else NULL */
+    /* opt->torch_rng sampling: [n_threads][V], each thread's row of torch draws, made right before
+     * the row samples from them (draw_step_torch); else NULL */
+    float *exponentials;
+    int *chunk_of_job;    /* [n_jobs] with exponentials: the step's chunk of each job, -1: none */
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
     float *scratch;
@@ -71,9 +75,10 @@ typedef struct {
     float logprob;
 } Draw;
 
-/* Samples the next token of slot s's job from logits z (modified) with thread t's scratch. Reads
- * only that job's state, so the slots of a step can draw at once. */
-static Draw draw_token(const Run *r, int s, float *z, int t) {
+/* Samples the next token of slot s's job from logits z (modified) with thread t's scratch, from
+ * torch's draws q[V] for its row when not NULL, else from the job's own stream. Reads only that
+ * job's state, so the slots of a step can draw at once. */
+static Draw draw_token(const Run *r, int s, float *z, int t, const float *q) {
     int j = r->slots[s].job, p = j / r->per;
     const Completion *c = &r->out[j];
     int32_t *history = r->history + (size_t)t * r->max_len;
@@ -84,10 +89,9 @@ static Draw draw_token(const Run *r, int s, float *z, int t) {
     int32_t *order = r->order + (size_t)t * 4 * r->V;
     float *raw = r->raw ? r->raw + (size_t)t * r->V : NULL;
     if (raw) memcpy(raw, z, (size_t)r->V * sizeof *raw); /* the sampler processes z in place */
-    if (r->exponentials)
-        d.id = sampler_next_exponential(
-            z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
-            r->exponentials + (size_t)j * r->V, work, order, &d.logprob);
+    if (q)
+        d.id = sampler_next_exponential(z, r->V, &r->opt->sampling, history,
+                                        r->prompt_lens[p] + c->len, q, work, order, &d.logprob);
     else
         d.id = sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
                             &r->rngs[j], work, order, &d.logprob);
@@ -190,11 +194,54 @@ static void share_prefills(Run *r) {
                 kv_cache_copy_prefix(&r->kv, d, s, r->prompt_lens[p]);
                 memcpy(r->scratch, r->prompt_logits + (size_t)p * r->V,
                        (size_t)r->V * sizeof(float));
-                record_token(r, s, draw_token(r, s, r->scratch, 0));
+                record_token(r, s, draw_token(r, s, r->scratch, 0, NULL));
                 again = true;
                 break;
             }
         }
+    }
+}
+
+/* transformers' sampling step under torch's generator: n_jobs x V exponential_() draws, row j
+ * (job j) its j-th V of them, finished jobs included, and each job of this step's chunks samples
+ * its token from its row. Invariants:
+ *   1. thread t draws the rows of jobs [a_t, a_t+1), a contiguous run, from its own copy of the
+ *      generator skipped past the a_t x V draws before them; a finished job's row is skipped, not
+ *      drawn (nothing reads it), so each thread makes the stream's draws in the stream's order;
+ *   2. a row is drawn into the thread's own V floats just before its job samples from them, so
+ *      the draws are read from cache, never stored for the whole batch (39 MB at 64 x 151936);
+ *   3. the generator ends as the last thread's copy, past all n_jobs x V draws: where the serial
+ *      torch_exponential_f32 of the whole step leaves it.
+ * The tokens are those of drawing the whole step first and sampling after (the draws do not
+ * depend on the logits), at any thread count. */
+static void draw_step_torch(Run *r, const int *chunk_slot, int n_chunks, float *logits,
+                            Draw *draws) {
+    for (int j = 0; j < r->n_jobs; j++)
+        r->chunk_of_job[j] = -1;
+    for (int c = 0; c < n_chunks; c++)
+        r->chunk_of_job[r->slots[chunk_slot[c]].job] = c;
+    TorchGenerator *g = r->opt->torch_rng;
+    uint64_t V = (uint64_t)r->V;
+#pragma omp parallel num_threads(r->n_threads) if (r->n_threads > 1)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int a = (int)((int64_t)r->n_jobs * t / nt), b = (int)((int64_t)r->n_jobs * (t + 1) / nt);
+        TorchGenerator own = *g;
+        float *q = r->exponentials + (size_t)t * V;
+        uint64_t skip = (uint64_t)a * V; /* draws owed to rows not drawn, made up before the next */
+        for (int j = a; j < b; j++) {
+            int c = r->chunk_of_job[j];
+            if (c < 0) {
+                skip += V;
+                continue;
+            }
+            if (skip) torch_exponential_skip(&own, skip), skip = 0;
+            torch_exponential_f32_serial(&own, q, V);
+            draws[c] = draw_token(r, chunk_slot[c], logits + (size_t)c * V, t, q);
+        }
+        if (skip) torch_exponential_skip(&own, skip);
+#pragma omp barrier
+        if (t == nt - 1) *g = own;
     }
 }
 
@@ -235,8 +282,6 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
     float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
     bool share = r.per > 1 && !torch_draws;
-    if (torch_draws && opt->sampling.do_sample)
-        r.exponentials = xmalloc((size_t)r.n_jobs * r.V * sizeof(float));
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
     r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
     bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
@@ -246,6 +291,10 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.order = xmalloc((size_t)r.n_threads * 4 * r.V * sizeof(int32_t));
     r.history = xmalloc((size_t)r.n_threads * r.max_len * sizeof(int32_t));
     r.raw = opt->raw_logprobs ? xmalloc((size_t)r.n_threads * r.V * sizeof(float)) : NULL;
+    if (torch_draws && opt->sampling.do_sample) { /* greedy draws nothing, as transformers */
+        r.exponentials = xmalloc((size_t)r.n_threads * r.V * sizeof(float));
+        r.chunk_of_job = xmalloc((size_t)r.n_jobs * sizeof *r.chunk_of_job);
+    }
     Draw *draws = xmalloc((size_t)r.n_slots * sizeof *draws);
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};
@@ -317,15 +366,16 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         /* transformers' step: q for every row of the batch, finished ones too (torch_draws:
          * every unfinished job is in this step, so the step is one of generate()'s) */
         if (r.exponentials) {
-            torch_exponential_f32(opt->torch_rng, r.exponentials, (size_t)r.n_jobs * r.V);
-        }
-        /* every job draws from its own random stream (or its own row of the step's torch
-         * draws): the same tokens at any thread count (a vocabulary-wide sort for top-p takes
-         * ~5 ms per row, so 64 rows are worth two cores) */
+            draw_step_torch(&r, chunk_slot, n_chunks, logits, draws);
+        } else {
+            /* every job draws from its own random stream: the same tokens at any thread count
+             * (a vocabulary-wide sort for top-p takes ~5 ms per row, so 64 rows are worth two
+             * cores) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(r.n_threads) if (n_chunks > 1)
-        for (int c = 0; c < n_chunks; c++)
-            draws[c] =
-                draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V, omp_get_thread_num());
+            for (int c = 0; c < n_chunks; c++)
+                draws[c] = draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V,
+                                      omp_get_thread_num(), NULL);
+        }
         for (int c = 0; c < n_chunks; c++)
             record_token(&r, chunk_slot[c], draws[c]);
         if (opt->stats)
@@ -350,6 +400,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.refeed);
     free(r.rngs);
     free(r.exponentials);
+    free(r.chunk_of_job);
     kv_cache_free(&r.kv);
     if (rc != 0) completions_free(out, r.n_jobs);
     return rc;
