@@ -61,6 +61,7 @@ typedef struct {
      * the row samples from them (draw_step_torch); else NULL */
     float *exponentials;
     int *chunk_of_job;    /* [n_jobs] with exponentials: the step's chunk of each job, -1: none */
+    int *active_jobs;     /* [n_jobs] with exponentials: the jobs that sample this step */
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
     float *scratch;
@@ -205,43 +206,48 @@ static void share_prefills(Run *r) {
 /* transformers' sampling step under torch's generator: n_jobs x V exponential_() draws, row j
  * (job j) its j-th V of them, finished jobs included, and each job of this step's chunks samples
  * its token from its row. Invariants:
- *   1. thread t draws the rows of jobs [a_t, a_t+1), a contiguous run, from its own copy of the
- *      generator skipped past the a_t x V draws before them; a finished job's row is skipped, not
- *      drawn (nothing reads it), so each thread makes the stream's draws in the stream's order;
- *   2. a row is drawn into the thread's own V floats just before its job samples from them, so
+ *   1. the jobs that sample this step, in job order, are split into one contiguous run per
+ *      thread, as evenly as they go (finished jobs cost nothing, wherever they sit);
+ *   2. a thread's copy of the generator is at row `at` (past at x V draws of the step): it skips
+ *      the rows before each job of its run (finished jobs' rows, or other threads'), not drawing
+ *      them (nothing reads them), and draws that job's row; so it makes the stream's draws in the
+ *      stream's order;
+ *   3. a row is drawn into the thread's own V floats just before its job samples from them, so
  *      the draws are read from cache, never stored for the whole batch (39 MB at 64 x 151936);
- *   3. the generator ends as the last thread's copy, past all n_jobs x V draws: where the serial
- *      torch_exponential_f32 of the whole step leaves it.
+ *   4. the last thread's copy then skips to row n_jobs and becomes the generator: where the
+ *      serial torch_exponential_f32 of the whole step leaves it.
  * The tokens are those of drawing the whole step first and sampling after (the draws do not
  * depend on the logits), at any thread count. */
 static void draw_step_torch(Run *r, const int *chunk_slot, int n_chunks, float *logits,
                             Draw *draws) {
+    int n_active = 0;
     for (int j = 0; j < r->n_jobs; j++)
         r->chunk_of_job[j] = -1;
     for (int c = 0; c < n_chunks; c++)
         r->chunk_of_job[r->slots[chunk_slot[c]].job] = c;
+    for (int j = 0; j < r->n_jobs; j++) /* the sampling jobs, in job order */
+        if (r->chunk_of_job[j] >= 0) r->active_jobs[n_active++] = j;
     TorchGenerator *g = r->opt->torch_rng;
     uint64_t V = (uint64_t)r->V;
 #pragma omp parallel num_threads(r->n_threads) if (r->n_threads > 1)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int a = (int)((int64_t)r->n_jobs * t / nt), b = (int)((int64_t)r->n_jobs * (t + 1) / nt);
+        int lo = (int)((int64_t)n_active * t / nt), hi = (int)((int64_t)n_active * (t + 1) / nt);
         TorchGenerator own = *g;
         float *q = r->exponentials + (size_t)t * V;
-        uint64_t skip = (uint64_t)a * V; /* draws owed to rows not drawn, made up before the next */
-        for (int j = a; j < b; j++) {
-            int c = r->chunk_of_job[j];
-            if (c < 0) {
-                skip += V;
-                continue;
-            }
-            if (skip) torch_exponential_skip(&own, skip), skip = 0;
+        int at = 0;
+        for (int k = lo; k < hi; k++) {
+            int j = r->active_jobs[k], c = r->chunk_of_job[j];
+            if (j > at) torch_exponential_skip(&own, (uint64_t)(j - at) * V);
             torch_exponential_f32_serial(&own, q, V);
+            at = j + 1;
             draws[c] = draw_token(r, chunk_slot[c], logits + (size_t)c * V, t, q);
         }
-        if (skip) torch_exponential_skip(&own, skip);
 #pragma omp barrier
-        if (t == nt - 1) *g = own;
+        if (t == nt - 1) {
+            if (r->n_jobs > at) torch_exponential_skip(&own, (uint64_t)(r->n_jobs - at) * V);
+            *g = own;
+        }
     }
 }
 
@@ -294,6 +300,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     if (torch_draws && opt->sampling.do_sample) { /* greedy draws nothing, as transformers */
         r.exponentials = xmalloc((size_t)r.n_threads * r.V * sizeof(float));
         r.chunk_of_job = xmalloc((size_t)r.n_jobs * sizeof *r.chunk_of_job);
+        r.active_jobs = xmalloc((size_t)r.n_jobs * sizeof *r.active_jobs);
     }
     Draw *draws = xmalloc((size_t)r.n_slots * sizeof *draws);
     for (int s = 0; s < r.n_slots; s++)
@@ -401,6 +408,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.rngs);
     free(r.exponentials);
     free(r.chunk_of_job);
+    free(r.active_jobs);
     kv_cache_free(&r.kv);
     if (rc != 0) completions_free(out, r.n_jobs);
     return rc;
