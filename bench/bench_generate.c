@@ -4,14 +4,21 @@
  * weights that a call does before its first step (where it repays: packed_model_worth) is
  * reported apart and counted in the prefill rate, as a caller waits for it. Also measures the
  * machine's memory read bandwidth, for the batch-1 decode floor (weight bytes read per token /
- * bandwidth). Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16]. Prints one JSON
- * line. With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per token. */
+ * bandwidth). Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16] [torch]. Prints
+ * one JSON line. With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per
+ * token. With torch the tokens are sampled as GRPO's rollout samples them under `grpo_rng: torch`
+ * (TRL's defaults: temperature 1, no top-k/top-p; torch's exponential draws, 64 x vocabulary a
+ * step at batch 64), instead of greedily; the CPU seconds of the timed call (getrusage, all
+ * threads) per generated token are reported beside the wall-clock rates, as the load of a shared
+ * machine moves the wall clock. */
+#include "common/clock.h"
 #include "common/error.h"
 #include "model/packed_model.h"
 #include "rollout/generate.h"
 
 #include <omp.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,17 +62,41 @@ static double read_bandwidth_gbs(void) {
 /* One store for the packed weights, as GRPO keeps one for all its steps. */
 static PackedModel packed;
 
-static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens) {
+/* FNV-1a over every completion's ids and log-probabilities' bits: two builds that generate the
+ * same tokens and log-probs print the same digest (an A/B of a change to the sampler or the
+ * forward checks its exactness as it times it). */
+static uint64_t completions_digest(const Completion *out, int batch) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int b = 0; b < batch; b++)
+        for (int t = 0; t < out[b].len; t++) {
+            uint32_t words[2] = {(uint32_t)out[b].ids[t], 0};
+            memcpy(&words[1], &out[b].logprobs[t], sizeof words[1]);
+            const unsigned char *p = (const unsigned char *)words;
+            for (size_t i = 0; i < sizeof words; i++)
+                h = (h ^ p[i]) * 0x100000001b3ull;
+        }
+    return h;
+}
+
+static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens,
+                         bool torch_sampling, uint64_t *digest) {
     GenerateStats stats;
     GenerateOptions opt = {.max_new_tokens = new_tokens,
                            .sampling = sampling_defaults(),
                            .packed = &packed,
                            .stats = &stats};
+    TorchGenerator g;
+    if (torch_sampling) {
+        opt.sampling.do_sample = true, opt.sampling.top_k = 0; /* TRL's GRPO defaults */
+        torch_generator_seed(&g, 42);
+        opt.torch_rng = &g;
+    }
     Completion *out = calloc((size_t)batch, sizeof *out);
     if (generate(m, (const int32_t *const *)prompts, lens, batch, &opt, out) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         exit(1);
     }
+    *digest = completions_digest(out, batch);
     completions_free(out, batch);
     free(out);
     return stats;
@@ -73,12 +104,23 @@ static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s MODEL_DIR batch prompt_len new_tokens [bf16]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL_DIR batch prompt_len new_tokens [bf16] [torch]\n",
+                argv[0]);
         return 2;
     }
     int batch = atoi(argv[2]), plen = atoi(argv[3]), new_tokens = atoi(argv[4]);
     Model m;
-    bool bf16 = argc > 5 && strcmp(argv[5], "bf16") == 0;
+    bool bf16 = false, torch_sampling = false;
+    for (int a = 5; a < argc; a++) {
+        if (strcmp(argv[a], "bf16") == 0)
+            bf16 = true;
+        else if (strcmp(argv[a], "torch") == 0)
+            torch_sampling = true;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (expected bf16 or torch)\n", argv[0], argv[a]);
+            return 2;
+        }
+    }
     if (model_load(&m, argv[1]) != 0 || (bf16 && model_store_bf16(&m) != 0)) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
@@ -95,22 +137,26 @@ int main(int argc, char **argv) {
         }
     }
     /* warm-up: the timed run finds memory and caches as a long run would */
-    run(&m, prompts, lens, batch, new_tokens);
+    uint64_t digest;
+    run(&m, prompts, lens, batch, new_tokens, torch_sampling, &digest);
     /* The bandwidth here varies by a third from one minute to the next (other tenants): it is
      * read just before and just after the timed run, and the higher reading sets the floor. */
     double bw = batch == 1 ? read_bandwidth_gbs() : 0;
-    GenerateStats st = run(&m, prompts, lens, batch, new_tokens);
+    double cpu0 = cpu_seconds();
+    GenerateStats st = run(&m, prompts, lens, batch, new_tokens, torch_sampling, &digest);
+    double cpu = cpu_seconds() - cpu0;
     double bw_after = batch == 1 ? read_bandwidth_gbs() : 0;
     if (bw_after > bw) bw = bw_after;
     double weight_bytes = (double)m.n_params * (bf16 ? 2 : 4);
-    printf("{\"impl\": \"rlhf.c\", \"weights\": \"%s\", \"batch\": %d, \"prompt_len\": %d, "
-           "\"new_tokens\": %d, "
+    printf("{\"impl\": \"rlhf.c\", \"weights\": \"%s\", \"sampling\": \"%s\", \"batch\": %d, "
+           "\"prompt_len\": %d, \"new_tokens\": %d, \"cpu_ms_per_new_token\": %.3f, "
            "\"threads\": %d, \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.2f, "
-           "\"pack_seconds\": %.3f, "
+           "\"pack_seconds\": %.3f, \"digest\": \"%016llx\", "
            "\"read_bandwidth_gb_s\": %.1f, \"decode_floor_tokens_per_s\": %.2f}\n",
-           bf16 ? "bf16" : "fp32", batch, plen, new_tokens, omp_get_max_threads(),
+           bf16 ? "bf16" : "fp32", torch_sampling ? "torch" : "greedy", batch, plen, new_tokens,
+           1e3 * cpu / ((double)batch * new_tokens), omp_get_max_threads(),
            st.prefill_tokens / (st.pack_seconds + st.prefill_seconds),
-           st.decode_tokens / st.decode_seconds, st.pack_seconds, bw,
+           st.decode_tokens / st.decode_seconds, st.pack_seconds, (unsigned long long)digest, bw,
            bw > 0 ? bw * 1e9 / weight_bytes : 0);
     return 0;
 }

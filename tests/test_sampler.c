@@ -1,6 +1,8 @@
 /* The sampler against transformers' logits processors (tests/fixtures/generate/sampling.json,
  * made by tools/reference/make_sampling_fixtures.py): the processed distribution equals
- * transformers' for every setting, and 20000 seeded draws follow it (chi-square at p = 0.001). */
+ * transformers' for every setting, and 20000 seeded draws follow it (chi-square at p = 0.001). The
+ * choice from torch's draws (sampler_next_exponential) against the rule it implements, on
+ * probabilities made equal so that the rule's answer is known exactly. */
 #include "common/error.h"
 #include "common/json_util.h"
 #include "harness.h"
@@ -99,8 +101,54 @@ static void test_ties(void) {
     free(logits), free(z), free(work), free(order), free(ref);
 }
 
+/* sampler_next_exponential's choice, the first id with the largest p / q (torch.multinomial's
+ * argmax on the CPU), on logits whose probabilities are all equal: every kept logit 0, so every
+ * kept p is the same float, and the choice is the first kept id of the smallest q, whatever block
+ * of the vectorised scan it falls in. A masked id (p 0) never wins, even with the smallest q; a
+ * kept id with q 0 (p / 0 = inf) wins over any finite ratio; a NaN ratio (p 0 over q 0) counts
+ * for nothing, except at id 0, where the scan starts (and keeps 0). */
+static void test_exponential_choice(void) {
+    enum { V = 3000 };
+    float *z = malloc(V * sizeof *z), *q = malloc(V * sizeof *q);
+    float *work = malloc(2 * V * sizeof *work);
+    int32_t *order = malloc(4 * V * sizeof *order);
+    SamplingParams plain = {true, 1.0f, 0, 1.0f, 0.0f, 1.0f};
+    struct {
+        const char *what;
+        int masked[3], qmin[3], qzero[3], want; /* each list ends at -1 */
+    } cases[] = {
+        {"ties across blocks go to the first", {100, -1}, {1900, 700, 100}, {-1}, 700},
+        {"a tie inside a block goes to the first", {-1}, {1291, 1290, -1}, {-1}, 1290},
+        {"the last id", {-1}, {2999, -1}, {-1}, 2999},
+        {"q 0 on a kept id wins", {5, -1}, {700, -1}, {2600, 2500, -1}, 2500},
+        {"a NaN ratio past id 0 counts for nothing", {5, -1}, {1900, -1}, {5, -1}, 1900},
+        {"a NaN ratio at id 0 keeps 0", {0, -1}, {1900, -1}, {0, -1}, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        srand(9 + (unsigned)c);
+        int kept = V;
+        for (int j = 0; j < V; j++)
+            z[j] = 0.0f, q[j] = 0.5f + 4.0f * (float)rand() / (float)RAND_MAX;
+        for (int i = 0; i < 3 && cases[c].masked[i] >= 0; i++)
+            z[cases[c].masked[i]] = -INFINITY, kept--;
+        for (int i = 0; i < 3 && cases[c].qmin[i] >= 0; i++)
+            q[cases[c].qmin[i]] = 0.125f;
+        for (int i = 0; i < 3 && cases[c].qzero[i] >= 0; i++)
+            q[cases[c].qzero[i]] = 0.0f;
+        bool masked = z[cases[c].want] == -INFINITY;
+        float lp;
+        int32_t got = sampler_next_exponential(z, V, &plain, NULL, 0, q, work, order, &lp);
+        CHECK(got == cases[c].want, "%s: chose %d, want %d", cases[c].what, got, cases[c].want);
+        double want_lp = masked ? -INFINITY : -log((double)kept);
+        CHECK(masked ? lp == -INFINITY : fabs(lp - want_lp) < 1e-6, "%s: log-prob %.9g, want %.9g",
+              cases[c].what, lp, want_lp);
+    }
+    free(z), free(q), free(work), free(order);
+}
+
 int main(void) {
     test_ties();
+    test_exponential_choice();
     json_t *fx;
     if (json_load_path(harness_source_path("tests/fixtures/generate/sampling.json"), &fx) != 0) {
         fprintf(stderr, "%s\n", err_msg());

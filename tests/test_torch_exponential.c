@@ -8,7 +8,10 @@
  *   - pinned draws whose vector log1p rounds to another float than libm's (found with
  *     `test_torch_exponential --search PATH FIRST_SEED N_SEEDS`): the midpoint check must catch
  *     them, or the draw differs from torch's;
- *   - u = 0 gives +0, as libm does.
+ *   - u = 0 gives +0, as libm does;
+ *   - a stream split into rows as GRPO's sampling splits it (rollout/generate.c), some rows drawn
+ *     with torch_exponential_f32_serial and the others passed over with torch_exponential_skip,
+ *     gives the serial path's draws in the rows drawn and leaves the generator where it does.
  * It also reports the largest distance seen between the vector and libm's log1p, in double ulps:
  * the margin (TORCH_EXP_MIDPOINT_ULPS) must be far above it. */
 #include "common/mt19937_simd.h"
@@ -97,6 +100,48 @@ static size_t compare_draws(DrawPath path, int64_t seed, int offset, size_t n, i
     free(want);
     free(got);
     return bad;
+}
+
+/* rows x cols draws from seed: the serial path's for the whole, against rows drawn one by one
+ * (torch_exponential_f32_serial) where drawn[r], skipped (torch_exponential_skip, several in a
+ * row merged as generate() merges them) elsewhere. Returns the draws and generator ends that
+ * differ. */
+static size_t compare_rows(int64_t seed, int rows, size_t cols, const bool *drawn) {
+    TorchGenerator a, b;
+    torch_generator_seed(&a, seed);
+    b = a;
+    size_t n = (size_t)rows * cols, bad = 0;
+    float *want = malloc(n * sizeof *want), *got = malloc(cols * sizeof *got);
+    torch_exponential_f32_path(&a, want, n, DRAW_PATH_SCALAR);
+    uint64_t owed = 0;
+    for (int r = 0; r < rows; r++) {
+        if (!drawn[r]) {
+            owed += cols;
+            continue;
+        }
+        if (owed) torch_exponential_skip(&b, owed), owed = 0;
+        torch_exponential_f32_serial(&b, got, cols);
+        for (size_t i = 0; i < cols; i++)
+            bad += f32_bits(got[i]) != f32_bits(want[(size_t)r * cols + i]);
+    }
+    if (owed) torch_exponential_skip(&b, owed);
+    if (!same_generator(&a, &b)) {
+        fprintf(stderr, "rows of seed %lld: the generator ends elsewhere\n", (long long)seed);
+        bad++;
+    }
+    free(want), free(got);
+    return bad;
+}
+
+static void check_rows(void) {
+    /* rows of an odd width (a twist's 624 words are never row-aligned), the first and last rows
+     * skipped, runs of skips, all drawn, none drawn */
+    const bool some[9] = {false, true, true, false, false, true, false, true, false};
+    const bool all[4] = {true, true, true, true}, none[3] = {false, false, false};
+    size_t bad = compare_rows(11, 9, 3001, some) + compare_rows(12, 4, 1025, all) +
+                 compare_rows(13, 3, 777, none) + compare_rows(14, 9, 5, some);
+    CHECK(bad == 0, "rows drawn one by one and skipped: %zu draws differ from the serial stream",
+          bad);
 }
 
 /* Largest |vector - libm| log1p(-u), in ulps of the double, over seed's first n draws. */
@@ -228,6 +273,7 @@ int main(int argc, char **argv) {
         CHECK(neg == 0, "%s: u = 0 gives +0 (%d lanes differ)", path_name(paths[p]), neg);
     }
     omp_set_num_threads(max_threads);
+    check_rows();
     check_pinned();
     return harness_finish("test_torch_exponential");
 }

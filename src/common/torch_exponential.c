@@ -165,13 +165,30 @@ static void exp_blocks(TorchGenerator *g, float *out, size_t n, DrawPath path) {
     }
 }
 
+/* The serial reference: one random64 and one libm log1p per element. */
+static void exp_serial(TorchGenerator *g, float *out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = torch_generator_random64(g) & ((1ull << 53) - 1);
+        out[i] = (float)-log1p(-((double)x * 0x1.0p-53));
+    }
+}
+
+void torch_exponential_f32_serial(TorchGenerator *g, float *out, size_t n) {
+    DrawPath path = draw_path_resolve(DRAW_PATH_BEST);
+    if (path == DRAW_PATH_SCALAR)
+        exp_serial(g, out, n);
+    else
+        exp_blocks(g, out, n, path);
+}
+
+void torch_exponential_skip(TorchGenerator *g, uint64_t n) {
+    mt19937_skip(g, 2 * n, DRAW_PATH_BEST);
+}
+
 void torch_exponential_f32_path(TorchGenerator *g, float *out, size_t n, DrawPath path) {
     path = draw_path_resolve(path);
     if (path == DRAW_PATH_SCALAR) {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t x = torch_generator_random64(g) & ((1ull << 53) - 1);
-            out[i] = (float)-log1p(-((double)x * 0x1.0p-53));
-        }
+        exp_serial(g, out, n);
         return;
     }
     int threads = n >= EXP_PARALLEL_MIN ? omp_get_max_threads() : 1;

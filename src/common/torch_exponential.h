@@ -24,6 +24,16 @@
  * serial reference: one random64 and one libm log1p per element. */
 void torch_exponential_f32_path(TorchGenerator *g, float *out, size_t n, DrawPath path);
 
+/* torch_exponential_f32 on the calling thread alone (the widest path this CPU has): for a caller
+ * that splits one stream between its own threads, each drawing its part where it uses it (GRPO's
+ * sampling draws a row right before sampling it, rollout/generate.c). Leaves g as
+ * torch_exponential_f32 of n would. */
+void torch_exponential_f32_serial(TorchGenerator *g, float *out, size_t n);
+
+/* Advances g past n exponential_() draws without making them (2n words, untempered): what
+ * torch_exponential_f32 of n does to g. */
+void torch_exponential_skip(TorchGenerator *g, uint64_t n);
+
 /* out[i] = (float)-log1p(-u_i), u_i from the word pair w[2i] (high), w[2i + 1] (low) as
  * torch_exponential_f32 makes it, on `path`: equal to libm's in every element. */
 void torch_exponential_from_words(const uint32_t *w, float *out, size_t n, DrawPath path);

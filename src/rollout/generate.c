@@ -1,6 +1,7 @@
 #include "rollout/generate.h"
 
 #include "common/error.h"
+#include "common/torch_exponential.h"
 #include "model/forward_cached.h"
 #include "model/packed_model.h"
 #include "rollout/top_logprobs.h"
@@ -56,7 +57,11 @@ typedef struct {
     int32_t *refeed;  /* [n_slots][max_len]: sequences fed whole again (refeed_chunk) */
     Completion *out;
     SamplerRng *rngs;
-    float *exponentials;  /* [n_jobs][V]: this step's torch draws (opt->torch_rng), else NULL */
+    /* opt->torch_rng sampling: [n_threads][V], each thread's row of torch draws, made right before
+     * the row samples from them (draw_step_torch); else NULL */
+    float *exponentials;
+    int *chunk_of_job;    /* [n_jobs] with exponentials: the step's chunk of each job, -1: none */
+    int *active_jobs;     /* [n_jobs] with exponentials: the jobs that sample this step */
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
     float *scratch;
@@ -71,9 +76,10 @@ typedef struct {
     float logprob;
 } Draw;
 
-/* Samples the next token of slot s's job from logits z (modified) with thread t's scratch. Reads
- * only that job's state, so the slots of a step can draw at once. */
-static Draw draw_token(const Run *r, int s, float *z, int t) {
+/* Samples the next token of slot s's job from logits z (modified) with thread t's scratch, from
+ * torch's draws q[V] for its row when not NULL, else from the job's own stream. Reads only that
+ * job's state, so the slots of a step can draw at once. */
+static Draw draw_token(const Run *r, int s, float *z, int t, const float *q) {
     int j = r->slots[s].job, p = j / r->per;
     const Completion *c = &r->out[j];
     int32_t *history = r->history + (size_t)t * r->max_len;
@@ -84,10 +90,9 @@ static Draw draw_token(const Run *r, int s, float *z, int t) {
     int32_t *order = r->order + (size_t)t * 4 * r->V;
     float *raw = r->raw ? r->raw + (size_t)t * r->V : NULL;
     if (raw) memcpy(raw, z, (size_t)r->V * sizeof *raw); /* the sampler processes z in place */
-    if (r->exponentials)
-        d.id = sampler_next_exponential(
-            z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
-            r->exponentials + (size_t)j * r->V, work, order, &d.logprob);
+    if (q)
+        d.id = sampler_next_exponential(z, r->V, &r->opt->sampling, history,
+                                        r->prompt_lens[p] + c->len, q, work, order, &d.logprob);
     else
         d.id = sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
                             &r->rngs[j], work, order, &d.logprob);
@@ -190,10 +195,58 @@ static void share_prefills(Run *r) {
                 kv_cache_copy_prefix(&r->kv, d, s, r->prompt_lens[p]);
                 memcpy(r->scratch, r->prompt_logits + (size_t)p * r->V,
                        (size_t)r->V * sizeof(float));
-                record_token(r, s, draw_token(r, s, r->scratch, 0));
+                record_token(r, s, draw_token(r, s, r->scratch, 0, NULL));
                 again = true;
                 break;
             }
+        }
+    }
+}
+
+/* transformers' sampling step under torch's generator: n_jobs x V exponential_() draws, row j
+ * (job j) its j-th V of them, finished jobs included, and each job of this step's chunks samples
+ * its token from its row. Invariants:
+ *   1. the jobs that sample this step, in job order, are split into one contiguous run per
+ *      thread, as evenly as they go (finished jobs cost nothing, wherever they sit);
+ *   2. a thread's copy of the generator is at row `at` (past at x V draws of the step): it skips
+ *      the rows before each job of its run (finished jobs' rows, or other threads'), not drawing
+ *      them (nothing reads them), and draws that job's row; so it makes the stream's draws in the
+ *      stream's order;
+ *   3. a row is drawn into the thread's own V floats just before its job samples from them, so
+ *      the draws are read from cache, never stored for the whole batch (39 MB at 64 x 151936);
+ *   4. the last thread's copy then skips to row n_jobs and becomes the generator: where the
+ *      serial torch_exponential_f32 of the whole step leaves it.
+ * The tokens are those of drawing the whole step first and sampling after (the draws do not
+ * depend on the logits), at any thread count. */
+static void draw_step_torch(Run *r, const int *chunk_slot, int n_chunks, float *logits,
+                            Draw *draws) {
+    int n_active = 0;
+    for (int j = 0; j < r->n_jobs; j++)
+        r->chunk_of_job[j] = -1;
+    for (int c = 0; c < n_chunks; c++)
+        r->chunk_of_job[r->slots[chunk_slot[c]].job] = c;
+    for (int j = 0; j < r->n_jobs; j++) /* the sampling jobs, in job order */
+        if (r->chunk_of_job[j] >= 0) r->active_jobs[n_active++] = j;
+    TorchGenerator *g = r->opt->torch_rng;
+    uint64_t V = (uint64_t)r->V;
+#pragma omp parallel num_threads(r->n_threads) if (r->n_threads > 1)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int lo = (int)((int64_t)n_active * t / nt), hi = (int)((int64_t)n_active * (t + 1) / nt);
+        TorchGenerator own = *g;
+        float *q = r->exponentials + (size_t)t * V;
+        int at = 0;
+        for (int k = lo; k < hi; k++) {
+            int j = r->active_jobs[k], c = r->chunk_of_job[j];
+            if (j > at) torch_exponential_skip(&own, (uint64_t)(j - at) * V);
+            torch_exponential_f32_serial(&own, q, V);
+            at = j + 1;
+            draws[c] = draw_token(r, chunk_slot[c], logits + (size_t)c * V, t, q);
+        }
+#pragma omp barrier
+        if (t == nt - 1) {
+            if (r->n_jobs > at) torch_exponential_skip(&own, (uint64_t)(r->n_jobs - at) * V);
+            *g = own;
         }
     }
 }
@@ -235,8 +288,6 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
     float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
     bool share = r.per > 1 && !torch_draws;
-    if (torch_draws && opt->sampling.do_sample)
-        r.exponentials = xmalloc((size_t)r.n_jobs * r.V * sizeof(float));
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
     r.have_prompt_logits = xcalloc((size_t)n_prompts, sizeof *r.have_prompt_logits);
     bool *prefilling = xcalloc((size_t)n_prompts, sizeof *prefilling);
@@ -246,6 +297,11 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.order = xmalloc((size_t)r.n_threads * 4 * r.V * sizeof(int32_t));
     r.history = xmalloc((size_t)r.n_threads * r.max_len * sizeof(int32_t));
     r.raw = opt->raw_logprobs ? xmalloc((size_t)r.n_threads * r.V * sizeof(float)) : NULL;
+    if (torch_draws && opt->sampling.do_sample) { /* greedy draws nothing, as transformers */
+        r.exponentials = xmalloc((size_t)r.n_threads * r.V * sizeof(float));
+        r.chunk_of_job = xmalloc((size_t)r.n_jobs * sizeof *r.chunk_of_job);
+        r.active_jobs = xmalloc((size_t)r.n_jobs * sizeof *r.active_jobs);
+    }
     Draw *draws = xmalloc((size_t)r.n_slots * sizeof *draws);
     for (int s = 0; s < r.n_slots; s++)
         r.slots[s] = (Slot){r.next_job++, false};
@@ -317,15 +373,16 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         /* transformers' step: q for every row of the batch, finished ones too (torch_draws:
          * every unfinished job is in this step, so the step is one of generate()'s) */
         if (r.exponentials) {
-            torch_exponential_f32(opt->torch_rng, r.exponentials, (size_t)r.n_jobs * r.V);
-        }
-        /* every job draws from its own random stream (or its own row of the step's torch
-         * draws): the same tokens at any thread count (a vocabulary-wide sort for top-p takes
-         * ~5 ms per row, so 64 rows are worth two cores) */
+            draw_step_torch(&r, chunk_slot, n_chunks, logits, draws);
+        } else {
+            /* every job draws from its own random stream: the same tokens at any thread count
+             * (a vocabulary-wide sort for top-p takes ~5 ms per row, so 64 rows are worth two
+             * cores) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(r.n_threads) if (n_chunks > 1)
-        for (int c = 0; c < n_chunks; c++)
-            draws[c] =
-                draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V, omp_get_thread_num());
+            for (int c = 0; c < n_chunks; c++)
+                draws[c] = draw_token(&r, chunk_slot[c], logits + (size_t)c * r.V,
+                                      omp_get_thread_num(), NULL);
+        }
         for (int c = 0; c < n_chunks; c++)
             record_token(&r, chunk_slot[c], draws[c]);
         if (opt->stats)
@@ -350,6 +407,8 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.refeed);
     free(r.rngs);
     free(r.exponentials);
+    free(r.chunk_of_job);
+    free(r.active_jobs);
     kv_cache_free(&r.kv);
     if (rc != 0) completions_free(out, r.n_jobs);
     return rc;

@@ -82,16 +82,23 @@ static float max_logit(const float *z, int n) {
     return max;
 }
 
-static void softmax(const float *z, float *p, int n) {
+/* e[j] = exp(z[j] - max z) (0 for -inf); returns the float the softmax scales them by, 1 / sum.
+ * softmax's probabilities are e[j] * that, so a caller that reads them once can scale as it reads
+ * (sampler_next_exponential) and get the same floats. */
+static float softmax_unscaled(const float *z, float *e, int n) {
     float max = max_logit(z, n);
 #pragma omp simd
     for (int j = 0; j < n; j++)
-        p[j] = z[j] == -INFINITY ? 0.0f : fast_expf(z[j] - max);
+        e[j] = z[j] == -INFINITY ? 0.0f : fast_expf(z[j] - max);
     double sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < n; j++)
-        sum += p[j];
-    float inv = (float)(1.0 / sum);
+        sum += e[j];
+    return (float)(1.0 / sum);
+}
+
+static void softmax(const float *z, float *p, int n) {
+    float inv = softmax_unscaled(z, p, n);
 #pragma omp simd
     for (int j = 0; j < n; j++)
         p[j] *= inv;
@@ -226,20 +233,45 @@ int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t
     return chosen;
 }
 
+/* torch.argmax of p / q with p[j] = e[j] * inv, the probabilities as softmax rounds them: the
+ * first of equal maxima, a NaN ratio (p 0 over q 0) never the maximum, except that a NaN at 0
+ * keeps 0 (what a scalar "r > best" scan from r[0] gives); a masked id (p 0) never wins over a
+ * kept one. A block of ARGMAX_BLOCK ratios at a time, vectorised: its maximum, and only where
+ * that beats the best so far, its first index holding it. Over a 150k vocabulary for 64 rows a
+ * decode step the scalar divide-and-compare scan took longer than the softmax itself. */
+#define ARGMAX_BLOCK 64
+static int32_t argmax_ratio(const float *e, float inv, const float *q, int n) {
+    float best = e[0] * inv / q[0];
+    if (isnan(best)) return 0;
+    int32_t chosen = 0;
+    float r[ARGMAX_BLOCK];
+    for (int start = 0; start < n; start += ARGMAX_BLOCK) {
+        int m = n - start < ARGMAX_BLOCK ? n - start : ARGMAX_BLOCK;
+        float block_max = -INFINITY;
+#pragma omp simd reduction(max : block_max)
+        for (int j = 0; j < m; j++) {
+            r[j] = e[start + j] * inv / q[start + j];
+            block_max = r[j] > block_max ? r[j] : block_max; /* a NaN never counts */
+        }
+        if (!(block_max > best)) continue;
+        best = block_max;
+        for (int j = 0; j < m; j++)
+            if (r[j] == best) {
+                chosen = start + j;
+                break;
+            }
+    }
+    return chosen;
+}
+
 int32_t sampler_next_exponential(float *z, int vocab, const SamplingParams *p,
                                  const int32_t *history, int n_history, const float *q, float *work,
                                  int32_t *order, float *logprob) {
     sampler_process(z, vocab, p, history, n_history, work, order);
     if (!p->do_sample) return greedy_choice(z, vocab, logprob);
-    float *prob = work + vocab;
-    softmax(z, prob, vocab);
-    /* torch.argmax: the first of equal maxima; a masked id (p 0) never wins over a kept one */
-    int32_t chosen = 0;
-    float best = prob[0] / q[0];
-    for (int j = 1; j < vocab; j++) {
-        float r = prob[j] / q[j];
-        if (r > best) best = r, chosen = j;
-    }
-    *logprob = logf(prob[chosen]);
+    float *e = work + vocab;
+    float inv = softmax_unscaled(z, e, vocab);
+    int32_t chosen = argmax_ratio(e, inv, q, vocab);
+    *logprob = logf(e[chosen] * inv);
     return chosen;
 }

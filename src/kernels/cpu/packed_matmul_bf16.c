@@ -236,7 +236,12 @@ void packed_matmul_bf16_forward(float *out, const float *in, const PackedWeight 
         int rows = n - r0 < chunk ? n - r0 : chunk;
         pack_rows(x, in + (size_t)r0 * w->in_dim, rows, w->in_dim); /* ends with a barrier */
         multiply_packed_rows(out + (size_t)r0 * w->out_dim, x, w, rows);
-#pragma omp barrier /* every thread done with x before the next chunk is packed into it */
+        /* every thread done with x before the next chunk is packed into it; after the last (the
+         * only one, decoding) the region's own barrier does (the test is the same in every
+         * thread, so all meet it or none) */
+        if (r0 + chunk < n) {
+#pragma omp barrier
+        }
     }
     free(x);
     bias_add_rows(out, bias, n, w->out_dim);
