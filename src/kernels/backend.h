@@ -253,6 +253,19 @@ struct Backend {
      * the bits linear_backward's dw and dbias get (din NULL there). */
     void (*linear_weight_grads)(const Backend *be, const LinearGradPart *parts, int count,
                                 const float *in, int n, int in_dim);
+
+    /* ---- residual adds fused with the RMSNorm beside them (optional: NULL where the backend has
+     * none; model_add_rmsnorm and model_rmsnorm_backward_add then call add and rmsnorm, or
+     * rmsnorm_backward and add, which give the same bits) ---- */
+    /* sum (N, C) written = a + b, as add (sum may alias a or b); out (N, C) written = rmsnorm of
+     * sum with w and eps, as rmsnorm; out overlaps none of sum, a, b. */
+    void (*add_rmsnorm)(const Backend *be, float *sum, float *out, const float *a, const float *b,
+                        const float *w, int n, int c, float eps);
+    /* dres (N, C) accumulated += the din rmsnorm_backward would write, element for element as add
+     * would add it; dw (C) accumulated as rmsnorm_backward's (may be NULL). dres overlaps
+     * neither dout nor in. */
+    void (*rmsnorm_backward_add)(const Backend *be, float *dres, float *dw, const float *dout,
+                                 const float *in, const float *w, int n, int c, float eps);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

@@ -123,8 +123,9 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     linears_backward(m, l, (const LoraModule[]){LORA_GATE, LORA_UP},
                      (const float *const[]){g->dact, g->dup}, 2, a->xn, g->dxn, g->tmp, grads,
                      lora_grads, n);
-    model_rmsnorm_backward(m, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H);
-    be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
+    /* dx = dL/dx_mid */
+    model_rmsnorm_backward_add(m, dx, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n,
+                               H);
 
     /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in); Gemma
      * 2's o output (attn_out) normed first */
@@ -164,8 +165,9 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     linears_backward(m, l, (const LoraModule[]){LORA_Q, LORA_K, LORA_V},
                      (const float *const[]){g->dq, g->dk, g->dv}, 3, a->xn, g->dxn, g->tmp, grads,
                      lora_grads, n);
-    model_rmsnorm_backward(m, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H);
-    be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_in */
+    /* dx = dL/dx_in */
+    model_rmsnorm_backward_add(m, dx, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n,
+                               H);
 #undef G
 }
 
