@@ -8,13 +8,18 @@
  *     (model/ then calls add, rmsnorm and rmsnorm_backward as before): the batch forward's
  *     log-probs, the training tape's (kept and checkpointed) and the backward's gradients, on a
  *     Llama-family fixture, one with q/k norms, and Gemma 2 (whose (1 + w) norm always takes the
- *     unfused ops, through the same layer chain). */
+ *     unfused ops, through the same layer chain);
+ *  3. the layer chain itself (each layer norming the next one's input) against layers on their
+ *     own: the batch forward's logits against the cached forward's, fed one token at a time (a
+ *     NULL chain, other attention kernels: equal within float rounding, not bitwise). */
 #include "common/error.h"
 #include "harness.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/kernels.h"
 #include "model/backward.h"
 #include "model/forward.h"
+#include "model/forward_cached.h"
+#include "model/kv_cache.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -144,6 +149,40 @@ static void run_model(Model *m, const Backend *be, ModelRun *res) {
     m->backend = NULL;
 }
 
+/* 3: model_logits (the batch forward, chained layers) against the cached forward token by token
+ * (each layer on its own), on the CPU backend. */
+static void check_chain_against_cached(Model *m, const char *fixture) {
+    enum { T = 12 };
+    int V = m->cfg.vocab_size;
+    int32_t tokens[T];
+    uint8_t mask[T];
+    for (int t = 0; t < T; t++)
+        tokens[t] = (int32_t)((t * 11 + 4) % V), mask[t] = 1;
+    TokenBatch batch = {.batch = 1, .t_len = T, .tokens = tokens, .attn_mask = mask};
+    float *batch_logits = malloc((size_t)T * V * sizeof(float));
+    float *step_logits = malloc((size_t)V * sizeof(float));
+    CHECK(model_logits(m, &batch, 0, 0, T, batch_logits) == 0, "%s: logits: %s", fixture,
+          err_msg());
+    KvCache kv;
+    CHECK(kv_cache_init(&kv, backend_cpu(), &m->cfg, 1, T) == 0, "kv cache");
+    double worst = 0, scale = 0;
+    for (int t = 0; t < T; t++) {
+        CachedChunk one = {0, tokens + t, 1};
+        CHECK(model_forward_cached(m, NULL, &kv, &one, 1, step_logits) == 0, "%s: cached: %s",
+              fixture, err_msg());
+        for (int v = 0; v < V; v++) {
+            double want = step_logits[v], got = batch_logits[(size_t)t * V + v];
+            worst = fmax(worst, fabs(got - want));
+            scale = fmax(scale, fabs(want));
+        }
+    }
+    kv_cache_free(&kv);
+    CHECK(scale > 0 && worst <= 1e-5 * scale + 1e-6,
+          "%s: the batch forward's logits are %g from the cached forward's (scale %g)", fixture,
+          worst, scale);
+    free(batch_logits), free(step_logits);
+}
+
 static void check_model(const char *fixture) {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/models/%s", fixture);
@@ -174,6 +213,7 @@ static void check_model(const char *fixture) {
     }
     CHECK(norm_grad > 0, "%s: the input norms got no gradient", fixture);
     model_run_free(&fused), model_run_free(&plain);
+    check_chain_against_cached(&m, fixture);
     model_free(&m);
 }
 
