@@ -1,11 +1,13 @@
 /* The residual adds fused with the RMSNorm beside them (backend.h's add_rmsnorm and
- * rmsnorm_backward_add, kernels/cpu/rmsnorm.c; decoder_layer.h's LayerChain) must give the bits
- * of the unfused ops, every one:
+ * rmsnorm_backward_add, kernels/cpu/rmsnorm.c; decoder_layer.h's LayerChain), and SwiGLU's
+ * backward regenerating the kept tape's act (swiglu_backward_act), must give the bits of the
+ * unfused ops, every one:
  *  1. the kernels against add followed by rmsnorm_forward, and rmsnorm_backward into a scratch
  *     followed by the add, compared with memcmp on ragged shapes (row counts not a multiple of
  *     the norm's row group, widths not a multiple of a vector), with the sum over either input;
- *  2. the model through the CPU backend against the same table with the two fused ops taken out
- *     (model/ then calls add, rmsnorm and rmsnorm_backward as before): the batch forward's
+ *     swiglu_backward_act against swiglu_forward and swiglu_backward;
+ *  2. the model through the CPU backend against the same table with the fused ops taken out
+ *     (model/ then calls add, rmsnorm, rmsnorm_backward and swiglu as before): the batch forward's
  *     log-probs, the training tape's (kept and checkpointed) and the backward's gradients, on a
  *     Llama-family fixture, one with q/k norms, and Gemma 2 (whose (1 + w) norm always takes the
  *     unfused ops, through the same layer chain);
@@ -106,6 +108,29 @@ static void check_rmsnorm_backward_add(int n, int c) {
     free(tmp), free(dres), free(dw);
 }
 
+/* 1: SwiGLU's backward writing act, against swiglu_forward and swiglu_backward apart, with dgate
+ * apart from dout and over it. */
+static void check_swiglu_backward_act(size_t n) {
+    float *gate = random_floats(n, 6.0f), *up = random_floats(n, 2.0f);
+    float *dout = random_floats(n, 1.0f);
+    float *want_act = malloc(n * sizeof(float)), *want_dgate = malloc(n * sizeof(float));
+    float *want_dup = malloc(n * sizeof(float));
+    swiglu_forward(want_act, gate, up, n);
+    swiglu_backward(want_dgate, want_dup, dout, gate, up, n);
+    float *act = malloc(n * sizeof(float)), *dgate = malloc(n * sizeof(float));
+    float *dup = malloc(n * sizeof(float)), *over = copy_of(dout, n);
+    swiglu_backward_act(act, dgate, dup, dout, gate, up, n);
+    CHECK(same(act, want_act, n * 4) && same(dgate, want_dgate, n * 4) &&
+              same(dup, want_dup, n * 4),
+          "swiglu_backward_act %zu: not the bits of swiglu_forward + swiglu_backward", n);
+    const Backend *be = backend_cpu();
+    be->swiglu_backward_act(be, act, over, dup, over, gate, up, n);
+    CHECK(same(act, want_act, n * 4) && same(over, want_dgate, n * 4) && same(dup, want_dup, n * 4),
+          "backend swiglu_backward_act %zu, dgate over dout: differs", n);
+    free(gate), free(up), free(dout), free(want_act), free(want_dgate), free(want_dup);
+    free(act), free(dgate), free(dup), free(over);
+}
+
 /* What one run of the model gives. */
 typedef struct {
     float *logp, *tape_logp[2], *grads[2];
@@ -194,6 +219,7 @@ static void check_model(const char *fixture) {
     Backend unfused = *backend_cpu();
     unfused.name = "cpu without the fused norms";
     unfused.add_rmsnorm = NULL, unfused.rmsnorm_backward_add = NULL;
+    unfused.swiglu_backward_act = NULL;
     ModelRun fused, plain;
     run_model(&m, backend_cpu(), &fused);
     run_model(&m, &unfused, &plain);
@@ -223,6 +249,9 @@ int main(void) {
         check_add_rmsnorm(shapes[i][0], shapes[i][1]);
         check_rmsnorm_backward_add(shapes[i][0], shapes[i][1]);
     }
+    const size_t lengths[] = {1, 15, 16, 1000, 24577};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++)
+        check_swiglu_backward_act(lengths[i]);
     check_model("llama_text");
     check_model("qwen3_qknorm");
     check_model("gemma2_tiny");

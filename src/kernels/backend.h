@@ -266,6 +266,13 @@ struct Backend {
      * neither dout nor in. */
     void (*rmsnorm_backward_add)(const Backend *be, float *dres, float *dw, const float *dout,
                                  const float *in, const float *w, int n, int c, float eps);
+
+    /* ---- SwiGLU's backward regenerating its forward (optional: NULL where not offered; model/
+     * then regenerates act with swiglu before the down projection's backward) ---- */
+    /* swiglu_backward, and act (n) written = swiglu's out of the same gate and up, with the bits
+     * of those two ops; dgate may alias dout, act overlaps none of the others. */
+    void (*swiglu_backward_act)(const Backend *be, float *act, float *dgate, float *dup,
+                                const float *dout, const float *gate, const float *up, size_t n);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

@@ -379,11 +379,13 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
     return 0;
 }
 
-LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
+LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l, bool with_act) {
     if (!tape->recompute) {
-        /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it */
+        /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it
+         * (unless the caller does, with_act false) */
         LayerActs a = tape->layers[l];
-        model_gated_act(m, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
+        if (with_act)
+            model_gated_act(m, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
         return a;
     }
     LayerActs a = tape->scratch;

@@ -131,6 +131,13 @@ static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, con
     swiglu_backward(dgate, dup, dout, gate, up, n);
 }
 
+static void cpu_swiglu_backward_act(const Backend *be, float *act, float *dgate, float *dup,
+                                    const float *dout, const float *gate, const float *up,
+                                    size_t n) {
+    (void)be;
+    swiglu_backward_act(act, dgate, dup, dout, gate, up, n);
+}
+
 static void cpu_add(const Backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;
     /* simd: out may be a or b (dx += tmp), the same element, which vector lanes keep; without
@@ -393,6 +400,7 @@ static const Backend cpu_backend = {
     .linear_weight_grads = cpu_linear_weight_grads,
     .add_rmsnorm = cpu_add_rmsnorm,
     .rmsnorm_backward_add = cpu_rmsnorm_backward_add,
+    .swiglu_backward_act = cpu_swiglu_backward_act,
 };
 
 const Backend *backend_cpu(void) {

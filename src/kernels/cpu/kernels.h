@@ -257,6 +257,11 @@ void rmsnorm_backward_add(float *dres, float *dw, const float *dout, const float
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t n);
 
+/* swiglu_backward, and act (n) = swiglu_forward(gate, up) in the same pass, each with the bits of
+ * those two. dgate may alias dout; act overlaps none of the others. */
+void swiglu_backward_act(float *act, float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
+
 /* In place: turns the gradient with respect to rope_forward's output into the gradient with
  * respect to its input (the transposed rotation). */
 void rope_backward(float *dx, const int32_t *positions, const float *cos_table,
