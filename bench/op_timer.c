@@ -20,6 +20,7 @@ enum {
     T_ROPE_BWD,
     T_SWIGLU,
     T_SWIGLU_BWD,
+    T_SWIGLU_BWD_ACT,
     T_ATTN,
     T_ATTN_BWD,
     T_ATTN_CACHED,
@@ -46,6 +47,7 @@ static const char *const op_names[N_TIMED] = {"linear",
                                               "rope_backward",
                                               "swiglu",
                                               "swiglu_backward",
+                                              "swiglu_backward_act",
                                               "attention",
                                               "attention_backward",
                                               "attention_cached",
@@ -141,6 +143,10 @@ static void swiglu_backward(const Backend *be, float *dgate, float *dup, const f
                             const float *gate, const float *up, size_t n) {
     TIMED(T_SWIGLU_BWD, inner->swiglu_backward(be, dgate, dup, dout, gate, up, n));
 }
+static void swiglu_backward_act(const Backend *be, float *act, float *dgate, float *dup,
+                                const float *dout, const float *gate, const float *up, size_t n) {
+    TIMED(T_SWIGLU_BWD_ACT, inner->swiglu_backward_act(be, act, dgate, dup, dout, gate, up, n));
+}
 static void attention(const Backend *be, float *out, const float *q, const float *k, const float *v,
                       const AttnSegment *segs, int n_segs, const int32_t *seq, int nh, int nkv,
                       int hd, int window) {
@@ -204,6 +210,7 @@ const Backend *op_timer_wrap(const Backend *in) {
     /* the fused norms where the inner backend has them (NULL stays NULL: model/ falls back) */
     if (in->add_rmsnorm) timed.add_rmsnorm = add_rmsnorm;
     if (in->rmsnorm_backward_add) timed.rmsnorm_backward_add = rmsnorm_backward_add;
+    if (in->swiglu_backward_act) timed.swiglu_backward_act = swiglu_backward_act;
     timed.rope = rope, timed.rope_backward = rope_backward;
     timed.swiglu = swiglu, timed.swiglu_backward = swiglu_backward;
     timed.attention = attention, timed.attention_backward = attention_backward;
