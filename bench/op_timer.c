@@ -14,10 +14,13 @@ enum {
     T_LORA_BWD,
     T_RMSNORM,
     T_RMSNORM_BWD,
+    T_ADD_RMSNORM,
+    T_RMSNORM_BWD_ADD,
     T_ROPE,
     T_ROPE_BWD,
     T_SWIGLU,
     T_SWIGLU_BWD,
+    T_SWIGLU_BWD_ACT,
     T_ATTN,
     T_ATTN_BWD,
     T_ATTN_CACHED,
@@ -41,10 +44,13 @@ static const char *const op_names[N_TIMED] = {"linear",
                                               "lora_backward",
                                               "rmsnorm",
                                               "rmsnorm_backward",
+                                              "add_rmsnorm",
+                                              "rmsnorm_backward_add",
                                               "rope",
                                               "rope_backward",
                                               "swiglu",
                                               "swiglu_backward",
+                                              "swiglu_backward_act",
                                               "attention",
                                               "attention_backward",
                                               "attention_cached",
@@ -120,6 +126,14 @@ static void rmsnorm_backward(const Backend *be, float *din, float *dw, const flo
                              const float *in, const float *w, int n, int c, float eps) {
     TIMED(T_RMSNORM_BWD, inner->rmsnorm_backward(be, din, dw, dout, in, w, n, c, eps));
 }
+static void add_rmsnorm(const Backend *be, float *sum, float *out, const float *a, const float *b,
+                        const float *w, int n, int c, float eps) {
+    TIMED(T_ADD_RMSNORM, inner->add_rmsnorm(be, sum, out, a, b, w, n, c, eps));
+}
+static void rmsnorm_backward_add(const Backend *be, float *dres, float *dw, const float *dout,
+                                 const float *in, const float *w, int n, int c, float eps) {
+    TIMED(T_RMSNORM_BWD_ADD, inner->rmsnorm_backward_add(be, dres, dw, dout, in, w, n, c, eps));
+}
 static void rope(const Backend *be, float *x, const int32_t *pos, const float *cos_t,
                  const float *sin_t, int n, int heads, int hd, int rot) {
     TIMED(T_ROPE, inner->rope(be, x, pos, cos_t, sin_t, n, heads, hd, rot));
@@ -134,6 +148,10 @@ static void swiglu(const Backend *be, float *out, const float *gate, const float
 static void swiglu_backward(const Backend *be, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n) {
     TIMED(T_SWIGLU_BWD, inner->swiglu_backward(be, dgate, dup, dout, gate, up, n));
+}
+static void swiglu_backward_act(const Backend *be, float *act, float *dgate, float *dup,
+                                const float *dout, const float *gate, const float *up, size_t n) {
+    TIMED(T_SWIGLU_BWD_ACT, inner->swiglu_backward_act(be, act, dgate, dup, dout, gate, up, n));
 }
 static void attention(const Backend *be, float *out, const float *q, const float *k, const float *v,
                       const AttnSegment *segs, int n_segs, const int32_t *seq, int nh, int nkv,
@@ -212,6 +230,10 @@ const Backend *op_timer_wrap(const Backend *in) {
     timed.linear = linear, timed.linear_backward = linear_backward;
     timed.lora = lora, timed.lora_backward = lora_backward;
     timed.rmsnorm = rmsnorm, timed.rmsnorm_backward = rmsnorm_backward;
+    /* the fused norms where the inner backend has them (NULL stays NULL: model/ falls back) */
+    if (in->add_rmsnorm) timed.add_rmsnorm = add_rmsnorm;
+    if (in->rmsnorm_backward_add) timed.rmsnorm_backward_add = rmsnorm_backward_add;
+    if (in->swiglu_backward_act) timed.swiglu_backward_act = swiglu_backward_act;
     timed.rope = rope, timed.rope_backward = rope_backward;
     timed.swiglu = swiglu, timed.swiglu_backward = swiglu_backward;
     timed.attention = attention, timed.attention_backward = attention_backward;

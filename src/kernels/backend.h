@@ -288,6 +288,26 @@ struct Backend {
     void (*rope_qk)(const Backend *be, float *q, float *k, const int32_t *positions,
                     const float *cos_table, const float *sin_table, int n, int q_heads, int k_heads,
                     int hd, int rot, bool backward);
+
+    /* ---- residual adds fused with the RMSNorm beside them (optional: NULL where the backend has
+     * none; model_add_rmsnorm and model_rmsnorm_backward_add then call add and rmsnorm, or
+     * rmsnorm_backward and add, which give the same bits) ---- */
+    /* sum (N, C) written = a + b, as add (sum may alias a or b); out (N, C) written = rmsnorm of
+     * sum with w and eps, as rmsnorm; out overlaps none of sum, a, b. */
+    void (*add_rmsnorm)(const Backend *be, float *sum, float *out, const float *a, const float *b,
+                        const float *w, int n, int c, float eps);
+    /* dres (N, C) accumulated += the din rmsnorm_backward would write, element for element as add
+     * would add it; dw (C) accumulated as rmsnorm_backward's (may be NULL). dres overlaps
+     * neither dout nor in. */
+    void (*rmsnorm_backward_add)(const Backend *be, float *dres, float *dw, const float *dout,
+                                 const float *in, const float *w, int n, int c, float eps);
+
+    /* ---- SwiGLU's backward regenerating its forward (optional: NULL where not offered; model/
+     * then regenerates act with swiglu before the down projection's backward) ---- */
+    /* swiglu_backward, and act (n) written = swiglu's out of the same gate and up, with the bits
+     * of those two ops; dgate may alias dout, act overlaps none of the others. */
+    void (*swiglu_backward_act)(const Backend *be, float *act, float *dgate, float *dup,
+                                const float *dout, const float *gate, const float *up, size_t n);
 };
 
 /* The CPU backend: kernels/cpu, OpenMP and BLAS, memory from malloc. Always available. */

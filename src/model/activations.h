@@ -91,8 +91,10 @@ typedef struct TapeLse {
 int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, ForwardTape *tape);
 
 /* The activations of layer l for its backward: those kept on the tape, or, with recompute, the
- * ones regenerated now into the tape's scratch buffers (valid until the next call). */
-LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l);
+ * ones regenerated now into the tape's scratch buffers (valid until the next call). A kept tape
+ * shares act between the layers and regenerates it here, unless with_act is false: then act is
+ * stale and the caller writes it (SwiGLU's backward can, swiglu_backward_act). */
+LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l, bool with_act);
 void forward_tape_free(ForwardTape *tape);
 
 /* logp (B*T) and, when stats is given, the logits' statistics, at the cells of b that

@@ -97,7 +97,13 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     const Backend *be = model_backend(m);
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
-    LayerActs acts = forward_tape_layer(m, tape, l);
+    /* A kept tape's act (shared by the layers) is regenerated in SwiGLU's backward pass where the
+     * backend can (that pass reads gate and up anyway): down's input gradient first, then SwiGLU's
+     * backward writing act, then down's weight gradient from it. Not with an adapter on down,
+     * whose backward reads act before SwiGLU's. The same bits either way. */
+    bool act_in_backward = !tape->recompute && be->swiglu_backward_act &&
+                           c->mlp_act == MLP_ACT_SILU && !lora_linear(m->lora, l, LORA_DOWN);
+    LayerActs acts = forward_tape_layer(m, tape, l, !act_in_backward);
     const LayerActs *a = &acts;
     const LayoutMirror *dev = &tape->dev;
     int n = (int)tape->n, H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
@@ -112,19 +118,30 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
                                H);
         ddown = g->dxn;
     }
-    be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), ddown, a->act,
-                        LAYER_WEIGHT(w, w_down), n, I, H);
-    lora_back(m, l, LORA_DOWN, g->dact, ddown, a->act, n, lora_grads);
-    if (c->mlp_act == MLP_ACT_GELU_TANH)
-        be->geglu_tanh_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
-    else
-        be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
+    if (act_in_backward) {
+        be->linear_backward(be, g->dact, NULL, NULL, ddown, a->act, LAYER_WEIGHT(w, w_down), n, I,
+                            H);
+        be->swiglu_backward_act(be, a->act, g->dact, g->dup, g->dact, a->gate, a->up,
+                                (size_t)n * I);
+        if (G(w->w_down) || G(w->b_down))
+            be->linear_backward(be, NULL, G(w->w_down), G(w->b_down), ddown, a->act,
+                                LAYER_WEIGHT(w, w_down), n, I, H);
+    } else {
+        be->linear_backward(be, g->dact, G(w->w_down), G(w->b_down), ddown, a->act,
+                            LAYER_WEIGHT(w, w_down), n, I, H);
+        lora_back(m, l, LORA_DOWN, g->dact, ddown, a->act, n, lora_grads);
+        if (c->mlp_act == MLP_ACT_GELU_TANH)
+            be->geglu_tanh_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
+        else
+            be->swiglu_backward(be, g->dact, g->dup, g->dact, a->gate, a->up, (size_t)n * I);
+    }
     model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
     linears_backward(m, l, (const LoraModule[]){LORA_GATE, LORA_UP},
                      (const float *const[]){g->dact, g->dup}, 2, a->xn, g->dxn, g->tmp, grads,
                      lora_grads, n);
-    model_rmsnorm_backward(m, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n, H);
-    be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_mid */
+    /* dx = dL/dx_mid */
+    model_rmsnorm_backward_add(m, dx, g->tmp, G(w->post_norm), g->dxn, a->x_mid, w->post_norm, n,
+                               H);
 
     /* attention block: x_mid = x_in + o(attn(rope(q), rope(k), v)), q/k/v from norm(x_in); Gemma
      * 2's o output (attn_out) normed first */
@@ -164,8 +181,9 @@ static void layer_backward(const Model *m, int l, const ForwardTape *tape, float
     linears_backward(m, l, (const LoraModule[]){LORA_Q, LORA_K, LORA_V},
                      (const float *const[]){g->dq, g->dk, g->dv}, 3, a->xn, g->dxn, g->tmp, grads,
                      lora_grads, n);
-    model_rmsnorm_backward(m, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n, H);
-    be->add(be, dx, dx, g->tmp, (size_t)n * H); /* dx = dL/dx_in */
+    /* dx = dL/dx_in */
+    model_rmsnorm_backward_add(m, dx, g->tmp, G(w->input_norm), g->dxn, a->x_in, w->input_norm, n,
+                               H);
 #undef G
 }
 

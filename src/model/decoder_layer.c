@@ -27,6 +27,28 @@ void model_rmsnorm_backward(const Model *m, float *din, float *dw, const float *
         be->rmsnorm_backward(be, din, dw, dout, in, w, n, c, eps);
 }
 
+void model_add_rmsnorm(const Model *m, float *sum, float *out, const float *a, const float *b,
+                       const float *w, int n, int c) {
+    const Backend *be = model_backend(m);
+    if (be->add_rmsnorm && !m->cfg.gemma_norms) {
+        be->add_rmsnorm(be, sum, out, a, b, w, n, c, (float)m->cfg.rms_norm_eps);
+        return;
+    }
+    be->add(be, sum, a, b, (size_t)n * c);
+    model_rmsnorm(m, out, sum, w, n, c);
+}
+
+void model_rmsnorm_backward_add(const Model *m, float *dres, float *tmp, float *dw,
+                                const float *dout, const float *in, const float *w, int n, int c) {
+    const Backend *be = model_backend(m);
+    if (be->rmsnorm_backward_add && !m->cfg.gemma_norms) {
+        be->rmsnorm_backward_add(be, dres, dw, dout, in, w, n, c, (float)m->cfg.rms_norm_eps);
+        return;
+    }
+    model_rmsnorm_backward(m, tmp, dw, dout, in, w, n, c);
+    be->add(be, dres, dres, tmp, (size_t)n * c);
+}
+
 void model_gated_act(const Model *m, float *out, const float *gate, const float *up, size_t n) {
     const Backend *be = model_backend(m);
     if (m->cfg.mlp_act == MLP_ACT_GELU_TANH)
@@ -128,7 +150,8 @@ static void linears_with_lora(const Model *m, const DecoderHooks *hooks, int l,
 }
 
 void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
-                           const DecoderHooks *hooks, LayerActs *a, float *x_out) {
+                           const DecoderHooks *hooks, const LayerChain *chain, LayerActs *a,
+                           float *x_out) {
     const Backend *be = model_backend(m);
     const ModelConfig *c = &m->cfg;
     const LayerWeights *w = &m->layers[l];
@@ -136,7 +159,7 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
 
     /* attention block: x_mid = x_in + o(attn(rope(norm_q(q)), rope(norm_k(k)), v)), rope the
      * identity on a NoPE layer (SmolLM3), the o output normed again first in Gemma 2 */
-    model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
+    if (!chain || !chain->input_normed) model_rmsnorm(m, a->xn, a->x_in, w->input_norm, n, H);
     linears_with_lora(m, hooks, l, (const LoraModule[]){LORA_Q, LORA_K, LORA_V},
                       (float *const[]){a->q_pre, a->k_pre, a->v}, 3, a->xn, n);
     if (c->qk_norm) { /* per head; (1 + w) in Gemma 3 */
@@ -155,15 +178,17 @@ void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
     bool sandwich = c->gemma_norms;
     linear_with_lora(m, hooks, l, LORA_O, sandwich ? a->attn_out : a->proj, a->att, n);
     if (sandwich) model_rmsnorm(m, a->proj, a->attn_out, w->attn_out_norm, n, H);
-    be->add(be, a->x_mid, a->x_in, a->proj, (size_t)n * H);
 
     /* MLP block: x_out = x_mid + down(act(gate(xn)) * up(xn)), xn = norm(x_mid), the down output
-     * normed again first in Gemma 2 */
-    model_rmsnorm(m, a->xn, a->x_mid, w->post_norm, n, H);
+     * normed again first in Gemma 2; x_mid's add and its norm in one pass */
+    model_add_rmsnorm(m, a->x_mid, a->xn, a->x_in, a->proj, w->post_norm, n, H);
     linears_with_lora(m, hooks, l, (const LoraModule[]){LORA_GATE, LORA_UP},
                       (float *const[]){a->gate, a->up}, 2, a->xn, n);
     model_gated_act(m, a->act, a->gate, a->up, (size_t)n * I);
     linear_with_lora(m, hooks, l, LORA_DOWN, sandwich ? a->mlp_out : a->proj, a->act, n);
     if (sandwich) model_rmsnorm(m, a->proj, a->mlp_out, w->mlp_out_norm, n, H);
-    be->add(be, x_out, a->x_mid, a->proj, (size_t)n * H);
+    if (chain && chain->next_norm) /* the next norm's pass over x_out is this add's */
+        model_add_rmsnorm(m, x_out, chain->next_out, a->x_mid, a->proj, chain->next_norm, n, H);
+    else
+        be->add(be, x_out, a->x_mid, a->proj, (size_t)n * H);
 }

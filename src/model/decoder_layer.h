@@ -50,6 +50,18 @@ void model_rmsnorm(const Model *m, float *out, const float *in, const float *w, 
 void model_rmsnorm_backward(const Model *m, float *din, float *dw, const float *dout,
                             const float *in, const float *w, int n, int c);
 
+/* sum = a + b, then out = the model's RMSNorm of sum (n rows of c), in one pass where the backend
+ * has add_rmsnorm (not for Gemma's (1 + w) norm), else be->add then model_rmsnorm: the same
+ * bits either way. sum may alias a or b; out overlaps none of them. */
+void model_add_rmsnorm(const Model *m, float *sum, float *out, const float *a, const float *b,
+                       const float *w, int n, int c);
+
+/* dres += the din model_rmsnorm_backward would write (dw accumulated as there): one pass where
+ * the backend has rmsnorm_backward_add (not for Gemma's norm), else that backward into tmp (n, c,
+ * overwritten) and be->add; the same bits either way. dres and tmp overlap neither dout nor in. */
+void model_rmsnorm_backward_add(const Model *m, float *dres, float *tmp, float *dw,
+                                const float *dout, const float *in, const float *w, int n, int c);
+
 /* The MLP's gated activation: act(gate) ⊙ up with SiLU or GELU-tanh (n values); out may alias
  * gate. */
 void model_gated_act(const Model *m, float *out, const float *gate, const float *up, size_t n);
@@ -67,11 +79,28 @@ int model_check_backend_ops(const Model *m);
 void layer_linear(const Model *m, int l, LoraModule mod, WeightRef *w, const float **bias,
                   int *in_dim, int *out_dim);
 
-/* One decoder layer: reads a->x_in, writes a->x_mid and x_out (which may all be one buffer) and
- * the activations of a the backward reads. Allowed aliases in a: q_pre == q, k_pre == k (the
- * q/k norm in place), act == gate (SwiGLU in place). All buffers are backend memory
- * (model_backend(m)). */
+/* How a layer meets the norms either side of it in a forward over all the layers. The residual
+ * add that ends a layer writes the rows the next layer's input RMSNorm (or the model's final
+ * norm) reads at once, so the layer computes that norm in the add's pass (model_add_rmsnorm)
+ * and the next layer starts from it:
+ *  1. input_normed: a->xn already holds the input norm of a->x_in (the layer before wrote it
+ *     as its next_out); the layer does not compute it again.
+ *  2. next_norm non-NULL: the layer also writes next_out (n, H) = the model's RMSNorm of x_out
+ *     with gain next_norm; next_out is the next layer's xn (or the final hidden states) and
+ *     overlaps none of the layer's other buffers but xn, which it may be (xn is dead by then).
+ * A NULL chain is a layer on its own: it norms its input and writes x_out alone. */
+typedef struct {
+    bool input_normed;
+    const float *next_norm;
+    float *next_out;
+} LayerChain;
+
+/* One decoder layer: reads a->x_in (and a->xn, chain rule 1), writes a->x_mid and x_out (which
+ * may all be one buffer), the activations of a the backward reads, and chain->next_out (rule 2).
+ * Allowed aliases in a: q_pre == q, k_pre == k (the q/k norm in place), act == gate (SwiGLU in
+ * place). All buffers are backend memory (model_backend(m)). */
 void decoder_layer_forward(const Model *m, int l, const DecoderRows *rows,
-                           const DecoderHooks *hooks, LayerActs *a, float *x_out);
+                           const DecoderHooks *hooks, const LayerChain *chain, LayerActs *a,
+                           float *x_out);
 
 #endif

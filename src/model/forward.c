@@ -137,13 +137,24 @@ static void batch_attention(const DecoderHooks *h, const Model *m, int l, LayerA
                       c->n_heads, c->n_kv_heads, c->head_dim, window);
 }
 
-/* One decoder layer over the layout's n rows: reads a->x_in, writes a->x_mid and x_out. */
-static void layer_forward(const Model *m, int l, const LayoutMirror *dev, size_t n, LayerActs *a,
-                          float *x_out) {
+/* One decoder layer over the layout's n rows: reads a->x_in, writes a->x_mid and x_out; chain
+ * as decoder_layer_forward's (NULL: the layer on its own). */
+static void layer_forward(const Model *m, int l, const LayoutMirror *dev, size_t n,
+                          const LayerChain *chain, LayerActs *a, float *x_out) {
     DecoderRows rows = {(int)n,     dev->positions, dev->cos_t,
                         dev->sin_t, dev->cos_local, dev->sin_local};
     DecoderHooks hooks = {batch_linear, batch_attention, (void *)dev, batch_linears};
-    decoder_layer_forward(m, l, &rows, &hooks, a, x_out);
+    decoder_layer_forward(m, l, &rows, &hooks, chain, a, x_out);
+}
+
+/* The chain of layer l in a forward over every layer: its input normed by the layer before (not
+ * the first's), the next norm (the next layer's input norm, the final norm after the last)
+ * written to next_xn, or to hidden after the last layer. */
+static LayerChain layer_chain(const Model *m, int l, float *next_xn, float *hidden) {
+    bool last = l + 1 == m->cfg.n_layers;
+    return (LayerChain){.input_normed = l > 0,
+                        .next_norm = last ? m->final_norm : m->layers[l + 1].input_norm,
+                        .next_out = last ? hidden : next_xn};
 }
 
 /* Whether a forward of b computes a shared prefix once (token_layout.h). Not while the
@@ -240,9 +251,12 @@ static int forward_rows(const Model *m, const TokenBatch *b, ForwardSetup *fs, f
         return -1;
     }
     embed_rows(m, &fs->dev, n, a.x_in);
-    for (int l = 0; l < c->n_layers && n > 0; l++)
-        layer_forward(m, l, &fs->dev, n, &a, a.x_in);
-    model_rmsnorm(m, *hidden, a.x_in, m->final_norm, (int)n, (int)H);
+    for (int l = 0; l < c->n_layers && n > 0; l++) {
+        LayerChain chain = layer_chain(m, l, a.xn, *hidden); /* one LayerActs for all layers */
+        layer_forward(m, l, &fs->dev, n, &chain, &a, a.x_in);
+    }
+    if (c->n_layers == 0 || n == 0) /* else the last layer wrote it */
+        model_rmsnorm(m, *hidden, a.x_in, m->final_norm, (int)n, (int)H);
     be->free(be, a.block);
     return 0;
 }
@@ -352,25 +366,31 @@ int model_forward_tape(const Model *m, const TokenBatch *b, bool recompute, Forw
     tape->layout = fs.lay, tape->cos_t = fs.cos_t, tape->sin_t = fs.sin_t, tape->dev = fs.dev;
     embed_rows(m, &tape->dev, n, tape->layers[0].x_in);
     for (int l = 0; l < c->n_layers; l++) {
-        float *x_out = l + 1 < c->n_layers ? tape->layers[l + 1].x_in : tape->x_final;
+        bool last = l + 1 == c->n_layers;
+        float *x_out = last ? tape->x_final : tape->layers[l + 1].x_in;
         LayerActs a = recompute ? tape->scratch : tape->layers[l];
         a.x_in = tape->layers[l].x_in;
-        layer_forward(m, l, &tape->dev, n, &a, x_out);
+        float *next_xn = last ? NULL : recompute ? tape->scratch.xn : tape->layers[l + 1].xn;
+        LayerChain chain = layer_chain(m, l, next_xn, tape->hidden);
+        layer_forward(m, l, &tape->dev, n, &chain, &a, x_out);
     }
-    model_rmsnorm(m, tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H);
+    if (c->n_layers == 0) /* else the last layer wrote it */
+        model_rmsnorm(m, tape->hidden, tape->x_final, m->final_norm, (int)n, (int)H);
     return 0;
 }
 
-LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l) {
+LayerActs forward_tape_layer(const Model *m, const ForwardTape *tape, int l, bool with_act) {
     if (!tape->recompute) {
-        /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it */
+        /* act is shared by the layers: regenerate this layer's, bitwise as its forward made it
+         * (unless the caller does, with_act false) */
         LayerActs a = tape->layers[l];
-        model_gated_act(m, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
+        if (with_act)
+            model_gated_act(m, a.act, a.gate, a.up, tape->n * (size_t)m->cfg.intermediate_size);
         return a;
     }
     LayerActs a = tape->scratch;
     a.x_in = tape->layers[l].x_in;
-    layer_forward(m, l, &tape->dev, tape->n, &a, tape->discard);
+    layer_forward(m, l, &tape->dev, tape->n, NULL, &a, tape->discard);
     return a;
 }
 

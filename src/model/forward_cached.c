@@ -188,7 +188,7 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
         /* no linears: its products may come from the prepacked weights, one by one */
         DecoderHooks hooks = {cached_linear, cached_attention, &b, NULL};
         for (int l = 0; l < c->n_layers; l++)
-            decoder_layer_forward(m, l, &rows, &hooks, &b.a, b.a.x_in);
+            decoder_layer_forward(m, l, &rows, &hooks, NULL, &b.a, b.a.x_in);
         /* the final norm and lm_head only for each chunk's last row */
         for (int j = 0, end = 0; j < n_chunks; j++) {
             end += chunks[j].n_tokens;

@@ -94,6 +94,18 @@ static void cpu_rmsnorm_backward(const Backend *be, float *din, float *dw, const
     rmsnorm_backward(din, dw, dout, in, w, n, c, eps);
 }
 
+static void cpu_add_rmsnorm(const Backend *be, float *sum, float *out, const float *a,
+                            const float *b, const float *w, int n, int c, float eps) {
+    (void)be;
+    add_rmsnorm_forward(sum, out, a, b, w, n, c, eps);
+}
+
+static void cpu_rmsnorm_backward_add(const Backend *be, float *dres, float *dw, const float *dout,
+                                     const float *in, const float *w, int n, int c, float eps) {
+    (void)be;
+    rmsnorm_backward_add(dres, dw, dout, in, w, n, c, eps);
+}
+
 static void cpu_rope(const Backend *be, float *x, const int32_t *positions, const float *cos_t,
                      const float *sin_t, int n, int heads, int hd, int rot) {
     (void)be;
@@ -117,6 +129,13 @@ static void cpu_swiglu_backward(const Backend *be, float *dgate, float *dup, con
                                 const float *gate, const float *up, size_t n) {
     (void)be;
     swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
+static void cpu_swiglu_backward_act(const Backend *be, float *act, float *dgate, float *dup,
+                                    const float *dout, const float *gate, const float *up,
+                                    size_t n) {
+    (void)be;
+    swiglu_backward_act(act, dgate, dup, dout, gate, up, n);
 }
 
 static void cpu_add(const Backend *be, float *out, const float *a, const float *b, size_t n) {
@@ -379,6 +398,9 @@ static const Backend cpu_backend = {
     .softcap = cpu_softcap,
     .linears = cpu_linears,
     .linear_weight_grads = cpu_linear_weight_grads,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .rmsnorm_backward_add = cpu_rmsnorm_backward_add,
+    .swiglu_backward_act = cpu_swiglu_backward_act,
 };
 
 const Backend *backend_cpu(void) {

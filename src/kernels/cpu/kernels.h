@@ -242,9 +242,25 @@ void weight_rows_widen(float *dst, WeightRef w, size_t row0, int rows, int in_di
 void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in, const float *w,
                       int n, int c, float eps);
 
+/* sum (N, C) = a + b, then out (N, C) = rmsnorm_forward(sum) in the same pass, each with the bits
+ * of those two ops; sum may alias a or b, out overlaps none of them. */
+void add_rmsnorm_forward(float *sum, float *out, const float *a, const float *b, const float *w,
+                         int n, int c, float eps);
+
+/* dres (N, C) += rmsnorm_backward's din, dw (C) += its weight gradient: the bits of
+ * rmsnorm_backward into a scratch din followed by dres = dres + din. dres overlaps neither dout
+ * nor in. */
+void rmsnorm_backward_add(float *dres, float *dw, const float *dout, const float *in,
+                          const float *w, int n, int c, float eps);
+
 /* dgate, dup (n) from dout and the forward inputs. dgate may alias dout. */
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t n);
+
+/* swiglu_backward, and act (n) = swiglu_forward(gate, up) in the same pass, each with the bits of
+ * those two. dgate may alias dout; act overlaps none of the others. */
+void swiglu_backward_act(float *act, float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
 
 /* In place: turns the gradient with respect to rope_forward's output into the gradient with
  * respect to its input (the transposed rotation). */
