@@ -166,8 +166,8 @@ void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float
         else
             be->adamw8bit(be, &mom->q8, &opt->maps[0], &opt->maps[1], params + span->offset,
                           grads + span->offset, &c);
-        /* bf16 products repack what changed (kernels/cpu/gemm_bf16_cache.c) */
-        gemm_bf16_weights_changed(params + span->offset, span->numel * sizeof *params);
+        /* bf16 products repack what changed, in the buffers they had (gemm_bf16_cache.c) */
+        gemm_bf16_weights_updated(params + span->offset, span->numel * sizeof *params);
     }
 }
 
