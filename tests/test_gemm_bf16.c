@@ -4,7 +4,8 @@
  * accumulated C value) at most (K + 1) u sum |terms| with u = 2^-24, whatever the order. Odd
  * shapes (every padding and tail: rows, columns, depth, the odd last pair), sources in fp32, in
  * bf16 and transposed, C written and accumulated with a row stride past its columns (which must
- * stay untouched), and the same bits with one thread as with two. */
+ * stay untouched), and the same bits with one thread as with two. gemm_bf16_rounded against
+ * gemm_bf16 then a rounding pass, bit for bit. */
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -86,6 +87,47 @@ static void check(GemmBf16Path path, int m, int k, int n, bool a_t, bool b_16, b
     free(a), free(b), free(c), free(c0), free(c1), free(b16v);
 }
 
+/* gemm_bf16_rounded: bit for bit gemm_bf16's product followed by c = bf16(c + bias[j]) (the
+ * bias rounded to bf16 first, as an autocast linear's is), rounded here by float16.h's
+ * f32_to_bf16, with and without a bias; the row stride's tail untouched. */
+static void check_rounded(GemmBf16Path path, int m, int k, int n, bool a_t, unsigned seed) {
+    size_t ldc = (size_t)n + 3, cn = (size_t)m * ldc;
+    float *a = malloc(((size_t)m * k + 1) * sizeof *a), *b = malloc(((size_t)k * n + 1) * 4);
+    float *bias = malloc(((size_t)n + 1) * sizeof *bias), *want = malloc(cn * 4 + 4);
+    float *got = malloc(cn * 4 + 4), *garbage = malloc(cn * 4 + 4);
+    fill(a, (size_t)m * k, &seed), fill(b, (size_t)k * n, &seed), fill(bias, (size_t)n, &seed);
+    fill(garbage, cn, &seed);
+    for (int j = 0; j < n; j++) /* a bf16 bias, scaled to move the sums' rounding */
+        bias[j] = (float)b16(bias[j] * 4.0f);
+    Bf16Source as = {
+        .f32 = a, .row_stride = a_t ? 1 : (size_t)k, .col_stride = a_t ? (size_t)m : 1};
+    Bf16Source bs = {.f32 = b, .row_stride = (size_t)n, .col_stride = 1};
+    Bf16PackedA pa;
+    Bf16PackedB pb;
+    bf16_pack_a(&pa, as, m, k);
+    bf16_pack_b(&pb, bs, k, n);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        memcpy(want, garbage, cn * sizeof *want);
+        memcpy(got, garbage, cn * sizeof *got);
+        gemm_bf16(want, ldc, false, &pa, &pb);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float *w = &want[(size_t)i * ldc + j];
+                *w = (float)b16(with_bias ? *w + bias[j] : *w);
+            }
+        gemm_bf16_rounded(got, ldc, &pa, &pb, with_bias ? bias : NULL);
+        int off = 0;
+        for (size_t i = 0; i < cn; i++)
+            off += memcmp(&got[i], &want[i], sizeof *got) != 0;
+        CHECK(off == 0, "%s %dx%dx%d%s rounded%s: %d of %d values not gemm_bf16's rounded",
+              gemm_bf16_path_name(path), m, k, n, a_t ? " A^T" : "", with_bias ? " + bias" : "",
+              off, m * n);
+    }
+    bf16_packed_a_free(&pa);
+    bf16_packed_b_free(&pb);
+    free(a), free(b), free(bias), free(want), free(got), free(garbage);
+}
+
 int main(void) {
     int paths = 0;
     for (int p = GEMM_BF16_AVX2; p < GEMM_BF16_PATH_COUNT; p++) {
@@ -102,6 +144,10 @@ int main(void) {
         check(p, 130, 33, 70, true, true, false, 5);
         check(p, 96, 640, 64, false, false, true, 6);
         check(p, 17, 1001, 33, true, false, true, 7);
+        check_rounded(p, 1, 1, 1, false, 8);
+        check_rounded(p, 67, 131, 97, false, 9);
+        check_rounded(p, 130, 576, 70, true, 10);
+        check_rounded(p, 5, 0, 40, false, 11); /* an empty sum: bf16(bias) */
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no path checked on a CPU with AVX2");
     return harness_finish("test_gemm_bf16");

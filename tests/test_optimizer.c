@@ -92,14 +92,26 @@ static void run_steps(json_t *j, Model *m, const ParamSpan *spans, AdamW *opt, L
         CHECK(fabs(lr - want_lr) <= 1e-12, "step %lld lr %.12g vs %.12g", (long long)k, lr,
               want_lr);
         /* bf16 products' packed copy of a weight (kernels/cpu/gemm_bf16_cache.c) must not
-         * outlive the step that changed it */
+         * outlive the step that changed it: the next lookup gives the packing of the new
+         * values (a fresh packing's bits), repacked into the buffer it had (invariant 6) */
         const ModelConfig *c = &m->cfg;
+        int out = c->n_heads * c->head_dim, in = c->hidden_size;
         gemm_bf16_cache_clear();
-        bf16_weight_packed(m->layers[0].wq, NULL, c->n_heads * c->head_dim, c->hidden_size, true);
-        CHECK(gemm_bf16_cache_bytes() > 0, "step %lld: wq not cached", (long long)k);
+        const uint16_t *before = bf16_weight_packed(m->layers[0].wq, NULL, out, in, true)->data;
+        size_t cached = gemm_bf16_cache_bytes();
+        CHECK(cached > 0, "step %lld: wq not cached", (long long)k);
         adamw_step(opt, backend_cpu(), m->params, grads, lr);
-        CHECK(gemm_bf16_cache_bytes() == 0, "step %lld: wq's packing outlived the AdamW step",
-              (long long)k);
+        const Bf16PackedB *after = bf16_weight_packed(m->layers[0].wq, NULL, out, in, true);
+        Bf16PackedB fresh;
+        bf16_pack_b(&fresh,
+                    (Bf16Source){.f32 = m->layers[0].wq, .row_stride = 1, .col_stride = (size_t)in},
+                    in, out);
+        CHECK(memcmp(after->data, fresh.data,
+                     (size_t)fresh.depth_padded * fresh.cols_padded * sizeof *fresh.data) == 0,
+              "step %lld: wq's packing outlived the AdamW step", (long long)k);
+        CHECK(after->data == before && gemm_bf16_cache_bytes() == cached,
+              "step %lld: wq repacked into a new buffer, not its own", (long long)k);
+        bf16_packed_b_free(&fresh);
     }
     free(grads);
 }

@@ -199,7 +199,8 @@ MemoryPlan memory_plan_make(const TrainConfig *cfg, const ModelConfig *mc) {
              *  - under QLoRA, while its W is packed, the whole NF4 matrix dequantised to fp32
              *    (matmul_autocast.c: packed_weight);
              *  - a trained model: the cache's packings of its fp32 layer matrices, two bf16
-             *    layouts each, kept for the optimizer step (gemm_bf16_cache.c), and the
+             *    layouts each, kept from step to step (gemm_bf16_cache.c repacks them in
+             *    place after each optimizer step), and the
              *    lm_head's, whole. */
             bool frozen = cfg->adapter;
             p.autocast = 4.0 * (2.0 * T * qd + 2.0 * T * kvd) + 2.0 * T * (I > H ? I : H);

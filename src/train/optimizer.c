@@ -174,9 +174,9 @@ void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float
     }
     backend_adamw_multi(be, f32, n_f32, &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
     free(f32);
-    /* bf16 products repack what changed (kernels/cpu/gemm_bf16_cache.c) */
+    /* bf16 products repack what changed, in the buffers they had (gemm_bf16_cache.c) */
     for (int s = 0; s < opt->n_spans; s++)
-        gemm_bf16_weights_changed(params + opt->spans[s].offset,
+        gemm_bf16_weights_updated(params + opt->spans[s].offset,
                                   opt->spans[s].numel * sizeof *params);
 }
 

@@ -364,13 +364,11 @@ static void pack_b_step(uint16_t *d, const Bf16Source *src, int q, int depth, in
     }
 }
 
-void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
-    b->depth = depth, b->cols = cols;
-    b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
-    b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+/* b's values from src into b->data, laid out as b's sizes say (invariants 2 and 3). */
+static void pack_b_values(Bf16PackedB *b, Bf16Source src) {
+    int depth = b->depth, cols = b->cols;
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
-    b->panel_stride = (size_t)GEMM_BF16_PANEL * kp;
-    uint16_t *d = b->data = alloc_bf16((size_t)kp * b->cols_padded, &b->bytes);
+    uint16_t *d = b->data;
     if (src.col_stride == 1 && src.row_stride > 1) {
         /* a row-major source: pair step by pair step, two whole source rows at a time (panel
          * by panel would read 64 bytes of every row per panel: over a W larger than the cache,
@@ -383,6 +381,21 @@ void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
         pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
+}
+
+void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
+    b->depth = depth, b->cols = cols;
+    b->depth_padded = round_up(depth > 0 ? depth : 1, GEMM_BF16_DEPTH_PAD);
+    b->cols_padded = round_up(cols > 0 ? cols : 1, GEMM_BF16_ROW_PAD);
+    b->panel_stride = (size_t)GEMM_BF16_PANEL * b->depth_padded;
+    b->data = alloc_bf16((size_t)b->depth_padded * b->cols_padded, &b->bytes);
+    pack_b_values(b, src);
+}
+
+void bf16_repack_b(Bf16PackedB *b, Bf16Source src) {
+    if (!b->data || b->panel_stride != (size_t)GEMM_BF16_PANEL * b->depth_padded)
+        die(true, "bf16_repack_b: not a whole packing of its own (a caller's bug)");
+    pack_b_values(b, src);
 }
 
 void bf16_packed_b_free(Bf16PackedB *b) {
@@ -431,27 +444,42 @@ Bf16PackedA bf16_packed_a_rows(const Bf16PackedA *a, int r0, int rows) {
 
 /* ---- the product ---- */
 
-void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b) {
+/* The product, stored as st says. */
+static void run(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
+                const Bf16PackedB *b) {
     if (a->depth != b->depth)
         die(true, "gemm_bf16: A's depth %d is not B's %d (a caller's bug)", a->depth, b->depth);
     if (a->rows == 0 || b->cols == 0) return;
     if (a->depth == 0) { /* an empty sum */
-        if (!accumulate)
+        float zero[GEMM_BF16_ROW_PAD] = {0};
+        if (st->round || !st->accumulate)
             for (int i = 0; i < a->rows; i++)
-                memset(c + (size_t)i * ldc, 0, (size_t)b->cols * sizeof *c);
+                for (int j0 = 0; j0 < b->cols; j0 += GEMM_BF16_ROW_PAD)
+                    gemm_bf16_store_block(c, ldc, st, zero, 0, i, j0, 1,
+                                          b->cols - j0 < GEMM_BF16_ROW_PAD ? b->cols - j0
+                                                                           : GEMM_BF16_ROW_PAD);
         return;
     }
     switch (gemm_bf16_path()) {
     case GEMM_BF16_AMX:
-        gemm_bf16_run_amx(c, ldc, accumulate, a, b);
+        gemm_bf16_run_amx(c, ldc, st, a, b);
         break;
     case GEMM_BF16_AVX512:
-        gemm_bf16_run_avx512(c, ldc, accumulate, a, b);
+        gemm_bf16_run_avx512(c, ldc, st, a, b);
         break;
     case GEMM_BF16_AVX2:
-        gemm_bf16_run_avx2(c, ldc, accumulate, a, b);
+        gemm_bf16_run_avx2(c, ldc, st, a, b);
         break;
     default:
         die(true, "gemm_bf16 called with no bf16 GEMM path (a caller's bug: check gemm_bf16_path)");
     }
+}
+
+void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b) {
+    run(c, ldc, &(GemmBf16Store){.accumulate = accumulate}, a, b);
+}
+
+void gemm_bf16_rounded(float *c, size_t ldc, const Bf16PackedA *a, const Bf16PackedB *b,
+                       const float *bias) {
+    run(c, ldc, &(GemmBf16Store){.round = true, .bias = bias}, a, b);
 }

@@ -76,6 +76,11 @@ void bf16_packed_a_free(Bf16PackedA *a);
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols);
 void bf16_packed_b_free(Bf16PackedB *b);
 
+/* b (packed by bf16_pack_b, not a view) packed again from src, a source of b's depth and cols,
+ * into b's own buffer: no allocation, so no page faults (gemm_bf16_cache.c repacks a weight that
+ * an optimizer step updated so). */
+void bf16_repack_b(Bf16PackedB *b, Bf16Source src);
+
 /* The block of a packed B at depth k0.. k0 + depth and columns j0.. j0 + cols, as a Bf16PackedB
  * that shares b's data (not to be freed): k0 and j0 multiples of 32, the block inside b. Its
  * padding is b's: zero where b's is, b's own values where the block ends before b does, so a
@@ -90,6 +95,14 @@ Bf16PackedA bf16_packed_a_rows(const Bf16PackedA *a, int r0, int rows);
  * b->depth. The path must not be GEMM_BF16_NONE. Each element's sum runs over the depth in one
  * order fixed by the path alone: the same for any number of threads. */
 void gemm_bf16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a, const Bf16PackedB *b);
+
+/* C (a->rows x b->cols, row stride ldc) = bf16(A · B + bias): gemm_bf16's fp32 sums, bias[j]
+ * (b->cols values, or NULL) added to column j's, each result rounded to the nearest bf16 (ties
+ * to even; a NaN to the quiet NaN) as its block is stored. The bits of gemm_bf16 followed by
+ * c = round(c + bias) over C, without that second pass over C: an autocast linear's output and
+ * dX are bf16 tensors in torch (matmul_autocast.c). */
+void gemm_bf16_rounded(float *c, size_t ldc, const Bf16PackedA *a, const Bf16PackedB *b,
+                       const float *bias);
 
 /* W (out_dim, in_dim), fp32 w32 or else bf16 w16, packed as the forward's B (W^T, depth in_dim)
  * if transposed, else as dX's (W, depth out_dim): from the cache of gemm_bf16_cache.c, packed on
@@ -122,6 +135,12 @@ bool gemm_bf16_weight_kept(const uint16_t *w16);
  * freeing them) calls this over the bytes written: cached packings of them are dropped. Cheap
  * when nothing is cached. */
 void gemm_bf16_weights_changed(const void *begin, size_t bytes);
+
+/* Whoever writes new values into weights that stay where they are (an optimizer step) may call
+ * this over the bytes written instead of gemm_bf16_weights_changed: cached packings of them are
+ * packed again, into their own buffers, at their next use (gemm_bf16_cache.c, invariant 6).
+ * Not for weights freed or moved: those need gemm_bf16_weights_changed. */
+void gemm_bf16_weights_updated(const void *begin, size_t bytes);
 
 /* Drops every cached packing (tests, benches). */
 void gemm_bf16_cache_clear(void);

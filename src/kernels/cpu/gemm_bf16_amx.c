@@ -43,7 +43,7 @@ TARGET static void release_tiles(void) {
     _tile_release();
 }
 
-TARGET static void block_32x32(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                                int cols) {
     int kp = a->depth_padded;
@@ -69,11 +69,11 @@ TARGET static void block_32x32(float *c, size_t ldc, bool accumulate, const Bf16
     _tile_stored(1, buf + TILE, BLOCK * sizeof(float));
     _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
     _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
-    gemm_bf16_store_block(c, ldc, accumulate, buf, BLOCK, i0, j0,
+    gemm_bf16_store_block(c, ldc, st, buf, BLOCK, i0, j0,
                           a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols);
 }
 
-void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                        const Bf16PackedB *b) {
     int blocks = (b->cols + BLOCK - 1) / BLOCK; /* rows_padded and cols_padded hold whole ones */
 #pragma omp parallel
@@ -85,7 +85,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA 
                 int j0 = jb * BLOCK, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
                 int cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
                 for (int i = i0; i < end; i += BLOCK)
-                    block_32x32(c, ldc, accumulate, a, gemm_bf16_panel(b, 2 * jb),
+                    block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
                                 gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols);
             }
         release_tiles();
@@ -94,9 +94,9 @@ void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA 
 
 #else
 
-void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                        const Bf16PackedB *b) {
-    (void)c, (void)ldc, (void)accumulate, (void)a, (void)b;
+    (void)c, (void)ldc, (void)st, (void)a, (void)b;
     abort(); /* gemm_bf16_supported said no: unreachable */
 }
 

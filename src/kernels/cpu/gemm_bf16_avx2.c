@@ -14,7 +14,7 @@
 #define BLOCK_ROWS 4
 #define ROW_CHUNK  64 /* rows whose packed A stays in L2 while the panels pass by */
 
-TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+TARGET static void block_4x16(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                               const uint16_t *panel, int i0, int j0, int cols) {
     const uint16_t *row[BLOCK_ROWS];
 #pragma GCC unroll 8
@@ -52,11 +52,11 @@ TARGET static void block_4x16(float *c, size_t ldc, bool accumulate, const Bf16P
         _mm256_storeu_ps(buf + r * GEMM_BF16_PANEL, sum[r][0]);
         _mm256_storeu_ps(buf + r * GEMM_BF16_PANEL + 8, sum[r][1]);
     }
-    gemm_bf16_store_block(c, ldc, accumulate, buf, GEMM_BF16_PANEL, i0, j0,
+    gemm_bf16_store_block(c, ldc, st, buf, GEMM_BF16_PANEL, i0, j0,
                           a->rows - i0 < BLOCK_ROWS ? a->rows - i0 : BLOCK_ROWS, cols);
 }
 
-void gemm_bf16_run_avx2(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx2(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                         const Bf16PackedB *b) {
     int panels = (b->cols + GEMM_BF16_PANEL - 1) / GEMM_BF16_PANEL;
 #pragma omp parallel for schedule(static) collapse(2)
@@ -65,15 +65,15 @@ void gemm_bf16_run_avx2(float *c, size_t ldc, bool accumulate, const Bf16PackedA
             int j0 = p * GEMM_BF16_PANEL, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
             int cols = b->cols - j0 < GEMM_BF16_PANEL ? b->cols - j0 : GEMM_BF16_PANEL;
             for (int i = i0; i < end; i += BLOCK_ROWS)
-                block_4x16(c, ldc, accumulate, a, gemm_bf16_panel(b, p), i, j0, cols);
+                block_4x16(c, ldc, st, a, gemm_bf16_panel(b, p), i, j0, cols);
         }
 }
 
 #else
 
-void gemm_bf16_run_avx2(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx2(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                         const Bf16PackedB *b) {
-    (void)c, (void)ldc, (void)accumulate, (void)a, (void)b;
+    (void)c, (void)ldc, (void)st, (void)a, (void)b;
     abort(); /* gemm_bf16_supported said no: unreachable */
 }
 

@@ -15,7 +15,7 @@
 #define BLOCK_COLS (2 * GEMM_BF16_PANEL)
 #define ROW_CHUNK  64 /* rows whose packed A stays in L2 while the panels pass by */
 
-TARGET static void block_8x32(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+TARGET static void block_8x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                               const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                               int cols) {
     const uint16_t *row[BLOCK_ROWS];
@@ -45,11 +45,11 @@ TARGET static void block_8x32(float *c, size_t ldc, bool accumulate, const Bf16P
         _mm512_storeu_ps(buf + r * BLOCK_COLS, sum[r][0]);
         _mm512_storeu_ps(buf + r * BLOCK_COLS + 16, sum[r][1]);
     }
-    gemm_bf16_store_block(c, ldc, accumulate, buf, BLOCK_COLS, i0, j0,
+    gemm_bf16_store_block(c, ldc, st, buf, BLOCK_COLS, i0, j0,
                           a->rows - i0 < BLOCK_ROWS ? a->rows - i0 : BLOCK_ROWS, cols);
 }
 
-void gemm_bf16_run_avx512(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx512(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                           const Bf16PackedB *b) {
     int blocks = (b->cols + BLOCK_COLS - 1) / BLOCK_COLS; /* cols_padded holds whole ones */
 #pragma omp parallel for schedule(static) collapse(2)
@@ -58,16 +58,16 @@ void gemm_bf16_run_avx512(float *c, size_t ldc, bool accumulate, const Bf16Packe
             int j0 = jb * BLOCK_COLS, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
             int cols = b->cols - j0 < BLOCK_COLS ? b->cols - j0 : BLOCK_COLS;
             for (int i = i0; i < end; i += BLOCK_ROWS)
-                block_8x32(c, ldc, accumulate, a, gemm_bf16_panel(b, 2 * jb),
+                block_8x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
                            gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols);
         }
 }
 
 #else
 
-void gemm_bf16_run_avx512(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx512(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                           const Bf16PackedB *b) {
-    (void)c, (void)ldc, (void)accumulate, (void)a, (void)b;
+    (void)c, (void)ldc, (void)st, (void)a, (void)b;
     abort(); /* gemm_bf16_supported said no: unreachable */
 }
 

@@ -8,24 +8,57 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #define GEMM_BF16_PANEL 16 /* columns per B panel: one AMX tile's, one zmm of fp32 sums */
 /* rows and columns are padded to this: the AMX kernel's 2 x 2 tiles of 16 x 16 */
 #define GEMM_BF16_ROW_PAD   32
 #define GEMM_BF16_DEPTH_PAD 32 /* one AMX tile's depth in bf16 values */
 
-/* c's block at (i0, j0), rows x cols of it, = or += buf (row stride buf_ld). */
-static inline void gemm_bf16_store_block(float *c, size_t ldc, bool accumulate, const float *buf,
-                                         int buf_ld, int i0, int j0, int rows, int cols) {
+/* How a path stores a finished block of C (gemm_bf16 and gemm_bf16_rounded): written, added to
+ * C, or rounded to bf16 (after bias, if any, is added) while the block is still in L1. */
+typedef struct {
+    bool accumulate;   /* C += the sums (round false) */
+    bool round;        /* C = bf16(the sums + bias[j]) */
+    const float *bias; /* round only: b->cols values added to column j's sums, or NULL */
+} GemmBf16Store;
+
+/* f rounded to the nearest bf16 (ties to even), as an fp32; a NaN becomes the quiet NaN
+ * 0x7fc00000: the bits of matmul_autocast.c's round_bf16. Branch-free, so loops vectorise. */
+static inline float gemm_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    r = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : r;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+/* c's block at (i0, j0), rows x cols of it, from buf (row stride buf_ld) as st says. */
+static inline void gemm_bf16_store_block(float *c, size_t ldc, const GemmBf16Store *st,
+                                         const float *buf, int buf_ld, int i0, int j0, int rows,
+                                         int cols) {
+    const float *bias = st->bias ? st->bias + j0 : NULL;
     for (int i = 0; i < rows; i++) {
         float *dst = c + (size_t)(i0 + i) * ldc + j0;
         const float *src = buf + (size_t)i * buf_ld;
-        if (accumulate)
+        /* one loop each, marked simd: dst and buf never overlap, and without the mark GCC left
+         * them scalar (a third of block_32x32's samples in a bf16 DPO step were its stores) */
+        if (st->round && bias)
+#pragma omp simd
+            for (int j = 0; j < cols; j++)
+                dst[j] = gemm_bf16_round(src[j] + bias[j]);
+        else if (st->round)
+#pragma omp simd
+            for (int j = 0; j < cols; j++)
+                dst[j] = gemm_bf16_round(src[j]);
+        else if (st->accumulate)
+#pragma omp simd
             for (int j = 0; j < cols; j++)
                 dst[j] += src[j];
         else
-            for (int j = 0; j < cols; j++)
-                dst[j] = src[j];
+            memcpy(dst, src, (size_t)cols * sizeof *dst);
     }
 }
 
@@ -43,11 +76,11 @@ bool gemm_bf16_cpu_has_avx2(void);
 bool gemm_bf16_cpu_has_avx512(void);
 bool gemm_bf16_cpu_has_amx(void); /* asks the kernel for the tile state on first call */
 
-void gemm_bf16_run_avx2(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx2(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                         const Bf16PackedB *b);
-void gemm_bf16_run_avx512(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_avx512(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                           const Bf16PackedB *b);
-void gemm_bf16_run_amx(float *c, size_t ldc, bool accumulate, const Bf16PackedA *a,
+void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                        const Bf16PackedB *b);
 
 #endif

@@ -132,14 +132,22 @@ void autocast_linear_forward(float *out, const float *in, WeightRef w, const flo
                              int in_dim, int out_dim) {
     if (n == 0) return;
     if (gemm_bf16_path() != GEMM_BF16_NONE) {
-        /* out = bf16(in) · bf16(W)^T: A = in (n x in_dim), B = W^T (in_dim x out_dim) */
+        /* out = bf16(bf16(in) · bf16(W)^T + bf16(bias)): A = in (n x in_dim), B = W^T
+         * (in_dim x out_dim); the bias added and the output rounded as the product stores its
+         * blocks (finish_output's bits, without its pass over out) */
         Bf16PackedA a;
         Bf16PackedB own;
+        float *rb = NULL;
+        if (bias) {
+            rb = xmalloc((size_t)out_dim * sizeof *rb);
+            bf16_round_copy(rb, bias, (size_t)out_dim);
+        }
         bf16_pack_a(&a, matrix_source(in, in_dim, false), n, in_dim);
-        gemm_bf16(out, (size_t)out_dim, false, &a, packed_weight(w, out_dim, in_dim, true, &own));
+        gemm_bf16_rounded(out, (size_t)out_dim, &a, packed_weight(w, out_dim, in_dim, true, &own),
+                          rb);
         bf16_packed_b_free(&own);
         bf16_packed_a_free(&a);
-        finish_output(out, bias, n, out_dim);
+        free(rb);
         return;
     }
     float *x = xmalloc((size_t)n * in_dim * sizeof *x);
@@ -159,10 +167,11 @@ static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float 
         Bf16PackedA a;
         Bf16PackedB own;
         bf16_pack_a(&a, matrix_source(dout, out_dim, false), n, out_dim);
-        gemm_bf16(din, (size_t)in_dim, false, &a, packed_weight(w, out_dim, in_dim, false, &own));
+        /* the gradient of a bf16 cast is bf16: rounded as the product stores it */
+        gemm_bf16_rounded(din, (size_t)in_dim, &a, packed_weight(w, out_dim, in_dim, false, &own),
+                          NULL);
         bf16_packed_b_free(&own);
         bf16_packed_a_free(&a);
-        bf16_round_inplace(din, (size_t)n * in_dim); /* the gradient of a bf16 cast is bf16 */
     }
     if (dw) {
         /* dw += bf16(dout)^T · bf16(in), fp32 sums unrounded (as the sgemm path below):
