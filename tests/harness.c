@@ -284,3 +284,12 @@ const char *harness_write_untied_llama_text(void) {
     safetensors_close(&f);
     return dir;
 }
+
+double harness_uniform(uint64_t *state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*state >> 11) / 9007199254740992.0;
+}
+
+float harness_frand(uint64_t *state) {
+    return (float)(harness_uniform(state) * 2.0 - 1.0);
+}

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <stdio.h>
 
@@ -25,6 +26,14 @@ extern int harness_checks, harness_failures;
 bool harness_close(double got, double want, double rel, double abs_tol);
 
 int harness_finish(const char *name);
+
+/* Test data the same on every machine and libc: a 64-bit LCG (Knuth's MMIX constants) advanced
+ * in *state, its top 53 bits as a double in [0, 1). Each test keeps its own state, so its data do
+ * not depend on what other code drew. */
+double harness_uniform(uint64_t *state);
+
+/* harness_uniform scaled to a float in [-1, 1). */
+float harness_frand(uint64_t *state);
 
 /* A fresh empty directory under $TMPDIR (or /tmp), removed by harness_finish. */
 const char *harness_tmpdir(void);

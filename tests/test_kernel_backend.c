@@ -16,9 +16,8 @@
 /* --------------------------------------------------------------------------------- helpers */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+static float frand(void) {
+    return harness_frand(&rng_state);
 }
 
 static float *rand_host(size_t n) {

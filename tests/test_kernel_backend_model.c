@@ -19,9 +19,8 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+static float frand(void) {
+    return harness_frand(&rng_state);
 }
 
 /* A fresh host copy of n floats of be's memory. */

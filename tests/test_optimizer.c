@@ -207,8 +207,7 @@ static void test_map_codes(void) {
             if (i < 255) {
                 v = map.bound[i];
             } else {
-                state = state * 6364136223846793005ull + 1442695040888963407ull;
-                double u = (double)(state >> 11) / 9007199254740992.0;
+                double u = harness_uniform(&state);
                 double mag = pow(10.0, -12.0 * u); /* 1e-12 .. 1 */
                 v = (float)((state >> 3) & 1 ? -mag : mag);
             }

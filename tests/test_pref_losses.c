@@ -409,8 +409,7 @@ typedef struct {
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static double uniform(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
+    return harness_uniform(&rng_state);
 }
 
 /* Pairs with 1..6 completion tokens of log-prob −0.3..−2.5 each, references a log-ratio of up
