@@ -7,7 +7,9 @@
  * completion COMPLETION random tokens, advantages drawn at random (a zero advantage would still
  * run the full forward and backward, as TRL's does).
  *
- *   bench_grpo_train MODEL_DIR [ROWS G PROMPT COMPLETION MICRO_BATCH STEPS]
+ *   bench_grpo_train MODEL_DIR [ROWS G PROMPT COMPLETION MICRO_BATCH STEPS [AUTOCAST]]
+ *
+ * AUTOCAST 1: bf16 mixed precision as `bf16: true` trains (the policy on backend_cpu_autocast).
  *
  * One JSON line per step: wall and CPU seconds (user, system), minor page faults, voluntary and
  * involuntary context switches of the process (getrusage), the step's loss and grad norm. */
@@ -15,11 +17,13 @@
 #include "common/error.h"
 #include "config/grpo_config.h"
 #include "grpo/grpo_trainer.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "train/trainer.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -54,15 +58,16 @@ static void synthetic_batch(GrpoBatch *b, int rows, int G, int P, int C, int voc
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 && argc != 8) {
+    if (argc != 2 && argc != 8 && argc != 9) {
         fprintf(stderr,
-                "usage: %s MODEL_DIR [ROWS G PROMPT COMPLETION MICRO_BATCH STEPS]\n"
-                "  (defaults 16 8 130 64 4 2)\n",
+                "usage: %s MODEL_DIR [ROWS G PROMPT COMPLETION MICRO_BATCH STEPS [AUTOCAST 0|1]]\n"
+                "  (defaults 16 8 130 64 4 2 0)\n",
                 argv[0]);
         return 2;
     }
     int rows = 16, G = 8, P = 130, C = 64, mb = 4, steps = 2;
-    if (argc == 8) {
+    bool autocast = argc == 9 && atoi(argv[8]) != 0;
+    if (argc >= 8) {
         rows = atoi(argv[2]), G = atoi(argv[3]), P = atoi(argv[4]), C = atoi(argv[5]);
         mb = atoi(argv[6]), steps = atoi(argv[7]);
     }
@@ -76,6 +81,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_grpo_train: %s\n", err_msg());
         return 1;
     }
+    if (autocast) m.backend = backend_cpu_autocast();
     int ga = rows / mb;
     json_t *trl = json_pack("{s:i, s:i, s:s, s:[s]}", "num_generations", G, "max_completion_length",
                             C, "loss_type", "dapo", "reward_funcs", "builtin.accuracy");
@@ -117,10 +123,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_grpo_train: step %d: %s\n", step, err_msg());
             break;
         }
-        printf("{\"bench\": \"grpo_train\", \"step\": %d, \"rows\": %d, \"wall_s\": %.3f, "
+        printf("{\"bench\": \"grpo_train\", \"step\": %d, \"rows\": %d, \"autocast_bf16\": %s, "
+               "\"wall_s\": %.3f, "
                "\"user_s\": %.3f, \"sys_s\": %.3f, \"minflt\": %ld, \"nvcsw\": %ld, "
                "\"nivcsw\": %ld, \"loss\": %.9g, \"grad_norm\": %.9g}\n",
-               step, rows, wall, tv_s(r1.ru_utime) - tv_s(r0.ru_utime),
+               step, rows, autocast ? "true" : "false", wall, tv_s(r1.ru_utime) - tv_s(r0.ru_utime),
                tv_s(r1.ru_stime) - tv_s(r0.ru_stime), r1.ru_minflt - r0.ru_minflt,
                r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw, st.loss, st.grad_norm);
         fflush(stdout);
