@@ -25,12 +25,18 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((aligned(64))) TileConfig;
 
-TARGET static void configure_tiles(void) {
+/* The tiles for blocks whose two halves have top and bottom rows (16 and 16 for a product of
+ * more than 32 rows): tmm0, tmm1 (sums) and tmm4 (A) of top rows, tmm2, tmm3 and tmm5 of bottom
+ * rows, unconfigured if bottom is 0; B's tmm6 and tmm7 16 pair steps. The tile unit's time goes
+ * by the rows of A, and the rollout's decode steps multiply 8-64 rows: 8 rows on 32-row tiles
+ * spent 3/4 of it on padding. Each row's sums are the same whatever the tile's row count. */
+TARGET static void configure_tiles(int top, int bottom) {
     TileConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
+    const int rows[8] = {top, top, bottom, bottom, top, bottom, TILE, TILE};
     for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = TILE;
+        if (rows[t] > 0) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)rows[t];
     /* GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the configuration, so
      * without -march=native's inlining choices it dropped the stores of colsb and rows and
      * ldtilecfg faulted on the stack's garbage (the portable CUDA bundle, 2026-11-28): the
@@ -68,31 +74,37 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
  * only when they reach C changes. */
 TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
-                               int cols, float *buf, Pending *prev) {
+                               int cols, bool bottom, float *buf, Pending *prev) {
     int kp = a->depth_padded, steps = kp / GEMM_BF16_DEPTH_PAD;
     int per_step = (BLOCK + steps - 1) / steps; /* prev's rows stored per depth step */
     size_t ld = (size_t)a->row_stride;
     const uint16_t *a0 = a->data + i0 * ld, *a1 = a0 + TILE * ld;
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    if (bottom) {
+        _tile_zero(2);
+        _tile_zero(3);
+    }
     for (int k = 0, s = 1; k < kp; k += GEMM_BF16_DEPTH_PAD, s++) {
         _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
-        _tile_loadd(5, a1 + k, ld * sizeof(uint16_t));
         /* pair steps k / 2 .. k / 2 + 15 of each panel, 64 bytes apart */
         _tile_loadd(6, panel0 + (size_t)k * TILE, 64);
         _tile_loadd(7, panel1 + (size_t)k * TILE, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        if (bottom) {
+            _tile_loadd(5, a1 + k, ld * sizeof(uint16_t));
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
         if (prev->stored < prev->rows) store_rows(c, ldc, st, prev, s * per_step);
     }
     _tile_stored(0, buf, BLOCK * sizeof(float));
     _tile_stored(1, buf + TILE, BLOCK * sizeof(float));
-    _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
-    _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+    if (bottom) {
+        _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
+        _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+    }
     *prev = (Pending){buf, i0, j0, a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols, 0};
 }
 
@@ -103,7 +115,9 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
     {
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
         Pending prev = {buf, 0, 0, 0, 0, 0};                   /* nothing pending */
-        configure_tiles();
+        /* more than 32 rows: 16 and 16 (a last block's padding rows are zero); else the rows */
+        int top = a->rows > TILE ? TILE : a->rows, bottom = a->rows > BLOCK ? TILE : a->rows - top;
+        configure_tiles(top, bottom);
 #pragma omp for schedule(static) collapse(2)
         for (int i0 = 0; i0 < a->rows; i0 += ROW_CHUNK)
             for (int jb = 0; jb < blocks; jb++) {
@@ -111,7 +125,8 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
                 int cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
                 for (int i = i0; i < end; i += BLOCK)
                     block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
-                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols, buf, &prev);
+                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols, bottom > 0, buf,
+                                &prev);
             }
         store_rows(c, ldc, st, &prev, BLOCK); /* the last block's */
         release_tiles();
