@@ -156,6 +156,10 @@ int main(void) {
         check(p, 24, 96, 70, true, false, false, 18);
         check(p, 32, 40, 33, false, true, true, 19);
         check(p, 9, 577, 130, false, false, false, 20);
+        /* a last block of 2, 18 and 28 rows (its lower tiles skipped, short, nearly full) */
+        check(p, 66, 100, 40, false, false, true, 23);
+        check(p, 50, 100, 40, true, false, false, 24);
+        check(p, 92, 70, 50, false, true, true, 25);
         check_rounded(p, 1, 1, 1, false, 8);
         check_rounded(p, 67, 131, 97, false, 9);
         check_rounded(p, 130, 576, 70, true, 10);

@@ -123,10 +123,11 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
             for (int jb = 0; jb < blocks; jb++) {
                 int j0 = jb * BLOCK, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
                 int cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
+                /* a last block of at most 16 rows skips its lower tiles (padding) */
                 for (int i = i0; i < end; i += BLOCK)
                     block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
-                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols, bottom > 0, buf,
-                                &prev);
+                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols,
+                                bottom > 0 && a->rows - i > TILE, buf, &prev);
             }
         store_rows(c, ldc, st, &prev, BLOCK); /* the last block's */
         release_tiles();
