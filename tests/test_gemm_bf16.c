@@ -144,10 +144,30 @@ int main(void) {
         check(p, 130, 33, 70, true, true, false, 5);
         check(p, 96, 640, 64, false, false, true, 6);
         check(p, 17, 1001, 33, true, false, true, 7);
+        /* the AMX path stores each block during the next one's depth steps: more than 32 steps
+         * (a row each), one step (all 32 rows at once), a thread's last block stored after its
+         * loop, row and column tails in the pending block */
+        check(p, 101, 1100, 70, false, false, true, 12);
+        check(p, 130, 20, 100, true, false, false, 13);
+        check(p, 200, 64, 230, false, true, true, 14);
+        /* at most 32 rows (the rollout's decode steps): AMX tiles of the rows' own count, the
+         * upper 16 only, or the lower half short */
+        check(p, 16, 200, 100, false, false, true, 17);
+        check(p, 24, 96, 70, true, false, false, 18);
+        check(p, 32, 40, 33, false, true, true, 19);
+        check(p, 9, 577, 130, false, false, false, 20);
+        /* a last block of 2, 18 and 28 rows (its lower tiles skipped, short, nearly full) */
+        check(p, 66, 100, 40, false, false, true, 23);
+        check(p, 50, 100, 40, true, false, false, 24);
+        check(p, 92, 70, 50, false, true, true, 25);
         check_rounded(p, 1, 1, 1, false, 8);
         check_rounded(p, 67, 131, 97, false, 9);
         check_rounded(p, 130, 576, 70, true, 10);
         check_rounded(p, 5, 0, 40, false, 11); /* an empty sum: bf16(bias) */
+        check_rounded(p, 161, 1100, 99, false, 15);
+        check_rounded(p, 99, 31, 130, true, 16);
+        check_rounded(p, 9, 300, 50, false, 21);
+        check_rounded(p, 29, 64, 64, true, 22);
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no path checked on a CPU with AVX2");
     return harness_finish("test_gemm_bf16");
