@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/attention_products.h"
+#include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/lane_sum.h"
 
 #include <math.h>
@@ -166,10 +167,11 @@ static void key_panels_free(KeyPanels *kp) {
 /* out (rows, n_keys) = alpha X · R^T, with rt = R^T (hd, n_keys; leading dimension ldr), a
  * transposed panel (keys, or values for dP); X (rows, hd) the block's query-side rows. Entries
  * past a row's own key are 0 (each query's masked keys: neither its softmax nor dS reads them). */
-static void times_key_rows(float *out, const float *x, int x_stride, const float *rt, int ldr,
-                           int hd, const BlockKeys *bk, int rows, float alpha) {
-    attention_product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt, ldr, 0.0f, out,
-                      bk->n_keys, ATTN_CAUSAL_OUTPUT, bk->diag);
+static void times_key_rows(AttnProductFn product, float *out, const float *x, int x_stride,
+                           const float *rt, int ldr, int hd, const BlockKeys *bk, int rows,
+                           float alpha) {
+    product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt, ldr, 0.0f, out, bk->n_keys,
+            ATTN_CAUSAL_OUTPUT, bk->diag);
 }
 
 /* Soft-capping of a block's scores, in place: t = tanh(s / cap), s = cap t (Gemma 2, as
@@ -184,11 +186,12 @@ static void cap_scores(float *p, size_t n, float cap) {
  * a softmax per row over the keys it sees. qh points at head h's column of row 0. With inv_sum
  * NULL the rows are probabilities; otherwise they are left unnormalised and inv_sum[r] receives
  * row r's 1 / sum (softmax_columns). */
-static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride, const float *kt,
-                        int ldk, int hd, const AttnSegment *s, const int32_t *seq_index,
-                        const BlockKeys *bk, int i0, int rows, AttnScores sc, int window) {
-    times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, ldk, hd, bk, rows,
-                   sc.scale);
+static void block_probs(AttnProductFn product, float *p, float *inv_sum, const float *qh,
+                        int q_stride, const float *kt, int ldk, int hd, const AttnSegment *s,
+                        const int32_t *seq_index, const BlockKeys *bk, int i0, int rows,
+                        AttnScores sc, int window) {
+    times_key_rows(product, p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, ldk, hd, bk,
+                   rows, sc.scale);
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
     int lo = 0;
     for (int r = 0; r < rows; r++) {
@@ -203,10 +206,11 @@ static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride,
 
 /* out (rows, hd) = alpha P · V, vr (n_keys, hd) the block's values (or keys, for dQ): a rows
  * panel from the block's first key. P's entries past each row's own key are 0 and skipped. */
-static void probs_times_values(float *out, int out_stride, const float *p, const float *vr, int hd,
-                               const BlockKeys *bk, int rows, float alpha) {
-    attention_product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr, hd, 0.0f, out,
-                      out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
+static void probs_times_values(AttnProductFn product, float *out, int out_stride, const float *p,
+                               const float *vr, int hd, const BlockKeys *bk, int rows,
+                               float alpha) {
+    product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr, hd, 0.0f, out, out_stride,
+            ATTN_CAUSAL_DEPTH, bk->diag);
 }
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
@@ -236,6 +240,14 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void attention_forward_scored(float *out, const float *q, const float *k, const float *v,
                               const AttnSegment *segs, int n_segs, const int32_t *seq_index,
                               int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
+    attention_forward_with(attention_product, false, out, q, k, v, segs, n_segs, seq_index, n_heads,
+                           n_kv_heads, hd, window, sc);
+}
+
+void attention_forward_with(AttnProductFn product, bool normalise_first, float *out, const float *q,
+                            const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                            const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                            int window, AttnScores sc) {
     int n_rep = n_heads / n_kv_heads, q_stride = n_heads * hd;
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
@@ -259,11 +271,11 @@ void attention_forward_scored(float *out, const float *q, const float *k, const 
                 const float *kp = key_panel(&kt, segs, si, h / n_rep, bk.first, hd, &ldk);
                 const float *vp = key_panel(&vr, segs, si, h / n_rep, bk.first, hd, &ldv);
                 float inv_sum[QUERY_BLOCK];
-                block_probs(p, inv_sum, q + (size_t)h * hd, q_stride, kp, ldk, hd, s, seq_index,
-                            &bk, i0, rows, sc, window);
+                block_probs(product, p, normalise_first ? NULL : inv_sum, q + (size_t)h * hd,
+                            q_stride, kp, ldk, hd, s, seq_index, &bk, i0, rows, sc, window);
                 float *o = out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd;
-                probs_times_values(o, q_stride, p, vp, hd, &bk, rows, 1.0f);
-                for (int r = 0; r < rows; r++) {
+                probs_times_values(product, o, q_stride, p, vp, hd, &bk, rows, 1.0f);
+                for (int r = 0; r < rows && !normalise_first; r++) { /* else P was normalised */
                     float *orow = o + (size_t)r * q_stride;
 #pragma omp simd
                     for (int d = 0; d < hd; d++)
@@ -297,16 +309,16 @@ static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
 /* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
  * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's
  * entries past each query's own key are 0 and skipped. */
-static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
-                            const float *mat, const float *x, int x_stride, int hd,
+static void keys_accumulate(AttnProductFn product, float *d_own, float *prefix_acc, int acc_stride,
+                            int kv_stride, const float *mat, const float *x, int x_stride, int hd,
                             const BlockKeys *bk, int rows, float alpha) {
     if (bk->a_len > 0)
-        attention_product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
-                          prefix_acc + (size_t)bk->first * acc_stride, acc_stride,
-                          ATTN_CAUSAL_DEPTH, bk->diag);
-    attention_product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride,
-                      1.0f, d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
-                      bk->diag - bk->a_len);
+        product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
+                prefix_acc + (size_t)bk->first * acc_stride, acc_stride, ATTN_CAUSAL_DEPTH,
+                bk->diag);
+    product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride, 1.0f,
+            d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
+            bk->diag - bk->a_len);
 }
 
 /* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its
@@ -320,6 +332,7 @@ typedef struct {
 } BackwardPanels;
 
 typedef struct {
+    AttnProductFn product;
     float *dq, *dk, *dv;
     const float *dout, *q, *k, *v;
     const int32_t *seq_index;
@@ -337,24 +350,25 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
     const float *kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd, &ldk);
     const float *vt = key_panel(&pan->vt, pan->segs, si, kvh, bk.first, hd, &ldv);
     const float *kr = key_panel(&pan->kr, pan->segs, si, kvh, bk.first, hd, &ldr);
-    block_probs(probs, NULL, g->q + (size_t)h * hd, qs, kt, ldk, hd, s, g->seq_index, &bk, i0, rows,
-                g->sc, g->window);
+    block_probs(g->product, probs, NULL, g->q + (size_t)h * hd, qs, kt, ldk, hd, s, g->seq_index,
+                &bk, i0, rows, g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
-    keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
-                    rows, 1.0f);
-    times_key_rows(dprobs, g->dout + q_off, qs, vt, ldv, hd, &bk, rows, 1.0f); /* dP = dO V^T */
+    keys_accumulate(g->product, g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs,
+                    hd, &bk, rows, 1.0f);
+    times_key_rows(g->product, dprobs, g->dout + q_off, qs, vt, ldv, hd, &bk, rows,
+                   1.0f); /* dP = dO V^T */
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
     if (g->sc.softcap > 0) {
-        times_key_rows(raw, g->q + q_off, qs, kt, ldk, hd, &bk, rows, g->sc.scale);
+        times_key_rows(g->product, raw, g->q + q_off, qs, kt, ldk, hd, &bk, rows, g->sc.scale);
         size_t cells = (size_t)rows * bk.n_keys;
         for (size_t i = 0; i < cells; i++) {
             float t = tanhf(raw[i] / g->sc.softcap);
             dprobs[i] *= 1.0f - t * t;
         }
     }
-    probs_times_values(g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
-    keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
-                    g->sc.scale);
+    probs_times_values(g->product, g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
+    keys_accumulate(g->product, g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd,
+                    &bk, rows, g->sc.scale);
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -370,9 +384,18 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
                                const float *k, const float *v, const AttnSegment *segs, int n_segs,
                                const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
                                int hd, int window, AttnScores sc) {
+    attention_backward_with(attention_product, dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index,
+                            n_rows, n_heads, n_kv_heads, hd, window, sc);
+}
+
+void attention_backward_with(AttnProductFn product, float *dq, float *dk, float *dv,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                             int n_rows, int n_heads, int n_kv_heads, int hd, int window,
+                             AttnScores sc) {
     int n_rep = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
-    AttentionGrads g = {dq,        dk,           dv,        dout, q,      k, v,
-                        seq_index, n_heads * hd, kv_stride, hd,   window, sc};
+    AttentionGrads g = {product, dq,        dk,           dv,        dout, q,      k,
+                        v,       seq_index, n_heads * hd, kv_stride, hd,   window, sc};
     memset(dk, 0, (size_t)n_rows * kv_stride * sizeof(float));
     memset(dv, 0, (size_t)n_rows * kv_stride * sizeof(float));
     /* each segment's share of its prefix's dk (then dv): prefix_len x hd per kv head */
