@@ -50,7 +50,10 @@ static void check_product(bool trans_a, int m, int n, int k, float beta, AttnSha
     for (int i = 0; i < k * ldb; i++)
         b[i] = uniform();
     for (int i = 0; i < m * ldc; i++)
-        c0[i] = c[i] = beta == 0.0f ? NAN : uniform(); /* beta 0: C is never read */
+        c0[i] = c[i] = beta == 0.0f ? NAN : uniform();              /* beta 0: C is never read */
+    float *ar = malloc(sizeof(float) * ((size_t)a_rows * lda + 1)); /* the rounded operands */
+    float *br = malloc(sizeof(float) * ((size_t)k * ldb + 1));
+    bf16_round_copy(ar, a, (size_t)a_rows * lda), bf16_round_copy(br, b, (size_t)k * ldb);
     float alpha = 0.37f;
     attention_product_amx(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape, diag);
     int bad = 0;
@@ -63,8 +66,8 @@ static void check_product(bool trans_a, int m, int n, int k, float beta, AttnSha
             }
             double want = 0, mag = 0;
             for (int l = 0; l < k; l++) {
-                double t = bf16(trans_a ? a[(size_t)l * lda + i] : a[(size_t)i * lda + l]) *
-                           bf16(b[(size_t)l * ldb + j]);
+                double t = (double)(trans_a ? ar[(size_t)l * lda + i] : ar[(size_t)i * lda + l]) *
+                           br[(size_t)l * ldb + j];
                 want += t, mag += fabs(t);
             }
             want = alpha * want + (beta != 0.0f ? c0[at] : 0.0);
@@ -77,7 +80,7 @@ static void check_product(bool trans_a, int m, int n, int k, float beta, AttnSha
         }
     CHECK(bad == 0, "trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ", trans_a,
           m, n, k, beta, (int)shape, diag, bad, m * ldc);
-    free(a), free(b), free(c), free(c0);
+    free(a), free(b), free(c), free(c0), free(ar), free(br);
 }
 
 static void test_products(void) {

@@ -12,28 +12,58 @@
 #include "kernels/cpu/attention_amx.h"
 
 #include "kernels/cpu/attention_train.h"
+#include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+static _Atomic bool amx_allowed = true;
+
 bool attention_amx_usable(void) {
-    return gemm_bf16_path() == GEMM_BF16_AMX;
+    return atomic_load(&amx_allowed) && gemm_bf16_path() == GEMM_BF16_AMX;
 }
+
+void attention_amx_allow(bool allow) {
+    atomic_store(&amx_allowed, allow);
+}
+
+static void *pack_panel(const float *b, int depth, int cols, int ld);
+static void free_panel(void *packed);
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag);
+
+/* The key panels packed once per call (a block's first key a multiple of 32, where a packing's
+ * view may start): the keys and values each block and head reads are not packed again. */
+static const AttnKernel kernel_amx = {attention_product_amx, true, 32, pack_panel, free_panel,
+                                      panel_product};
 
 void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, const int32_t *seq_index,
                            int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
-    attention_forward_with(attention_product_amx, true, out, q, k, v, segs, n_segs, seq_index,
-                           n_heads, n_kv_heads, hd, window, sc);
+    attention_forward_with(&kernel_amx, out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads,
+                           hd, window, sc);
 }
 
 void attention_backward_amx(float *dq, float *dk, float *dv, const float *dout, const float *q,
                             const float *k, const float *v, const AttnSegment *segs, int n_segs,
                             const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
                             int hd, int window, AttnScores sc) {
-    attention_backward_with(attention_product_amx, dq, dk, dv, dout, q, k, v, segs, n_segs,
-                            seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
+    attention_backward_with(&kernel_amx, dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows,
+                            n_heads, n_kv_heads, hd, window, sc);
+}
+
+static void *pack_panel(const float *b, int depth, int cols, int ld) {
+    Bf16PackedB *pb = xmalloc(sizeof *pb);
+    bf16_pack_b(pb, (Bf16Source){b, NULL, (size_t)ld, 1}, depth, cols);
+    return pb;
+}
+
+static void free_panel(void *packed) {
+    bf16_packed_b_free(packed);
+    free(packed);
 }
 
 #if defined(__x86_64__)
@@ -45,6 +75,10 @@ void attention_backward_amx(float *dq, float *dk, float *dv, const float *dout, 
 
 static int clamp(int x, int lo, int hi) {
     return x < lo ? lo : x > hi ? hi : x;
+}
+
+static int round_up(int x, int m) {
+    return (x + m - 1) / m * m;
 }
 
 /* Palette 1: 8 tiles of 16 rows of 64 bytes (gemm_bf16_amx.c's configuration, kept here as a
@@ -122,16 +156,11 @@ static void store_block(float *c, int ldc, const float *buf, float alpha, float 
     }
 }
 
-void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
-                           const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
-                           int diag) {
-    if (m <= 0 || n <= 0) return;
-    /* op(A)(i, l) is a[i * lda + l], or a[l * lda + i] transposed (Bf16Source's strides) */
-    Bf16Source as = {a, NULL, trans_a ? 1 : (size_t)lda, trans_a ? (size_t)lda : 1};
-    Bf16PackedA pa;
-    Bf16PackedB pb;
-    bf16_pack_a(&pa, as, m, k);
-    bf16_pack_b(&pb, (Bf16Source){b, NULL, (size_t)ldb, 1}, k, n);
+/* C (pa->rows x n) = alpha op(A) B + beta C from the packings (pb at least n columns and
+ * pa->depth_padded deep), as attention_product_amx's contract says. */
+static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *pb, int n,
+                       float alpha, float beta, float *c, int ldc, AttnShape shape, int diag) {
+    int m = pa->rows, k = pa->depth;
     bool causal_output = shape == ATTN_CAUSAL_OUTPUT;
     float buf[BLOCK * BLOCK] __attribute__((aligned(64)));
     configure_tiles();
@@ -144,17 +173,47 @@ void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const
                 store_block(c, ldc, NULL, alpha, beta, i0, j0, rows, cols, true, diag);
                 continue;
             }
-            int k0 = 0, k1 = pa.depth_padded; /* invariant 1: whole steps */
+            int k0 = 0, k1 = pa->depth_padded; /* invariant 1: whole steps */
             if (shape == ATTN_CAUSAL_DEPTH && !trans_a)
                 k1 = (clamp(i0 + rows + diag, 0, k) + BLOCK - 1) / BLOCK * BLOCK;
             if (shape == ATTN_CAUSAL_DEPTH && trans_a) k0 = clamp(i0 - diag, 0, k) / BLOCK * BLOCK;
-            block_sums(buf, &pa, &pb, i0, j0, k0, k1);
+            block_sums(buf, pa, pb, i0, j0, k0, k1);
             store_block(c, ldc, buf, alpha, beta, i0, j0, rows, cols, causal_output, diag);
         }
     }
     release_tiles();
+}
+
+void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
+                           const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
+                           int diag) {
+    if (m <= 0 || n <= 0) return;
+    /* op(A)(i, l) is a[i * lda + l], or a[l * lda + i] transposed (Bf16Source's strides) */
+    Bf16Source as = {a, NULL, trans_a ? 1 : (size_t)lda, trans_a ? (size_t)lda : 1};
+    Bf16PackedA pa;
+    Bf16PackedB pb;
+    bf16_pack_a(&pa, as, m, k);
+    bf16_pack_b(&pb, (Bf16Source){b, NULL, (size_t)ldb, 1}, k, n);
+    run_blocks(trans_a, &pa, &pb, n, alpha, beta, c, ldc, shape, diag);
     bf16_packed_a_free(&pa);
     bf16_packed_b_free(&pb);
+}
+
+/* The view of the panel from (k0, j0) on holds k x n and runs on to a multiple of 32 (or the
+ * packing's end): its depth beyond k meets A's zero padding, its columns beyond n are not stored
+ * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). */
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    if (m <= 0 || n <= 0) return;
+    const Bf16PackedB *pb = panel;
+    int depth = k0 + round_up(k, BLOCK) < pb->depth ? round_up(k, BLOCK) : pb->depth - k0;
+    int cols = j0 + round_up(n, BLOCK) < pb->cols ? round_up(n, BLOCK) : pb->cols - j0;
+    Bf16PackedB view = bf16_packed_b_view(pb, k0, depth, j0, cols);
+    Bf16PackedA pa;
+    bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+    run_blocks(false, &pa, &view, n, alpha, 0.0f, c, ldc, shape, diag);
+    bf16_packed_a_free(&pa);
 }
 
 #else
@@ -165,6 +224,14 @@ void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const
     (void)trans_a, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
     (void)beta, (void)c, (void)ldc, (void)shape, (void)diag;
     abort(); /* attention_amx_usable said no: unreachable */
+}
+
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panel, (void)k0, (void)j0;
+    (void)c, (void)ldc, (void)shape, (void)diag;
+    abort(); /* as attention_product_amx */
 }
 
 #endif
