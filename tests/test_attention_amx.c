@@ -13,6 +13,7 @@
  *    give (that is the rounding's own signal), and on the largest error, bounded by a few such
  *    flips.
  * Passes with a message on a CPU without AMX (or with another gemm_bf16 path forced). */
+#include "attention_reference.h"
 #include "harness.h"
 #include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/autocast.h"
@@ -27,155 +28,7 @@ static float uniform(void) {
     return (float)rand() / RAND_MAX * 2 - 1;
 }
 
-static double bf16(double x) {
-    float f = (float)x;
-    bf16_round_inplace(&f, 1);
-    return f;
-}
-
-/* ---- the product ---- */
-
-static void check_product(bool trans_a, int m, int n, int k, float beta, AttnShape shape,
-                          int diag) {
-    int lda = (trans_a ? m : k) + 3, ldb = n + 5, ldc = n + 2, a_rows = trans_a ? k : m;
-    float *a = malloc(sizeof(float) * ((size_t)a_rows * lda + 1));
-    float *b = malloc(sizeof(float) * ((size_t)k * ldb + 1));
-    float *c = malloc(sizeof(float) * (size_t)m * ldc), *c0 = malloc(sizeof(float) * m * ldc);
-    for (int r = 0; r < a_rows; r++)
-        for (int col = 0; col < lda; col++) {
-            int i = trans_a ? col : r, l = trans_a ? r : col; /* op(A)(i, l) */
-            bool zero = shape == ATTN_CAUSAL_DEPTH && (trans_a ? l < i - diag : l > i + diag);
-            a[(size_t)r * lda + col] = zero ? 0.0f : uniform();
-        }
-    for (int i = 0; i < k * ldb; i++)
-        b[i] = uniform();
-    for (int i = 0; i < m * ldc; i++)
-        c0[i] = c[i] = beta == 0.0f ? NAN : uniform();              /* beta 0: C is never read */
-    float *ar = malloc(sizeof(float) * ((size_t)a_rows * lda + 1)); /* the rounded operands */
-    float *br = malloc(sizeof(float) * ((size_t)k * ldb + 1));
-    bf16_round_copy(ar, a, (size_t)a_rows * lda), bf16_round_copy(br, b, (size_t)k * ldb);
-    float alpha = 0.37f;
-    attention_product_amx(trans_a, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, shape, diag);
-    int bad = 0;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < ldc; j++) {
-            size_t at = (size_t)i * ldc + j;
-            if (j >= n) { /* the padding between rows is left alone */
-                bad += !(isnan(c0[at]) ? isnan(c[at]) : c[at] == c0[at]);
-                continue;
-            }
-            double want = 0, mag = 0;
-            for (int l = 0; l < k; l++) {
-                double t = (double)(trans_a ? ar[(size_t)l * lda + i] : ar[(size_t)i * lda + l]) *
-                           br[(size_t)l * ldb + j];
-                want += t, mag += fabs(t);
-            }
-            want = alpha * want + (beta != 0.0f ? c0[at] : 0.0);
-            if (shape == ATTN_CAUSAL_OUTPUT && j > i + diag) {
-                bad += c[at] != 0.0f; /* exactly 0 */
-                continue;
-            }
-            /* fp32 sums of exact products: within k roundings of the magnitudes' sum */
-            bad += !harness_close(c[at], want, 1e-6, 1e-6 * (k + 1) * alpha * mag + 1e-6);
-        }
-    CHECK(bad == 0, "trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ", trans_a,
-          m, n, k, beta, (int)shape, diag, bad, m * ldc);
-    free(a), free(b), free(c), free(c0), free(ar), free(br);
-}
-
-static void test_products(void) {
-    const int ms[] = {1, 15, 16, 17, 33, 64, 70}, ns[] = {1, 16, 31, 32, 33, 64, 100};
-    const int ks[] = {0, 1, 31, 32, 33, 64, 97};
-    for (int t = 0; t < 2; t++)
-        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
-                for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
-                    check_product(t, ms[mi], ns[ni], ks[ki], 0.0f, ATTN_DENSE, 0);
-                    check_product(t, ms[mi], ns[ni], ks[ki], 1.0f, ATTN_DENSE, 0);
-                }
-    /* diagonals through, before and past the blocks, at steps' edges and inside them */
-    const int diags[] = {-40, -9, 0, 1, 3, 31, 32, 40, 200};
-    const int cm[] = {17, 64, 70}, cn[] = {33, 64, 130};
-    for (size_t di = 0; di < sizeof diags / sizeof *diags; di++)
-        for (size_t mi = 0; mi < sizeof cm / sizeof *cm; mi++)
-            for (size_t ni = 0; ni < sizeof cn / sizeof *cn; ni++) {
-                int d = diags[di], m = cm[mi], n = cn[ni];
-                check_product(false, m, n, 64, 0.0f, ATTN_CAUSAL_OUTPUT, d);
-                check_product(false, m, 64, n, 0.0f, ATTN_CAUSAL_DEPTH, d);
-                check_product(true, n, 64, m, 1.0f, ATTN_CAUSAL_DEPTH, d);
-            }
-}
-
 /* ---- attention ---- */
-
-/* The definition's outputs: with rounded P and dS (torch's rounding points) and without. */
-typedef struct {
-    double *out, *dq, *dk, *dv;
-} Grads;
-
-/* One segment's attention in double from rounded operands (qr, kr, vr, gr: bf16 values),
- * forward into r->out and u->out, gradients added into dq, dk, dv (a shared prefix's rows
- * receive from every segment). r rounds P and dS as the AMX path does; u leaves them. */
-static void reference(Grads *r, Grads *u, const float *qr, const float *kr, const float *vr,
-                      const float *gr, const AttnSegment *s, const int32_t *seq_index, int nh,
-                      int nkv, int hd, int window, AttnScores sc) {
-    int n_keys = s->prefix_len + s->len;
-    int *key_rows = malloc(sizeof(int) * (size_t)n_keys);
-    for (int c = 0; c < n_keys; c++)
-        key_rows[c] = c < s->prefix_len ? s->prefix_start + c : s->start + c - s->prefix_len;
-    double *p = malloc(sizeof(double) * n_keys), *dp = malloc(sizeof(double) * n_keys);
-    double *capd = malloc(sizeof(double) * n_keys); /* d(capped) / d(scaled score) */
-    for (int h = 0; h < nh; h++)
-        for (int i = 0; i < s->len; i++) {
-            int row = s->start + i, kvh = h / (nh / nkv), last = s->prefix_len + i;
-            size_t qa = ((size_t)row * nh + h) * hd;
-            double max = -INFINITY, sum = 0, dot = 0;
-            for (int c = 0; c <= last; c++) {
-                bool vis = window <= 0 || seq_index[key_rows[c]] > seq_index[row] - window;
-                const float *kc = kr + ((size_t)key_rows[c] * nkv + kvh) * hd;
-                double x = 0;
-                for (int d = 0; d < hd; d++)
-                    x += (double)qr[qa + d] * kc[d];
-                x *= sc.scale;
-                capd[c] = 1;
-                if (sc.softcap > 0) {
-                    double t = tanh(x / sc.softcap);
-                    x = sc.softcap * t, capd[c] = 1 - t * t;
-                }
-                p[c] = vis ? x : -INFINITY;
-                max = fmax(max, p[c]);
-            }
-            for (int c = 0; c <= last; c++)
-                sum += (p[c] = exp(p[c] - max));
-            for (int c = 0; c <= last; c++) {
-                const float *vc = vr + ((size_t)key_rows[c] * nkv + kvh) * hd;
-                p[c] /= sum;
-                dp[c] = 0;
-                for (int d = 0; d < hd; d++)
-                    dp[c] += (double)gr[qa + d] * vc[d];
-                dot += p[c] * dp[c];
-            }
-            for (int d = 0; d < hd; d++)
-                r->out[qa + d] = u->out[qa + d] = r->dq[qa + d] = u->dq[qa + d] = 0;
-            for (int c = 0; c <= last; c++) {
-                size_t at = ((size_t)key_rows[c] * nkv + kvh) * hd;
-                double ds = p[c] * (dp[c] - dot) * capd[c];
-                double pr = bf16(p[c]), dsr = bf16(ds) * sc.scale;
-                ds *= sc.scale;
-                for (int d = 0; d < hd; d++) {
-                    r->out[qa + d] += pr * vr[at + d];
-                    u->out[qa + d] += p[c] * vr[at + d];
-                    r->dv[at + d] += pr * gr[qa + d];
-                    u->dv[at + d] += p[c] * gr[qa + d];
-                    r->dq[qa + d] += dsr * kr[at + d];
-                    u->dq[qa + d] += ds * kr[at + d];
-                    r->dk[at + d] += dsr * qr[qa + d];
-                    u->dk[at + d] += ds * qr[qa + d];
-                }
-            }
-        }
-    free(p), free(dp), free(capd), free(key_rows);
-}
 
 static double rms_diff(const float *got, const double *want, const double *want2, size_t n) {
     double e = 0;
@@ -204,19 +57,11 @@ static void compare(const char *what, const char *name, const float *got, const 
     CHECK(worst < 4e-3, "%s %s: an element off by %.3g of the largest", what, name, worst);
 }
 
-/* A preference pair's layout, twice over: chosen = prompt (40) + response (110) in one segment,
- * rejected = 90 rows continuing the same prompt (its seq_index skipping 5, a dropped padding
- * hole); then a lone 77-row sequence. */
+/* attention_reference_layout's preference pair and a lone 77-row sequence. */
 static void check_attention(int nh, int nkv, int hd, int window, float softcap) {
-    const AttnSegment segs[] = {{0, 150, 0, 0}, {150, 90, 0, 40}, {240, 77, 0, 0}};
-    const int n_segs = 3, n = 317;
+    AttnSegment segs[3];
     int32_t seq_index[317];
-    for (int r = 0; r < 150; r++)
-        seq_index[r] = r;
-    for (int r = 150; r < 240; r++)
-        seq_index[r] = 40 + (r - 150) + (r >= 170 ? 5 : 0);
-    for (int r = 240; r < n; r++)
-        seq_index[r] = r - 240;
+    const int n_segs = 3, n = attention_reference_layout(segs, seq_index, 77);
     AttnScores sc = {1.0f / sqrtf((float)hd), softcap};
     size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk);
@@ -225,8 +70,9 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
     float *vr = malloc(sizeof(float) * nk), *gr = malloc(sizeof(float) * nq);
     float *out = malloc(sizeof(float) * nq), *dq = malloc(sizeof(float) * nq);
     float *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
-    Grads r = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
-    Grads u = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
+    /* the definition with the AMX path's rounding (r) and without (u) */
+    AttnReference r = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
+    AttnReference u = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
     for (size_t i = 0; i < nq; i++)
         q[i] = 3 * uniform(), g[i] = uniform();
     for (size_t i = 0; i < nk; i++)
@@ -237,8 +83,11 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
     attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
     attention_backward_amx(dq, dk, dv, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd, window,
                            sc);
-    for (int s = 0; s < n_segs; s++)
-        reference(&r, &u, qr, kr, vr, gr, &segs[s], seq_index, nh, nkv, hd, window, sc);
+    for (int s = 0; s < n_segs; s++) {
+        attention_reference(&r, qr, kr, vr, gr, &segs[s], seq_index, nh, nkv, hd, window, sc, true);
+        attention_reference(&u, qr, kr, vr, gr, &segs[s], seq_index, nh, nkv, hd, window, sc,
+                            false);
+    }
     char what[96];
     snprintf(what, sizeof what, "heads %d/%d hd %d window %d softcap %g", nh, nkv, hd, window,
              softcap);
@@ -258,7 +107,7 @@ int main(void) {
         return harness_finish("test_attention_amx");
     }
     srand(33);
-    test_products();
+    attention_product_sweep(attention_product_amx, "attention_product_amx", true);
     check_attention(6, 2, 64, 0, 0.0f);
     check_attention(6, 2, 64, 50, 0.0f);
     check_attention(4, 4, 128, 0, 0.0f);
