@@ -12,6 +12,7 @@
  *    check is on the RMS error, which must be well below what leaving P and dS unrounded would
  *    give (that is the rounding's own signal), and on the largest error, bounded by a few such
  *    flips.
+ *  - the same bits on one thread as on all (the products are each one thread's).
  * Passes with a message on a CPU without AMX (or with another gemm_bf16 path forced). */
 #include "attention_reference.h"
 #include "harness.h"
@@ -19,6 +20,7 @@
 #include "kernels/cpu/autocast.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,19 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
     attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
     attention_backward_amx(dq, dk, dv, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd, window,
                            sc);
+    /* the same bits on one thread (every output element is one thread's, in a fixed order) */
+    float *o1 = malloc(sizeof(float) * nq), *dq1 = malloc(sizeof(float) * nq);
+    float *dk1 = malloc(sizeof(float) * nk), *dv1 = malloc(sizeof(float) * nk);
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    attention_forward_amx(o1, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
+    attention_backward_amx(dq1, dk1, dv1, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd,
+                           window, sc);
+    omp_set_num_threads(threads);
+    CHECK(memcmp(o1, out, nq * 4) == 0 && memcmp(dq1, dq, nq * 4) == 0 &&
+              memcmp(dk1, dk, nk * 4) == 0 && memcmp(dv1, dv, nk * 4) == 0,
+          "hd %d window %d: 1 thread and %d give other bits", hd, window, threads);
+    free(o1), free(dq1), free(dk1), free(dv1);
     for (int s = 0; s < n_segs; s++) {
         attention_reference(&r, qr, kr, vr, gr, &segs[s], seq_index, nh, nkv, hd, window, sc, true);
         attention_reference(&u, qr, kr, vr, gr, &segs[s], seq_index, nh, nkv, hd, window, sc,
