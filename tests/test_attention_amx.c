@@ -128,5 +128,6 @@ int main(void) {
     check_attention(4, 4, 128, 0, 0.0f);
     check_attention(6, 3, 128, 37, 0.0f);
     check_attention(6, 2, 64, 0, 5.0f);
+    check_attention(6, 3, 40, 37, 0.0f); /* a head dim short of the 32-value step: padded */
     return harness_finish("test_attention_amx");
 }
