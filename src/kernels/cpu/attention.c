@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/attention_products.h"
+#include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/lane_sum.h"
 
 #include <math.h>
@@ -47,11 +48,13 @@ static int window_first_key(const AttnSegment *s, const int32_t *seq_index, int 
     return lo;
 }
 
+/* key_align: the first key rounded down to a multiple of it (prepacked panels start there); the
+ * keys so added lie before every row's window, so the softmax gives them 0. */
 static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int i0, int rows,
-                            int window) {
+                            int window, int key_align) {
     BlockKeys bk;
     int end = s->prefix_len + i0 + rows; /* one past the last row's own key */
-    bk.first = window_first_key(s, seq_index, s->start + i0, end, window);
+    bk.first = window_first_key(s, seq_index, s->start + i0, end, window) / key_align * key_align;
     bk.n_keys = end - bk.first;
     bk.a_len = bk.first < s->prefix_len ? s->prefix_len - bk.first : 0;
     bk.a_row = s->prefix_start + bk.first;
@@ -109,12 +112,15 @@ static float softmax_columns(float *row, int n, int lo, int hi, bool normalise) 
 typedef struct {
     float *base;
     size_t *at; /* (n_segs * n_kv_heads + 1): where panel (si, kvh) starts */
-    int n_kv_heads;
+    int n_kv_heads, n_panels;
     bool transposed;
+    const AttnKernel *kern;
+    void **packed; /* kern->pack_panel's packing of each panel, or NULL */
 } KeyPanels;
 
 static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
-                             const AttnSegment *segs, int n_segs, int n_kv_heads, int hd) {
+                             const AttnSegment *segs, int n_segs, int n_kv_heads, int hd,
+                             const AttnKernel *kern) {
     int n_panels = n_segs * n_kv_heads, kv_stride = n_kv_heads * hd;
     kp->at = xmalloc((size_t)(n_panels + 1) * sizeof *kp->at);
     kp->at[0] = 0;
@@ -123,8 +129,10 @@ static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
         kp->at[i + 1] = kp->at[i] + (size_t)(s->prefix_len + s->len) * hd;
     }
     kp->base = xmalloc((kp->at[n_panels] + 1) * sizeof(float));
-    kp->n_kv_heads = n_kv_heads;
+    kp->n_kv_heads = n_kv_heads, kp->n_panels = n_panels;
     kp->transposed = transposed;
+    kp->kern = kern;
+    kp->packed = kern->pack_panel ? xcalloc((size_t)n_panels, sizeof *kp->packed) : NULL;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n_panels; i++) {
         const AttnSegment *s = &segs[i / n_kv_heads];
@@ -146,29 +154,51 @@ static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
                 for (int c = 0; c < cn; c++)
                     dst[(size_t)d * n + c0 + c] = src[c][d];
         }
+        if (kp->packed) /* B of X · R^T (depth hd, a column per key), or of P · V (a key per row) */
+            kp->packed[i] =
+                transposed ? kern->pack_panel(dst, hd, n, n) : kern->pack_panel(dst, n, hd, hd);
     }
 }
 
-/* Panel (si, kvh) from key `first` on; *ld receives its leading dimension (the segment's key
- * count when transposed, hd for rows). */
-static const float *key_panel(const KeyPanels *kp, const AttnSegment *segs, int si, int kvh,
-                              int first, int hd, int *ld) {
-    const float *p = kp->base + kp->at[si * kp->n_kv_heads + kvh];
-    *ld = kp->transposed ? segs[si].prefix_len + segs[si].len : hd;
-    return kp->transposed ? p + first : p + (size_t)first * hd;
+/* A product's B read from a key panel: fp32 from key `first` on (leading dimension ld), and the
+ * panel's packing (NULL: none) with that key. */
+typedef struct {
+    const float *f32;
+    int ld;
+    const void *packed;
+    int first;
+} PanelRef;
+
+/* Panel (si, kvh) from key `first` on; ld is the segment's key count when transposed, hd for
+ * rows. */
+static PanelRef key_panel(const KeyPanels *kp, const AttnSegment *segs, int si, int kvh, int first,
+                          int hd) {
+    int i = si * kp->n_kv_heads + kvh;
+    const float *p = kp->base + kp->at[i];
+    PanelRef r = {kp->transposed ? p + first : p + (size_t)first * hd,
+                  kp->transposed ? segs[si].prefix_len + segs[si].len : hd,
+                  kp->packed ? kp->packed[i] : NULL, first};
+    return r;
 }
 
 static void key_panels_free(KeyPanels *kp) {
+    for (int i = 0; kp->packed && i < kp->n_panels; i++)
+        kp->kern->free_panel(kp->packed[i]);
+    free(kp->packed);
     free(kp->base);
     free(kp->at);
 }
 
-/* out (rows, n_keys) = alpha X · R^T, with rt = R^T (hd, n_keys; leading dimension ldr), a
- * transposed panel (keys, or values for dP); X (rows, hd) the block's query-side rows. Entries
- * past a row's own key are 0 (each query's masked keys: neither its softmax nor dS reads them). */
-static void times_key_rows(float *out, const float *x, int x_stride, const float *rt, int ldr,
-                           int hd, const BlockKeys *bk, int rows, float alpha) {
-    attention_product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt, ldr, 0.0f, out,
+/* out (rows, n_keys) = alpha X · R^T, with rt = R^T (hd, n_keys), a transposed panel (keys, or
+ * values for dP); X (rows, hd) the block's query-side rows. Entries past a row's own key are 0
+ * (each query's masked keys: neither its softmax nor dS reads them). */
+static void times_key_rows(const AttnKernel *kern, float *out, const float *x, int x_stride,
+                           PanelRef rt, int hd, const BlockKeys *bk, int rows, float alpha) {
+    if (rt.packed)
+        kern->panel_product(rows, bk->n_keys, hd, alpha, x, x_stride, rt.packed, 0, rt.first, out,
+                            bk->n_keys, ATTN_CAUSAL_OUTPUT, bk->diag);
+    else
+        kern->product(false, rows, bk->n_keys, hd, alpha, x, x_stride, rt.f32, rt.ld, 0.0f, out,
                       bk->n_keys, ATTN_CAUSAL_OUTPUT, bk->diag);
 }
 
@@ -180,14 +210,15 @@ static void cap_scores(float *p, size_t n, float cap) {
 }
 
 /* The probabilities of a query block: scores against the block's keys (kt: their transposed
- * panel from the block's first key, leading dimension ldk), soft-capped when sc.softcap > 0, then
+ * panel from the block's first key), soft-capped when sc.softcap > 0, then
  * a softmax per row over the keys it sees. qh points at head h's column of row 0. With inv_sum
  * NULL the rows are probabilities; otherwise they are left unnormalised and inv_sum[r] receives
  * row r's 1 / sum (softmax_columns). */
-static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride, const float *kt,
-                        int ldk, int hd, const AttnSegment *s, const int32_t *seq_index,
-                        const BlockKeys *bk, int i0, int rows, AttnScores sc, int window) {
-    times_key_rows(p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, ldk, hd, bk, rows,
+static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, const float *qh,
+                        int q_stride, PanelRef kt, int hd, const AttnSegment *s,
+                        const int32_t *seq_index, const BlockKeys *bk, int i0, int rows,
+                        AttnScores sc, int window) {
+    times_key_rows(kern, p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, hd, bk, rows,
                    sc.scale);
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
     int lo = 0;
@@ -203,11 +234,17 @@ static void block_probs(float *p, float *inv_sum, const float *qh, int q_stride,
 
 /* out (rows, hd) = alpha P · V, vr (n_keys, hd) the block's values (or keys, for dQ): a rows
  * panel from the block's first key. P's entries past each row's own key are 0 and skipped. */
-static void probs_times_values(float *out, int out_stride, const float *p, const float *vr, int hd,
-                               const BlockKeys *bk, int rows, float alpha) {
-    attention_product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr, hd, 0.0f, out,
+static void probs_times_values(const AttnKernel *kern, float *out, int out_stride, const float *p,
+                               PanelRef vr, int hd, const BlockKeys *bk, int rows, float alpha) {
+    if (vr.packed)
+        kern->panel_product(rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr.packed, vr.first, 0, out,
+                            out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
+    else
+        kern->product(false, rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr.f32, vr.ld, 0.0f, out,
                       out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
 }
+
+const AttnKernel attention_kernel_fp32 = {attention_product, false, 1, NULL, NULL, NULL};
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
     int most = 1;
@@ -236,13 +273,21 @@ void attention_forward(float *out, const float *q, const float *k, const float *
 void attention_forward_scored(float *out, const float *q, const float *k, const float *v,
                               const AttnSegment *segs, int n_segs, const int32_t *seq_index,
                               int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
+    attention_forward_with(&attention_kernel_fp32, out, q, k, v, segs, n_segs, seq_index, n_heads,
+                           n_kv_heads, hd, window, sc);
+}
+
+void attention_forward_with(const AttnKernel *kern, float *out, const float *q, const float *k,
+                            const float *v, const AttnSegment *segs, int n_segs,
+                            const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                            int window, AttnScores sc) {
     int n_rep = n_heads / n_kv_heads, q_stride = n_heads * hd;
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
     int n_blocks = max_blocks(segs, n_segs);
     KeyPanels kt, vr;
-    key_panels_build(&kt, k, true, segs, n_segs, n_kv_heads, hd);
-    key_panels_build(&vr, v, false, segs, n_segs, n_kv_heads, hd);
+    key_panels_build(&kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
+    key_panels_build(&vr, v, false, segs, n_segs, n_kv_heads, hd, kern);
 
     /* One (segment, head, query block) per task. */
 #pragma omp parallel for schedule(dynamic) collapse(3)
@@ -254,16 +299,16 @@ void attention_forward_scored(float *out, const float *q, const float *k, const 
                 if (i0 >= s->len) continue;
                 int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
                 float *p = scores_all + scratch * (size_t)omp_get_thread_num();
-                BlockKeys bk = block_keys(s, seq_index, i0, rows, window);
-                int ldk, ldv;
-                const float *kp = key_panel(&kt, segs, si, h / n_rep, bk.first, hd, &ldk);
-                const float *vp = key_panel(&vr, segs, si, h / n_rep, bk.first, hd, &ldv);
+                BlockKeys bk = block_keys(s, seq_index, i0, rows, window, kern->key_align);
+                PanelRef kp = key_panel(&kt, segs, si, h / n_rep, bk.first, hd);
+                PanelRef vp = key_panel(&vr, segs, si, h / n_rep, bk.first, hd);
                 float inv_sum[QUERY_BLOCK];
-                block_probs(p, inv_sum, q + (size_t)h * hd, q_stride, kp, ldk, hd, s, seq_index,
-                            &bk, i0, rows, sc, window);
+                bool first = kern->normalise_first;
+                block_probs(kern, p, first ? NULL : inv_sum, q + (size_t)h * hd, q_stride, kp, hd,
+                            s, seq_index, &bk, i0, rows, sc, window);
                 float *o = out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd;
-                probs_times_values(o, q_stride, p, vp, hd, &bk, rows, 1.0f);
-                for (int r = 0; r < rows; r++) {
+                probs_times_values(kern, o, q_stride, p, vp, hd, &bk, rows, 1.0f);
+                for (int r = 0; r < rows && !first; r++) { /* else P was normalised */
                     float *orow = o + (size_t)r * q_stride;
 #pragma omp simd
                     for (int d = 0; d < hd; d++)
@@ -297,16 +342,16 @@ static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
 /* dK or dV of both key pieces += M^T X (M: rows x n_keys, X: rows x hd); the prefix piece goes to
  * `prefix_acc` (the segment's own accumulator of its prefix rows, indexed by prefix key). M's
  * entries past each query's own key are 0 and skipped. */
-static void keys_accumulate(float *d_own, float *prefix_acc, int acc_stride, int kv_stride,
-                            const float *mat, const float *x, int x_stride, int hd,
+static void keys_accumulate(const AttnKernel *kern, float *d_own, float *prefix_acc, int acc_stride,
+                            int kv_stride, const float *mat, const float *x, int x_stride, int hd,
                             const BlockKeys *bk, int rows, float alpha) {
     if (bk->a_len > 0)
-        attention_product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
-                          prefix_acc + (size_t)bk->first * acc_stride, acc_stride,
-                          ATTN_CAUSAL_DEPTH, bk->diag);
-    attention_product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride,
-                      1.0f, d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
-                      bk->diag - bk->a_len);
+        kern->product(true, bk->a_len, hd, rows, alpha, mat, bk->n_keys, x, x_stride, 1.0f,
+                      prefix_acc + (size_t)bk->first * acc_stride, acc_stride, ATTN_CAUSAL_DEPTH,
+                      bk->diag);
+    kern->product(true, bk->b_len, hd, rows, alpha, mat + bk->a_len, bk->n_keys, x, x_stride, 1.0f,
+                  d_own + (size_t)bk->b_row * kv_stride, kv_stride, ATTN_CAUSAL_DEPTH,
+                  bk->diag - bk->a_len);
 }
 
 /* Per query block of segment s, head h, with P the block's probabilities (recomputed), dO its
@@ -320,6 +365,7 @@ typedef struct {
 } BackwardPanels;
 
 typedef struct {
+    const AttnKernel *kern;
     float *dq, *dk, *dv;
     const float *dout, *q, *k, *v;
     const int32_t *seq_index;
@@ -332,29 +378,28 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
                            float *pdk, float *pdv) {
     int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
     const AttnSegment *s = &pan->segs[si];
-    BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window);
-    int ldk, ldv, ldr;
-    const float *kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd, &ldk);
-    const float *vt = key_panel(&pan->vt, pan->segs, si, kvh, bk.first, hd, &ldv);
-    const float *kr = key_panel(&pan->kr, pan->segs, si, kvh, bk.first, hd, &ldr);
-    block_probs(probs, NULL, g->q + (size_t)h * hd, qs, kt, ldk, hd, s, g->seq_index, &bk, i0, rows,
-                g->sc, g->window);
+    BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window, g->kern->key_align);
+    PanelRef kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd);
+    PanelRef vt = key_panel(&pan->vt, pan->segs, si, kvh, bk.first, hd);
+    PanelRef kr = key_panel(&pan->kr, pan->segs, si, kvh, bk.first, hd);
+    block_probs(g->kern, probs, NULL, g->q + (size_t)h * hd, qs, kt, hd, s, g->seq_index, &bk, i0,
+                rows, g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
-    keys_accumulate(g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd, &bk,
-                    rows, 1.0f);
-    times_key_rows(dprobs, g->dout + q_off, qs, vt, ldv, hd, &bk, rows, 1.0f); /* dP = dO V^T */
+    keys_accumulate(g->kern, g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd,
+                    &bk, rows, 1.0f);
+    times_key_rows(g->kern, dprobs, g->dout + q_off, qs, vt, hd, &bk, rows, 1.0f); /* dP = dO V^T */
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
     if (g->sc.softcap > 0) {
-        times_key_rows(raw, g->q + q_off, qs, kt, ldk, hd, &bk, rows, g->sc.scale);
+        times_key_rows(g->kern, raw, g->q + q_off, qs, kt, hd, &bk, rows, g->sc.scale);
         size_t cells = (size_t)rows * bk.n_keys;
         for (size_t i = 0; i < cells; i++) {
             float t = tanhf(raw[i] / g->sc.softcap);
             dprobs[i] *= 1.0f - t * t;
         }
     }
-    probs_times_values(g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
-    keys_accumulate(g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd, &bk, rows,
-                    g->sc.scale);
+    probs_times_values(g->kern, g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
+    keys_accumulate(g->kern, g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd,
+                    &bk, rows, g->sc.scale);
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -370,9 +415,18 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
                                const float *k, const float *v, const AttnSegment *segs, int n_segs,
                                const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
                                int hd, int window, AttnScores sc) {
+    attention_backward_with(&attention_kernel_fp32, dq, dk, dv, dout, q, k, v, segs, n_segs,
+                            seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
+}
+
+void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float *dv,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                             int n_rows, int n_heads, int n_kv_heads, int hd, int window,
+                             AttnScores sc) {
     int n_rep = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
-    AttentionGrads g = {dq,        dk,           dv,        dout, q,      k, v,
-                        seq_index, n_heads * hd, kv_stride, hd,   window, sc};
+    AttentionGrads g = {kern, dq,        dk,           dv,        dout, q,      k,
+                        v,    seq_index, n_heads * hd, kv_stride, hd,   window, sc};
     memset(dk, 0, (size_t)n_rows * kv_stride * sizeof(float));
     memset(dv, 0, (size_t)n_rows * kv_stride * sizeof(float));
     /* each segment's share of its prefix's dk (then dv): prefix_len x hd per kv head */
@@ -385,9 +439,9 @@ void attention_backward_scored(float *dq, float *dk, float *dv, const float *dou
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scratch_all = xmalloc(3 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
     BackwardPanels pan = {.segs = segs};
-    key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd);
-    key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd);
-    key_panels_build(&pan.kr, k, false, segs, n_segs, n_kv_heads, hd);
+    key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
+    key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd, kern);
+    key_panels_build(&pan.kr, k, false, segs, n_segs, n_kv_heads, hd, kern);
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int si = 0; si < n_segs; si++) {

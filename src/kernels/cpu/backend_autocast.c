@@ -13,10 +13,15 @@
  *     the output to bf16: the output is a bf16 tensor in torch, and what later ops read.
  *  2. Its backward rounds the incoming gradient (a bf16 tensor's gradient is bf16) and the
  *     product dX; dW's fp32 sums go into the fp32 gradient unrounded (autocast_linear_backward).
- *  3. Attention rounds q, k and v and its output; the scores and probabilities inside stay fp32
- *     (torch rounds the scores and, before p·v, the probabilities too): this kernel is shared
- *     with fp32 training and its inner loop is left alone. Its backward rounds dout, q, k, v
- *     and the gradients it writes.
+ *  3. Attention rounds q, k and v and its output; its backward rounds dout, q, k, v and the
+ *     gradients it writes (dq, dk, dv). Inside, where the CPU has AMX (attention_amx.h, when
+ *     gemm_bf16's path is AMX) its products run on bf16 tiles with fp32 sums, and round as
+ *     torch's do where the tile needs a bf16 operand anyway: the probabilities P (normalised
+ *     first) before P·V and P^T·dO, and dS before dS·K and dS^T·Q (torch's are bf16 tensors and
+ *     their gradients). The scores, the softmax and its statistics, dP = dO·V^T and the softmax
+ *     backward stay fp32 (torch rounds the scores and dP too: neither is an operand of a
+ *     product here). Without AMX attention is fp32 training's kernel on rounded copies of q, k,
+ *     v and dout: only those and the results are rounded.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
  *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
  *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. The logits'
@@ -30,6 +35,7 @@
 #include "kernels/backend.h"
 
 #include "common/error.h"
+#include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
@@ -118,18 +124,23 @@ static void ac_attention_scored(const Backend *be, float *out, const float *q, c
                                 const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
                                 int window, AttnScores sc) {
     (void)be;
-    size_t rows = (size_t)attn_segments_rows(segs, n_segs);
-    size_t qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
-    AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, 0});
-    bf16_round_copy(c.p[COPY_Q], q, qn);
-    bf16_round_copy(c.p[COPY_K], k, kn);
-    bf16_round_copy(c.p[COPY_V], v, kn);
-    attention_forward_scored(out, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs, seq_index,
-                             n_heads, n_kv_heads, hd, window, sc);
+    if (attention_amx_usable()) { /* its products round q, k, v (and P) as they pack them */
+        attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads, hd,
+                              window, sc);
+    } else {
+        size_t rows = (size_t)attn_segments_rows(segs, n_segs);
+        size_t qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
+        AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, 0});
+        bf16_round_copy(c.p[COPY_Q], q, qn);
+        bf16_round_copy(c.p[COPY_K], k, kn);
+        bf16_round_copy(c.p[COPY_V], v, kn);
+        attention_forward_scored(out, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs,
+                                 seq_index, n_heads, n_kv_heads, hd, window, sc);
+        copies_give(&c);
+    }
     for (int s = 0; s < n_segs; s++) /* only the rows attention wrote */
         bf16_round_inplace(out + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
-    copies_give(&c);
 }
 
 static void ac_attention(const Backend *be, float *out, const float *q, const float *k,
@@ -147,24 +158,29 @@ static void ac_attention_scored_backward(const Backend *be, float *dq, float *dk
                                          int n_kv_heads, int hd, int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)n_rows, qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
-    AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, qn + 1});
-    float *g = c.p[COPY_G];
-    bf16_round_copy(c.p[COPY_Q], q, qn);
-    bf16_round_copy(c.p[COPY_K], k, kn);
-    bf16_round_copy(c.p[COPY_V], v, kn);
-    memset(g, 0, qn * sizeof *g); /* rows in no segment are never read, but stay defined */
-    for (int s = 0; s < n_segs; s++) {
-        size_t at = (size_t)segs[s].start * n_heads * hd, len = (size_t)segs[s].len * n_heads * hd;
-        bf16_round_copy(g + at, dout + at, len);
+    if (attention_amx_usable()) { /* its products round dout, q, k, v, P and dS as they pack */
+        attention_backward_amx(dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows, n_heads,
+                               n_kv_heads, hd, window, sc);
+    } else {
+        AttnCopies c = copies_take((size_t[COPIES]){qn + 1, kn + 1, kn + 1, qn + 1});
+        float *g = c.p[COPY_G];
+        bf16_round_copy(c.p[COPY_Q], q, qn);
+        bf16_round_copy(c.p[COPY_K], k, kn);
+        bf16_round_copy(c.p[COPY_V], v, kn);
+        memset(g, 0, qn * sizeof *g); /* rows in no segment are never read, but stay defined */
+        for (int s = 0; s < n_segs; s++) {
+            size_t at = (size_t)segs[s].start * n_heads * hd;
+            bf16_round_copy(g + at, dout + at, (size_t)segs[s].len * n_heads * hd);
+        }
+        attention_backward_scored(dq, dk, dv, g, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs,
+                                  n_segs, seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
+        copies_give(&c);
     }
-    attention_backward_scored(dq, dk, dv, g, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs,
-                              seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
     for (int s = 0; s < n_segs; s++)
         bf16_round_inplace(dq + (size_t)segs[s].start * n_heads * hd,
                            (size_t)segs[s].len * n_heads * hd);
     bf16_round_inplace(dk, kn);
     bf16_round_inplace(dv, kn);
-    copies_give(&c);
 }
 
 static void ac_attention_backward(const Backend *be, float *dq, float *dk, float *dv,

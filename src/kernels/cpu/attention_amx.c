@@ -1,0 +1,237 @@
+/* attention_product_amx (attention_amx.h): both operands packed by gemm_bf16's packers (rounded to
+ * bf16, zero-padded to whole 32 x 32 blocks and 32-value depth steps, gemm_bf16.c's invariants
+ * 1-3), then 32 x 32 blocks of C as gemm_bf16_amx.c runs them: 4 tiles of sums (tmm0-3), 2 of A
+ * (tmm4-5), 2 of B (tmm6-7), with attention's masked parts skipped block by block.
+ *
+ * Invariants:
+ *  1. A block's depth range is whole 32-value steps: where ATTN_CAUSAL_DEPTH cuts it inside a
+ *     step, that step is run whole and reads the cut part's zeros (never a NaN: the contract).
+ *  2. The tiles are configured on entry and released on exit of every call, on the calling
+ *     thread: attention calls this from its own OpenMP tasks, and nothing is left configured
+ *     between calls (a thread's next AMX user configures its own). */
+#include "kernels/cpu/attention_amx.h"
+
+#include "kernels/cpu/attention_train.h"
+#include "common/error.h"
+#include "kernels/cpu/gemm_bf16.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic bool amx_allowed = true;
+
+bool attention_amx_usable(void) {
+    return atomic_load(&amx_allowed) && gemm_bf16_path() == GEMM_BF16_AMX;
+}
+
+void attention_amx_allow(bool allow) {
+    atomic_store(&amx_allowed, allow);
+}
+
+static void *pack_panel(const float *b, int depth, int cols, int ld);
+static void free_panel(void *packed);
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag);
+
+/* The key panels packed once per call (a block's first key a multiple of 32, where a packing's
+ * view may start): the keys and values each block and head reads are not packed again. */
+static const AttnKernel kernel_amx = {attention_product_amx, true, 32, pack_panel, free_panel,
+                                      panel_product};
+
+void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
+                           const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                           int n_heads, int n_kv_heads, int hd, int window, AttnScores sc) {
+    attention_forward_with(&kernel_amx, out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads,
+                           hd, window, sc);
+}
+
+void attention_backward_amx(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                            const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                            const int32_t *seq_index, int n_rows, int n_heads, int n_kv_heads,
+                            int hd, int window, AttnScores sc) {
+    attention_backward_with(&kernel_amx, dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows,
+                            n_heads, n_kv_heads, hd, window, sc);
+}
+
+static void *pack_panel(const float *b, int depth, int cols, int ld) {
+    Bf16PackedB *pb = xmalloc(sizeof *pb);
+    bf16_pack_b(pb, (Bf16Source){b, NULL, (size_t)ld, 1}, depth, cols);
+    return pb;
+}
+
+static void free_panel(void *packed) {
+    bf16_packed_b_free(packed);
+    free(packed);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TARGET __attribute__((target("amx-tile,amx-bf16")))
+#define BLOCK  32 /* rows and columns of a block; the depth of one step */
+#define TILE   16
+
+static int clamp(int x, int lo, int hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+static int round_up(int x, int m) {
+    return (x + m - 1) / m * m;
+}
+
+/* Palette 1: 8 tiles of 16 rows of 64 bytes (gemm_bf16_amx.c's configuration, kept here as a
+ * small copy of its own because that file is the AMX GEMM's; the same GCC 12 barrier). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) TileConfig;
+
+TARGET static void configure_tiles(void) {
+    TileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = TILE;
+    /* GCC 12's _tile_loadconfig claims to read only 8 bytes of cfg, and without the barrier the
+     * stores of colsb and rows could be dropped (gemm_bf16_amx.c tells how that faulted) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+TARGET static void release_tiles(void) {
+    _tile_release();
+}
+
+/* The 32 x 32 sums of block (i0, j0) over depth steps k0 .. k1 (multiples of 32) into buf. */
+TARGET static void block_sums(float buf[BLOCK * BLOCK], const Bf16PackedA *a, const Bf16PackedB *b,
+                              int i0, int j0, int k0, int k1) {
+    size_t ld = (size_t)a->row_stride;
+    const uint16_t *a0 = a->data + (size_t)i0 * ld, *a1 = a0 + TILE * ld;
+    const uint16_t *b0 = b->data + (size_t)(j0 / TILE) * b->panel_stride,
+                   *b1 = b0 + b->panel_stride;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int k = k0; k < k1; k += BLOCK) {
+        _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
+        _tile_loadd(5, a1 + k, ld * sizeof(uint16_t));
+        _tile_loadd(6, b0 + (size_t)k * TILE, 64); /* pair steps k / 2 .., 64 bytes apart */
+        _tile_loadd(7, b1 + (size_t)k * TILE, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, buf, BLOCK * sizeof(float));
+    _tile_stored(1, buf + TILE, BLOCK * sizeof(float));
+    _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
+    _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+}
+
+/* C's rows i0.. i0 + rows, columns j0.. j0 + cols from the block's sums (NULL: all 0): alpha
+ * times, added to C when beta is 1; ATTN_CAUSAL_OUTPUT's part 0. */
+static void store_block(float *c, int ldc, const float *buf, float alpha, float beta, int i0,
+                        int j0, int rows, int cols, bool causal_output, int diag) {
+    for (int i = 0; i < rows; i++) {
+        float *ci = c + (size_t)(i0 + i) * ldc + j0;
+        const float *bi = buf ? buf + (size_t)i * BLOCK : NULL;
+        /* columns j < seen are computed; from seen on, ATTN_CAUSAL_OUTPUT's zeros */
+        int seen = causal_output ? clamp(i0 + i + diag + 1 - j0, 0, cols) : cols;
+        if (!bi)
+            seen = 0;
+        else if (beta != 0.0f)
+#pragma omp simd
+            for (int j = 0; j < seen; j++)
+                ci[j] += alpha * bi[j];
+        else
+#pragma omp simd
+            for (int j = 0; j < seen; j++)
+                ci[j] = alpha * bi[j];
+        if (seen < cols && (causal_output || beta == 0.0f))
+            memset(ci + seen, 0, (size_t)(cols - seen) * sizeof *ci);
+    }
+}
+
+/* C (pa->rows x n) = alpha op(A) B + beta C from the packings (pb at least n columns and
+ * pa->depth_padded deep), as attention_product_amx's contract says. */
+static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *pb, int n,
+                       float alpha, float beta, float *c, int ldc, AttnShape shape, int diag) {
+    int m = pa->rows, k = pa->depth;
+    bool causal_output = shape == ATTN_CAUSAL_OUTPUT;
+    float buf[BLOCK * BLOCK] __attribute__((aligned(64)));
+    configure_tiles();
+    /* column blocks outer: B's two panels stay in L1 across the row blocks */
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        int cols = n - j0 < BLOCK ? n - j0 : BLOCK;
+        for (int i0 = 0; i0 < m; i0 += BLOCK) {
+            int rows = m - i0 < BLOCK ? m - i0 : BLOCK;
+            if (causal_output && j0 > i0 + rows - 1 + diag) { /* no row sees these columns */
+                store_block(c, ldc, NULL, alpha, beta, i0, j0, rows, cols, true, diag);
+                continue;
+            }
+            int k0 = 0, k1 = pa->depth_padded; /* invariant 1: whole steps */
+            if (shape == ATTN_CAUSAL_DEPTH && !trans_a)
+                k1 = (clamp(i0 + rows + diag, 0, k) + BLOCK - 1) / BLOCK * BLOCK;
+            if (shape == ATTN_CAUSAL_DEPTH && trans_a) k0 = clamp(i0 - diag, 0, k) / BLOCK * BLOCK;
+            block_sums(buf, pa, pb, i0, j0, k0, k1);
+            store_block(c, ldc, buf, alpha, beta, i0, j0, rows, cols, causal_output, diag);
+        }
+    }
+    release_tiles();
+}
+
+void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
+                           const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
+                           int diag) {
+    if (m <= 0 || n <= 0) return;
+    /* op(A)(i, l) is a[i * lda + l], or a[l * lda + i] transposed (Bf16Source's strides) */
+    Bf16Source as = {a, NULL, trans_a ? 1 : (size_t)lda, trans_a ? (size_t)lda : 1};
+    Bf16PackedA pa;
+    Bf16PackedB pb;
+    bf16_pack_a(&pa, as, m, k);
+    bf16_pack_b(&pb, (Bf16Source){b, NULL, (size_t)ldb, 1}, k, n);
+    run_blocks(trans_a, &pa, &pb, n, alpha, beta, c, ldc, shape, diag);
+    bf16_packed_a_free(&pa);
+    bf16_packed_b_free(&pb);
+}
+
+/* The view of the panel from (k0, j0) on holds k x n and runs on to a multiple of 32 (or the
+ * packing's end): its depth beyond k meets A's zero padding, its columns beyond n are not stored
+ * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). */
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    if (m <= 0 || n <= 0) return;
+    const Bf16PackedB *pb = panel;
+    int depth = k0 + round_up(k, BLOCK) < pb->depth ? round_up(k, BLOCK) : pb->depth - k0;
+    int cols = j0 + round_up(n, BLOCK) < pb->cols ? round_up(n, BLOCK) : pb->cols - j0;
+    Bf16PackedB view = bf16_packed_b_view(pb, k0, depth, j0, cols);
+    Bf16PackedA pa;
+    bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+    run_blocks(false, &pa, &view, n, alpha, 0.0f, c, ldc, shape, diag);
+    bf16_packed_a_free(&pa);
+}
+
+#else
+
+void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
+                           const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
+                           int diag) {
+    (void)trans_a, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)beta, (void)c, (void)ldc, (void)shape, (void)diag;
+    abort(); /* attention_amx_usable said no: unreachable */
+}
+
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panel, (void)k0, (void)j0;
+    (void)c, (void)ldc, (void)shape, (void)diag;
+    abort(); /* as attention_product_amx */
+}
+
+#endif

@@ -1,0 +1,62 @@
+/* Training attention (attention.c) with the products it runs passed in: fp32 training runs
+ * attention_products.h's attention_product (attention_forward_scored, attention_backward_scored);
+ * bf16 autocast on a CPU with AMX runs attention_amx.h's, whose operands are rounded to bf16.
+ * Everything else (the blocks, the keys each block meets, masking and the window, the fp32
+ * softmax and its backward, soft-capping, GQA, prefixes) is attention.c's, shared. */
+#ifndef RLHF_KERNELS_CPU_ATTENTION_TRAIN_H
+#define RLHF_KERNELS_CPU_ATTENTION_TRAIN_H
+
+#include "kernels/cpu/attention_products.h"
+#include "kernels/tensor_types.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A product of attention_product's contract (attention_products.h), invariant 2 included.
+ * Called from attention's own OpenMP tasks, one thread per call. */
+typedef void (*AttnProductFn)(bool trans_a, int m, int n, int k, float alpha, const float *a,
+                              int lda, const float *b, int ldb, float beta, float *c, int ldc,
+                              AttnShape shape, int diag);
+
+/* A product X · B whose B is a key panel packed once per call by AttnKernel.pack_panel: B's
+ * values from depth k0 and column j0 of the packing on (multiples of key_align: the block's
+ * first key, as a depth for P · V, as a column for X · R^T), op(A) = A not transposed, beta 0;
+ * otherwise AttnProductFn's contract. */
+typedef void (*AttnPanelProductFn)(int m, int n, int k, float alpha, const float *a, int lda,
+                                   const void *panel, int k0, int j0, float *c, int ldc,
+                                   AttnShape shape, int diag);
+
+/* What attention runs its products on. */
+typedef struct {
+    AttnProductFn product; /* every product whose B is not a prepacked key panel */
+    /* each probability row normalised before P·V (so a product that rounds P to bf16 rounds
+     * softmax's probabilities, as torch does), rather than the output row scaled by 1 / sum
+     * after it (fp32: hd multiplies a row instead of up to n_keys) */
+    bool normalise_first;
+    int key_align; /* a block's first key is rounded down to a multiple of this (>= 1) */
+    /* NULL, or: each key panel (depth x cols fp32, row stride ld) packed once per call, the
+     * packing freed by free_panel, and the products with a key panel as B run on it */
+    void *(*pack_panel)(const float *b, int depth, int cols, int ld);
+    void (*free_panel)(void *packed);
+    AttnPanelProductFn panel_product;
+} AttnKernel;
+
+/* fp32 training's: attention_product on the fp32 panels (attention.c). */
+extern const AttnKernel attention_kernel_fp32;
+
+/* attention_forward_scored (kernels.h) on kern's products. */
+void attention_forward_with(const AttnKernel *kern, float *out, const float *q, const float *k,
+                            const float *v, const AttnSegment *segs, int n_segs,
+                            const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
+                            int window, AttnScores sc);
+
+/* attention_backward_scored (kernels.h) on kern's products: dV += P^T dO, dP = dO V^T,
+ * dQ = scale dS K, dK += scale dS^T Q (P and dS fp32 as attention.c makes them; the products may
+ * round them). */
+void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float *dv,
+                             const float *dout, const float *q, const float *k, const float *v,
+                             const AttnSegment *segs, int n_segs, const int32_t *seq_index,
+                             int n_rows, int n_heads, int n_kv_heads, int hd, int window,
+                             AttnScores sc);
+
+#endif
