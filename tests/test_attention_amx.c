@@ -1,4 +1,5 @@
-/* Training attention on AMX tiles under bf16 autocast (kernels/cpu/attention_amx.c) against
+/* Training attention under bf16 autocast, on AMX tiles (kernels/cpu/attention_amx.c) and on fp32
+ * products of rounded operands (attention_rounded.c, CPUs without AMX), against
  * double-precision definitions computed from the same bf16-rounded operands with the same
  * rounding points:
  *  - attention_product_amx at edge shapes (rows and columns around the 16 x 16 tiles and 32 x 32
@@ -13,10 +14,12 @@
  *    give (that is the rounding's own signal), and on the largest error, bounded by a few such
  *    flips.
  *  - the same bits on one thread as on all (the products are each one thread's).
- * Passes with a message on a CPU without AMX (or with another gemm_bf16 path forced). */
+ * The rounding path's attention runs on every CPU; the AMX checks pass with a message on a CPU
+ * without AMX (or with another gemm_bf16 path forced). */
 #include "attention_reference.h"
 #include "harness.h"
 #include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/autocast.h"
 
 #include <math.h>
@@ -59,6 +62,32 @@ static void compare(const char *what, const char *name, const float *got, const 
     CHECK(worst < 4e-3, "%s %s: an element off by %.3g of the largest", what, name, worst);
 }
 
+/* The path under test: AMX (rounds its operands as it packs them) or the rounding fp32 kernel
+ * (given rounded q, k, v, dout, as backend_autocast.c gives it). */
+static bool on_amx;
+
+static void run_forward(float *out, const float *q, const float *k, const float *v,
+                        const AttnSegment *segs, int n_segs, const int32_t *seq_index, int nh,
+                        int nkv, int hd, int window, AttnScores sc) {
+    if (on_amx)
+        attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
+    else
+        attention_forward_with(&attention_kernel_fp32_rounding_a, out, q, k, v, segs, n_segs,
+                               seq_index, nh, nkv, hd, window, sc);
+}
+
+static void run_backward(float *dq, float *dk, float *dv, const float *g, const float *q,
+                         const float *k, const float *v, const AttnSegment *segs, int n_segs,
+                         const int32_t *seq_index, int n, int nh, int nkv, int hd, int window,
+                         AttnScores sc) {
+    if (on_amx)
+        attention_backward_amx(dq, dk, dv, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd,
+                               window, sc);
+    else
+        attention_backward_with(&attention_kernel_fp32_rounding_a, dq, dk, dv, g, q, k, v, segs,
+                                n_segs, seq_index, n, nh, nkv, hd, window, sc);
+}
+
 /* attention_reference_layout's preference pair and a lone 77-row sequence. */
 static void check_attention(int nh, int nkv, int hd, int window, float softcap) {
     AttnSegment segs[3];
@@ -81,18 +110,19 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
         k[i] = 3 * uniform(), v[i] = uniform();
     bf16_round_copy(qr, q, nq), bf16_round_copy(kr, k, nk);
     bf16_round_copy(vr, v, nk), bf16_round_copy(gr, g, nq);
-    /* the kernel gets the unrounded values: its packing must round them */
-    attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
-    attention_backward_amx(dq, dk, dv, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd, window,
-                           sc);
+    /* AMX gets the unrounded values (its packing must round them), the fp32 path rounded ones */
+    const float *aq = on_amx ? q : qr, *ak = on_amx ? k : kr, *av = on_amx ? v : vr;
+    const float *ag = on_amx ? g : gr;
+    run_forward(out, aq, ak, av, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
+    run_backward(dq, dk, dv, ag, aq, ak, av, segs, n_segs, seq_index, n, nh, nkv, hd, window, sc);
     /* the same bits on one thread (every output element is one thread's, in a fixed order) */
     float *o1 = malloc(sizeof(float) * nq), *dq1 = malloc(sizeof(float) * nq);
     float *dk1 = malloc(sizeof(float) * nk), *dv1 = malloc(sizeof(float) * nk);
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    attention_forward_amx(o1, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
-    attention_backward_amx(dq1, dk1, dv1, g, q, k, v, segs, n_segs, seq_index, n, nh, nkv, hd,
-                           window, sc);
+    run_forward(o1, aq, ak, av, segs, n_segs, seq_index, nh, nkv, hd, window, sc);
+    run_backward(dq1, dk1, dv1, ag, aq, ak, av, segs, n_segs, seq_index, n, nh, nkv, hd, window,
+                 sc);
     omp_set_num_threads(threads);
     CHECK(memcmp(o1, out, nq * 4) == 0 && memcmp(dq1, dq, nq * 4) == 0 &&
               memcmp(dk1, dk, nk * 4) == 0 && memcmp(dv1, dv, nk * 4) == 0,
@@ -104,8 +134,8 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
                             false);
     }
     char what[96];
-    snprintf(what, sizeof what, "heads %d/%d hd %d window %d softcap %g", nh, nkv, hd, window,
-             softcap);
+    snprintf(what, sizeof what, "%s: heads %d/%d hd %d window %d softcap %g",
+             on_amx ? "amx" : "fp32 rounding", nh, nkv, hd, window, softcap);
     compare(what, "out", out, r.out, u.out, nq);
     compare(what, "dq", dq, r.dq, u.dq, nq);
     compare(what, "dk", dk, r.dk, u.dk, nk);
@@ -116,18 +146,26 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
         free((&r.out)[i]), free((&u.out)[i]);
 }
 
-int main(void) {
-    if (!attention_amx_usable()) {
-        printf("test_attention_amx: no AMX here (or another gemm_bf16 path forced): skipped\n");
-        return harness_finish("test_attention_amx");
-    }
-    srand(33);
-    attention_product_sweep(attention_product_amx, "attention_product_amx", true);
+static void check_all(void) {
     check_attention(6, 2, 64, 0, 0.0f);
     check_attention(6, 2, 64, 50, 0.0f);
     check_attention(4, 4, 128, 0, 0.0f);
     check_attention(6, 3, 128, 37, 0.0f);
     check_attention(6, 2, 64, 0, 5.0f);
     check_attention(6, 3, 40, 37, 0.0f); /* a head dim short of the 32-value step: padded */
+}
+
+int main(void) {
+    srand(33);
+    on_amx = false; /* a CPU without AMX: the same values rounded, fp32 sums */
+    check_all();
+    if (!attention_amx_usable()) {
+        printf("test_attention_amx: no AMX here (or another gemm_bf16 path forced): its checks "
+               "skipped\n");
+        return harness_finish("test_attention_amx");
+    }
+    on_amx = true;
+    attention_product_sweep(attention_product_amx, "attention_product_amx", true);
+    check_all();
     return harness_finish("test_attention_amx");
 }

@@ -15,10 +15,10 @@
  * the rounded inputs differ) or a wrong operand fails both.
  * Attention runs on the tensor cores on the device (attention_mma.h): its probabilities and
  * score gradients enter the bf16 products as three bf16 parts, their fp32 values exactly, so the
- * same bound holds against the CPU's attention on fp32 products (attention_amx_allow(false): on
- * AMX the CPU rounds them to one bf16 part, torch's rounding points); the longer segments give it
- * several query and key tiles. Each op runs twice (under cuda-emu with another scheduler seed) and
- * the two results must be bitwise equal.
+ * same bound holds against the CPU's attention with P and dS exact (autocast_attention_exact(true):
+ * by default the CPU rounds them to one bf16 part, torch's rounding points); the longer segments
+ * give it several query and key tiles. Each op runs twice (under cuda-emu with another scheduler
+ * seed) and the two results must be bitwise equal.
  *
  * Built twice from this source: test_backend_autocast on cuda-emu (label gpu-emu, every CI run;
  * the lm_head's vocabulary spans several chunks there), and test_backend_autocast_cuda on the
@@ -26,7 +26,7 @@
 #include "common/error.h"
 #include "harness.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/autocast.h"
 #include "kernels/cuda/backend_cuda.h"
 
 #ifdef RLHF_CUDA_EMU
@@ -353,7 +353,7 @@ int main(void) {
     CHECK(dev_be != NULL, "backend: %s", err_msg());
     if (!dev_be) return harness_finish("test_backend_autocast");
     cpu = backend_cpu_autocast();
-    attention_amx_allow(false); /* see the header: the device keeps P and dS exact */
+    autocast_attention_exact(true); /* see the header: the device keeps P and dS exact */
     check_rounds();
     check_linear(37, 48, 40, false);
     check_linear(64, 96, 72, false);

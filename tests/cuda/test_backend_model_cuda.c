@@ -23,7 +23,7 @@
  * exits 77 where no device is present. */
 #include "common/error.h"
 #include "harness.h"
-#include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/autocast.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "methods/dpo.h"
 #include "methods/grpo_advantages.h"
@@ -784,7 +784,7 @@ static void check_autocast(void) {
     cpu_be = backend_cpu_autocast();
     /* the CPU's attention on fp32 products: on AMX it rounds P and dS as torch does, which the
      * device, keeping them exact (three bf16 parts), does not (test_backend_autocast) */
-    attention_amx_allow(false);
+    autocast_attention_exact(true);
     tolerance = TOLERANCE_AUTOCAST;
 #ifdef RLHF_CUDA_EMU
     run_sft = false; /* the DPO step only: cuda-emu's time, in every CI run */
@@ -794,7 +794,7 @@ static void check_autocast(void) {
     printf("bf16 autocast: largest |got - want| / max|want| of any tensor: %.3g\n", worst);
     backend_cuda_free(dev_be);
     dev_be = NULL, cpu_be = backend_cpu(), tolerance = 1e-5, run_sft = true;
-    attention_amx_allow(true);
+    autocast_attention_exact(false);
 }
 
 /* adamw_bnb_8bit is refused on this backend with an error naming the optimizer. */

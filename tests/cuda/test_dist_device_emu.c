@@ -126,18 +126,18 @@ static void cpu_vs_emu(const char *name, const char *config, const char *const *
     for (int i = 0; extra[i] && n < 15; i++, n++)
         a[n] = b[n] = extra[i];
     a[n] = b[n] = NULL;
-    /* bf16: the CPU ranks without AMX (its ranks inherit the environment), as a CPU without it
-     * trains: on AMX the CPU's attention rounds P and dS as torch does, which the device, keeping
-     * them exact (three bf16 parts), does not (test_train_device_emu; the adapter case measured
-     * 0.862 of fp32's distance with AMX) */
-    const char *env = getenv("RLHF_GEMM_BF16");
+    /* bf16: the CPU ranks keep attention's P and dS exact (RLHF_AUTOCAST_ATTENTION=exact, which
+     * they inherit), as the device does (three bf16 parts, attention_mma.h); by default the CPU
+     * rounds them as torch does (test_train_device_emu; the adapter case measured 0.862 of
+     * fp32's distance so) */
+    const char *env = getenv("RLHF_AUTOCAST_ATTENTION");
     char *kept = env ? strdup(env) : NULL; /* put back after */
-    if (rel > 1e-5) setenv("RLHF_GEMM_BF16", "sgemm", 1);
+    if (rel > 1e-5) setenv("RLHF_AUTOCAST_ATTENTION", "exact", 1);
     CHECK(dist_train(config, cpu, a) == 0, "%s: 2 ranks on the CPU", name);
     if (kept)
-        setenv("RLHF_GEMM_BF16", kept, 1);
+        setenv("RLHF_AUTOCAST_ATTENTION", kept, 1);
     else
-        unsetenv("RLHF_GEMM_BF16");
+        unsetenv("RLHF_AUTOCAST_ATTENTION");
     free(kept);
     remove(log);
     CHECK(dist_train(config, emu, b) == 0, "%s: 2 ranks on cuda-emu", name);

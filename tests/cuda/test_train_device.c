@@ -84,7 +84,7 @@
 #include "harness.h"
 #include "logged_completions.h"
 #include "trained_weights.h"
-#include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/autocast.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "train/train_device.h"
 
@@ -471,10 +471,10 @@ int main(int argc, char **argv) {
     train_device_register_linked();
     write_configs();
     /* The device's attention keeps P and dS exact (three bf16 parts, attention_mma.h); the CPU's
-     * on AMX rounds them to bf16 as torch's autocast does (backend_autocast.c rule 3), which
-     * moves a bf16 run further than the bounds below allow (sft_bf16: loss 2e-4, weights 8e-4 of
-     * scale). The CPU side runs the attention on fp32 products, as a CPU without AMX does. */
-    attention_amx_allow(false);
+     * rounds them to bf16 as torch's autocast does (backend_autocast.c rule 3), which moves a
+     * bf16 run further than the bounds below allow (sft_bf16 on AMX: loss 2e-4, weights 8e-4 of
+     * scale). So the CPU side keeps them exact too (autocast_attention_exact). */
+    autocast_attention_exact(true);
 
     const char *no_extra[] = {NULL};
     refused(OTHER_DEVICE, no_extra, "key 'device'");

@@ -15,18 +15,11 @@
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-static _Atomic bool amx_allowed = true;
-
 bool attention_amx_usable(void) {
-    return atomic_load(&amx_allowed) && gemm_bf16_path() == GEMM_BF16_AMX;
-}
-
-void attention_amx_allow(bool allow) {
-    atomic_store(&amx_allowed, allow);
+    return gemm_bf16_path() == GEMM_BF16_AMX;
 }
 
 static void *pack_panel(const float *b, int depth, int cols, int ld);

@@ -14,16 +14,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Whether the AMX attention runs here: allowed (attention_amx_allow) and gemm_bf16's path is AMX
- * (the CPU and OS have it and the kernel granted the tile state, gemm_bf16_cpu.c; RLHF_GEMM_BF16
- * / gemm_bf16_force did not pick another path, so forcing sgemm also keeps attention on its fp32
- * products). */
+/* Whether the AMX attention runs here: gemm_bf16's path is AMX (the CPU and OS have it and the
+ * kernel granted the tile state, gemm_bf16_cpu.c; RLHF_GEMM_BF16 / gemm_bf16_force did not pick
+ * another path). backend_autocast.c runs it unless autocast_attention_exact asks for exact P. */
 bool attention_amx_usable(void);
-
-/* Allow (the default) or forbid the AMX attention from now on, process-wide: tests that compare
- * the CUDA backend with the CPU under autocast forbid it, because the device keeps P and dS
- * exact (three bf16 parts, attention_mma.h) where the CPU on AMX rounds them as torch does. */
-void attention_amx_allow(bool allow);
 
 /* attention_product's contract (attention_products.h) with op(A) and B rounded to bf16 and the
  * sums fp32 in 32 x 32 blocks of AMX tiles; ATTN_CAUSAL_OUTPUT's and ATTN_CAUSAL_DEPTH's parts

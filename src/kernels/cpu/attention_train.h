@@ -44,6 +44,10 @@ typedef struct {
 /* fp32 training's: attention_product on the fp32 panels (attention.c). */
 extern const AttnKernel attention_kernel_fp32;
 
+/* bf16 autocast's where the CPU has no AMX (attention_rounded.c): attention_product on op(A)
+ * rounded to bf16, P normalised first; q, k, v and dout must come rounded already. */
+extern const AttnKernel attention_kernel_fp32_rounding_a;
+
 /* attention_forward_scored (kernels.h) on kern's products. */
 void attention_forward_with(const AttnKernel *kern, float *out, const float *q, const float *k,
                             const float *v, const AttnSegment *segs, int n_segs,

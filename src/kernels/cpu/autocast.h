@@ -6,11 +6,21 @@
 
 #include "kernels/tensor_types.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* dst[i] = src[i] rounded to the nearest bf16 (ties to even), as an fp32; dst may be src. */
 void bf16_round_copy(float *dst, const float *src, size_t n);
+
+/* Whether bf16 autocast's training attention (backend_autocast.c rule 3) keeps the
+ * probabilities P and the scores' gradient dS exact in its products (fp32 products on rounded
+ * q, k, v, dout), as the CUDA backend's attention does (attention_mma.h: three bf16 parts), instead
+ * of rounding them to bf16 as torch's autocast does (the default, on every CPU). Process-wide.
+ * Until this is called, RLHF_AUTOCAST_ATTENTION in the environment decides: "exact", or
+ * "bf16" (the default; any other value is reported and exits 2). For tests that compare the
+ * device with the CPU (their rank processes inherit the variable). */
+void autocast_attention_exact(bool exact);
 
 /* bf16_round_copy in place. */
 void bf16_round_inplace(float *x, size_t n);

@@ -14,14 +14,16 @@
  *  2. Its backward rounds the incoming gradient (a bf16 tensor's gradient is bf16) and the
  *     product dX; dW's fp32 sums go into the fp32 gradient unrounded (autocast_linear_backward).
  *  3. Attention rounds q, k and v and its output; its backward rounds dout, q, k, v and the
- *     gradients it writes (dq, dk, dv). Inside, where the CPU has AMX (attention_amx.h, when
- *     gemm_bf16's path is AMX) its products run on bf16 tiles with fp32 sums, and round as
- *     torch's do where the tile needs a bf16 operand anyway: the probabilities P (normalised
- *     first) before P·V and P^T·dO, and dS before dS·K and dS^T·Q (torch's are bf16 tensors and
- *     their gradients). The scores, the softmax and its statistics, dP = dO·V^T and the softmax
- *     backward stay fp32 (torch rounds the scores and dP too: neither is an operand of a
- *     product here). Without AMX attention is fp32 training's kernel on rounded copies of q, k,
- *     v and dout: only those and the results are rounded.
+ *     gradients it writes (dq, dk, dv). Inside, its products round as torch's do where torch
+ *     has bf16 tensors: the probabilities P (normalised first) before P·V and P^T·dO, and dS
+ *     before dS·K and dS^T·Q (torch's P is the bf16 input of its p·v matmul, dS the gradient of
+ *     its bf16 q·k^T output). The scores, the softmax and its statistics, dP = dO·V^T and the
+ *     softmax backward stay fp32 (torch rounds the scores and dP too: neither is an operand of
+ *     a product here). Where the CPU has AMX (attention_amx.h, when gemm_bf16's path is AMX)
+ *     the products run on bf16 tiles; elsewhere on fp32 products of rounded copies
+ *     (attention_rounded.c): the same values rounded on every CPU, only the sums' order differs.
+ *     autocast_attention_exact (autocast.h) keeps P and dS exact instead, as the CUDA backend
+ *     does, for the tests that compare the two.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
  *     log-probs are fp32 (the issue's rule; torch's own bf16 logits are what make its log-probs
  *     coarse). Its backward rounds hidden, weight and dhidden; dlogp stays fp32. The logits'
@@ -36,12 +38,15 @@
 
 #include "common/error.h"
 #include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/autocast.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/kernels.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,12 +124,40 @@ static void copies_give(AttnCopies *c) {
             free(c->p[i]);
 }
 
+/* autocast_attention_exact's setting: -1 until set or read from the environment. */
+static _Atomic int attention_exact = -1;
+
+void autocast_attention_exact(bool exact) {
+    atomic_store(&attention_exact, exact ? 1 : 0);
+}
+
+static bool attention_keeps_p_exact(void) {
+    int e = atomic_load(&attention_exact);
+    if (e < 0) {
+        const char *env = getenv("RLHF_AUTOCAST_ATTENTION");
+        if (env && strcmp(env, "exact") != 0 && strcmp(env, "bf16") != 0) {
+            /* the backend's ops have no error return; a typo must not train another rule */
+            fprintf(stderr, "RLHF_AUTOCAST_ATTENTION=%s: expected exact or bf16\n", env);
+            exit(2);
+        }
+        e = env && strcmp(env, "exact") == 0;
+        atomic_store(&attention_exact, e);
+    }
+    return e == 1;
+}
+
+/* The products attention runs on rounded copies of q, k, v (and dout) where AMX does not. */
+static const AttnKernel *copies_kernel(bool exact) {
+    return exact ? &attention_kernel_fp32 : &attention_kernel_fp32_rounding_a;
+}
+
 static void ac_attention_scored(const Backend *be, float *out, const float *q, const float *k,
                                 const float *v, const AttnSegment *segs, int n_segs,
                                 const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
                                 int window, AttnScores sc) {
     (void)be;
-    if (attention_amx_usable()) { /* its products round q, k, v (and P) as they pack them */
+    bool exact = attention_keeps_p_exact();
+    if (!exact && attention_amx_usable()) { /* its products round q, k, v, P as they pack */
         attention_forward_amx(out, q, k, v, segs, n_segs, seq_index, n_heads, n_kv_heads, hd,
                               window, sc);
     } else {
@@ -134,8 +167,8 @@ static void ac_attention_scored(const Backend *be, float *out, const float *q, c
         bf16_round_copy(c.p[COPY_Q], q, qn);
         bf16_round_copy(c.p[COPY_K], k, kn);
         bf16_round_copy(c.p[COPY_V], v, kn);
-        attention_forward_scored(out, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs, n_segs,
-                                 seq_index, n_heads, n_kv_heads, hd, window, sc);
+        attention_forward_with(copies_kernel(exact), out, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V],
+                               segs, n_segs, seq_index, n_heads, n_kv_heads, hd, window, sc);
         copies_give(&c);
     }
     for (int s = 0; s < n_segs; s++) /* only the rows attention wrote */
@@ -158,7 +191,8 @@ static void ac_attention_scored_backward(const Backend *be, float *dq, float *dk
                                          int n_kv_heads, int hd, int window, AttnScores sc) {
     (void)be;
     size_t rows = (size_t)n_rows, qn = rows * n_heads * hd, kn = rows * n_kv_heads * hd;
-    if (attention_amx_usable()) { /* its products round dout, q, k, v, P and dS as they pack */
+    bool exact = attention_keeps_p_exact();
+    if (!exact && attention_amx_usable()) { /* its products round dout, q, k, v, P, dS */
         attention_backward_amx(dq, dk, dv, dout, q, k, v, segs, n_segs, seq_index, n_rows, n_heads,
                                n_kv_heads, hd, window, sc);
     } else {
@@ -172,8 +206,9 @@ static void ac_attention_scored_backward(const Backend *be, float *dq, float *dk
             size_t at = (size_t)segs[s].start * n_heads * hd;
             bf16_round_copy(g + at, dout + at, (size_t)segs[s].len * n_heads * hd);
         }
-        attention_backward_scored(dq, dk, dv, g, c.p[COPY_Q], c.p[COPY_K], c.p[COPY_V], segs,
-                                  n_segs, seq_index, n_rows, n_heads, n_kv_heads, hd, window, sc);
+        attention_backward_with(copies_kernel(exact), dq, dk, dv, g, c.p[COPY_Q], c.p[COPY_K],
+                                c.p[COPY_V], segs, n_segs, seq_index, n_rows, n_heads, n_kv_heads,
+                                hd, window, sc);
         copies_give(&c);
     }
     for (int s = 0; s < n_segs; s++)

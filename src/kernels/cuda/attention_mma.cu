@@ -17,7 +17,7 @@
 // bit of a sum: those terms are exact zeros.
 // Operands: q, k, v, dout are rounded to bf16 as they enter shared memory (the autocast hook
 // passes values that are bf16 already, so that is exact); P and dS enter their products as
-// P_PARTS bf16 parts (3: exactly their fp32 values, the CPU autocast's rule); the softmax's max,
+// P_PARTS bf16 parts (3: exactly their fp32 values, the CPU's exact-P rule); the softmax's max,
 // sum, lse and D and every accumulator stay fp32. Heads are padded with zeros to HDP (16, 32, 64 or
 // 128 dims: a template parameter, so the accumulators are registers). No atomics: every sum has an
 // order fixed by the shapes, so two runs give the same bits.
@@ -37,9 +37,10 @@
 #define DKV_QUERIES 16              // queries of a dk, dv tile
 #define FULL_MASK   0xffffffffu
 // P and dS enter their products as this many bf16 parts (split_parts). 3: their fp32 values
-// exactly, as the CPU's autocast keeps them fp32 (backend_autocast.c rule 3), so the device
-// computes what the CPU does; 1 would be torch's bf16 SDPA (P rounded once), a third of the
-// P V-like tensor-core work, once the CPU's autocast rounds them too.
+// exactly, as the CPU's autocast does under autocast_attention_exact (the device tests' setting);
+// by default the CPU rounds normalised P and dS once, torch's points (backend_autocast.c rule 3).
+// 1 part here would round the unnormalised exponentials against the running maximum, another
+// rule: matching the CPU's needs P normalised first (a lease to check it).
 #define P_PARTS 3
 
 // rows [0, n) of a bf16 tile: row x = src row row_of(x) (hd floats at column offset col, rows

@@ -1,0 +1,28 @@
+/* Training attention under bf16 autocast on a CPU without AMX (backend_autocast.c rule 3): the
+ * same values rounded to bf16 as on AMX (attention_amx.h), with fp32 products.
+ *
+ * Every A operand of attention's products is q, dout (bf16 already: the autocast backend hands
+ * the kernel rounded copies), the probabilities P or the scores' gradient dS; every B operand is
+ * a rounded copy of q, k, v or dout. So rounding op(A) before attention_product rounds exactly P
+ * (normalised first, as on AMX) and dS, and nothing else: the two CPU paths differ only in the
+ * order of each element's fp32 sum, not in which values are rounded. */
+#include "common/error.h"
+#include "kernels/cpu/attention_train.h"
+#include "kernels/cpu/autocast.h"
+
+#include <stdlib.h>
+
+/* attention_product on a compact bf16-rounded copy of A's m x k (trans_a: k x m) values. Their
+ * ATTN_CAUSAL_DEPTH part is 0 (the contract), and stays 0 rounded. */
+static void product_rounding_a(bool trans_a, int m, int n, int k, float alpha, const float *a,
+                               int lda, const float *b, int ldb, float beta, float *c, int ldc,
+                               AttnShape shape, int diag) {
+    int rows = trans_a ? k : m, cols = trans_a ? m : k;
+    float *ra = xmalloc(((size_t)rows * cols + 1) * sizeof *ra);
+    for (int r = 0; r < rows; r++) /* cols < bf16_round_copy's threshold: no nested region */
+        bf16_round_copy(ra + (size_t)r * cols, a + (size_t)r * lda, (size_t)cols);
+    attention_product(trans_a, m, n, k, alpha, ra, cols, b, ldb, beta, c, ldc, shape, diag);
+    free(ra);
+}
+
+const AttnKernel attention_kernel_fp32_rounding_a = {product_rounding_a, true, 1, NULL, NULL, NULL};
