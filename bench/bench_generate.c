@@ -4,13 +4,17 @@
  * weights that a call does before its first step (where it repays: packed_model_worth) is
  * reported apart and counted in the prefill rate, as a caller waits for it. Also measures the
  * machine's memory read bandwidth, for the batch-1 decode floor (weight bytes read per token /
- * bandwidth). Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16] [torch]. Prints
- * one JSON line. With bf16 the weights are kept in bf16 (rlhf generate --bf16): half the bytes per
- * token. With torch the tokens are sampled as GRPO's rollout samples them under `grpo_rng: torch`
- * (TRL's defaults: temperature 1, no top-k/top-p; torch's exponential draws, 64 x vocabulary a
- * step at batch 64), instead of greedily; the CPU seconds of the timed call (getrusage, all
- * threads) per generated token are reported beside the wall-clock rates, as the load of a shared
- * machine moves the wall clock. */
+ * bandwidth). Usage: bench_generate MODEL_DIR batch prompt_len new_tokens [bf16|autocast] [torch]
+ * [group=G]. Prints one JSON line. With bf16 the weights are kept in bf16 (rlhf generate --bf16):
+ * half the bytes per token. With autocast the weights stay fp32 and the model computes on the bf16
+ * autocast backend, as GRPO's rollout does under `bf16: true` (its products on gemm_bf16's AMX
+ * tiles where the CPU has them, each output rounded to bf16). With torch the tokens are sampled as
+ * GRPO's rollout samples them under `grpo_rng: torch` (TRL's defaults: temperature 1, no
+ * top-k/top-p; torch's exponential draws, 64 x vocabulary a step at batch 64), instead of greedily;
+ * the CPU seconds of the timed call (getrusage, all threads) per generated token are reported
+ * beside the wall-clock rates, as the load of a shared machine moves the wall clock. With
+ * group=G the batch is batch / G prompts of G completions each (n_per_prompt, as GRPO's rollout
+ * asks for its groups: 8 prompts x 8 completions in issue 33's step). */
 #include "common/clock.h"
 #include "common/error.h"
 #include "model/packed_model.h"
@@ -78,10 +82,11 @@ static uint64_t completions_digest(const Completion *out, int batch) {
     return h;
 }
 
-static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch, int new_tokens,
-                         bool torch_sampling, uint64_t *digest) {
+static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch, int group,
+                         int new_tokens, bool torch_sampling, uint64_t *digest) {
     GenerateStats stats;
     GenerateOptions opt = {.max_new_tokens = new_tokens,
+                           .n_per_prompt = group,
                            .sampling = sampling_defaults(),
                            .packed = &packed,
                            .stats = &stats};
@@ -92,7 +97,7 @@ static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch
         opt.torch_rng = &g;
     }
     Completion *out = calloc((size_t)batch, sizeof *out);
-    if (generate(m, (const int32_t *const *)prompts, lens, batch, &opt, out) != 0) {
+    if (generate(m, (const int32_t *const *)prompts, lens, batch / group, &opt, out) != 0) {
         fprintf(stderr, "%s\n", err_msg());
         exit(1);
     }
@@ -104,20 +109,31 @@ static GenerateStats run(const Model *m, int32_t **prompts, int *lens, int batch
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s MODEL_DIR batch prompt_len new_tokens [bf16] [torch]\n",
+        fprintf(stderr,
+                "usage: %s MODEL_DIR batch prompt_len new_tokens [bf16|autocast] [torch] "
+                "[group=G]\n",
                 argv[0]);
         return 2;
     }
     int batch = atoi(argv[2]), plen = atoi(argv[3]), new_tokens = atoi(argv[4]);
     Model m;
-    bool bf16 = false, torch_sampling = false;
+    bool bf16 = false, autocast = false, torch_sampling = false;
+    int group = 1;
     for (int a = 5; a < argc; a++) {
         if (strcmp(argv[a], "bf16") == 0)
             bf16 = true;
+        else if (strcmp(argv[a], "autocast") == 0)
+            autocast = true;
         else if (strcmp(argv[a], "torch") == 0)
             torch_sampling = true;
+        else if (strncmp(argv[a], "group=", 6) == 0 && (group = atoi(argv[a] + 6)) > 0 &&
+                 batch % group == 0)
+            continue;
         else {
-            fprintf(stderr, "%s: unknown option '%s' (expected bf16 or torch)\n", argv[0], argv[a]);
+            fprintf(stderr,
+                    "%s: unknown option '%s' (expected bf16, autocast, torch or group=G, G "
+                    "dividing the batch)\n",
+                    argv[0], argv[a]);
             return 2;
         }
     }
@@ -125,10 +141,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
+    if (autocast) m.backend = backend_cpu_autocast(); /* as rlhf train's session under bf16 */
     int32_t **prompts = malloc((size_t)batch * sizeof *prompts);
     int *lens = malloc((size_t)batch * sizeof *lens);
     unsigned seed = 7;
-    for (int b = 0; b < batch; b++) {
+    for (int b = 0; b < batch / group; b++) {
         prompts[b] = malloc((size_t)plen * sizeof **prompts);
         lens[b] = plen;
         for (int t = 0; t < plen; t++) {
@@ -138,22 +155,25 @@ int main(int argc, char **argv) {
     }
     /* warm-up: the timed run finds memory and caches as a long run would */
     uint64_t digest;
-    run(&m, prompts, lens, batch, new_tokens, torch_sampling, &digest);
+    run(&m, prompts, lens, batch, group, new_tokens, torch_sampling, &digest);
     /* The bandwidth here varies by a third from one minute to the next (other tenants): it is
      * read just before and just after the timed run, and the higher reading sets the floor. */
     double bw = batch == 1 ? read_bandwidth_gbs() : 0;
     double cpu0 = cpu_seconds();
-    GenerateStats st = run(&m, prompts, lens, batch, new_tokens, torch_sampling, &digest);
+    GenerateStats st = run(&m, prompts, lens, batch, group, new_tokens, torch_sampling, &digest);
     double cpu = cpu_seconds() - cpu0;
     double bw_after = batch == 1 ? read_bandwidth_gbs() : 0;
     if (bw_after > bw) bw = bw_after;
     double weight_bytes = (double)m.n_params * (bf16 ? 2 : 4);
     printf("{\"impl\": \"rlhf.c\", \"weights\": \"%s\", \"sampling\": \"%s\", \"batch\": %d, "
-           "\"prompt_len\": %d, \"new_tokens\": %d, \"cpu_ms_per_new_token\": %.3f, "
+           "\"group\": %d, \"prompt_len\": %d, \"new_tokens\": %d, \"cpu_ms_per_new_token\": %.3f, "
            "\"threads\": %d, \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.2f, "
            "\"pack_seconds\": %.3f, \"digest\": \"%016llx\", "
            "\"read_bandwidth_gb_s\": %.1f, \"decode_floor_tokens_per_s\": %.2f}\n",
-           bf16 ? "bf16" : "fp32", torch_sampling ? "torch" : "greedy", batch, plen, new_tokens,
+           bf16       ? "bf16"
+           : autocast ? "fp32, bf16 autocast"
+                      : "fp32",
+           torch_sampling ? "torch" : "greedy", batch, group, plen, new_tokens,
            1e3 * cpu / ((double)batch * new_tokens), omp_get_max_threads(),
            st.prefill_tokens / (st.pack_seconds + st.prefill_seconds),
            st.decode_tokens / st.decode_seconds, st.pack_seconds, (unsigned long long)digest, bw,

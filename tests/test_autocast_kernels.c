@@ -201,7 +201,45 @@ static void check_kept_bf16(void) {
     free(x), free(w), free(w16);
 }
 
+/* bf16_round_copy (out of place and in place) and bf16_narrow against f32_to_bf16, value by
+ * value and bit for bit: at lengths that end inside the vector loop's epilogue, below and above
+ * the threshold where they go parallel, over values with every low half (ties to even both ways,
+ * carries into the exponent), infinities, NaNs and denormals. */
+static void check_round_loops(void) {
+    const size_t lens[] = {1, 15, 17, 65536 + 37, 300001};
+    unsigned seed = 21;
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        size_t n = lens[li];
+        float *src = malloc(n * sizeof *src), *dst = malloc(n * sizeof *dst),
+              *in_place = malloc(n * sizeof *in_place);
+        uint16_t *narrow = malloc(n * sizeof *narrow);
+        const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f800000u,
+                                    0xff800000u, 0x7fc00001u, 0xffa00000u, 0x00008000u,
+                                    0x80018000u, 0x3f80ffffu, 0x00000000u, 0x80000000u};
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)rand_r(&seed) << 16 ^ (uint32_t)rand_r(&seed);
+            if (i % 7 == 3) u = special[(i / 7) % (sizeof special / sizeof *special)];
+            memcpy(&src[i], &u, sizeof u);
+        }
+        memcpy(in_place, src, n * sizeof *src);
+        bf16_round_copy(dst, src, n);
+        bf16_round_inplace(in_place, n);
+        bf16_narrow(narrow, src, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = f32_to_bf16(src[i]);
+            uint32_t got, got_in_place, want32 = (uint32_t)want << 16;
+            memcpy(&got, &dst[i], sizeof got);
+            memcpy(&got_in_place, &in_place[i], sizeof got_in_place);
+            bad += got != want32 || got_in_place != want32 || narrow[i] != want;
+        }
+        CHECK(bad == 0, "bf16 rounding loops: %d of %zu values differ from f32_to_bf16", bad, n);
+        free(src), free(dst), free(in_place), free(narrow);
+    }
+}
+
 int main(void) {
+    check_round_loops();
     /* every path the products can take here: the sgemm one, then each bf16 GEMM */
     for (int p = GEMM_BF16_NONE; p < GEMM_BF16_PATH_COUNT; p++) {
         if (!gemm_bf16_force((GemmBf16Path)p)) continue;

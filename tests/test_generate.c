@@ -482,7 +482,79 @@ static void test_torch_sampled(void) {
     json_decref(fx);
 }
 
+/* 6 prompts x 2 completions of qwen2_bias sampled from torch's generator (seed 5, TRL's
+ * defaults), the prompts given once each with n_per_prompt = per (shared) or each repeated per
+ * times in consecutive rows with n_per_prompt 1; the generator's next two uniform_ draws in
+ * after[2], the prefill rows run in *prefill_rows. */
+static void torch_sample_rows(const Model *m, bool shared, Completion *out, double after[2],
+                              long *prefill_rows) {
+    enum { PROMPTS = 6, PER = 2 };
+    static const int32_t p0[] = {5, 9, 2, 7, 1}, p1[] = {3, 3}, p2[] = {8, 1, 4, 6, 2, 9, 11},
+                         p3[] = {4}, p4[] = {2, 7, 7}, p5[] = {10, 6, 1, 3};
+    const int32_t *const once[PROMPTS] = {p0, p1, p2, p3, p4, p5};
+    const int once_lens[PROMPTS] = {5, 2, 7, 1, 3, 4};
+    const int32_t *rows[PROMPTS * PER];
+    int lens[PROMPTS * PER];
+    for (int j = 0; j < PROMPTS * PER; j++)
+        rows[j] = once[j / PER], lens[j] = once_lens[j / PER];
+    TorchGenerator g;
+    torch_generator_seed(&g, 5);
+    SamplingParams sp = sampling_defaults();
+    sp.do_sample = true, sp.top_k = 0;
+    GenerateStats stats;
+    GenerateOptions opt = {.max_new_tokens = 16,
+                           .n_per_prompt = shared ? PER : 1,
+                           .sampling = sp,
+                           .torch_rng = &g,
+                           .stats = &stats};
+    CHECK(generate(m, shared ? once : rows, shared ? once_lens : lens,
+                   shared ? PROMPTS : PROMPTS * PER, &opt, out) == 0,
+          "%s", err_msg());
+    torch_uniform_f64(&g, after, 2, 0, 1);
+    *prefill_rows = stats.prefill_tokens;
+}
+
+/* Under torch's draws the completions of a prompt share its prefill within the step that
+ * prefills it (generate.c, share_prefills_in_step) where the products are the packed ones: the
+ * same tokens, log-probs (bit for bit) and generator after as prefilling every row, in fp32 and
+ * under bf16 autocast (AMX tiles here); and one prefill per prompt where it applies. */
+static void test_torch_shared_prefill(void) {
+    enum { N = 12 };
+    for (int autocast = 0; autocast < 2; autocast++) {
+        Model m;
+        CHECK(model_load(&m, harness_source_path("tests/fixtures/models/qwen2_bias")) == 0, "%s",
+              err_msg());
+        if (autocast) m.backend = backend_cpu_autocast();
+        const char *name = autocast ? "bf16 autocast" : "fp32";
+        Completion shared[N], rows[N];
+        double after_shared[2], after_rows[2];
+        long prefill_shared, prefill_rows;
+        torch_sample_rows(&m, true, shared, after_shared, &prefill_shared);
+        torch_sample_rows(&m, false, rows, after_rows, &prefill_rows);
+        bool same = memcmp(after_shared, after_rows, sizeof after_rows) == 0;
+        for (int j = 0; j < N; j++)
+            same &=
+                shared[j].len == rows[j].len &&
+                memcmp(shared[j].ids, rows[j].ids, (size_t)rows[j].len * sizeof(int32_t)) == 0 &&
+                memcmp(shared[j].logprobs, rows[j].logprobs, (size_t)rows[j].len * sizeof(float)) ==
+                    0;
+        CHECK(same,
+              "%s, torch's draws: a prompt's completions sharing its prefill give other "
+              "tokens, log-probs or generator state than prefilling each",
+              name);
+        /* packed (so shared) where packing pays for these 12 rows over 16 steps */
+        bool packs = packed_model_worth(&m, N, 16, prefill_rows) && packed_matmul_suits(6);
+        CHECK(prefill_rows == 2 * 22, "%s: %ld prefill rows without sharing", name, prefill_rows);
+        CHECK(prefill_shared == (packs ? 22 : prefill_rows),
+              "%s: %ld prefill rows shared (packed: %d)", name, prefill_shared, packs);
+        completions_free(shared, N);
+        completions_free(rows, N);
+        model_free(&m);
+    }
+}
+
 int main(void) {
+    test_torch_shared_prefill();
     test_packed_prefill("llama_tied", 8);
     test_packed_prefill("llama_bf16", 1);
     test_packed_decoding("llama_tied");

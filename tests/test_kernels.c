@@ -225,6 +225,49 @@ static void test_attention_over_cache(void) {
     free(v);
 }
 
+/* The scores of the keys past the blocks of eight, bit for bit as a scalar dot product sums them
+ * (index by index, the product rounded, then the sum; the vector path runs eight heads side by
+ * side): over two keys, both in that tail, with v = (1, 0), head h's output is exactly its softmax
+ * weight of key 0, which this test computes from such scalar scores (the softmax of two:
+ * one sum, fast_expf), for 7 heads of 64, 128 and 12 over random inputs. */
+static void test_attention_tail_exact(void) {
+    enum { N_Q = 7, MAX_HD = 128, TRIALS = 40 };
+    const int hds[] = {64, 128, 12};
+    const size_t stride = 2 * MAX_HD;
+    float q[N_Q * MAX_HD], k[2 * stride], v[2 * stride], out[N_Q * MAX_HD], scores[N_Q * 2];
+    unsigned seed = 9;
+    for (size_t i = 0; i < 2 * stride; i++)
+        v[i] = i < stride ? 1.0f : 0.0f;
+    for (int a = 0; a < 3; a++) {
+        int hd = hds[a], bad = 0;
+        for (int trial = 0; trial < TRIALS; trial++) {
+            for (int i = 0; i < N_Q * hd; i++)
+                q[i] = (float)rand_r(&seed) / RAND_MAX * 2 - 1;
+            for (size_t i = 0; i < 2 * stride; i++)
+                k[i] = (float)rand_r(&seed) / RAND_MAX * 2 - 1;
+            attention_over_cache(out, q, k, v, 2, stride, hd, N_Q, scores);
+            float scale = 1.0f / sqrtf((float)hd);
+            for (int h = 0; h < N_Q; h++) {
+                float w[2];
+                for (int t = 0; t < 2; t++) {
+                    float sum = 0.0f;
+                    for (int d = 0; d < hd; d++) {
+                        float product = q[h * hd + d] * k[t * stride + d]; /* rounded apart */
+                        sum = sum + product;
+                    }
+                    w[t] = sum * scale;
+                }
+                float max = w[0] > w[1] ? w[0] : w[1];
+                float e0 = fast_expf(w[0] - max), e1 = fast_expf(w[1] - max);
+                float want = e0 * (1.0f / (e0 + e1));
+                bad += memcmp(&out[h * hd], &want, sizeof want) != 0;
+            }
+        }
+        CHECK(bad == 0, "hd %d: %d of %d tail scores' weights differ from the scalar sums' bits",
+              hd, bad, TRIALS * N_Q);
+    }
+}
+
 /* The largest error of out = x · w^T + bias against the sum in double, relative to the sum of
  * the terms' magnitudes. */
 static double worst_linear_error(const float *out, const float *x, const float *w,
@@ -544,6 +587,7 @@ int main(void) {
     test_matmul_bf16();
     test_attention();
     test_attention_over_cache();
+    test_attention_tail_exact();
     test_fast_exp();
     test_fused_logprob();
     test_lse_order();

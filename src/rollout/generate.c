@@ -203,6 +203,59 @@ static void share_prefills(Run *r) {
     }
 }
 
+/* Under torch's draws every completion samples its first token in the step that prefills it
+ * (the step's draws are one block for the whole batch), so its siblings cannot take a prompt's
+ * prefill a step later as share_prefills gives it. Instead, within the step, the first slot of
+ * each prompt is prefilled and the others copy its cache rows and logits (spread_prefills):
+ * issue 33's rollout, 8 prompts x 8 completions, prefills 512 rows instead of 4096. Done only
+ * where a row's results do not depend on the other rows of its forward, so the tokens and
+ * log-probs are those of prefilling every slot: every product of both forwards on the packed
+ * path (packed_matmul.c, packed_matmul_bf16.c and gemm_bf16's AMX tiles sum each element in one
+ * order whatever the rows; the unpacked products may be BLAS's, which need not), no adapter (its
+ * products are BLAS's), norms, RoPE and attention row by row. Compacts the step's chunks to the
+ * ones to run (chunk_slot keeps every slot that samples), fwd_of[c] the forward chunk whose
+ * logits chunk c takes; returns how many there are. */
+static int share_prefills_in_step(const Run *r, const PackedModel *packed, CachedChunk *chunks,
+                                  const int *chunk_slot, int n_chunks, int *fwd_of) {
+    int n_fwd = 0, rows_all = 0, rows_fwd = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        const Slot *s = &r->slots[chunk_slot[c]];
+        int shared = -1;
+        for (int d = 0; !s->prefilled && shared < 0 && d < c; d++) { /* its prompt's, earlier */
+            const Slot *o = &r->slots[chunk_slot[d]];
+            if (!o->prefilled && o->job / r->per == s->job / r->per) shared = fwd_of[d];
+        }
+        rows_all += chunks[c].n_tokens;
+        if (shared < 0) shared = n_fwd++, rows_fwd += chunks[c].n_tokens;
+        fwd_of[c] = shared;
+    }
+    bool exact = packed && !r->m->lora && packed_matmul_suits(rows_fwd) &&
+                 packed_matmul_suits(rows_all) && packed_matmul_suits(n_fwd) &&
+                 packed_matmul_suits(n_chunks);
+    if (!exact || n_fwd == n_chunks) {
+        for (int c = 0; c < n_chunks; c++)
+            fwd_of[c] = c;
+        return n_chunks;
+    }
+    for (int c = 0, k = 0; c < n_chunks; c++) /* in order: fwd_of[c] <= c */
+        if (fwd_of[c] == k) chunks[k++] = chunks[c];
+    return n_fwd;
+}
+
+/* After the forward of share_prefills_in_step's chunks: each sharing slot's cache rows copied
+ * from its prompt's prefilled slot, and the step's logits laid out a row per chunk of
+ * chunk_slot (backwards: a chunk's forward row is at or before its own and not yet moved). */
+static void spread_prefills(Run *r, const CachedChunk *chunks, const int *chunk_slot, int n_chunks,
+                            const int *fwd_of, float *logits) {
+    for (int c = n_chunks - 1; c >= 0; c--) {
+        int f = fwd_of[c];
+        if (f == c) continue;
+        memcpy(logits + (size_t)c * r->V, logits + (size_t)f * r->V, (size_t)r->V * sizeof *logits);
+        if (chunks[f].slot != chunk_slot[c])
+            kv_cache_copy_prefix(&r->kv, chunks[f].slot, chunk_slot[c], chunks[f].n_tokens);
+    }
+}
+
 /* transformers' sampling step under torch's generator: n_jobs x V exponential_() draws, row j
  * (job j) its j-th V of them, finished jobs included, and each job of this step's chunks samples
  * its token from its row. Invariants:
@@ -286,6 +339,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.refeed = xmalloc((size_t)r.n_slots * r.max_len * sizeof *r.refeed);
     CachedChunk *chunks = xmalloc((size_t)r.n_slots * sizeof *chunks);
     int *chunk_slot = xmalloc((size_t)r.n_slots * sizeof *chunk_slot);
+    int *fwd_of = xmalloc((size_t)r.n_slots * sizeof *fwd_of); /* share_prefills_in_step */
     float *logits = xmalloc((size_t)r.n_slots * r.V * sizeof(float));
     bool share = r.per > 1 && !torch_draws;
     r.prompt_logits = share ? xmalloc((size_t)n_prompts * r.V * sizeof(float)) : NULL;
@@ -351,17 +405,21 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
             chunk_slot[n_chunks++] = s;
         }
         if (n_chunks == 0) break;
+        int n_fwd = n_chunks;
+        if (torch_draws && r.per > 1)
+            n_fwd = share_prefills_in_step(&r, packed, chunks, chunk_slot, n_chunks, fwd_of);
         if (opt->stats)
-            for (int c = 0; c < n_chunks; c++) {
-                if (r.slots[chunk_slot[c]].prefilled) {
+            for (int c = 0; c < n_fwd; c++) {
+                if (r.slots[chunks[c].slot].prefilled) {
                     opt->stats->decode_tokens += chunks[c].n_tokens;
                 } else {
                     opt->stats->prefill_tokens += chunks[c].n_tokens;
                     prefill_step = true;
                 }
             }
-        rc = model_forward_cached(m, packed, &r.kv, chunks, n_chunks, logits);
+        rc = model_forward_cached(m, packed, &r.kv, chunks, n_fwd, logits);
         if (rc != 0) break;
+        if (n_fwd < n_chunks) spread_prefills(&r, chunks, chunk_slot, n_chunks, fwd_of, logits);
         for (int c = 0; share && c < n_chunks; c++) {
             int s = chunk_slot[c], p = r.slots[s].job / r.per;
             if (!r.slots[s].prefilled) { /* before sampling modifies the logits */
@@ -401,6 +459,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.prompt_logits);
     free(logits);
     free(chunk_slot);
+    free(fwd_of);
     free(chunks);
     free(r.slots);
     free(r.stopped_len);

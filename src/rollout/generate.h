@@ -29,11 +29,13 @@ typedef struct {
     uint64_t first_stream;
     /* Not NULL: tokens are drawn as transformers' generate() draws them on the CPU from torch's
      * global generator (TRL's GRPOTrainer with the seed set): every completion decodes in one
-     * batch (max_batch is ignored and no prefill is shared), and each step, while any completion
-     * is unfinished, takes n_completions x vocab exponential_() draws from this generator, row j
-     * (completion j, out[] order) its j-th vocab of them, finished rows included; row j's token
-     * is argmax(p / q) (torch.multinomial, rollout/sampler.h). The draws then depend on the
-     * whole batch, as transformers' do; seed and first_stream are unused. Greedy draws nothing. */
+     * batch (max_batch is ignored; a prompt's completions share its prefill only within the step
+     * that prefills them all, where that gives the bits of prefilling each: generate.c,
+     * share_prefills_in_step), and each step, while any completion is unfinished, takes
+     * n_completions x vocab exponential_() draws from this generator, row j (completion j, out[]
+     * order) its j-th vocab of them, finished rows included; row j's token is argmax(p / q)
+     * (torch.multinomial, rollout/sampler.h). The draws then depend on the whole batch, as
+     * transformers' do; seed and first_stream are unused. Greedy draws nothing. */
     TorchGenerator *torch_rng;
     /* called after each token a completion receives (streaming); may be NULL */
     void (*on_token)(int job, const int32_t *ids, int len, void *ctx);

@@ -203,8 +203,38 @@ static void prefetch_rows(const float *rows, int first, int end, size_t stride, 
 }
 #endif
 
+#ifdef DOT8_WIDTH
+#define TAIL_MAX_HD 256
+/* scores[h * len + t] = q_h · key t for the keys t0 <= t < len left after the blocks of eight,
+ * each summed as dot() sums it: index by index, each product and each sum rounded (a multiply,
+ * then an add: no FMA). Eight heads side by side, a head a lane (q transposed so that index d of
+ * the eight is one vector): dot() one head after another is a chain of hd dependent adds per head
+ * and key, which at ~130 keys cost 16% of attention_over_cache_scored's samples (perf, Qwen2.5's
+ * seven heads a group). The lanes are independent: the same bits. hd <= TAIL_MAX_HD. */
+static void tail_scores(float *scores, const float *q, const float *k, int t0, int len,
+                        size_t stride, int hd, int n_q) {
+    float qt[TAIL_MAX_HD * 8], lanes[8];
+    for (int h0 = 0; h0 < n_q; h0 += 8) {
+        int nh = n_q - h0 < 8 ? n_q - h0 : 8;
+        for (int d = 0; d < hd; d++)
+            for (int i = 0; i < 8; i++)
+                qt[d * 8 + i] = i < nh ? q[(size_t)(h0 + i) * hd + d] : 0.0f;
+        for (int t = t0; t < len; t++) {
+            const float *row = k + (size_t)t * stride;
+            __m256 acc = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d++)
+                acc = _mm256_add_ps(
+                    acc, _mm256_mul_ps(_mm256_loadu_ps(qt + d * 8), _mm256_set1_ps(row[d])));
+            _mm256_storeu_ps(lanes, acc);
+            for (int i = 0; i < nh; i++)
+                scores[(size_t)(h0 + i) * len + t] = lanes[i];
+        }
+    }
+}
+#endif
+
 /* scores[h * len + t] = q_h · key t, for the n_q heads: eight keys at a time, read by every head
- * while they are in L1. */
+ * while they are in L1; the rest as dot() computes them. */
 static void key_scores(float *scores, const float *q, const float *k, const float *v, int len,
                        size_t stride, int hd, int n_q) {
     int t = 0;
@@ -217,6 +247,10 @@ static void key_scores(float *scores, const float *q, const float *k, const floa
                 dot8_rows(scores + (size_t)h * len + t, q + (size_t)h * hd, k + (size_t)t * stride,
                           stride, hd);
         }
+    if (hd <= TAIL_MAX_HD) {
+        tail_scores(scores, q, k, t, len, stride, hd, n_q);
+        return;
+    }
 #endif
     for (; t < len; t++)
         for (int h = 0; h < n_q; h++)

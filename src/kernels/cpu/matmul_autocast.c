@@ -37,8 +37,12 @@ static inline float round_bf16(float f) {
     return out;
 }
 
+/* simd: at -O2 GCC's cheap cost model leaves these loops scalar (a trip count it does not know
+ * needs an epilogue), and the rounding of a bf16 rollout's outputs (64 x 151936 logits a decode
+ * step at Qwen2.5's vocabulary, and every linear's) was ~11% of its CPU time (perf, 1 thread).
+ * The lanes compute rounded_bits' integer expression each: the same bits. */
 void bf16_round_copy(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
         dst[i] = round_bf16(src[i]);
 }
@@ -48,7 +52,7 @@ void bf16_round_inplace(float *x, size_t n) {
 }
 
 void bf16_narrow(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
         dst[i] = (uint16_t)(rounded_bits(src[i]) >> 16);
 }
