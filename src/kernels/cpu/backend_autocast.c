@@ -54,9 +54,21 @@ static void ac_linear(const Backend *be, float *out, const float *in, WeightRef 
                       const PackedWeight *packed, const float *bias, int n, int in_dim,
                       int out_dim) {
     (void)be;
-    if (packed && (packed->panels16 || packed_weight_is_amx(packed)) && packed_matmul_suits(n)) {
-        /* decoding with bf16 panels (a model kept in bf16) or on AMX tiles (the cache's packing
-         * of W, which autocast_linear_forward would read too): this very product */
+    if (packed && packed_weight_is_amx(packed) && packed_matmul_suits(n)) {
+        /* decoding on AMX tiles (the cache's packing of W, which autocast_linear_forward would
+         * read too): the bf16 bias added and the output rounded as each block is stored, the
+         * bits of the passes below without their reads and writes of out */
+        float *rb = NULL;
+        if (bias) {
+            rb = xmalloc((size_t)out_dim * sizeof *rb);
+            bf16_round_copy(rb, bias, (size_t)out_dim);
+        }
+        packed_matmul_amx_forward_rounded(out, in, packed, rb, n);
+        free(rb);
+        return;
+    }
+    if (packed && packed->panels16 && packed_matmul_suits(n)) {
+        /* decoding with bf16 panels (a model kept in bf16): this very product */
         packed_matmul_forward(out, in, packed, NULL, n);
         if (bias) {
             float *rb = xmalloc((size_t)out_dim * sizeof *rb);

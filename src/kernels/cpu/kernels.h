@@ -115,6 +115,13 @@ bool packed_weight_is_amx(const PackedWeight *p);
 void packed_matmul_amx_forward(float *out, const float *in, const PackedWeight *w,
                                const float *bias, int n);
 
+/* packed_matmul_amx_forward's product, then out = bf16(out + bias) (bias NULL or out_dim values)
+ * as each block is stored (gemm_bf16_rounded): the bits of packed_matmul_amx_forward without its
+ * bias, then the bias added and the sum rounded to bf16 in passes of their own, as bf16
+ * autocast's linear rounds its output. */
+void packed_matmul_amx_forward_rounded(float *out, const float *in, const PackedWeight *w,
+                                       const float *bias, int n);
+
 /* dst[i] = the fp32 value of the bf16 src[i] (exact). */
 void bf16_widen(float *dst, const uint16_t *src, size_t n);
 

@@ -35,16 +35,30 @@ void packed_weight_amx(PackedWeight *p, WeightRef w, int in_dim, int out_dim) {
     (void)bf16_weight_packed(p->amx.f32, p->amx.bf16, out_dim, in_dim, true); /* checked */
 }
 
+/* x packed as gemm_bf16's A; the cache's packing of W, checked by packed_weight_amx at the start
+ * of this generate() call (nothing writes the weights during it). */
+static const Bf16PackedB *pack_product(Bf16PackedA *a, const float *in, const PackedWeight *w,
+                                       int n) {
+    bf16_pack_a(a, (Bf16Source){.f32 = in, .row_stride = (size_t)w->in_dim, .col_stride = 1}, n,
+                w->in_dim);
+    return bf16_weight_packed_unchanged(w->amx.f32, w->amx.bf16, w->out_dim, w->in_dim, true);
+}
+
 void packed_matmul_amx_forward(float *out, const float *in, const PackedWeight *w,
                                const float *bias, int n) {
     if (n == 0) return;
     Bf16PackedA a;
-    bf16_pack_a(&a, (Bf16Source){.f32 = in, .row_stride = (size_t)w->in_dim, .col_stride = 1}, n,
-                w->in_dim);
-    /* checked by packed_weight_amx at the start of this generate() call; nothing writes the
-     * weights during it */
-    gemm_bf16(out, (size_t)w->out_dim, false, &a,
-              bf16_weight_packed_unchanged(w->amx.f32, w->amx.bf16, w->out_dim, w->in_dim, true));
+    const Bf16PackedB *b = pack_product(&a, in, w, n);
+    gemm_bf16(out, (size_t)w->out_dim, false, &a, b);
     bf16_packed_a_free(&a);
     bias_add_rows(out, bias, n, w->out_dim);
+}
+
+void packed_matmul_amx_forward_rounded(float *out, const float *in, const PackedWeight *w,
+                                       const float *bias, int n) {
+    if (n == 0) return;
+    Bf16PackedA a;
+    const Bf16PackedB *b = pack_product(&a, in, w, n);
+    gemm_bf16_rounded(out, (size_t)w->out_dim, &a, b, bias);
+    bf16_packed_a_free(&a);
 }
