@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention_train.h"
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -74,30 +75,6 @@ static int round_up(int x, int m) {
     return (x + m - 1) / m * m;
 }
 
-/* Palette 1: 8 tiles of 16 rows of 64 bytes (gemm_bf16_amx.c's configuration, kept here as a
- * small copy of its own because that file is the AMX GEMM's; the same GCC 12 barrier). */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((aligned(64))) TileConfig;
-
-TARGET static void configure_tiles(void) {
-    TileConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = TILE;
-    /* GCC 12's _tile_loadconfig claims to read only 8 bytes of cfg, and without the barrier the
-     * stores of colsb and rows could be dropped (gemm_bf16_amx.c tells how that faulted) */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
-}
-
-TARGET static void release_tiles(void) {
-    _tile_release();
-}
-
 /* The 32 x 32 sums of block (i0, j0) over depth steps k0 .. k1 (multiples of 32) into buf. */
 TARGET static void block_sums(float buf[BLOCK * BLOCK], const Bf16PackedA *a, const Bf16PackedB *b,
                               int i0, int j0, int k0, int k1) {
@@ -156,7 +133,7 @@ static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *p
     int m = pa->rows, k = pa->depth;
     bool causal_output = shape == ATTN_CAUSAL_OUTPUT;
     float buf[BLOCK * BLOCK] __attribute__((aligned(64)));
-    configure_tiles();
+    gemm_bf16_amx_configure_tiles(TILE, TILE); /* gemm_bf16_amx.c's tile layout */
     /* column blocks outer: B's two panels stay in L1 across the row blocks */
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int cols = n - j0 < BLOCK ? n - j0 : BLOCK;
@@ -174,7 +151,7 @@ static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *p
             store_block(c, ldc, buf, alpha, beta, i0, j0, rows, cols, causal_output, diag);
         }
     }
-    release_tiles();
+    gemm_bf16_amx_release_tiles();
 }
 
 void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,

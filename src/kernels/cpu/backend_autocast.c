@@ -50,6 +50,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A rounded copy of n values (the caller frees it). */
+static float *rounded(const float *x, size_t n) {
+    float *r = xmalloc((n ? n : 1) * sizeof *r);
+    bf16_round_copy(r, x, n);
+    return r;
+}
+
 static void ac_linear(const Backend *be, float *out, const float *in, WeightRef w,
                       const PackedWeight *packed, const float *bias, int n, int in_dim,
                       int out_dim) {
@@ -58,11 +65,7 @@ static void ac_linear(const Backend *be, float *out, const float *in, WeightRef 
         /* decoding on AMX tiles (the cache's packing of W, which autocast_linear_forward would
          * read too): the bf16 bias added and the output rounded as each block is stored, the
          * bits of the passes below without their reads and writes of out */
-        float *rb = NULL;
-        if (bias) {
-            rb = xmalloc((size_t)out_dim * sizeof *rb);
-            bf16_round_copy(rb, bias, (size_t)out_dim);
-        }
+        float *rb = bias ? rounded(bias, (size_t)out_dim) : NULL;
         packed_matmul_amx_forward_rounded(out, in, packed, rb, n);
         free(rb);
         return;
@@ -71,8 +74,7 @@ static void ac_linear(const Backend *be, float *out, const float *in, WeightRef 
         /* decoding with bf16 panels (a model kept in bf16): this very product */
         packed_matmul_forward(out, in, packed, NULL, n);
         if (bias) {
-            float *rb = xmalloc((size_t)out_dim * sizeof *rb);
-            bf16_round_copy(rb, bias, (size_t)out_dim);
+            float *rb = rounded(bias, (size_t)out_dim);
             bias_add_rows(out, rb, n, out_dim);
             free(rb);
         }
@@ -87,13 +89,6 @@ static void ac_linear_backward(const Backend *be, float *din, float *dw, float *
                                int out_dim) {
     (void)be;
     autocast_linear_backward(din, dw, dbias, dout, in, w, n, in_dim, out_dim);
-}
-
-/* A rounded copy of n values (the caller frees it). */
-static float *rounded(const float *x, size_t n) {
-    float *r = xmalloc((n ? n : 1) * sizeof *r);
-    bf16_round_copy(r, x, n);
-    return r;
 }
 
 /* The attention's rounded copies of q, k, v and (backward) dout, kept between calls: every

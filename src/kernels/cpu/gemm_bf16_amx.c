@@ -30,7 +30,7 @@ typedef struct {
  * rows, unconfigured if bottom is 0; B's tmm6 and tmm7 16 pair steps. The tile unit's time goes
  * by the rows of A, and the rollout's decode steps multiply 8-64 rows: 8 rows on 32-row tiles
  * spent 3/4 of it on padding. Each row's sums are the same whatever the tile's row count. */
-TARGET static void configure_tiles(int top, int bottom) {
+TARGET void gemm_bf16_amx_configure_tiles(int top, int bottom) {
     TileConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -46,7 +46,7 @@ TARGET static void configure_tiles(int top, int bottom) {
     _tile_loadconfig(&cfg);
 }
 
-TARGET static void release_tiles(void) {
+TARGET void gemm_bf16_amx_release_tiles(void) {
     _tile_release();
 }
 
@@ -117,7 +117,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
         Pending prev = {buf, 0, 0, 0, 0, 0};                   /* nothing pending */
         /* more than 32 rows: 16 and 16 (a last block's padding rows are zero); else the rows */
         int top = a->rows > TILE ? TILE : a->rows, bottom = a->rows > BLOCK ? TILE : a->rows - top;
-        configure_tiles(top, bottom);
+        gemm_bf16_amx_configure_tiles(top, bottom);
 #pragma omp for schedule(static) collapse(2)
         for (int i0 = 0; i0 < a->rows; i0 += ROW_CHUNK)
             for (int jb = 0; jb < blocks; jb++) {
@@ -130,7 +130,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
                                 bottom > 0 && a->rows - i > TILE, buf, &prev);
             }
         store_rows(c, ldc, st, &prev, BLOCK); /* the last block's */
-        release_tiles();
+        gemm_bf16_amx_release_tiles();
     }
 }
 

@@ -76,6 +76,14 @@ bool gemm_bf16_cpu_has_avx2(void);
 bool gemm_bf16_cpu_has_avx512(void);
 bool gemm_bf16_cpu_has_amx(void); /* asks the kernel for the tile state on first call */
 
+/* The calling thread's AMX tiles configured for 32 x 32 blocks whose two row halves have top and
+ * bottom rows (bottom 0: its tiles left unconfigured), gemm_bf16_amx.c's layout (tmm0-3 sums,
+ * tmm4-5 A, tmm6-7 B); released by gemm_bf16_amx_release_tiles. x86-64 with AMX only (after
+ * gemm_bf16_cpu_has_amx). Shared so that the configuration and its GCC 12 workaround are
+ * written once. */
+void gemm_bf16_amx_configure_tiles(int top, int bottom);
+void gemm_bf16_amx_release_tiles(void);
+
 void gemm_bf16_run_avx2(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                         const Bf16PackedB *b);
 void gemm_bf16_run_avx512(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
