@@ -5,7 +5,7 @@
  * shapes (every padding and tail: rows, columns, depth, the odd last pair), sources in fp32, in
  * bf16 and transposed, C written and accumulated with a row stride past its columns (which must
  * stay untouched), and the same bits with one thread as with two. gemm_bf16_rounded against
- * gemm_bf16 then a rounding pass, bit for bit. */
+ * gemm_bf16 then a rounding pass, bit for bit. The packings value by value (check_packing). */
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -128,6 +128,79 @@ static void check_rounded(GemmBf16Path path, int m, int k, int n, bool a_t, unsi
     free(a), free(b), free(bias), free(want), free(got), free(garbage);
 }
 
+/* Value v of a test source: mostly random, with the values whose rounding is special (ties
+ * both ways, a NaN, infinities, a subnormal, the largest finite float, which rounds to inf). */
+static float source_value(unsigned *seed) {
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u,
+                                       0x7f800000u, 0x00012345u, 0x7f7fffffu, 0x80000000u};
+    unsigned r = (unsigned)rand_r(seed);
+    if (r % 7 == 0) {
+        float f;
+        memcpy(&f, &special[r / 7 % 8], sizeof f);
+        return f;
+    }
+    return (float)(r / (double)RAND_MAX - 0.5) * 3.0f;
+}
+
+/* The packings themselves, value by value against invariants 1-3 (gemm_bf16.c): A (rows x depth)
+ * and B (depth x cols) from sources stored row-major, transposed (row_stride 1: dW's dout^T, the
+ * forward's W^T) and with neither stride 1, in fp32 (rounded by float16.h's f32_to_bf16) and in
+ * bf16; every padded value zero. Each packing reuses a pooled buffer another one dirtied. */
+static void check_packing(GemmBf16Path path, int rows, int depth, int cols, unsigned seed) {
+    size_t na = (size_t)rows * depth + 1, nb = (size_t)depth * cols + 1;
+    float *a = malloc(3 * na * sizeof *a), *b = malloc(3 * nb * sizeof *b);
+    uint16_t *a16 = malloc(3 * na * sizeof *a16), *b16v = malloc(3 * nb * sizeof *b16v);
+    for (size_t i = 0; i < 3 * na; i++)
+        a[i] = source_value(&seed), a16[i] = f32_to_bf16(source_value(&seed));
+    for (size_t i = 0; i < 3 * nb; i++)
+        b[i] = source_value(&seed), b16v[i] = f32_to_bf16(source_value(&seed));
+    /* layouts: 0 row-major, 1 transposed, 2 strided (row-major with every other value used) */
+    for (int layout = 0; layout < 3; layout++)
+        for (int in_bf16 = 0; in_bf16 < 2; in_bf16++) {
+            size_t ars = layout == 0 ? (size_t)depth : layout == 1 ? 1 : 2 * (size_t)depth;
+            size_t acs = layout == 0 ? 1 : layout == 1 ? (size_t)rows : 2;
+            size_t brs = layout == 0 ? (size_t)cols : layout == 1 ? 1 : 2 * (size_t)cols;
+            size_t bcs = layout == 0 ? 1 : layout == 1 ? (size_t)depth : 2;
+            Bf16Source as = {in_bf16 ? NULL : a, in_bf16 ? a16 : NULL, ars, acs};
+            Bf16Source bs = {in_bf16 ? NULL : b, in_bf16 ? b16v : NULL, brs, bcs};
+            Bf16PackedA pa;
+            Bf16PackedB pb;
+            bf16_pack_a(&pa, as, rows, depth);
+            bf16_pack_b(&pb, bs, depth, cols);
+            int bad_a = 0, bad_b = 0;
+            for (int i = 0; i < pa.rows_padded; i++)
+                for (int k = 0; k < pa.depth_padded; k++) {
+                    size_t at = (size_t)i * ars + (size_t)k * acs;
+                    uint16_t want = i >= rows || k >= depth ? 0
+                                    : in_bf16               ? a16[at]
+                                                            : f32_to_bf16(a[at]);
+                    bad_a += pa.data[(size_t)i * pa.row_stride + k] != want;
+                }
+            for (int k = 0; k < pb.depth_padded; k++)
+                for (int j = 0; j < pb.cols_padded; j++) {
+                    size_t at = (size_t)k * brs + (size_t)j * bcs;
+                    uint16_t want = k >= depth || j >= cols ? 0
+                                    : in_bf16               ? b16v[at]
+                                                            : f32_to_bf16(b[at]);
+                    size_t got = (size_t)(j / 16) * pb.panel_stride + (size_t)(k / 2) * 32 +
+                                 (size_t)(j % 16) * 2 + (size_t)(k % 2);
+                    bad_b += pb.data[got] != want;
+                }
+            CHECK(bad_a == 0 && bad_b == 0,
+                  "%s packing %dx%d (A) and %dx%d (B), %s source%s: %d of A's %d, %d of B's %d "
+                  "packed values wrong",
+                  gemm_bf16_path_name(path), rows, depth, depth, cols,
+                  layout == 0   ? "row-major"
+                  : layout == 1 ? "transposed"
+                                : "strided",
+                  in_bf16 ? " in bf16" : "", bad_a, pa.rows_padded * pa.depth_padded, bad_b,
+                  pb.depth_padded * pb.cols_padded);
+            bf16_packed_a_free(&pa);
+            bf16_packed_b_free(&pb);
+        }
+    free(a), free(b), free(a16), free(b16v);
+}
+
 int main(void) {
     int paths = 0;
     for (int p = GEMM_BF16_AVX2; p < GEMM_BF16_PATH_COUNT; p++) {
@@ -160,6 +233,13 @@ int main(void) {
         check(p, 66, 100, 40, false, false, true, 23);
         check(p, 50, 100, 40, true, false, false, 24);
         check(p, 92, 70, 50, false, true, true, 25);
+        /* every tail of the packers' 16 x 16 transposes: rows, depth and columns short of, at
+         * and past 16 and 32, depth odd, and more than one pass over each (two threads) */
+        int sizes[][3] = {{1, 1, 1},    {5, 3, 7},      {16, 32, 16},  {17, 33, 15},
+                          {31, 63, 47}, {45, 65, 33},   {70, 31, 100}, {33, 129, 130},
+                          {64, 64, 64}, {97, 1001, 21}, {300, 257, 90}};
+        for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++)
+            check_packing(p, sizes[t][0], sizes[t][1], sizes[t][2], 30 + (unsigned)t);
         check_rounded(p, 1, 1, 1, false, 8);
         check_rounded(p, 67, 131, 97, false, 9);
         check_rounded(p, 130, 576, 70, true, 10);

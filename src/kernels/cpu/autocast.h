@@ -33,12 +33,23 @@ void bf16_narrow(uint16_t *dst, const float *src, size_t n);
 void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
                              int in_dim, int out_dim);
 
+/* autocast_linear_forward for each part (parts[i].out, w, bias, out_dim) of the same in
+ * (N, in_dim), each with the bits it gets alone; on gemm_bf16 in is packed once for them all
+ * (q/k/v, gate/up: backend.h's linears). */
+void autocast_linears_forward(const LinearPart *parts, int count, const float *in, int n,
+                              int in_dim);
+
 /* Its backward, W as the forward's. g = bf16(dout); din (N, in_dim) written = bf16(g · bf16(W));
  * dw (out_dim, in_dim) accumulated += g^T · bf16(in), fp32 sums not rounded; dbias accumulated
  * += column sums of g. Any of din, dw, dbias may be NULL; dw must be NULL for a frozen bf16 or
  * NF4 W (backend.h's linear_backward). */
 void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
                               const float *in, WeightRef w, int n, int in_dim, int out_dim);
+
+/* For each part, autocast_linear_backward's dw and dbias (din NULL) with its bits; on gemm_bf16
+ * in is packed once as every dw product's B (backend.h's linear_weight_grads). */
+void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
+                                  int in_dim);
 
 /* The lm_head's log-probs under autocast on gemm_bf16 (fused_logprob_autocast.c; only when
  * gemm_bf16_path() is not GEMM_BF16_NONE): as fused_logprob_forward_capped, with the logits

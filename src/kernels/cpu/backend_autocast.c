@@ -84,6 +84,18 @@ static void ac_linear(const Backend *be, float *out, const float *in, WeightRef 
     autocast_linear_forward(out, in, w, bias, n, in_dim, out_dim);
 }
 
+static void ac_linears(const Backend *be, const LinearPart *parts, int count, const float *in,
+                       int n, int in_dim) {
+    (void)be;
+    autocast_linears_forward(parts, count, in, n, in_dim);
+}
+
+static void ac_linear_weight_grads(const Backend *be, const LinearGradPart *parts, int count,
+                                   const float *in, int n, int in_dim) {
+    (void)be;
+    autocast_linear_weight_grads(parts, count, in, n, in_dim);
+}
+
 static void ac_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
                                const float *dout, const float *in, WeightRef w, int n, int in_dim,
                                int out_dim) {
@@ -313,10 +325,10 @@ static void autocast_init(void) {
     /* its lm_head multiplies in bf16: the fp32 hand-over of backend_cpu does not apply */
     autocast_backend.logprob_lse = NULL;
     autocast_backend.logprob_backward_lse = NULL;
-    /* nor do the CPU's fp32 products of one input: its linears round to bf16 (backend_linears
-     * and the backward then go product by product through the ops above) */
-    autocast_backend.linears = NULL;
-    autocast_backend.linear_weight_grads = NULL;
+    /* its own products of one input, the CPU's being fp32: each product's bits as ac_linear
+     * (packed NULL) and ac_linear_backward give it, the shared input packed once */
+    autocast_backend.linears = ac_linears;
+    autocast_backend.linear_weight_grads = ac_linear_weight_grads;
 }
 
 const Backend *backend_cpu_autocast(void) {

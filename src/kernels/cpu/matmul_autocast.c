@@ -132,26 +132,30 @@ static Bf16Source matrix_source(const float *x, int cols, bool transposed) {
                         .col_stride = transposed ? (size_t)cols : 1};
 }
 
+/* out = bf16(bf16(in) · bf16(W)^T + bf16(bias)) on gemm_bf16, in already packed as A
+ * (n x in_dim), B = W^T (in_dim x out_dim): the bias added and the output rounded as the
+ * product stores its blocks (finish_output's bits, without its pass over out). */
+static void forward_packed(float *out, const Bf16PackedA *a, WeightRef w, const float *bias,
+                           int in_dim, int out_dim) {
+    Bf16PackedB own;
+    float *rb = NULL;
+    if (bias) {
+        rb = xmalloc((size_t)out_dim * sizeof *rb);
+        bf16_round_copy(rb, bias, (size_t)out_dim);
+    }
+    gemm_bf16_rounded(out, (size_t)out_dim, a, packed_weight(w, out_dim, in_dim, true, &own), rb);
+    bf16_packed_b_free(&own);
+    free(rb);
+}
+
 void autocast_linear_forward(float *out, const float *in, WeightRef w, const float *bias, int n,
                              int in_dim, int out_dim) {
     if (n == 0) return;
     if (gemm_bf16_path() != GEMM_BF16_NONE) {
-        /* out = bf16(bf16(in) · bf16(W)^T + bf16(bias)): A = in (n x in_dim), B = W^T
-         * (in_dim x out_dim); the bias added and the output rounded as the product stores its
-         * blocks (finish_output's bits, without its pass over out) */
         Bf16PackedA a;
-        Bf16PackedB own;
-        float *rb = NULL;
-        if (bias) {
-            rb = xmalloc((size_t)out_dim * sizeof *rb);
-            bf16_round_copy(rb, bias, (size_t)out_dim);
-        }
         bf16_pack_a(&a, matrix_source(in, in_dim, false), n, in_dim);
-        gemm_bf16_rounded(out, (size_t)out_dim, &a, packed_weight(w, out_dim, in_dim, true, &own),
-                          rb);
-        bf16_packed_b_free(&own);
+        forward_packed(out, &a, w, bias, in_dim, out_dim);
         bf16_packed_a_free(&a);
-        free(rb);
         return;
     }
     float *x = xmalloc((size_t)n * in_dim * sizeof *x);
@@ -161,6 +165,40 @@ void autocast_linear_forward(float *out, const float *in, WeightRef w, const flo
     free(wr);
     free(x);
     finish_output(out, bias, n, out_dim);
+}
+
+void autocast_linears_forward(const LinearPart *parts, int count, const float *in, int n,
+                              int in_dim) {
+    if (n == 0) return;
+    if (gemm_bf16_path() == GEMM_BF16_NONE) { /* rounded copies of W: nothing shared */
+        for (int i = 0; i < count; i++)
+            autocast_linear_forward(parts[i].out, in, parts[i].w, parts[i].bias, n, in_dim,
+                                    parts[i].out_dim);
+        return;
+    }
+    Bf16PackedA a;
+    bf16_pack_a(&a, matrix_source(in, in_dim, false), n, in_dim);
+    for (int i = 0; i < count; i++)
+        forward_packed(parts[i].out, &a, parts[i].w, parts[i].bias, in_dim, parts[i].out_dim);
+    bf16_packed_a_free(&a);
+}
+
+/* dw += bf16(dout)^T · bf16(in) on gemm_bf16, fp32 sums unrounded (as the sgemm path's), in
+ * already packed as B (n x in_dim): A = dout^T (out_dim x n). */
+static void weight_grad_packed(float *dw, const float *dout, const Bf16PackedB *in_b, int n,
+                               int in_dim, int out_dim) {
+    Bf16PackedA a;
+    bf16_pack_a(&a, matrix_source(dout, out_dim, true), out_dim, n);
+    gemm_bf16(dw, (size_t)in_dim, true, &a, in_b);
+    bf16_packed_a_free(&a);
+}
+
+/* dbias += column sums of bf16(dout), in fp32 as matmul_backward sums them. */
+static void bias_grad_rounded(float *dbias, const float *dout, int n, int in_dim, int out_dim) {
+    float *g = xmalloc((size_t)n * out_dim * sizeof *g);
+    bf16_round_copy(g, dout, (size_t)n * out_dim);
+    matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
+    free(g);
 }
 
 /* autocast_linear_backward on gemm_bf16: the same products, the packing doing the rounding. */
@@ -177,24 +215,13 @@ static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float 
         bf16_packed_b_free(&own);
         bf16_packed_a_free(&a);
     }
-    if (dw) {
-        /* dw += bf16(dout)^T · bf16(in), fp32 sums unrounded (as the sgemm path below):
-         * A = dout^T (out_dim x n), B = in (n x in_dim) */
-        Bf16PackedA a;
+    if (dw) { /* B = in (n x in_dim) */
         Bf16PackedB b;
-        bf16_pack_a(&a, matrix_source(dout, out_dim, true), out_dim, n);
         bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
-        gemm_bf16(dw, (size_t)in_dim, true, &a, &b);
+        weight_grad_packed(dw, dout, &b, n, in_dim, out_dim);
         bf16_packed_b_free(&b);
-        bf16_packed_a_free(&a);
     }
-    if (dbias) {
-        /* column sums of bf16(dout), in fp32 as matmul_backward sums them */
-        float *g = xmalloc((size_t)n * out_dim * sizeof *g);
-        bf16_round_copy(g, dout, (size_t)n * out_dim);
-        matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
-        free(g);
-    }
+    if (dbias) bias_grad_rounded(dbias, dout, n, in_dim, out_dim);
 }
 
 void autocast_linear_backward(float *din, float *dw, float *dbias, const float *dout,
@@ -223,4 +250,25 @@ void autocast_linear_backward(float *din, float *dw, float *dbias, const float *
     }
     if (dbias) matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
     free(g);
+}
+
+void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
+                                  int in_dim) {
+    if (n == 0) return;
+    if (gemm_bf16_path() == GEMM_BF16_NONE) { /* sgemm on rounded copies: nothing shared */
+        for (int i = 0; i < count; i++)
+            autocast_linear_backward(NULL, parts[i].dw, parts[i].dbias, parts[i].dout, in,
+                                     parts[i].w, n, in_dim, parts[i].out_dim);
+        return;
+    }
+    Bf16PackedB b = {0}; /* in as B, packed once for every dw product */
+    for (int i = 0; i < count; i++) {
+        const LinearGradPart *p = &parts[i];
+        if (p->dw) {
+            if (!b.data) bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
+            weight_grad_packed(p->dw, p->dout, &b, n, in_dim, p->out_dim);
+        }
+        if (p->dbias) bias_grad_rounded(p->dbias, p->dout, n, in_dim, p->out_dim);
+    }
+    bf16_packed_b_free(&b);
 }
