@@ -28,11 +28,18 @@ static void free_panel(void *packed);
 static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
                           int diag);
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag);
+
+/* ATTN_PACK_STEP's layout is a packed A's (invariants 1 and 3 of gemm_bf16.c) */
+_Static_assert(ATTN_PACK_STEP == GEMM_BF16_DEPTH_PAD && ATTN_PACK_STEP == GEMM_BF16_ROW_PAD,
+               "attention.c's packed P and dS are gemm_bf16's packed A");
 
 /* The key panels packed once per call (a block's first key a multiple of 32, where a packing's
  * view may start): the keys and values each block and head reads are not packed again. */
-static const AttnKernel kernel_amx = {attention_product_amx, true, 32, pack_panel, free_panel,
-                                      panel_product};
+static const AttnKernel kernel_amx = {
+    attention_product_amx, true, 32, pack_panel, free_panel, panel_product, packed_product};
 
 void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, const int32_t *seq_index,
@@ -171,19 +178,54 @@ void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const
 
 /* The view of the panel from (k0, j0) on holds k x n and runs on to a multiple of 32 (or the
  * packing's end): its depth beyond k meets A's zero padding, its columns beyond n are not stored
- * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). */
-static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
-                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
-                          int diag) {
+ * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). A: packed
+ * (ATTN_PACK_STEP's layout, attention_train.h). */
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag) {
     if (m <= 0 || n <= 0) return;
     const Bf16PackedB *pb = panel;
     int depth = k0 + round_up(k, BLOCK) < pb->depth ? round_up(k, BLOCK) : pb->depth - k0;
     int cols = j0 + round_up(n, BLOCK) < pb->cols ? round_up(n, BLOCK) : pb->cols - j0;
     Bf16PackedB view = bf16_packed_b_view(pb, k0, depth, j0, cols);
-    Bf16PackedA pa;
-    bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+    Bf16PackedA pa = {(uint16_t *)a, m, k, round_up(m, BLOCK), round_up(k, BLOCK), a_stride, 0};
     run_blocks(false, &pa, &view, n, alpha, 0.0f, c, ldc, shape, diag);
-    bf16_packed_a_free(&pa);
+}
+
+/* A's values packed on the stack up to this many (64 query rows of head dim 256: a block's q or
+ * dO rows, the A of every panel product attention.c does not pack itself), else by bf16_pack_a */
+#define STACK_PACK (64 * 256)
+
+/* packed_product on A (m x k fp32, row stride lda) rounded and packed (ATTN_PACK_STEP's layout):
+ * on the stack when it fits, not through gemm_bf16's pool (a lock and a buffer per call). */
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    if (m <= 0 || n <= 0) return;
+    int stride = round_up(k > 0 ? k : 1, BLOCK);
+    if ((size_t)round_up(m, BLOCK) * stride > STACK_PACK) {
+        Bf16PackedA pa;
+        bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+        packed_product(m, n, k, alpha, pa.data, pa.row_stride, panel, k0, j0, c, ldc, shape, diag);
+        bf16_packed_a_free(&pa);
+        return;
+    }
+    uint16_t packed[STACK_PACK] __attribute__((aligned(64)));
+    for (int i = 0; i < m; i++) {
+        const float *row = a + (size_t)i * lda;
+        uint16_t *dst = packed + (size_t)i * stride;
+#pragma omp simd
+        for (int l = 0; l < k; l++) {
+            float r = gemm_bf16_round(row[l]);
+            uint32_t u;
+            memcpy(&u, &r, sizeof u);
+            dst[l] = (uint16_t)(u >> 16);
+        }
+        memset(dst + k, 0, (size_t)(stride - k) * sizeof *dst);
+    }
+    /* rows past m (read by the last block's tiles, not stored): zeros, never garbage */
+    memset(packed + (size_t)m * stride, 0, (size_t)(round_up(m, BLOCK) - m) * stride * 2);
+    packed_product(m, n, k, alpha, packed, stride, panel, k0, j0, c, ldc, shape, diag);
 }
 
 #else
@@ -201,6 +243,14 @@ static void panel_product(int m, int n, int k, float alpha, const float *a, int 
                           int diag) {
     (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panel, (void)k0, (void)j0;
     (void)c, (void)ldc, (void)shape, (void)diag;
+    abort(); /* as attention_product_amx */
+}
+
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag) {
+    (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)a_stride, (void)panel, (void)k0;
+    (void)j0, (void)c, (void)ldc, (void)shape, (void)diag;
     abort(); /* as attention_product_amx */
 }
 
