@@ -98,21 +98,10 @@ static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int 
  * without that row being stored and read again. */
 static float softmax_columns(float *row, int n, int lo, int hi, bool normalise, uint16_t *packed,
                              int stride) {
-    /* 16 lanes, the last step masked (no scalar remainder: a row's hi is anywhere) */
-    float lane_max[LANE_SUM_WIDTH];
-    for (int l = 0; l < LANE_SUM_WIDTH; l++)
-        lane_max[l] = -INFINITY;
-    for (int j = lo; j <= hi; j += LANE_SUM_WIDTH) {
-        int left = hi + 1 - j;
-#pragma omp simd
-        for (int l = 0; l < LANE_SUM_WIDTH; l++) {
-            float x = l < left ? row[j + l] : -INFINITY;
-            lane_max[l] = x > lane_max[l] ? x : lane_max[l];
-        }
-    }
-    float max = -INFINITY; /* the largest value, whatever the order it is found in */
-    for (int l = 0; l < LANE_SUM_WIDTH; l++)
-        max = lane_max[l] > max ? lane_max[l] : max;
+    float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+    for (int j = lo; j <= hi; j++)
+        max = row[j] > max ? row[j] : max;
     for (int j = 0; j < lo; j++)
         row[j] = 0.0f;
     for (int j = hi + 1; j < n; j++)
@@ -127,12 +116,10 @@ static float softmax_columns(float *row, int n, int lo, int hi, bool normalise, 
             row[j + l] = e;
             lane[l] += e;
         }
-    int left = hi + 1 - j; /* the last, partial step, masked: a vector too */
-#pragma omp simd
-    for (int l = 0; l < LANE_SUM_WIDTH; l++) {
-        float e = fast_expf((l < left ? row[j + l] : max) - max);
-        if (l < left) row[j + l] = e;
-        lane[l] += l < left ? e : 0.0f; /* + 0: the lane's sum as it was */
+    for (int l = 0; j + l <= hi; l++) {
+        float e = fast_expf(row[j + l] - max);
+        row[j + l] = e;
+        lane[l] += e;
     }
     float inv = 1.0f / lane_sum_total(lane);
     if (packed) {
