@@ -161,9 +161,9 @@ static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *p
     gemm_bf16_amx_release_tiles();
 }
 
-static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride);
-
 #define AVX512 __attribute__((target("avx512f")))
+
+AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride);
 
 /* 16 values' bf16 bits (nearest, ties to even; a NaN the quiet NaN), each in the low half of its
  * 32-bit lane: gemm_bf16.c's narrow(), 16 at a time. */
@@ -282,20 +282,18 @@ void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const
     run_blocks(trans_a, &pa, &pb, n, alpha, beta, c, ldc, shape, diag);
 }
 
-/* bf16_pack_a's packing of a row-major A (m x k, rows of lda) into d (stride values a row, m
- * rounded up to 32 rows; the rows past m zero). */
-static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride) {
+/* bf16_pack_a's packing of a row-major A (m x k, rows of lda) into d (stride values a row, a
+ * multiple of 32 at least k; m rounded up to 32 rows, the rows past m zero): 16 values at a time,
+ * the loads past k masked, so the padding's zeros come out of the same stores. */
+AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride) {
     for (int i = 0; i < m; i++) {
         const float *row = a + (size_t)i * lda;
         uint16_t *dst = d + (size_t)i * stride;
-#pragma omp simd
-        for (int l = 0; l < k; l++) {
-            float r = gemm_bf16_round(row[l]);
-            uint32_t u;
-            memcpy(&u, &r, sizeof u);
-            dst[l] = (uint16_t)(u >> 16);
+        for (int l = 0; l < stride; l += 16) {
+            __mmask16 in = k - l >= 16 ? 0xFFFF : k <= l ? 0 : (__mmask16)((1u << (k - l)) - 1);
+            __m512i r = narrow16(_mm512_maskz_loadu_ps(in, row + l));
+            _mm256_storeu_si256((__m256i *)(dst + l), _mm512_cvtepi32_epi16(r));
         }
-        memset(dst + k, 0, (size_t)(stride - k) * sizeof *dst);
     }
     memset(d + (size_t)m * stride, 0, (size_t)(round_up(m, BLOCK) - m) * stride * sizeof *d);
 }
