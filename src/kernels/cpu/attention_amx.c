@@ -1,7 +1,14 @@
-/* attention_product_amx (attention_amx.h): both operands packed by gemm_bf16's packers (rounded to
- * bf16, zero-padded to whole 32 x 32 blocks and 32-value depth steps, gemm_bf16.c's invariants
+/* attention_product_amx (attention_amx.h): both operands packed as gemm_bf16 packs them (rounded
+ * to bf16, zero-padded to whole 32 x 32 blocks and 32-value depth steps, gemm_bf16.c's invariants
  * 1-3), then 32 x 32 blocks of C as gemm_bf16_amx.c runs them: 4 tiles of sums (tmm0-3), 2 of A
  * (tmm4-5), 2 of B (tmm6-7), with attention's masked parts skipped block by block.
+ *
+ * Packing: the key panels once per call by bf16_pack_b (pack_panel); P and dS for the panel
+ * products by attention.c itself as it makes them (packed_product); everything a block packs
+ * per product (its q / dO rows, P^T and dS^T, dO / Q as B) by this file's AVX-512 packers into
+ * stack buffers: no allocation or pool lock per product, and P^T / dS^T transposed 16 x 16
+ * words in registers. The bits are bf16_pack_a's / bf16_pack_b's (test_attention_amx's product
+ * sweep checks them against the double sums of the rounded operands).
  *
  * Invariants:
  *  1. A block's depth range is whole 32-value steps: where ATTN_CAUSAL_DEPTH cuts it inside a
