@@ -29,9 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float uniform(void) {
-    return (float)rand() / RAND_MAX * 2 - 1;
-}
+static uint64_t rng = 33;
 
 /* ---- attention ---- */
 
@@ -88,11 +86,12 @@ static void run_backward(float *dq, float *dk, float *dv, const float *g, const 
                                 n_segs, seq_index, n, nh, nkv, hd, window, sc);
 }
 
-/* attention_reference_layout's preference pair and a lone 77-row sequence. */
-static void check_attention(int nh, int nkv, int hd, int window, float softcap) {
+/* attention_reference_layout's preference pair and a lone sequence of `last` rows (its blocks'
+ * row counts and key counts around the 32-row steps of the packed P and dS). */
+static void check_attention(int nh, int nkv, int hd, int window, float softcap, int last) {
     AttnSegment segs[3];
-    int32_t seq_index[317];
-    const int n_segs = 3, n = attention_reference_layout(segs, seq_index, 77);
+    int32_t seq_index[240 + 600];
+    const int n_segs = 3, n = attention_reference_layout(segs, seq_index, last);
     AttnScores sc = {1.0f / sqrtf((float)hd), softcap};
     size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
     float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk);
@@ -105,9 +104,9 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
     AttnReference r = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
     AttnReference u = {calloc(nq, 8), calloc(nq, 8), calloc(nk, 8), calloc(nk, 8)};
     for (size_t i = 0; i < nq; i++)
-        q[i] = 3 * uniform(), g[i] = uniform();
+        q[i] = 3 * harness_frand(&rng), g[i] = harness_frand(&rng);
     for (size_t i = 0; i < nk; i++)
-        k[i] = 3 * uniform(), v[i] = uniform();
+        k[i] = 3 * harness_frand(&rng), v[i] = harness_frand(&rng);
     bf16_round_copy(qr, q, nq), bf16_round_copy(kr, k, nk);
     bf16_round_copy(vr, v, nk), bf16_round_copy(gr, g, nq);
     /* AMX gets the unrounded values (its packing must round them), the fp32 path rounded ones */
@@ -134,8 +133,8 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
                             false);
     }
     char what[96];
-    snprintf(what, sizeof what, "%s: heads %d/%d hd %d window %d softcap %g",
-             on_amx ? "amx" : "fp32 rounding", nh, nkv, hd, window, softcap);
+    snprintf(what, sizeof what, "%s: heads %d/%d hd %d window %d softcap %g last %d",
+             on_amx ? "amx" : "fp32 rounding", nh, nkv, hd, window, softcap, last);
     compare(what, "out", out, r.out, u.out, nq);
     compare(what, "dq", dq, r.dq, u.dq, nq);
     compare(what, "dk", dk, r.dk, u.dk, nk);
@@ -147,16 +146,22 @@ static void check_attention(int nh, int nkv, int hd, int window, float softcap) 
 }
 
 static void check_all(void) {
-    check_attention(6, 2, 64, 0, 0.0f);
-    check_attention(6, 2, 64, 50, 0.0f);
-    check_attention(4, 4, 128, 0, 0.0f);
-    check_attention(6, 3, 128, 37, 0.0f);
-    check_attention(6, 2, 64, 0, 5.0f);
-    check_attention(6, 3, 40, 37, 0.0f); /* a head dim short of the 32-value step: padded */
+    check_attention(6, 2, 64, 0, 0.0f, 77);
+    check_attention(6, 2, 64, 50, 0.0f, 77);
+    check_attention(4, 4, 128, 0, 0.0f, 77);
+    check_attention(6, 3, 128, 37, 0.0f, 77);
+    check_attention(6, 2, 64, 0, 5.0f, 77);
+    check_attention(6, 3, 40, 37, 0.0f, 77); /* a head dim short of the 32-value step: padded */
+    /* a one-row block; a block of 33 rows (a 32-row step and one row past it); 97 = 64 + 33 */
+    check_attention(6, 2, 64, 0, 0.0f, 1);
+    check_attention(6, 2, 64, 20, 5.0f, 33);
+    check_attention(6, 3, 40, 0, 0.0f, 97);
+    /* 600 keys: P^T's 64 x 600 is past the stack buffers (AMX's packers, the rounding copy):
+     * the heap / gemm_bf16-packer path */
+    check_attention(2, 1, 64, 0, 0.0f, 600);
 }
 
 int main(void) {
-    srand(33);
     on_amx = false; /* a CPU without AMX: the same values rounded, fp32 sums */
     check_all();
     if (!attention_amx_usable()) {

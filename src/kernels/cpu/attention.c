@@ -4,6 +4,7 @@
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/attention_products.h"
 #include "kernels/cpu/attention_train.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/lane_sum.h"
 
 #include <math.h>
@@ -16,6 +17,27 @@
  * (causal: up to its last row; window: from its first row's window start), which skips the
  * upper triangle and, with a sliding window, everything before the window. */
 #define QUERY_BLOCK 64
+_Static_assert(QUERY_BLOCK % ATTN_PACK_STEP == 0, "a packed block's rows are whole steps");
+
+static int pack_stride(int n_keys) {
+    return (n_keys + ATTN_PACK_STEP - 1) / ATTN_PACK_STEP * ATTN_PACK_STEP;
+}
+
+/* f's bf16 bits, rounded as gemm_bf16 packs (nearest, ties to even): gemm_bf16_round's. */
+static inline uint16_t to_bf16(float f) {
+    float r = gemm_bf16_round(f);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* A packed row (ATTN_PACK_STEP's layout) from columns 0..n - 1 of an fp32 row, zeros to stride. */
+static void pack_row(uint16_t *dst, const float *row, int n, int stride) {
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        dst[j] = to_bf16(row[j]);
+    memset(dst + n, 0, (size_t)(stride - n) * sizeof *dst);
+}
 
 /* The keys one block of queries meets, as its score columns hold them: first the prefix rows
  * a_row.., then the segment's own rows b_row... Column j is key `first` + j. */
@@ -70,8 +92,12 @@ static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int 
  * exponentials are fast_expf's, vectorised (relative error below 3e-7, as libm's expf), and so
  * is the maximum (a scalar compare chain was half of the softmax's time). Returns 1 / the sum of
  * the exponentials; with `normalise` false the row keeps the exponentials unscaled (the forward
- * scales its output row instead: hd products where the row has up to n). */
-static float softmax_columns(float *row, int n, int lo, int hi, bool normalise) {
+ * scales its output row instead: hd products where the row has up to n). With `packed` (not
+ * NULL, normalise true) the normalising pass writes the probabilities there instead, rounded
+ * (ATTN_PACK_STEP's layout, stride values): the bits bf16_pack_a gives the fp32 row normalised,
+ * without that row being stored and read again. */
+static float softmax_columns(float *row, int n, int lo, int hi, bool normalise, uint16_t *packed,
+                             int stride) {
     float max = -INFINITY;
 #pragma omp simd reduction(max : max)
     for (int j = lo; j <= hi; j++)
@@ -96,7 +122,13 @@ static float softmax_columns(float *row, int n, int lo, int hi, bool normalise) 
         lane[l] += e;
     }
     float inv = 1.0f / lane_sum_total(lane);
-    if (normalise) {
+    if (packed) {
+        memset(packed, 0, (size_t)lo * sizeof *packed);
+#pragma omp simd
+        for (int c = lo; c <= hi; c++)
+            packed[c] = to_bf16(row[c] * inv);
+        memset(packed + hi + 1, 0, (size_t)(stride - hi - 1) * sizeof *packed);
+    } else if (normalise) {
 #pragma omp simd
         for (int c = lo; c <= hi; c++)
             row[c] *= inv;
@@ -213,9 +245,10 @@ static void cap_scores(float *p, size_t n, float cap) {
  * panel from the block's first key), soft-capped when sc.softcap > 0, then
  * a softmax per row over the keys it sees. qh points at head h's column of row 0. With inv_sum
  * NULL the rows are probabilities; otherwise they are left unnormalised and inv_sum[r] receives
- * row r's 1 / sum (softmax_columns). */
-static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, const float *qh,
-                        int q_stride, PanelRef kt, int hd, const AttnSegment *s,
+ * row r's 1 / sum (softmax_columns). With `packed` (inv_sum NULL) the probabilities go there
+ * packed (softmax_columns), p keeping the scores' exponentials. */
+static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, uint16_t *packed,
+                        const float *qh, int q_stride, PanelRef kt, int hd, const AttnSegment *s,
                         const int32_t *seq_index, const BlockKeys *bk, int i0, int rows,
                         AttnScores sc, int window) {
     times_key_rows(kern, p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, hd, bk, rows,
@@ -226,17 +259,24 @@ static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, const 
         if (window > 0) /* the window's start only moves forward as the query does */
             while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
                 lo++;
-        float inv = softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, r + bk->diag,
-                                    inv_sum == NULL);
+        int stride = pack_stride(bk->n_keys);
+        float inv =
+            softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, r + bk->diag,
+                            inv_sum == NULL, packed ? packed + (size_t)r * stride : NULL, stride);
         if (inv_sum) inv_sum[r] = inv;
     }
 }
 
 /* out (rows, hd) = alpha P · V, vr (n_keys, hd) the block's values (or keys, for dQ): a rows
- * panel from the block's first key. P's entries past each row's own key are 0 and skipped. */
+ * panel from the block's first key. P's entries past each row's own key are 0 and skipped. P is
+ * read packed where `packed` is not NULL (kern->packed_product's), else from p. */
 static void probs_times_values(const AttnKernel *kern, float *out, int out_stride, const float *p,
-                               PanelRef vr, int hd, const BlockKeys *bk, int rows, float alpha) {
-    if (vr.packed)
+                               const uint16_t *packed, PanelRef vr, int hd, const BlockKeys *bk,
+                               int rows, float alpha) {
+    if (packed)
+        kern->packed_product(rows, hd, bk->n_keys, alpha, packed, pack_stride(bk->n_keys),
+                             vr.packed, vr.first, 0, out, out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
+    else if (vr.packed)
         kern->panel_product(rows, hd, bk->n_keys, alpha, p, bk->n_keys, vr.packed, vr.first, 0, out,
                             out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
     else
@@ -244,13 +284,22 @@ static void probs_times_values(const AttnKernel *kern, float *out, int out_strid
                       out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
 }
 
-const AttnKernel attention_kernel_fp32 = {attention_product, false, 1, NULL, NULL, NULL};
+const AttnKernel attention_kernel_fp32 = {attention_product, false, 1, NULL, NULL, NULL, NULL};
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
     int most = 1;
     for (int s = 0; s < n_segs; s++)
         if (segs[s].prefix_len + segs[s].len > most) most = segs[s].prefix_len + segs[s].len;
     return most;
+}
+
+/* Each thread's packed block (QUERY_BLOCK rows of the longest key range), where kern packs P and
+ * dS itself (zeroed: rows past a block's last are read, invariant of ATTN_PACK_STEP); else NULL. */
+static uint16_t *packed_blocks(const AttnKernel *kern, const AttnSegment *segs, int n_segs,
+                               size_t *each) {
+    *each = (size_t)QUERY_BLOCK * pack_stride(max_keys(segs, n_segs));
+    if (!kern->packed_product) return NULL;
+    return xcalloc(*each * (size_t)omp_get_max_threads(), sizeof(uint16_t));
 }
 
 static int max_blocks(const AttnSegment *segs, int n_segs) {
@@ -285,6 +334,8 @@ void attention_forward_with(const AttnKernel *kern, float *out, const float *q, 
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());
     int n_blocks = max_blocks(segs, n_segs);
+    size_t packed_each;
+    uint16_t *packed_all = packed_blocks(kern, segs, n_segs, &packed_each);
     KeyPanels kt, vr;
     key_panels_build(&kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&vr, v, false, segs, n_segs, n_kv_heads, hd, kern);
@@ -304,10 +355,12 @@ void attention_forward_with(const AttnKernel *kern, float *out, const float *q, 
                 PanelRef vp = key_panel(&vr, segs, si, h / n_rep, bk.first, hd);
                 float inv_sum[QUERY_BLOCK];
                 bool first = kern->normalise_first;
-                block_probs(kern, p, first ? NULL : inv_sum, q + (size_t)h * hd, q_stride, kp, hd,
-                            s, seq_index, &bk, i0, rows, sc, window);
+                uint16_t *packed =
+                    packed_all ? packed_all + packed_each * (size_t)omp_get_thread_num() : NULL;
+                block_probs(kern, p, first ? NULL : inv_sum, packed, q + (size_t)h * hd, q_stride,
+                            kp, hd, s, seq_index, &bk, i0, rows, sc, window);
                 float *o = out + (size_t)(s->start + i0) * q_stride + (size_t)h * hd;
-                probs_times_values(kern, o, q_stride, p, vp, hd, &bk, rows, 1.0f);
+                probs_times_values(kern, o, q_stride, p, packed, vp, hd, &bk, rows, 1.0f);
                 for (int r = 0; r < rows && !first; r++) { /* else P was normalised */
                     float *orow = o + (size_t)r * q_stride;
 #pragma omp simd
@@ -319,12 +372,15 @@ void attention_forward_with(const AttnKernel *kern, float *out, const float *q, 
     }
     key_panels_free(&kt);
     key_panels_free(&vr);
+    free(packed_all);
     free(scores_all);
 }
 
 /* dS = P ⊙ (dP - rowsum(dP ⊙ P)) in place of dP, row by row; the row sum in double, both loops
- * vectorised. */
-static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
+ * vectorised. With `packed` (not NULL) dS also goes there packed (ATTN_PACK_STEP's layout) by the
+ * same pass. */
+static void softmax_backward_rows(float *dp, const float *p, int rows, int n, uint16_t *packed) {
+    int stride = pack_stride(n);
     for (int r = 0; r < rows; r++) {
         const float *pr = p + (size_t)r * n;
         float *dr = dp + (size_t)r * n;
@@ -333,9 +389,20 @@ static void softmax_backward_rows(float *dp, const float *p, int rows, int n) {
         for (int l = 0; l < n; l++)
             sum += (double)dr[l] * pr[l];
         float rowsum = (float)sum;
+        if (!packed) {
 #pragma omp simd
-        for (int l = 0; l < n; l++)
-            dr[l] = pr[l] * (dr[l] - rowsum);
+            for (int l = 0; l < n; l++)
+                dr[l] = pr[l] * (dr[l] - rowsum);
+            continue;
+        }
+        uint16_t *pk = packed + (size_t)r * stride;
+#pragma omp simd
+        for (int l = 0; l < n; l++) {
+            float ds = pr[l] * (dr[l] - rowsum);
+            dr[l] = ds;
+            pk[l] = to_bf16(ds);
+        }
+        memset(pk + n, 0, (size_t)(stride - n) * sizeof *pk);
     }
 }
 
@@ -373,31 +440,36 @@ typedef struct {
     AttnScores sc;
 } AttentionGrads;
 
+/* packed: this thread's packed block where g->kern packs dS itself (packed_blocks), else NULL. */
 static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, int si, int h,
                            int kvh, int i0, int rows, float *probs, float *dprobs, float *raw,
-                           float *pdk, float *pdv) {
+                           uint16_t *packed, float *pdk, float *pdv) {
     int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
     const AttnSegment *s = &pan->segs[si];
     BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window, g->kern->key_align);
     PanelRef kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd);
     PanelRef vt = key_panel(&pan->vt, pan->segs, si, kvh, bk.first, hd);
     PanelRef kr = key_panel(&pan->kr, pan->segs, si, kvh, bk.first, hd);
-    block_probs(g->kern, probs, NULL, g->q + (size_t)h * hd, qs, kt, hd, s, g->seq_index, &bk, i0,
-                rows, g->sc, g->window);
+    block_probs(g->kern, probs, NULL, NULL, g->q + (size_t)h * hd, qs, kt, hd, s, g->seq_index, &bk,
+                i0, rows, g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
     keys_accumulate(g->kern, g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd,
                     &bk, rows, 1.0f);
     times_key_rows(g->kern, dprobs, g->dout + q_off, qs, vt, hd, &bk, rows, 1.0f); /* dP = dO V^T */
-    softmax_backward_rows(dprobs, probs, rows, bk.n_keys);
-    if (g->sc.softcap > 0) {
+    bool capped = g->sc.softcap > 0;
+    softmax_backward_rows(dprobs, probs, rows, bk.n_keys, capped ? NULL : packed);
+    if (capped) {
         times_key_rows(g->kern, raw, g->q + q_off, qs, kt, hd, &bk, rows, g->sc.scale);
         size_t cells = (size_t)rows * bk.n_keys;
         for (size_t i = 0; i < cells; i++) {
             float t = tanhf(raw[i] / g->sc.softcap);
             dprobs[i] *= 1.0f - t * t;
         }
+        for (int r = 0; packed && r < rows; r++) /* dS is final only now */
+            pack_row(packed + (size_t)r * pack_stride(bk.n_keys), dprobs + (size_t)r * bk.n_keys,
+                     bk.n_keys, pack_stride(bk.n_keys));
     }
-    probs_times_values(g->kern, g->dq + q_off, qs, dprobs, kr, hd, &bk, rows, g->sc.scale);
+    probs_times_values(g->kern, g->dq + q_off, qs, dprobs, packed, kr, hd, &bk, rows, g->sc.scale);
     keys_accumulate(g->kern, g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd,
                     &bk, rows, g->sc.scale);
 }
@@ -438,6 +510,8 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
     float *acc = xcalloc(2 * acc_total + 1, sizeof(float));
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scratch_all = xmalloc(3 * scratch * sizeof(float) * (size_t)omp_get_max_threads());
+    size_t packed_each;
+    uint16_t *packed_all = packed_blocks(kern, segs, n_segs, &packed_each);
     BackwardPanels pan = {.segs = segs};
     key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd, kern);
@@ -450,11 +524,13 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
             float *probs = scratch_all + 3 * scratch * (size_t)omp_get_thread_num();
             float *pdk = acc + acc_off[si] + (size_t)kvh * s->prefix_len * hd;
             float *pdv = pdk + acc_total;
+            uint16_t *packed =
+                packed_all ? packed_all + packed_each * (size_t)omp_get_thread_num() : NULL;
             for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
                 for (int i0 = 0; i0 < s->len; i0 += QUERY_BLOCK) {
                     int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
                     block_backward(&g, &pan, si, h, kvh, i0, rows, probs, probs + scratch,
-                                   probs + 2 * scratch, pdk, pdv);
+                                   probs + 2 * scratch, packed, pdk, pdv);
                 }
         }
     }
@@ -478,6 +554,7 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
     key_panels_free(&pan.kt);
     key_panels_free(&pan.vt);
     key_panels_free(&pan.kr);
+    free(packed_all);
     free(scratch_all);
     free(acc);
     free(acc_off);

@@ -1,7 +1,14 @@
-/* attention_product_amx (attention_amx.h): both operands packed by gemm_bf16's packers (rounded to
- * bf16, zero-padded to whole 32 x 32 blocks and 32-value depth steps, gemm_bf16.c's invariants
+/* attention_product_amx (attention_amx.h): both operands packed as gemm_bf16 packs them (rounded
+ * to bf16, zero-padded to whole 32 x 32 blocks and 32-value depth steps, gemm_bf16.c's invariants
  * 1-3), then 32 x 32 blocks of C as gemm_bf16_amx.c runs them: 4 tiles of sums (tmm0-3), 2 of A
  * (tmm4-5), 2 of B (tmm6-7), with attention's masked parts skipped block by block.
+ *
+ * Packing: the key panels once per call by bf16_pack_b (pack_panel); P and dS for the panel
+ * products by attention.c itself as it makes them (packed_product); everything a block packs
+ * per product (its q / dO rows, P^T and dS^T, dO / Q as B) by this file's AVX-512 packers into
+ * stack buffers: no allocation or pool lock per product, and P^T / dS^T transposed 16 x 16
+ * words in registers. The bits are bf16_pack_a's / bf16_pack_b's (test_attention_amx's product
+ * sweep checks them against the double sums of the rounded operands).
  *
  * Invariants:
  *  1. A block's depth range is whole 32-value steps: where ATTN_CAUSAL_DEPTH cuts it inside a
@@ -28,11 +35,18 @@ static void free_panel(void *packed);
 static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
                           int diag);
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag);
+
+/* ATTN_PACK_STEP's layout is a packed A's (invariants 1 and 3 of gemm_bf16.c) */
+_Static_assert(ATTN_PACK_STEP == GEMM_BF16_DEPTH_PAD && ATTN_PACK_STEP == GEMM_BF16_ROW_PAD,
+               "attention.c's packed P and dS are gemm_bf16's packed A");
 
 /* The key panels packed once per call (a block's first key a multiple of 32, where a packing's
  * view may start): the keys and values each block and head reads are not packed again. */
-static const AttnKernel kernel_amx = {attention_product_amx, true, 32, pack_panel, free_panel,
-                                      panel_product};
+static const AttnKernel kernel_amx = {
+    attention_product_amx, true, 32, pack_panel, free_panel, panel_product, packed_product};
 
 void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, const int32_t *seq_index,
@@ -154,36 +168,176 @@ static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *p
     gemm_bf16_amx_release_tiles();
 }
 
+#define AVX512 __attribute__((target("avx512f")))
+
+AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride);
+
+/* 16 values' bf16 bits (nearest, ties to even; a NaN the quiet NaN), each in the low half of its
+ * 32-bit lane: gemm_bf16.c's narrow(), 16 at a time. */
+AVX512 static inline __m512i narrow16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+}
+
+/* The depth pair (row r, row r + 1) of 16 columns j0.. of a row-major fp32 source (rows of ld
+ * values; `rows` of them, `cols` columns: what lies beyond is 0) as 16 words, row r's bf16 in the
+ * low half (gemm_bf16.c invariants 1 and 2: one 32-bit word per pair). */
+AVX512 static inline __m512i pair_words(const float *src, size_t ld, int r, int rows, int j0,
+                                        int cols) {
+    __mmask16 m = cols - j0 >= 16 ? 0xFFFF : cols <= j0 ? 0 : (__mmask16)((1u << (cols - j0)) - 1);
+    __m512 lo =
+        r < rows ? _mm512_maskz_loadu_ps(m, src + (size_t)r * ld + j0) : _mm512_setzero_ps();
+    __m512 hi = r + 1 < rows ? _mm512_maskz_loadu_ps(m, src + (size_t)(r + 1) * ld + j0)
+                             : _mm512_setzero_ps();
+    return _mm512_or_si512(narrow16(lo), _mm512_slli_epi32(narrow16(hi), 16));
+}
+
+/* x[i] (16 words each) transposed in place: word j of x[i] becomes word i of x[j]. */
+AVX512 static void transpose_16x16(__m512i x[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* u[4g + e]: in 128-bit lane L, rows 4g.. 4g + 3 of column 4L + e */
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i v = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88); /* lanes 0, 2 of rows 0-7 */
+        __m512i w = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xDD); /* lanes 1, 3 */
+        __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+        __m512i w2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xDD);
+        x[e] = _mm512_shuffle_i32x4(v, v2, 0x88);
+        x[8 + e] = _mm512_shuffle_i32x4(v, v2, 0xDD);
+        x[4 + e] = _mm512_shuffle_i32x4(w, w2, 0x88);
+        x[12 + e] = _mm512_shuffle_i32x4(w, w2, 0xDD);
+    }
+}
+
+/* bf16_pack_a's packing of op(A) (m x k) into pa->data (capacity checked by the caller), A^T
+ * stored k x m row-major (rows of lda): a 16 x 16 block of depth pairs x columns at a time,
+ * rounded in vectors along the stored rows and transposed in registers (gemm_bf16's
+ * pack_a_rows_down stores the words one by one: 11% of the AMX attention's time, perf). */
+AVX512 static void pack_a_transposed(Bf16PackedA *pa, const float *a, int lda, int m, int k) {
+    int ds = pa->row_stride / 2; /* words a packed row */
+    uint32_t *d = (uint32_t *)pa->data;
+    for (int i0 = 0; i0 < pa->rows_padded; i0 += 16)
+        for (int q0 = 0; q0 < ds; q0 += 16) {
+            __m512i x[16];
+            for (int q = 0; q < 16; q++)
+                x[q] = pair_words(a, (size_t)lda, 2 * (q0 + q), k, i0, m);
+            transpose_16x16(x);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_si512(d + (size_t)(i0 + i) * ds + q0, x[i]);
+        }
+}
+
+/* bf16_pack_b's packing of B (k x n, row-major, rows of ldb) into pb->data: each panel's pair
+ * steps are 16 words of two source rows, rounded and interleaved in one vector. */
+AVX512 static void pack_b_rows(Bf16PackedB *pb, const float *b, int ldb, int k, int n) {
+    uint32_t *d = (uint32_t *)pb->data;
+    int pairs = pb->depth_padded / 2;
+    for (int p = 0; p < pb->cols_padded / 16; p++)
+        for (int q = 0; q < pairs; q++)
+            _mm512_storeu_si512(d + (size_t)p * (pb->panel_stride / 2) + (size_t)q * 16,
+                                pair_words(b, (size_t)ldb, 2 * q, k, 16 * p, n));
+}
+
+/* A's and B's packings on the stack up to this many values each (64 query rows and 512 keys, or
+ * head dim 256: the 135M and 0.5B benches' blocks), else bf16_pack_a / bf16_pack_b's. */
+#define STACK_PACK (64 * 512)
+
+static int round_up_nonzero(int x) {
+    return round_up(x > 0 ? x : 1, BLOCK);
+}
+
 void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
                            const float *b, int ldb, float beta, float *c, int ldc, AttnShape shape,
                            int diag) {
     if (m <= 0 || n <= 0) return;
-    /* op(A)(i, l) is a[i * lda + l], or a[l * lda + i] transposed (Bf16Source's strides) */
-    Bf16Source as = {a, NULL, trans_a ? 1 : (size_t)lda, trans_a ? (size_t)lda : 1};
-    Bf16PackedA pa;
-    Bf16PackedB pb;
-    bf16_pack_a(&pa, as, m, k);
-    bf16_pack_b(&pb, (Bf16Source){b, NULL, (size_t)ldb, 1}, k, n);
+    int mp = round_up(m, BLOCK), np = round_up(n, BLOCK), kp = round_up_nonzero(k);
+    if ((size_t)mp * kp > STACK_PACK || (size_t)np * kp > STACK_PACK) {
+        /* op(A)(i, l) is a[i * lda + l], or a[l * lda + i] transposed (Bf16Source's strides) */
+        Bf16Source as = {a, NULL, trans_a ? 1 : (size_t)lda, trans_a ? (size_t)lda : 1};
+        Bf16PackedA pa;
+        Bf16PackedB pb;
+        bf16_pack_a(&pa, as, m, k);
+        bf16_pack_b(&pb, (Bf16Source){b, NULL, (size_t)ldb, 1}, k, n);
+        run_blocks(trans_a, &pa, &pb, n, alpha, beta, c, ldc, shape, diag);
+        bf16_packed_a_free(&pa);
+        bf16_packed_b_free(&pb);
+        return;
+    }
+    uint16_t a_data[STACK_PACK] __attribute__((aligned(64)));
+    uint16_t b_data[STACK_PACK] __attribute__((aligned(64)));
+    Bf16PackedA pa = {a_data, m, k, mp, kp, kp, sizeof a_data};
+    Bf16PackedB pb = {b_data, k, n, kp, np, (size_t)16 * kp, sizeof b_data};
+    if (trans_a)
+        pack_a_transposed(&pa, a, lda, m, k);
+    else
+        pack_a_rows(a_data, a, lda, m, k, kp);
+    pack_b_rows(&pb, b, ldb, k, n);
     run_blocks(trans_a, &pa, &pb, n, alpha, beta, c, ldc, shape, diag);
-    bf16_packed_a_free(&pa);
-    bf16_packed_b_free(&pb);
+}
+
+/* bf16_pack_a's packing of a row-major A (m x k, rows of lda) into d (stride values a row, a
+ * multiple of 32 at least k; m rounded up to 32 rows, the rows past m zero): 16 values at a time,
+ * the loads past k masked, so the padding's zeros come out of the same stores. */
+AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride) {
+    for (int i = 0; i < m; i++) {
+        const float *row = a + (size_t)i * lda;
+        uint16_t *dst = d + (size_t)i * stride;
+        for (int l = 0; l < stride; l += 16) {
+            __mmask16 in = k - l >= 16 ? 0xFFFF : k <= l ? 0 : (__mmask16)((1u << (k - l)) - 1);
+            __m512i r = narrow16(_mm512_maskz_loadu_ps(in, row + l));
+            _mm256_storeu_si256((__m256i *)(dst + l), _mm512_cvtepi32_epi16(r));
+        }
+    }
+    memset(d + (size_t)m * stride, 0, (size_t)(round_up(m, BLOCK) - m) * stride * sizeof *d);
 }
 
 /* The view of the panel from (k0, j0) on holds k x n and runs on to a multiple of 32 (or the
  * packing's end): its depth beyond k meets A's zero padding, its columns beyond n are not stored
- * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). */
-static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
-                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
-                          int diag) {
+ * (invariant 3 of gemm_bf16.c holds for the packing, not for the view's tail). A: packed
+ * (ATTN_PACK_STEP's layout, attention_train.h). */
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag) {
     if (m <= 0 || n <= 0) return;
     const Bf16PackedB *pb = panel;
     int depth = k0 + round_up(k, BLOCK) < pb->depth ? round_up(k, BLOCK) : pb->depth - k0;
     int cols = j0 + round_up(n, BLOCK) < pb->cols ? round_up(n, BLOCK) : pb->cols - j0;
     Bf16PackedB view = bf16_packed_b_view(pb, k0, depth, j0, cols);
-    Bf16PackedA pa;
-    bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+    Bf16PackedA pa = {(uint16_t *)a, m, k, round_up(m, BLOCK), round_up(k, BLOCK), a_stride, 0};
     run_blocks(false, &pa, &view, n, alpha, 0.0f, c, ldc, shape, diag);
-    bf16_packed_a_free(&pa);
+}
+
+/* packed_product on A (m x k fp32, row stride lda) rounded and packed (ATTN_PACK_STEP's layout):
+ * on the stack when it fits, not through gemm_bf16's pool (a lock and a buffer per call). */
+static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
+                          const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                          int diag) {
+    if (m <= 0 || n <= 0) return;
+    int stride = round_up(k > 0 ? k : 1, BLOCK);
+    if ((size_t)round_up(m, BLOCK) * stride > STACK_PACK) {
+        Bf16PackedA pa;
+        bf16_pack_a(&pa, (Bf16Source){a, NULL, (size_t)lda, 1}, m, k);
+        packed_product(m, n, k, alpha, pa.data, pa.row_stride, panel, k0, j0, c, ldc, shape, diag);
+        bf16_packed_a_free(&pa);
+        return;
+    }
+    uint16_t packed[STACK_PACK] __attribute__((aligned(64)));
+    pack_a_rows(packed, a, lda, m, k, stride);
+    packed_product(m, n, k, alpha, packed, stride, panel, k0, j0, c, ldc, shape, diag);
 }
 
 #else
@@ -201,6 +355,14 @@ static void panel_product(int m, int n, int k, float alpha, const float *a, int 
                           int diag) {
     (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)panel, (void)k0, (void)j0;
     (void)c, (void)ldc, (void)shape, (void)diag;
+    abort(); /* as attention_product_amx */
+}
+
+static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
+                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
+                           int diag) {
+    (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)a_stride, (void)panel, (void)k0;
+    (void)j0, (void)c, (void)ldc, (void)shape, (void)diag;
     abort(); /* as attention_product_amx */
 }
 

@@ -12,6 +12,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The layout of an A operand that attention.c packs itself (AttnPackedProductFn): bf16 values
+ * (nearest, ties to even) row-major, a_stride = round_up(k, ATTN_PACK_STEP) values a row, zero
+ * from column k to a_stride, and round_up(m, ATTN_PACK_STEP) rows readable (rows past m may
+ * hold any finite values: no product stores them). gemm_bf16.c's invariants 1 and 3 for a packed
+ * A, so the AMX kernel reads it as bf16_pack_a's packing without packing it again. */
+#define ATTN_PACK_STEP 32
+
 /* A product of attention_product's contract (attention_products.h), invariant 2 included.
  * Called from attention's own OpenMP tasks, one thread per call. */
 typedef void (*AttnProductFn)(bool trans_a, int m, int n, int k, float alpha, const float *a,
@@ -26,6 +33,14 @@ typedef void (*AttnPanelProductFn)(int m, int n, int k, float alpha, const float
                                    const void *panel, int k0, int j0, float *c, int ldc,
                                    AttnShape shape, int diag);
 
+/* AttnPanelProductFn with A already packed by attention.c (ATTN_PACK_STEP's layout, a_stride
+ * values a row): the probabilities P of the forward's P · V and dS of dQ = scale dS K, written
+ * so by the passes that make them (softmax's normalising pass, the softmax backward's dS pass)
+ * instead of an fp32 block packed again by the product. */
+typedef void (*AttnPackedProductFn)(int m, int n, int k, float alpha, const uint16_t *a,
+                                    int a_stride, const void *panel, int k0, int j0, float *c,
+                                    int ldc, AttnShape shape, int diag);
+
 /* What attention runs its products on. */
 typedef struct {
     AttnProductFn product; /* every product whose B is not a prepacked key panel */
@@ -39,6 +54,9 @@ typedef struct {
     void *(*pack_panel)(const float *b, int depth, int cols, int ld);
     void (*free_panel)(void *packed);
     AttnPanelProductFn panel_product;
+    /* NULL, or (with pack_panel and normalise_first): P · V and dS · K run on P and dS as
+     * attention.c packs them (the forward keeps no fp32 P) */
+    AttnPackedProductFn packed_product;
 } AttnKernel;
 
 /* fp32 training's: attention_product on the fp32 panels (attention.c). */
