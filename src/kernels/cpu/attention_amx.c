@@ -76,6 +76,7 @@ static void free_panel(void *packed) {
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "kernels/cpu/transpose16_avx512.h"
 
 #define TARGET __attribute__((target("amx-tile,amx-bf16")))
 #define BLOCK  32 /* rows and columns of a block; the depth of one step */
@@ -197,36 +198,12 @@ AVX512 static inline __m512i pair_words(const float *src, size_t ld, int r, int 
     return _mm512_or_si512(narrow16(lo), _mm512_slli_epi32(narrow16(hi), 16));
 }
 
-/* x[i] (16 words each) transposed in place: word j of x[i] becomes word i of x[j]. */
-AVX512 static void transpose_16x16(__m512i x[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
-    }
-    /* u[4g + e]: in 128-bit lane L, rows 4g.. 4g + 3 of column 4L + e */
-    for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-    }
-    for (int e = 0; e < 4; e++) {
-        __m512i v = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88); /* lanes 0, 2 of rows 0-7 */
-        __m512i w = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xDD); /* lanes 1, 3 */
-        __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
-        __m512i w2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xDD);
-        x[e] = _mm512_shuffle_i32x4(v, v2, 0x88);
-        x[8 + e] = _mm512_shuffle_i32x4(v, v2, 0xDD);
-        x[4 + e] = _mm512_shuffle_i32x4(w, w2, 0x88);
-        x[12 + e] = _mm512_shuffle_i32x4(w, w2, 0xDD);
-    }
-}
-
 /* bf16_pack_a's packing of op(A) (m x k) into pa->data (capacity checked by the caller), A^T
  * stored k x m row-major (rows of lda): a 16 x 16 block of depth pairs x columns at a time,
- * rounded in vectors along the stored rows and transposed in registers (gemm_bf16's
- * pack_a_rows_down stores the words one by one: 11% of the AMX attention's time, perf). */
+ * rounded in vectors along the stored rows and transposed in registers, into the caller's
+ * stack buffer (bf16_pack_a, whose transposed packing works the same way since, takes a buffer
+ * from gemm_bf16's pool under its lock per call; before either, the word-by-word stores were 11%
+ * of the AMX attention's time, perf). */
 AVX512 static void pack_a_transposed(Bf16PackedA *pa, const float *a, int lda, int m, int k) {
     int ds = pa->row_stride / 2; /* words a packed row */
     uint32_t *d = (uint32_t *)pa->data;
@@ -235,7 +212,7 @@ AVX512 static void pack_a_transposed(Bf16PackedA *pa, const float *a, int lda, i
             __m512i x[16];
             for (int q = 0; q < 16; q++)
                 x[q] = pair_words(a, (size_t)lda, 2 * (q0 + q), k, i0, m);
-            transpose_16x16(x);
+            transpose16_lanes32(x);
             for (int i = 0; i < 16; i++)
                 _mm512_storeu_si512(d + (size_t)(i0 + i) * ds + q0, x[i]);
         }

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
+#include "kernels/cpu/transpose16_avx512.h"
 #endif
 
 /* ---- the path ---- */
@@ -202,38 +202,18 @@ static void transpose_words16_scalar(uint32_t *dst, size_t dst_stride, int rows,
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
-/* The same in zmm registers: pairs of words interleaved, then pairs of pairs, then the 128-bit
- * lanes gathered (after the second stage u[4i + j]'s lane l holds column 4l + j of rows
- * 4i .. 4i + 3); one 64-byte store a row where the scalar loop makes 16 strided reads. */
+/* The same in zmm registers (transpose16_avx512.h): one 64-byte store a row where the scalar
+ * loop makes 16 strided reads. */
 __attribute__((target("avx512f"))) static void transpose_words16_avx512(uint32_t *dst,
                                                                         size_t dst_stride, int rows,
                                                                         const uint32_t *src,
                                                                         size_t src_stride) {
-    __m512i r[16], t[16];
+    __m512i r[16];
     for (int i = 0; i < 16; i++)
         r[i] = _mm512_loadu_si512((const void *)(src + (size_t)i * src_stride));
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        __m512i v = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88); /* lanes 0, 2 of each */
-        __m512i w = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd); /* lanes 1, 3 */
-        __m512i v2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
-        __m512i w2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
-        t[j] = _mm512_shuffle_i32x4(v, v2, 0x88);
-        t[4 + j] = _mm512_shuffle_i32x4(w, w2, 0x88);
-        t[8 + j] = _mm512_shuffle_i32x4(v, v2, 0xdd);
-        t[12 + j] = _mm512_shuffle_i32x4(w, w2, 0xdd);
-    }
+    transpose16_lanes32(r);
     for (int i = 0; i < rows; i++)
-        _mm512_storeu_si512((void *)(dst + (size_t)i * dst_stride), t[i]);
+        _mm512_storeu_si512((void *)(dst + (size_t)i * dst_stride), r[i]);
 }
 #endif
 

@@ -13,34 +13,16 @@
 #include "kernels/cpu/gemm_f32_kernels.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/cpu/transpose16_avx512.h"
 
 /* r[j] := the j-th column of the 16x16 matrix whose rows are r[0..15]. */
 __attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) { /* pairs of rows interleaved: a0 b0 a1 b1 | a4 b4 a5 b5 ... */
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int q = 0; q < 4; q++) { /* four rows' column c in each 128-bit lane: a0 b0 c0 d0 | .. */
-        __m512 *lo = t + 4 * q;
-        r[4 * q + 0] = _mm512_shuffle_ps(lo[0], lo[2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * q + 1] = _mm512_shuffle_ps(lo[0], lo[2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * q + 2] = _mm512_shuffle_ps(lo[1], lo[3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * q + 3] = _mm512_shuffle_ps(lo[1], lo[3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int c = 0; c < 4; c++) { /* lanes 0, 2 and 1, 3 of row groups (0, 1) and (2, 3) */
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    }
-    for (int c = 0; c < 4; c++) { /* columns c, 4 + c, 8 + c, 12 + c */
-        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
-    }
+    __m512i w[16];
+    for (int i = 0; i < 16; i++)
+        w[i] = _mm512_castps_si512(r[i]);
+    transpose16_lanes32(w);
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_castsi512_ps(w[i]);
 }
 
 static __mmask16 first_lanes(int n) {
