@@ -95,30 +95,62 @@ static BlockKeys block_keys(const AttnSegment *s, const int32_t *seq_index, int 
  * scales its output row instead: hd products where the row has up to n). With `packed` (not
  * NULL, normalise true) the normalising pass writes the probabilities there instead, rounded
  * (ATTN_PACK_STEP's layout, stride values): the bits bf16_pack_a gives the fp32 row normalised,
- * without that row being stored and read again. */
-static float softmax_columns(float *row, int n, int lo, int hi, bool normalise, uint16_t *packed,
+ * without that row being stored and read again; the fp32 row is then left as it is outside
+ * lo..hi (nothing reads it). Without `packed`, the columns past hi must hold 0 already
+ * (ATTN_CAUSAL_OUTPUT's zeros, which soft-capping keeps) and are not written again.
+ *
+ * The last len % LANE_SUM_WIDTH columns (len = hi - lo + 1) run as one more vector over the
+ * row's last LANE_SUM_WIDTH columns where the row has that many: the maximum reads some columns
+ * twice (exact in any order); the exponentials of the columns the whole groups did are dropped,
+ * so every column's exponential and the lanes' sums are what the scalar tail gave (one
+ * fast_expf, no contraction in C11 mode: the same bits in a vector lane as scalar). The scalar
+ * tail (up to 15 fast_expf and a compare chain) was a fifth of the softmax's time (perf). */
+static float softmax_columns(float *row, int lo, int hi, bool normalise, uint16_t *packed,
                              int stride) {
-    float max = -INFINITY;
-#pragma omp simd reduction(max : max)
-    for (int j = lo; j <= hi; j++)
-        max = row[j] > max ? row[j] : max;
-    for (int j = 0; j < lo; j++)
-        row[j] = 0.0f;
-    for (int j = hi + 1; j < n; j++)
-        row[j] = 0.0f;
-    /* the sum in lane_sum.h's order: the same bits in every build */
-    float lane[LANE_SUM_WIDTH] = {0};
-    int j = lo;
-    for (; j + LANE_SUM_WIDTH <= hi + 1; j += LANE_SUM_WIDTH)
+    enum { W = LANE_SUM_WIDTH };
+    int len = hi + 1 - lo, full = lo + len / W * W, rem = hi + 1 - full;
+    const float *tail = len >= W ? row + hi + 1 - W : NULL; /* the row's last W columns */
+    /* the maximum per lane, then the lanes halved (omp simd's max reduction went through a
+     * 16-step scalar compare chain after each loop) */
+    float lane_max[W];
+    for (int l = 0; l < W; l++)
+        lane_max[l] = -INFINITY;
+    for (int j = lo; j < full; j += W)
 #pragma omp simd
-        for (int l = 0; l < LANE_SUM_WIDTH; l++) {
+        for (int l = 0; l < W; l++)
+            lane_max[l] = row[j + l] > lane_max[l] ? row[j + l] : lane_max[l];
+    if (tail)
+#pragma omp simd
+        for (int l = 0; l < W; l++)
+            lane_max[l] = tail[l] > lane_max[l] ? tail[l] : lane_max[l];
+    else
+        for (int j = full; j <= hi; j++)
+            lane_max[0] = row[j] > lane_max[0] ? row[j] : lane_max[0];
+    for (int w = W / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane_max[l] = lane_max[l + w] > lane_max[l] ? lane_max[l + w] : lane_max[l];
+    float max = lane_max[0];
+    if (!packed)
+        for (int j = 0; j < lo; j++)
+            row[j] = 0.0f;
+    /* the tail's exponentials first, from the scores the whole groups are about to overwrite */
+    float tail_exp[W];
+    if (tail && rem > 0)
+#pragma omp simd
+        for (int l = 0; l < W; l++)
+            tail_exp[l] = fast_expf(tail[l] - max);
+    /* the sum in lane_sum.h's order: the same bits in every build */
+    float lane[W] = {0};
+    for (int j = lo; j < full; j += W)
+#pragma omp simd
+        for (int l = 0; l < W; l++) {
             float e = fast_expf(row[j + l] - max);
             row[j + l] = e;
             lane[l] += e;
         }
-    for (int l = 0; j + l <= hi; l++) {
-        float e = fast_expf(row[j + l] - max);
-        row[j + l] = e;
+    for (int l = 0; l < rem; l++) {
+        float e = tail ? tail_exp[W - rem + l] : fast_expf(row[full + l] - max);
+        row[full + l] = e;
         lane[l] += e;
     }
     float inv = 1.0f / lane_sum_total(lane);
@@ -260,9 +292,8 @@ static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, uint16
             while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
                 lo++;
         int stride = pack_stride(bk->n_keys);
-        float inv =
-            softmax_columns(p + (size_t)r * bk->n_keys, bk->n_keys, lo, r + bk->diag,
-                            inv_sum == NULL, packed ? packed + (size_t)r * stride : NULL, stride);
+        float inv = softmax_columns(p + (size_t)r * bk->n_keys, lo, r + bk->diag, inv_sum == NULL,
+                                    packed ? packed + (size_t)r * stride : NULL, stride);
         if (inv_sum) inv_sum[r] = inv;
     }
 }
