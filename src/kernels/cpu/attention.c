@@ -172,7 +172,10 @@ static float softmax_columns(float *row, int lo, int hi, bool normalise, uint16_
  * key_row(s, c)), laid out as the products read them: rows (n_keys, hd), or transposed
  * (hd, n_keys), the right operand of X · R^T. A query block's keys are the columns first..first +
  * n_keys - 1 of its segment's panel, so each is gathered once per call, for all the blocks and
- * the n_rep query heads that read it (per block and head, the gathering took 12% of the time). */
+ * the n_rep query heads that read it (per block and head, the gathering took 12% of the time).
+ * Where the kernel packs its panels (kern->pack_panel), a transposed panel's fp32 copy holds the
+ * keys' rows all the same, and its packing reads them transposed (the word-by-word transposing
+ * gather was 4.5% of the AMX attention's samples, perf): its PanelRef has no fp32 view. */
 typedef struct {
     float *base;
     size_t *at; /* (n_segs * n_kv_heads + 1): where panel (si, kvh) starts */
@@ -209,7 +212,7 @@ static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
             const float *src[16];
             for (int c = 0; c < cn; c++)
                 src[c] = xh + (size_t)key_row(s, c0 + c) * kv_stride;
-            if (!transposed) {
+            if (!transposed || kp->packed) {
                 for (int c = 0; c < cn; c++)
                     memcpy(dst + (size_t)(c0 + c) * hd, src[c], (size_t)hd * sizeof(float));
                 continue;
@@ -219,8 +222,8 @@ static void key_panels_build(KeyPanels *kp, const float *x, bool transposed,
                     dst[(size_t)d * n + c0 + c] = src[c][d];
         }
         if (kp->packed) /* B of X · R^T (depth hd, a column per key), or of P · V (a key per row) */
-            kp->packed[i] =
-                transposed ? kern->pack_panel(dst, hd, n, n) : kern->pack_panel(dst, n, hd, hd);
+            kp->packed[i] = transposed ? kern->pack_panel(dst, hd, n, 1, (size_t)hd)
+                                       : kern->pack_panel(dst, n, hd, (size_t)hd, 1);
     }
 }
 
@@ -239,8 +242,9 @@ static PanelRef key_panel(const KeyPanels *kp, const AttnSegment *segs, int si, 
                           int hd) {
     int i = si * kp->n_kv_heads + kvh;
     const float *p = kp->base + kp->at[i];
-    PanelRef r = {kp->transposed ? p + first : p + (size_t)first * hd,
-                  kp->transposed ? segs[si].prefix_len + segs[si].len : hd,
+    const float *f32 = kp->transposed ? p + first : p + (size_t)first * hd;
+    if (kp->transposed && kp->packed) f32 = NULL; /* the rows: only the packing is transposed */
+    PanelRef r = {f32, kp->transposed ? segs[si].prefix_len + segs[si].len : hd,
                   kp->packed ? kp->packed[i] : NULL, first};
     return r;
 }

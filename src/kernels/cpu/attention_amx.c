@@ -30,7 +30,7 @@ bool attention_amx_usable(void) {
     return gemm_bf16_path() == GEMM_BF16_AMX;
 }
 
-static void *pack_panel(const float *b, int depth, int cols, int ld);
+static void *pack_panel(const float *b, int depth, int cols, size_t row_stride, size_t col_stride);
 static void free_panel(void *packed);
 static void panel_product(int m, int n, int k, float alpha, const float *a, int lda,
                           const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
@@ -63,9 +63,9 @@ void attention_backward_amx(float *dq, float *dk, float *dv, const float *dout, 
                             n_heads, n_kv_heads, hd, window, sc);
 }
 
-static void *pack_panel(const float *b, int depth, int cols, int ld) {
+static void *pack_panel(const float *b, int depth, int cols, size_t row_stride, size_t col_stride) {
     Bf16PackedB *pb = xmalloc(sizeof *pb);
-    bf16_pack_b(pb, (Bf16Source){b, NULL, (size_t)ld, 1}, depth, cols);
+    bf16_pack_b(pb, (Bf16Source){b, NULL, row_stride, col_stride}, depth, cols);
     return pb;
 }
 

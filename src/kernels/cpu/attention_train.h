@@ -10,6 +10,7 @@
 #include "kernels/tensor_types.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The layout of an A operand that attention.c packs itself (AttnPackedProductFn): bf16 values
@@ -49,9 +50,11 @@ typedef struct {
      * after it (fp32: hd multiplies a row instead of up to n_keys) */
     bool normalise_first;
     int key_align; /* a block's first key is rounded down to a multiple of this (>= 1) */
-    /* NULL, or: each key panel (depth x cols fp32, row stride ld) packed once per call, the
-     * packing freed by free_panel, and the products with a key panel as B run on it */
-    void *(*pack_panel)(const float *b, int depth, int cols, int ld);
+    /* NULL, or: each key panel (depth x cols fp32, element (r, c) at b[r * row_stride +
+     * c * col_stride]) packed once per call, the packing freed by free_panel, and the products
+     * with a key panel as B run on it (a transposed panel is packed from the keys' rows, with
+     * row_stride 1: attention.c then keeps no fp32 transposed copy) */
+    void *(*pack_panel)(const float *b, int depth, int cols, size_t row_stride, size_t col_stride);
     void (*free_panel)(void *packed);
     AttnPanelProductFn panel_product;
     /* NULL, or (with pack_panel and normalise_first): P · V and dS · K run on P and dS as
