@@ -225,6 +225,62 @@ static void test_attention_over_cache(void) {
     free(v);
 }
 
+/* attention_cached_rows_prefixed, where rows read their prompt's positions from another slot
+ * (kv_cache.h invariant 7), against attention_cached_rows_scored over a cache with those positions
+ * copied into each row's own slot: the same bits. Prefix lengths below, at and past a block of
+ * eight keys and at the whole sequence, windows that start before, inside and past the prefix,
+ * head sizes of the vector paths and not, Qwen2.5's 7 heads a group and a soft cap. The borrowed
+ * positions of each borrowing slot hold NaN, so a read of them would show. */
+static void test_attention_cached_prefixed(void) {
+    enum { SLOTS = 5, MAX_LEN = 40, NKV = 2, N = 4 };
+    const int hds[] = {64, 12}, reps[] = {7, 1};
+    uint64_t rs = 31;
+    for (int a = 0; a < 2; a++) {
+        int hd = hds[a], n_rep = reps[a], nh = NKV * n_rep;
+        size_t kvd = (size_t)NKV * hd, cache = (size_t)SLOTS * MAX_LEN * kvd;
+        float *k0 = malloc(cache * sizeof *k0), *v0 = malloc(cache * sizeof *v0);
+        float *k = malloc(cache * sizeof *k), *v = malloc(cache * sizeof *v);
+        float *kc = malloc(cache * sizeof *kc), *vc = malloc(cache * sizeof *vc);
+        float *q = malloc((size_t)N * nh * hd * sizeof *q);
+        float *want = malloc((size_t)N * nh * hd * sizeof *want);
+        float *got = malloc((size_t)N * nh * hd * sizeof *got);
+        for (size_t i = 0; i < cache; i++)
+            k0[i] = 2 * harness_frand(&rs), v0[i] = harness_frand(&rs);
+        for (int i = 0; i < N * nh * hd; i++)
+            q[i] = harness_frand(&rs);
+        /* rows 0-3 in slots 1-4, each borrowing prefix_len[r] positions of slot 0 (row 3: none) */
+        const int32_t slot[N] = {1, 2, 3, 4}, pos[N] = {30, 39, 9, 20};
+        const int32_t prefix_slot[N] = {0, 0, 0, 4}, lens[][N] = {{7, 8, 9, 0}, {17, 39, 10, 0}};
+        const int windows[] = {0, 5, 12};
+        const AttnScores scs[] = {{1.0f / sqrtf((float)hd), 0.0f}, {0.2f, 3.0f}};
+        int bad = 0, cases = 0;
+        for (int li = 0; li < 2; li++)
+            for (int wi = 0; wi < 3; wi++)
+                for (int si = 0; si < 2; si++, cases++) {
+                    const int32_t *plen = lens[li];
+                    memcpy(kc, k0, cache * sizeof *k), memcpy(vc, v0, cache * sizeof *v);
+                    memcpy(k, k0, cache * sizeof *k), memcpy(v, v0, cache * sizeof *v);
+                    for (int r = 0; r < N; r++) /* the copied layout, and NaN where lent */
+                        for (int t = 0; t < plen[r]; t++) {
+                            size_t own = ((size_t)slot[r] * MAX_LEN + t) * kvd;
+                            size_t from = ((size_t)prefix_slot[r] * MAX_LEN + t) * kvd;
+                            memcpy(kc + own, k0 + from, kvd * sizeof *k);
+                            memcpy(vc + own, v0 + from, kvd * sizeof *v);
+                            for (size_t d = 0; d < kvd; d++)
+                                k[own + d] = NAN, v[own + d] = NAN;
+                        }
+                    attention_cached_rows_scored(want, q, kc, vc, slot, pos, N, MAX_LEN, nh, NKV,
+                                                 hd, windows[wi], scs[si]);
+                    attention_cached_rows_prefixed(got, q, k, v, slot, pos, prefix_slot, plen, N,
+                                                   MAX_LEN, nh, NKV, hd, windows[wi], scs[si]);
+                    bad += memcmp(got, want, (size_t)N * nh * hd * sizeof *got) != 0;
+                }
+        CHECK(bad == 0, "hd %d: %d of %d cases read through lent prompts differ from copies", hd,
+              bad, cases);
+        free(k0), free(v0), free(k), free(v), free(kc), free(vc), free(q), free(want), free(got);
+    }
+}
+
 /* The scores of the keys past the blocks of eight, bit for bit as a scalar dot product sums them
  * (index by index, the product rounded, then the sum; the vector path runs eight heads side by
  * side): over two keys, both in that tail, with v = (1, 0), head h's output is exactly its softmax
@@ -587,6 +643,7 @@ int main(void) {
     test_matmul_bf16();
     test_attention();
     test_attention_over_cache();
+    test_attention_cached_prefixed();
     test_attention_tail_exact();
     test_fast_exp();
     test_fused_logprob();

@@ -5,6 +5,7 @@
  * probabilities made equal so that the rule's answer is known exactly. */
 #include "common/error.h"
 #include "common/json_util.h"
+#include "common/torch_exponential.h"
 #include "harness.h"
 #include "rollout/sampler.h"
 
@@ -146,9 +147,79 @@ static void test_exponential_choice(void) {
     free(z), free(q), free(work), free(order);
 }
 
+static bool same_generator(const TorchGenerator *a, const TorchGenerator *b) {
+    return a->left == b->left && a->next == b->next && !memcmp(a->state, b->state, sizeof a->state);
+}
+
+/* sampler_next_exponential_drawn, which turns only the draws that could win into floats, against
+ * sampler_next_exponential on the row's draws all made first (torch_exponential_f32_serial from
+ * a copy of the generator): the same id, the same log-prob bits and the generator left at the same
+ * place, row after row of one stream. The distributions: flat (every ratio's order is the draws'),
+ * random logits at two temperatures, top-k and top-p masks (and id 0 masked), and near-ties
+ * built from the row's own draws (logit j = log q_j, plus noise of a few ulps: every ratio within
+ * rounding of the others, where a skip bound too tight would drop the winner). V past several
+ * of the sampler's blocks of draws and not a multiple of them. */
+static void test_exponential_drawn(void) {
+    enum { V = 5003, ROWS = 40 };
+    float *z = malloc(V * sizeof *z), *z2 = malloc(V * sizeof *z2), *q = malloc(V * sizeof *q);
+    float *work = malloc(2 * V * sizeof *work);
+    int32_t *order = malloc(4 * V * sizeof *order);
+    SamplingParams plain = {true, 1.0f, 0, 1.0f, 0.0f, 1.0f};
+    SamplingParams topk = {true, 0.7f, 50, 1.0f, 0.0f, 1.0f};
+    SamplingParams topp = {true, 1.0f, 0, 0.9f, 0.0f, 1.0f};
+    enum { FLAT, WIDE, PEAKED, TOPK, TOPP, NEAR_TIES, KINDS };
+    static const char *names[KINDS] = {"flat", "wide", "peaked", "top-k", "top-p", "near ties"};
+    TorchGenerator g;
+    torch_generator_seed(&g, 1234);
+    uint64_t rs = 77;
+    for (int kind = 0; kind < KINDS; kind++) {
+        int mismatches = 0;
+        for (int row = 0; row < ROWS; row++) {
+            TorchGenerator eager = g;
+            torch_exponential_f32_serial(&eager, q, V); /* this row's draws, all of them */
+            const SamplingParams *p = kind == TOPK ? &topk : kind == TOPP ? &topp : &plain;
+            for (int j = 0; j < V; j++) {
+                float x = harness_frand(&rs);
+                z[j] = kind == FLAT        ? 0.0f
+                       : kind == WIDE      ? 2.0f * x
+                       : kind == PEAKED    ? 12.0f * x
+                       : kind == NEAR_TIES ? (float)log((double)q[j]) * (1.0f + 4e-7f * x)
+                                           : 3.0f * x;
+            }
+            if (kind == TOPK) z[0] = -20.0f; /* id 0 masked: the scan starts from a ratio 0 */
+            memcpy(z2, z, V * sizeof *z);
+            float want_lp, got_lp;
+            int32_t want = sampler_next_exponential(z, V, p, NULL, 0, q, work, order, &want_lp);
+            int32_t got =
+                sampler_next_exponential_drawn(z2, V, p, NULL, 0, &g, work, order, &got_lp);
+            bool same = got == want && !memcmp(&got_lp, &want_lp, sizeof got_lp) &&
+                        same_generator(&g, &eager);
+            mismatches += !same;
+            if (!same) g = eager; /* go on from where the stream should be */
+        }
+        CHECK(mismatches == 0, "drawn choice (%s): %d of %d rows differ from the eager draws",
+              names[kind], mismatches, ROWS);
+    }
+    /* greedy: the argmax, and the row's draws passed over */
+    TorchGenerator eager = g;
+    torch_exponential_skip(&eager, V);
+    SamplingParams greedy = plain;
+    greedy.do_sample = false;
+    for (int j = 0; j < V; j++)
+        z[j] = harness_frand(&rs);
+    memcpy(z2, z, V * sizeof *z);
+    float want_lp, got_lp;
+    int32_t want = sampler_next_exponential(z, V, &greedy, NULL, 0, q, work, order, &want_lp);
+    int32_t got = sampler_next_exponential_drawn(z2, V, &greedy, NULL, 0, &g, work, order, &got_lp);
+    CHECK(got == want && got_lp == want_lp && same_generator(&g, &eager),
+          "drawn choice (greedy): id %d vs %d, or the generator not past the row", got, want);
+    free(z), free(z2), free(q), free(work), free(order);
+}
+
 int main(void) {
     test_ties();
     test_exponential_choice();
+    test_exponential_drawn();
     json_t *fx;
     if (json_load_path(harness_source_path("tests/fixtures/generate/sampling.json"), &fx) != 0) {
         fprintf(stderr, "%s\n", err_msg());

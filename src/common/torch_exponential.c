@@ -29,14 +29,9 @@ TARGET_AVX512 __m512d _ZGVeN8v_log1p(__m512d x);
 TARGET_AVX2 __m256d _ZGVdN4v_log1p(__m256d x);
 #endif
 
-static inline double pair_u(uint32_t hi, uint32_t lo) {
-    uint64_t x = ((uint64_t)hi << 32 | lo) & ((1ull << 53) - 1);
-    return (double)x * 0x1.0p-53;
-}
-
 static void exp_scalar(const uint32_t *w, float *out, size_t n) {
     for (size_t i = 0; i < n; i++)
-        out[i] = (float)-log1p(-pair_u(w[2 * i], w[2 * i + 1]));
+        out[i] = (float)-log1p(-torch_exponential_u(w + 2 * i));
 }
 
 #ifdef RLHF_WITH_LIBMVEC
@@ -120,7 +115,7 @@ TARGET_AVX512 static void log1p_raw_avx512(const uint32_t *w, double *r, size_t 
         _mm512_storeu_pd(r + i, log1p_neg_avx512(w + 2 * i, &u));
     }
     for (size_t i = n / 8 * 8; i < n; i++)
-        r[i] = log1p(-pair_u(w[2 * i], w[2 * i + 1]));
+        r[i] = log1p(-torch_exponential_u(w + 2 * i));
 }
 
 TARGET_AVX2 static void log1p_raw_avx2(const uint32_t *w, double *r, size_t n) {
@@ -129,7 +124,7 @@ TARGET_AVX2 static void log1p_raw_avx2(const uint32_t *w, double *r, size_t n) {
         _mm256_storeu_pd(r + i, log1p_neg_avx2(w + 2 * i, &u));
     }
     for (size_t i = n / 4 * 4; i < n; i++)
-        r[i] = log1p(-pair_u(w[2 * i], w[2 * i + 1]));
+        r[i] = log1p(-torch_exponential_u(w + 2 * i));
 }
 
 #endif /* RLHF_WITH_LIBMVEC */
@@ -142,7 +137,7 @@ bool torch_exponential_vector_log1p(const uint32_t *w, double *r, size_t n, Draw
 #endif
     if (path != DRAW_PATH_SCALAR) return false;
     for (size_t i = 0; i < n; i++)
-        r[i] = log1p(-pair_u(w[2 * i], w[2 * i + 1]));
+        r[i] = log1p(-torch_exponential_u(w + 2 * i));
     return true;
 }
 
@@ -179,6 +174,10 @@ void torch_exponential_f32_serial(TorchGenerator *g, float *out, size_t n) {
         exp_serial(g, out, n);
     else
         exp_blocks(g, out, n, path);
+}
+
+void torch_exponential_words(TorchGenerator *g, uint32_t *w, size_t n) {
+    mt19937_words(g, w, 2 * n, DRAW_PATH_BEST);
 }
 
 void torch_exponential_skip(TorchGenerator *g, uint64_t n) {

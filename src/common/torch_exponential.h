@@ -38,6 +38,18 @@ void torch_exponential_skip(TorchGenerator *g, uint64_t n);
  * torch_exponential_f32 makes it, on `path`: equal to libm's in every element. */
 void torch_exponential_from_words(const uint32_t *w, float *out, size_t n, DrawPath path);
 
+/* The 2n words of g's next n exponential_() draws, leaving g as torch_exponential_f32_serial of n
+ * leaves it: draw i is torch_exponential_from_words(w + 2 i, ...), its u torch_exponential_u(w +
+ * 2 i). For a caller that needs only some of a row's draws as floats (rollout/sampler.c). */
+void torch_exponential_words(TorchGenerator *g, uint32_t *w, size_t n);
+
+/* The u in [0, 1) of the draw whose word pair is w[0] (high), w[1] (low): exact in double
+ * (torch_exponential.c invariant 1). Its draw is (float)-log1p(-u) >= u. */
+static inline double torch_exponential_u(const uint32_t *w) {
+    uint64_t x = ((uint64_t)w[0] << 32 | w[1]) & ((1ull << 53) - 1);
+    return (double)x * 0x1.0p-53;
+}
+
 /* For the tests and the search tool only: the vector log1p(-u_i) of the same pairs, before any
  * check (path AVX2 or AVX512; SCALAR gives libm's). Returns false when this build or CPU has no
  * vector log1p for `path` (then r is untouched). */

@@ -241,6 +241,17 @@ struct Backend {
     void (*kv_cache_write)(const Backend *be, float *k_cache, float *v_cache, const float *k,
                            const float *v, const int32_t *slot, const int32_t *pos, int n,
                            int max_len, int kvd);
+    /* attention_cached_scored where row r's positions below prefix_len[r] are read from slot
+     * prefix_slot[r] instead of slot[r] (host int32 N each): a prompt prefilled once is read in
+     * place by the completions that share it (model/kv_cache.h invariant 7). The bits of
+     * attention_cached_scored with those rows copied into slot[r]. NULL: the backend has none,
+     * and the cache copies shared prompts into each slot instead. */
+    void (*attention_cached_prefixed)(const Backend *be, float *out, const float *q,
+                                      const float *k_cache, const float *v_cache,
+                                      const int32_t *slot, const int32_t *pos,
+                                      const int32_t *prefix_slot, const int32_t *prefix_len, int n,
+                                      int max_len, int n_heads, int n_kv_heads, int hd, int window,
+                                      AttnScores sc);
 
     /* ---- the lm_head's log-sum-exp handed over (optional: NULL where not offered; a backend
      * offers both or neither, and one that derives from another's table must reset both when it

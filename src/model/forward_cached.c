@@ -14,6 +14,9 @@ typedef struct {
     int32_t *slot, *pos;     /* [n] host: slot and position of each row */
     const int32_t *slot_dev; /* the same as the backend reads them */
     const int32_t *pos_dev;
+    /* [n] host, where the cache lends prompts (kv_cache.h invariant 7), else NULL: each row's
+     * slot's prefix_slot and prefix_len */
+    int32_t *prefix_slot, *prefix_len;
     void *owned[2];
     LayerActs a;  /* x_in == x_mid (the residual, in place), act == gate */
     float *block; /* backend memory behind a */
@@ -50,6 +53,8 @@ static int rows_alloc(CachedRows *b, const ModelConfig *c, int n, int n_chunks, 
 }
 
 static void rows_free(const Backend *be, CachedRows *b) {
+    free(b->prefix_slot);
+    free(b->prefix_len);
     be->free(be, b->owned[0]);
     be->free(be, b->owned[1]);
     free(b->slot);
@@ -87,7 +92,13 @@ static void cached_attention(const DecoderHooks *h, const Model *m, int l, Layer
         be->copy(be, kv_cache_row(kv, kv->v, l, b->slot[r], b->pos[r]), a->v + (size_t)r * kvd,
                  kvd * sizeof(float), BACKEND_DEVICE_TO_DEVICE);
     }
-    if (model_scores_own(m))
+    if (b->prefix_len) /* some rows read their prompt from the slot that prefilled it */
+        be->attention_cached_prefixed(
+            be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0), kv_cache_row(kv, kv->v, l, 0, 0),
+            b->slot, b->pos, b->prefix_slot, b->prefix_len, n, kv->max_len, c->n_heads,
+            c->n_kv_heads, c->head_dim, window,
+            model_attn_scores(m)); /* 1/sqrt(hd), no cap: the plain op's */
+    else if (model_scores_own(m))
         be->attention_cached_scored(be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0),
                                     kv_cache_row(kv, kv->v, l, 0, 0), b->slot_dev, b->pos_dev, n,
                                     kv->max_len, c->n_heads, c->n_kv_heads, c->head_dim, window,
@@ -138,6 +149,13 @@ int model_forward_cached(const Model *m, const PackedModel *packed, KvCache *kv,
             b.pos[r] = kv->len[chunks[j].slot] + i;
             ids[r] = chunks[j].tokens[i];
         }
+    }
+    if (kv_cache_lends(kv)) { /* only a backend with attention_cached_prefixed lends */
+        b.prefix_slot = xmalloc((size_t)n * sizeof *b.prefix_slot);
+        b.prefix_len = xmalloc((size_t)n * sizeof *b.prefix_len);
+        for (int i = 0; i < n; i++)
+            b.prefix_slot[i] = kv->prefix_slot[b.slot[i]],
+            b.prefix_len[i] = kv->prefix_len[b.slot[i]];
     }
     int half = c->rotary_dim / 2;
     size_t table = (size_t)n * half;

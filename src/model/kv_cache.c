@@ -46,6 +46,9 @@ int kv_cache_init(KvCache *kv, const Backend *be, const ModelConfig *cfg, int n_
         advise_huge_pages(kv->v, n * sizeof(float));
     }
     kv->len = xcalloc((size_t)n_slots, sizeof *kv->len);
+    kv->share_prefixes = be->attention_cached_prefixed != NULL;
+    kv->prefix_slot = xcalloc((size_t)n_slots, sizeof *kv->prefix_slot);
+    kv->prefix_len = xcalloc((size_t)n_slots, sizeof *kv->prefix_len);
     return 0;
 }
 
@@ -58,6 +61,8 @@ void kv_cache_free(KvCache *kv) {
         kv->be->free(kv->be, kv->step_block);
     }
     free(kv->len);
+    free(kv->prefix_slot);
+    free(kv->prefix_len);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -71,20 +76,46 @@ void *kv_cache_step_block(KvCache *kv, size_t bytes) {
     return kv->step_block;
 }
 
+/* Positions [t0, t1) of slot `from`'s own rows copied to the same positions of slot `to`. */
+static void copy_rows(KvCache *kv, int from, int to, int t0, int t1) {
+    size_t bytes = (size_t)(t1 - t0) * kv->kv_dim * sizeof(float);
+    const Backend *be = kv->be;
+    for (int l = 0; l < kv->n_layers && t1 > t0; l++) {
+        be->copy(be, kv_cache_row(kv, kv->k, l, to, t0), kv_cache_row(kv, kv->k, l, from, t0),
+                 bytes, BACKEND_DEVICE_TO_DEVICE);
+        be->copy(be, kv_cache_row(kv, kv->v, l, to, t0), kv_cache_row(kv, kv->v, l, from, t0),
+                 bytes, BACKEND_DEVICE_TO_DEVICE);
+    }
+}
+
 void kv_cache_reset_slot(KvCache *kv, int slot) {
+    for (int b = 0; b < kv->n_slots; b++) /* its lent rows become the borrowers' own first */
+        if (kv->prefix_len[b] > 0 && kv->prefix_slot[b] == slot) {
+            copy_rows(kv, slot, b, 0, kv->prefix_len[b]);
+            kv->prefix_len[b] = 0;
+        }
+    kv->prefix_len[slot] = 0;
     kv->len[slot] = 0;
 }
 
 void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n) {
-    size_t bytes = (size_t)n * kv->kv_dim * sizeof(float);
-    const Backend *be = kv->be;
-    for (int l = 0; l < kv->n_layers && bytes; l++) {
-        be->copy(be, kv_cache_row(kv, kv->k, l, to, 0), kv_cache_row(kv, kv->k, l, from, 0), bytes,
-                 BACKEND_DEVICE_TO_DEVICE);
-        be->copy(be, kv_cache_row(kv, kv->v, l, to, 0), kv_cache_row(kv, kv->v, l, from, 0), bytes,
-                 BACKEND_DEVICE_TO_DEVICE);
+    int lent = kv->prefix_len[from];
+    if (kv->share_prefixes && n > 0 && (lent == 0 || n <= lent)) {
+        kv->prefix_slot[to] = lent ? kv->prefix_slot[from] : from; /* the owner's, one level */
+        kv->prefix_len[to] = n;
+    } else { /* from's borrowed rows from their owner, the rest from its own */
+        int below = lent < n ? lent : n;
+        copy_rows(kv, lent ? kv->prefix_slot[from] : from, to, 0, below);
+        copy_rows(kv, from, to, below, n);
+        kv->prefix_len[to] = 0;
     }
     kv->len[to] = n;
+}
+
+bool kv_cache_lends(const KvCache *kv) {
+    for (int s = 0; s < kv->n_slots; s++)
+        if (kv->prefix_len[s] > 0) return true;
+    return false;
 }
 
 bool kv_cache_rope_fixed(const ModelConfig *cfg) {

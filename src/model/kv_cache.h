@@ -15,7 +15,13 @@
  *     from them on the backend instead of building and copying them from the host.
  *  6. step_block (step_bytes of be's memory, NULL before the first forward) is the last
  *     forward's activations, handed to the next: the decode steps of a generation, each the same
- *     number of rows, write into memory already mapped (no page faults a step). */
+ *     number of rows, write into memory already mapped (no page faults a step).
+ *  7. Shared prompts (where share_prefixes: the backend's attention_cached_prefixed reads them):
+ *     prefix_len[s] > 0 means slot s's positions 0..prefix_len[s]-1 are those of slot
+ *     prefix_slot[s] (its own rows there unused), with prefix_len[prefix_slot[s]] == 0 (the
+ *     owner holds them itself), prefix_len[s] <= len[s] and <= len[prefix_slot[s]]. Those rows
+ *     of the owner are never rewritten while lent: resetting the owner first copies them into
+ *     each slot that borrows them. prefix_len[s] == 0: s holds all its rows. */
 #ifndef RLHF_MODEL_KV_CACHE_H
 #define RLHF_MODEL_KV_CACHE_H
 
@@ -39,6 +45,8 @@ typedef struct {
     float *rope_cos, *rope_sin;
     void *step_block; /* invariant 6 */
     size_t step_bytes;
+    bool share_prefixes;           /* invariant 7: be->attention_cached_prefixed is there */
+    int *prefix_slot, *prefix_len; /* [slots], host; invariant 7 */
 } KvCache;
 
 /* A cache for n_slots sequences of up to max_len positions in be's memory (that of the model it
@@ -53,9 +61,14 @@ void kv_cache_reset_slot(KvCache *kv, int slot);
  * at the first decode step). NULL with an error when out of memory. */
 void *kv_cache_step_block(KvCache *kv, size_t bytes);
 
-/* Copies positions 0..n-1 of slot `from` into slot `to` (every layer) and sets len[to] = n: a
- * shared prompt is prefilled once. */
+/* Gives the empty slot `to` positions 0..n-1 of slot `from` (every layer; n <= len[from]) and
+ * sets len[to] = n: a shared prompt is prefilled once. Lent (invariant 7) where share_prefixes
+ * and `from`'s rows 0..n-1 lie in one slot, else copied. */
 void kv_cache_copy_prefix(KvCache *kv, int from, int to, int n);
+
+/* Whether any slot reads rows of another (invariant 7): the forward then needs
+ * attention_cached_prefixed. */
+bool kv_cache_lends(const KvCache *kv);
 
 /* Whether cfg's RoPE tables are the same whatever the batch's length (invariant 5). */
 bool kv_cache_rope_fixed(const ModelConfig *cfg);

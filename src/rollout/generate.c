@@ -57,11 +57,11 @@ typedef struct {
     int32_t *refeed;  /* [n_slots][max_len]: sequences fed whole again (refeed_chunk) */
     Completion *out;
     SamplerRng *rngs;
-    /* opt->torch_rng sampling: [n_threads][V], each thread's row of torch draws, made right before
-     * the row samples from them (draw_step_torch); else NULL */
-    float *exponentials;
-    int *chunk_of_job;    /* [n_jobs] with exponentials: the step's chunk of each job, -1: none */
-    int *active_jobs;     /* [n_jobs] with exponentials: the jobs that sample this step */
+    /* opt->torch_rng sampling: each row samples from its torch draws, made as it samples
+     * (draw_step_torch) */
+    bool torch_sampling;
+    int *chunk_of_job;    /* [n_jobs] with torch_sampling: the step's chunk of each job, -1: none */
+    int *active_jobs;     /* [n_jobs] with torch_sampling: the jobs that sample this step */
     float *prompt_logits; /* [n_prompts][V]: logits after each prompt, kept to share its prefill */
     bool *have_prompt_logits;
     float *scratch;
@@ -77,9 +77,9 @@ typedef struct {
 } Draw;
 
 /* Samples the next token of slot s's job from logits z (modified) with thread t's scratch, from
- * torch's draws q[V] for its row when not NULL, else from the job's own stream. Reads only that
- * job's state, so the slots of a step can draw at once. */
-static Draw draw_token(const Run *r, int s, float *z, int t, const float *q) {
+ * the next V draws of torch's generator g (at its row) when not NULL, else from the job's own
+ * stream. Reads only that job's state (and g), so the slots of a step can draw at once. */
+static Draw draw_token(const Run *r, int s, float *z, int t, TorchGenerator *g) {
     int j = r->slots[s].job, p = j / r->per;
     const Completion *c = &r->out[j];
     int32_t *history = r->history + (size_t)t * r->max_len;
@@ -90,9 +90,10 @@ static Draw draw_token(const Run *r, int s, float *z, int t, const float *q) {
     int32_t *order = r->order + (size_t)t * 4 * r->V;
     float *raw = r->raw ? r->raw + (size_t)t * r->V : NULL;
     if (raw) memcpy(raw, z, (size_t)r->V * sizeof *raw); /* the sampler processes z in place */
-    if (q)
-        d.id = sampler_next_exponential(z, r->V, &r->opt->sampling, history,
-                                        r->prompt_lens[p] + c->len, q, work, order, &d.logprob);
+    if (g)
+        d.id =
+            sampler_next_exponential_drawn(z, r->V, &r->opt->sampling, history,
+                                           r->prompt_lens[p] + c->len, g, work, order, &d.logprob);
     else
         d.id = sampler_next(z, r->V, &r->opt->sampling, history, r->prompt_lens[p] + c->len,
                             &r->rngs[j], work, order, &d.logprob);
@@ -265,8 +266,9 @@ static void spread_prefills(Run *r, const CachedChunk *chunks, const int *chunk_
  *      the rows before each job of its run (finished jobs' rows, or other threads'), not drawing
  *      them (nothing reads them), and draws that job's row; so it makes the stream's draws in the
  *      stream's order;
- *   3. a row is drawn into the thread's own V floats just before its job samples from them, so
- *      the draws are read from cache, never stored for the whole batch (39 MB at 64 x 151936);
+ *   3. a row's draws are made by its job's sampling (sampler_next_exponential_drawn), a block
+ *      of words at a time, as floats only where they could win: never stored for the whole
+ *      batch (39 MB at 64 x 151936), nor a log1p each (a tenth of a decode step's time);
  *   4. the last thread's copy then skips to row n_jobs and becomes the generator: where the
  *      serial torch_exponential_f32 of the whole step leaves it.
  * The tokens are those of drawing the whole step first and sampling after (the draws do not
@@ -287,14 +289,12 @@ static void draw_step_torch(Run *r, const int *chunk_slot, int n_chunks, float *
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         int lo = (int)((int64_t)n_active * t / nt), hi = (int)((int64_t)n_active * (t + 1) / nt);
         TorchGenerator own = *g;
-        float *q = r->exponentials + (size_t)t * V;
         int at = 0;
         for (int k = lo; k < hi; k++) {
             int j = r->active_jobs[k], c = r->chunk_of_job[j];
             if (j > at) torch_exponential_skip(&own, (uint64_t)(j - at) * V);
-            torch_exponential_f32_serial(&own, q, V);
-            at = j + 1;
-            draws[c] = draw_token(r, chunk_slot[c], logits + (size_t)c * V, t, q);
+            at = j + 1; /* draw_token makes row j's draws from own */
+            draws[c] = draw_token(r, chunk_slot[c], logits + (size_t)c * V, t, &own);
         }
 #pragma omp barrier
         if (t == nt - 1) {
@@ -352,7 +352,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     r.history = xmalloc((size_t)r.n_threads * r.max_len * sizeof(int32_t));
     r.raw = opt->raw_logprobs ? xmalloc((size_t)r.n_threads * r.V * sizeof(float)) : NULL;
     if (torch_draws && opt->sampling.do_sample) { /* greedy draws nothing, as transformers */
-        r.exponentials = xmalloc((size_t)r.n_threads * r.V * sizeof(float));
+        r.torch_sampling = true;
         r.chunk_of_job = xmalloc((size_t)r.n_jobs * sizeof *r.chunk_of_job);
         r.active_jobs = xmalloc((size_t)r.n_jobs * sizeof *r.active_jobs);
     }
@@ -430,7 +430,7 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
         }
         /* transformers' step: q for every row of the batch, finished ones too (torch_draws:
          * every unfinished job is in this step, so the step is one of generate()'s) */
-        if (r.exponentials) {
+        if (r.torch_sampling) {
             draw_step_torch(&r, chunk_slot, n_chunks, logits, draws);
         } else {
             /* every job draws from its own random stream: the same tokens at any thread count
@@ -465,7 +465,6 @@ int generate(const Model *m, const int32_t *const *prompts, const int *prompt_le
     free(r.stopped_len);
     free(r.refeed);
     free(r.rngs);
-    free(r.exponentials);
     free(r.chunk_of_job);
     free(r.active_jobs);
     kv_cache_free(&r.kv);

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "common/torch_exponential.h"
 #include "kernels/cpu/fast_exp.h"
 
 #include <math.h>
@@ -264,6 +265,88 @@ static int32_t argmax_ratio(const float *e, float inv, const float *q, int n) {
     return chosen;
 }
 
+/* Draws made at a time by argmax_ratio_drawn: their words (8 KiB) stay in L1. */
+#define DRAW_BLOCK 1024
+/* argmax_ratio_drawn's skip bound: q >= u (1 - 2^-23), the float u's and the products' roundings
+ * are inside it with room. NOT_BELOW_BEST: the smallest best it is applied at, so that bound * u
+ * (u >= 2^-52 where not 0) stays a normal float and every rounding is relative. */
+#define SKIP_MARGIN    (1.0f - 0x1.0p-18f)
+#define NOT_BELOW_BEST 0x1.0p-60f
+
+/* A float no larger than u (1 + 2^-23), u = torch_exponential_u(w): the high word's 21 bits
+ * (exact) and the low word's top 31 (each rounded once), in float arithmetic that vectorises. */
+static inline float draw_u_float(const uint32_t *w) {
+    return (float)(int32_t)(w[0] & ((1u << 21) - 1)) * 0x1.0p-21f +
+           (float)(int32_t)(w[1] >> 1) * 0x1.0p-52f;
+}
+
+/* argmax_ratio(e, inv, q, n) with q[j] the next n draws of g (g left past all n), without making
+ * most of them. Draw j is q_j = (float)-log1p(-u_j) >= u_j (1 - 2^-23) (libm's log1p within an
+ * ulp of -log1p(-u) >= u, then rounded to float), so p_j / q_j rounded is below
+ * p_j / (u_j (1 - 2^-19)) (1 - 2^-23)^-1 (1 + 2^-24). Invariants:
+ *   1. a draw is made (log1p) only for a candidate: p_j > 0 and not p_j < best SKIP_MARGIN u_j
+ *      (draw_u_float's u_j, products in float), best the largest ratio before j's block of
+ *      ARGMAX_BLOCK (best >= NOT_BELOW_BEST; below it every p_j > 0 is a candidate). A skipped
+ *      j has a ratio below that best, or p_j 0 (ratio 0 or NaN): argmax_ratio's scan would not
+ *      have chosen it, as best only grows, a later equal ratio never wins, a NaN never counts;
+ *   2. id 0 is always made, as argmax_ratio starts from it (a NaN there keeps 0);
+ *   3. every draw's words are made, in order, a block at a time: g ends where the row's draws
+ *      end, and the candidates' floats equal torch_exponential_f32_serial's.
+ * For a flat distribution of V ids about ln V ids after the first block are candidates; a peaked
+ * one has fewer. */
+static int32_t argmax_ratio_drawn(const float *e, float inv, TorchGenerator *g, int n) {
+    uint32_t w[2 * DRAW_BLOCK];
+    float r[ARGMAX_BLOCK], q[ARGMAX_BLOCK];
+    int32_t candidate[ARGMAX_BLOCK];
+    float best = 0.0f;
+    int32_t chosen = 0;
+    bool nan_at_0 = false;
+    for (int b0 = 0; b0 < n; b0 += DRAW_BLOCK) {
+        int bn = n - b0 < DRAW_BLOCK ? n - b0 : DRAW_BLOCK;
+        torch_exponential_words(g, w, (size_t)bn);
+        if (b0 == 0) {
+            float q0;
+            torch_exponential_from_words(w, &q0, 1, DRAW_PATH_SCALAR);
+            best = e[0] * inv / q0;
+            nan_at_0 = isnan(best);
+        }
+        if (nan_at_0) continue; /* argmax_ratio returns 0; the words are still made (3) */
+        for (int s = 0; s < bn; s += ARGMAX_BLOCK) {
+            int start = b0 + s, m = bn - s < ARGMAX_BLOCK ? bn - s : ARGMAX_BLOCK;
+            const uint32_t *ws = w + 2 * s;
+            float bound = best >= NOT_BELOW_BEST ? best * SKIP_MARGIN : 0.0f;
+            int count = 0;
+#pragma omp simd reduction(+ : count)
+            for (int j = 0; j < m; j++) {
+                float p = e[start + j] * inv;
+                int32_t c = (p > 0.0f) & !(p < bound * draw_u_float(ws + 2 * j));
+                candidate[j] = c;
+                count += c;
+            }
+            if (count == 0) continue;
+            if (count > ARGMAX_BLOCK / 8) /* the first blocks: vectorised, as the serial draws */
+                torch_exponential_from_words(ws, q, (size_t)m, DRAW_PATH_BEST);
+            else
+                for (int j = 0; j < m; j++)
+                    if (candidate[j])
+                        torch_exponential_from_words(ws + 2 * j, &q[j], 1, DRAW_PATH_SCALAR);
+            float block_max = -INFINITY;
+            for (int j = 0; j < m; j++) {
+                r[j] = candidate[j] ? e[start + j] * inv / q[j] : -INFINITY;
+                block_max = r[j] > block_max ? r[j] : block_max; /* a NaN never counts */
+            }
+            if (!(block_max > best)) continue;
+            best = block_max;
+            for (int j = 0; j < m; j++)
+                if (r[j] == best) {
+                    chosen = start + j;
+                    break;
+                }
+        }
+    }
+    return nan_at_0 ? 0 : chosen;
+}
+
 int32_t sampler_next_exponential(float *z, int vocab, const SamplingParams *p,
                                  const int32_t *history, int n_history, const float *q, float *work,
                                  int32_t *order, float *logprob) {
@@ -272,6 +355,21 @@ int32_t sampler_next_exponential(float *z, int vocab, const SamplingParams *p,
     float *e = work + vocab;
     float inv = softmax_unscaled(z, e, vocab);
     int32_t chosen = argmax_ratio(e, inv, q, vocab);
+    *logprob = logf(e[chosen] * inv);
+    return chosen;
+}
+
+int32_t sampler_next_exponential_drawn(float *z, int vocab, const SamplingParams *p,
+                                       const int32_t *history, int n_history, TorchGenerator *g,
+                                       float *work, int32_t *order, float *logprob) {
+    sampler_process(z, vocab, p, history, n_history, work, order);
+    if (!p->do_sample) {
+        torch_exponential_skip(g, (uint64_t)vocab);
+        return greedy_choice(z, vocab, logprob);
+    }
+    float *e = work + vocab;
+    float inv = softmax_unscaled(z, e, vocab);
+    int32_t chosen = argmax_ratio_drawn(e, inv, g, vocab);
     *logprob = logf(e[chosen] * inv);
     return chosen;
 }

@@ -9,6 +9,8 @@
 #ifndef RLHF_ROLLOUT_SAMPLER_H
 #define RLHF_ROLLOUT_SAMPLER_H
 
+#include "common/torch_generator.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,5 +55,14 @@ int32_t sampler_next(float *logits, int vocab, const SamplingParams *p, const in
 int32_t sampler_next_exponential(float *logits, int vocab, const SamplingParams *p,
                                  const int32_t *history, int n_history, const float *q, float *work,
                                  int32_t *order, float *logprob);
+
+/* sampler_next_exponential with q the next `vocab` exponential_() draws of g (the row's), made
+ * as they are needed: the same choice and log-prob, and g left past the row's draws (as
+ * torch_exponential_f32_serial of vocab leaves it) whatever is chosen, greedy included. Only the
+ * draws that could beat the best ratio found before them are turned into floats (sampler.c's
+ * argmax_ratio_drawn): the rest cost their words, not a log1p each. */
+int32_t sampler_next_exponential_drawn(float *logits, int vocab, const SamplingParams *p,
+                                       const int32_t *history, int n_history, TorchGenerator *g,
+                                       float *work, int32_t *order, float *logprob);
 
 #endif

@@ -9,7 +9,12 @@
  * Scores are formed eight keys at a time, with eight vector accumulators whose lanes are added
  * together in one transpose at the end: one horizontal sum per key, as a dot product at a time
  * would do, costs as much as the key's multiplications. The weighted sum of values keeps the
- * output heads in registers while the value rows stream past. */
+ * output heads in registers while the value rows stream past.
+ *
+ * A sequence's rows may lie in two places (CacheRows): a completion that shares its prompt with
+ * others reads the prompt's rows from the slot that prefilled it (kv_cache.h invariant 7), so the
+ * prompt is read from memory once for the group instead of once per completion. Every key's
+ * score and every weighted sum is formed as for one place: the same bits. */
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/kernels.h"
 
@@ -18,6 +23,18 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+
+/* One kv head's cached rows of a sequence, t = 0.. from its first attended position: row t at
+ * (t < split ? lo : hi) + t * stride. split 0: all in one place. */
+typedef struct {
+    const float *lo, *hi;
+    int split;
+    size_t stride;
+} CacheRows;
+
+static inline const float *cache_row(const CacheRows *c, int t) {
+    return (t < c->split ? c->lo : c->hi) + (size_t)t * c->stride;
+}
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -29,20 +46,19 @@
 
 #if HAVE_AVX512
 #define DOT8_WIDTH 16
-/* out[j] = q · row j, for 8 rows `stride` floats apart; hd a multiple of 16. */
-static void dot8_rows(float *out, const float *q, const float *rows, size_t stride, int hd) {
+/* out[j] = q · r[j], for 8 rows; hd a multiple of 16. */
+static void dot8_rows(float *out, const float *q, const float *const r[8], int hd) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int d = 0; d < hd; d += 16) {
         __m512 qv = _mm512_loadu_ps(q + d);
-        const float *r = rows + d;
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r), qv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r + stride), qv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 2 * stride), qv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 3 * stride), qv, a3);
-        a4 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 4 * stride), qv, a4);
-        a5 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 5 * stride), qv, a5);
-        a6 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 6 * stride), qv, a6);
-        a7 = _mm512_fmadd_ps(_mm512_loadu_ps(r + 7 * stride), qv, a7);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r[0] + d), qv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r[1] + d), qv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r[2] + d), qv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r[3] + d), qv, a3);
+        a4 = _mm512_fmadd_ps(_mm512_loadu_ps(r[4] + d), qv, a4);
+        a5 = _mm512_fmadd_ps(_mm512_loadu_ps(r[5] + d), qv, a5);
+        a6 = _mm512_fmadd_ps(_mm512_loadu_ps(r[6] + d), qv, a6);
+        a7 = _mm512_fmadd_ps(_mm512_loadu_ps(r[7] + d), qv, a7);
     }
     /* Within each 128-bit lane: unpack and add pairs rows (0,1), then a shuffle and add leaves
      * rows 0-3's partial sums side by side; likewise rows 4-7. Two rounds of adding 128-bit lanes
@@ -71,18 +87,18 @@ static void dot8_rows(float *out, const float *q, const float *rows, size_t stri
         (acc)[3] = _mm512_fmadd_ps(w, v3, (acc)[3]);                                               \
     } while (0)
 
-/* For nh <= 4 heads: out_h[0..64) = sum over t of w_h[t] * row t, the rows `stride` floats
- * apart, head h's weights at w + h * len and its output at out + h * hd. Inlined per head count,
- * with each head's accumulators named apart: GCC keeps a 4 x 4 array of them in memory. */
+/* For nh <= 4 heads: out_h[0..64) = sum over t of w_h[t] * row t (rows: columns d0.. of the
+ * cached rows), head h's weights at w + h * len and its output at out + h * hd. Inlined per head
+ * count, with each head's accumulators named apart: GCC keeps a 4 x 4 array of them in memory. */
 static inline __attribute__((always_inline)) void weighted_rows64(float *out, int hd,
                                                                   const float *w, int len,
-                                                                  const float *rows, size_t stride,
+                                                                  const CacheRows *rows, int d0,
                                                                   const int nh) {
     __m512 zero = _mm512_setzero_ps();
     __m512 a0[4] = {zero, zero, zero, zero}, a1[4] = {zero, zero, zero, zero};
     __m512 a2[4] = {zero, zero, zero, zero}, a3[4] = {zero, zero, zero, zero};
     for (int t = 0; t < len; t++) {
-        const float *r = rows + (size_t)t * stride;
+        const float *r = cache_row(rows, t) + d0;
         __m512 v0 = _mm512_loadu_ps(r), v1 = _mm512_loadu_ps(r + 16);
         __m512 v2 = _mm512_loadu_ps(r + 32), v3 = _mm512_loadu_ps(r + 48);
         ACCUMULATE64(a0, _mm512_set1_ps(w[t]), v0, v1, v2, v3);
@@ -97,43 +113,42 @@ static inline __attribute__((always_inline)) void weighted_rows64(float *out, in
 }
 
 /* weighted_rows64 for the heads of a group, four at a time. */
-static void weighted_rows64_heads(float *out, int hd, const float *w, int len, const float *rows,
-                                  size_t stride, int n_q) {
+static void weighted_rows64_heads(float *out, int hd, const float *w, int len,
+                                  const CacheRows *rows, int d0, int n_q) {
     for (int h = 0; h < n_q; h += 4) {
         float *o = out + (size_t)h * hd;
         const float *wh = w + (size_t)h * len;
         switch (n_q - h) {
         case 1:
-            weighted_rows64(o, hd, wh, len, rows, stride, 1);
+            weighted_rows64(o, hd, wh, len, rows, d0, 1);
             break;
         case 2:
-            weighted_rows64(o, hd, wh, len, rows, stride, 2);
+            weighted_rows64(o, hd, wh, len, rows, d0, 2);
             break;
         case 3:
-            weighted_rows64(o, hd, wh, len, rows, stride, 3);
+            weighted_rows64(o, hd, wh, len, rows, d0, 3);
             break;
         default:
-            weighted_rows64(o, hd, wh, len, rows, stride, 4);
+            weighted_rows64(o, hd, wh, len, rows, d0, 4);
             break;
         }
     }
 }
 #elif HAVE_AVX2
 #define DOT8_WIDTH 8
-/* out[j] = q · row j, for 8 rows `stride` floats apart; hd a multiple of 8. */
-static void dot8_rows(float *out, const float *q, const float *rows, size_t stride, int hd) {
+/* out[j] = q · r[j], for 8 rows; hd a multiple of 8. */
+static void dot8_rows(float *out, const float *q, const float *const r[8], int hd) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int d = 0; d < hd; d += 8) {
         __m256 qv = _mm256_loadu_ps(q + d);
-        const float *r = rows + d;
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r), qv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + stride), qv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 2 * stride), qv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 3 * stride), qv, a3);
-        a4 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 4 * stride), qv, a4);
-        a5 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 5 * stride), qv, a5);
-        a6 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 6 * stride), qv, a6);
-        a7 = _mm256_fmadd_ps(_mm256_loadu_ps(r + 7 * stride), qv, a7);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r[0] + d), qv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r[1] + d), qv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r[2] + d), qv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r[3] + d), qv, a3);
+        a4 = _mm256_fmadd_ps(_mm256_loadu_ps(r[4] + d), qv, a4);
+        a5 = _mm256_fmadd_ps(_mm256_loadu_ps(r[5] + d), qv, a5);
+        a6 = _mm256_fmadd_ps(_mm256_loadu_ps(r[6] + d), qv, a6);
+        a7 = _mm256_fmadd_ps(_mm256_loadu_ps(r[7] + d), qv, a7);
     }
     /* hadd pairs neighbouring lanes within each 128-bit half; two rounds leave, per half,
      * the partial sums of four rows; adding the halves finishes all eight. */
@@ -145,17 +160,17 @@ static void dot8_rows(float *out, const float *q, const float *rows, size_t stri
 }
 
 /* out_h[0..64) = sum over t of w_h[t] * row t for each head h (weights at w + h * len, output
- * at out + h * hd), the rows `stride` floats apart: one head at a time, as eight ymm accumulators
- * hold one head's 64 outputs. */
-static void weighted_rows64_heads(float *out, int hd, const float *w, int len, const float *rows,
-                                  size_t stride, int n_q) {
+ * at out + h * hd), rows: columns d0.. of the cached rows: one head at a time, as eight ymm
+ * accumulators hold one head's 64 outputs. */
+static void weighted_rows64_heads(float *out, int hd, const float *w, int len,
+                                  const CacheRows *rows, int d0, int n_q) {
     for (int h = 0; h < n_q; h++) {
         const float *wh = w + (size_t)h * len;
         __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0,
                o7 = o0;
         for (int t = 0; t < len; t++) {
             __m256 wt = _mm256_broadcast_ss(wh + t);
-            const float *r = rows + (size_t)t * stride;
+            const float *r = cache_row(rows, t) + d0;
             o0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r), o0);
             o1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 8), o1);
             o2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(r + 16), o2);
@@ -190,11 +205,10 @@ static float dot(const float *q, const float *row, int hd) {
  * next block of keys, into L2 (into_l1 false) for the values the weighted sum reads after the
  * softmax. Each sequence's rows are a fresh read from memory at every step, and at 8 keys x 7
  * heads of work per block the hardware's own prefetch does not run far enough ahead. */
-static void prefetch_rows(const float *rows, int first, int end, size_t stride, int hd,
-                          bool into_l1) {
+static void prefetch_rows(const CacheRows *rows, int first, int end, int hd, bool into_l1) {
     for (int j = first; j < end; j++)
         for (int d = 0; d < hd; d += 16) {
-            const char *line = (const char *)(rows + (size_t)j * stride + d);
+            const char *line = (const char *)(cache_row(rows, j) + d);
             if (into_l1)
                 _mm_prefetch(line, _MM_HINT_T0);
             else
@@ -211,8 +225,8 @@ static void prefetch_rows(const float *rows, int first, int end, size_t stride, 
  * the eight is one vector): dot() one head after another is a chain of hd dependent adds per head
  * and key, which at ~130 keys cost 16% of attention_over_cache_scored's samples (perf, Qwen2.5's
  * seven heads a group). The lanes are independent: the same bits. hd <= TAIL_MAX_HD. */
-static void tail_scores(float *scores, const float *q, const float *k, int t0, int len,
-                        size_t stride, int hd, int n_q) {
+static void tail_scores(float *scores, const float *q, const CacheRows *k, int t0, int len, int hd,
+                        int n_q) {
     float qt[TAIL_MAX_HD * 8], lanes[8];
     for (int h0 = 0; h0 < n_q; h0 += 8) {
         int nh = n_q - h0 < 8 ? n_q - h0 : 8;
@@ -220,7 +234,7 @@ static void tail_scores(float *scores, const float *q, const float *k, int t0, i
             for (int i = 0; i < 8; i++)
                 qt[d * 8 + i] = i < nh ? q[(size_t)(h0 + i) * hd + d] : 0.0f;
         for (int t = t0; t < len; t++) {
-            const float *row = k + (size_t)t * stride;
+            const float *row = cache_row(k, t);
             __m256 acc = _mm256_setzero_ps();
             for (int d = 0; d < hd; d++)
                 acc = _mm256_add_ps(
@@ -235,26 +249,28 @@ static void tail_scores(float *scores, const float *q, const float *k, int t0, i
 
 /* scores[h * len + t] = q_h · key t, for the n_q heads: eight keys at a time, read by every head
  * while they are in L1; the rest as dot() computes them. */
-static void key_scores(float *scores, const float *q, const float *k, const float *v, int len,
-                       size_t stride, int hd, int n_q) {
+static void key_scores(float *scores, const float *q, const CacheRows *k, const CacheRows *v,
+                       int len, int hd, int n_q) {
     int t = 0;
 #ifdef DOT8_WIDTH
     if (hd % DOT8_WIDTH == 0)
         for (; t + 8 <= len; t += 8) {
-            prefetch_rows(k, t + 8, t + 16 < len ? t + 16 : len, stride, hd, true);
-            prefetch_rows(v, t, t + 8, stride, hd, false);
+            prefetch_rows(k, t + 8, t + 16 < len ? t + 16 : len, hd, true);
+            prefetch_rows(v, t, t + 8, hd, false);
+            const float *rows[8];
+            for (int i = 0; i < 8; i++)
+                rows[i] = cache_row(k, t + i);
             for (int h = 0; h < n_q; h++)
-                dot8_rows(scores + (size_t)h * len + t, q + (size_t)h * hd, k + (size_t)t * stride,
-                          stride, hd);
+                dot8_rows(scores + (size_t)h * len + t, q + (size_t)h * hd, rows, hd);
         }
     if (hd <= TAIL_MAX_HD) {
-        tail_scores(scores, q, k, t, len, stride, hd, n_q);
+        tail_scores(scores, q, k, t, len, hd, n_q);
         return;
     }
 #endif
     for (; t < len; t++)
         for (int h = 0; h < n_q; h++)
-            scores[(size_t)h * len + t] = dot(q + (size_t)h * hd, k + (size_t)t * stride, hd);
+            scores[(size_t)h * len + t] = dot(q + (size_t)h * hd, cache_row(k, t), hd);
 }
 
 /* w = softmax(scores(w)) over len entries, scores as AttnScores says. */
@@ -290,25 +306,32 @@ void attention_over_cache(float *out, const float *q, const float *k, const floa
     attention_over_cache_scored(out, q, k, v, len, stride, hd, n_q, scores, sc);
 }
 
-void attention_over_cache_scored(float *out, const float *q, const float *k, const float *v,
-                                 int len, size_t stride, int hd, int n_q, float *scores,
-                                 AttnScores sc) {
-    key_scores(scores, q, k, v, len, stride, hd, n_q);
+/* attention_over_cache_scored over rows that may lie in two places. */
+static void over_cache_rows(float *out, const float *q, const CacheRows *k, const CacheRows *v,
+                            int len, int hd, int n_q, float *scores, AttnScores sc) {
+    key_scores(scores, q, k, v, len, hd, n_q);
     for (int h = 0; h < n_q; h++)
         scaled_softmax(scores + (size_t)h * len, len, sc);
     int d = 0;
 #ifdef DOT8_WIDTH
     for (; d + 64 <= hd; d += 64)
-        weighted_rows64_heads(out + d, hd, scores, len, v + d, stride, n_q);
+        weighted_rows64_heads(out + d, hd, scores, len, v, d, n_q);
 #endif
     for (; d < hd; d++)
         for (int h = 0; h < n_q; h++) {
             const float *w = scores + (size_t)h * len;
             float o = 0.0f;
             for (int t = 0; t < len; t++)
-                o += w[t] * v[(size_t)t * stride + d];
+                o += w[t] * cache_row(v, t)[d];
             out[(size_t)h * hd + d] = o;
         }
+}
+
+void attention_over_cache_scored(float *out, const float *q, const float *k, const float *v,
+                                 int len, size_t stride, int hd, int n_q, float *scores,
+                                 AttnScores sc) {
+    CacheRows kr = {k, k, 0, stride}, vr = {v, v, 0, stride};
+    over_cache_rows(out, q, &kr, &vr, len, hd, n_q, scores, sc);
 }
 
 void attention_cached_rows(float *out, const float *q, const float *k_cache, const float *v_cache,
@@ -323,6 +346,15 @@ void attention_cached_rows_scored(float *out, const float *q, const float *k_cac
                                   const float *v_cache, const int32_t *slot, const int32_t *pos,
                                   int n, int max_len, int n_heads, int n_kv_heads, int hd,
                                   int window, AttnScores sc) {
+    attention_cached_rows_prefixed(out, q, k_cache, v_cache, slot, pos, NULL, NULL, n, max_len,
+                                   n_heads, n_kv_heads, hd, window, sc);
+}
+
+void attention_cached_rows_prefixed(float *out, const float *q, const float *k_cache,
+                                    const float *v_cache, const int32_t *slot, const int32_t *pos,
+                                    const int32_t *prefix_slot, const int32_t *prefix_len, int n,
+                                    int max_len, int n_heads, int n_kv_heads, int hd, int window,
+                                    AttnScores sc) {
     int n_rep = n_heads / n_kv_heads;
     size_t kvd = (size_t)n_kv_heads * hd;
 #pragma omp parallel
@@ -334,9 +366,15 @@ void attention_cached_rows_scored(float *out, const float *q, const float *k_cac
                 int p = pos[r], first = 0;
                 if (window > 0 && p - window + 1 > first) first = p - window + 1;
                 size_t head = (size_t)g * hd, at = ((size_t)r * n_heads + (size_t)g * n_rep) * hd;
-                size_t row = ((size_t)slot[r] * max_len + first) * kvd + head;
-                attention_over_cache_scored(out + at, q + at, k_cache + row, v_cache + row,
-                                            p - first + 1, kvd, hd, n_rep, scores, sc);
+                size_t own = ((size_t)slot[r] * max_len + first) * kvd + head, lent = own;
+                int split = 0; /* rows below it read from the prefix's slot */
+                if (prefix_len && prefix_len[r] > first) {
+                    split = prefix_len[r] - first;
+                    lent = ((size_t)prefix_slot[r] * max_len + first) * kvd + head;
+                }
+                CacheRows kr = {k_cache + lent, k_cache + own, split, kvd};
+                CacheRows vr = {v_cache + lent, v_cache + own, split, kvd};
+                over_cache_rows(out + at, q + at, &kr, &vr, p - first + 1, hd, n_rep, scores, sc);
             }
         }
         free(scores);

@@ -320,6 +320,17 @@ static void cpu_attention_scored_backward(const Backend *be, float *dq, float *d
                               n_kv_heads, hd, window, sc);
 }
 
+static void cpu_attention_cached_prefixed(const Backend *be, float *out, const float *q,
+                                          const float *k_cache, const float *v_cache,
+                                          const int32_t *slot, const int32_t *pos,
+                                          const int32_t *prefix_slot, const int32_t *prefix_len,
+                                          int n, int max_len, int n_heads, int n_kv_heads, int hd,
+                                          int window, AttnScores sc) {
+    (void)be;
+    attention_cached_rows_prefixed(out, q, k_cache, v_cache, slot, pos, prefix_slot, prefix_len, n,
+                                   max_len, n_heads, n_kv_heads, hd, window, sc);
+}
+
 static void cpu_attention_cached_scored(const Backend *be, float *out, const float *q,
                                         const float *k_cache, const float *v_cache,
                                         const int32_t *slot, const int32_t *pos, int n, int max_len,
@@ -398,6 +409,7 @@ static const Backend cpu_backend = {
     .attention_scored = cpu_attention_scored,
     .attention_scored_backward = cpu_attention_scored_backward,
     .attention_cached_scored = cpu_attention_cached_scored,
+    .attention_cached_prefixed = cpu_attention_cached_prefixed,
     .logprob_capped = cpu_logprob_capped,
     .logprob_capped_backward = cpu_logprob_capped_backward,
     .logprob_lse = cpu_logprob_lse,

@@ -179,6 +179,15 @@ void attention_cached_rows_scored(float *out, const float *q, const float *k_cac
                                   int n, int max_len, int n_heads, int n_kv_heads, int hd,
                                   int window, AttnScores sc);
 
+/* attention_cached_rows_scored with row r's positions below prefix_len[r] read from slot
+ * prefix_slot[r] (backend.h's attention_cached_prefixed); prefix_len NULL: none. The same bits
+ * as with those rows copied into row r's slot. */
+void attention_cached_rows_prefixed(float *out, const float *q, const float *k_cache,
+                                    const float *v_cache, const int32_t *slot, const int32_t *pos,
+                                    const int32_t *prefix_slot, const int32_t *prefix_len, int n,
+                                    int max_len, int n_heads, int n_kv_heads, int hd, int window,
+                                    AttnScores sc);
+
 /* Fused lm_head + log-softmax + gather. For each of the n_rows rows of `hidden` (row stride
  * h), computes logits = row · lm_head^T (vocab V) and returns
  * logp[i] = logits[target[i]] - logsumexp(logits). Works in tiles of rows x vocabulary with a
