@@ -241,6 +241,23 @@ int32_t sampler_next(float *z, int vocab, const SamplingParams *p, const int32_t
  * that beats the best so far, its first index holding it. Over a 150k vocabulary for 64 rows a
  * decode step the scalar divide-and-compare scan took longer than the softmax itself. */
 #define ARGMAX_BLOCK 64
+
+/* The block step of the p / q scans: when the largest of r[0..m) (a NaN never counts) is above
+ * *best, it becomes *best and *chosen the first id start + j holding it. */
+static void block_best(const float *r, int m, int start, float *best, int32_t *chosen) {
+    float block_max = -INFINITY;
+#pragma omp simd reduction(max : block_max)
+    for (int j = 0; j < m; j++)
+        block_max = r[j] > block_max ? r[j] : block_max;
+    if (!(block_max > *best)) return;
+    *best = block_max;
+    for (int j = 0; j < m; j++)
+        if (r[j] == block_max) {
+            *chosen = start + j;
+            return;
+        }
+}
+
 static int32_t argmax_ratio(const float *e, float inv, const float *q, int n) {
     float best = e[0] * inv / q[0];
     if (isnan(best)) return 0;
@@ -248,19 +265,10 @@ static int32_t argmax_ratio(const float *e, float inv, const float *q, int n) {
     float r[ARGMAX_BLOCK];
     for (int start = 0; start < n; start += ARGMAX_BLOCK) {
         int m = n - start < ARGMAX_BLOCK ? n - start : ARGMAX_BLOCK;
-        float block_max = -INFINITY;
-#pragma omp simd reduction(max : block_max)
-        for (int j = 0; j < m; j++) {
-            r[j] = e[start + j] * inv / q[start + j];
-            block_max = r[j] > block_max ? r[j] : block_max; /* a NaN never counts */
-        }
-        if (!(block_max > best)) continue;
-        best = block_max;
+#pragma omp simd
         for (int j = 0; j < m; j++)
-            if (r[j] == best) {
-                chosen = start + j;
-                break;
-            }
+            r[j] = e[start + j] * inv / q[start + j];
+        block_best(r, m, start, &best, &chosen);
     }
     return chosen;
 }
@@ -330,18 +338,9 @@ static int32_t argmax_ratio_drawn(const float *e, float inv, TorchGenerator *g, 
                 for (int j = 0; j < m; j++)
                     if (candidate[j])
                         torch_exponential_from_words(ws + 2 * j, &q[j], 1, DRAW_PATH_SCALAR);
-            float block_max = -INFINITY;
-            for (int j = 0; j < m; j++) {
-                r[j] = candidate[j] ? e[start + j] * inv / q[j] : -INFINITY;
-                block_max = r[j] > block_max ? r[j] : block_max; /* a NaN never counts */
-            }
-            if (!(block_max > best)) continue;
-            best = block_max;
             for (int j = 0; j < m; j++)
-                if (r[j] == best) {
-                    chosen = start + j;
-                    break;
-                }
+                r[j] = candidate[j] ? e[start + j] * inv / q[j] : -INFINITY;
+            block_best(r, m, start, &best, &chosen);
         }
     }
     return nan_at_0 ? 0 : chosen;
