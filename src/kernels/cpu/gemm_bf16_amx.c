@@ -157,7 +157,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
     /* at least 8 items a thread, so that a thread slowed by its neighbours (a vCPU's AMX unit
      * runs at half speed minutes at a time) hands items to the others: smaller groups first
      * (A's chunk stays in L2 either way), then row chunks down to 64 rows */
-    int row_chunks, col_groups, want = 8 * omp_get_max_threads();
+    int threads = omp_get_max_threads(), row_chunks, col_groups, want = 8 * threads;
     for (;;) {
         row_chunks = (a->rows + rc - 1) / rc, col_groups = (pairs + group - 1) / group;
         if (row_chunks * col_groups >= want || (group == 1 && rc <= 2 * BLOCK)) break;
@@ -166,6 +166,8 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
         else
             rc = (rc / 2 + BLOCK - 1) / BLOCK * BLOCK;
     }
+    /* a short product's items (a few microseconds each) in one run a thread, as main had them */
+    int per_take = short_product ? (row_chunks * col_groups + threads - 1) / threads : 1;
     bool spills = kc < kp; /* else each block runs its whole depth in one go */
 #pragma omp parallel
     {
@@ -179,10 +181,10 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
         /* more than 32 rows: 16 and 16 (a last block's padding rows are zero); else the rows */
         int top = a->rows > TILE ? TILE : a->rows, bottom = a->rows > BLOCK ? TILE : a->rows - top;
         gemm_bf16_amx_configure_tiles(top, bottom);
-        /* a work item: rc rows by group column pairs, over the whole depth, one thread's; handed
-         * out one at a time (libgomp's barrier wait was ~9% of a 2-thread GRPO step's samples
-         * with half the items each) */
-#pragma omp for schedule(dynamic, 1) collapse(2)
+        /* a work item: rc rows by group column pairs, over the whole depth, one thread's. Handed
+         * out one at a time, per_take for a short product: libgomp's barrier wait was ~9% of a
+         * 2-thread GRPO step's samples with static halves of the items */
+#pragma omp for schedule(dynamic, per_take) collapse(2)
         for (int ic = 0; ic < row_chunks; ic++)
             for (int g = 0; g < col_groups; g++) {
                 int i_begin = ic * rc, i_end = i_begin + rc < a->rows ? i_begin + rc : a->rows;
