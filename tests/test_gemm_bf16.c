@@ -9,6 +9,7 @@
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
 
 #include <math.h>
 #include <omp.h>
@@ -201,6 +202,58 @@ static void check_packing(GemmBf16Path path, int rows, int depth, int cols, unsi
     free(a), free(b), free(a16), free(b16v);
 }
 
+/* The AMX path's result does not depend on its blocking (gemm_bf16_kernels.h): C written,
+ * accumulated and rounded (+ bias) under several depth chunks (shorter than the depth and not
+ * dividing it: the sums spilled to the thread's buffer and loaded back), row chunks and column
+ * groups, each memcmp'd to main's order (each block's whole depth at once, 64-row chunks, one
+ * pair an item), at two threads. Every one of the product's calls goes through the path. */
+static void check_blocking(int m, int k, int n, unsigned seed) {
+    static const GemmBf16AmxBlocking ways[] = {
+        {0, 64, 1, 0},   {32, 32, 1, 0},      {64, 96, 3, 0},     {160, 32, 2, 0},
+        {96, 256, 8, 0}, {256, 1000, 100, 0}, {1024, 256, 8, 64}, {64, 64, 1, 40}};
+    const int n_ways = (int)(sizeof ways / sizeof ways[0]);
+    size_t ldc = (size_t)n + 3, cn = (size_t)m * ldc;
+    float *a = malloc(((size_t)m * k + 1) * sizeof *a), *b = malloc(((size_t)k * n + 1) * 4);
+    float *bias = malloc(((size_t)n + 1) * sizeof *bias), *c0 = malloc(cn * 4 + 4);
+    float *want = malloc(3 * cn * 4 + 4), *got = malloc(cn * 4 + 4);
+    fill(a, (size_t)m * k, &seed), fill(b, (size_t)k * n, &seed), fill(bias, (size_t)n, &seed);
+    fill(c0, cn, &seed);
+    Bf16Source as = {.f32 = a, .row_stride = (size_t)k, .col_stride = 1};
+    Bf16Source bs = {.f32 = b, .row_stride = (size_t)n, .col_stride = 1};
+    Bf16PackedA pa;
+    Bf16PackedB pb;
+    bf16_pack_a(&pa, as, m, k);
+    bf16_pack_b(&pb, bs, k, n);
+    for (int w = 0; w < n_ways; w++) {
+        gemm_bf16_amx_set_blocking(&ways[w]);
+        for (int mode = 0; mode < 3; mode++) { /* written, accumulated, rounded + bias */
+            float *out = w == 0 ? want + mode * cn : got;
+            memcpy(out, c0, cn * sizeof *out);
+            if (mode < 2)
+                gemm_bf16(out, ldc, mode == 1, &pa, &pb);
+            else
+                gemm_bf16_rounded(out, ldc, &pa, &pb, bias);
+            if (w == 0) continue;
+            int off = 0;
+            for (size_t i = 0; i < cn; i++)
+                off += memcmp(&got[i], &want[mode * cn + i], sizeof *got) != 0;
+            CHECK(off == 0,
+                  "amx %dx%dx%d %s, depth chunk %d, row chunk %d, column group %d, short rows "
+                  "%d: %d of %zu values not the bits of main's order",
+                  m, k, n,
+                  mode == 0   ? "written"
+                  : mode == 1 ? "accumulated"
+                              : "rounded + bias",
+                  ways[w].depth_chunk, ways[w].row_chunk, ways[w].col_group, ways[w].short_rows,
+                  off, cn);
+        }
+    }
+    gemm_bf16_amx_set_blocking(NULL);
+    bf16_packed_a_free(&pa);
+    bf16_packed_b_free(&pb);
+    free(a), free(b), free(bias), free(c0), free(want), free(got);
+}
+
 int main(void) {
     int paths = 0;
     for (int p = GEMM_BF16_AVX2; p < GEMM_BF16_PATH_COUNT; p++) {
@@ -248,6 +301,13 @@ int main(void) {
         check_rounded(p, 99, 31, 130, true, 16);
         check_rounded(p, 9, 300, 50, false, 21);
         check_rounded(p, 29, 64, 64, true, 22);
+        if (p == GEMM_BF16_AMX) {
+            for (int rows = 1; rows <= 40; rows++)
+                check_blocking(rows, 333, 70, 100 + (unsigned)rows);
+            check_blocking(1000, 577, 45, 141);
+            check_blocking(130, 1100, 300, 142);
+            check_blocking(97, 32, 33, 143); /* one depth step */
+        }
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no path checked on a CPU with AVX2");
     return harness_finish("test_gemm_bf16");

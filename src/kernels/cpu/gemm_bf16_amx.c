@@ -3,20 +3,37 @@
  * A block is 32 x 32: 4 tiles of sums (tmm0-3), 2 of A (tmm4-5), 2 of B (tmm6-7). Per element
  * the sum runs over the depth 32 values at a time, in order; within those, the tile unit's order.
  * A block's sums reach C (gemm_bf16_store_block) during the next block's depth loop (block_32x32).
- * The tile configuration is per thread: each thread of the parallel region loads it and
+ * The depth runs in chunks (GemmBf16AmxBlocking): per chunk a row block's A (32 x at most 1024
+ * values: 64 KB, mostly in L1) meets a group of column pairs' panels (in L2), and a block's 4 sum
+ * tiles wait in the thread's spill buffer between chunks, stored and loaded back exactly (fp32):
+ * the tdpbf16ps sequence of every element is the one of a whole-depth run, the same bits. At depth
+ * 896-4864 a whole-depth block read both A's rows and B's panels from L2, at its bandwidth limit,
+ * and the 64-row chunks streamed all of B from L3 once per 64 rows; 256-row chunks do so a quarter
+ * as often. The tile configuration is per thread: each thread of the parallel region loads it and
  * releases the tiles when done (gemm_bf16_cpu.c got the process the kernel's permission). */
 #include "kernels/cpu/gemm_bf16_kernels.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How gemm_bf16_run_amx walks the product (gemm_bf16_kernels.h); the result does not depend on
+ * it. Set by gemm_bf16_amx_set_blocking (tests and bench drivers only). */
+static GemmBf16AmxBlocking blocking = {GEMM_BF16_AMX_DEPTH_CHUNK, GEMM_BF16_AMX_ROW_CHUNK,
+                                       GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS};
+
+void gemm_bf16_amx_set_blocking(const GemmBf16AmxBlocking *b) {
+    GemmBf16AmxBlocking d = {GEMM_BF16_AMX_DEPTH_CHUNK, GEMM_BF16_AMX_ROW_CHUNK,
+                             GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS};
+    blocking = b ? *b : d;
+}
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define TARGET    __attribute__((target("amx-tile,amx-bf16")))
-#define BLOCK     32 /* rows and columns of a block */
-#define TILE      16
-#define ROW_CHUNK 64 /* rows whose packed A stays in L2 while the panels pass by */
+#define TARGET __attribute__((target("amx-tile,amx-bf16")))
+#define BLOCK  32 /* rows and columns of a block */
+#define TILE   16
 
 /* Palette 1: 8 tiles of 16 rows of 64 bytes. */
 typedef struct {
@@ -66,26 +83,38 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
     p->stored = to;
 }
 
-/* The block at (i0, j0) into the tiles, while the previous block (prev, in buf) is stored a few
- * rows per depth step: the stores' cache misses and vector work overlap the tile unit's work
- * instead of following it (they were ~31% of this kernel's samples, run after the depth loop).
- * ceil(32 / steps) rows a step store all of prev within the loop, so buf is free for this
- * block's tiles after it, and prev becomes this block, pending. The sums are made as before:
- * only when they reach C changes. */
+/* Depth steps k0.. k1 of the block at (i0, j0) into the tiles: the sums start from zero if
+ * k0 is 0, else from spill (4 tiles, as the last chunk left them: fp32 stored and loaded back
+ * exactly, so every element's sum runs over the depth in the same order as in one go). If k1
+ * ends the depth, the sums go to buf and the block becomes prev, pending; else back to spill.
+ * Meanwhile the previous block (prev, in buf) is stored a few rows per depth step: the stores'
+ * cache misses and vector work overlap the tile unit's work instead of following it (they were
+ * ~31% of this kernel's samples, run after the depth loop). ceil(32 / steps) rows a step store
+ * all of prev within the loop, so buf is free for this block's tiles after it. */
 TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
-                               int cols, bool bottom, float *buf, Pending *prev) {
-    int kp = a->depth_padded, steps = kp / GEMM_BF16_DEPTH_PAD;
+                               int cols, bool bottom, int k0, int k1, float *spill, float *buf,
+                               Pending *prev) {
+    int steps = (k1 - k0) / GEMM_BF16_DEPTH_PAD;
     int per_step = (BLOCK + steps - 1) / steps; /* prev's rows stored per depth step */
     size_t ld = (size_t)a->row_stride;
     const uint16_t *a0 = a->data + i0 * ld, *a1 = a0 + TILE * ld;
-    _tile_zero(0);
-    _tile_zero(1);
-    if (bottom) {
-        _tile_zero(2);
-        _tile_zero(3);
+    if (k0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (bottom) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+    } else {
+        _tile_loadd(0, spill, BLOCK * sizeof(float));
+        _tile_loadd(1, spill + TILE, BLOCK * sizeof(float));
+        if (bottom) {
+            _tile_loadd(2, spill + TILE * BLOCK, BLOCK * sizeof(float));
+            _tile_loadd(3, spill + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+        }
     }
-    for (int k = 0, s = 1; k < kp; k += GEMM_BF16_DEPTH_PAD, s++) {
+    for (int k = k0, s = 1; k < k1; k += GEMM_BF16_DEPTH_PAD, s++) {
         _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
         /* pair steps k / 2 .. k / 2 + 15 of each panel, 64 bytes apart */
         _tile_loadd(6, panel0 + (size_t)k * TILE, 64);
@@ -99,38 +128,90 @@ TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, co
         }
         if (prev->stored < prev->rows) store_rows(c, ldc, st, prev, s * per_step);
     }
-    _tile_stored(0, buf, BLOCK * sizeof(float));
-    _tile_stored(1, buf + TILE, BLOCK * sizeof(float));
+    bool last = k1 == a->depth_padded;
+    float *to = last ? buf : spill;
+    _tile_stored(0, to, BLOCK * sizeof(float));
+    _tile_stored(1, to + TILE, BLOCK * sizeof(float));
     if (bottom) {
-        _tile_stored(2, buf + TILE * BLOCK, BLOCK * sizeof(float));
-        _tile_stored(3, buf + TILE * BLOCK + TILE, BLOCK * sizeof(float));
+        _tile_stored(2, to + TILE * BLOCK, BLOCK * sizeof(float));
+        _tile_stored(3, to + TILE * BLOCK + TILE, BLOCK * sizeof(float));
     }
-    *prev = (Pending){buf, i0, j0, a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols, 0};
+    if (last) *prev = (Pending){buf, i0, j0, a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols, 0};
 }
 
 void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                        const Bf16PackedB *b) {
-    int blocks = (b->cols + BLOCK - 1) / BLOCK; /* rows_padded and cols_padded hold whole ones */
+    GemmBf16AmxBlocking bl = blocking;
+    int kp = a->depth_padded, pairs = (b->cols + BLOCK - 1) / BLOCK; /* whole ones are padded */
+    /* the depth in the fewest chunks of at most depth_chunk (0: one chunk), of equal numbers of
+     * 32-value steps but the last: no short chunk whose spill costs more than its steps */
+    int steps = kp / GEMM_BF16_DEPTH_PAD, most = bl.depth_chunk / GEMM_BF16_DEPTH_PAD;
+    bool short_product = a->rows <= bl.short_rows;
+    int chunks = most > 0 && !short_product ? (steps + most - 1) / most : 1;
+    int kc = chunks > 0 ? (steps + chunks - 1) / chunks * GEMM_BF16_DEPTH_PAD : 0;
+    if (kc <= 0) kc = GEMM_BF16_DEPTH_PAD; /* an empty depth: no chunk runs */
+    int rc = (bl.row_chunk + BLOCK - 1) / BLOCK * BLOCK, group = bl.col_group;
+    if (short_product) rc = a->rows, group = 1; /* main's order: a pair's panels, rows inner */
+    if (rc <= 0) rc = BLOCK;
+    if (group <= 0) group = 1;
+    /* at least 8 items a thread, so that a thread slowed by its neighbours (a vCPU's AMX unit
+     * runs at half speed minutes at a time) hands items to the others: smaller groups first
+     * (A's chunk stays in L2 either way), then row chunks down to 64 rows */
+    int threads = omp_get_max_threads(), row_chunks, col_groups, want = 8 * threads;
+    for (;;) {
+        row_chunks = (a->rows + rc - 1) / rc, col_groups = (pairs + group - 1) / group;
+        if (row_chunks * col_groups >= want || (group == 1 && rc <= 2 * BLOCK)) break;
+        if (group > 1)
+            group = (group + 1) / 2;
+        else
+            rc = (rc / 2 + BLOCK - 1) / BLOCK * BLOCK;
+    }
+    /* a short product's items (a few microseconds each) in one run a thread, as main had them */
+    int per_take = short_product ? (row_chunks * col_groups + threads - 1) / threads : 1;
+    bool spills = kc < kp; /* else each block runs its whole depth in one go */
 #pragma omp parallel
     {
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
         Pending prev = {buf, 0, 0, 0, 0, 0};                   /* nothing pending */
+        /* the sums of a work item's blocks between depth chunks, (row block, pair) in order */
+        float *spill = spills ? aligned_alloc(64, (size_t)(rc / BLOCK) * (size_t)group * BLOCK *
+                                                      BLOCK * sizeof(float))
+                              : NULL;
+        if (spills && !spill) abort();
         /* more than 32 rows: 16 and 16 (a last block's padding rows are zero); else the rows */
         int top = a->rows > TILE ? TILE : a->rows, bottom = a->rows > BLOCK ? TILE : a->rows - top;
         gemm_bf16_amx_configure_tiles(top, bottom);
-#pragma omp for schedule(static) collapse(2)
-        for (int i0 = 0; i0 < a->rows; i0 += ROW_CHUNK)
-            for (int jb = 0; jb < blocks; jb++) {
-                int j0 = jb * BLOCK, end = i0 + ROW_CHUNK < a->rows ? i0 + ROW_CHUNK : a->rows;
-                int cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
-                /* a last block of at most 16 rows skips its lower tiles (padding) */
-                for (int i = i0; i < end; i += BLOCK)
-                    block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
-                                gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols,
-                                bottom > 0 && a->rows - i > TILE, buf, &prev);
+        /* a work item: rc rows by group column pairs, over the whole depth, one thread's. Handed
+         * out one at a time, per_take for a short product: libgomp's barrier wait was ~9% of a
+         * 2-thread GRPO step's samples with static halves of the items */
+#pragma omp for schedule(dynamic, per_take) collapse(2)
+        for (int ic = 0; ic < row_chunks; ic++)
+            for (int g = 0; g < col_groups; g++) {
+                int i_begin = ic * rc, i_end = i_begin + rc < a->rows ? i_begin + rc : a->rows;
+                int jb_begin = g * group,
+                    jb_end = jb_begin + group < pairs ? jb_begin + group : pairs;
+                int nrb = (i_end - i_begin + BLOCK - 1) / BLOCK, ng = jb_end - jb_begin;
+                /* per depth chunk, a row block's A (32 x kc) stays in L1 while the group's
+                 * panels pass (from L2) */
+                for (int k0 = 0; k0 < kp; k0 += kc) {
+                    int k1 = k0 + kc < kp ? k0 + kc : kp;
+                    for (int t = 0; t < nrb * ng; t++) {
+                        int rb = t / ng, jj = t % ng;
+                        int i = i_begin + rb * BLOCK, jb = jb_begin + jj;
+                        int j0 = jb * BLOCK, cols = b->cols - j0 < BLOCK ? b->cols - j0 : BLOCK;
+                        float *sp = spill
+                                        ? spill + ((size_t)rb * group + (size_t)jj) * BLOCK * BLOCK
+                                        : NULL;
+                        /* a last block of at most 16 rows skips its lower tiles (padding) */
+                        block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
+                                    gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols,
+                                    bottom > 0 && a->rows - i > TILE, k0, k1, sp, buf, &prev);
+                    }
+                }
             }
         store_rows(c, ldc, st, &prev, BLOCK); /* the last block's */
         gemm_bf16_amx_release_tiles();
+        free(spill);
     }
 }
 

@@ -84,6 +84,25 @@ bool gemm_bf16_cpu_has_amx(void); /* asks the kernel for the tile state on first
 void gemm_bf16_amx_configure_tiles(int top, int bottom);
 void gemm_bf16_amx_release_tiles(void);
 
+/* How the AMX path walks a product (the result is the same bits for every choice: each
+ * element's sum runs over the depth in the same order). Work items of row_chunk rows by col_group
+ * pairs of 16-column panels, each one thread's; in an item the depth in the fewest equal chunks of
+ * at most depth_chunk values (0: one), and per chunk the row blocks in order, each over the item's
+ * pairs (its A chunk stays in L1 while they pass); between chunks a block's fp32 sums wait in a
+ * per-thread buffer. A product of at most short_rows rows runs each block's whole depth at once,
+ * the row blocks inner (a pair's panels stay in L1): main's order, faster for the rollout's. */
+typedef struct {
+    int depth_chunk, row_chunk, col_group, short_rows;
+} GemmBf16AmxBlocking;
+#define GEMM_BF16_AMX_DEPTH_CHUNK 1024
+#define GEMM_BF16_AMX_ROW_CHUNK   256
+#define GEMM_BF16_AMX_COL_GROUP   8
+#define GEMM_BF16_AMX_SHORT_ROWS  64
+
+/* The blocking of every later gemm_bf16_run_amx, or the defaults above if b is NULL. For tests
+ * and bench drivers: not to be called while a product runs. */
+void gemm_bf16_amx_set_blocking(const GemmBf16AmxBlocking *b);
+
 void gemm_bf16_run_avx2(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                         const Bf16PackedB *b);
 void gemm_bf16_run_avx512(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
