@@ -97,7 +97,7 @@ static void cached_attention(const DecoderHooks *h, const Model *m, int l, Layer
             be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0), kv_cache_row(kv, kv->v, l, 0, 0),
             b->slot, b->pos, b->prefix_slot, b->prefix_len, n, kv->max_len, c->n_heads,
             c->n_kv_heads, c->head_dim, window,
-            model_attn_scores(m)); /* 1/sqrt(hd), no cap: the plain op's */
+            model_attn_scores(m)); /* the plain op's 1/sqrt(hd), no cap, unless the model's own */
     else if (model_scores_own(m))
         be->attention_cached_scored(be, a->att, a->q, kv_cache_row(kv, kv->k, l, 0, 0),
                                     kv_cache_row(kv, kv->v, l, 0, 0), b->slot_dev, b->pos_dev, n,
