@@ -1,5 +1,5 @@
 // One torch AdamW step in fp32, elementwise over a grid-stride loop, the CPU's formulas
-// (kernels/cpu/adamw.c) in the same order, so the update rounds as the CPU's does.
+// (kernels/cpu/adamw.c) in the same order and roundings, so the update is the CPU's, bit for bit.
 //
 // The multi-tensor form (torch's multi_tensor_apply in spirit) updates every tensor of a table in
 // one launch: the tensors are cut into chunks of CUDA_ADAMW_CHUNK values, a block takes chunks in
@@ -11,17 +11,20 @@
 #define ADAMW_THREADS 256
 #define ADAMW_BLOCKS  1024
 
-// Value i of p, m, v from g[i], with the tensor's shrink.
+// Value i of p, m, v from g[i], with the tensor's shrink. Every operation is a correctly rounded
+// intrinsic, in the CPU's order (adamw_f32_update, C11: no contraction), so nvcc cannot fuse a
+// product into an FMA: it fused p * shrink into the final subtraction in one of the two kernels
+// and not in the other (an H200, 2026-11-28: the multi-tensor update's p was not the per-tensor
+// kernel's), and either fusion would leave the CPU's bits.
 __device__ __forceinline__ void adamw_value(float *p, float *m, float *v, const float *g, size_t i,
                                             const AdamWStepCoefs &c, float shrink, float step_size,
                                             float inv_bc2_sqrt) {
-    // the clip's scaling, rounded on its own (__fmul_rn is never fused into an FMA) as the
-    // CPU's separate product is
     float gi = __fmul_rn(g[i], c.grad_scale), mi = m[i], vi = v[i];
-    float pi = p[i] * shrink;
-    mi += (1.0f - c.beta1) * (gi - mi);
-    vi = c.beta2 * vi + (1.0f - c.beta2) * gi * gi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + c.eps);
+    float pi = __fmul_rn(p[i], shrink);
+    mi = __fadd_rn(mi, __fmul_rn(__fsub_rn(1.0f, c.beta1), __fsub_rn(gi, mi)));
+    vi = __fadd_rn(__fmul_rn(c.beta2, vi), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, c.beta2), gi), gi));
+    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_bc2_sqrt), c.eps);
+    p[i] = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, mi), denom));
     m[i] = mi;
     v[i] = vi;
 }

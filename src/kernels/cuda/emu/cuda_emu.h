@@ -232,6 +232,15 @@ static inline float __fmul_rn(float a, float b) {
 static inline float __fadd_rn(float a, float b) {
     return a + b;
 }
+static inline float __fsub_rn(float a, float b) {
+    return a - b;
+}
+static inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+static inline float __fsqrt_rn(float a) {
+    return sqrtf(a);
+}
 static inline float __fdividef(float a, float b) {
     return a / b;
 }
