@@ -17,7 +17,8 @@
  * the rounded factors are multiplied by sgemm (fused_logprob.c), and dz must still be rounded to
  * bf16 (backend_autocast.c rule 4), as on gemm_bf16 and on the device. Log-probs and dW within
  * the bounds above; dhidden, which the backend rounds to bf16, within its bound plus that
- * rounding (2^-9 of its value). */
+ * rounding (2^-9 of its value). The backend's hand-over of the log-sum-exp (logprob_lse,
+ * logprob_backward_lse) gives that pass's bits, on every path. */
 #include "common/float16.h"
 #include "harness.h"
 #include "kernels/backend.h"
@@ -216,6 +217,30 @@ static void check_backend(const Reference *ref, const float *hid, const float *w
     CHECK(bad == 0, "%s backend: %d of %d dW off (worst %.2f of its bound)", path, bad, V * H,
           worst);
     printf(", dW %.3f\n", worst);
+    /* The log-sum-exp handed over (logprob_lse, then logprob_backward_lse): the same log-probs,
+     * statistics and gradients, bit for bit, as the pass above that finds it again; the forward
+     * run with and without statistics, which must not change the lse. */
+    LogitStats *stats = malloc(N * sizeof *stats), *stats_lse = malloc(N * sizeof *stats_lse);
+    float *logp_lse = malloc(N * sizeof *logp_lse), *lse = malloc(N * sizeof *lse);
+    float *lse_plain = malloc(N * sizeof *lse_plain), *dh_lse = malloc((size_t)N * H * sizeof *dh);
+    float *dw_lse = malloc((size_t)V * H * sizeof *dw);
+    be->logprob(be, logp, stats, hid, target, wr, N, H, V);
+    be->logprob_lse(be, logp_lse, stats_lse, lse, hid, target, wr, N, H, V);
+    CHECK(memcmp(logp, logp_lse, N * sizeof *logp) == 0 &&
+              memcmp(stats, stats_lse, N * sizeof *stats) == 0,
+          "%s backend: logprob_lse's log-probs or statistics are not logprob's", path);
+    be->logprob_lse(be, logp_lse, NULL, lse_plain, hid, target, wr, N, H, V);
+    CHECK(memcmp(lse, lse_plain, N * sizeof *lse) == 0,
+          "%s backend: the lse depends on whether statistics were asked for", path);
+    for (size_t a = 0; a < (size_t)V * H; a++)
+        dw_lse[a] = 0.25f;
+    be->logprob_backward_lse(be, dh_lse, dw_lse, dlogp, lse, hid, target, wr, N, H, V);
+    CHECK(memcmp(dh, dh_lse, (size_t)N * H * sizeof *dh) == 0,
+          "%s backend: dhidden with the lse handed over is not the recomputing backward's", path);
+    CHECK(memcmp(dw, dw_lse, (size_t)V * H * sizeof *dw) == 0,
+          "%s backend: dW with the lse handed over is not the recomputing backward's", path);
+    free(stats), free(stats_lse), free(logp_lse), free(lse), free(lse_plain), free(dh_lse);
+    free(dw_lse);
     free(logp), free(dh), free(dw), free(dh_tol);
 }
 

@@ -206,11 +206,15 @@ static void check_packing(GemmBf16Path path, int rows, int depth, int cols, unsi
  * accumulated and rounded (+ bias) under several depth chunks (shorter than the depth and not
  * dividing it: the sums spilled to the thread's buffer and loaded back), row chunks and column
  * groups, each memcmp'd to main's order (each block's whole depth at once, 64-row chunks, one
- * pair an item), at two threads. Every one of the product's calls goes through the path. */
+ * pair an item), at two threads, and with the spill buffer refused (the whole depth at once).
+ * Every one of the product's calls goes through the path. */
 static void check_blocking(int m, int k, int n, unsigned seed) {
     static const GemmBf16AmxBlocking ways[] = {
-        {0, 64, 1, 0},   {32, 32, 1, 0},      {64, 96, 3, 0},     {160, 32, 2, 0},
-        {96, 256, 8, 0}, {256, 1000, 100, 0}, {1024, 256, 8, 64}, {64, 64, 1, 40}};
+        {0, 64, 1, 0, false},      {32, 32, 1, 0, false},
+        {64, 96, 3, 0, false},     {160, 32, 2, 0, false},
+        {96, 256, 8, 0, false},    {256, 1000, 100, 0, false},
+        {1024, 256, 8, 64, false}, {64, 64, 1, 40, false},
+        {64, 96, 3, 0, true}}; /* the last: as if no thread got a spill buffer */
     const int n_ways = (int)(sizeof ways / sizeof ways[0]);
     size_t ldc = (size_t)n + 3, cn = (size_t)m * ldc;
     float *a = malloc(((size_t)m * k + 1) * sizeof *a), *b = malloc(((size_t)k * n + 1) * 4);

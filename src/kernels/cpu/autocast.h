@@ -60,6 +60,12 @@ void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidde
                               const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
                               LogitCap cap);
 
+/* autocast_logprob_forward without a cap, and lse (n floats) written = each row's log-sum-exp, the
+ * value autocast_logprob_backward_lse wants for the same rows (backend.h's logprob_lse). */
+void autocast_logprob_forward_lse(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                                  const int32_t *target, WeightRef lm_head, int n, int h,
+                                  int vocab);
+
 /* Its backward, as fused_logprob_backward_capped: each logit's gradient dz fp32, then rounded to
  * bf16 for both products (torch's logits are bf16, so is their gradient); dhidden (n, h)
  * written = bf16(dz) · bf16(W) in fp32 sums, not rounded (the caller rounds it); dlm_head
@@ -67,5 +73,12 @@ void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidde
 void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
                                const float *hidden, const int32_t *target, WeightRef lm_head, int n,
                                int h, int vocab, LogitCap cap);
+
+/* autocast_logprob_backward without a cap, given lse from autocast_logprob_forward_lse of the same
+ * hidden rows, targets and lm_head: the same bits, one logits product and its exponentials fewer
+ * (backend.h's logprob_backward_lse). */
+void autocast_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                   const float *lse, const float *hidden, const int32_t *target,
+                                   WeightRef lm_head, int n, int h, int vocab);
 
 #endif

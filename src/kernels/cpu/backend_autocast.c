@@ -32,6 +32,8 @@
  *     (fused_logprob_backward_bf16_dz): while the sgemm path kept it fp32, a CPU without AMX
  *     trained other gradients (tiny model, SFT under bf16: 2.9e-3 from AMX's loss and grad_norm,
  *     6e-3 of a gradient's largest) and parted from the device, which rounds it (issue 29).
+ *     Each row's log-sum-exp is handed from the forward to the backward (logprob_lse), which
+ *     then skips its first pass over the lm_head: the same bits as finding it again.
  *  5. LoRA's branch stays fp32 (its A and B are small; torch would run them in bf16 too).
  * Everything else is backend_cpu's own entry. */
 #include "kernels/backend.h"
@@ -306,6 +308,51 @@ static void ac_logprob_backward(const Backend *be, float *dhidden, float *dlm_he
                                (LogitCap){0.0f, 1.0f});
 }
 
+/* The lm_head's log-sum-exp handed from the forward to the backward (backend.h), as the CPU's fp32
+ * backend hands it: each path's backward skips its first pass over the lm_head, and computes the
+ * same bits as ac_logprob_backward, whose first pass finds the same lse (the same products of the
+ * same rounded factors). */
+static void ac_logprob_lse(const Backend *be, float *logp, LogitStats *stats, float *lse,
+                           const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                           int h, int vocab) {
+    (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        autocast_logprob_forward_lse(logp, stats, lse, hidden, target, lm_head, n, h, vocab);
+        return;
+    }
+    float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
+    if (!lm_head.bf16) { /* as ac_logprob_capped */
+        wr = rounded(lm_head.f32, (size_t)vocab * h);
+        lm_head = (WeightRef){.f32 = wr};
+    }
+    fused_logprob_forward_lse(logp, stats, lse, hr, target, lm_head, n, h, vocab);
+    free(wr);
+    free(hr);
+}
+
+static void ac_logprob_backward_lse(const Backend *be, float *dhidden, float *dlm_head,
+                                    const float *dlogp, const float *lse, const float *hidden,
+                                    const int32_t *target, WeightRef lm_head, int n, int h,
+                                    int vocab) {
+    (void)be;
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        autocast_logprob_backward_lse(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n, h,
+                                      vocab);
+        bf16_round_inplace(dhidden, (size_t)n * h);
+        return;
+    }
+    float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
+    if (!lm_head.bf16) { /* as ac_logprob_capped_backward */
+        wr = rounded(lm_head.f32, (size_t)vocab * h);
+        lm_head = (WeightRef){.f32 = wr};
+    }
+    fused_logprob_backward_bf16_dz_lse(dhidden, dlm_head, dlogp, lse, hr, target, lm_head, n, h,
+                                       vocab);
+    bf16_round_inplace(dhidden, (size_t)n * h);
+    free(wr);
+    free(hr);
+}
+
 static Backend autocast_backend;
 static pthread_once_t autocast_once = PTHREAD_ONCE_INIT;
 
@@ -322,9 +369,9 @@ static void autocast_init(void) {
     autocast_backend.attention_scored_backward = ac_attention_scored_backward;
     autocast_backend.logprob_capped = ac_logprob_capped;
     autocast_backend.logprob_capped_backward = ac_logprob_capped_backward;
-    /* its lm_head multiplies in bf16: the fp32 hand-over of backend_cpu does not apply */
-    autocast_backend.logprob_lse = NULL;
-    autocast_backend.logprob_backward_lse = NULL;
+    /* its lm_head multiplies in bf16: its own hand-over, not backend_cpu's fp32 one */
+    autocast_backend.logprob_lse = ac_logprob_lse;
+    autocast_backend.logprob_backward_lse = ac_logprob_backward_lse;
     /* its own products of one input, the CPU's being fp32: each product's bits as ac_linear
      * (packed NULL) and ac_linear_backward give it, the shared input packed once */
     autocast_backend.linears = ac_linears;

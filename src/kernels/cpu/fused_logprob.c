@@ -215,3 +215,11 @@ void fused_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dl
     backward_rows(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n_rows, h, vocab,
                   (LogitCap){0.0f, 1.0f}, false);
 }
+
+void fused_logprob_backward_bf16_dz_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                        const float *lse, const float *hidden,
+                                        const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                        int vocab) {
+    backward_rows(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n_rows, h, vocab,
+                  (LogitCap){0.0f, 1.0f}, true);
+}

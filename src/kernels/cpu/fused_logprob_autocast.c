@@ -43,8 +43,9 @@ typedef struct {
     float *tile;      /* ROW_BLOCK x VOCAB_BLOCK logits */
     RunningLse *acc;  /* per row */
     float *target_z;  /* per row: the target's finished logit */
+    float *lse;       /* per row: the backward's log-sum-exp where none is handed over */
     float *widened;   /* VOCAB_BLOCK x h: a tile of an NF4 W dequantised, else NULL */
-    size_t rows_cap;  /* acc and target_z hold this many */
+    size_t rows_cap;  /* acc, target_z and lse hold this many */
     size_t widen_cap; /* widened holds this many floats */
 } Scratch;
 
@@ -63,8 +64,10 @@ static Scratch scratch_take(size_t n, bool widen, int h) {
     if (s.rows_cap < n) {
         free(s.acc);
         free(s.target_z);
+        free(s.lse);
         s.acc = xmalloc(n * sizeof *s.acc);
         s.target_z = xmalloc(n * sizeof *s.target_z);
+        s.lse = xmalloc(n * sizeof *s.lse);
         s.rows_cap = n;
     }
     size_t want = widen ? (size_t)VOCAB_BLOCK * h : 0;
@@ -86,6 +89,7 @@ static void scratch_give(Scratch *s) {
     free(s->tile);
     free(s->acc);
     free(s->target_z);
+    free(s->lse);
     free(s->widened);
 }
 
@@ -180,9 +184,12 @@ static Bf16Source rows_source(const float *x, int h) {
     return (Bf16Source){.f32 = x, .row_stride = (size_t)h, .col_stride = 1};
 }
 
-void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidden,
-                              const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
-                              LogitCap cap) {
+/* autocast_logprob_forward, and each row's log-sum-exp into lse if not NULL: the value
+ * autocast_logprob_backward's own first pass finds (the same products of the same packings, the
+ * same running sums: lse_update_stats adds its exponentials as lse_update does). */
+static void forward_rows(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                         const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
+                         LogitCap cap) {
     if (n == 0) return;
     Scratch s = scratch_take((size_t)n, !lm_head.f32 && !lm_head.bf16, h);
     LmHead l = lm_head_open(lm_head, h, vocab, false, s.widened);
@@ -191,8 +198,9 @@ void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidde
     logsumexp_pass(&s, &l, &hid, target, n, stats != NULL, cap);
     for (int r = 0; r < n; r++) {
         const RunningLse *a = &s.acc[r];
-        double lse = a->max + log(a->sum);
-        logp[r] = (float)((double)s.target_z[r] - lse);
+        double row_lse = a->max + log(a->sum);
+        logp[r] = (float)((double)s.target_z[r] - row_lse);
+        if (lse) lse[r] = (float)row_lse;
         if (stats) /* H = lse - sum p z = log(s) - sum p (z - m) */
             stats[r] = (LogitStats){(float)(a->zsum / vocab), (float)(log(a->sum) - a->ez / a->sum),
                                     a->argmax};
@@ -202,9 +210,24 @@ void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidde
     scratch_give(&s);
 }
 
-void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
-                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
-                               int h, int vocab, LogitCap cap) {
+void autocast_logprob_forward(float *logp, LogitStats *stats, const float *hidden,
+                              const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
+                              LogitCap cap) {
+    forward_rows(logp, stats, NULL, hidden, target, lm_head, n, h, vocab, cap);
+}
+
+void autocast_logprob_forward_lse(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                                  const int32_t *target, WeightRef lm_head, int n, int h,
+                                  int vocab) {
+    forward_rows(logp, stats, lse, hidden, target, lm_head, n, h, vocab, (LogitCap){0.0f, 1.0f});
+}
+
+/* The backward of both public variants. lse: each row's log-sum-exp from forward_rows of the
+ * same rows (the hand-over), or NULL to find it here with a first pass over the vocabulary (one
+ * logits product and its exponentials more). */
+static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, const float *lse,
+                          const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                          int h, int vocab, LogitCap cap) {
     if (n == 0) return;
     Scratch s = scratch_take((size_t)n, !lm_head.f32 && !lm_head.bf16, h);
     LmHead l = lm_head_open(lm_head, h, vocab, true, s.widened);
@@ -212,7 +235,12 @@ void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlo
     bf16_pack_a(&hid, rows_source(hidden, h), n, h);
     Bf16PackedB hid_b = {0}; /* hidden as dW's B: depth n, h columns */
     if (dlm_head) bf16_pack_b(&hid_b, rows_source(hidden, h), n, h);
-    logsumexp_pass(&s, &l, &hid, target, n, false, cap);
+    if (!lse) {
+        logsumexp_pass(&s, &l, &hid, target, n, false, cap);
+        for (int r = 0; r < n; r++)
+            s.lse[r] = (float)(s.acc[r].max + log(s.acc[r].sum));
+        lse = s.lse;
+    }
     memset(dhidden, 0, (size_t)n * h * sizeof *dhidden);
     for (int c0 = 0; c0 < vocab; c0 += VOCAB_BLOCK) {
         int cols = vocab - c0 < VOCAB_BLOCK ? vocab - c0 : VOCAB_BLOCK;
@@ -223,11 +251,9 @@ void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlo
             Bf16PackedA hb = bf16_packed_a_rows(&hid, r0, rows);
             gemm_bf16(s.tile, (size_t)cols, false, &hb, &wt);
 #pragma omp parallel for schedule(static)
-            for (int r = 0; r < rows; r++) {
-                const RunningLse *a = &s.acc[r0 + r];
-                logit_grads(s.tile + (size_t)r * cols, cols, dlogp[r0 + r],
-                            (float)(a->max + log(a->sum)), target[r0 + r] - c0, cap);
-            }
+            for (int r = 0; r < rows; r++)
+                logit_grads(s.tile + (size_t)r * cols, cols, dlogp[r0 + r], lse[r0 + r],
+                            target[r0 + r] - c0, cap);
             /* dhidden rows += bf16(dz) · bf16(W tile): A = dz (rows x cols) */
             Bf16PackedA dz;
             bf16_pack_a(&dz, rows_source(s.tile, cols), rows, cols);
@@ -249,4 +275,17 @@ void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlo
     bf16_packed_a_free(&hid);
     lm_head_close(&l);
     scratch_give(&s);
+}
+
+void autocast_logprob_backward(float *dhidden, float *dlm_head, const float *dlogp,
+                               const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                               int h, int vocab, LogitCap cap) {
+    backward_rows(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n, h, vocab, cap);
+}
+
+void autocast_logprob_backward_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                   const float *lse, const float *hidden, const int32_t *target,
+                                   WeightRef lm_head, int n, int h, int vocab) {
+    backward_rows(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n, h, vocab,
+                  (LogitCap){0.0f, 1.0f});
 }

@@ -20,11 +20,11 @@
 /* How gemm_bf16_run_amx walks the product (gemm_bf16_kernels.h); the result does not depend on
  * it. Set by gemm_bf16_amx_set_blocking (tests and bench drivers only). */
 static GemmBf16AmxBlocking blocking = {GEMM_BF16_AMX_DEPTH_CHUNK, GEMM_BF16_AMX_ROW_CHUNK,
-                                       GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS};
+                                       GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS, false};
 
 void gemm_bf16_amx_set_blocking(const GemmBf16AmxBlocking *b) {
     GemmBf16AmxBlocking d = {GEMM_BF16_AMX_DEPTH_CHUNK, GEMM_BF16_AMX_ROW_CHUNK,
-                             GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS};
+                             GEMM_BF16_AMX_COL_GROUP, GEMM_BF16_AMX_SHORT_ROWS, false};
     blocking = b ? *b : d;
 }
 
@@ -174,10 +174,13 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
         Pending prev = {buf, 0, 0, 0, 0, 0};                   /* nothing pending */
         /* the sums of a work item's blocks between depth chunks, (row block, pair) in order */
-        float *spill = spills ? aligned_alloc(64, (size_t)(rc / BLOCK) * (size_t)group * BLOCK *
-                                                      BLOCK * sizeof(float))
-                              : NULL;
-        if (spills && !spill) abort();
+        float *spill = spills && !bl.no_spill_buffer
+                           ? aligned_alloc(64, (size_t)(rc / BLOCK) * (size_t)group * BLOCK *
+                                                   BLOCK * sizeof(float))
+                           : NULL;
+        /* without a spill buffer this thread runs each block's whole depth in one go: slower
+         * for a deep product, the same bits (the chunks' sums are stored and loaded exactly) */
+        int depth_step = spill ? kc : kp;
         /* more than 32 rows: 16 and 16 (a last block's padding rows are zero); else the rows */
         int top = a->rows > TILE ? TILE : a->rows, bottom = a->rows > BLOCK ? TILE : a->rows - top;
         gemm_bf16_amx_configure_tiles(top, bottom);
@@ -193,8 +196,8 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
                 int nrb = (i_end - i_begin + BLOCK - 1) / BLOCK, ng = jb_end - jb_begin;
                 /* per depth chunk, a row block's A (32 x kc) stays in L1 while the group's
                  * panels pass (from L2) */
-                for (int k0 = 0; k0 < kp; k0 += kc) {
-                    int k1 = k0 + kc < kp ? k0 + kc : kp;
+                for (int k0 = 0; k0 < kp; k0 += depth_step) {
+                    int k1 = k0 + depth_step < kp ? k0 + depth_step : kp;
                     for (int t = 0; t < nrb * ng; t++) {
                         int rb = t / ng, jj = t % ng;
                         int i = i_begin + rb * BLOCK, jb = jb_begin + jj;

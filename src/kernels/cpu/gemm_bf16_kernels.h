@@ -90,9 +90,12 @@ void gemm_bf16_amx_release_tiles(void);
  * at most depth_chunk values (0: one), and per chunk the row blocks in order, each over the item's
  * pairs (its A chunk stays in L1 while they pass); between chunks a block's fp32 sums wait in a
  * per-thread buffer. A product of at most short_rows rows runs each block's whole depth at once,
- * the row blocks inner (a pair's panels stay in L1): main's order, faster for the rollout's. */
+ * the row blocks inner (a pair's panels stay in L1): main's order, faster for the rollout's.
+ * no_spill_buffer (tests only): walk as when a thread's buffer cannot be allocated, each block's
+ * whole depth at once. */
 typedef struct {
     int depth_chunk, row_chunk, col_group, short_rows;
+    bool no_spill_buffer;
 } GemmBf16AmxBlocking;
 #define GEMM_BF16_AMX_DEPTH_CHUNK 1024
 #define GEMM_BF16_AMX_ROW_CHUNK   256

@@ -332,6 +332,12 @@ void fused_logprob_backward_bf16_dz(float *dhidden, float *dlm_head, const float
                                     const float *hidden, const int32_t *target, WeightRef lm_head,
                                     int n_rows, int h, int vocab, LogitCap cap);
 
+/* fused_logprob_backward_bf16_dz without a cap, given lse as fused_logprob_backward_lse is. */
+void fused_logprob_backward_bf16_dz_lse(float *dhidden, float *dlm_head, const float *dlogp,
+                                        const float *lse, const float *hidden,
+                                        const int32_t *target, WeightRef lm_head, int n_rows, int h,
+                                        int vocab);
+
 /* fused_logprob_backward_weights given lse, each row's log-sum-exp as fused_logprob_forward_lse
  * wrote it for the same hidden rows and lm_head: the first of the backward's three passes over
  * the lm_head (2 x n_rows x vocab x h FLOPs) is skipped. Bitwise the gradients
