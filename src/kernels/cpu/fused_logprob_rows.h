@@ -22,10 +22,55 @@ typedef struct {
     int argmax;
 } RunningLse;
 
-static inline void lse_update(RunningLse *acc, const float *z, int n) {
-    float m = acc->max;
-    for (int j = 0; j < n; j++)
+/* The largest of m and z[0 .. n), by `>` (a NaN never wins, as in a scalar `z > m ? z : m`
+ * walk): the walk's value whatever the order, so it runs one lane per vector slot, then folds the
+ * lanes. Where the largest is a zero its sign may differ from the walk's (the walk keeps the first
+ * zero it meets): every use subtracts the maximum or adds it to a log, where the sign is lost. The
+ * walk it replaced was one dependent vmaxss per logit, ~60% of the log-sum-exp pass's samples. */
+static inline float row_max(const float *z, int n, float m) {
+    float lane[LANE_SUM_WIDTH];
+    for (int l = 0; l < LANE_SUM_WIDTH; l++)
+        lane[l] = m;
+    int j = 0;
+    for (; j + LANE_SUM_WIDTH <= n; j += LANE_SUM_WIDTH)
+#pragma omp simd
+        for (int l = 0; l < LANE_SUM_WIDTH; l++)
+            lane[l] = z[j + l] > lane[l] ? z[j + l] : lane[l];
+    for (; j < n; j++)
         m = z[j] > m ? z[j] : m;
+    for (int l = 0; l < LANE_SUM_WIDTH; l++)
+        m = lane[l] > m ? lane[l] : m;
+    return m;
+}
+
+/* row_max with the first index of the largest value, *arg standing for m (c0: the column index
+ * of z[0], above *arg): what a scalar walk `if (z[j] > m) m = z[j], arg = c0 + j` ends with. Each
+ * lane keeps its own first maximum; of the lanes holding the largest value the smallest index
+ * wins, which is the first occurrence (a lane that never rose keeps *arg, the smallest of all). */
+static inline float row_max_arg(const float *z, int n, float m, int c0, int *arg) {
+    float lane[LANE_SUM_WIDTH];
+    int at[LANE_SUM_WIDTH];
+    for (int l = 0; l < LANE_SUM_WIDTH; l++)
+        lane[l] = m, at[l] = *arg;
+    int j = 0;
+    for (; j + LANE_SUM_WIDTH <= n; j += LANE_SUM_WIDTH)
+#pragma omp simd
+        for (int l = 0; l < LANE_SUM_WIDTH; l++) {
+            bool up = z[j + l] > lane[l];
+            lane[l] = up ? z[j + l] : lane[l];
+            at[l] = up ? c0 + j + l : at[l];
+        }
+    int a = *arg;
+    for (; j < n; j++) /* the tail's indices are above every lane's */
+        if (z[j] > m) m = z[j], a = c0 + j;
+    for (int l = 0; l < LANE_SUM_WIDTH; l++)
+        if (lane[l] > m || (lane[l] == m && at[l] < a)) m = lane[l], a = at[l];
+    *arg = a;
+    return m;
+}
+
+static inline void lse_update(RunningLse *acc, const float *z, int n) {
+    float m = row_max(z, n, acc->max);
     /* fp32 exponentials in short fp32 blocks, blocks added in fp64: fp32 accuracy at any
      * vocabulary size without a double exp per logit. A block's sum in lane_sum.h's order. */
     double s = 0.0;
@@ -46,10 +91,8 @@ static inline void lse_update(RunningLse *acc, const float *z, int n) {
 
 /* lse_update plus the statistics (c0: the column index of z[0]). */
 static inline void lse_update_stats(RunningLse *acc, const float *z, int n, int c0) {
-    float m = acc->max;
-    int arg = acc->argmax;
-    for (int j = 0; j < n; j++)
-        if (z[j] > m) m = z[j], arg = c0 + j; /* strict: the first maximum wins, as argmax */
+    int arg = acc->argmax; /* strict: the first maximum wins, as argmax */
+    float m = row_max_arg(z, n, acc->max, c0, &arg);
     double s = 0.0, ez = 0.0, zs = 0.0;
     for (int j0 = 0; j0 < n; j0 += 256) { /* each block's sums in lane_sum.h's order */
         int j1 = j0 + 256 < n ? j0 + 256 : n, j = j0;
