@@ -83,14 +83,10 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
     p->stored = to;
 }
 
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_ET0
-#endif
-/* A product's C past this many bytes has its blocks' rows fetched ahead (block_32x32): half of L2
- * where the store reads C (accumulated), 4 MB where it only writes it (a store's miss waits in
- * the store buffer, not in the load's queue). Below them the fetch measured 1.00-1.05x main's. */
-#define FETCH_C_READ_BYTES    (1 << 20)
-#define FETCH_C_WRITTEN_BYTES (4 << 20)
+/* A product's C past this many bytes (twice L2) has its blocks' rows fetched ahead (block_32x32).
+ * With C pushed out to L3 first, as the step's weight gradients are, the fetch was 0.99-1.03x
+ * main's at 1.3-3.5 MB (the 135M model's dW products), 0.81-0.87x at 9.4 MB (its lm_head's). */
+#define FETCH_C_BYTES (4u << 20)
 
 /* c's lines of rows r0.. r1 (at most rows) of the block at (i0, j0), cols wide, requested for
  * writing (prefetchw: in L1, owned). always_inline: GCC 12 found an out-of-line copy free of
@@ -101,8 +97,8 @@ prefetch_rows(const float *c, size_t ldc, int i0, int j0, int cols, int rows, in
     for (int r = r0; r < r1; r++) {
         const char *p = (const char *)(c + (size_t)(i0 + r) * ldc + j0);
         for (int off = 0; off < cols * (int)sizeof(float); off += 64)
-            _mm_prefetch(p + off, PF_HINT);
-        _mm_prefetch(p + cols * (int)sizeof(float) - 1, PF_HINT); /* an unaligned row's last */
+            _mm_prefetch(p + off, _MM_HINT_ET0);
+        _mm_prefetch(p + cols * (int)sizeof(float) - 1, _MM_HINT_ET0); /* an unaligned row's last */
     }
 }
 
@@ -115,7 +111,7 @@ prefetch_rows(const float *c, size_t ldc, int i0, int j0, int cols, int rows, in
  * ~31% of this kernel's samples, run after the depth loop). ceil(32 / steps) rows a step store
  * all of prev within the loop, so buf is free for this block's tiles after it. If fetch_c, the
  * last chunk's steps also fetch this block's rows of C, as many a step, one block ahead of their
- * store: C past L2 (the weight gradients' 3-17 MB, read and written once a product) had the
+ * store: C far past L2 (FETCH_C_BYTES; the 0.5B model's gate/up dW is 17 MB) had the
  * accumulate store's loads wait on memory, 28% of the kernel's samples on the 0.5B dW gate/up
  * product (4864 x 654 x 896) and none with the fetch; a row's 2 lines are 32 rows' 4 KB apart,
  * on a different page each, which the hardware's prefetchers do not follow. */
@@ -199,8 +195,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
     /* a short product's items (a few microseconds each) in one run a thread, as main had them */
     int per_take = short_product ? (row_chunks * col_groups + threads - 1) / threads : 1;
     bool spills = kc < kp; /* else each block runs its whole depth in one go */
-    size_t c_bytes = (size_t)a->rows * (size_t)b->cols * sizeof(float);
-    bool fetch_c = c_bytes > (st->accumulate ? FETCH_C_READ_BYTES : FETCH_C_WRITTEN_BYTES);
+    bool fetch_c = (size_t)a->rows * (size_t)b->cols * sizeof(float) > FETCH_C_BYTES;
 #pragma omp parallel
     {
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
