@@ -95,10 +95,10 @@ static inline __attribute__((always_inline)) void
 prefetch_rows(const float *c, size_t ldc, int i0, int j0, int cols, int rows, int r0, int r1) {
     if (r1 > rows) r1 = rows;
     for (int r = r0; r < r1; r++) {
-        const char *p = (const char *)(c + (size_t)(i0 + r) * ldc + j0);
-        for (int off = 0; off < cols * (int)sizeof(float); off += 64)
-            _mm_prefetch(p + off, _MM_HINT_ET0);
-        _mm_prefetch(p + cols * (int)sizeof(float) - 1, _MM_HINT_ET0); /* an unaligned row's last */
+        uintptr_t from = (uintptr_t)(c + (size_t)(i0 + r) * ldc + j0);
+        uintptr_t to = from + (uintptr_t)cols * sizeof(float); /* each line of the row once */
+        for (uintptr_t line = from & ~(uintptr_t)63; line < to; line += 64)
+            _mm_prefetch((const char *)line, _MM_HINT_ET0);
     }
 }
 
