@@ -113,8 +113,8 @@ prefetch_rows(const float *c, size_t ldc, int i0, int j0, int cols, int rows, in
  * last chunk's steps also fetch this block's rows of C, as many a step, one block ahead of their
  * store: C far past L2 (FETCH_C_BYTES; the 0.5B model's gate/up dW is 17 MB) had the
  * accumulate store's loads wait on memory, 28% of the kernel's samples on the 0.5B dW gate/up
- * product (4864 x 654 x 896) and none with the fetch; a row's 2 lines are 32 rows' 4 KB apart,
- * on a different page each, which the hardware's prefetchers do not follow. */
+ * product (4864 x 654 x 896) and none with the fetch. A block's 32 rows of C lie ldc apart (3.5
+ * KB there), each on its own page, a pattern the hardware's prefetchers do not follow. */
 TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                                int cols, bool bottom, int k0, int k1, float *spill, float *buf,
