@@ -311,6 +311,9 @@ int main(void) {
             check_blocking(1000, 577, 45, 141);
             check_blocking(130, 1100, 300, 142);
             check_blocking(97, 32, 33, 143); /* one depth step */
+            /* the 0.5B model's gate/up weight gradient's shape, a 6-row last block and an odd
+             * ldc: C (17 MB) far past L2, its rows fetched ahead of the accumulate store */
+            check_blocking(4870, 654, 901, 144);
         }
     }
     CHECK(paths > 0 || !gemm_bf16_supported(GEMM_BF16_AVX2), "no path checked on a CPU with AVX2");

@@ -83,6 +83,25 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
     p->stored = to;
 }
 
+/* A product's C past this many bytes (twice L2) has its blocks' rows fetched ahead (block_32x32).
+ * With C pushed out to L3 first, as the step's weight gradients are, the fetch was 0.99-1.03x
+ * main's at 1.3-3.5 MB (the 135M model's dW products), 0.81-0.87x at 9.4 MB (its lm_head's). */
+#define FETCH_C_BYTES (4u << 20)
+
+/* c's lines of rows r0.. r1 (at most rows) of the block at (i0, j0), cols wide, requested for
+ * writing (prefetchw: in L1, owned). always_inline: GCC 12 found an out-of-line copy free of
+ * side effects (a prefetch is none to it) and deleted its calls, prefetches and all. */
+static inline __attribute__((always_inline)) void
+prefetch_rows(const float *c, size_t ldc, int i0, int j0, int cols, int rows, int r0, int r1) {
+    if (r1 > rows) r1 = rows;
+    for (int r = r0; r < r1; r++) {
+        uintptr_t from = (uintptr_t)(c + (size_t)(i0 + r) * ldc + j0);
+        uintptr_t to = from + (uintptr_t)cols * sizeof(float); /* each line of the row once */
+        for (uintptr_t line = from & ~(uintptr_t)63; line < to; line += 64)
+            _mm_prefetch((const char *)line, _MM_HINT_ET0);
+    }
+}
+
 /* Depth steps k0.. k1 of the block at (i0, j0) into the tiles: the sums start from zero if
  * k0 is 0, else from spill (4 tiles, as the last chunk left them: fp32 stored and loaded back
  * exactly, so every element's sum runs over the depth in the same order as in one go). If k1
@@ -90,11 +109,16 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
  * Meanwhile the previous block (prev, in buf) is stored a few rows per depth step: the stores'
  * cache misses and vector work overlap the tile unit's work instead of following it (they were
  * ~31% of this kernel's samples, run after the depth loop). ceil(32 / steps) rows a step store
- * all of prev within the loop, so buf is free for this block's tiles after it. */
+ * all of prev within the loop, so buf is free for this block's tiles after it. If fetch_c, the
+ * last chunk's steps also fetch this block's rows of C, as many a step, one block ahead of their
+ * store: C far past L2 (FETCH_C_BYTES; the 0.5B model's gate/up dW is 17 MB) had the
+ * accumulate store's loads wait on memory, 28% of the kernel's samples on the 0.5B dW gate/up
+ * product (4864 x 654 x 896) and none with the fetch. A block's 32 rows of C lie ldc apart (3.5
+ * KB there), each on its own page, a pattern the hardware's prefetchers do not follow. */
 TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
                                const uint16_t *panel0, const uint16_t *panel1, int i0, int j0,
                                int cols, bool bottom, int k0, int k1, float *spill, float *buf,
-                               Pending *prev) {
+                               Pending *prev, bool fetch_c) {
     int steps = (k1 - k0) / GEMM_BF16_DEPTH_PAD;
     int per_step = (BLOCK + steps - 1) / steps; /* prev's rows stored per depth step */
     size_t ld = (size_t)a->row_stride;
@@ -114,7 +138,10 @@ TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, co
             _tile_loadd(3, spill + TILE * BLOCK + TILE, BLOCK * sizeof(float));
         }
     }
+    bool last = k1 == a->depth_padded, fetch = fetch_c && last;
+    int rows = a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK;
     for (int k = k0, s = 1; k < k1; k += GEMM_BF16_DEPTH_PAD, s++) {
+        if (fetch) prefetch_rows(c, ldc, i0, j0, cols, rows, (s - 1) * per_step, s * per_step);
         _tile_loadd(4, a0 + k, ld * sizeof(uint16_t));
         /* pair steps k / 2 .. k / 2 + 15 of each panel, 64 bytes apart */
         _tile_loadd(6, panel0 + (size_t)k * TILE, 64);
@@ -128,7 +155,6 @@ TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, co
         }
         if (prev->stored < prev->rows) store_rows(c, ldc, st, prev, s * per_step);
     }
-    bool last = k1 == a->depth_padded;
     float *to = last ? buf : spill;
     _tile_stored(0, to, BLOCK * sizeof(float));
     _tile_stored(1, to + TILE, BLOCK * sizeof(float));
@@ -136,7 +162,7 @@ TARGET static void block_32x32(float *c, size_t ldc, const GemmBf16Store *st, co
         _tile_stored(2, to + TILE * BLOCK, BLOCK * sizeof(float));
         _tile_stored(3, to + TILE * BLOCK + TILE, BLOCK * sizeof(float));
     }
-    if (last) *prev = (Pending){buf, i0, j0, a->rows - i0 < BLOCK ? a->rows - i0 : BLOCK, cols, 0};
+    if (last) *prev = (Pending){buf, i0, j0, rows, cols, 0};
 }
 
 void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16PackedA *a,
@@ -169,6 +195,7 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
     /* a short product's items (a few microseconds each) in one run a thread, as main had them */
     int per_take = short_product ? (row_chunks * col_groups + threads - 1) / threads : 1;
     bool spills = kc < kp; /* else each block runs its whole depth in one go */
+    bool fetch_c = (size_t)a->rows * (size_t)b->cols * sizeof(float) > FETCH_C_BYTES;
 #pragma omp parallel
     {
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
@@ -208,7 +235,8 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
                         /* a last block of at most 16 rows skips its lower tiles (padding) */
                         block_32x32(c, ldc, st, a, gemm_bf16_panel(b, 2 * jb),
                                     gemm_bf16_panel(b, 2 * jb + 1), i, j0, cols,
-                                    bottom > 0 && a->rows - i > TILE, k0, k1, sp, buf, &prev);
+                                    bottom > 0 && a->rows - i > TILE, k0, k1, sp, buf, &prev,
+                                    fetch_c);
                     }
                 }
             }
