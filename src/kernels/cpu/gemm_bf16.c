@@ -265,8 +265,7 @@ static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_
  * pair is one word): one 64-byte store, a whole cache line, per row. The tile's pair rows past
  * the depth are zero, so each chunk writes its 32 values whole and the last one ends at kp.
  * (Row blocks outermost instead, each reading a 128-byte strip of every source row, with the
- * pairs written a word at a time, was 4.6% of a bf16 DPO step; a bf16 source read value by
- * value, as it once was, is 3x slower than this on dout's packing.) */
+ * pairs written a word at a time, was 4.6% of a bf16 DPO step.) */
 static void pack_a_depth_chunk(uint16_t *d, const Bf16Source *src, int k0, int rows, int depth,
                                int kp) {
     uint32_t tile[PACK_ROWS / 2][PACK_ROWS];
