@@ -258,17 +258,16 @@ static void backward_rows(float *dhidden, float *dlm_head, const float *dlogp, c
             Bf16PackedA dz;
             bf16_pack_a(&dz, rows_source(s.tile, cols), rows, cols);
             gemm_bf16(dhidden + (size_t)r0 * h, (size_t)h, true, &dz, &w);
-            bf16_packed_a_free(&dz);
             if (dlm_head) { /* NULL: a frozen lm_head */
-                /* dW tile += bf16(dz)^T · bf16(hidden rows): A = dz^T (cols x rows) */
+                /* dW tile += bf16(dz)^T · bf16(hidden rows): A = dz^T (cols x rows), from dz's
+                 * packing (the same bits as from the fp32 tile, half the bytes read) */
                 Bf16PackedA dzt;
-                bf16_pack_a(
-                    &dzt, (Bf16Source){.f32 = s.tile, .row_stride = 1, .col_stride = (size_t)cols},
-                    cols, rows);
+                bf16_pack_a_transposed(&dzt, &dz);
                 Bf16PackedB hv = bf16_packed_b_view(&hid_b, r0, rows, 0, h);
                 gemm_bf16(dlm_head + (size_t)c0 * h, (size_t)h, true, &dzt, &hv);
                 bf16_packed_a_free(&dzt);
             }
+            bf16_packed_a_free(&dz);
         }
     }
     bf16_packed_b_free(&hid_b);

@@ -247,45 +247,51 @@ static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, i
     memset(dst + depth, 0, (size_t)(kp - depth) * sizeof *dst);
 }
 
-/* Rows i0 .. i0 + count (count <= PACK_ROWS) of a packed A from a bf16 source stored along its
- * columns (row_stride 1: a transposed matrix), value by value. */
-static void pack_a_rows_down(uint16_t *d, const Bf16Source *src, int i0, int count, int depth,
-                             int kp) {
-    for (int k = 0; k < depth; k++)
-        for (int i = i0; i < i0 + count; i++)
-            d[(size_t)i * kp + k] = source_at(src, i, k);
-    for (int i = i0; i < i0 + count; i++)
-        memset(d + (size_t)i * kp + depth, 0, (size_t)(kp - depth) * sizeof *d);
+/* The bf16 pair (x[0], x[step]) of an fp32 or (if f32 is NULL) bf16 source as one 32-bit word,
+ * lo half first (invariant 1); hi_too false: an odd depth's last index, its pair's other half
+ * padding. */
+static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_t at, size_t step,
+                                   bool hi_too) {
+    if (f32) return narrow(f32[at]) | (hi_too ? (uint32_t)narrow(f32[at + step]) << 16 : 0u);
+    return bf16[at] | (hi_too ? (uint32_t)bf16[at + step] << 16 : 0u);
 }
 
-/* Depth values k0 .. k0 + PACK_ROWS of every row of a packed A from an fp32 source stored along
- * its columns (row_stride 1: a transposed matrix, dW's dout^T): PACK_ROWS source rows read
- * along their length, through tiles of PACK_ROWS / 2 depth pairs x PACK_ROWS packed rows. Two
- * source rows (depth indices 2q, 2q + 1) are rounded into one 32-bit pair per packed row in a
- * vectorised loop, then each packed row's 16 pairs written out from L1 by a 16 x 16 transpose of
- * words (invariant 1: a pair is one word): one 64-byte store, a whole cache line, per row.
- * The tile's pair rows past the depth are zero, so each chunk writes its 32 values whole and the
- * last one ends at kp. (Row blocks outermost instead, each reading a 128-byte strip of every
- * source row, with the pairs written a word at a time, was 4.6% of a bf16 DPO step.) */
+/* Depth values k0 .. k0 + PACK_ROWS of every row of a packed A from a source stored along its
+ * columns (row_stride 1: a transposed matrix, dW's dout^T, fp32 or the bf16 of dout's own packed
+ * A): PACK_ROWS source rows read along their length, through tiles of PACK_ROWS / 2 depth pairs
+ * x PACK_ROWS packed rows. Two source rows (depth indices 2q, 2q + 1) make one 32-bit pair per
+ * packed row in a vectorised loop (rounded from fp32, or two bf16 halves joined), then each
+ * packed row's 16 pairs are written out from L1 by a 16 x 16 transpose of words (invariant 1: a
+ * pair is one word): one 64-byte store, a whole cache line, per row. The tile's pair rows past
+ * the depth are zero, so each chunk writes its 32 values whole and the last one ends at kp.
+ * (Row blocks outermost instead, each reading a 128-byte strip of every source row, with the
+ * pairs written a word at a time, was 4.6% of a bf16 DPO step.) */
 static void pack_a_depth_chunk(uint16_t *d, const Bf16Source *src, int k0, int rows, int depth,
                                int kp) {
     uint32_t tile[PACK_ROWS / 2][PACK_ROWS];
     int pairs = ((depth - k0 < PACK_ROWS ? depth - k0 : PACK_ROWS) + 1) / 2;
+    size_t cs = src->col_stride;
     for (int q = pairs; q < PACK_ROWS / 2; q++)
         memset(tile[q], 0, sizeof tile[q]);
     for (int i0 = 0; i0 < rows; i0 += PACK_ROWS) {
         int count = rows - i0 < PACK_ROWS ? rows - i0 : PACK_ROWS;
         for (int q = 0; q < pairs; q++) {
             int k = k0 + 2 * q;
-            const float *lo = src->f32 + (size_t)k * src->col_stride + i0;
-            if (k + 1 < depth) {
-                const float *hi = lo + src->col_stride;
+            size_t at = (size_t)k * cs + (size_t)i0;
+            bool hi_too = k + 1 < depth; /* else an odd depth's last index: padding beside it */
+            if (src->f32 && hi_too) {
+                const float *lo = src->f32 + at, *hi = lo + cs;
 #pragma omp simd
                 for (int i = 0; i < count; i++)
                     tile[q][i] = narrow(lo[i]) | (uint32_t)narrow(hi[i]) << 16;
-            } else { /* an odd depth's last index: its pair's other half is padding */
+            } else if (hi_too) {
+                const uint16_t *lo = src->bf16 + at, *hi = lo + cs;
+#pragma omp simd
                 for (int i = 0; i < count; i++)
-                    tile[q][i] = narrow(lo[i]);
+                    tile[q][i] = lo[i] | (uint32_t)hi[i] << 16;
+            } else {
+                for (int i = 0; i < count; i++)
+                    tile[q][i] = source_pair(src->f32, src->bf16, at + (size_t)i, cs, false);
             }
         }
         for (int ib = 0; ib < count; ib += 16)
@@ -301,36 +307,29 @@ void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth) {
     int kp = a->row_stride = a->depth_padded;
     uint16_t *d = a->data = alloc_bf16((size_t)a->rows_padded * kp, &a->bytes);
     memset(d + (size_t)rows * kp, 0, (size_t)(a->rows_padded - rows) * kp * sizeof *d);
-    bool down = src.row_stride < src.col_stride;
-    if (down && src.f32 && depth > 0) { /* by depth chunks: distinct cache lines per thread */
+    if (src.row_stride == 1 && src.col_stride > 1) { /* by depth chunks: distinct cache lines a
+                                                      * thread (else value by value below) */
 #pragma omp parallel for schedule(static) if ((size_t)rows * depth > 65536)
         for (int k0 = 0; k0 < depth; k0 += PACK_ROWS)
             pack_a_depth_chunk(d, &src, k0, rows, depth, kp);
+        if (depth == 0) /* no chunk: the row's padding */
+            for (int i = 0; i < rows; i++)
+                memset(d + (size_t)i * kp, 0, (size_t)kp * sizeof *d);
         return;
     }
 #pragma omp parallel for schedule(static) if ((size_t)rows * depth > 65536)
-    for (int i0 = 0; i0 < rows; i0 += PACK_ROWS) {
-        int count = rows - i0 < PACK_ROWS ? rows - i0 : PACK_ROWS;
-        if (down)
-            pack_a_rows_down(d, &src, i0, count, depth, kp);
-        else
-            for (int i = i0; i < i0 + count; i++)
-                pack_a_row(d + (size_t)i * kp, &src, i, depth, kp);
-    }
+    for (int i = 0; i < rows; i++)
+        pack_a_row(d + (size_t)i * kp, &src, i, depth, kp);
+}
+
+void bf16_pack_a_transposed(Bf16PackedA *at, const Bf16PackedA *a) {
+    bf16_pack_a(at, (Bf16Source){.bf16 = a->data, .row_stride = 1, .col_stride = a->row_stride},
+                a->depth, a->rows);
 }
 
 void bf16_packed_a_free(Bf16PackedA *a) {
     release_bf16(a->data, a->bytes);
     a->data = NULL;
-}
-
-/* The bf16 pair (x[0], x[step]) of an fp32 or (if f32 is NULL) bf16 source as one 32-bit word,
- * lo half first (invariant 1); hi_too false: an odd depth's last index, its pair's other half
- * padding. */
-static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_t at, size_t step,
-                                   bool hi_too) {
-    if (f32) return narrow(f32[at]) | (hi_too ? (uint32_t)narrow(f32[at + step]) << 16 : 0u);
-    return bf16[at] | (hi_too ? (uint32_t)bf16[at + step] << 16 : 0u);
 }
 
 /* Panel p of a packed B (invariant 2): the source's values, a depth pair (one 32-bit word) at a
@@ -400,32 +399,42 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
     }
 }
 
-/* Pair step q of every panel of a packed B from a row-major source (col_stride 1): source rows
- * 2q and 2q + 1 (zero past the depth), each panel's 16 words, zero past the columns
- * (invariants 2 and 3). */
-static void pack_b_step(uint16_t *d, const Bf16Source *src, int q, int depth, int cols, int panels,
-                        int kp) {
-    int k = 2 * q;
+#define STEP_BLOCK 8 /* pair steps of a row-major B source packed per visit of a panel */
+
+/* Pair steps q0 .. q1 (at most STEP_BLOCK) of every panel of a packed B from a row-major source
+ * (col_stride 1): source rows 2q and 2q + 1 (zero past the depth), each panel's 16 words, zero
+ * past the columns (invariants 2 and 3), panel by panel: a panel's steps are one contiguous
+ * 64 * (q1 - q0) byte run (one step over all panels at a time wrote 64 bytes to each of a
+ * down projection's 304 panels, 28 KB apart: 6 GB/s, half the rate of the other weights). */
+static void pack_b_steps(uint16_t *d, const Bf16Source *src, int q0, int q1, int depth, int cols,
+                         int panels, int kp) {
     size_t rs = src->row_stride;
     for (int p = 0; p < panels; p++) {
-        uint32_t step[GEMM_BF16_PANEL];
         int j0 = p * GEMM_BF16_PANEL;
-        int width = k >= depth ? 0 : cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
-        if (width < 0) width = 0;
-        bool hi_too = k + 1 < depth;
-        size_t at = (size_t)k * rs + (size_t)j0;
-        if (width == GEMM_BF16_PANEL && src->f32 && hi_too) {
-            const float *lo = src->f32 + at, *hi = lo + rs;
+        int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL;
+        for (int q = q0; q < q1; q++) {
+            uint32_t step[GEMM_BF16_PANEL];
+            int k = 2 * q, w = k >= depth ? 0 : width;
+            bool hi_too = k + 1 < depth;
+            size_t at = (size_t)k * rs + (size_t)j0;
+            if (w == GEMM_BF16_PANEL && hi_too && src->f32) {
+                const float *lo = src->f32 + at, *hi = lo + rs;
 #pragma omp simd
-            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
-                step[jj] = narrow(lo[jj]) | (uint32_t)narrow(hi[jj]) << 16;
-        } else {
-            for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
-                step[jj] =
-                    jj < width ? source_pair(src->f32, src->bf16, at + (size_t)jj, rs, hi_too) : 0u;
+                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                    step[jj] = narrow(lo[jj]) | (uint32_t)narrow(hi[jj]) << 16;
+            } else if (w == GEMM_BF16_PANEL && hi_too) {
+                const uint16_t *lo = src->bf16 + at, *hi = lo + rs;
+#pragma omp simd
+                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                    step[jj] = lo[jj] | (uint32_t)hi[jj] << 16;
+            } else {
+                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
+                    step[jj] =
+                        jj < w ? source_pair(src->f32, src->bf16, at + (size_t)jj, rs, hi_too) : 0u;
+            }
+            memcpy(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
+                   sizeof step);
         }
-        memcpy(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
-               sizeof step);
     }
 }
 
@@ -435,12 +444,13 @@ static void pack_b_values(Bf16PackedB *b, Bf16Source src) {
     int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
     uint16_t *d = b->data;
     if (src.col_stride == 1 && src.row_stride > 1) {
-        /* a row-major source: pair step by pair step, two whole source rows at a time (panel
-         * by panel would read 64 bytes of every row per panel: over a W larger than the cache,
-         * such as the lm_head's, that measured 20x slower) */
+        /* a row-major source: STEP_BLOCK pair steps at a time, 2 * STEP_BLOCK whole source rows
+         * (panel by panel over the whole depth would read 64 bytes of every row per panel: over
+         * a W larger than the cache, such as the lm_head's, that measured 20x slower) */
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
-        for (int q = 0; q < kp / 2; q++)
-            pack_b_step(d, &src, q, depth, cols, panels, kp);
+        for (int q0 = 0; q0 < kp / 2; q0 += STEP_BLOCK)
+            pack_b_steps(d, &src, q0, q0 + STEP_BLOCK < kp / 2 ? q0 + STEP_BLOCK : kp / 2, depth,
+                         cols, panels, kp);
         return;
     }
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)

@@ -72,6 +72,13 @@ const char *gemm_bf16_path_name(GemmBf16Path p);
 void bf16_pack_a(Bf16PackedA *a, Bf16Source src, int rows, int depth);
 void bf16_packed_a_free(Bf16PackedA *a);
 
+/* at = a's transpose (a->depth rows, depth a->rows) packed from a's bf16 values, with the bits
+ * bf16_pack_a gives from the transposed source of a (rounding is per value, and a transpose
+ * only moves values): an operand needed in both layouts (a backward's dout, as A for dX and
+ * transposed as A for dW) is rounded once and read as bf16, half the bytes of fp32, the second
+ * time. at->data is allocated here (bf16_packed_a_free); a may be a view (bf16_packed_a_rows). */
+void bf16_pack_a_transposed(Bf16PackedA *at, const Bf16PackedA *a);
+
 /* b = src (depth x cols) rounded and packed; b->data is allocated here (bf16_packed_b_free). */
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols);
 void bf16_packed_b_free(Bf16PackedB *b);

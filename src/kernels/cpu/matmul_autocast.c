@@ -184,11 +184,15 @@ void autocast_linears_forward(const LinearPart *parts, int count, const float *i
 }
 
 /* dw += bf16(dout)^T · bf16(in) on gemm_bf16, fp32 sums unrounded (as the sgemm path's), in
- * already packed as B (n x in_dim): A = dout^T (out_dim x n). */
-static void weight_grad_packed(float *dw, const float *dout, const Bf16PackedB *in_b, int n,
-                               int in_dim, int out_dim) {
+ * already packed as B (n x in_dim): A = dout^T (out_dim x n), packed from dout_a (dout packed as
+ * A for dX: the same bits, half the bytes read, no rounding) if not NULL, else from dout. */
+static void weight_grad_packed(float *dw, const float *dout, const Bf16PackedA *dout_a,
+                               const Bf16PackedB *in_b, int n, int in_dim, int out_dim) {
     Bf16PackedA a;
-    bf16_pack_a(&a, matrix_source(dout, out_dim, true), out_dim, n);
+    if (dout_a)
+        bf16_pack_a_transposed(&a, dout_a);
+    else
+        bf16_pack_a(&a, matrix_source(dout, out_dim, true), out_dim, n);
     gemm_bf16(dw, (size_t)in_dim, true, &a, in_b);
     bf16_packed_a_free(&a);
 }
@@ -204,23 +208,23 @@ static void bias_grad_rounded(float *dbias, const float *dout, int n, int in_dim
 /* autocast_linear_backward on gemm_bf16: the same products, the packing doing the rounding. */
 static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float *dout,
                                const float *in, WeightRef w, int n, int in_dim, int out_dim) {
+    Bf16PackedA a = {0}; /* dout as A (n x out_dim), for dX and, transposed, for dW */
     if (din) {
-        /* din = bf16(dout) · bf16(W): A = dout (n x out_dim), B = W (out_dim x in_dim) */
-        Bf16PackedA a;
+        /* din = bf16(dout) · bf16(W): A = dout, B = W (out_dim x in_dim) */
         Bf16PackedB own;
         bf16_pack_a(&a, matrix_source(dout, out_dim, false), n, out_dim);
         /* the gradient of a bf16 cast is bf16: rounded as the product stores it */
         gemm_bf16_rounded(din, (size_t)in_dim, &a, packed_weight(w, out_dim, in_dim, false, &own),
                           NULL);
         bf16_packed_b_free(&own);
-        bf16_packed_a_free(&a);
     }
     if (dw) { /* B = in (n x in_dim) */
         Bf16PackedB b;
         bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
-        weight_grad_packed(dw, dout, &b, n, in_dim, out_dim);
+        weight_grad_packed(dw, dout, a.data ? &a : NULL, &b, n, in_dim, out_dim);
         bf16_packed_b_free(&b);
     }
+    bf16_packed_a_free(&a);
     if (dbias) bias_grad_rounded(dbias, dout, n, in_dim, out_dim);
 }
 
@@ -266,7 +270,7 @@ void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const 
         const LinearGradPart *p = &parts[i];
         if (p->dw) {
             if (!b.data) bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
-            weight_grad_packed(p->dw, p->dout, &b, n, in_dim, p->out_dim);
+            weight_grad_packed(p->dw, p->dout, NULL, &b, n, in_dim, p->out_dim);
         }
         if (p->dbias) bias_grad_rounded(p->dbias, p->dout, n, in_dim, p->out_dim);
     }
