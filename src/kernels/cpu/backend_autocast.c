@@ -248,25 +248,72 @@ static void ac_attention_backward(const Backend *be, float *dq, float *dk, float
                                  (AttnScores){1.0f / sqrtf((float)hd), 0.0f});
 }
 
-static void ac_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
-                              const float *hidden, const int32_t *target, WeightRef lm_head, int n,
-                              int h, int vocab, LogitCap cap) {
-    (void)be;
-    if (gemm_bf16_path() != GEMM_BF16_NONE) { /* the packing rounds hidden and W */
-        autocast_logprob_forward(logp, stats, hidden, target, lm_head, n, h, vocab, cap);
+/* The lm_head's log-probs (rule 4), and each row's log-sum-exp into lse if not NULL (the
+ * hand-over of backend.h's logprob_lse, offered without a cap only). On gemm_bf16 the packing
+ * rounds hidden and W; elsewhere rounded fp32 copies go to the sgemm kernels. */
+static void logprob_forward(float *logp, LogitStats *stats, float *lse, const float *hidden,
+                            const int32_t *target, WeightRef lm_head, int n, int h, int vocab,
+                            LogitCap cap) {
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        if (lse)
+            autocast_logprob_forward_lse(logp, stats, lse, hidden, target, lm_head, n, h, vocab);
+        else
+            autocast_logprob_forward(logp, stats, hidden, target, lm_head, n, h, vocab, cap);
         return;
     }
     float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
     if (!lm_head.bf16) {
         /* rounded once into an fp32 copy, which the fused kernel multiplies by sgemm directly
          * (a bf16 copy would be widened again tile by tile: a DPO step took 1.75x the fp32
-         * step's time that way); the backward holds the same copy, so the peak is unchanged */
+         * step's time that way); the backward holds the same copy, so the peak is unchanged.
+         * A frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy. */
         wr = rounded(lm_head.f32, (size_t)vocab * h);
         lm_head = (WeightRef){.f32 = wr};
     }
-    fused_logprob_forward_capped(logp, stats, hr, target, lm_head, n, h, vocab, cap);
+    if (lse)
+        fused_logprob_forward_lse(logp, stats, lse, hr, target, lm_head, n, h, vocab);
+    else
+        fused_logprob_forward_capped(logp, stats, hr, target, lm_head, n, h, vocab, cap);
     free(wr);
     free(hr);
+}
+
+/* Its backward; lse: what logprob_forward wrote for the same rows, or NULL to find it again (the
+ * same bits: the same products of the same rounded factors). dhidden is rounded, as the gradient
+ * of a bf16 cast. */
+static void logprob_backward(float *dhidden, float *dlm_head, const float *dlogp, const float *lse,
+                             const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                             int h, int vocab, LogitCap cap) {
+    if (gemm_bf16_path() != GEMM_BF16_NONE) {
+        if (lse)
+            autocast_logprob_backward_lse(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n,
+                                          h, vocab);
+        else
+            autocast_logprob_backward(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h,
+                                      vocab, cap);
+    } else {
+        float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
+        if (!lm_head.bf16) { /* as logprob_forward */
+            wr = rounded(lm_head.f32, (size_t)vocab * h);
+            lm_head = (WeightRef){.f32 = wr};
+        }
+        if (lse)
+            fused_logprob_backward_bf16_dz_lse(dhidden, dlm_head, dlogp, lse, hr, target, lm_head,
+                                               n, h, vocab);
+        else
+            fused_logprob_backward_bf16_dz(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h,
+                                           vocab, cap);
+        free(wr);
+        free(hr);
+    }
+    bf16_round_inplace(dhidden, (size_t)n * h);
+}
+
+static void ac_logprob_capped(const Backend *be, float *logp, LogitStats *stats,
+                              const float *hidden, const int32_t *target, WeightRef lm_head, int n,
+                              int h, int vocab, LogitCap cap) {
+    (void)be;
+    logprob_forward(logp, stats, NULL, hidden, target, lm_head, n, h, vocab, cap);
 }
 
 static void ac_logprob(const Backend *be, float *logp, LogitStats *stats, const float *hidden,
@@ -280,25 +327,7 @@ static void ac_logprob_capped_backward(const Backend *be, float *dhidden, float 
                                        const int32_t *target, WeightRef lm_head, int n, int h,
                                        int vocab, LogitCap cap) {
     (void)be;
-    if (gemm_bf16_path() != GEMM_BF16_NONE) {
-        autocast_logprob_backward(dhidden, dlm_head, dlogp, hidden, target, lm_head, n, h, vocab,
-                                  cap);
-        bf16_round_inplace(dhidden, (size_t)n * h);
-        return;
-    }
-    float *hr = rounded(hidden, (size_t)n * h);
-    if (lm_head.bf16) {
-        /* a frozen bf16 lm_head holds bf16 values already: widened tile by tile, no copy */
-        fused_logprob_backward_bf16_dz(dhidden, dlm_head, dlogp, hr, target, lm_head, n, h, vocab,
-                                       cap);
-    } else {
-        float *wr = rounded(lm_head.f32, (size_t)vocab * h);
-        fused_logprob_backward_bf16_dz(dhidden, dlm_head, dlogp, hr, target, (WeightRef){.f32 = wr},
-                                       n, h, vocab, cap);
-        free(wr);
-    }
-    bf16_round_inplace(dhidden, (size_t)n * h);
-    free(hr);
+    logprob_backward(dhidden, dlm_head, dlogp, NULL, hidden, target, lm_head, n, h, vocab, cap);
 }
 
 static void ac_logprob_backward(const Backend *be, float *dhidden, float *dlm_head,
@@ -309,25 +338,12 @@ static void ac_logprob_backward(const Backend *be, float *dhidden, float *dlm_he
 }
 
 /* The lm_head's log-sum-exp handed from the forward to the backward (backend.h), as the CPU's fp32
- * backend hands it: each path's backward skips its first pass over the lm_head, and computes the
- * same bits as ac_logprob_backward, whose first pass finds the same lse (the same products of the
- * same rounded factors). */
+ * backend hands it: the backward skips its first pass over the lm_head. */
 static void ac_logprob_lse(const Backend *be, float *logp, LogitStats *stats, float *lse,
                            const float *hidden, const int32_t *target, WeightRef lm_head, int n,
                            int h, int vocab) {
     (void)be;
-    if (gemm_bf16_path() != GEMM_BF16_NONE) {
-        autocast_logprob_forward_lse(logp, stats, lse, hidden, target, lm_head, n, h, vocab);
-        return;
-    }
-    float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
-    if (!lm_head.bf16) { /* as ac_logprob_capped */
-        wr = rounded(lm_head.f32, (size_t)vocab * h);
-        lm_head = (WeightRef){.f32 = wr};
-    }
-    fused_logprob_forward_lse(logp, stats, lse, hr, target, lm_head, n, h, vocab);
-    free(wr);
-    free(hr);
+    logprob_forward(logp, stats, lse, hidden, target, lm_head, n, h, vocab, (LogitCap){0.0f, 1.0f});
 }
 
 static void ac_logprob_backward_lse(const Backend *be, float *dhidden, float *dlm_head,
@@ -335,22 +351,8 @@ static void ac_logprob_backward_lse(const Backend *be, float *dhidden, float *dl
                                     const int32_t *target, WeightRef lm_head, int n, int h,
                                     int vocab) {
     (void)be;
-    if (gemm_bf16_path() != GEMM_BF16_NONE) {
-        autocast_logprob_backward_lse(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n, h,
-                                      vocab);
-        bf16_round_inplace(dhidden, (size_t)n * h);
-        return;
-    }
-    float *hr = rounded(hidden, (size_t)n * h), *wr = NULL;
-    if (!lm_head.bf16) { /* as ac_logprob_capped_backward */
-        wr = rounded(lm_head.f32, (size_t)vocab * h);
-        lm_head = (WeightRef){.f32 = wr};
-    }
-    fused_logprob_backward_bf16_dz_lse(dhidden, dlm_head, dlogp, lse, hr, target, lm_head, n, h,
-                                       vocab);
-    bf16_round_inplace(dhidden, (size_t)n * h);
-    free(wr);
-    free(hr);
+    logprob_backward(dhidden, dlm_head, dlogp, lse, hidden, target, lm_head, n, h, vocab,
+                     (LogitCap){0.0f, 1.0f});
 }
 
 static Backend autocast_backend;
