@@ -157,6 +157,11 @@ void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float
                         .bc2_sqrt = (float)bc2_sqrt,
                         .grad_scale = grad_scale};
     float decayed = (float)(1.0 - lr * cfg->weight_decay);
+    /* bf16 products repack what changes, in the buffers they had (gemm_bf16_cache.c): marked
+     * stale before the update, which on the CPU repacks them itself as it goes (invariant 7) */
+    for (int s = 0; s < opt->n_spans; s++)
+        gemm_bf16_weights_updated(params + opt->spans[s].offset,
+                                  opt->spans[s].numel * sizeof *params);
     /* the spans with fp32 moments in one multi-tensor call (a device backend's few launches),
      * the 8-bit ones each on its own */
     AdamWTensor *f32 = xmalloc((size_t)(opt->n_spans ? opt->n_spans : 1) * sizeof *f32);
@@ -174,10 +179,6 @@ void adamw_step_scaled(AdamW *opt, const Backend *be, float *params, const float
     }
     backend_adamw_multi(be, f32, n_f32, &c, (float)(lr / bc1), (float)(1.0 / bc2_sqrt));
     free(f32);
-    /* bf16 products repack what changed, in the buffers they had (gemm_bf16_cache.c) */
-    for (int s = 0; s < opt->n_spans; s++)
-        gemm_bf16_weights_updated(params + opt->spans[s].offset,
-                                  opt->spans[s].numel * sizeof *params);
 }
 
 double grad_sum_squares(const Backend *be, const float *grads, const ParamSpan *spans,

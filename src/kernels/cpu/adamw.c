@@ -6,18 +6,32 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* One value's update: every caller's loop runs this expression, so the bits are the same
+ * whether a step runs whole or row block by row block (adamw_f32_update_serial). */
+static inline void adamw_value(float *p, float *m, float *v, float g, const AdamWStepCoefs *c,
+                               float step_size, float inv_bc2_sqrt) {
+    /* the clip's scaling, rounded as the separate pass stored it (C11: no contraction) */
+    float gi = g * c->grad_scale;
+    *p *= c->shrink;
+    *m += (1.0f - c->beta1) * (gi - *m);
+    *v = c->beta2 * *v + (1.0f - c->beta2) * gi * gi;
+    *p -= step_size * *m / (sqrtf(*v) * inv_bc2_sqrt + c->eps);
+}
+
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
                       const AdamWStepCoefs *coefs, float step_size, float inv_bc2_sqrt) {
     const AdamWStepCoefs c = *coefs; /* locals: the stores cannot alias them */
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < numel; i++) {
-        /* the clip's scaling, rounded as the separate pass stored it (C11: no contraction) */
-        float gi = g[i] * c.grad_scale;
-        p[i] *= c.shrink;
-        m[i] += (1.0f - c.beta1) * (gi - m[i]);
-        v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * gi * gi;
-        p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_bc2_sqrt + c.eps);
-    }
+    for (size_t i = 0; i < numel; i++)
+        adamw_value(&p[i], &m[i], &v[i], g[i], &c, step_size, inv_bc2_sqrt);
+}
+
+void adamw_f32_update_serial(float *p, float *m, float *v, const float *g, size_t numel,
+                             const AdamWStepCoefs *coefs, float step_size, float inv_bc2_sqrt) {
+    const AdamWStepCoefs c = *coefs;
+#pragma omp simd
+    for (size_t i = 0; i < numel; i++)
+        adamw_value(&p[i], &m[i], &v[i], g[i], &c, step_size, inv_bc2_sqrt);
 }
 
 /* Σ g² in a fixed order that depends on n alone (not on the thread count, not on the vector

@@ -260,8 +260,8 @@ static void cpu_rows_scatter_add(const Backend *be, float *dst, const float *src
 
 static void cpu_adamw(const Backend *be, float *p, float *m, float *v, const float *g, size_t numel,
                       const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt) {
-    (void)be;
-    adamw_f32_update(p, m, v, g, numel, c, step_size, inv_bc2_sqrt);
+    (void)be; /* an autocast step's cached packings of p repacked on the way (same bits) */
+    adamw_f32_update_repacking(p, m, v, g, numel, c, step_size, inv_bc2_sqrt);
 }
 
 static void cpu_adamw8bit(const Backend *be, Q8Moments *q, const Q8Map *m_map, const Q8Map *v_map,

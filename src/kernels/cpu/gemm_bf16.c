@@ -473,6 +473,20 @@ void bf16_repack_b(Bf16PackedB *b, Bf16Source src) {
     pack_b_values(b, src);
 }
 
+void bf16_repack_b_rows(Bf16PackedB *b, const float *w, int in_dim, bool transposed, int r0,
+                        int r1) {
+    int kp = b->depth_padded, panels = b->cols_padded / GEMM_BF16_PANEL;
+    if (transposed) { /* W^T: W's rows are b's columns, panel r / 16 */
+        Bf16Source src = {.f32 = w, .row_stride = 1, .col_stride = (size_t)in_dim};
+        for (int p = r0 / GEMM_BF16_PANEL; p * GEMM_BF16_PANEL < r1; p++)
+            pack_b_panel(b->data + (size_t)p * b->panel_stride, &src, p, b->depth, b->cols, kp);
+        return;
+    }
+    /* W: W's rows are b's depth, pair step r / 2 of every panel */
+    Bf16Source src = {.f32 = w, .row_stride = (size_t)in_dim, .col_stride = 1};
+    pack_b_steps(b->data, &src, r0 / 2, (r1 + 1) / 2, b->depth, b->cols, panels, kp);
+}
+
 void bf16_packed_b_free(Bf16PackedB *b) {
     release_bf16(b->data, b->bytes);
     b->data = NULL;

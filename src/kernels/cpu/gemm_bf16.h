@@ -88,6 +88,17 @@ void bf16_packed_b_free(Bf16PackedB *b);
  * an optimizer step updated so). */
 void bf16_repack_b(Bf16PackedB *b, Bf16Source src);
 
+/* Rows r0.. r1 of the fp32 W (out_dim x in_dim, row-major at w, in_dim >= 2) packed again into
+ * b, a whole packing of W of its own (bf16_pack_b's from W, not a view): the forward's layout if
+ * transposed (B = W^T, depth in_dim: the rows are b's columns; r0 a multiple of 16, r1 one or
+ * out_dim), else dX's (B = W, depth out_dim: the rows are b's depth; r0 even, r1 even or
+ * out_dim). The bits bf16_repack_b writes there, and nothing else of b is written, so threads
+ * may pack disjoint row ranges at once. On the calling thread (no parallel region): an optimizer
+ * thread packs the rows it has just updated while they are in its cache
+ * (adamw_f32_update_repacking). */
+void bf16_repack_b_rows(Bf16PackedB *b, const float *w, int in_dim, bool transposed, int r0,
+                        int r1);
+
 /* The block of a packed B at depth k0.. k0 + depth and columns j0.. j0 + cols, as a Bf16PackedB
  * that shares b's data (not to be freed): k0 and j0 multiples of 32, the block inside b. Its
  * padding is b's: zero where b's is, b's own values where the block ends before b does, so a
@@ -148,6 +159,31 @@ void gemm_bf16_weights_changed(const void *begin, size_t bytes);
  * packed again, into their own buffers, at their next use (gemm_bf16_cache.c, invariant 6).
  * Not for weights freed or moved: those need gemm_bf16_weights_changed. */
 void gemm_bf16_weights_updated(const void *begin, size_t bytes);
+
+/* The cached packings of one fp32 W that an optimizer packs again itself as it updates W's rows
+ * (gemm_bf16_cache.c, invariant 7). */
+typedef struct {
+    const float *w;
+    int out_dim, in_dim;
+    int count; /* packings (0, 1 or 2: the forward's and dX's layouts) */
+    Bf16PackedB packed[2];
+    bool transposed[2];
+} Bf16WeightRepack;
+
+/* The packings cached of the fp32 W whose values are exactly [w, w + numel) (a matrix with
+ * in_dim >= 2), into r: returns r->count, 0 where none is (then update W as usual). Between this
+ * and bf16_weight_repack_done no product, lookup or drop may run (an optimizer step's update). */
+int bf16_weight_repack_begin(Bf16WeightRepack *r, const float *w, size_t numel);
+
+/* W's rows r0.. r1, already updated, packed into each of r's packings (bf16_repack_b_rows: r0 a
+ * multiple of 16, r1 one or out_dim). Disjoint row ranges may be packed by several threads at
+ * once; no parallel region of its own. */
+void bf16_weight_repack_rows(const Bf16WeightRepack *r, int r0, int r1);
+
+/* Every row of W updated and packed: r's packings are fresh (a lookup returns them as they are)
+ * until W changes again. Not after an update that skipped rows: those would stay packed from
+ * their old values. */
+void bf16_weight_repack_done(const Bf16WeightRepack *r);
 
 /* Drops every cached packing (tests, benches). */
 void gemm_bf16_cache_clear(void);

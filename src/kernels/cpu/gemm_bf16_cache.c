@@ -27,7 +27,14 @@
  *     (bf16_repack_b). Fresh buffers for the whole model every step cost the bf16 DPO step of
  *     the 135M shape ~40% of its page faults (perf, 2026-11-28); the buffer is what invariant 2's
  *     drop would have freed and the next step's packing allocated again, so the memory held
- *     between steps is the one the step itself holds. */
+ *     between steps is the one the step itself holds.
+ *  7. An optimizer that updates an fp32 W may instead pack its entries again itself, rows as it
+ *     updates them (bf16_weight_repack_begin / _rows / _done; adamw_f32_update_repacking): the
+ *     rows are in its cache then, where the next lookup's repack reads the whole W again from
+ *     memory. begin copies the entries (their buffers stay until a drop, and no lookup or drop
+ *     runs during an optimizer step: invariant 5), _rows writes only the rows' part of each,
+ *     and _done marks the entries fresh with the fingerprint of the updated W, so only then may
+ *     a lookup return them. An entry updated another way stays stale (invariant 6). */
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -185,6 +192,46 @@ void gemm_bf16_weights_updated(const void *begin, size_t bytes) {
     for (int i = 0; i < n_entries; i++) { /* invariant 6 */
         const char *s = entries[i].src;
         if (s < hi && lo < s + entries[i].bytes) entries[i].stale = true;
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+int bf16_weight_repack_begin(Bf16WeightRepack *r, const float *w, size_t numel) {
+    r->count = 0;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < n_entries && r->count < 2; i++) {
+        const Entry *e = &entries[i];
+        if (e->src != (const void *)w || e->bytes != numel * sizeof *w || e->in_dim < 2 ||
+            (r->count && (e->out_dim != r->out_dim || e->in_dim != r->in_dim)))
+            continue;
+        r->w = w, r->out_dim = e->out_dim, r->in_dim = e->in_dim;
+        r->transposed[r->count] = e->transposed;
+        r->packed[r->count++] = e->packed;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return r->count;
+}
+
+void bf16_weight_repack_rows(const Bf16WeightRepack *r, int r0, int r1) {
+    for (int k = 0; k < r->count; k++) {
+        Bf16PackedB b = r->packed[k];
+        bf16_repack_b_rows(&b, r->w, r->in_dim, r->transposed[k], r0, r1);
+    }
+}
+
+void bf16_weight_repack_done(const Bf16WeightRepack *r) {
+    if (!r->count) return;
+    size_t count = (size_t)r->out_dim * r->in_dim;
+    uint64_t fp = fingerprint((const unsigned char *)r->w, count, sizeof *r->w);
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < n_entries; i++) {
+        Entry *e = &entries[i];
+        for (int k = 0; k < r->count; k++)
+            if (e->src == (const void *)r->w && e->transposed == r->transposed[k] &&
+                e->packed.data == r->packed[k].data) {
+                e->fingerprint = fp;
+                e->stale = false;
+            }
     }
     pthread_mutex_unlock(&cache_lock);
 }

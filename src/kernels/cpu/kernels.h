@@ -372,6 +372,19 @@ void softcap_inplace(float *x, size_t n, float softcap);
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
                       const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
 
+/* adamw_f32_update on the calling thread alone (no parallel region): a thread of its caller's
+ * region updates its share. The same bits. */
+void adamw_f32_update_serial(float *p, float *m, float *v, const float *g, size_t numel,
+                             const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+
+/* adamw_f32_update (the same bits) on the values [p, p + numel) of one tensor, which also packs
+ * the tensor's cached bf16 packings again where it is a matrix gemm_bf16's cache holds
+ * (gemm_bf16_cache.c, invariant 7): row block by row block, each packed while its updated values
+ * are in the updating thread's cache, where a repack at the next product would read the whole
+ * matrix again from memory (the bf16 step of the 0.5B shape repacks 2 GB of weights). */
+void adamw_f32_update_repacking(float *p, float *m, float *v, const float *g, size_t numel,
+                                const AdamWStepCoefs *c, float step_size, float inv_bc2_sqrt);
+
 /* Σ g[i]² over n values, in double, summed in an order fixed by n alone: the same bits for any
  * thread count and vector width. */
 double sum_squares(const float *g, size_t n);
