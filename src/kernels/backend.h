@@ -279,6 +279,13 @@ struct Backend {
      * the bits linear_backward's dw and dbias get (din NULL there). */
     void (*linear_weight_grads)(const Backend *be, const LinearGradPart *parts, int count,
                                 const float *in, int n, int in_dim);
+    /* The whole backward of linears of one input without adapters: din (N, in_dim) written =
+     * Σ_i dout_i · W_i as linear_backward's din gives each (into din for i = 0, into tmp, an
+     * (N, in_dim) scratch, then add(din, din, tmp) for each i > 0), then linear_weight_grads
+     * over the parts: the bits of those calls. The backend may share work on each dout_i between
+     * its two products (the CPU's autocast packs it once). */
+    void (*linears_backward)(const Backend *be, const LinearGradPart *parts, int count,
+                             const float *in, float *din, float *tmp, int n, int in_dim);
 
     /* ---- multi-tensor optimizer ops (optional: NULL where one call per tensor is as good, the
      * CPU; call them through backend_sum_squares_multi and backend_adamw_multi, which loop

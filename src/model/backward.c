@@ -68,12 +68,14 @@ static void lora_back(const Model *m, int l, LoraModule mod, float *din, const f
  * order through tmp (N, H) as one linear after another would; the weights' (grads) and
  * adapters' (lora_grads) gradients accumulated. Where the backend has linear_weight_grads, the
  * weight gradients are taken together after the input gradients (the CPU packs xn once for
- * them); their bits are the same either way, each being its own op's sum. */
+ * them); their bits are the same either way, each being its own op's sum. Without adapters, a
+ * backend's linears_backward does the whole (the same sums; the CPU's autocast packs each dout
+ * once for its two products). */
 static void linears_backward(const Model *m, int l, const LoraModule *mods,
                              const float *const *douts, int count, const float *xn, float *dxn,
                              float *tmp, float *grads, float *lora_grads, int n) {
     const Backend *be = model_backend(m);
-    bool together = be->linear_weight_grads != NULL;
+    bool together = be->linear_weight_grads != NULL, adapters = false;
     LinearGradPart parts[LORA_N_MODULES]; /* (count <= LORA_N_MODULES) */
     int in_dim = 0;
     for (int i = 0; i < count; i++) {
@@ -82,6 +84,14 @@ static void linears_backward(const Model *m, int l, const LoraModule *mods,
         layer_linear(m, l, mods[i], &p->w, &bias, &in_dim, &p->out_dim);
         p->dw = grad_of(m, grads, p->w.f32), p->dbias = grad_of(m, grads, bias);
         p->dout = douts[i];
+        adapters = adapters || lora_linear(m->lora, l, mods[i]);
+    }
+    if (be->linears_backward && !adapters) { /* the same sums, each dout packed once */
+        be->linears_backward(be, parts, count, xn, dxn, tmp, n, in_dim);
+        return;
+    }
+    for (int i = 0; i < count; i++) {
+        LinearGradPart *p = &parts[i];
         float *din = i == 0 ? dxn : tmp;
         be->linear_backward(be, din, together ? NULL : p->dw, together ? NULL : p->dbias, p->dout,
                             xn, p->w, n, in_dim, p->out_dim);

@@ -4,6 +4,7 @@
 #ifndef RLHF_KERNELS_CPU_AUTOCAST_H
 #define RLHF_KERNELS_CPU_AUTOCAST_H
 
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/tensor_types.h"
 
 #include <stdbool.h>
@@ -50,6 +51,24 @@ void autocast_linear_backward(float *din, float *dw, float *dbias, const float *
  * in is packed once as every dw product's B (backend.h's linear_weight_grads). */
 void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
                                   int in_dim);
+
+/* A dout's bf16 packing kept from its dX product for its dW product (backend.h's
+ * linears_backward): dW's A is then its transpose, built from the bf16 values (half the bytes of
+ * the fp32 dout, no rounding, bf16_pack_a_transposed) with the bits of packing the fp32 dout. */
+typedef struct {
+    Bf16PackedA a; /* data NULL: nothing kept (n 0, or no gemm_bf16 path) */
+} AutocastDout;
+
+/* autocast_linear_backward's din alone (dw and dbias NULL) with its bits, dout's packing kept
+ * in *kept for autocast_linear_weight_grads_kept, which frees it. */
+void autocast_linear_din_kept(float *din, const float *dout, WeightRef w, int n, int in_dim,
+                              int out_dim, AutocastDout *kept);
+
+/* autocast_linear_weight_grads, part i's dout read from kept[i] (autocast_linear_din_kept of
+ * parts[i].dout, which must not have been written since) where that holds a packing; kept may
+ * be NULL. Frees kept's packings. */
+void autocast_linear_weight_grads_kept(const LinearGradPart *parts, AutocastDout *kept, int count,
+                                       const float *in, int n, int in_dim);
 
 /* The lm_head's log-probs under autocast on gemm_bf16 (fused_logprob_autocast.c; only when
  * gemm_bf16_path() is not GEMM_BF16_NONE): as fused_logprob_forward_capped, with the logits

@@ -98,6 +98,19 @@ static void ac_linear_weight_grads(const Backend *be, const LinearGradPart *part
     autocast_linear_weight_grads(parts, count, in, n, in_dim);
 }
 
+/* Each dout packed once, for its dX product and its dW product (AutocastDout). */
+static void ac_linears_backward(const Backend *be, const LinearGradPart *parts, int count,
+                                const float *in, float *din, float *tmp, int n, int in_dim) {
+    AutocastDout *kept = xmalloc((size_t)(count > 0 ? count : 1) * sizeof *kept);
+    for (int i = 0; i < count; i++) {
+        autocast_linear_din_kept(i == 0 ? din : tmp, parts[i].dout, parts[i].w, n, in_dim,
+                                 parts[i].out_dim, &kept[i]);
+        if (i > 0) be->add(be, din, din, tmp, (size_t)n * in_dim);
+    }
+    autocast_linear_weight_grads_kept(parts, kept, count, in, n, in_dim);
+    free(kept);
+}
+
 static void ac_linear_backward(const Backend *be, float *din, float *dw, float *dbias,
                                const float *dout, const float *in, WeightRef w, int n, int in_dim,
                                int out_dim) {
@@ -378,6 +391,7 @@ static void autocast_init(void) {
      * (packed NULL) and ac_linear_backward give it, the shared input packed once */
     autocast_backend.linears = ac_linears;
     autocast_backend.linear_weight_grads = ac_linear_weight_grads;
+    autocast_backend.linears_backward = ac_linears_backward;
 }
 
 const Backend *backend_cpu_autocast(void) {

@@ -256,8 +256,23 @@ void autocast_linear_backward(float *din, float *dw, float *dbias, const float *
     free(g);
 }
 
-void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
-                                  int in_dim) {
+void autocast_linear_din_kept(float *din, const float *dout, WeightRef w, int n, int in_dim,
+                              int out_dim, AutocastDout *kept) {
+    kept->a.data = NULL;
+    if (n == 0) return;
+    if (gemm_bf16_path() == GEMM_BF16_NONE) { /* sgemm on rounded copies: nothing to keep */
+        autocast_linear_backward(din, NULL, NULL, dout, NULL, w, n, in_dim, out_dim);
+        return;
+    }
+    Bf16PackedB own;
+    bf16_pack_a(&kept->a, matrix_source(dout, out_dim, false), n, out_dim);
+    gemm_bf16_rounded(din, (size_t)in_dim, &kept->a, packed_weight(w, out_dim, in_dim, false, &own),
+                      NULL);
+    bf16_packed_b_free(&own);
+}
+
+void autocast_linear_weight_grads_kept(const LinearGradPart *parts, AutocastDout *kept, int count,
+                                       const float *in, int n, int in_dim) {
     if (n == 0) return;
     if (gemm_bf16_path() == GEMM_BF16_NONE) { /* sgemm on rounded copies: nothing shared */
         for (int i = 0; i < count; i++)
@@ -268,11 +283,18 @@ void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const 
     Bf16PackedB b = {0}; /* in as B, packed once for every dw product */
     for (int i = 0; i < count; i++) {
         const LinearGradPart *p = &parts[i];
+        const Bf16PackedA *dout_a = kept && kept[i].a.data ? &kept[i].a : NULL;
         if (p->dw) {
             if (!b.data) bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
-            weight_grad_packed(p->dw, p->dout, NULL, &b, n, in_dim, p->out_dim);
+            weight_grad_packed(p->dw, p->dout, dout_a, &b, n, in_dim, p->out_dim);
         }
         if (p->dbias) bias_grad_rounded(p->dbias, p->dout, n, in_dim, p->out_dim);
+        if (kept) bf16_packed_a_free(&kept[i].a);
     }
     bf16_packed_b_free(&b);
+}
+
+void autocast_linear_weight_grads(const LinearGradPart *parts, int count, const float *in, int n,
+                                  int in_dim) {
+    autocast_linear_weight_grads_kept(parts, NULL, count, in, n, in_dim);
 }
