@@ -435,9 +435,53 @@ static void test_sum_squares_threads(void) {
     free(g);
 }
 
+/* sum_squares's documented order (kernels.h, adamw.c), walked value by value: each block of 8192
+ * values summed into 16 double lanes, value i of the block into lane i mod 16, the lanes folded
+ * pairwise (lane k += lane k + width, width 8, 4, 2, 1), the blocks' sums added in order. */
+static double sum_squares_walked(const float *g, size_t n) {
+    double total = 0.0;
+    for (size_t b0 = 0; b0 < n; b0 += 8192) {
+        double lane[16] = {0};
+        for (size_t i = b0; i < n && i < b0 + 8192; i++)
+            lane[(i - b0) % 16] += (double)g[i] * g[i];
+        for (int width = 8; width >= 1; width /= 2)
+            for (int k = 0; k < width; k++)
+                lane[k] += lane[k + width];
+        total += lane[0];
+    }
+    return total;
+}
+
+/* The same bits as that walk, at 1 and 2 threads, on lengths that end inside the first block,
+ * at a group of 8 blocks' end (the blocks read side by side), one block and a few values past
+ * it, and inside a group. */
+static void test_sum_squares_order(void) {
+    static const size_t lengths[] = {
+        1, 17, 8192, 8193, 8 * 8192, 9 * 8192, 8 * 8192 + 5, 16 * 8192 + 8191, 35 * 8192 + 4099};
+    size_t most = 35 * 8192 + 4099;
+    float *g = malloc(most * sizeof *g);
+    for (size_t i = 0; i < most; i++)
+        g[i] = (float)(cos(1.37 * (double)i) * (1.0 + (double)(i % 331)));
+    const Backend *be = backend_cpu();
+    int threads = omp_get_max_threads();
+    for (int t = 1; t <= 2; t++) {
+        omp_set_num_threads(t);
+        for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+            double got = be->sum_squares(be, g, lengths[k]),
+                   want = sum_squares_walked(g, lengths[k]);
+            CHECK(memcmp(&got, &want, sizeof got) == 0,
+                  "sum_squares of %zu values at %d threads: %.17g, the documented order %.17g",
+                  lengths[k], t, got, want);
+        }
+    }
+    omp_set_num_threads(threads);
+    free(g);
+}
+
 int main(void) {
     test_calloc_written();
     test_sum_squares_threads();
+    test_sum_squares_order();
     test_clip_folded(false);
     test_clip_folded(true);
     test_schedules();
