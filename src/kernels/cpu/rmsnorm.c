@@ -13,6 +13,21 @@
 
 /* ss[k] = Σ_j x[k][j]² for the rows x[k] = x + k c, k < rows <= RMS_ROWS. */
 static void rows_sum_squares(const float *x, int rows, int c, double *ss) {
+    if (rows == RMS_ROWS) {
+        /* a whole group: the chains in registers (a loop over a row count known only at run
+         * time kept them in ss[], each add waiting on a store and a load: 3.7 cycles a value,
+         * 1.6% of a bf16 DPO step) */
+        double acc[RMS_ROWS] = {0};
+        for (int j = 0; j < c; j++)
+#pragma GCC unroll 8
+            for (int k = 0; k < RMS_ROWS; k++) {
+                double v = x[(size_t)k * c + j];
+                acc[k] += v * v;
+            }
+        for (int k = 0; k < RMS_ROWS; k++)
+            ss[k] = acc[k];
+        return;
+    }
     for (int k = 0; k < rows; k++)
         ss[k] = 0.0;
     for (int j = 0; j < c; j++)
