@@ -14,6 +14,7 @@
  *     (matmul_autocast.c's round_bf16 does the same to fp32 copies). */
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
+#include "kernels/cpu/narrow_bf16.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -113,12 +114,9 @@ static int round_up(int x, int m) {
     return (x + m - 1) / m * m;
 }
 
-/* The bf16 nearest to f (ties to even); a NaN becomes a quiet NaN. */
+/* The bf16 nearest to f (ties to even); a NaN becomes a quiet NaN (narrow_bf16.h). */
 static inline uint16_t narrow(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : r; /* a select: the loops vectorise */
+    return narrow_bf16(f);
 }
 
 static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
@@ -236,10 +234,7 @@ static void transpose_words16(uint32_t *dst, size_t dst_stride, int rows, const 
  * vectorises. */
 static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, int kp) {
     if (src->f32 && src->col_stride == 1) {
-        const float *row = src->f32 + (size_t)i * src->row_stride;
-#pragma omp simd
-        for (int k = 0; k < depth; k++)
-            dst[k] = narrow(row[k]);
+        narrow_bf16_run(dst, src->f32 + (size_t)i * src->row_stride, depth);
     } else {
         for (int k = 0; k < depth; k++)
             dst[k] = source_at(src, i, k);
@@ -280,10 +275,7 @@ static void pack_a_depth_chunk(uint16_t *d, const Bf16Source *src, int k0, int r
             size_t at = (size_t)k * cs + (size_t)i0;
             bool hi_too = k + 1 < depth; /* else an odd depth's last index: padding beside it */
             if (src->f32 && hi_too) {
-                const float *lo = src->f32 + at, *hi = lo + cs;
-#pragma omp simd
-                for (int i = 0; i < count; i++)
-                    tile[q][i] = narrow(lo[i]) | (uint32_t)narrow(hi[i]) << 16;
+                narrow_bf16_pairs(tile[q], src->f32 + at, src->f32 + at + cs, count);
             } else if (hi_too) {
                 const uint16_t *lo = src->bf16 + at, *hi = lo + cs;
 #pragma omp simd
@@ -363,10 +355,7 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
                 size_t at = (size_t)(j0 + jj) * cs + 2 * (size_t)q0;
                 uint32_t *t = tile[jj];
                 if (f32 && whole) {
-#pragma omp simd
-                    for (int q = 0; q < count; q++)
-                        t[q] = narrow(f32[at + 2 * q]) | (uint32_t)narrow(f32[at + 2 * q + 1])
-                                                             << 16;
+                    narrow_bf16_neighbours(t, f32 + at, count);
                 } else if (whole) {
                     memcpy(t, bf16 + at, (size_t)count * sizeof *t);
                 } else {
@@ -418,10 +407,7 @@ static void pack_b_steps(uint16_t *d, const Bf16Source *src, int q0, int q1, int
             bool hi_too = k + 1 < depth;
             size_t at = (size_t)k * rs + (size_t)j0;
             if (w == GEMM_BF16_PANEL && hi_too && src->f32) {
-                const float *lo = src->f32 + at, *hi = lo + rs;
-#pragma omp simd
-                for (int jj = 0; jj < GEMM_BF16_PANEL; jj++)
-                    step[jj] = narrow(lo[jj]) | (uint32_t)narrow(hi[jj]) << 16;
+                narrow_bf16_pairs(step, src->f32 + at, src->f32 + at + rs, GEMM_BF16_PANEL);
             } else if (w == GEMM_BF16_PANEL && hi_too) {
                 const uint16_t *lo = src->bf16 + at, *hi = lo + rs;
 #pragma omp simd
