@@ -293,3 +293,15 @@ double harness_uniform(uint64_t *state) {
 float harness_frand(uint64_t *state) {
     return (float)(harness_uniform(state) * 2.0 - 1.0);
 }
+
+float harness_bf16_edge_value(uint64_t *state) {
+    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u,
+                                       0xff800000u, 0x00012345u, 0x80000000u};
+    double u = harness_uniform(state);
+    if (u < 0.05) {
+        float f;
+        memcpy(&f, &special[(int)(u * 20 * 6) % 6], sizeof f);
+        return f;
+    }
+    return (float)(harness_uniform(state) - 0.5) * 3.0f;
+}

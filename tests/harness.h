@@ -35,6 +35,10 @@ double harness_uniform(uint64_t *state);
 /* harness_uniform scaled to a float in [-1, 1). */
 float harness_frand(uint64_t *state);
 
+/* Mostly uniform in [-1.5, 1.5); one value in 20 one whose bf16 rounding is special: a tie that
+ * rounds down, one that rounds up, a NaN with a payload, -inf, a subnormal, -0. */
+float harness_bf16_edge_value(uint64_t *state);
+
 /* A fresh empty directory under $TMPDIR (or /tmp), removed by harness_finish. */
 const char *harness_tmpdir(void);
 

@@ -20,19 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Mostly random in [-1.5, 1.5), some values whose bf16 rounding is special. */
-static float weight_value(uint64_t *state) {
-    static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u,
-                                       0xff800000u, 0x00012345u, 0x80000000u};
-    double u = harness_uniform(state);
-    if (u < 0.05) {
-        float f;
-        memcpy(&f, &special[(int)(u * 20 * 6) % 6], sizeof f);
-        return f;
-    }
-    return (float)(harness_uniform(state) - 0.5) * 3.0f;
-}
-
 /* W (out_dim x in_dim) in the forward's layout (transposed) or dX's, packed afresh. */
 static Bf16PackedB fresh_packing(const float *w, int out_dim, int in_dim, bool transposed) {
     Bf16PackedB b;
@@ -59,7 +46,7 @@ static void check_case(int out_dim, int in_dim, int extra, int cached, int threa
     float *rv = malloc(n * sizeof *rv);
     uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(out_dim * 131 + in_dim * 7 + extra);
     for (size_t i = 0; i < n; i++) {
-        p[i] = rp[i] = weight_value(&state);
+        p[i] = rp[i] = harness_bf16_edge_value(&state);
         m[i] = rm[i] = (float)(harness_uniform(&state) - 0.5) * 0.1f;
         v[i] = rv[i] = (float)harness_uniform(&state) * 0.01f;
     }
