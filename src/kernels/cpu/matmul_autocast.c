@@ -205,26 +205,36 @@ static void bias_grad_rounded(float *dbias, const float *dout, int n, int in_dim
     free(g);
 }
 
+void autocast_linear_din_kept(float *din, const float *dout, WeightRef w, int n, int in_dim,
+                              int out_dim, AutocastDout *kept) {
+    kept->a.data = NULL;
+    if (n == 0) return;
+    if (gemm_bf16_path() == GEMM_BF16_NONE) { /* sgemm on rounded copies: nothing to keep */
+        autocast_linear_backward(din, NULL, NULL, dout, NULL, w, n, in_dim, out_dim);
+        return;
+    }
+    /* din = bf16(dout) · bf16(W): A = dout, B = W (out_dim x in_dim); the gradient of a bf16
+     * cast is bf16: rounded as the product stores it */
+    Bf16PackedB own;
+    bf16_pack_a(&kept->a, matrix_source(dout, out_dim, false), n, out_dim);
+    gemm_bf16_rounded(din, (size_t)in_dim, &kept->a, packed_weight(w, out_dim, in_dim, false, &own),
+                      NULL);
+    bf16_packed_b_free(&own);
+}
+
 /* autocast_linear_backward on gemm_bf16: the same products, the packing doing the rounding. */
 static void backward_gemm_bf16(float *din, float *dw, float *dbias, const float *dout,
                                const float *in, WeightRef w, int n, int in_dim, int out_dim) {
-    Bf16PackedA a = {0}; /* dout as A (n x out_dim), for dX and, transposed, for dW */
-    if (din) {
-        /* din = bf16(dout) · bf16(W): A = dout, B = W (out_dim x in_dim) */
-        Bf16PackedB own;
-        bf16_pack_a(&a, matrix_source(dout, out_dim, false), n, out_dim);
-        /* the gradient of a bf16 cast is bf16: rounded as the product stores it */
-        gemm_bf16_rounded(din, (size_t)in_dim, &a, packed_weight(w, out_dim, in_dim, false, &own),
-                          NULL);
-        bf16_packed_b_free(&own);
-    }
+    /* dout as A (n x out_dim), for dX and, transposed, for dW */
+    AutocastDout kept = {{0}};
+    if (din) autocast_linear_din_kept(din, dout, w, n, in_dim, out_dim, &kept);
     if (dw) { /* B = in (n x in_dim) */
         Bf16PackedB b;
         bf16_pack_b(&b, matrix_source(in, in_dim, false), n, in_dim);
-        weight_grad_packed(dw, dout, a.data ? &a : NULL, &b, n, in_dim, out_dim);
+        weight_grad_packed(dw, dout, kept.a.data ? &kept.a : NULL, &b, n, in_dim, out_dim);
         bf16_packed_b_free(&b);
     }
-    bf16_packed_a_free(&a);
+    bf16_packed_a_free(&kept.a);
     if (dbias) bias_grad_rounded(dbias, dout, n, in_dim, out_dim);
 }
 
@@ -254,21 +264,6 @@ void autocast_linear_backward(float *din, float *dw, float *dbias, const float *
     }
     if (dbias) matmul_backward(NULL, NULL, dbias, g, NULL, NULL, n, in_dim, out_dim);
     free(g);
-}
-
-void autocast_linear_din_kept(float *din, const float *dout, WeightRef w, int n, int in_dim,
-                              int out_dim, AutocastDout *kept) {
-    kept->a.data = NULL;
-    if (n == 0) return;
-    if (gemm_bf16_path() == GEMM_BF16_NONE) { /* sgemm on rounded copies: nothing to keep */
-        autocast_linear_backward(din, NULL, NULL, dout, NULL, w, n, in_dim, out_dim);
-        return;
-    }
-    Bf16PackedB own;
-    bf16_pack_a(&kept->a, matrix_source(dout, out_dim, false), n, out_dim);
-    gemm_bf16_rounded(din, (size_t)in_dim, &kept->a, packed_weight(w, out_dim, in_dim, false, &own),
-                      NULL);
-    bf16_packed_b_free(&own);
 }
 
 void autocast_linear_weight_grads_kept(const LinearGradPart *parts, AutocastDout *kept, int count,
