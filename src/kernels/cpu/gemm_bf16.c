@@ -114,14 +114,9 @@ static int round_up(int x, int m) {
     return (x + m - 1) / m * m;
 }
 
-/* The bf16 nearest to f (ties to even); a NaN becomes a quiet NaN (narrow_bf16.h). */
-static inline uint16_t narrow(float f) {
-    return narrow_bf16(f);
-}
-
 static inline uint16_t source_at(const Bf16Source *s, int r, int c) {
     size_t at = (size_t)r * s->row_stride + (size_t)c * s->col_stride;
-    return s->f32 ? narrow(s->f32[at]) : s->bf16[at];
+    return s->f32 ? narrow_bf16(s->f32[at]) : s->bf16[at];
 }
 
 /* Packing buffers come from a pool of a few kept ones: an activation is packed on every product,
@@ -247,7 +242,8 @@ static void pack_a_row(uint16_t *dst, const Bf16Source *src, int i, int depth, i
  * padding. */
 static inline uint32_t source_pair(const float *f32, const uint16_t *bf16, size_t at, size_t step,
                                    bool hi_too) {
-    if (f32) return narrow(f32[at]) | (hi_too ? (uint32_t)narrow(f32[at + step]) << 16 : 0u);
+    if (f32)
+        return narrow_bf16(f32[at]) | (hi_too ? (uint32_t)narrow_bf16(f32[at + step]) << 16 : 0u);
     return bf16[at] | (hi_too ? (uint32_t)bf16[at + step] << 16 : 0u);
 }
 
