@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
+#include "kernels/cpu/narrow_bf16.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,18 +174,6 @@ static void run_blocks(bool trans_a, const Bf16PackedA *pa, const Bf16PackedB *p
 
 AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int k, int stride);
 
-/* 16 values' bf16 bits (nearest, ties to even; a NaN the quiet NaN), each in the low half of its
- * 32-bit lane: gemm_bf16.c's narrow(), 16 at a time. */
-AVX512 static inline __m512i narrow16(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
-    r = _mm512_srli_epi32(r, 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-}
-
 /* The depth pair (row r, row r + 1) of 16 columns j0.. of a row-major fp32 source (rows of ld
  * values; `rows` of them, `cols` columns: what lies beyond is 0) as 16 words, row r's bf16 in the
  * low half (gemm_bf16.c invariants 1 and 2: one 32-bit word per pair). */
@@ -195,7 +184,7 @@ AVX512 static inline __m512i pair_words(const float *src, size_t ld, int r, int 
         r < rows ? _mm512_maskz_loadu_ps(m, src + (size_t)r * ld + j0) : _mm512_setzero_ps();
     __m512 hi = r + 1 < rows ? _mm512_maskz_loadu_ps(m, src + (size_t)(r + 1) * ld + j0)
                              : _mm512_setzero_ps();
-    return _mm512_or_si512(narrow16(lo), _mm512_slli_epi32(narrow16(hi), 16));
+    return _mm512_or_si512(narrow_bf16_lanes32(lo), _mm512_slli_epi32(narrow_bf16_lanes32(hi), 16));
 }
 
 /* bf16_pack_a's packing of op(A) (m x k) into pa->data (capacity checked by the caller), A^T
@@ -275,7 +264,7 @@ AVX512 static void pack_a_rows(uint16_t *d, const float *a, int lda, int m, int 
         uint16_t *dst = d + (size_t)i * stride;
         for (int l = 0; l < stride; l += 16) {
             __mmask16 in = k - l >= 16 ? 0xFFFF : k <= l ? 0 : (__mmask16)((1u << (k - l)) - 1);
-            __m512i r = narrow16(_mm512_maskz_loadu_ps(in, row + l));
+            __m512i r = narrow_bf16_lanes32(_mm512_maskz_loadu_ps(in, row + l));
             _mm256_storeu_si256((__m256i *)(dst + l), _mm512_cvtepi32_epi16(r));
         }
     }

@@ -7,16 +7,20 @@
  * either (fpclass finds them; weights and activations hardly ever do) take narrow_bf16's integer
  * formula instead, so the bits are narrow_bf16's for every input. The integer formula took ~14
  * vector instructions per 16 values where the conversion takes one (the packings were ~13% of
- * a bf16 DPO step's samples). Elsewhere narrow_bf16 value by value, which the loops vectorise. */
+ * a bf16 DPO step's samples). Elsewhere narrow_bf16 value by value, which the loops vectorise.
+ * The integer formula in AVX-512F lanes (narrow_bf16_lanes32) also serves attention_amx.c's
+ * packers, which dispatch on cpuid at run time. */
 #ifndef RLHF_KERNELS_CPU_NARROW_BF16_H
 #define RLHF_KERNELS_CPU_NARROW_BF16_H
 
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                   \
     defined(__AVX512DQ__)
-#include <immintrin.h>
 #define NARROW_BF16_AVX512 1
 #endif
 
@@ -29,20 +33,30 @@ static inline uint16_t narrow_bf16(float f) {
     return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : r;
 }
 
+#if defined(__x86_64__)
+/* narrow_bf16 of x's 16 values in AVX-512F integer operations, each bf16 in the low half of its
+ * 32-bit lane. Compiled for AVX-512F by target attribute (as transpose16_avx512.h), so a caller
+ * must itself be an AVX-512F function, reached only on a CPU that has it (attention_amx.c's
+ * packers), or built for one (narrow_bf16_x16's NaN and subnormal lanes). */
+__attribute__((target("avx512f"))) static inline __m512i narrow_bf16_lanes32(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+}
+#endif
+
 #ifdef NARROW_BF16_AVX512
 /* narrow_bf16 of x's 16 values, as 16 words. */
 static inline __m256i narrow_bf16_x16(__m512 x) {
     __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
     /* fpclass categories: 0x01 quiet NaN, 0x80 signalling NaN, 0x20 subnormal */
     __mmask16 special = _mm512_fpclass_ps_mask(x, 0xa1);
-    if (__builtin_expect(special != 0, 0)) {
-        __m512i u = _mm512_castps_si512(x), one = _mm512_set1_epi32(1);
-        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-        __m512i r = _mm512_srli_epi32(
-            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-        r = _mm512_mask_mov_epi32(r, _mm512_fpclass_ps_mask(x, 0x81), _mm512_set1_epi32(0x7fc0));
-        h = _mm256_mask_mov_epi16(h, special, _mm512_cvtepi32_epi16(r));
-    }
+    if (__builtin_expect(special != 0, 0))
+        h = _mm256_mask_mov_epi16(h, special, _mm512_cvtepi32_epi16(narrow_bf16_lanes32(x)));
     return h;
 }
 #endif
