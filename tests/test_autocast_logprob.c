@@ -2,7 +2,7 @@
  * their definition computed here in double: logits = bf16(hidden) · bf16(W)^T not rounded,
  * logp = z[target] - logsumexp(z); dz = dlogp (onehot - softmax) rounded to bf16, dhidden =
  * bf16(dz) · bf16(W), dW += bf16(dz)^T · bf16(hidden). Shapes with a row tail past one row
- * block (512), a vocabulary tail past one tile (4096, not a multiple of 32) and an odd hidden
+ * block (1024), a vocabulary tail past one tile (4096, not a multiple of 32) and an odd hidden
  * size, targets in the last tile and on the last column; every bf16 GEMM path this CPU has. W
  * in bf16 gives bit for bit what its (bf16-exact) fp32 values give. The forward's LogitStats (mean
  * logit, entropy, argmax) within the logits' own bound.
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N = 530, H = 45, V = 4141 };
+enum { N = 1030, H = 45, V = 4141 };
 
 static double b16(double x) {
     return bf16_to_f32(f32_to_bf16((float)x));

@@ -651,6 +651,19 @@ static void check_gather_scatter(const Backend *be) {
     for (int i = 0; i < V * h; i++)
         want[i] = 0;
     compare_dev(be, acc, want, (size_t)V * h, 0, "memset");
+    /* a span large enough for the CPU's threads to share (backend_cpu.c), cut at odd bytes: every
+     * byte of it set, none around it */
+    size_t big = ((size_t)40 << 20) + 4099, from = 7, span = big - from - 5;
+    uint8_t *bytes = be->alloc(be, big, "test memset"), *seen = malloc(big);
+    be->memset(be, bytes, 0xff, big);
+    be->memset(be, bytes + from, 0x5a, span);
+    be->copy(be, seen, bytes, big, BACKEND_DEVICE_TO_HOST);
+    size_t wrong = 0;
+    for (size_t i = 0; i < big; i++)
+        wrong += seen[i] != (i >= from && i < from + span ? 0x5a : 0xff);
+    CHECK(wrong == 0, "%s: a %zu-byte memset left %zu bytes wrong", be->name, span, wrong);
+    be->free(be, bytes);
+    free(seen);
     be->sync(be);
     be->free(be, d_table), be->free(be, d_dx), be->free(be, d_ids), be->free(be, out);
     be->free(be, acc);
