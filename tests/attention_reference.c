@@ -5,7 +5,9 @@
 #include "kernels/cpu/autocast.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static double bf16(double x) {
     float f = (float)x;
@@ -87,10 +89,53 @@ static float uniform(void) {
     return (float)rand() / RAND_MAX * 2 - 1;
 }
 
+/* The special operand values: NaN (a payload that a truncating rounding would turn into
+ * infinity), -0, two fp32 values exactly halfway between bf16 neighbours (ties to even: one
+ * rounds down, one up), then +-inf and a subnormal. */
+static const uint32_t special_bits[] = {0x7f800001u, 0x80000000u, 0x3f808000u, 0x3f818000u,
+                                        0xff800000u, 0x7f800000u, 0x00012345u};
+
+/* uniform(), or about one value in 150 one of special_bits[first .. first + count) */
+static float uniform_or_special(int first, int count) {
+    int pick = rand() % (150 * count);
+    if (pick >= count) return uniform();
+    float f;
+    memcpy(&f, &special_bits[first + pick], sizeof f);
+    return f;
+}
+
+/* A may hold every special value. B holds no infinity and no subnormal: AMX reads bf16
+ * subnormals as zero, so inf x subnormal is NaN on its tiles and inf in fp32, a difference of
+ * the hardware that neither definition should pick. B of ATTN_CAUSAL_DEPTH (keys, values,
+ * queries, dO) holds no NaN either: A's masked part is zeros that a kernel may skip (the fp32
+ * products) or multiply (AMX, within a 32-value step), and 0 x NaN tells the two apart. */
+static float draw_a(void) {
+    return uniform_or_special(0, 7);
+}
+static float draw_b(void) {
+    return uniform_or_special(0, 4);
+}
+static float draw_b_causal_depth(void) {
+    return uniform_or_special(1, 3);
+}
+
+/* Whether got is want: NaN where want is NaN (a NaN operand, or inf - inf), the same infinity
+ * where want is infinite, else within the sweep's 1e-5. */
+static bool product_value_ok(float got, double want) {
+    if (isnan(want)) return isnan(got);
+    if (isinf(want)) return got == want;
+    return harness_close(got, want, 1e-5, 1e-5);
+}
+
 /* One product on random operands (ATTN_CAUSAL_DEPTH's part 0) with row strides past their
- * widths, C poisoned with NaN where beta is 0: the count of C's elements off the definition. */
+ * widths, C poisoned with NaN where beta is 0: the count of C's elements off the definition.
+ * With specials, the operands' unmasked values include uniform_or_special's. */
 static int product_errors(AttnProductFn product, bool round_bf16, bool trans_a, int m, int n, int k,
-                          float beta, AttnShape shape, int diag) {
+                          float beta, AttnShape shape, int diag, bool specials) {
+    float (*draw)(void) = specials ? draw_a : uniform;
+    float (*draw_b_values)(void) = !specials                    ? uniform
+                                   : shape == ATTN_CAUSAL_DEPTH ? draw_b_causal_depth
+                                                                : draw_b;
     int lda = (trans_a ? m : k) + 3, ldb = n + 5, ldc = n + 2, a_rows = trans_a ? k : m;
     size_t na = (size_t)a_rows * lda, nb = (size_t)k * ldb, nc = (size_t)m * ldc;
     float *a = malloc(sizeof(float) * (na + 1)), *b = malloc(sizeof(float) * (nb + 1));
@@ -100,10 +145,10 @@ static int product_errors(AttnProductFn product, bool round_bf16, bool trans_a, 
         for (int col = 0; col < lda; col++) {
             int i = trans_a ? col : r, l = trans_a ? r : col; /* op(A)(i, l) */
             bool zero = shape == ATTN_CAUSAL_DEPTH && (trans_a ? l < i - diag : l > i + diag);
-            a[(size_t)r * lda + col] = zero ? 0.0f : uniform();
+            a[(size_t)r * lda + col] = zero ? 0.0f : draw();
         }
     for (size_t i = 0; i < nb; i++)
-        b[i] = uniform();
+        b[i] = draw_b_values();
     for (size_t i = 0; i < nc; i++)
         c0[i] = c[i] = beta == 0.0f ? NAN : uniform(); /* beta 0: C is never read */
     for (size_t i = 0; i < na; i++)                    /* the operands the definition multiplies */
@@ -128,18 +173,25 @@ static int product_errors(AttnProductFn product, bool round_bf16, bool trans_a, 
             if (shape == ATTN_CAUSAL_OUTPUT && j > i + diag)
                 bad += c[at] != 0.0f; /* exactly 0 */
             else
-                bad += !harness_close(c[at], want, 1e-5, 1e-5);
+                bad += !product_value_ok(c[at], want);
         }
     }
     free(a), free(b), free(ar), free(br), free(c), free(c0);
     return bad;
 }
 
+static void check_product_values(AttnProductFn product, const char *name, bool round_bf16,
+                                 bool trans_a, int m, int n, int k, float beta, AttnShape shape,
+                                 int diag, bool specials) {
+    int bad = product_errors(product, round_bf16, trans_a, m, n, k, beta, shape, diag, specials);
+    CHECK(bad == 0, "%s trans_a %d m %d n %d k %d beta %g shape %d diag %d%s: %d of %d differ",
+          name, trans_a, m, n, k, beta, (int)shape, diag, specials ? " (special values)" : "", bad,
+          m * (n + 2));
+}
+
 static void check_product(AttnProductFn product, const char *name, bool round_bf16, bool trans_a,
                           int m, int n, int k, float beta, AttnShape shape, int diag) {
-    int bad = product_errors(product, round_bf16, trans_a, m, n, k, beta, shape, diag);
-    CHECK(bad == 0, "%s trans_a %d m %d n %d k %d beta %g shape %d diag %d: %d of %d differ", name,
-          trans_a, m, n, k, beta, (int)shape, diag, bad, m * (n + 2));
+    check_product_values(product, name, round_bf16, trans_a, m, n, k, beta, shape, diag, false);
 }
 
 void attention_product_sweep(AttnProductFn product, const char *name, bool round_bf16) {
@@ -171,4 +223,18 @@ void attention_product_sweep(AttnProductFn product, const char *name, bool round
                 check_product(product, name, round_bf16, true, m, 64, n, 1.0f, ATTN_CAUSAL_DEPTH,
                               d);
             }
+    /* NaN, infinities, subnormals, -0 and rounding ties among the operands (the products' own
+     * rounding to bf16 must give what bf16_round_inplace gives, NaN staying NaN); most outputs
+     * stay finite (about one operand in 150 is special) */
+    srand(7);
+    for (int t = 0; t < 2; t++)
+        for (int rep = 0; rep < 4; rep++) {
+            check_product_values(product, name, round_bf16, t, 70, 100, 97, rep % 2 ? 1.0f : 0.0f,
+                                 ATTN_DENSE, 0, true);
+            check_product_values(product, name, round_bf16, t, 64, 64, 130, 0.0f, ATTN_CAUSAL_DEPTH,
+                                 3 + rep, true);
+        }
+    for (int rep = 0; rep < 4; rep++)
+        check_product_values(product, name, round_bf16, false, 70, 130, 64, 0.0f,
+                             ATTN_CAUSAL_OUTPUT, 31 + rep, true);
 }

@@ -34,8 +34,10 @@ int attention_reference_layout(AttnSegment segs[3], int32_t *seq_index, int last
  * operands (rounded to bf16 first where round_bf16: the AMX product's) at edge shapes: rows,
  * columns and depths around the register tiles, the AMX blocks and depth steps, an empty depth,
  * a transposed A, beta 0 over NaN, the causal shapes over diagonals through and around the
- * tiles. Each element within 1e-5 (relative and absolute); ATTN_CAUSAL_OUTPUT's part exactly 0;
- * the padding between C's rows untouched. One CHECK per product, named by `name`. */
+ * tiles, then operands with NaN, infinities, subnormals, -0 and rounding ties among them. Each
+ * element within 1e-5 (relative and absolute), NaN where the definition is NaN, the same infinity
+ * where it is infinite; ATTN_CAUSAL_OUTPUT's part exactly 0; the padding between C's rows
+ * untouched. One CHECK per product, named by `name`. */
 void attention_product_sweep(AttnProductFn product, const char *name, bool round_bf16);
 
 #endif
