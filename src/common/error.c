@@ -84,17 +84,22 @@ void *xmalloc_checked(size_t n, const char *what) {
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *calloc_written(size_t count, size_t size) {
-    if (size && count > SIZE_MAX / size) return NULL;
-    size_t n = count * size, chunk = (size_t)1 << 20;
-    char *p = malloc(n ? n : 1);
-    if (!p) return NULL;
+void memset_threads(void *p, int value, size_t n) {
+    size_t chunk = (size_t)1 << 20;
     long n_chunks = (long)((n + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
     for (long c = 0; c < n_chunks; c++) {
         size_t at = (size_t)c * chunk;
-        memset(p + at, 0, n - at < chunk ? n - at : chunk);
+        memset((char *)p + at, value, n - at < chunk ? n - at : chunk);
     }
+}
+
+void *calloc_written(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) return NULL;
+    size_t n = count * size;
+    char *p = malloc(n ? n : 1);
+    if (!p) return NULL;
+    memset_threads(p, 0, n);
     return p;
 }
 

@@ -35,6 +35,11 @@ void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 
+/* memset(p, value, n) by all threads, 1 MiB chunks in order (static schedule: each thread one
+ * contiguous run); one thread for n up to 1 MiB. Memory stores are per core's bandwidth: one
+ * thread zeroed 2 GB in 0.19-0.24 s on our VMs, two in 0.11-0.13 s. */
+void memset_threads(void *p, int value, size_t n);
+
 /* calloc for large buffers whose first use reads them before writing (AdamW's moments): the
  * zeros are written now, by all threads. calloc leaves fresh memory to the kernel's shared zero
  * page; a first read maps it, and the write after it faults again and flushes the TLB of every
