@@ -7,6 +7,12 @@ import urllib.request
 
 failures = 0
 
+# Seconds a client waits for an answer. Not a latency check (tests assert no wall-clock time): a
+# hung server is caught by ctest's TIMEOUT (300 s) anyway, and on a loaded 2-core machine a
+# request queued behind the load test's 64 clients waited past the 30 s this was (CI-like run,
+# load average ~3.8, 2026-11-29).
+REQUEST_TIMEOUT_S = 240
+
 
 def check(cond, what):
     """Counts and prints a failed check; the script exits 1 when any failed."""
@@ -31,7 +37,7 @@ def post_json(url, data):
     req = urllib.request.Request(url, data=data, method="POST",
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())

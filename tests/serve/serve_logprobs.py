@@ -12,11 +12,12 @@ import sys
 import openai
 
 import serve_common
-from serve_common import check
+from serve_common import REQUEST_TIMEOUT_S, check
 
 base_url, model_name, fixture = sys.argv[1:4]
 ref = json.load(open(fixture))
-client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0,
+                       timeout=REQUEST_TIMEOUT_S)
 TOL = 1e-4  # float32 forwards of two implementations
 
 
