@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* One value's update: every caller's loop runs this expression, so the bits are the same
@@ -20,17 +21,36 @@ static inline void adamw_value(float *p, float *m, float *v, float g, const Adam
 
 void adamw_f32_update(float *p, float *m, float *v, const float *g, size_t numel,
                       const AdamWStepCoefs *coefs, float step_size, float inv_bc2_sqrt) {
-    const AdamWStepCoefs c = *coefs; /* locals: the stores cannot alias them */
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < numel; i++)
-        adamw_value(&p[i], &m[i], &v[i], g[i], &c, step_size, inv_bc2_sqrt);
+#pragma omp parallel
+    { /* each thread one contiguous run (static's split): its prefetches run ahead within it */
+        size_t threads = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+        size_t begin = numel * t / threads, end = numel * (t + 1) / threads;
+        adamw_f32_update_serial(p + begin, m + begin, v + begin, g + begin, end - begin, coefs,
+                                step_size, inv_bc2_sqrt);
+    }
 }
+
+/* Values ahead of the update that its four streams are fetched from: each stream's line 4 KB
+ * ahead. The hardware's prefetchers alone left the update at 33-36 GB/s on this project's VMs,
+ * 39-42 GB/s with these (2 threads, a 135M model's p, m, v and g, 2026-11-29); 2 and 8 KB ahead
+ * were no better. A prefetch past an array's end does not fault. */
+#define ADAMW_FETCH_AHEAD 1024
 
 void adamw_f32_update_serial(float *p, float *m, float *v, const float *g, size_t numel,
                              const AdamWStepCoefs *coefs, float step_size, float inv_bc2_sqrt) {
     const AdamWStepCoefs c = *coefs;
+    enum { LINE = 16 }; /* values in a 64-byte line */
+    size_t i = 0;
+    for (; i + LINE <= numel; i += LINE) {
+        __builtin_prefetch(p + i + ADAMW_FETCH_AHEAD, 1);
+        __builtin_prefetch(m + i + ADAMW_FETCH_AHEAD, 1);
+        __builtin_prefetch(v + i + ADAMW_FETCH_AHEAD, 1);
+        __builtin_prefetch(g + i + ADAMW_FETCH_AHEAD, 0);
 #pragma omp simd
-    for (size_t i = 0; i < numel; i++)
+        for (size_t k = i; k < i + LINE; k++)
+            adamw_value(&p[k], &m[k], &v[k], g[k], &c, step_size, inv_bc2_sqrt);
+    }
+    for (; i < numel; i++)
         adamw_value(&p[i], &m[i], &v[i], g[i], &c, step_size, inv_bc2_sqrt);
 }
 
