@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/lane_sum.h"
+#include "kernels/cpu/narrow_bf16.h"
 
 #include <math.h>
 #include <omp.h>
@@ -37,6 +38,32 @@ static void pack_row(uint16_t *dst, const float *row, int n, int stride) {
     for (int j = 0; j < n; j++)
         dst[j] = to_bf16(row[j]);
     memset(dst + n, 0, (size_t)(stride - n) * sizeof *dst);
+}
+
+size_t attention_pack_b_rows(uint16_t *dst, const float *m, int ldm, int k, int n) {
+    int kp = pack_stride(k), np = pack_stride(n);
+    size_t panel_stride = (size_t)16 * kp; /* values a panel */
+    for (int q = 0; q < kp / 2; q++) {
+        int r0 = 2 * q, r1 = r0 + 1;
+        const float *lo = r0 < k ? m + (size_t)r0 * ldm : NULL;
+        const float *hi = r1 < k ? m + (size_t)r1 * ldm : NULL;
+        for (int p = 0; p < np / 16; p++) {
+            uint16_t *w = dst + (size_t)p * panel_stride + (size_t)q * 32;
+            int j0 = 16 * p;
+            if (hi && j0 + 16 <= n) { /* 16 whole pairs: AVX512_BF16's conversion where built */
+                uint32_t words[16];
+                narrow_bf16_pairs(words, lo + j0, hi + j0, 16);
+                memcpy(w, words, sizeof words);
+                continue;
+            }
+            for (int jj = 0; jj < 16; jj++) {
+                bool in = j0 + jj < n;
+                w[2 * jj] = lo && in ? to_bf16(lo[j0 + jj]) : 0;
+                w[2 * jj + 1] = hi && in ? to_bf16(hi[j0 + jj]) : 0;
+            }
+        }
+    }
+    return (size_t)np * kp;
 }
 
 /* The keys one block of queries meets, as its score columns hold them: first the prefix rows
@@ -319,7 +346,8 @@ static void probs_times_values(const AttnKernel *kern, float *out, int out_strid
                       out_stride, ATTN_CAUSAL_DEPTH, bk->diag);
 }
 
-const AttnKernel attention_kernel_fp32 = {attention_product, false, 1, NULL, NULL, NULL, NULL};
+const AttnKernel attention_kernel_fp32 = {
+    attention_product, false, 1, NULL, NULL, NULL, NULL, NULL};
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
     int most = 1;
@@ -475,11 +503,49 @@ typedef struct {
     AttnScores sc;
 } AttentionGrads;
 
-/* packed: this thread's packed block where g->kern packs dS itself (packed_blocks), else NULL. */
+/* A thread's transposed key-side sums for one (segment, kv head) where g->kern has keys_product:
+ * dV^T and dK^T (hd x ld each, a column per key of the segment in its key order, prefix first),
+ * and its buffer for P or dS packed as B (attention_pack_b_rows). */
+typedef struct {
+    float *dvt, *dkt;
+    int ld;
+    uint16_t *mb;
+} KeySums;
+
+/* ks with its first n_keys columns of dV^T and dK^T zeroed (the columns a segment's blocks add
+ * to). */
+static KeySums *key_sums_zero(KeySums *ks, int hd, int n_keys) {
+    for (int d = 0; d < hd; d++) {
+        memset(ks->dvt + (size_t)d * ks->ld, 0, (size_t)n_keys * sizeof(float));
+        memset(ks->dkt + (size_t)d * ks->ld, 0, (size_t)n_keys * sizeof(float));
+    }
+    return ks;
+}
+
+/* A segment's finished transposed sums added to its keys: the prefix's to its own accumulators
+ * pdk, pdv (prefix_len x hd, zero), the own keys' to dk, dv (a kv head's column of rows kv_stride
+ * apart, zero): each value added to its zero once, as block-by-block adding gave it (0 + x). */
+static void key_sums_add(const KeySums *ks, const AttnSegment *s, int hd, float *dk, float *dv,
+                         int kv_stride, float *pdk, float *pdv) {
+    for (int c = 0; c < s->prefix_len + s->len; c++) {
+        bool prefix = c < s->prefix_len;
+        size_t row = prefix ? 0 : (size_t)(s->start + c - s->prefix_len) * kv_stride;
+        float *dkr = prefix ? pdk + (size_t)c * hd : dk + row;
+        float *dvr = prefix ? pdv + (size_t)c * hd : dv + row;
+        for (int d = 0; d < hd; d++) {
+            dkr[d] += ks->dkt[(size_t)d * ks->ld + c];
+            dvr[d] += ks->dvt[(size_t)d * ks->ld + c];
+        }
+    }
+}
+
+/* packed: this thread's packed block where g->kern packs dS itself (packed_blocks), else NULL.
+ * ks: this thread's KeySums where g->kern has keys_product, else NULL (dK and dV rows added to
+ * block by block, the prefix's to pdk and pdv). */
 static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, int si, int h,
                            int kvh, int i0, int rows, float *probs, float *dprobs, float *raw,
-                           uint16_t *packed, float *pdk, float *pdv) {
-    int hd = g->hd, qs = g->q_stride, ks = g->kv_stride;
+                           uint16_t *packed, float *pdk, float *pdv, const KeySums *ks) {
+    int hd = g->hd, qs = g->q_stride, kvs = g->kv_stride;
     const AttnSegment *s = &pan->segs[si];
     BlockKeys bk = block_keys(s, g->seq_index, i0, rows, g->window, g->kern->key_align);
     PanelRef kt = key_panel(&pan->kt, pan->segs, si, kvh, bk.first, hd);
@@ -488,8 +554,14 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
     block_probs(g->kern, probs, NULL, NULL, g->q + (size_t)h * hd, qs, kt, hd, s, g->seq_index, &bk,
                 i0, rows, g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
-    keys_accumulate(g->kern, g->dv + (size_t)kvh * hd, pdv, hd, ks, probs, g->dout + q_off, qs, hd,
-                    &bk, rows, 1.0f);
+    if (ks) { /* dV^T += dO^T P */
+        attention_pack_b_rows(ks->mb, probs, bk.n_keys, rows, bk.n_keys);
+        g->kern->keys_product(hd, bk.n_keys, rows, 1.0f, g->dout + q_off, qs, ks->mb,
+                              ks->dvt + bk.first, ks->ld);
+    } else {
+        keys_accumulate(g->kern, g->dv + (size_t)kvh * hd, pdv, hd, kvs, probs, g->dout + q_off, qs,
+                        hd, &bk, rows, 1.0f);
+    }
     times_key_rows(g->kern, dprobs, g->dout + q_off, qs, vt, hd, &bk, rows, 1.0f); /* dP = dO V^T */
     bool capped = g->sc.softcap > 0;
     softmax_backward_rows(dprobs, probs, rows, bk.n_keys, capped ? NULL : packed);
@@ -505,8 +577,14 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
                      bk.n_keys, pack_stride(bk.n_keys));
     }
     probs_times_values(g->kern, g->dq + q_off, qs, dprobs, packed, kr, hd, &bk, rows, g->sc.scale);
-    keys_accumulate(g->kern, g->dk + (size_t)kvh * hd, pdk, hd, ks, dprobs, g->q + q_off, qs, hd,
-                    &bk, rows, g->sc.scale);
+    if (ks) { /* dK^T += scale Q^T dS */
+        attention_pack_b_rows(ks->mb, dprobs, bk.n_keys, rows, bk.n_keys);
+        g->kern->keys_product(hd, bk.n_keys, rows, g->sc.scale, g->q + q_off, qs, ks->mb,
+                              ks->dkt + bk.first, ks->ld);
+    } else {
+        keys_accumulate(g->kern, g->dk + (size_t)kvh * hd, pdk, hd, kvs, dprobs, g->q + q_off, qs,
+                        hd, &bk, rows, g->sc.scale);
+    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -551,24 +629,42 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
     key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&pan.kr, k, false, segs, n_segs, n_kv_heads, hd, kern);
+    /* each thread's KeySums where the kernel has keys_product: dV^T and dK^T of the longest
+     * segment's keys, and a packed block (B layout: as many values as the A layout's) */
+    int ld = max_keys(segs, n_segs);
+    size_t sums_each = kern->keys_product ? 2 * (size_t)hd * ld : 0;
+    float *sums_all = sums_each ? xmalloc(sums_each * sizeof(float) * omp_get_max_threads()) : NULL;
+    uint16_t *mb_all =
+        sums_each ? xmalloc(packed_each * sizeof(uint16_t) * omp_get_max_threads()) : NULL;
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int si = 0; si < n_segs; si++) {
         for (int kvh = 0; kvh < n_kv_heads; kvh++) {
             const AttnSegment *s = &segs[si];
-            float *probs = scratch_all + 3 * scratch * (size_t)omp_get_thread_num();
+            size_t t = (size_t)omp_get_thread_num();
+            float *probs = scratch_all + 3 * scratch * t;
             float *pdk = acc + acc_off[si] + (size_t)kvh * s->prefix_len * hd;
             float *pdv = pdk + acc_total;
-            uint16_t *packed =
-                packed_all ? packed_all + packed_each * (size_t)omp_get_thread_num() : NULL;
+            uint16_t *packed = packed_all ? packed_all + packed_each * t : NULL;
+            KeySums sums, *ks = NULL;
+            if (sums_all) {
+                sums = (KeySums){sums_all + sums_each * t, sums_all + sums_each * t + hd * ld, ld,
+                                 mb_all + packed_each * t};
+                ks = key_sums_zero(&sums, hd, s->prefix_len + s->len);
+            }
             for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
                 for (int i0 = 0; i0 < s->len; i0 += QUERY_BLOCK) {
                     int rows = s->len - i0 < QUERY_BLOCK ? s->len - i0 : QUERY_BLOCK;
                     block_backward(&g, &pan, si, h, kvh, i0, rows, probs, probs + scratch,
-                                   probs + 2 * scratch, packed, pdk, pdv);
+                                   probs + 2 * scratch, packed, pdk, pdv, ks);
                 }
+            if (ks)
+                key_sums_add(ks, s, hd, dk + (size_t)kvh * hd, dv + (size_t)kvh * hd, kv_stride,
+                             pdk, pdv);
         }
     }
+    free(sums_all);
+    free(mb_all);
 
     /* the prefixes' shares, added segment by segment */
 #pragma omp parallel for schedule(static)
