@@ -83,10 +83,17 @@ static inline void store_rows(float *c, size_t ldc, const GemmBf16Store *st, Pen
     p->stored = to;
 }
 
-/* A product's C past this many bytes (twice L2) has its blocks' rows fetched ahead (block_32x32).
- * With C pushed out to L3 first, as the step's weight gradients are, the fetch was 0.99-1.03x
- * main's at 1.3-3.5 MB (the 135M model's dW products), 0.81-0.87x at 9.4 MB (its lm_head's). */
-#define FETCH_C_BYTES (4u << 20)
+/* A product's C past this many bytes has its blocks' rows fetched ahead (block_32x32). With C
+ * pushed out to L3 first, the fetch was 0.99-1.03x main's at 1.3-3.5 MB (the 135M model's dW
+ * products) in a driver, 0.81-0.87x at 9.4 MB (its lm_head's), so it began at 4 MB (twice L2).
+ * In the 135M bf16 DPO step, where the 538 MB gradient lies further out than L3, the
+ * accumulating stores of those products waited on C (43% of store_rows' samples, themselves 7.5%
+ * of the step's). Steps alternating 4 MB, 1 MB and 256 KB in one process (5 steps each, twice,
+ * the order reversed the second time; 2026-11-29): the backward's linears took 2.43 / 2.36x the
+ * layers' attention time from 4 MB on, 2.27 / 2.18x from 1 MB, 2.12 / 2.18x from 256 KB; the
+ * backward phase 1.651 / 1.590 s, 1.603 / 1.474 s, 1.410 / 1.478 s. */
+#define FETCH_C_BYTES       (256u << 10)
+#define FETCH_C_BYTES_SHORT (4u << 20) /* a product of at most short_rows rows (the decode's) */
 
 /* c's lines of rows r0.. r1 (at most rows) of the block at (i0, j0), cols wide, requested for
  * writing (prefetchw: in L1, owned). always_inline: GCC 12 found an out-of-line copy free of
@@ -195,7 +202,9 @@ void gemm_bf16_run_amx(float *c, size_t ldc, const GemmBf16Store *st, const Bf16
     /* a short product's items (a few microseconds each) in one run a thread, as main had them */
     int per_take = short_product ? (row_chunks * col_groups + threads - 1) / threads : 1;
     bool spills = kc < kp; /* else each block runs its whole depth in one go */
-    bool fetch_c = (size_t)a->rows * (size_t)b->cols * sizeof(float) > FETCH_C_BYTES;
+    /* the rollout's short products keep the 4 MB threshold they were measured with */
+    bool fetch_c = (size_t)a->rows * (size_t)b->cols * sizeof(float) >
+                   (short_product ? FETCH_C_BYTES_SHORT : FETCH_C_BYTES);
 #pragma omp parallel
     {
         float buf[BLOCK * BLOCK] __attribute__((aligned(64))); /* the pending block's sums */
