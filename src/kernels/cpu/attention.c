@@ -6,7 +6,6 @@
 #include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/lane_sum.h"
-#include "kernels/cpu/narrow_bf16.h"
 
 #include <math.h>
 #include <omp.h>
@@ -38,32 +37,6 @@ static void pack_row(uint16_t *dst, const float *row, int n, int stride) {
     for (int j = 0; j < n; j++)
         dst[j] = to_bf16(row[j]);
     memset(dst + n, 0, (size_t)(stride - n) * sizeof *dst);
-}
-
-size_t attention_pack_b_rows(uint16_t *dst, const float *m, int ldm, int k, int n) {
-    int kp = pack_stride(k), np = pack_stride(n);
-    size_t panel_stride = (size_t)16 * kp; /* values a panel */
-    for (int q = 0; q < kp / 2; q++) {
-        int r0 = 2 * q, r1 = r0 + 1;
-        const float *lo = r0 < k ? m + (size_t)r0 * ldm : NULL;
-        const float *hi = r1 < k ? m + (size_t)r1 * ldm : NULL;
-        for (int p = 0; p < np / 16; p++) {
-            uint16_t *w = dst + (size_t)p * panel_stride + (size_t)q * 32;
-            int j0 = 16 * p;
-            if (hi && j0 + 16 <= n) { /* 16 whole pairs: AVX512_BF16's conversion where built */
-                uint32_t words[16];
-                narrow_bf16_pairs(words, lo + j0, hi + j0, 16);
-                memcpy(w, words, sizeof words);
-                continue;
-            }
-            for (int jj = 0; jj < 16; jj++) {
-                bool in = j0 + jj < n;
-                w[2 * jj] = lo && in ? to_bf16(lo[j0 + jj]) : 0;
-                w[2 * jj + 1] = hi && in ? to_bf16(hi[j0 + jj]) : 0;
-            }
-        }
-    }
-    return (size_t)np * kp;
 }
 
 /* The keys one block of queries meets, as its score columns hold them: first the prefix rows
@@ -347,7 +320,7 @@ static void probs_times_values(const AttnKernel *kern, float *out, int out_strid
 }
 
 const AttnKernel attention_kernel_fp32 = {
-    attention_product, false, 1, NULL, NULL, NULL, NULL, NULL};
+    attention_product, false, 1, NULL, NULL, NULL, NULL, false};
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
     int most = 1;
@@ -503,13 +476,11 @@ typedef struct {
     AttnScores sc;
 } AttentionGrads;
 
-/* A thread's transposed key-side sums for one (segment, kv head) where g->kern has keys_product:
- * dV^T and dK^T (hd x ld each, a column per key of the segment in its key order, prefix first),
- * and its buffer for P or dS packed as B (attention_pack_b_rows). */
+/* A thread's transposed key-side sums for one (segment, kv head) where g->kern->keys_transposed:
+ * dV^T and dK^T (hd x ld each, a column per key of the segment in its key order, prefix first). */
 typedef struct {
     float *dvt, *dkt;
     int ld;
-    uint16_t *mb;
 } KeySums;
 
 /* ks with its first n_keys columns of dV^T and dK^T zeroed (the columns a segment's blocks add
@@ -540,7 +511,7 @@ static void key_sums_add(const KeySums *ks, const AttnSegment *s, int hd, float 
 }
 
 /* packed: this thread's packed block where g->kern packs dS itself (packed_blocks), else NULL.
- * ks: this thread's KeySums where g->kern has keys_product, else NULL (dK and dV rows added to
+ * ks: this thread's KeySums where g->kern->keys_transposed, else NULL (dK and dV rows added to
  * block by block, the prefix's to pdk and pdv). */
 static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, int si, int h,
                            int kvh, int i0, int rows, float *probs, float *dprobs, float *raw,
@@ -555,9 +526,8 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
                 i0, rows, g->sc, g->window);
     size_t q_off = (size_t)(s->start + i0) * qs + (size_t)h * hd;
     if (ks) { /* dV^T += dO^T P */
-        attention_pack_b_rows(ks->mb, probs, bk.n_keys, rows, bk.n_keys);
-        g->kern->keys_product(hd, bk.n_keys, rows, 1.0f, g->dout + q_off, qs, ks->mb,
-                              ks->dvt + bk.first, ks->ld);
+        g->kern->product(true, hd, bk.n_keys, rows, 1.0f, g->dout + q_off, qs, probs, bk.n_keys,
+                         1.0f, ks->dvt + bk.first, ks->ld, ATTN_DENSE, 0);
     } else {
         keys_accumulate(g->kern, g->dv + (size_t)kvh * hd, pdv, hd, kvs, probs, g->dout + q_off, qs,
                         hd, &bk, rows, 1.0f);
@@ -578,9 +548,8 @@ static void block_backward(const AttentionGrads *g, const BackwardPanels *pan, i
     }
     probs_times_values(g->kern, g->dq + q_off, qs, dprobs, packed, kr, hd, &bk, rows, g->sc.scale);
     if (ks) { /* dK^T += scale Q^T dS */
-        attention_pack_b_rows(ks->mb, dprobs, bk.n_keys, rows, bk.n_keys);
-        g->kern->keys_product(hd, bk.n_keys, rows, g->sc.scale, g->q + q_off, qs, ks->mb,
-                              ks->dkt + bk.first, ks->ld);
+        g->kern->product(true, hd, bk.n_keys, rows, g->sc.scale, g->q + q_off, qs, dprobs,
+                         bk.n_keys, 1.0f, ks->dkt + bk.first, ks->ld, ATTN_DENSE, 0);
     } else {
         keys_accumulate(g->kern, g->dk + (size_t)kvh * hd, pdk, hd, kvs, dprobs, g->q + q_off, qs,
                         hd, &bk, rows, g->sc.scale);
@@ -629,13 +598,10 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
     key_panels_build(&pan.kt, k, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&pan.vt, v, true, segs, n_segs, n_kv_heads, hd, kern);
     key_panels_build(&pan.kr, k, false, segs, n_segs, n_kv_heads, hd, kern);
-    /* each thread's KeySums where the kernel has keys_product: dV^T and dK^T of the longest
-     * segment's keys, and a packed block (B layout: as many values as the A layout's) */
+    /* each thread's KeySums where kern->keys_transposed: dV^T and dK^T of the longest segment */
     int ld = max_keys(segs, n_segs);
-    size_t sums_each = kern->keys_product ? 2 * (size_t)hd * ld : 0;
+    size_t sums_each = kern->keys_transposed ? 2 * (size_t)hd * ld : 0;
     float *sums_all = sums_each ? xmalloc(sums_each * sizeof(float) * omp_get_max_threads()) : NULL;
-    uint16_t *mb_all =
-        sums_each ? xmalloc(packed_each * sizeof(uint16_t) * omp_get_max_threads()) : NULL;
 
 #pragma omp parallel for schedule(dynamic) collapse(2)
     for (int si = 0; si < n_segs; si++) {
@@ -648,8 +614,7 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
             uint16_t *packed = packed_all ? packed_all + packed_each * t : NULL;
             KeySums sums, *ks = NULL;
             if (sums_all) {
-                sums = (KeySums){sums_all + sums_each * t, sums_all + sums_each * t + hd * ld, ld,
-                                 mb_all + packed_each * t};
+                sums = (KeySums){sums_all + sums_each * t, sums_all + sums_each * t + hd * ld, ld};
                 ks = key_sums_zero(&sums, hd, s->prefix_len + s->len);
             }
             for (int h = kvh * n_rep; h < (kvh + 1) * n_rep; h++)
@@ -664,7 +629,6 @@ void attention_backward_with(const AttnKernel *kern, float *dq, float *dk, float
         }
     }
     free(sums_all);
-    free(mb_all);
 
     /* the prefixes' shares, added segment by segment */
 #pragma omp parallel for schedule(static)

@@ -3,14 +3,13 @@
  * 1-3), then 32 x 32 blocks of C as gemm_bf16_amx.c runs them: 4 tiles of sums (tmm0-3), 2 of A
  * (tmm4-5), 2 of B (tmm6-7), with attention's masked parts skipped block by block.
  *
- * Packing: the key panels once per call by bf16_pack_b (pack_panel); P and dS by attention.c
- * itself, as A for the panel products (packed_product) and as B for the backward's key-side
- * products (keys_product: dV^T += dO^T P, dK^T += scale Q^T dS); everything a block packs per
- * product (its q / dO rows; dO^T and Q^T, transposed 16 x 16 words in registers; for
- * attention_product_amx's own trans_a products P^T and dS^T so) by this file's AVX-512 packers
- * into stack buffers: no allocation or pool lock per product. The bits are bf16_pack_a's /
- * bf16_pack_b's (test_attention_amx's product sweep checks them against the double sums of the
- * rounded operands).
+ * Packing: the key panels once per call by bf16_pack_b (pack_panel); P and dS for the panel
+ * products by attention.c itself as it makes them (packed_product); everything a block packs
+ * per product (its q / dO rows; dO^T and Q^T, transposed 16 x 16 words in registers, with P and
+ * dS as B for the backward's transposed key-side products, attention_train.h's keys_transposed)
+ * by this file's AVX-512 packers into stack buffers: no allocation or pool lock per product. The
+ * bits are bf16_pack_a's / bf16_pack_b's (test_attention_amx's product sweep checks them against
+ * the double sums of the rounded operands).
  *
  * Invariants:
  *  1. A block's depth range is whole 32-value steps: where ATTN_CAUSAL_DEPTH cuts it inside a
@@ -41,8 +40,6 @@ static void panel_product(int m, int n, int k, float alpha, const float *a, int 
 static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, int a_stride,
                            const void *panel, int k0, int j0, float *c, int ldc, AttnShape shape,
                            int diag);
-static void keys_product(int m, int n, int k, float alpha, const float *x, int ldx,
-                         const uint16_t *mb, float *c, int ldc);
 
 /* ATTN_PACK_STEP's layout is a packed A's (invariants 1 and 3 of gemm_bf16.c) */
 _Static_assert(ATTN_PACK_STEP == GEMM_BF16_DEPTH_PAD && ATTN_PACK_STEP == GEMM_BF16_ROW_PAD,
@@ -57,7 +54,7 @@ static const AttnKernel kernel_amx = {.product = attention_product_amx,
                                       .free_panel = free_panel,
                                       .panel_product = panel_product,
                                       .packed_product = packed_product,
-                                      .keys_product = keys_product};
+                                      .keys_transposed = true};
 
 void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, const int32_t *seq_index,
@@ -316,27 +313,6 @@ static void panel_product(int m, int n, int k, float alpha, const float *a, int 
     packed_product(m, n, k, alpha, packed, stride, panel, k0, j0, c, ldc, shape, diag);
 }
 
-/* X^T packed as A (m x k: X's k rows transposed 16 x 16 words in registers), on the stack when
- * it fits (a head dim of 64 and a 64-row block: 8 KB), and the 32 x 32 blocks of C run against
- * M's packing over the whole depth (AttnKeysProductFn: the masked keys' zeros multiplied). */
-static void keys_product(int m, int n, int k, float alpha, const float *x, int ldx,
-                         const uint16_t *mb, float *c, int ldc) {
-    if (m <= 0 || n <= 0) return;
-    int mp = round_up(m, BLOCK), kp = round_up_nonzero(k);
-    Bf16PackedB pb = {(uint16_t *)mb, k, n, kp, round_up(n, BLOCK), (size_t)16 * kp, 0};
-    if ((size_t)mp * kp > STACK_PACK) {
-        Bf16PackedA pa; /* op(A)(i, l) = x[l * ldx + i] */
-        bf16_pack_a(&pa, (Bf16Source){x, NULL, 1, (size_t)ldx}, m, k);
-        run_blocks(true, &pa, &pb, n, alpha, 1.0f, c, ldc, ATTN_DENSE, 0);
-        bf16_packed_a_free(&pa);
-        return;
-    }
-    uint16_t a_data[STACK_PACK] __attribute__((aligned(64)));
-    Bf16PackedA pa = {a_data, m, k, mp, kp, kp, sizeof a_data};
-    pack_a_transposed(&pa, x, ldx, m, k);
-    run_blocks(true, &pa, &pb, n, alpha, 1.0f, c, ldc, ATTN_DENSE, 0);
-}
-
 #else
 
 void attention_product_amx(bool trans_a, int m, int n, int k, float alpha, const float *a, int lda,
@@ -360,12 +336,6 @@ static void packed_product(int m, int n, int k, float alpha, const uint16_t *a, 
                            int diag) {
     (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)a_stride, (void)panel, (void)k0;
     (void)j0, (void)c, (void)ldc, (void)shape, (void)diag;
-    abort(); /* as attention_product_amx */
-}
-
-static void keys_product(int m, int n, int k, float alpha, const float *x, int ldx,
-                         const uint16_t *mb, float *c, int ldc) {
-    (void)m, (void)n, (void)k, (void)alpha, (void)x, (void)ldx, (void)mb, (void)c, (void)ldc;
     abort(); /* as attention_product_amx */
 }
 

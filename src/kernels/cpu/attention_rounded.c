@@ -43,4 +43,4 @@ static void product_rounding_a(bool trans_a, int m, int n, int k, float alpha, c
 }
 
 const AttnKernel attention_kernel_fp32_rounding_a = {
-    product_rounding_a, true, 1, NULL, NULL, NULL, NULL, NULL};
+    product_rounding_a, true, 1, NULL, NULL, NULL, NULL, false};

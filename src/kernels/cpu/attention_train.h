@@ -42,24 +42,6 @@ typedef void (*AttnPackedProductFn)(int m, int n, int k, float alpha, const uint
                                     int a_stride, const void *panel, int k0, int j0, float *c,
                                     int ldc, AttnShape shape, int diag);
 
-/* The backward's key-side products transposed, on a B that attention.c packed: c (m x n, row
- * stride ldc) += alpha X^T · M, X (k x m fp32, rows of ldx: a query block's dO or Q rows, m the
- * head dim) and M (k x n: the block's P or dS, the keys its columns) in ATTN_PACK_STEP's B layout
- * (attention_pack_b_rows); both rounded to bf16, fp32 sums. c is dV^T or dK^T, a key per column:
- * each element one sum over the block's query rows in order, 32 at a time, then scaled by alpha
- * and added, as AttnProductFn's dV += P^T dO gives it. M's masked zeros are multiplied, as
- * torch's matmul multiplies them (an infinity in X gives NaN there; the products' ATTN_CAUSAL_DEPTH
- * skipped whole steps of them: +0 sums for finite X either way). Single-threaded. */
-typedef void (*AttnKeysProductFn)(int m, int n, int k, float alpha, const float *x, int ldx,
-                                  const uint16_t *mb, float *c, int ldc);
-
-/* ATTN_PACK_STEP's B layout of M (k x n): n rounded up to 32 columns in panels of 16, each
- * panel round_up(k, ATTN_PACK_STEP) / 2 pair steps of 16 32-bit words, word j of pair step q
- * holding bf16(M(2q, j)) in its low half and bf16(M(2q + 1, j)) in its high half (nearest, ties
- * to even); zero past k rows and n columns. gemm_bf16.c's invariants 2 and 3 for a packed B
- * (panel stride 16 x round_up(k, 32) values). Returns the values it wrote. */
-size_t attention_pack_b_rows(uint16_t *dst, const float *m, int ldm, int k, int n);
-
 /* What attention runs its products on. */
 typedef struct {
     AttnProductFn product; /* every product whose B is not a prepacked key panel */
@@ -78,11 +60,13 @@ typedef struct {
     /* NULL, or (with pack_panel and normalise_first): P · V and dS · K run on P and dS as
      * attention.c packs them (the forward keeps no fp32 P) */
     AttnPackedProductFn packed_product;
-    /* NULL, or (with packed_product): dV and dK accumulated transposed per segment and kv head
-     * (dV^T += dO^T P, dK^T += scale Q^T dS), P and dS packed as B by attention.c, instead of
-     * dV += P^T dO and dK += scale dS^T Q on P^T and dS^T packed per product (transposed 16 x 16
-     * words) and added to dV's and dK's rows block by block */
-    AttnKeysProductFn keys_product;
+    /* dV and dK accumulated transposed per segment and kv head: dV^T += dO^T P and dK^T +=
+     * scale Q^T dS by `product` (trans_a, ATTN_DENSE: P's and dS's masked zeros multiplied, as
+     * torch's matmul multiplies them), added to dV's and dK's rows once per segment; instead of
+     * dV += P^T dO and dK += scale dS^T Q, whose P^T and dS^T the AMX products packed by 16 x 16
+     * transposes per block and head, added to dV's and dK's rows block by block. Each element is
+     * the same sum over the block's query rows in order either way (+0 for the skipped zeros). */
+    bool keys_transposed;
 } AttnKernel;
 
 /* fp32 training's: attention_product on the fp32 panels (attention.c). */
