@@ -182,46 +182,76 @@ static void release_bf16(uint16_t *p, size_t bytes) {
 
 /* ---- 16 x 16 transposes of 32-bit words (a packed pair is one word, invariant 1) ---- */
 
+/* The 64 bytes at src to dst, a whole cache line; if stream (dst 64-byte aligned), by
+ * non-temporal stores, which write the line without reading it first (a plain store of a line
+ * not in the cache reads it from memory, RFO) and leave the cache to the data in use. For an
+ * optimizer step's repacking (bf16_repack_b_rows), whose lines nothing reads before the next
+ * forward, after the step's other passes have evicted them anyway. A thread that streamed
+ * fences (stream_fence) before another may read the lines. */
+static inline void store_line(void *dst, const void *src, bool stream) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (stream) { /* SSE2's, in every x86-64: the four write-combine into one line */
+        for (int i = 0; i < 4; i++)
+            _mm_stream_si128((__m128i *)dst + i, _mm_loadu_si128((const __m128i *)src + i));
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, 64);
+}
+
+/* Orders a thread's streamed stores (store_line) before what it does next: non-temporal
+ * stores are weakly ordered, even against the locked operations of an OpenMP barrier. */
+static inline void stream_fence(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+    _mm_sfence();
+#endif
+}
+
 /* Row r < rows of dst (dst_stride words apart) gets the 16 words of column r of src (16 rows,
- * src_stride words apart): always 16 words a row, zeros included (the callers' padding). */
+ * src_stride words apart): always 16 words a row, zeros included (the callers' padding);
+ * stream: as store_line says (dst's rows 64-byte aligned). */
 static void transpose_words16_scalar(uint32_t *dst, size_t dst_stride, int rows,
-                                     const uint32_t *src, size_t src_stride) {
+                                     const uint32_t *src, size_t src_stride, bool stream) {
     for (int r = 0; r < rows; r++) {
         uint32_t col[16];
         for (int c = 0; c < 16; c++)
             col[c] = src[(size_t)c * src_stride + r];
-        memcpy(dst + (size_t)r * dst_stride, col, sizeof col);
+        store_line(dst + (size_t)r * dst_stride, col, stream);
     }
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
 /* The same in zmm registers (transpose16_avx512.h): one 64-byte store a row where the scalar
  * loop makes 16 strided reads. */
-__attribute__((target("avx512f"))) static void transpose_words16_avx512(uint32_t *dst,
-                                                                        size_t dst_stride, int rows,
-                                                                        const uint32_t *src,
-                                                                        size_t src_stride) {
+__attribute__((target("avx512f"))) static void
+transpose_words16_avx512(uint32_t *dst, size_t dst_stride, int rows, const uint32_t *src,
+                         size_t src_stride, bool stream) {
     __m512i r[16];
     for (int i = 0; i < 16; i++)
         r[i] = _mm512_loadu_si512((const void *)(src + (size_t)i * src_stride));
     transpose16_lanes32(r);
-    for (int i = 0; i < rows; i++)
-        _mm512_storeu_si512((void *)(dst + (size_t)i * dst_stride), r[i]);
+    if (stream)
+        for (int i = 0; i < rows; i++)
+            _mm512_stream_si512((void *)(dst + (size_t)i * dst_stride), r[i]);
+    else
+        for (int i = 0; i < rows; i++)
+            _mm512_storeu_si512((void *)(dst + (size_t)i * dst_stride), r[i]);
 }
 #endif
 
 /* In zmm registers where the path multiplies with AVX-512 (amx and avx512 need AVX512F; so a
  * forced avx2 or sgemm path, the tests' way to reach the scalar loop, transposes without it). */
 static void transpose_words16(uint32_t *dst, size_t dst_stride, int rows, const uint32_t *src,
-                              size_t src_stride) {
+                              size_t src_stride, bool stream) {
 #if defined(__x86_64__) || defined(_M_X64)
     GemmBf16Path path = gemm_bf16_path();
     if (path == GEMM_BF16_AMX || path == GEMM_BF16_AVX512) {
-        transpose_words16_avx512(dst, dst_stride, rows, src, src_stride);
+        transpose_words16_avx512(dst, dst_stride, rows, src, src_stride, stream);
         return;
     }
 #endif
-    transpose_words16_scalar(dst, dst_stride, rows, src, src_stride);
+    transpose_words16_scalar(dst, dst_stride, rows, src, src_stride, stream);
 }
 
 /* Row i of a packed A: the source row rounded, then zeros to depth_padded. Read along the
@@ -284,7 +314,7 @@ static void pack_a_depth_chunk(uint16_t *d, const Bf16Source *src, int k0, int r
         }
         for (int ib = 0; ib < count; ib += 16)
             transpose_words16((uint32_t *)(d + (size_t)(i0 + ib) * kp + k0), (size_t)kp / 2,
-                              count - ib < 16 ? count - ib : 16, &tile[0][ib], PACK_ROWS);
+                              count - ib < 16 ? count - ib : 16, &tile[0][ib], PACK_ROWS, false);
     }
 }
 
@@ -325,8 +355,8 @@ void bf16_packed_a_free(Bf16PackedA *a) {
  * (row_stride 1: a column's pairs are adjacent), along the columns for a row-major source
  * (col_stride 1: two source rows give a pair step's 16 words), else value by value; zeros
  * elsewhere (invariant 3). */
-static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols,
-                         int kp) {
+static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int depth, int cols, int kp,
+                         bool stream) {
     int j0 = p * GEMM_BF16_PANEL;
     int width = cols - j0 < GEMM_BF16_PANEL ? cols - j0 : GEMM_BF16_PANEL, pairs = (depth + 1) / 2;
     const float *f32 = src->f32;
@@ -361,7 +391,7 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
                 }
             }
             transpose_words16((uint32_t *)steps, GEMM_BF16_PANEL, GEMM_BF16_PANEL, &tile[0][0],
-                              GEMM_BF16_PANEL);
+                              GEMM_BF16_PANEL, stream);
         }
         return;
     }
@@ -392,7 +422,7 @@ static void pack_b_panel(uint16_t *panel, const Bf16Source *src, int p, int dept
  * 64 * (q1 - q0) byte run (one step over all panels at a time wrote 64 bytes to each of a
  * down projection's 304 panels, 28 KB apart: 6 GB/s, half the rate of the other weights). */
 static void pack_b_steps(uint16_t *d, const Bf16Source *src, int q0, int q1, int depth, int cols,
-                         int panels, int kp) {
+                         int panels, int kp, bool stream) {
     size_t rs = src->row_stride;
     for (int p = 0; p < panels; p++) {
         int j0 = p * GEMM_BF16_PANEL;
@@ -414,8 +444,8 @@ static void pack_b_steps(uint16_t *d, const Bf16Source *src, int q0, int q1, int
                     step[jj] =
                         jj < w ? source_pair(src->f32, src->bf16, at + (size_t)jj, rs, hi_too) : 0u;
             }
-            memcpy(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
-                   sizeof step);
+            store_line(d + (size_t)p * GEMM_BF16_PANEL * kp + (size_t)q * 2 * GEMM_BF16_PANEL, step,
+                       stream);
         }
     }
 }
@@ -432,12 +462,12 @@ static void pack_b_values(Bf16PackedB *b, Bf16Source src) {
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
         for (int q0 = 0; q0 < kp / 2; q0 += STEP_BLOCK)
             pack_b_steps(d, &src, q0, q0 + STEP_BLOCK < kp / 2 ? q0 + STEP_BLOCK : kp / 2, depth,
-                         cols, panels, kp);
+                         cols, panels, kp, false);
         return;
     }
 #pragma omp parallel for schedule(static) if ((size_t)depth * cols > 65536)
     for (int p = 0; p < panels; p++)
-        pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp);
+        pack_b_panel(d + (size_t)p * GEMM_BF16_PANEL * kp, &src, p, depth, cols, kp, false);
 }
 
 void bf16_pack_b(Bf16PackedB *b, Bf16Source src, int depth, int cols) {
@@ -461,12 +491,13 @@ void bf16_repack_b_rows(Bf16PackedB *b, const float *w, int in_dim, bool transpo
     if (transposed) { /* W^T: W's rows are b's columns, panel r / 16 */
         Bf16Source src = {.f32 = w, .row_stride = 1, .col_stride = (size_t)in_dim};
         for (int p = r0 / GEMM_BF16_PANEL; p * GEMM_BF16_PANEL < r1; p++)
-            pack_b_panel(b->data + (size_t)p * b->panel_stride, &src, p, b->depth, b->cols, kp);
-        return;
+            pack_b_panel(b->data + (size_t)p * b->panel_stride, &src, p, b->depth, b->cols, kp,
+                         true);
+    } else { /* W: W's rows are b's depth, pair step r / 2 of every panel */
+        Bf16Source src = {.f32 = w, .row_stride = (size_t)in_dim, .col_stride = 1};
+        pack_b_steps(b->data, &src, r0 / 2, (r1 + 1) / 2, b->depth, b->cols, panels, kp, true);
     }
-    /* W: W's rows are b's depth, pair step r / 2 of every panel */
-    Bf16Source src = {.f32 = w, .row_stride = (size_t)in_dim, .col_stride = 1};
-    pack_b_steps(b->data, &src, r0 / 2, (r1 + 1) / 2, b->depth, b->cols, panels, kp);
+    stream_fence();
 }
 
 void bf16_packed_b_free(Bf16PackedB *b) {

@@ -95,7 +95,9 @@ void bf16_repack_b(Bf16PackedB *b, Bf16Source src);
  * out_dim). The bits bf16_repack_b writes there, and nothing else of b is written, so threads
  * may pack disjoint row ranges at once. On the calling thread (no parallel region): an optimizer
  * thread packs the rows it has just updated while they are in its cache
- * (adamw_f32_update_repacking). */
+ * (adamw_f32_update_repacking). The packed lines are written by non-temporal stores, fenced
+ * before the return: not read from memory first nor kept in the cache, as nothing reads them
+ * before the next forward. */
 void bf16_repack_b_rows(Bf16PackedB *b, const float *w, int in_dim, bool transposed, int r0,
                         int r1);
 
