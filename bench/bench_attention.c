@@ -31,7 +31,7 @@ static double now_seconds(clockid_t clock) {
 static float *random_floats(size_t n, unsigned *seed) {
     float *x = xmalloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++)
-        x[i] = (float)rand_r(seed) / RAND_MAX * 2.0f - 1.0f;
+        x[i] = (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
     return x;
 }
 

@@ -86,7 +86,7 @@ int attention_reference_layout(AttnSegment segs[3], int32_t *seq_index, int last
 }
 
 static float uniform(void) {
-    return (float)rand() / RAND_MAX * 2 - 1;
+    return (float)rand() / (float)RAND_MAX * 2 - 1;
 }
 
 /* The special operand values: NaN (a payload that a truncating rounding would turn into

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static float uniform(void) {
-    return (float)rand() / RAND_MAX * 2 - 1;
+    return (float)rand() / (float)RAND_MAX * 2 - 1;
 }
 
 /* |got - want| <= tol * (the largest |want|): gradients are sums with cancellation, so their

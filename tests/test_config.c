@@ -352,7 +352,7 @@ static void test_gemma3(void) {
     CHECK(c.sliding_window == 4096, "window 4096");
     model_config_free(&c);
 
-    json_t *v5, *v4;
+    json_t *v5 = NULL, *v4 = NULL;
     CHECK(
         json_load_path(harness_source_path("tests/fixtures/models/gemma3_tiny/config.json"), &v5) ==
                 0 &&

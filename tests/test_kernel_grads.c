@@ -13,7 +13,7 @@
 #include <string.h>
 
 static float frand(void) {
-    return (float)rand() / RAND_MAX * 2.0f - 1.0f;
+    return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
 }
 
 static float *rand_array(size_t n) {

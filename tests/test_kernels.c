@@ -36,9 +36,9 @@ static void test_fused_logprob(void) {
     int32_t *target = malloc(sizeof(int32_t) * n);
     srand(7);
     for (int i = 0; i < n * h; i++)
-        hidden[i] = (float)rand() / RAND_MAX * 4 - 2;
+        hidden[i] = (float)rand() / (float)RAND_MAX * 4 - 2;
     for (int i = 0; i < vocab * h; i++)
-        w[i] = (float)rand() / RAND_MAX * 2 - 1;
+        w[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     for (int j = 0; j < h; j++)
         w[(size_t)5000 * h + j] = 30.0f * hidden[j]; /* a dominant logit for row 0 */
     for (int r = 0; r < n; r++)
@@ -149,11 +149,11 @@ static void test_attention(void) {
     double *want = malloc(nq * sizeof *want);
     srand(11);
     for (size_t i = 0; i < nq; i++)
-        q[i] = (float)rand() / RAND_MAX * 2 - 1;
+        q[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     for (size_t i = 0; i < nk; i++)
-        k[i] = (float)rand() / RAND_MAX * 2 - 1;
+        k[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     for (size_t i = 0; i < nk; i++)
-        v[i] = (float)rand() / RAND_MAX * 2 - 1;
+        v[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     int windows[] = {0, 40, 73, 1};
     for (int w = 0; w < 4; w++) {
         attention_forward(out, q, k, v, segs, n_segs, seq_index, nh, nkv, hd, windows[w]);
@@ -184,11 +184,11 @@ static void test_attention_over_cache(void) {
     float q[MAX_Q * 128], out[MAX_Q * 128], scores[MAX_Q * MAX_LEN];
     srand(5);
     for (size_t i = 0; i < MAX_LEN * stride; i++) {
-        k[i] = (float)rand() / RAND_MAX * 4 - 2;
-        v[i] = (float)rand() / RAND_MAX * 2 - 1;
+        k[i] = (float)rand() / (float)RAND_MAX * 4 - 2;
+        v[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     }
     for (int i = 0; i < MAX_Q * 128; i++)
-        q[i] = (float)rand() / RAND_MAX * 2 - 1;
+        q[i] = (float)rand() / (float)RAND_MAX * 2 - 1;
     for (int a = 0; a < 3; a++) {
         for (int b = 0; b < 5; b++) {
             for (int g = 0; g < 4; g++) {
@@ -298,9 +298,9 @@ static void test_attention_tail_exact(void) {
         int hd = hds[a], bad = 0;
         for (int trial = 0; trial < TRIALS; trial++) {
             for (int i = 0; i < N_Q * hd; i++)
-                q[i] = (float)rand_r(&seed) / RAND_MAX * 2 - 1;
+                q[i] = (float)rand_r(&seed) / (float)RAND_MAX * 2 - 1;
             for (size_t i = 0; i < 2 * stride; i++)
-                k[i] = (float)rand_r(&seed) / RAND_MAX * 2 - 1;
+                k[i] = (float)rand_r(&seed) / (float)RAND_MAX * 2 - 1;
             attention_over_cache(out, q, k, v, 2, stride, hd, N_Q, scores);
             float scale = 1.0f / sqrtf((float)hd);
             for (int h = 0; h < N_Q; h++) {
@@ -353,9 +353,9 @@ static LinearCase linear_case_new(int n, int in_dim, int out_dim) {
                     malloc(sizeof(float) * (size_t)n * in_dim), malloc(sizeof(float) * out_dim),
                     malloc(sizeof(float) * (size_t)n * out_dim), malloc(sizeof(float) * out_dim)};
     for (int i = 0; i < out_dim * in_dim; i++)
-        c.w[i] = (float)rand() / RAND_MAX - 0.5f;
+        c.w[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     for (int i = 0; i < n * in_dim; i++)
-        c.x[i] = (float)rand() / RAND_MAX - 0.5f;
+        c.x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     for (int j = 0; j < out_dim; j++)
         c.bias[j] = (float)j / out_dim;
     return c;
@@ -403,10 +403,10 @@ static void test_matmul_bf16(void) {
         float *x = malloc(sizeof *x * (size_t)n * in_dim), *bias = malloc(sizeof *bias * out_dim);
         float *out = malloc(sizeof *out * (size_t)n * out_dim);
         for (int i = 0; i < out_dim * in_dim; i++)
-            w16[i] = f32_to_bf16((float)rand() / RAND_MAX - 0.5f);
+            w16[i] = f32_to_bf16((float)rand() / (float)RAND_MAX - 0.5f);
         bf16_widen(w, w16, (size_t)out_dim * in_dim);
         for (int i = 0; i < n * in_dim; i++)
-            x[i] = (float)rand() / RAND_MAX - 0.5f;
+            x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
         for (int j = 0; j < out_dim; j++)
             bias[j] = (float)j / out_dim;
         matmul_forward_bf16(out, x, w16, bias, n, in_dim, out_dim);
@@ -595,7 +595,7 @@ static void test_lse_order(void) {
     float *ez = malloc(4096 * sizeof *ez);
     srand(29);
     for (int i = 0; i < 4096; i++)
-        z[i] = (float)rand() / RAND_MAX * 16 - 8;
+        z[i] = (float)rand() / (float)RAND_MAX * 16 - 8;
     int off_order = 0, off_value = 0;
     for (size_t c = 0; c < sizeof lengths / sizeof *lengths; c++) {
         int n = lengths[c];

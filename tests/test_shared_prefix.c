@@ -115,7 +115,7 @@ static void check_model(const char *name) {
     /* the training tape, and the gradient of a random weighting of every log-prob */
     float *dlogp = calloc(cells, sizeof(float));
     for (size_t i = 0; i < cells; i++)
-        dlogp[i] = (float)rand() / RAND_MAX - 0.5f;
+        dlogp[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     float *g_shared = calloc(m.n_params, sizeof(float)),
           *g_apart = calloc(m.n_params, sizeof(float));
     float *tape_lp = calloc(cells, sizeof(float));
