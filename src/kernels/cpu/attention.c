@@ -296,8 +296,11 @@ static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, uint16
             while (seq_index[key_row(s, bk->first + lo)] <= seq_index[s->start + i0 + r] - window)
                 lo++;
         int stride = pack_stride(bk->n_keys);
-        float inv = softmax_columns(p + (size_t)r * bk->n_keys, lo, r + bk->diag, inv_sum == NULL,
-                                    packed ? packed + (size_t)r * stride : NULL, stride);
+        float *row = p + (size_t)r * bk->n_keys;
+        uint16_t *packed_row = packed ? packed + (size_t)r * stride : NULL;
+        float inv = kern->softmax ? kern->softmax(row, lo, r + bk->diag, packed_row, stride)
+                                  : softmax_columns(row, lo, r + bk->diag, inv_sum == NULL,
+                                                    packed_row, stride);
         if (inv_sum) inv_sum[r] = inv;
     }
 }
@@ -320,7 +323,7 @@ static void probs_times_values(const AttnKernel *kern, float *out, int out_strid
 }
 
 const AttnKernel attention_kernel_fp32 = {
-    attention_product, false, 1, NULL, NULL, NULL, NULL, false};
+    attention_product, false, 1, NULL, NULL, NULL, NULL, false, NULL};
 
 static int max_keys(const AttnSegment *segs, int n_segs) {
     int most = 1;

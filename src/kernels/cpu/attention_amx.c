@@ -19,6 +19,7 @@
  *     between calls (a thread's next AMX user configures its own). */
 #include "kernels/cpu/attention_amx.h"
 
+#include "kernels/cpu/attention_softmax_avx512.h"
 #include "kernels/cpu/attention_train.h"
 #include "common/error.h"
 #include "kernels/cpu/gemm_bf16.h"
@@ -54,7 +55,8 @@ static const AttnKernel kernel_amx = {.product = attention_product_amx,
                                       .free_panel = free_panel,
                                       .panel_product = panel_product,
                                       .packed_product = packed_product,
-                                      .keys_transposed = true};
+                                      .keys_transposed = true,
+                                      .softmax = attention_softmax_avx512};
 
 void attention_forward_amx(float *out, const float *q, const float *k, const float *v,
                            const AttnSegment *segs, int n_segs, const int32_t *seq_index,

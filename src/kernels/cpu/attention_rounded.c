@@ -4,8 +4,10 @@
  * Every A operand of attention's products is q, dout (bf16 already: the autocast backend hands
  * the kernel rounded copies), the probabilities P or the scores' gradient dS; every B operand is
  * a rounded copy of q, k, v or dout. So rounding op(A) before attention_product rounds exactly P
- * (normalised first, as on AMX) and dS, and nothing else: the two CPU paths differ only in the
- * order of each element's fp32 sum, not in which values are rounded. */
+ * (normalised first, as on AMX) and dS, and nothing else: the two CPU paths differ in the order
+ * of each element's fp32 sum and in the softmax's exponentials (AMX runs
+ * attention_softmax_avx512.h's; this path attention.c's portable one), last bits only, not in
+ * which values are rounded. */
 #include "common/error.h"
 #include "kernels/cpu/attention_train.h"
 #include "kernels/cpu/autocast.h"
@@ -43,4 +45,4 @@ static void product_rounding_a(bool trans_a, int m, int n, int k, float alpha, c
 }
 
 const AttnKernel attention_kernel_fp32_rounding_a = {
-    product_rounding_a, true, 1, NULL, NULL, NULL, NULL, false};
+    product_rounding_a, true, 1, NULL, NULL, NULL, NULL, false, NULL};

@@ -67,6 +67,10 @@ typedef struct {
      * transposes per block and head, added to dV's and dK's rows block by block. Each element is
      * the same sum over the block's query rows in order either way (+0 for the skipped zeros). */
     bool keys_transposed;
+    /* NULL, or (with normalise_first) the softmax of each probability row in place of
+     * attention.c's portable softmax_columns, under its contract with normalise true
+     * (attention_softmax_avx512.h's): the AMX kernel's, in AVX-512 intrinsics */
+    float (*softmax)(float *row, int lo, int hi, uint16_t *packed, int stride);
 } AttnKernel;
 
 /* fp32 training's: attention_product on the fp32 panels (attention.c). */

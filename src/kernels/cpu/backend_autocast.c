@@ -21,7 +21,8 @@
  *     softmax backward stay fp32 (torch rounds the scores and dP too: neither is an operand of
  *     a product here). Where the CPU has AMX (attention_amx.h, when gemm_bf16's path is AMX)
  *     the products run on bf16 tiles; elsewhere on fp32 products of rounded copies
- *     (attention_rounded.c): the same values rounded on every CPU, only the sums' order differs.
+ *     (attention_rounded.c): the same values rounded on every CPU; the sums' order differs, and
+ *     AMX's softmax (attention_softmax_avx512.h) has exponentials of its own (last bits).
  *     autocast_attention_exact (autocast.h) keeps P and dS exact instead, as the CUDA backend
  *     does, for the tests that compare the two.
  *  4. The lm_head rounds hidden states and weight, but its logits and the log-softmax stay fp32:
