@@ -290,6 +290,7 @@ static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, uint16
     times_key_rows(kern, p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, hd, bk, rows,
                    sc.scale);
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
+    if (kern->softmax && inv_sum) abort(); /* its rows come normalised (attention_train.h) */
     int lo = 0;
     for (int r = 0; r < rows; r++) {
         if (window > 0) /* the window's start only moves forward as the query does */

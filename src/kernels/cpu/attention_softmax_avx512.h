@@ -1,6 +1,6 @@
-/* The softmax of one attention score row in AVX-512F + FMA intrinsics, for the AMX attention
- * (attention_amx.c's AttnKernel.softmax): the probabilities normalised, and optionally written
- * rounded to bf16 in ATTN_PACK_STEP's layout (attention_train.h) for P · V.
+/* The softmax of one attention score row in AVX-512 (F, BW, VL) and FMA intrinsics, for the AMX
+ * attention (attention_amx.c's AttnKernel.softmax): the probabilities normalised, and optionally
+ * written rounded to bf16 in ATTN_PACK_STEP's layout (attention_train.h) for P · V.
  *
  * Why its own: attention.c's softmax_columns is portable C that every build must compile to the
  * same bits (fast_exp.h: no contraction, a clamped integer exponent), ~28 vector instructions an
@@ -11,9 +11,10 @@
  * same instructions and get the same bits.
  *
  * Values: e^(s - max) to a relative error below 2.5e-7 (test_attention_softmax's largest:
- * 2.07e-7), summed in 16 lanes then reduced in _mm512_reduce_add_ps's fixed order, so every build
- * gives the same sum; they differ from softmax_columns' in the last bits. Scores are finite (soft-
- * capped or not); a NaN score makes its row NaN, as softmax_columns' does. */
+ * 2.07e-7), summed in 16 lanes then reduced by _mm512_reduce_add_ps (in GCC's header a fixed
+ * halving tree), so every build gives the same sum; they differ from softmax_columns' in the last
+ * bits. Scores are finite, soft-capped or not; a NaN score makes its row NaN, as softmax_columns'
+ * does. */
 #ifndef RLHF_KERNELS_CPU_ATTENTION_SOFTMAX_AVX512_H
 #define RLHF_KERNELS_CPU_ATTENTION_SOFTMAX_AVX512_H
 
@@ -25,7 +26,8 @@
  * not written. With `packed` the probabilities go there rounded to bf16 (nearest, ties to even:
  * narrow_bf16's bits) at columns lo..hi, zeros elsewhere up to `stride` (> hi), and row[lo..hi]
  * is left holding the exponentials. Returns 1 / the sum of the exponentials. Only on a CPU with
- * AVX-512F, BW and VL and FMA (every CPU with AMX: attention_amx_usable() implies them). */
+ * AVX-512F, BW and VL and FMA: every CPU with AMX has them (attention_amx_usable() checks AMX,
+ * AVX-512F, AVX512_BF16 and FMA; BW and VL come with every AVX512_BF16 CPU made). */
 float attention_softmax_avx512(float *row, int lo, int hi, uint16_t *packed, int stride);
 
 #endif
