@@ -290,7 +290,6 @@ static void block_probs(const AttnKernel *kern, float *p, float *inv_sum, uint16
     times_key_rows(kern, p, qh + (size_t)(s->start + i0) * q_stride, q_stride, kt, hd, bk, rows,
                    sc.scale);
     if (sc.softcap > 0) cap_scores(p, (size_t)rows * bk->n_keys, sc.softcap);
-    if (kern->softmax && inv_sum) abort(); /* its rows come normalised (attention_train.h) */
     int lo = 0;
     for (int r = 0; r < rows; r++) {
         if (window > 0) /* the window's start only moves forward as the query does */
@@ -370,6 +369,8 @@ void attention_forward_with(const AttnKernel *kern, float *out, const float *q, 
                             const float *v, const AttnSegment *segs, int n_segs,
                             const int32_t *seq_index, int n_heads, int n_kv_heads, int hd,
                             int window, AttnScores sc) {
+    /* a kernel's own softmax normalises its rows (attention_train.h): the output is not scaled */
+    if (kern->softmax && !kern->normalise_first) abort();
     int n_rep = n_heads / n_kv_heads, q_stride = n_heads * hd;
     size_t scratch = (size_t)QUERY_BLOCK * max_keys(segs, n_segs);
     float *scores_all = xmalloc(scratch * sizeof(float) * (size_t)omp_get_max_threads());

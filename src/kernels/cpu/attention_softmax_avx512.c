@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/narrow_bf16.h"
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
@@ -24,11 +25,11 @@ static inline __mmask16 lanes_left(int j, int n) {
  * first exact in 9 bits, so n ln2_hi is exact), e^r by fast_expf's degree-6 Taylor polynomial
  * in FMA Horner steps, then scaled by 2^n (vscalefps: no exponent bits built by hand). */
 TARGET static inline __m512 exp_nonpositive(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    x = _mm512_max_ps(_mm512_set1_ps(FAST_EXP_MIN_X), x);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(FAST_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FAST_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FAST_EXP_LN2_LO), r);
     __m512 p = _mm512_set1_ps(1.0f / 720.0f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));

@@ -13,12 +13,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The range reduction's constants, shared with the vector exponential that computes the same
+ * function (attention_softmax_avx512.c): log2(e), ln 2 in two parts (the first exact in 9 bits),
+ * and the lower clamp. */
+#define FAST_EXP_LOG2E  1.44269504088896341f
+#define FAST_EXP_LN2_HI 0.693359375f
+#define FAST_EXP_LN2_LO -2.12194440e-4f
+#define FAST_EXP_MIN_X  -87.3f
+
 static inline float fast_expf(float in) {
-    const float log2e = 1.44269504088896341f;
-    const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    const float log2e = FAST_EXP_LOG2E;
+    const float ln2_hi = FAST_EXP_LN2_HI, ln2_lo = FAST_EXP_LN2_LO;
     /* written so that NaN clamps too (comparisons with NaN are false): converting NaN to an
      * integer below would be undefined; the NaN is given back at the end */
-    float x = in > -87.3f ? in : -87.3f;
+    float x = in > FAST_EXP_MIN_X ? in : FAST_EXP_MIN_X;
     x = x < 88.7f ? x : 88.7f;
     /* n = round(x log2e); x log2e + 128.5 > 0, so truncation is floor */
     int32_t ni = (int32_t)(x * log2e + 128.5f) - 128;
